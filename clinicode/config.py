@@ -1,0 +1,110 @@
+"""Frozen per-stage configuration dataclasses with range checks and strict JSON I/O (unknown keys rejected)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from clinicode.artifacts import write_json_atomic
+from clinicode.errors import ConfigError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LEAMConfig:
+    """The model's constructor arguments; saved as model_config.json in every checkpoint."""
+
+    vocab_size: int
+    n_labels: int
+    embed_dim: int = 100            # CAML's CBOW vectors (DOMAIN.md section 6)
+    radius: int = 10                # r: the phrase window over G spans 2r+1 positions
+    hidden_dim: int = 300           # MLP head, as in the paper's reference code
+    dropout: float = 0.5
+    label_reg_weight: float = 1.0   # lambda of the label-embedding regulariser (paper: 1)
+    compat: str = "cosine"          # "cosine" (the paper's model) or "linear" (its ablation: no phrase window)
+    multilabel: bool = True         # sigmoid + BCE; False: softmax + CE (one label per note)
+
+    def __post_init__(self) -> None:
+        if self.vocab_size < 3:
+            raise ConfigError(f"LEAMConfig.vocab_size must be >= 3 (PAD, UNK and a word), got {self.vocab_size}.")
+        if self.n_labels < 1:
+            raise ConfigError(f"LEAMConfig.n_labels must be >= 1, got {self.n_labels}.")
+        if self.embed_dim < 1 or self.hidden_dim < 1:
+            raise ConfigError(f"LEAMConfig: embed_dim and hidden_dim must be >= 1, got {self.embed_dim}, {self.hidden_dim}.")
+        if self.radius < 0:
+            raise ConfigError(f"LEAMConfig.radius (r) must be >= 0, got {self.radius}; the window is 2r+1 tokens.")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"LEAMConfig.dropout must be in [0, 1), got {self.dropout}.")
+        if self.compat not in ("cosine", "linear"):
+            raise ConfigError(f"LEAMConfig.compat must be 'cosine' or 'linear', got {self.compat!r}.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Training options; saved as train_config.json beside the weights."""
+
+    model: str = "leam"             # "leam" or "tfidf-lr"
+    epochs: int = 30
+    batch_size: int = 16
+    lr: float = 2e-3
+    weight_decay: float = 0.0
+    max_len: int = 2500             # tokens kept per note (CAML: first 2,500)
+    min_doc_freq: int = 3           # vocabulary: words in >= 3 training notes
+    embeddings: str = "w2v"         # "w2v" (trained on the train split), "random", or a path to a text vector file
+    w2v_epochs: int = 5
+    patience: int = 5               # epochs without dev micro-F1 improvement before stopping
+    seed: int = 1337
+    device: str = "auto"
+    top_k: int | None = None
+    single_label: bool | None = None  # None: decided from the data (every note has exactly one label)
+    eval_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.model not in ("leam", "tfidf-lr"):
+            raise ConfigError(f"--model must be 'leam' or 'tfidf-lr', got {self.model!r}.")
+        for name in ("epochs", "batch_size", "max_len", "min_doc_freq", "eval_batch_size", "w2v_epochs"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
+        if self.patience < 0:
+            raise ConfigError(f"--patience must be >= 0, got {self.patience}.")
+        if not self.lr > 0:
+            raise ConfigError(f"--lr must be > 0, got {self.lr}.")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"--device must be auto, cpu or cuda, got {self.device!r}.")
+        if self.top_k is not None and self.top_k < 1:
+            raise ConfigError(f"--top-k must be >= 1, got {self.top_k}.")
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def config_from_dict(cls: type[T], data: dict[str, Any], *, source: str = "config") -> T:
+    """Build `cls` from a dict, naming any unknown key (e.g. a typo) instead of ignoring it."""
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r} in {source}; known keys: {', '.join(sorted(known))}.")
+    try:
+        return cls(**data)
+    except TypeError as err:
+        raise ConfigError(f"{source}: {err}.") from err
+
+
+def save_config(cfg: Any, path: Path) -> None:
+    write_json_atomic(path, config_to_dict(cfg))
+
+
+def load_config(cls: type[T], path: Path) -> T:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read configuration ({err}).") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}.")
+    return config_from_dict(cls, data, source=str(Path(path).name))

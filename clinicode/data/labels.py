@@ -1,0 +1,95 @@
+"""LabelSet: the ordered codes (the model's output index) with descriptions, multi-hot encoding and JSON I/O."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from clinicode.artifacts import write_json_atomic
+from clinicode.errors import DataFormatError
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    """Ordered label codes; index i of every score vector is `codes[i]`.
+
+    Args:
+        codes: distinct label strings (dotted ICD-9 codes for MIMIC) in output order.
+        descriptions: human-readable titles, same length as `codes` ("" when unknown).
+    """
+
+    codes: tuple[str, ...]
+    descriptions: tuple[str, ...]
+    _index: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.codes) != len(self.descriptions):
+            raise DataFormatError(
+                f"LabelSet: {len(self.codes)} codes but {len(self.descriptions)} descriptions; give one description per code."
+            )
+        if len(set(self.codes)) != len(self.codes):
+            dup = sorted({c for c in self.codes if self.codes.count(c) > 1})
+            raise DataFormatError(f"LabelSet: duplicate codes {dup[:5]}; each code must appear once.")
+        if not self.codes:
+            raise DataFormatError("LabelSet: no labels; a dataset needs at least one label.")
+        object.__setattr__(self, "_index", {c: i for i, c in enumerate(self.codes)})
+
+    @classmethod
+    def from_codes(cls, codes: Sequence[str], descriptions: dict[str, str] | None = None) -> "LabelSet":
+        descriptions = descriptions or {}
+        return cls(tuple(codes), tuple(descriptions.get(c, "") for c in codes))
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __contains__(self, code: object) -> bool:
+        return code in self._index
+
+    def index(self, code: str) -> int:
+        return self._index[code]
+
+    def description(self, code: str) -> str:
+        return self.descriptions[self._index[code]]
+
+    def multi_hot(self, label_lists: Iterable[Iterable[str]]) -> np.ndarray:
+        """[n_docs, n_labels] float32 0/1 matrix; codes outside the set are ignored."""
+        rows = list(label_lists)
+        y = np.zeros((len(rows), len(self.codes)), dtype=np.float32)
+        for i, labels in enumerate(rows):
+            for code in labels:
+                j = self._index.get(code)
+                if j is not None:
+                    y[i, j] = 1.0
+        return y
+
+    def to_json(self) -> list[dict[str, str]]:
+        return [{"code": c, "description": d} for c, d in zip(self.codes, self.descriptions)]
+
+    def save(self, path: Path) -> None:
+        write_json_atomic(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: Path) -> "LabelSet":
+        """Read a labels.json: a list of {"code", "description"} objects (or plain code strings)."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                raw = json.load(f)
+        except (OSError, json.JSONDecodeError) as err:
+            raise DataFormatError(f"{path}: cannot read labels ({err}); expected a JSON list of {{'code', 'description'}}.") from err
+        if not isinstance(raw, list):
+            raise DataFormatError(f"{path}: expected a JSON list of {{'code', 'description'}} objects, got {type(raw).__name__}.")
+        codes, descs = [], []
+        for i, item in enumerate(raw):
+            if isinstance(item, str):
+                codes.append(item)
+                descs.append("")
+            elif isinstance(item, dict) and isinstance(item.get("code"), str):
+                codes.append(item["code"])
+                descs.append(str(item.get("description") or ""))
+            else:
+                raise DataFormatError(f"{path}: entry {i} has no string 'code'; expected {{'code': ..., 'description': ...}}.")
+        return cls(tuple(codes), tuple(descs))

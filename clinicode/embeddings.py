@@ -1,0 +1,132 @@
+"""Initial word and label vectors: word2vec on the training split (gensim CBOW) or a user's text vector file.
+
+Rows follow the tokenizer's ids; PAD is a zero row; words without a vector are drawn from U[-0.01, 0.01].
+Label vectors are the mean of the word vectors of each label's description (random when none is known).
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from clinicode.constants import PAD_ID, UNK_ID
+from clinicode.data.text import tokenize
+from clinicode.errors import DataFormatError
+from clinicode.tokenizer import ClinicalTokenizer
+
+log = logging.getLogger(__name__)
+
+_W2V_MAX_WORDS = 10_000  # gensim silently truncates longer "sentences"; chunk notes below this
+
+
+def _sentences(texts: Iterable[str]) -> list[list[str]]:
+    out = []
+    for text in texts:
+        toks = tokenize(text)
+        for i in range(0, len(toks), _W2V_MAX_WORDS):
+            out.append(toks[i : i + _W2V_MAX_WORDS])
+    return out
+
+
+def train_word2vec(
+    texts: Sequence[str], tokenizer: ClinicalTokenizer, *, dim: int = 100, epochs: int = 5, seed: int = 1337
+) -> np.ndarray:
+    """CBOW word2vec (CAML's settings: 100-d, window 5, min_count 0, 5 epochs) on training notes only.
+
+    One worker thread, so the vectors repeat exactly for a seed.
+
+    Args:
+        texts: training notes (one "sentence" per note, chunked below gensim's 10,000-word limit).
+        tokenizer: supplies the vocabulary; rows are in its id order.
+    Returns:
+        [vocab_size, dim] float32 matrix.
+    """
+    from gensim.models import Word2Vec  # heavy import; only training needs it
+
+    sentences = _sentences(texts)
+    model = Word2Vec(sentences=sentences, vector_size=dim, window=5, min_count=0, sg=0, workers=1, epochs=epochs, seed=seed)
+    kv = model.wv
+    return _matrix_from_lookup(tokenizer, dim, lambda w: kv[w] if w in kv.key_to_index else None, seed=seed)
+
+
+def read_vector_file(path: Path, tokenizer: ClinicalTokenizer, *, seed: int = 1337) -> np.ndarray:
+    """Rows for the vocabulary from a word2vec or GloVe text file (optionally .gz).
+
+    Raises:
+        DataFormatError: missing or malformed file, or no vocabulary word found in it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataFormatError(f"--embeddings {path}: no such file; give 'w2v', 'random' or a word2vec/GloVe text file.")
+    vocab = tokenizer.vocab()
+    found: dict[str, np.ndarray] = {}
+    dim = None
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f):
+                parts = line.rstrip().split(" ")
+                if n == 0 and len(parts) == 2 and all(p.isdigit() for p in parts):
+                    continue  # word2vec header: "<count> <dim>"
+                if len(parts) < 2:
+                    continue
+                if dim is None:
+                    dim = len(parts) - 1
+                if len(parts) - 1 != dim:
+                    raise DataFormatError(
+                        f"{path}: line {n + 1} has {len(parts) - 1} values, earlier lines {dim}; expected one word and {dim} numbers per line."
+                    )
+                word = parts[0].lower()
+                if word in vocab and word not in found:
+                    found[word] = np.asarray(parts[1:], dtype=np.float32)
+    except (OSError, ValueError, EOFError) as err:
+        raise DataFormatError(f"{path}: cannot read word vectors ({err}); expected a word2vec/GloVe text file.") from err
+    if dim is None or not found:
+        raise DataFormatError(f"{path}: none of the {len(vocab)} vocabulary words has a vector; is it the right file?")
+    log.info("read %d of %d vocabulary vectors (%d-d) from %s", len(found), len(vocab), dim, path.name)
+    return _matrix_from_lookup(tokenizer, dim, found.get, seed=seed)
+
+
+def random_matrix(tokenizer: ClinicalTokenizer, dim: int, *, seed: int = 1337) -> np.ndarray:
+    """[vocab_size, dim] small random vectors (no pretraining)."""
+    return _matrix_from_lookup(tokenizer, dim, lambda w: None, seed=seed, scale=0.1)
+
+
+def _matrix_from_lookup(tokenizer: ClinicalTokenizer, dim: int, lookup, *, seed: int, scale: float = 0.01) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    mat = rng.uniform(-scale, scale, size=(tokenizer.vocab_size, dim)).astype(np.float32)
+    for word, idx in tokenizer.vocab().items():
+        if idx in (PAD_ID, UNK_ID):
+            continue
+        vec = lookup(word)
+        if vec is not None:
+            mat[idx] = vec
+    mat[PAD_ID] = 0.0
+    return mat
+
+
+def label_vectors(
+    descriptions: Sequence[str], word_matrix: np.ndarray, tokenizer: ClinicalTokenizer, *, seed: int = 1337
+) -> tuple[np.ndarray, int]:
+    """Mean word vector of each label's description; random N(0, 0.1^2) rows when no description word is known.
+
+    Args:
+        descriptions: one text per label (a description, or the label's own name).
+        word_matrix: [vocab_size, P] initial word vectors.
+    Returns:
+        ([K, P] float32 label vectors, number of labels initialised from words).
+    """
+    rng = np.random.default_rng(seed + 1)
+    K, P = len(descriptions), word_matrix.shape[1]
+    out = (rng.standard_normal((K, P)) * 0.1).astype(np.float32)
+    n_init = 0
+    for k, desc in enumerate(descriptions):
+        ids = [i for i in (tokenizer.token_id(w) for w in tokenize(desc or "")) if i is not None and i not in (PAD_ID, UNK_ID)]
+        if ids:
+            out[k] = word_matrix[ids].mean(axis=0)
+            n_init += 1
+    return out, n_init

@@ -1,0 +1,111 @@
+"""LEAM model: shapes, masking, the paper's equations, and that it can learn."""
+
+import pytest
+import torch
+
+from clinicode.batching import pad_batch
+from clinicode.config import LEAMConfig
+from clinicode.errors import ConfigError
+from clinicode.model import LEAM
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    cfg = LEAMConfig(vocab_size=30, n_labels=4, embed_dim=8, radius=2, hidden_dim=16, **kw)
+    return LEAM(cfg).eval()
+
+
+def test_output_shapes_and_attention():
+    model = _model()
+    ids, mask = pad_batch([[2, 3, 4, 5, 6], [7, 8]])
+    out = model(ids, mask, return_attention=True)
+    assert out.logits.shape == (2, 4)
+    assert out.beta.shape == (2, 5) and out.phrase.shape == (2, 4, 5) and out.doc.shape == (2, 8)
+    torch.testing.assert_close(out.beta.sum(-1), torch.ones(2))
+    assert torch.all(out.beta[1, 2:] == 0), "padding must get zero attention"
+    assert torch.all(out.phrase >= 0), "u is a ReLU output"
+
+
+def test_padding_does_not_change_logits():
+    model = _model()
+    seq = [5, 9, 11, 3, 2, 7]
+    a_ids, a_mask = pad_batch([seq])
+    b_ids, b_mask = pad_batch([seq, list(range(2, 22))])  # padded to 20
+    a = model(a_ids, a_mask).logits[0]
+    b = model(b_ids, b_mask).logits[0]
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_cosine_compatibility_matches_definition():
+    model = _model()
+    ids, mask = pad_batch([[2, 3, 4]])
+    V = model.word_emb(ids)
+    G = model.compatibility(V, mask)
+    c, v = model.label_emb[1], V[0, 2]
+    expected = torch.dot(c, v) / (c.norm() * v.norm())
+    torch.testing.assert_close(G[0, 1, 2], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_is_masked_softmax_of_max_over_labels():
+    model = _model()
+    ids, mask = pad_batch([[2, 3, 4, 5], [6]])
+    out = model(ids, mask, return_attention=True)
+    m = out.phrase[0].amax(dim=0)
+    torch.testing.assert_close(out.beta[0], torch.softmax(m, dim=0))
+    z = (out.beta[0].unsqueeze(-1) * model.word_emb(ids)[0]).sum(0)
+    torch.testing.assert_close(out.doc[0], z)
+
+
+def test_linear_ablation_has_no_window():
+    model = _model(compat="linear")
+    ids, mask = pad_batch([[2, 3, 4, 5]])
+    out = model(ids, mask, return_attention=True)
+    G = model.compatibility(model.word_emb(ids), mask)
+    torch.testing.assert_close(out.phrase, G)
+
+
+def test_empty_note_is_defined():
+    model = _model()
+    ids, mask = pad_batch([[]])
+    out = model(ids, mask)
+    assert torch.isfinite(out.logits).all()
+
+
+def test_label_regulariser_adds_to_loss():
+    model = _model()
+    logits = torch.zeros(2, 4)
+    y = torch.tensor([[1.0, 0, 0, 0], [0, 1.0, 0, 0]])
+    total, task = model.loss(logits, y)
+    assert total > task
+    model0 = _model(label_reg_weight=0.0)
+    total0, task0 = model0.loss(logits, y)
+    assert total0 == task0
+
+
+@pytest.mark.parametrize("multilabel", [True, False])
+def test_tiny_batch_overfits(multilabel):
+    torch.manual_seed(0)
+    cfg = LEAMConfig(vocab_size=40, n_labels=3, embed_dim=16, radius=1, hidden_dim=32, dropout=0.0, multilabel=multilabel)
+    model = LEAM(cfg)
+    ids, mask = pad_batch([[2, 3, 4], [5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15]])
+    y = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0], [1.0, 0, 0]])
+    if multilabel:
+        y[1, 2] = 1.0
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    for _ in range(150):
+        total, _ = model.loss(model(ids, mask).logits, y)
+        opt.zero_grad()
+        total.backward()
+        opt.step()
+    probs = model.probabilities(model.eval()(ids, mask).logits)
+    if multilabel:
+        assert ((probs > 0.5).float() == y).all()
+    else:
+        assert (probs.argmax(-1) == y.argmax(-1)).all()
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ConfigError, match="compat must be 'cosine' or 'linear'"):
+        LEAMConfig(vocab_size=10, n_labels=2, compat="dot")
+    with pytest.raises(ConfigError, match="radius"):
+        LEAMConfig(vocab_size=10, n_labels=2, radius=-1)

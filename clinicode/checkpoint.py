@@ -1,0 +1,210 @@
+"""Save and load self-contained checkpoint folders (safetensors + JSON); every piece is hashed and cross-checked.
+
+Loading never unpickles. A checkpoint holds everything `predict` and the app need: weights, model config,
+labels with descriptions, tokenizer, threshold, training config, metrics and a manifest with hashes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from clinicode.artifacts import atomic_dir, make_manifest, read_json, sha256_file, write_json_atomic
+from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict, load_config, save_config
+from clinicode.constants import (
+    LABELS_FILE,
+    MANIFEST_FILE,
+    METRICS_DEV_FILE,
+    METRICS_TEST_FILE,
+    MODEL_CONFIG_FILE,
+    SCHEMA_VERSION,
+    THRESHOLD_FILE,
+    TOKENIZER_FILE,
+    TRAIN_CONFIG_FILE,
+    WEIGHTS_FILE,
+)
+from clinicode.data.labels import LabelSet
+from clinicode.errors import CheckpointError, ClinicodeError
+from clinicode.model import LEAM
+from clinicode.tokenizer import ClinicalTokenizer
+
+CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_KIND = "checkpoint"
+BASELINE_FILES = ("tfidf_lr.safetensors", "tfidf_lr.json")
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint. `model` is a LEAM (eval mode) or a TfidfLR, by `kind`."""
+
+    path: Path
+    kind: str                                   # "leam" or "tfidf-lr"
+    model: Any
+    labels: LabelSet
+    threshold: float                            # dev-tuned global threshold
+    train_config: TrainConfig
+    manifest: dict[str, Any]
+    tokenizer: ClinicalTokenizer | None = None  # LEAM only
+    metrics_dev: dict[str, Any] = field(default_factory=dict)
+    metrics_test: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def max_len(self) -> int:
+        return self.train_config.max_len
+
+
+def resolve_checkpoint_dir(path: Path) -> Path:
+    """Accept a run folder (with checkpoint/ inside) or the checkpoint folder itself."""
+    path = Path(path)
+    if (path / CHECKPOINT_DIR / MANIFEST_FILE).is_file():
+        return path / CHECKPOINT_DIR
+    if (path / MANIFEST_FILE).is_file():
+        return path
+    if not path.exists():
+        raise CheckpointError(f"--checkpoint {path}: no such folder; give a run folder written by `clinicode train`.")
+    raise CheckpointError(
+        f"--checkpoint {path}: no {CHECKPOINT_DIR}/{MANIFEST_FILE} inside; give a run folder written by `clinicode train` "
+        "(an interrupted run has no checkpoint until its first epoch ends)."
+    )
+
+
+def save_checkpoint(
+    out_dir: Path,
+    *,
+    kind: str,
+    model: Any,
+    labels: LabelSet,
+    threshold: float,
+    train_config: TrainConfig,
+    tokenizer: ClinicalTokenizer | None = None,
+    metrics_dev: dict[str, Any] | None = None,
+    metrics_test: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write a checkpoint folder atomically (a crash leaves the previous one intact).
+
+    Args:
+        out_dir: the checkpoint folder to (re)create.
+        kind: "leam" (model is a LEAM; tokenizer required) or "tfidf-lr" (model is a TfidfLR).
+        threshold: the dev-tuned global threshold.
+        extra: more manifest fields (data description, seed, epoch ...).
+    Returns:
+        out_dir.
+    """
+    with atomic_dir(out_dir) as tmp:
+        if kind == "leam":
+            assert tokenizer is not None and isinstance(model, LEAM)
+            state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+            save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "clinicode": "leam"})
+            save_config(model.config, tmp / MODEL_CONFIG_FILE)
+            tokenizer.save(tmp / TOKENIZER_FILE)
+        elif kind == "tfidf-lr":
+            model.save(tmp)
+        else:
+            raise CheckpointError(f"unknown model kind {kind!r}; expected 'leam' or 'tfidf-lr'.")
+        labels.save(tmp / LABELS_FILE)
+        write_json_atomic(tmp / THRESHOLD_FILE, {"threshold": float(threshold), "default": 0.5, "tuned_on": "dev micro-F1"})
+        save_config(train_config, tmp / TRAIN_CONFIG_FILE)
+        write_json_atomic(tmp / METRICS_DEV_FILE, metrics_dev or {})
+        write_json_atomic(tmp / METRICS_TEST_FILE, metrics_test or {})
+        files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        manifest = make_manifest(CHECKPOINT_KIND, model=kind, n_labels=len(labels), torch_version=torch.__version__,
+                                 files=files, **(extra or {}))
+        write_json_atomic(tmp / MANIFEST_FILE, manifest)
+    return Path(out_dir)
+
+
+def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: bool = True) -> Checkpoint:
+    """Load and validate a checkpoint folder.
+
+    Checks the schema version, every file's SHA-256 against the manifest, and that weights, config, labels
+    and tokenizer agree. Raises CheckpointError naming the piece that is wrong and how to fix it.
+    """
+    folder = resolve_checkpoint_dir(path)
+    try:
+        manifest = read_json(folder / MANIFEST_FILE)
+    except (OSError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{folder / MANIFEST_FILE}: unreadable ({err}); the checkpoint is damaged, retrain it.") from err
+    if not isinstance(manifest, dict) or manifest.get("kind") != CHECKPOINT_KIND:
+        raise CheckpointError(f"{folder}: manifest.json does not describe a clinicode checkpoint.")
+    version = manifest.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise CheckpointError(
+            f"{folder}: checkpoint schema version {version}, this clinicode ({manifest.get('clinicode_version', '?')} wrote it) "
+            f"reads version {SCHEMA_VERSION}; retrain with this version or install the one that wrote it."
+        )
+    files = manifest.get("files") or {}
+    for name, digest in files.items():
+        p = folder / name
+        if not p.is_file():
+            raise CheckpointError(f"{folder}: {name} is missing; the checkpoint is incomplete, retrain or restore it.")
+        if verify and sha256_file(p) != digest:
+            raise CheckpointError(
+                f"{folder}: {name} does not match the hash in manifest.json (changed or damaged after saving); "
+                "restore the original file or retrain."
+            )
+    kind = manifest.get("model")
+    try:
+        labels = LabelSet.load(folder / LABELS_FILE)
+        train_config = load_config(TrainConfig, folder / TRAIN_CONFIG_FILE)
+        threshold = float(read_json(folder / THRESHOLD_FILE)["threshold"])
+        metrics_dev = read_json(folder / METRICS_DEV_FILE) if (folder / METRICS_DEV_FILE).is_file() else {}
+        metrics_test = read_json(folder / METRICS_TEST_FILE) if (folder / METRICS_TEST_FILE).is_file() else {}
+    except CheckpointError:
+        raise
+    except (ClinicodeError, OSError, KeyError, ValueError, TypeError) as err:
+        raise CheckpointError(f"{folder}: {err}") from err
+
+    if kind == "tfidf-lr":
+        from clinicode.baseline import TfidfLR
+
+        model = TfidfLR.load(folder)
+        n_out = model.n_labels
+        if n_out != len(labels):
+            raise CheckpointError(f"{folder}: labels.json lists {len(labels)} codes but the baseline has {n_out} outputs; retrain.")
+        return Checkpoint(folder, kind, model, labels, threshold, train_config, manifest, None, metrics_dev, metrics_test)
+    if kind != "leam":
+        raise CheckpointError(f"{folder}: unknown model kind {kind!r} in manifest.json; expected 'leam' or 'tfidf-lr'.")
+
+    try:
+        model_config = load_config(LEAMConfig, folder / MODEL_CONFIG_FILE)
+    except ClinicodeError as err:
+        raise CheckpointError(f"{folder}: {err}") from err
+    tokenizer = ClinicalTokenizer.load(folder / TOKENIZER_FILE)
+    if model_config.n_labels != len(labels):
+        raise CheckpointError(
+            f"{folder}: labels.json lists {len(labels)} codes but the model has {model_config.n_labels} outputs; "
+            "the pieces come from different runs, retrain with `clinicode train`."
+        )
+    if model_config.vocab_size != tokenizer.vocab_size:
+        raise CheckpointError(
+            f"{folder}: tokenizer.json has {tokenizer.vocab_size} words but the model has {model_config.vocab_size} "
+            "embedding rows; the pieces come from different runs, retrain with `clinicode train`."
+        )
+    try:
+        state = load_file(str(folder / WEIGHTS_FILE), device="cpu")
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{folder / WEIGHTS_FILE}: not a readable safetensors file ({err}); retrain.") from err
+    model = LEAM(model_config)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"{folder / WEIGHTS_FILE}: missing tensors {missing}, unexpected {unexpected}; retrain.")
+    for k, v in state.items():
+        if v.shape != expected[k].shape:
+            raise CheckpointError(
+                f"{folder / WEIGHTS_FILE}: tensor {k} has shape {tuple(v.shape)}, model_config.json implies {tuple(expected[k].shape)}; retrain."
+            )
+    model.load_state_dict(state)
+    model.to(device).eval()
+    return Checkpoint(folder, kind, model, labels, threshold, train_config, manifest, tokenizer, metrics_dev, metrics_test)
+
+
+__all__ = ["Checkpoint", "load_checkpoint", "save_checkpoint", "resolve_checkpoint_dir", "config_to_dict", "config_from_dict"]

@@ -1,0 +1,221 @@
+"""The `clinicode` command line: thin Typer wrappers over library functions (prepare, train, evaluate, predict).
+
+Every command turns a ClinicodeError into one line on stderr and exit status 1; Typer uses 2 for malformed
+command lines; anything unexpected keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from clinicode import __version__
+from clinicode.errors import ClinicodeError, ConfigError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Automated ICD coding of clinical notes with LEAM.")
+
+
+def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ClinicodeError as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted; outputs written so far are intact (use --resume to continue)", err=True)
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"clinicode {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details to stderr.")] = False,
+) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    splits = summary.get("splits", {})
+    typer.echo("documents: " + ", ".join(f"{k} {v:,}" for k, v in splits.items()))
+    if "n_labels" in summary:
+        typer.echo(f"labels: {summary['n_labels']} ({summary.get('label_set', '')})")
+    for reason, n in (summary.get("dropped") or {}).items():
+        typer.echo(f"dropped: {n:,} {reason}")
+    if summary.get("comparable") is False:
+        typer.echo("note: this label set is not CAML's top 50; results are not comparable with published numbers.")
+
+
+@app.command("prepare")
+@_friendly
+def prepare_cli(
+    mimic_dir: Annotated[Path, typer.Option(help="Folder with the MIMIC-III v1.4 tables (.csv or .csv.gz).")],
+    out: Annotated[Path, typer.Option(help="Prepared dataset folder to write (appears atomically).")],
+    splits_dir: Annotated[Optional[Path], typer.Option(help="Folder with CAML's {train,dev,test}_50_hadm_ids.csv.")] = None,
+    label_set: Annotated[str, typer.Option(help="caml50 (CAML's pinned 50 codes) or frequent (top K codes).")] = "caml50",
+    top_k: Annotated[int, typer.Option(help="K for --label-set frequent.")] = 50,
+) -> None:
+    """Turn MIMIC-III tables into a prepared top-50 dataset (CAML's rules)."""
+    from clinicode.data.prepare import prepare_mimic
+
+    if label_set not in ("caml50", "frequent"):
+        raise ConfigError(f"--label-set must be caml50 or frequent, got {label_set!r}.")
+    summary = prepare_mimic(mimic_dir, out, splits_dir=splits_dir, label_set=label_set, top_k=top_k)
+    _print_summary(summary)
+    typer.echo(f"wrote {out}")
+
+
+@app.command("demo-data")
+@_friendly
+def demo_data_cli(
+    out: Annotated[Path, typer.Option(help="Folder to write the synthetic MIMIC-III-shaped tables into.")],
+    n_admissions: Annotated[int, typer.Option(help="Admissions to invent.")] = 2000,
+    n_other_notes: Annotated[Optional[int], typer.Option(help="Extra non-discharge notes (to reach a full-size NOTEEVENTS).")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    hadm_ids_from: Annotated[Optional[Path], typer.Option(help="Use the HADM_IDs of CAML's *_50_hadm_ids.csv in this folder.")] = None,
+) -> None:
+    """Write a SYNTHETIC MIMIC-III-shaped folder (no real patient data) for demos and tests."""
+    from clinicode.data.synthetic import write_demo_mimic
+
+    info = write_demo_mimic(out, n_admissions=n_admissions, n_other_notes=n_other_notes, seed=seed, hadm_ids_from=hadm_ids_from)
+    typer.echo(f"wrote synthetic MIMIC-III-shaped tables to {out}: " + ", ".join(f"{k} {v}" for k, v in info.items() if isinstance(v, int)))
+
+
+@app.command("train")
+@_friendly
+def train_cli(
+    out: Annotated[Path, typer.Option(help="Run folder to write (checkpoint/, history.jsonl, ...).")],
+    data: Annotated[Optional[Path], typer.Option(help="Prepared dataset (or any folder of {train,dev,test}.{parquet,jsonl,csv}).")] = None,
+    mimic_dir: Annotated[Optional[Path], typer.Option(help="MIMIC-III tables: prepare into RUN/data first, then train.")] = None,
+    splits_dir: Annotated[Optional[Path], typer.Option(help="With --mimic-dir: CAML's split id files.")] = None,
+    label_set: Annotated[str, typer.Option(help="With --mimic-dir: caml50 or frequent.")] = "caml50",
+    model: Annotated[str, typer.Option(help="leam or tfidf-lr (the bag-of-words baseline).")] = "leam",
+    top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None,
+    epochs: Annotated[int, typer.Option(help="Maximum epochs.")] = 30,
+    patience: Annotated[int, typer.Option(help="Stop after this many epochs without dev micro-F1 gain.")] = 5,
+    embed_dim: Annotated[int, typer.Option(help="Word and code vector size P.")] = 100,
+    window: Annotated[int, typer.Option(help="Phrase radius r (the window spans 2r+1 tokens).")] = 10,
+    hidden_dim: Annotated[int, typer.Option(help="Hidden units of the MLP head.")] = 300,
+    dropout: Annotated[float, typer.Option(help="Dropout in the MLP head.")] = 0.5,
+    label_reg: Annotated[float, typer.Option(help="Weight lambda of the label-embedding regulariser.")] = 1.0,
+    compat: Annotated[str, typer.Option(help="cosine (LEAM) or linear (the paper's ablation).")] = "cosine",
+    batch_size: Annotated[int, typer.Option(help="Notes per batch.")] = 16,
+    max_len: Annotated[int, typer.Option(help="Tokens kept per note.")] = 2500,
+    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 2e-3,
+    embeddings: Annotated[str, typer.Option(help="w2v (train on the train split), random, or a word2vec/GloVe text file.")] = "w2v",
+    descriptions: Annotated[Optional[Path], typer.Option(help="code<TAB>description file for labels without descriptions.")] = None,
+    device: Annotated[str, typer.Option(help="auto (CUDA when present), cpu or cuda.")] = "auto",
+    seed: Annotated[int, typer.Option(help="Random seed (runs repeat exactly on CPU).")] = 1337,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --out.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Train LEAM (or tfidf-lr) and write a self-contained checkpoint."""
+    from clinicode.config import TrainConfig
+    from clinicode.evaluate import format_table
+    from clinicode.train import train
+
+    cfg = TrainConfig(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len, embeddings=embeddings,
+                      patience=patience, seed=seed, device=device, top_k=top_k)
+    options = dict(embed_dim=embed_dim, radius=window, hidden_dim=hidden_dim, dropout=dropout, label_reg_weight=label_reg, compat=compat)
+
+    def on_epoch(row: dict[str, Any]) -> None:
+        typer.echo(f"epoch {row['epoch']:>3}  loss {row['train_loss']:.4f}  dev micro-F1 {row.get('dev_f1_micro', 0):.4f}  "
+                   f"macro-AUC {row.get('dev_auc_macro', float('nan')):.4f}  P@5 {row.get('dev_prec_at_5', 0):.4f}  "
+                   f"{row['seconds']:.1f}s{'  *best' if row['best'] else ''}", err=True)
+
+    result = train(out_dir=out, config=cfg, data_dir=data, mimic_dir=mimic_dir, splits_dir=splits_dir, label_set=label_set,
+                   model_options=options, descriptions_path=descriptions, resume=resume, progress=progress, on_epoch=on_epoch)
+    if result.get("test"):
+        typer.echo("test metrics:")
+        typer.echo(format_table(result["test"]))
+    typer.echo(f"checkpoint: {Path(out) / 'checkpoint'}")
+
+
+@app.command("evaluate")
+@_friendly
+def evaluate_cli(
+    checkpoint: Annotated[Path, typer.Option(help="Run folder (or its checkpoint/) from `clinicode train`.")],
+    data: Annotated[Path, typer.Option(help="Prepared dataset folder.")],
+    split: Annotated[str, typer.Option(help="train, dev or test.")] = "test",
+    output: Annotated[Optional[Path], typer.Option(help="Write the metrics JSON here.")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+) -> None:
+    """Score a split and print CAML-style metrics (tuned threshold and 0.5)."""
+    from clinicode.evaluate import evaluate, format_table
+
+    m = evaluate(checkpoint=checkpoint, data_dir=data, split=split, output=output, device=device)
+    typer.echo(format_table(m))
+    if output:
+        typer.echo(f"wrote {output}")
+
+
+def _parse_shard(shard: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in shard.split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard {shard!r}: expected i/n with 0 <= i < n, e.g. 0/4.") from None
+    if not 0 <= i < n:
+        raise ConfigError(f"--shard {shard!r}: expected i/n with 0 <= i < n, e.g. 0/4.")
+    return i, n
+
+
+@app.command("predict")
+@_friendly
+def predict_cli(
+    checkpoint: Annotated[Path, typer.Option(help="Run folder (or its checkpoint/) from `clinicode train`.")],
+    input: Annotated[str, typer.Option(help=".jsonl/.csv/.parquet with id and text, a .txt file, a folder of .txt, or - (JSONL on stdin).")],
+    output: Annotated[str, typer.Option(help="JSONL (default) or .csv file, or - for stdout.")] = "-",
+    top_k: Annotated[str, typer.Option(help="Codes listed in `scores`: a number or 'all'.")] = "10",
+    threshold: Annotated[Optional[float], typer.Option(help="Override the checkpoint's tuned threshold.")] = None,
+    explain: Annotated[int, typer.Option(help="Add the N highest-attention spans and per-code evidence.")] = 0,
+    strict: Annotated[bool, typer.Option(help="Stop at the first bad record instead of reporting it.")] = False,
+    resume: Annotated[bool, typer.Option(help="Skip ids already in --output and append the rest.")] = False,
+    shard: Annotated[str, typer.Option(help="i/n: score only records at positions p with p % n == i.")] = "0/1",
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+) -> None:
+    """Score notes in batch: one output record per input record, in input order."""
+    from clinicode.predict import Predictor
+    from clinicode.predict_io import predict_file
+
+    if top_k == "all":
+        k: int | None = None
+    else:
+        try:
+            k = int(top_k)
+        except ValueError:
+            raise ConfigError(f"--top-k {top_k!r}: expected a number or 'all'.") from None
+        if k < 0:
+            raise ConfigError(f"--top-k must be >= 0 or 'all', got {k}.")
+    if explain < 0:
+        raise ConfigError(f"--explain must be >= 0, got {explain}.")
+    pred = Predictor.from_checkpoint(checkpoint, device=device)
+    counts = predict_file(pred, input=input, output=output, top_k=k, threshold=threshold, explain=explain, strict=strict,
+                          resume=resume, shard=_parse_shard(shard), progress=progress and sys.stderr.isatty())
+    typer.echo(f"scored {counts['scored']:,} notes, {counts['errors']:,} bad records (see their 'error' field), "
+               f"{counts['skipped']:,} skipped as already done", err=True)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

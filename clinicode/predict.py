@@ -1,0 +1,273 @@
+"""Scoring notes with a checkpoint: `Predictor.from_checkpoint(dir).predict(texts)` -> typed records.
+
+The CLI, `evaluate` and the app all score through `Predictor.score`, so their numbers agree exactly.
+Inference stores the word-code cosine table offline (the paper's "store G offline"): one [V, K] matrix per
+loaded checkpoint, so a note's G is a row gather instead of per-token P-dimensional products.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from clinicode.batching import bucketed_batches, pad_batch
+from clinicode.checkpoint import Checkpoint, load_checkpoint
+from clinicode.errors import ConfigError
+from clinicode.runtime import pick_device
+
+log = logging.getLogger(__name__)
+_EPS = 1e-8
+
+
+@dataclass(frozen=True)
+class Span:
+    """A character span [start, end) of the original note with a weight."""
+
+    start: int
+    end: int
+    weight: float
+
+
+@dataclass(frozen=True)
+class CodeScore:
+    code: str
+    description: str
+    score: float
+
+
+@dataclass
+class Prediction:
+    """One note's result. `error` is set (and scores empty) when the note could not be scored.
+
+    evidence: the highest-attention token spans (beta), when explain > 0.
+    code_evidence: for each predicted code, the spans centred on the phrases with the highest per-code
+        compatibility u[k, l] (after the ReLU, before the max over codes).
+    attention: every kept token's span with its beta weight (for highlighting), when explain > 0.
+    """
+
+    id: str | None
+    predicted: list[CodeScore] = field(default_factory=list)
+    scores: dict[str, float] = field(default_factory=dict)
+    truncated: bool = False
+    n_tokens: int = 0
+    evidence: list[Span] | None = None
+    code_evidence: dict[str, list[Span]] | None = None
+    attention: list[Span] | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON output record (see `clinicode predict`)."""
+        if self.error is not None:
+            return {"id": self.id, "error": self.error}
+        out: dict[str, Any] = {
+            "id": self.id,
+            "predicted": [asdict(c) for c in self.predicted],
+            "scores": self.scores,
+            "truncated": self.truncated,
+        }
+        if self.evidence is not None:
+            out["evidence"] = {
+                "spans": [asdict(s) for s in self.evidence],
+                "codes": {c: [asdict(s) for s in spans] for c, spans in (self.code_evidence or {}).items()},
+            }
+        return out
+
+
+class Predictor:
+    """Scores notes with a loaded checkpoint. Thread-safe for concurrent `predict` calls (no mutation).
+
+    Args:
+        checkpoint: a loaded `Checkpoint`.
+        device: torch device for LEAM.
+    """
+
+    def __init__(self, checkpoint: Checkpoint, *, device: torch.device | str = "cpu", batch_size: int = 64) -> None:
+        self.checkpoint = checkpoint
+        self.labels = checkpoint.labels
+        self.threshold = checkpoint.threshold
+        self.kind = checkpoint.kind
+        self.device = torch.device(device)
+        self.batch_size = batch_size
+        if self.kind == "leam":
+            model = checkpoint.model
+            with torch.no_grad():
+                E = model.word_emb.weight.detach()                                       # [V, P]
+                C = model.label_emb.detach()                                             # [K, P]
+                En = E / (E.norm(dim=-1, keepdim=True) + _EPS)
+                Cn = C / (C.norm(dim=-1, keepdim=True) + _EPS)
+                self._table = (En @ Cn.T).contiguous()                                    # [V, K] word-code cosine
+                self._words = E
+
+    @classmethod
+    def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = 64) -> "Predictor":
+        """Load (and verify) a checkpoint folder or a run folder containing checkpoint/."""
+        dev = pick_device(device)
+        return cls(load_checkpoint(Path(path), device=dev), device=dev, batch_size=batch_size)
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        return self.labels.codes
+
+    @property
+    def max_len(self) -> int:
+        return self.checkpoint.max_len
+
+    # ---------------------------------------------------------------- scoring
+    def _leam_batch(self, ids: torch.Tensor, mask: torch.Tensor, *, attention: bool):
+        model = self.checkpoint.model
+        cfg = model.config
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        B, L = ids.shape
+        G = self._table[ids].transpose(1, 2)                                               # [B, K, L] gathered cosines
+        G = G * mask.unsqueeze(1).to(G.dtype)                                              # [B, K, L] padding -> 0
+        u = model.phrase_scores(G)                                                         # [B, K, L]
+        m = u.amax(dim=1).masked_fill(~mask, float("-inf"))                                # [B, L]
+        beta = torch.softmax(m, dim=-1)                                                    # [B, L]
+        z = torch.einsum("bl,blp->bp", beta, self._words[ids])                             # [B, P]
+        logits = model.head(z)                                                             # [B, K]
+        probs = model.probabilities(logits)                                                # [B, K]
+        if attention:
+            return probs, beta, u, z
+        return probs, None, None, z
+
+    def _run(self, texts: Sequence[str], *, offsets: bool, attention: bool, want_doc: bool = False):
+        """Scores plus optional per-note attention; notes keep their input order."""
+        K = len(self.labels)
+        n = len(texts)
+        scores = np.zeros((n, K), dtype=np.float32)
+        extras: list[Any] = [None] * n
+        docs = np.zeros((n, self.checkpoint.model.config.embed_dim), dtype=np.float32) if want_doc else None
+        encs = self.checkpoint.tokenizer.encode(texts, offsets=offsets)
+        lengths = [len(e.ids) for e in encs]
+        with torch.inference_mode():
+            for batch in bucketed_batches(lengths, self.batch_size, rng=None):
+                ids, mask = pad_batch([encs[i].ids for i in batch])
+                probs, beta, u, z = self._leam_batch(ids, mask, attention=attention)
+                scores[batch] = probs.float().cpu().numpy()
+                if docs is not None:
+                    docs[batch] = z.float().cpu().numpy()
+                if attention:
+                    beta_np, u_np = beta.float().cpu().numpy(), u.float().cpu().numpy()
+                    for j, i in enumerate(batch):
+                        n_tok = lengths[i]
+                        extras[i] = (beta_np[j, :n_tok], u_np[j, :, :n_tok])
+        return scores, encs, extras, docs
+
+    def score(self, texts: Sequence[str]) -> np.ndarray:
+        """[N, K] float32 probabilities for notes, in input order (the number `evaluate` uses)."""
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, len(self.labels)), dtype=np.float32)
+        if self.kind == "tfidf-lr":
+            return self.checkpoint.model.predict_proba(texts).astype(np.float32)
+        return self._run(texts, offsets=False, attention=False)[0]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """[N, P] attended note vectors z (LEAM only), for the label-embedding map."""
+        if self.kind != "leam":
+            raise ConfigError("note embeddings exist only for LEAM checkpoints; this one is tfidf-lr.")
+        return self._run(list(texts), offsets=False, attention=False, want_doc=True)[3]
+
+    def label_embeddings(self) -> np.ndarray:
+        """[K, P] the learned code vectors C (LEAM only)."""
+        if self.kind != "leam":
+            raise ConfigError("code embeddings exist only for LEAM checkpoints; this one is tfidf-lr.")
+        return self.checkpoint.model.label_emb.detach().float().cpu().numpy()
+
+    def predict(
+        self,
+        texts: Sequence[str],
+        *,
+        ids: Sequence[str] | None = None,
+        top_k: int | None = 10,
+        threshold: float | None = None,
+        explain: int = 0,
+    ) -> list[Prediction]:
+        """Codes, scores and (optionally) evidence for each note.
+
+        Args:
+            texts: raw notes; a non-string or blank note gets a record with `error` instead of scores.
+            ids: one id per note (default: the position as a string).
+            top_k: how many codes go into `scores` (None: all codes).
+            threshold: codes scoring at or above it are `predicted` (default: the checkpoint's tuned one).
+            explain: N > 0 adds the N highest-attention spans and, per predicted code, its N best phrases.
+        Returns:
+            one Prediction per note, in input order.
+        """
+        texts = list(texts)
+        ids = [str(i) for i in range(len(texts))] if ids is None else [str(i) for i in ids]
+        if len(ids) != len(texts):
+            raise ConfigError(f"predict: {len(texts)} notes but {len(ids)} ids; give one id per note.")
+        t = self.threshold if threshold is None else float(threshold)
+        if not 0.0 <= t <= 1.0:
+            raise ConfigError(f"--threshold must be in [0, 1], got {t}.")
+        K = len(self.labels)
+        k_keep = K if top_k is None else max(0, min(int(top_k), K))
+        out: list[Prediction | None] = [None] * len(texts)
+        good = []
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                out[i] = Prediction(ids[i], error=f"note {ids[i]!r}: 'text' is {type(text).__name__}, expected a string")
+            elif not text.strip():
+                out[i] = Prediction(ids[i], error=f"note {ids[i]!r}: empty text; nothing to code")
+            else:
+                good.append(i)
+        if not good:
+            return out  # type: ignore[return-value]
+        good_texts = [texts[i] for i in good]
+        if self.kind == "leam":
+            scores, encs, extras, _ = self._run(good_texts, offsets=explain > 0, attention=explain > 0)
+        else:
+            scores, encs, extras = self.score(good_texts), None, None
+        codes, descs = self.labels.codes, self.labels.descriptions
+        for j, i in enumerate(good):
+            s = scores[j]
+            order = np.lexsort((np.arange(K), -s))                                          # score desc, then index
+            predicted = [CodeScore(codes[k], descs[k], float(s[k])) for k in order if s[k] >= t]
+            top = {codes[k]: float(s[k]) for k in order[:k_keep]}
+            rec = Prediction(ids[i], predicted=predicted, scores=top)
+            if encs is not None:
+                rec.truncated, rec.n_tokens = encs[j].truncated, len(encs[j].ids)
+                if len(encs[j].ids) == 0:
+                    rec.error = f"note {ids[i]!r}: no words after tokenisation (numbers and punctuation only); nothing to code"
+                    rec.predicted, rec.scores = [], {}
+            if explain > 0 and extras is not None and extras[j] is not None and rec.error is None:
+                beta, u = extras[j]
+                offs = encs[j].offsets
+                rec.attention = [Span(a, b, float(w)) for (a, b), w in zip(offs, beta)]
+                top_pos = np.argsort(-beta, kind="stable")[:explain]
+                rec.evidence = [Span(offs[p][0], offs[p][1], float(beta[p])) for p in top_pos]
+                rec.code_evidence = {}
+                for c in predicted:
+                    row = u[self.labels.index(c.code)]
+                    best = np.argsort(-row, kind="stable")[:explain]
+                    rec.code_evidence[c.code] = [self._phrase_span(offs, int(p), float(row[p])) for p in best]
+            out[i] = rec
+        return out  # type: ignore[return-value]
+
+    def _phrase_span(self, offs: list[tuple[int, int]], centre: int, weight: float) -> Span:
+        """The span of the phrase centred on token `centre`: up to 2 tokens each side (the window's core)."""
+        r = min(2, self.checkpoint.model.config.radius)
+        lo, hi = max(0, centre - r), min(len(offs) - 1, centre + r)
+        return Span(offs[lo][0], offs[hi][1], weight)
+
+    def card(self) -> dict[str, Any]:
+        """Model card: manifest, configs and metrics (for the app)."""
+        ck = self.checkpoint
+        return {
+            "path": str(ck.path),
+            "model": ck.kind,
+            "manifest": ck.manifest,
+            "train_config": asdict(ck.train_config),
+            "model_config": asdict(ck.model.config) if ck.kind == "leam" else {},
+            "threshold": ck.threshold,
+            "metrics_dev": ck.metrics_dev,
+            "metrics_test": ck.metrics_test,
+            "n_labels": len(self.labels),
+        }

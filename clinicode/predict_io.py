@@ -1,0 +1,262 @@
+"""Batch scoring of files: read notes (JSONL, CSV, Parquet, .txt, folder of .txt), write one record per note.
+
+Output goes to OUT.partial, flushed per chunk, and is renamed to OUT at the end: a killed run leaves no
+half-written OUT, and `resume=True` continues from the ids already in OUT.partial (or OUT).
+Bad records get an `error` field and are counted; they never stop the run unless `strict`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, TextIO
+
+from clinicode.errors import DataFormatError
+from clinicode.predict import Predictor
+
+CHUNK = 256
+
+
+@dataclass
+class Record:
+    """An input record: `text` is None and `error` set when it could not be read."""
+
+    id: str
+    text: Any
+    error: str | None = None
+
+
+def _jsonl_records(f: TextIO, source: str) -> Iterator[Record]:
+    for n, line in enumerate(f, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            yield Record(f"line-{n}", None, f"line {n} of {source}: not valid JSON")
+            continue
+        if not isinstance(obj, dict):
+            yield Record(f"line-{n}", None, f"line {n} of {source}: expected a JSON object with 'id' and 'text'")
+            continue
+        rid = str(obj.get("id", f"line-{n}"))
+        if "text" not in obj:
+            yield Record(rid, None, f"record {rid!r} (line {n}): no 'text' field")
+            continue
+        yield Record(rid, obj["text"])
+
+
+def _table_records(df, source: str, offset: int) -> Iterator[Record]:
+    if "text" not in df.columns:
+        raise DataFormatError(f"{source}: no 'text' column (columns: {', '.join(map(str, df.columns))}); add one holding the notes.")
+    has_id = "id" in df.columns
+    for i, (rid, text) in enumerate(zip(df["id"] if has_id else range(len(df)), df["text"])):
+        n = offset + i + 1
+        rid = str(rid) if has_id and rid is not None and rid == rid else f"row-{n}"
+        if text is None or (isinstance(text, float) and text != text):
+            yield Record(rid, None, f"record {rid!r} (row {n}): missing text")
+        else:
+            yield Record(rid, text)
+
+
+def read_records(path: str | Path) -> Iterator[Record]:
+    """Stream records from PATH ('-' = JSONL on stdin) without loading the whole file.
+
+    Raises:
+        DataFormatError: missing path, unknown extension, undecodable bytes or a missing 'text' column.
+    """
+    if str(path) == "-":
+        yield from _jsonl_records(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="strict"), "stdin")
+        return
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(q for q in p.iterdir() if q.suffix == ".txt" and q.is_file())
+        if not files:
+            raise DataFormatError(f"--input {p}: folder holds no .txt files; put one note per .txt file in it.")
+        for q in files:
+            yield _txt_record(q)
+        return
+    if not p.is_file():
+        raise DataFormatError(f"--input {p}: no such file or folder.")
+    suffix = "".join(p.suffixes[-2:]) if p.suffix == ".gz" else p.suffix
+    try:
+        if suffix in (".jsonl", ".jsonl.gz", ".json"):
+            import gzip
+
+            opener = gzip.open if suffix.endswith(".gz") else open
+            with opener(p, "rt", encoding="utf-8") as f:
+                yield from _jsonl_records(f, p.name)
+        elif suffix in (".csv", ".csv.gz"):
+            import pandas as pd
+
+            offset = 0
+            for chunk in pd.read_csv(p, dtype={"id": str}, chunksize=CHUNK * 4, keep_default_na=False, na_values=[]):
+                yield from _table_records(chunk, p.name, offset)
+                offset += len(chunk)
+        elif suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(p)
+            offset = 0
+            cols = [c for c in ("id", "text") if c in pf.schema_arrow.names] or None
+            for batch in pf.iter_batches(batch_size=CHUNK * 4, columns=cols):
+                df = batch.to_pandas()
+                yield from _table_records(df, p.name, offset)
+                offset += len(df)
+        elif suffix == ".txt":
+            yield _txt_record(p)
+        else:
+            raise DataFormatError(f"--input {p}: unknown file type {suffix!r}; expected .jsonl, .csv, .parquet, .txt or a folder of .txt files.")
+    except UnicodeDecodeError as err:
+        raise DataFormatError(f"--input {p}: not UTF-8 text ({err.reason} at byte {err.start}); re-encode the file as UTF-8.") from err
+
+
+def _txt_record(q: Path) -> Record:
+    try:
+        return Record(q.stem, q.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        return Record(q.stem, None, f"file {q.name}: not UTF-8 text")
+
+
+class _Writer:
+    """JSONL or CSV records to OUT.partial; `finish()` renames it to OUT."""
+
+    def __init__(self, out: str | Path, *, fmt: str, append: bool) -> None:
+        self.stdout = str(out) == "-"
+        self.fmt = fmt
+        if self.stdout:
+            self.f = sys.stdout
+        else:
+            self.final = Path(out)
+            self.partial = self.final.with_name(self.final.name + ".partial")
+            self.final.parent.mkdir(parents=True, exist_ok=True)
+            self.f = open(self.partial, "a" if append else "w", encoding="utf-8", newline="")
+        self.csv = csv.writer(self.f) if fmt == "csv" else None
+        if self.csv is not None and not (append and self.partial.stat().st_size > 0):
+            self.csv.writerow(["id", "predicted", "scores", "truncated", "error"])
+
+    def write(self, rec: dict[str, Any]) -> None:
+        if self.csv is not None:
+            pred = ";".join(p["code"] for p in rec.get("predicted", []))
+            self.csv.writerow([rec["id"], pred, json.dumps(rec.get("scores", {})), rec.get("truncated", ""), rec.get("error", "")])
+        else:
+            self.f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+    def flush(self) -> None:
+        self.f.flush()
+        if not self.stdout:
+            os.fsync(self.f.fileno())
+
+    def finish(self) -> None:
+        self.flush()
+        if not self.stdout:
+            self.f.close()
+            os.replace(self.partial, self.final)
+
+
+def _done_ids(out: Path, fmt: str) -> set[str]:
+    done: set[str] = set()
+    for p in (out, out.with_name(out.name + ".partial")):
+        if not p.is_file():
+            continue
+        with open(p, encoding="utf-8", newline="") as f:
+            if fmt == "csv":
+                done.update(row["id"] for row in csv.DictReader(f))
+            else:
+                for line in f:
+                    try:
+                        done.add(str(json.loads(line)["id"]))
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        break  # a torn last line from a kill: re-score from here
+    return done
+
+
+def predict_file(
+    predictor: Predictor,
+    *,
+    input: str | Path,
+    output: str | Path,
+    top_k: int | None = 10,
+    threshold: float | None = None,
+    explain: int = 0,
+    strict: bool = False,
+    resume: bool = False,
+    shard: tuple[int, int] = (0, 1),
+    progress: bool = True,
+    on_bad: Callable[[str], None] | None = None,
+) -> dict[str, int]:
+    """Score every record of `input` into `output` (JSONL, or CSV when output ends in .csv).
+
+    Args:
+        shard: (i, n): score only records whose position p satisfies p % n == i (deterministic).
+        resume: skip ids already present in OUT or OUT.partial and append to them.
+    Returns:
+        counts: {"scored", "errors", "skipped"}.
+    Raises:
+        DataFormatError: with strict=True, on the first bad record.
+    """
+    from tqdm.auto import tqdm
+
+    fmt = "csv" if str(output).endswith(".csv") else "jsonl"
+    i_shard, n_shard = shard
+    done: set[str] = set()
+    if resume and str(output) != "-":
+        out = Path(output)
+        if out.is_file() and not out.with_name(out.name + ".partial").exists():
+            os.replace(out, out.with_name(out.name + ".partial"))
+        done = _done_ids(out, fmt)
+        if fmt == "jsonl":
+            _truncate_torn_tail(out.with_name(out.name + ".partial"))
+    writer = _Writer(output, fmt=fmt, append=resume and bool(done))
+    counts = {"scored": 0, "errors": 0, "skipped": 0}
+    bar = tqdm(desc="notes", unit="note", disable=not progress, file=sys.stderr)
+
+    def flush(chunk: list[Record]) -> None:
+        good = [r for r in chunk if r.error is None]
+        preds = iter(predictor.predict([r.text for r in good], ids=[r.id for r in good], top_k=top_k, threshold=threshold, explain=explain))
+        for r in chunk:
+            rec = {"id": r.id, "error": r.error} if r.error is not None else next(preds).to_dict()
+            if "error" in rec:
+                counts["errors"] += 1
+                if on_bad:
+                    on_bad(rec["error"])
+                if strict:
+                    writer.flush()
+                    raise DataFormatError(f"{rec['error']} (--strict stops at the first bad record; drop --strict to skip it)")
+            else:
+                counts["scored"] += 1
+            writer.write(rec)
+        writer.flush()
+        bar.update(len(chunk))
+
+    chunk: list[Record] = []
+    for pos, rec in enumerate(read_records(input)):
+        if pos % n_shard != i_shard:
+            continue
+        if rec.id in done:
+            counts["skipped"] += 1
+            continue
+        chunk.append(rec)
+        if len(chunk) >= CHUNK:
+            flush(chunk)
+            chunk = []
+    if chunk:
+        flush(chunk)
+    bar.close()
+    writer.finish()
+    return counts
+
+
+def _truncate_torn_tail(p: Path) -> None:
+    """Drop a partial last line left by a kill, so appended records start on a fresh line."""
+    if not p.is_file() or p.stat().st_size == 0:
+        return
+    data = p.read_bytes()
+    if not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        with open(p, "r+b") as f:
+            f.truncate(cut)

@@ -1,0 +1,348 @@
+"""Training: prepared dataset -> tokenizer, embeddings, LEAM (or tfidf-lr) -> checkpoint in RUN/checkpoint.
+
+Model selection and early stopping use dev micro-F1 at the dev-tuned threshold; the threshold is tuned on dev
+(100-point grid) and saved with the checkpoint; test is scored once, at the end. RUN/state holds the last
+finished epoch (weights, optimiser, counters) so `resume=True` continues an interrupted run exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from clinicode.artifacts import atomic_dir, read_json, write_bytes_atomic, write_json_atomic
+from clinicode.batching import bucketed_batches, pad_batch
+from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
+from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict
+from clinicode.constants import HISTORY_FILE
+from clinicode.data.icd9 import load_descriptions_tsv
+from clinicode.data.labels import LabelSet
+from clinicode.data.prepared import PreparedDataset, load_dataset
+from clinicode.embeddings import label_vectors, random_matrix, read_vector_file, train_word2vec
+from clinicode.errors import ConfigError, DataFormatError
+from clinicode.metrics import all_metrics, tune_threshold
+from clinicode.model import LEAM
+from clinicode.runtime import pick_device, seed_everything
+from clinicode.tokenizer import ClinicalTokenizer
+
+log = logging.getLogger(__name__)
+
+STATE_DIR = "state"
+SCORES_TEST_FILE = "scores_test.npz"
+
+
+def _metric_view(m: dict[str, Any]) -> dict[str, Any]:
+    keys = ("f1_micro", "f1_macro", "auc_macro", "auc_micro", "prec_at_5", "accuracy")
+    return {k: m[k] for k in keys if k in m}
+
+
+def _with_descriptions(labels: LabelSet, descriptions_path: Path | None) -> LabelSet:
+    if descriptions_path is None:
+        return labels
+    table = load_descriptions_tsv(descriptions_path)
+    descs = tuple(d or table.get(c, "") for c, d in zip(labels.codes, labels.descriptions))
+    return LabelSet(labels.codes, descs)
+
+
+def _optim_to_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    sd = opt.state_dict()
+    tensors = {}
+    for pid, st in sd["state"].items():
+        for name, val in st.items():
+            t = val if torch.is_tensor(val) else torch.tensor(val)
+            tensors[f"{pid}.{name}"] = t.detach().to("cpu").contiguous()
+    return tensors, {"param_groups": sd["param_groups"]}
+
+
+def _optim_from_tensors(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, t in tensors.items():
+        pid, name = key.split(".", 1)
+        state.setdefault(int(pid), {})[name] = t
+    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+class _Trainer:
+    """Holds one LEAM run's data, model and loop; `train()` below is the public entry."""
+
+    def __init__(self, ds: PreparedDataset, run: Path, cfg: TrainConfig, model_options: dict[str, Any], *,
+                 resume: bool, progress: bool, on_epoch: Callable[[dict[str, Any]], None] | None,
+                 manifest_extra: dict[str, Any]) -> None:
+        self.ds, self.run, self.cfg = ds, run, cfg
+        self.progress, self.on_epoch = progress, on_epoch
+        self.manifest_extra = manifest_extra
+        self.device = pick_device(cfg.device)
+        self.amp = self.device.type == "cuda"
+        self.state_dir = run / STATE_DIR
+        self.labels = ds.labels
+        train_df, dev_df = ds.split("train"), ds.split("dev")
+        self.multilabel = not self._single_label(train_df)
+        seed_everything(cfg.seed)
+
+        if resume and (self.state_dir / "state.json").is_file():
+            self.state = read_json(self.state_dir / "state.json")
+            saved_cfg = config_from_dict(TrainConfig, self.state["train_config"], source="state/state.json")
+            if replace(saved_cfg, device=cfg.device, epochs=cfg.epochs) != replace(cfg, device=cfg.device, epochs=cfg.epochs):
+                raise ConfigError(
+                    f"--resume: {run} was started with different options ({self._diff(saved_cfg, cfg)}); "
+                    "repeat the original options or start a new --out folder."
+                )
+            self.tokenizer = ClinicalTokenizer.load(self.state_dir / "tokenizer.json")
+            self.model_config = config_from_dict(LEAMConfig, self.state["model_config"], source="state/state.json")
+            self.model = LEAM(self.model_config)
+            self.model.load_state_dict(load_file(str(self.state_dir / "last.safetensors")))
+            log.info("resuming %s after epoch %d", run, self.state["epoch"])
+        else:
+            self.state = {"epoch": 0, "best_score": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
+            self.tokenizer = ClinicalTokenizer.fit(train_df["text"], min_doc_freq=cfg.min_doc_freq, max_len=cfg.max_len)
+            self.model_config = LEAMConfig(vocab_size=self.tokenizer.vocab_size, n_labels=len(self.labels),
+                                           multilabel=self.multilabel, **model_options)
+            self.model = LEAM(self.model_config)
+            self._init_embeddings(train_df["text"].tolist())
+        self.model.to(self.device)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        if resume and (self.state_dir / "optim.safetensors").is_file():
+            _optim_from_tensors(self.opt, load_file(str(self.state_dir / "optim.safetensors")),
+                                read_json(self.state_dir / "optim.json"))
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp)
+
+        self.train_ids = self.tokenizer.encode_ids(train_df["text"].tolist())
+        self.dev_ids = self.tokenizer.encode_ids(dev_df["text"].tolist())
+        self.y_train = torch.from_numpy(self.labels.multi_hot(train_df["labels"]))
+        self.y_dev = self.labels.multi_hot(dev_df["labels"])
+
+    @staticmethod
+    def _diff(a: TrainConfig, b: TrainConfig) -> str:
+        da, db = asdict(a), asdict(b)
+        return ", ".join(f"{k}: {da[k]} then {db[k]}" for k in da if da[k] != db[k] and k not in ("device", "epochs"))
+
+    def _single_label(self, train_df) -> bool:
+        if self.cfg.single_label is not None:
+            return self.cfg.single_label
+        return bool(len(train_df)) and bool((train_df["labels"].map(len) == 1).all())
+
+    def _init_embeddings(self, texts: list[str]) -> None:
+        cfg, P = self.cfg, self.model_config.embed_dim
+        t0 = time.perf_counter()
+        if cfg.embeddings == "w2v":
+            words = train_word2vec(texts, self.tokenizer, dim=P, epochs=cfg.w2v_epochs, seed=cfg.seed)
+        elif cfg.embeddings == "random":
+            words = random_matrix(self.tokenizer, P, seed=cfg.seed)
+        else:
+            words = read_vector_file(Path(cfg.embeddings), self.tokenizer, seed=cfg.seed)
+            if words.shape[1] != P:
+                raise ConfigError(f"--embeddings {cfg.embeddings} has {words.shape[1]}-d vectors but --embed-dim is {P}; make them match.")
+        descs = [d or c for c, d in zip(self.labels.codes, self.labels.descriptions)]
+        labels, n_init = label_vectors(descs, words, self.tokenizer, seed=cfg.seed)
+        with torch.no_grad():
+            self.model.word_emb.weight.copy_(torch.from_numpy(words))
+            self.model.label_emb.copy_(torch.from_numpy(labels))
+        log.info("embeddings %s in %.1fs; %d/%d labels initialised from description words", cfg.embeddings,
+                 time.perf_counter() - t0, n_init, len(descs))
+        self.manifest_extra["label_init_from_words"] = n_init
+
+    # ------------------------------------------------------------------ loop
+    def dev_scores(self) -> np.ndarray:
+        self.model.eval()
+        lengths = [len(s) for s in self.dev_ids]
+        out = np.zeros((len(self.dev_ids), len(self.labels)), dtype=np.float32)
+        with torch.inference_mode():
+            for batch in bucketed_batches(lengths, self.cfg.eval_batch_size, rng=None):
+                ids, mask = pad_batch([self.dev_ids[i] for i in batch])
+                with torch.autocast("cuda", enabled=self.amp):
+                    logits = self.model(ids.to(self.device), mask.to(self.device)).logits
+                out[batch] = self.model.probabilities(logits.float()).cpu().numpy()
+        return out
+
+    def train_epoch(self, epoch: int) -> float:
+        from tqdm.auto import tqdm
+
+        self.model.train()
+        rng = np.random.default_rng([self.cfg.seed, epoch])
+        torch.manual_seed(self.cfg.seed * 1000 + epoch)            # dropout repeats after --resume
+        batches = bucketed_batches([len(s) for s in self.train_ids], self.cfg.batch_size, rng=rng)
+        total, n = 0.0, 0
+        bar = tqdm(batches, desc=f"epoch {epoch}/{self.cfg.epochs}", unit="batch", disable=not self.progress, leave=False)
+        for batch in bar:
+            ids, mask = pad_batch([self.train_ids[i] for i in batch])
+            ids = ids.to(self.device, non_blocking=True)
+            mask = mask.to(self.device, non_blocking=True)
+            y = self.y_train[batch].to(self.device, non_blocking=True)
+            with torch.autocast("cuda", enabled=self.amp):
+                logits = self.model(ids, mask).logits
+                loss, task = self.model.loss(logits.float(), y)
+            self.opt.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.opt)
+            self.scaler.update()
+            total += task.item() * len(batch)
+            n += len(batch)
+            bar.set_postfix(loss=f"{total / n:.4f}")
+        return total / max(n, 1)
+
+    def save_state(self) -> None:
+        with atomic_dir(self.state_dir) as tmp:
+            save_file({k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}, str(tmp / "last.safetensors"))
+            tensors, meta = _optim_to_tensors(self.opt)
+            save_file(tensors, str(tmp / "optim.safetensors"))
+            write_json_atomic(tmp / "optim.json", meta)
+            self.tokenizer.save(tmp / "tokenizer.json")
+            write_json_atomic(tmp / "state.json", {**self.state, "train_config": config_to_dict(self.cfg),
+                                                   "model_config": config_to_dict(self.model_config)})
+
+    def checkpoint_obj(self, model: LEAM, threshold: float) -> Checkpoint:
+        return Checkpoint(self.run / CHECKPOINT_DIR, "leam", model, self.labels, threshold, self.cfg, {}, self.tokenizer)
+
+    def save_best(self, threshold: float, metrics_dev: dict[str, Any], metrics_test: dict[str, Any] | None = None) -> None:
+        model = self.model
+        save_checkpoint(self.run / CHECKPOINT_DIR, kind="leam", model=model, labels=self.labels, threshold=threshold,
+                        train_config=self.cfg, tokenizer=self.tokenizer, metrics_dev=metrics_dev, metrics_test=metrics_test,
+                        extra={**self.manifest_extra, "epoch": self.state["epoch"], "seed": self.cfg.seed})
+
+    def fit(self) -> None:
+        cfg = self.cfg
+        start = int(self.state["epoch"]) + 1
+        for epoch in range(start, cfg.epochs + 1):
+            if self.state["bad_epochs"] > cfg.patience:
+                break
+            t0 = time.perf_counter()
+            loss = self.train_epoch(epoch)
+            scores = self.dev_scores()
+            t = tune_threshold(self.y_dev, scores) if self.multilabel else 0.0
+            m = all_metrics(self.y_dev, scores, threshold=t)
+            score = m["f1_micro"] if self.multilabel else m.get("accuracy", m["f1_micro"])
+            improved = score > self.state["best_score"]
+            self.state["epoch"] = epoch
+            if improved:
+                self.state.update(best_score=score, best_epoch=epoch, bad_epochs=0)
+                self.save_best(t, m)
+            else:
+                self.state["bad_epochs"] += 1
+            row = {"epoch": epoch, "train_loss": round(loss, 6), "dev_threshold": t, "seconds": round(time.perf_counter() - t0, 2),
+                   "best": improved, **{f"dev_{k}": v for k, v in _metric_view(m).items()}}
+            self.state["history"].append(row)
+            write_bytes_atomic(self.run / HISTORY_FILE, "".join(json.dumps(r) + "\n" for r in self.state["history"]).encode())
+            self.save_state()
+            if self.on_epoch:
+                self.on_epoch(row)
+            if self.state["bad_epochs"] > cfg.patience:
+                log.info("early stop after epoch %d (best %d)", epoch, self.state["best_epoch"])
+                break
+
+
+def _finish(run: Path, ds: PreparedDataset, predictor_ck: Checkpoint, save: Callable[[float, dict, dict], None]) -> dict[str, Any]:
+    """Tune the threshold on dev with the inference path, score test once, save the final checkpoint."""
+    from clinicode.metrics import per_label_metrics
+    from clinicode.predict import Predictor
+
+    pred = Predictor(predictor_ck, device=predictor_ck.model.word_emb.weight.device if predictor_ck.kind == "leam" else "cpu")
+    dev = ds.split("dev")
+    y_dev = ds.labels.multi_hot(dev["labels"])
+    s_dev = pred.score(dev["text"].tolist())
+    multilabel = predictor_ck.kind != "leam" or predictor_ck.model.config.multilabel
+    t = tune_threshold(y_dev, s_dev) if multilabel else 0.0
+    metrics_dev = {**all_metrics(y_dev, s_dev, threshold=t), "threshold_0.5": all_metrics(y_dev, s_dev, threshold=0.5)}
+    metrics_test: dict[str, Any] = {}
+    if "test" in ds.splits and len(ds.split("test")):
+        test = ds.split("test")
+        y = ds.labels.multi_hot(test["labels"])
+        s = pred.score(test["text"].tolist())
+        metrics_test = {**all_metrics(y, s, threshold=t), "threshold_0.5": all_metrics(y, s, threshold=0.5),
+                        "per_code": per_label_metrics(y, s, list(ds.labels.codes), threshold=t)}
+        buf = run / f".{SCORES_TEST_FILE}.tmp.npz"
+        np.savez_compressed(buf, ids=np.asarray(test["id"].astype(str).tolist()), y_true=y, scores=s)
+        buf.replace(run / SCORES_TEST_FILE)
+    save(t, metrics_dev, metrics_test)
+    return {"threshold": t, "dev": metrics_dev, "test": metrics_test}
+
+
+def train(
+    *,
+    out_dir: Path,
+    config: TrainConfig,
+    data_dir: Path | None = None,
+    mimic_dir: Path | None = None,
+    splits_dir: Path | None = None,
+    label_set: str = "caml50",
+    model_options: dict[str, Any] | None = None,
+    descriptions_path: Path | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Train LEAM (or tfidf-lr) on a prepared dataset and write RUN/checkpoint.
+
+    Args:
+        out_dir: the run folder (RUN): checkpoint/, state/, history.jsonl, scores_test.npz, data/ (with mimic_dir).
+        config: training options.
+        data_dir: a prepared dataset folder (or any coded-notes folder); exclusive with mimic_dir.
+        mimic_dir: MIMIC-III tables; prepared into RUN/data first (CAML top-50 by default).
+        model_options: LEAMConfig fields (embed_dim, radius, hidden_dim, dropout, label_reg_weight, compat).
+        descriptions_path: optional code<TAB>description file filling labels without a description.
+        resume: continue from RUN/state after an interruption.
+        on_epoch: called with each epoch's history row.
+    Returns:
+        {"threshold", "dev", "test", "run"} with the final metrics.
+    """
+    if (data_dir is None) == (mimic_dir is None):
+        raise ConfigError("give exactly one of --data DIR (a prepared dataset) or --mimic-dir DIR (MIMIC-III tables).")
+    run = Path(out_dir)
+    ck_dir = run / CHECKPOINT_DIR
+    if not resume and (run / STATE_DIR).exists():
+        raise ConfigError(f"--out {run} already holds a run; pass --resume to continue it, or choose a new --out folder.")
+    run.mkdir(parents=True, exist_ok=True)
+    if mimic_dir is not None:
+        from clinicode.data.prepare import prepare_mimic
+
+        data_dir = run / "data"
+        if not (resume and (data_dir / "manifest.json").is_file()):
+            prepare_mimic(Path(mimic_dir), data_dir, splits_dir=splits_dir, label_set=label_set,
+                          top_k=config.top_k or 50)
+    ds = load_dataset(Path(data_dir), top_k=config.top_k if mimic_dir is None else None)  # type: ignore[arg-type]
+    ds.labels = _with_descriptions(ds.labels, descriptions_path)
+    if len(ds.split("train")) == 0 or len(ds.split("dev")) == 0:
+        raise DataFormatError(f"{data_dir}: the train and dev splits must both hold notes (got {len(ds.split('train'))} and {len(ds.split('dev'))}).")
+    extra = {"data": {"path": str(Path(data_dir).resolve()), "n_train": len(ds.split("train")), "n_dev": len(ds.split("dev")),
+                      "n_test": len(ds.splits.get("test", [])), "label_set": ds.manifest.get("label_set")}}
+    seed_everything(config.seed)
+
+    if config.model == "tfidf-lr":
+        from clinicode.baseline import TfidfLR, TfidfLRConfig
+
+        train_df = ds.split("train")
+        single = config.single_label if config.single_label is not None else bool((train_df["labels"].map(len) == 1).all())
+        model = TfidfLR(TfidfLRConfig(softmax=single) if single else TfidfLRConfig(), n_labels=len(ds.labels))
+        model.fit(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]))
+        ck = Checkpoint(ck_dir, "tfidf-lr", model, ds.labels, 0.5, config, {})
+
+        def save(t: float, md: dict, mt: dict) -> None:
+            save_checkpoint(ck_dir, kind="tfidf-lr", model=model, labels=ds.labels, threshold=t, train_config=config,
+                            metrics_dev=md, metrics_test=mt, extra={**extra, "seed": config.seed})
+
+        result = _finish(run, ds, ck, save)
+        return {**result, "run": str(run)}
+
+    trainer = _Trainer(ds, run, config, model_options or {}, resume=resume, progress=progress, on_epoch=on_epoch,
+                       manifest_extra=extra)
+    trainer.fit()
+    if not (ck_dir / "model.safetensors").is_file():
+        raise DataFormatError(f"{run}: training ended without a checkpoint (no epoch finished); check the data and options.")
+    best = LEAM(trainer.model_config)
+    best.load_state_dict(load_file(str(ck_dir / "model.safetensors")))
+    best.to(trainer.device).eval()
+    trainer.model = best  # the checkpoint holds the best-on-dev state, not the last one
+
+    def save_final(t: float, md: dict, mt: dict) -> None:
+        trainer.state["epoch"] = trainer.state["best_epoch"]
+        trainer.save_best(t, md, mt)
+
+    result = _finish(run, ds, trainer.checkpoint_obj(best, 0.5), save_final)
+    return {**result, "run": str(run), "best_epoch": trainer.state["best_epoch"], "history": trainer.state["history"]}

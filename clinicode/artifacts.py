@@ -25,12 +25,19 @@ def sha256_file(path: Path, *, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write to a temporary file beside `path`, fsync, then rename over it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; artefacts should get normal file modes
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -60,6 +67,7 @@ def atomic_dir(out_dir: Path, *, overwrite: bool = True) -> Iterator[Path]:
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700, which would hide the folder from other users
     try:
         yield tmp
     except BaseException:

@@ -58,8 +58,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         typer.echo(f"labels: {summary['n_labels']} ({summary.get('label_set', '')})")
     for reason, n in (summary.get("dropped") or {}).items():
         typer.echo(f"dropped: {n:,} {reason}")
-    if summary.get("comparable") is False:
-        typer.echo("note: this label set is not CAML's top 50; results are not comparable with published numbers.")
+    if summary.get("note"):
+        typer.echo(f"note: {summary['note']}.")
 
 
 @app.command("prepare")

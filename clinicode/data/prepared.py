@@ -1,0 +1,271 @@
+"""The read side of stage 1: load and validate a prepared dataset folder (parquet, JSONL or CSV splits).
+
+Used by training and evaluation; never reads raw MIMIC tables and never writes.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from clinicode.artifacts import read_json
+from clinicode.constants import ID, LABELS, LABELS_FILE, MANIFEST_FILE, SPLITS, SUBJECT_ID, TEXT
+from clinicode.data.labels import LabelSet
+from clinicode.errors import DataFormatError
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("parquet", "jsonl", "csv")  # first match wins when a split exists in several formats
+REQUIRED_SPLITS = ("train", "dev")
+CSV_LABEL_SEP = ";"
+
+
+@dataclass
+class PreparedDataset:
+    """A validated prepared dataset: one DataFrame per split plus the label set.
+
+    Args:
+        path: the folder it was read from.
+        splits: split name -> DataFrame with columns id (str), text (str), labels (list[str], sorted by
+            label index); subject_id kept when present.
+        labels: the label set (the model's output index).
+        manifest: the folder's manifest.json ({} when absent).
+        stats: counts of what loading dropped (unseen codes, documents left without labels by top_k).
+    """
+
+    path: Path
+    splits: dict[str, pd.DataFrame]
+    labels: LabelSet
+    manifest: dict
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def split(self, name: str) -> pd.DataFrame:
+        """The DataFrame of split `name`.
+
+        Raises:
+            DataFormatError: if the split is absent (the message lists the available splits).
+        """
+        if name not in self.splits:
+            raise DataFormatError(
+                f"split {name!r} not in {self.path}; available splits: {', '.join(self.splits)}. "
+                f"Add {name}.parquet/.jsonl/.csv to the folder."
+            )
+        return self.splits[name]
+
+
+def _find_split_file(folder: Path, split: str) -> Path | None:
+    for ext in FORMATS:
+        p = folder / f"{split}.{ext}"
+        if p.is_file():
+            return p
+    return None
+
+
+def _check_utf8(path: Path) -> None:
+    """Raise a one-line DataFormatError for an empty or non-UTF-8 text file (checked in 1 MB blocks)."""
+    if path.stat().st_size == 0:
+        raise DataFormatError(f"{path} is empty; expected a header/rows with columns id, text, labels.")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as err:
+                raise DataFormatError(
+                    f"{path} is not valid UTF-8 (bad byte near offset {offset + err.start:,}); re-save the file as UTF-8."
+                ) from None
+            offset += len(block)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise DataFormatError(f"{path} is not valid UTF-8 (truncated character at the end); re-save the file as UTF-8.") from None
+
+
+def _read_jsonl(path: Path) -> pd.DataFrame:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataFormatError(f"{path} line {lineno}: not valid JSON ({err.msg}); expected one JSON object per line.") from None
+            if not isinstance(obj, dict):
+                raise DataFormatError(f"{path} line {lineno}: expected a JSON object with id, text, labels, got {type(obj).__name__}.")
+            rows.append({k: obj.get(k) for k in (ID, TEXT, LABELS, SUBJECT_ID) if k in obj})
+    return pd.DataFrame(rows)
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
+    except pd.errors.EmptyDataError:
+        raise DataFormatError(f"{path} is empty; expected a header with columns id, text, labels.") from None
+    except (pd.errors.ParserError, ValueError) as err:
+        raise DataFormatError(f"{path} cannot be parsed as CSV ({type(err).__name__}); expected columns id, text, labels.") from err
+    if LABELS in df.columns:
+        df[LABELS] = _column([[c.strip() for c in s.split(CSV_LABEL_SEP) if c.strip()] for s in df[LABELS]], df.index)
+    return df
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except Exception as err:  # pyarrow raises several unrelated types for damaged files
+        raise DataFormatError(f"{path} cannot be read as parquet ({type(err).__name__}); re-run `clinicode prepare`.") from err
+
+
+def _column(values: list, index: pd.Index) -> pd.Series:
+    """An object column of per-row lists (a bare list of equal-length lists could be read as 2-D)."""
+    arr = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        arr[i] = v
+    return pd.Series(arr, index=index, dtype=object)
+
+
+def _as_label_list(value: Any, path: Path, doc_id: str) -> list[str]:
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise DataFormatError(
+            f"{path}: document {doc_id!r} has labels of type {type(value).__name__}; expected a list of codes "
+            f"(a '{CSV_LABEL_SEP}'-separated string in CSV)."
+        )
+    return [str(c).strip() for c in value if c is not None and str(c).strip()]
+
+
+def _read_split(path: Path) -> pd.DataFrame:
+    """Read one split file and validate its contract (columns, ids, text, label lists)."""
+    if path.suffix != ".parquet":
+        _check_utf8(path)
+    df = {"parquet": _read_parquet, "jsonl": _read_jsonl, "csv": _read_csv}[path.suffix[1:]](path)
+    if not len(df):
+        raise DataFormatError(f"{path} has no documents; expected one row per document with id, text, labels.")
+    for col in (ID, TEXT, LABELS):
+        if col not in df.columns:
+            raise DataFormatError(
+                f"{path} has no column {col!r}; found {', '.join(map(str, df.columns))}. Each row needs id, text, labels."
+            )
+    keep = [c for c in (ID, SUBJECT_ID, TEXT, LABELS) if c in df.columns]
+    df = df[keep].reset_index(drop=True)
+    if df[ID].isna().any():
+        raise DataFormatError(f"{path}: {int(df[ID].isna().sum())} document(s) without an id; give every row an id.")
+    df[ID] = [str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in df[ID]]
+    dup = df[ID][df[ID].duplicated()]
+    if len(dup):
+        raise DataFormatError(
+            f"{path}: {len(dup)} duplicate id(s), e.g. {dup.iloc[0]!r}; ids must be unique within a split."
+        )
+    text = df[TEXT]
+    bad = [i for i, t in enumerate(text) if not isinstance(t, str) or not t.strip()]
+    if bad:
+        raise DataFormatError(
+            f"{path}: {len(bad)} document(s) with empty or missing text, e.g. id {df[ID].iloc[bad[0]]!r}; "
+            "remove them or supply the note text."
+        )
+    df[TEXT] = text.astype(str)
+    df[LABELS] = _column([_as_label_list(v, path, i) for v, i in zip(df[LABELS], df[ID])], df.index)
+    return df
+
+
+def _top_codes(train: pd.DataFrame, top_k: int) -> list[str]:
+    counts = Counter(c for labels in train[LABELS] for c in set(labels))
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [c for c, _ in ranked[:top_k]]
+
+
+def load_dataset(path: Path, *, top_k: int | None = None) -> PreparedDataset:
+    """Load and validate a prepared dataset folder.
+
+    The folder holds `{train,dev,test}.{parquet,jsonl,csv}` (train and dev required, test optional) with
+    columns id, text, labels (a list; a ';'-separated string in CSV); extra columns are ignored, ids become
+    strings. With `labels.json` the label set is fixed and any other code is an error. Without it the label
+    set is the sorted union of train codes, and codes seen only in dev/test are removed from those documents
+    (counted in `stats["unseen_label_occurrences"]`). Documents with an empty label list are kept.
+
+    Args:
+        path: the dataset folder.
+        top_k: keep only the top_k most frequent train codes (documents counted once per code, ties by code
+            string); documents left without a label are dropped from every split.
+    Returns:
+        The validated PreparedDataset; labels in each row are sorted by label index.
+    Raises:
+        DataFormatError: missing folder/split/column, empty or non-UTF-8 file, duplicate ids, empty text,
+            a code outside labels.json, or no label left.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise DataFormatError(f"dataset folder {path} does not exist; pass the folder written by `clinicode prepare`.")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise DataFormatError(f"top_k must be a positive integer, got {top_k!r}.")
+    splits: dict[str, pd.DataFrame] = {}
+    for split in SPLITS:
+        file = _find_split_file(path, split)
+        if file is None:
+            if split in REQUIRED_SPLITS:
+                raise DataFormatError(
+                    f"{path} has no {split} split; expected {split}.parquet, {split}.jsonl or {split}.csv "
+                    "(train and dev are required, test is optional)."
+                )
+            continue
+        splits[split] = _read_split(file)
+
+    manifest_path = path / MANIFEST_FILE
+    manifest = read_json(manifest_path) if manifest_path.is_file() else {}
+    stats: dict[str, Any] = {}
+    labels_path = path / LABELS_FILE
+    if labels_path.is_file():
+        labels = LabelSet.load(labels_path)
+        for name, df in splits.items():
+            outside = Counter(c for row in df[LABELS] for c in row if c not in labels)
+            if outside:
+                code, _ = min(outside.items(), key=lambda kv: (-kv[1], kv[0]))
+                raise DataFormatError(
+                    f"{name} split of {path}: {sum(outside.values())} label(s) of {len(outside)} code(s) not in "
+                    f"{LABELS_FILE}, e.g. {code!r}; add the code to {LABELS_FILE} or remove it from the data."
+                )
+    else:
+        train_codes = sorted({c for row in splits["train"][LABELS] for c in row})
+        if not train_codes:
+            raise DataFormatError(f"train split of {path} has no labels at all; a dataset needs at least one label.")
+        labels = LabelSet.from_codes(train_codes)
+        unseen = {}
+        for name, df in splits.items():
+            n = sum(1 for row in df[LABELS] for c in row if c not in labels)
+            if n:
+                unseen[name] = n
+                df[LABELS] = _column([[c for c in row if c in labels] for row in df[LABELS]], df.index)
+        stats["unseen_label_occurrences"] = unseen
+        if unseen:
+            log.info("codes seen only outside train were dropped: %s", unseen)
+
+    if top_k is not None:
+        keep = set(_top_codes(splits["train"], top_k))
+        if not keep:
+            raise DataFormatError(f"train split of {path} has no labels; top_k={top_k} keeps nothing.")
+        kept_codes = [c for c in labels.codes if c in keep]
+        labels = LabelSet(tuple(kept_codes), tuple(labels.description(c) for c in kept_codes))
+        dropped_docs = {}
+        for name, df in splits.items():
+            df[LABELS] = _column([[c for c in row if c in keep] for row in df[LABELS]], df.index)
+            has = np.array([bool(row) for row in df[LABELS]], dtype=bool)
+            dropped_docs[name] = int((~has).sum())
+            splits[name] = df[has].reset_index(drop=True)
+        stats["top_k"] = top_k
+        stats["documents_without_top_k_label"] = dropped_docs
+
+    index = {c: i for i, c in enumerate(labels.codes)}
+    for df in splits.values():
+        df[LABELS] = _column([sorted(set(row), key=index.__getitem__) for row in df[LABELS]], df.index)
+    log.info("loaded %s: %s documents, %d labels", path, {k: len(v) for k, v in splits.items()}, len(labels))
+    return PreparedDataset(path=path, splits=splits, labels=labels, manifest=manifest, stats=stats)

@@ -1,0 +1,90 @@
+"""write_demo_mimic: MIMIC-shaped, deterministic, labelled as synthetic, with the traps real data has."""
+
+import gzip
+
+import pandas as pd
+import pytest
+
+from clinicode.constants import CAML_TOP50
+from clinicode.data.synthetic import CODE_HEADER, NOTE_HEADER, TITLE_HEADER, write_demo_mimic
+from clinicode.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("demo") / "mimic"
+    return folder, write_demo_mimic(folder, n_admissions=300, n_other_notes=1234, seed=7)
+
+
+def test_files_headers_and_readme(demo):
+    folder, info = demo
+    assert "SYNTHETIC" in (folder / "README.txt").read_text()
+    assert info["synthetic"] is True
+    assert list(pd.read_csv(folder / "NOTEEVENTS.csv", nrows=0).columns) == list(NOTE_HEADER)
+    for t in ("DIAGNOSES_ICD", "PROCEDURES_ICD"):
+        assert list(pd.read_csv(folder / f"{t}.csv", nrows=0).columns) == list(CODE_HEADER)
+    for t in ("D_ICD_DIAGNOSES", "D_ICD_PROCEDURES"):
+        assert list(pd.read_csv(folder / f"{t}.csv", nrows=0).columns) == list(TITLE_HEADER)
+
+
+def test_row_counts_and_traps(demo):
+    folder, info = demo
+    notes = pd.read_csv(folder / "NOTEEVENTS.csv", dtype=str, keep_default_na=False)
+    assert len(notes) == info["noteevents_rows"] == 1234 + info["discharge_summary_rows"]
+    ds = notes[notes["CATEGORY"] == "Discharge summary"]
+    assert set(ds["DESCRIPTION"]) == {"Report", "Addendum"}
+    assert {"Radiology", "ECG", "Nursing/other"} <= set(notes["CATEGORY"])
+    assert (notes["HADM_ID"] == "").any() and (ds["HADM_ID"] == "").any()
+    assert ds["TEXT"].str.contains("\n").all() and ds["TEXT"].str.contains(",").any()
+    assert ds["TEXT"].str.contains(r"\[\*\*Hospital1 18\*\*\]", regex=True).any()
+    assert ds["TEXT"].str.contains('"').any()
+    dx = pd.read_csv(folder / "DIAGNOSES_ICD.csv", dtype=str, keep_default_na=False)
+    px = pd.read_csv(folder / "PROCEDURES_ICD.csv", dtype=str, keep_default_na=False)
+    codes = set(dx["ICD9_CODE"])
+    assert "" in codes  # empty codes present
+    assert any(c.startswith("V") for c in codes) and any(c.startswith("E") for c in codes)
+    assert not any("." in c for c in codes | set(px["ICD9_CODE"]))
+    assert any(c.startswith("00") for c in px["ICD9_CODE"])
+    assert dx.duplicated(["HADM_ID", "ICD9_CODE"]).any() or px.duplicated(["HADM_ID", "ICD9_CODE"]).any()
+    # some admissions have codes but no discharge summary
+    assert set(dx["HADM_ID"]) - set(ds["HADM_ID"])
+
+
+def test_titles_cover_the_50(demo):
+    folder, _ = demo
+    d = pd.read_csv(folder / "D_ICD_DIAGNOSES.csv", dtype=str)
+    p = pd.read_csv(folder / "D_ICD_PROCEDURES.csv", dtype=str)
+    raw = set(d["ICD9_CODE"]) | set(p["ICD9_CODE"])
+    assert {c.replace(".", "") for c in CAML_TOP50} <= raw
+    assert "0389" in set(d["ICD9_CODE"]) and "0040" in set(p["ICD9_CODE"])
+
+
+def test_notes_carry_signal(demo):
+    folder, _ = demo
+    notes = pd.read_csv(folder / "NOTEEVENTS.csv", dtype=str, keep_default_na=False)
+    dx = pd.read_csv(folder / "DIAGNOSES_ICD.csv", dtype=str, keep_default_na=False)
+    ds = notes[notes["CATEGORY"] == "Discharge summary"].groupby("HADM_ID")["TEXT"].agg(" ".join)
+    htn = set(dx.loc[dx["ICD9_CODE"] == "4019", "HADM_ID"]) & set(ds.index)
+    say = ds.str.contains("hypertension|htn|elevated blood pressure", regex=True)
+    rate_with = say[list(htn)].mean()
+    rate_without = say[[h for h in ds.index if h not in htn]].mean()
+    assert rate_with > 0.8 and rate_without < 0.3
+
+
+def test_deterministic_and_gzip(tmp_path):
+    a = write_demo_mimic(tmp_path / "a", n_admissions=50, seed=2)
+    b = write_demo_mimic(tmp_path / "b", n_admissions=50, seed=2, gzip=True)
+    c = write_demo_mimic(tmp_path / "c", n_admissions=50, seed=3)
+    assert a["noteevents_rows"] == b["noteevents_rows"]
+    raw = (tmp_path / "a" / "NOTEEVENTS.csv").read_bytes()
+    assert gzip.decompress((tmp_path / "b" / "NOTEEVENTS.csv.gz").read_bytes()) == raw
+    assert (tmp_path / "c" / "NOTEEVENTS.csv").read_bytes() != raw
+    write_demo_mimic(tmp_path / "a2", n_admissions=50, seed=2)
+    assert (tmp_path / "a2" / "DIAGNOSES_ICD.csv").read_bytes() == (tmp_path / "a" / "DIAGNOSES_ICD.csv").read_bytes()
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ConfigError, match=r"n_admissions must be a positive integer, got 0"):
+        write_demo_mimic(tmp_path, n_admissions=0)
+    with pytest.raises(ConfigError, match=r"n_other_notes must be a non-negative integer, got -1"):
+        write_demo_mimic(tmp_path, n_other_notes=-1)

@@ -46,7 +46,7 @@ class Prediction:
     """One note's result. `error` is set (and scores empty) when the note could not be scored.
 
     evidence: the highest-attention token spans (beta), when explain > 0.
-    code_evidence: for each predicted code, the spans centred on the phrases with the highest per-code
+    code_evidence: for each predicted code, the phrases (2r+1-token windows) with the highest per-code
         compatibility u[k, l] (after the ReLU, before the max over codes).
     attention: every kept token's span with its beta weight (for highlighting), when explain > 0.
     """
@@ -252,8 +252,9 @@ class Predictor:
         return out  # type: ignore[return-value]
 
     def _phrase_span(self, offs: list[tuple[int, int]], centre: int, weight: float) -> Span:
-        """The span of the phrase centred on token `centre`: up to 2 tokens each side (the window's core)."""
-        r = min(2, self.checkpoint.model.config.radius)
+        """The phrase u[k, centre] scores: the 2r+1 tokens centred on `centre` (the learned window W1 may weigh
+        any of them, so the whole window is the honest span)."""
+        r = self.checkpoint.model.config.radius
         lo, hi = max(0, centre - r), min(len(offs) - 1, centre + r)
         return Span(offs[lo][0], offs[hi][1], weight)
 

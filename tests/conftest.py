@@ -1,0 +1,48 @@
+"""Shared fixtures: a synthetic MIMIC-shaped folder, its prepared dataset and a tiny trained LEAM run (built once)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED_DATA = SHARED / "data"
+
+
+@pytest.fixture(scope="session")
+def demo_mimic(tmp_path_factory) -> Path:
+    """A small synthetic MIMIC-III-shaped folder (no real patient data)."""
+    from clinicode.data.synthetic import write_demo_mimic
+
+    out = tmp_path_factory.mktemp("demo") / "mimic"
+    write_demo_mimic(out, n_admissions=600, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def demo_data(demo_mimic, tmp_path_factory) -> Path:
+    """The prepared dataset of `demo_mimic` (CAML top-50 label set, patient-grouped split)."""
+    from clinicode.data.prepare import prepare_mimic
+
+    out = tmp_path_factory.mktemp("prepared") / "data"
+    prepare_mimic(demo_mimic, out)
+    return out
+
+
+TINY_MODEL = dict(embed_dim=32, radius=3, hidden_dim=64, dropout=0.2)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(demo_data, tmp_path_factory) -> Path:
+    """A LEAM run trained for a few epochs on the demo data; RUN/checkpoint is the checkpoint."""
+    from clinicode.config import TrainConfig
+    from clinicode.train import train
+
+    run = tmp_path_factory.mktemp("runs") / "tiny"
+    cfg = TrainConfig(epochs=8, batch_size=16, lr=2e-2, w2v_epochs=2, patience=3, seed=7, device="cpu")
+    train(out_dir=run, config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False)
+    return run

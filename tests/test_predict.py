@@ -1,0 +1,203 @@
+"""Batch scoring: output schema, order, bad records, offsets, per-code evidence, resume, shards, and
+predict == evaluate on the same split."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from clinicode.cli import app
+from clinicode.metrics import all_metrics
+from clinicode.predict import Predictor
+from clinicode.predict_io import predict_file
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def predictor(tiny_run):
+    return Predictor.from_checkpoint(tiny_run, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def test_split(demo_data):
+    return pd.read_parquet(demo_data / "test.parquet")
+
+
+def _lines(path):
+    return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+def test_output_schema_and_order(predictor, test_split, tmp_path):
+    src = tmp_path / "notes.jsonl"
+    rows = test_split.head(30)
+    with open(src, "w") as f:
+        for rid, text in zip(rows["id"], rows["text"]):
+            f.write(json.dumps({"id": rid, "text": text}) + "\n")
+    out = tmp_path / "pred.jsonl"
+    res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(src), "--output", str(out),
+                              "--top-k", "5", "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    recs = _lines(out)
+    assert [r["id"] for r in recs] == rows["id"].tolist()
+    for r in recs:
+        assert set(r) == {"id", "predicted", "scores", "truncated"}
+        assert len(r["scores"]) == 5
+        scores = [p["score"] for p in r["predicted"]]
+        assert scores == sorted(scores, reverse=True)
+        assert all(s >= predictor.threshold for s in scores)
+        assert all(p["description"] == predictor.labels.description(p["code"]) for p in r["predicted"])
+    assert not (tmp_path / "pred.jsonl.partial").exists()
+
+
+def tinyrun_path(predictor):
+    return predictor.checkpoint.path
+
+
+def test_bad_records_are_reported_not_dropped(predictor, tmp_path):
+    src = tmp_path / "mixed.jsonl"
+    src.write_text('{"id": "ok1", "text": "hypertension and heart failure"}\nnot json\n{"id": "nt"}\n'
+                   '{"id": "empty", "text": "   "}\n{"id": "num", "text": 42}\n{"id": "ok2", "text": "sepsis"}\n')
+    out = tmp_path / "out.jsonl"
+    res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(src), "--output", str(out)])
+    assert res.exit_code == 0
+    recs = _lines(out)
+    assert [r["id"] for r in recs] == ["ok1", "line-2", "nt", "empty", "num", "ok2"]
+    assert [("error" in r) for r in recs] == [False, True, True, True, True, False]
+    assert "4 bad records" in res.stderr
+    strict = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(src),
+                                 "--output", str(tmp_path / "s.jsonl"), "--strict"])
+    assert strict.exit_code == 1
+    assert "line 2 of mixed.jsonl: not valid JSON" in strict.stderr and "Traceback" not in strict.stderr
+
+
+def test_csv_parquet_txt_and_folder_inputs(predictor, tmp_path):
+    df = pd.DataFrame({"id": ["a", "b"], "text": ["chest pain, hypertension", "acute kidney failure"]})
+    df.to_csv(tmp_path / "n.csv", index=False)
+    df.to_parquet(tmp_path / "n.parquet")
+    (tmp_path / "notes").mkdir()
+    for rid, text in zip(df["id"], df["text"]):
+        (tmp_path / "notes" / f"{rid}.txt").write_text(text)
+    outs = []
+    for src in ("n.csv", "n.parquet", "notes"):
+        out = tmp_path / f"{src}.out.jsonl"
+        res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(tmp_path / src),
+                                  "--output", str(out), "--top-k", "all"])
+        assert res.exit_code == 0, res.output
+        outs.append(_lines(out))
+    assert outs[0] == outs[1] == outs[2]
+    assert len(outs[0][0]["scores"]) == len(predictor.labels)
+    csv_out = tmp_path / "o.csv"
+    res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(tmp_path / "n.csv"),
+                              "--output", str(csv_out)])
+    assert res.exit_code == 0
+    back = pd.read_csv(csv_out)
+    assert back["id"].tolist() == ["a", "b"]
+
+
+def test_evidence_offsets_map_back_to_the_note(predictor, test_split):
+    texts = test_split["text"].tolist()[:5]
+    preds = predictor.predict(texts, explain=3, threshold=0.0)
+    for text, p in zip(texts, preds):
+        assert p.evidence and len(p.evidence) == 3
+        weights = [s.weight for s in p.evidence]
+        assert weights == sorted(weights, reverse=True)
+        assert sum(s.weight for s in p.attention) == pytest.approx(1.0, abs=1e-4)
+        for s in p.attention:
+            piece = text[s.start:s.end]
+            assert piece and piece.replace("_", "a").isalnum(), piece  # a whole \w+ token of the raw note
+        assert set(p.code_evidence) == {c.code for c in p.predicted}
+        for spans in p.code_evidence.values():
+            for s in spans:
+                assert 0 <= s.start < s.end <= len(text)
+
+
+def test_per_code_evidence_points_at_the_codes_phrase(predictor):
+    # hypertension's phrase planted in filler: the 401.9 evidence must cover it
+    filler = "patient was seen and discharged home in stable condition with follow up " * 8
+    note = filler + " history of hypertension " + filler
+    code = "401.9"
+    p = predictor.predict([note], explain=1, threshold=0.0)[0]
+    span = p.code_evidence[code][0]
+    start = note.index("hypertension")
+    assert span.start <= start < span.end, note[span.start:span.end]
+
+
+def test_predict_scores_equal_evaluate(tiny_run, demo_data, test_split, tmp_path):
+    src = tmp_path / "test.jsonl"
+    with open(src, "w") as f:
+        for rid, text in zip(test_split["id"], test_split["text"]):
+            f.write(json.dumps({"id": rid, "text": text}) + "\n")
+    out = tmp_path / "all.jsonl"
+    assert runner.invoke(app, ["predict", "--checkpoint", str(tiny_run), "--input", str(src), "--output", str(out),
+                               "--top-k", "all"]).exit_code == 0
+    m_file = tmp_path / "m.json"
+    res = runner.invoke(app, ["evaluate", "--checkpoint", str(tiny_run), "--data", str(demo_data), "--output", str(m_file)])
+    assert res.exit_code == 0, res.output
+    evaluated = json.loads(m_file.read_text())
+    pred = Predictor.from_checkpoint(tiny_run, device="cpu")
+    codes = list(pred.labels.codes)
+    recs = _lines(out)
+    scores = np.array([[r["scores"][c] for c in codes] for r in recs])
+    y = pred.labels.multi_hot(test_split["labels"])
+    recomputed = all_metrics(y, scores, threshold=evaluated["threshold"])
+    for k in ("auc_macro", "auc_micro", "f1_macro", "f1_macro_mean", "f1_micro", "prec_at_5", "prec_at_8"):
+        assert recomputed[k] == pytest.approx(evaluated[k], abs=1e-7), k
+
+
+def test_resume_skips_done_ids_and_heals_a_torn_line(predictor, tmp_path):
+    src = tmp_path / "n.jsonl"
+    with open(src, "w") as f:
+        for i in range(10):
+            f.write(json.dumps({"id": f"n{i}", "text": f"note {i} with hypertension"}) + "\n")
+    out = tmp_path / "o.jsonl"
+    predict_file(predictor, input=src, output=out, progress=False)
+    full = _lines(out)
+    # simulate a kill: 4 records done plus half a line, still in the .partial file
+    partial = out.with_name("o.jsonl.partial")
+    lines = out.read_text().splitlines(keepends=True)
+    partial.write_text("".join(lines[:4]) + lines[4][:20])
+    out.unlink()
+    counts = predict_file(predictor, input=src, output=out, resume=True, progress=False)
+    assert counts == {"scored": 6, "errors": 0, "skipped": 4}
+    assert _lines(out) == full
+    assert not partial.exists()
+
+
+def test_shards_partition_the_input(predictor, tmp_path):
+    src = tmp_path / "n.jsonl"
+    with open(src, "w") as f:
+        for i in range(9):
+            f.write(json.dumps({"id": f"n{i}", "text": "heart failure"}) + "\n")
+    ids = []
+    for i in range(3):
+        out = tmp_path / f"s{i}.jsonl"
+        predict_file(predictor, input=src, output=out, shard=(i, 3), progress=False)
+        ids.append([r["id"] for r in _lines(out)])
+    assert ids[0] == ["n0", "n3", "n6"]
+    assert sorted(sum(ids, [])) == sorted(f"n{i}" for i in range(9))
+    res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(src), "--shard", "3/3"])
+    assert res.exit_code == 1 and "--shard '3/3': expected i/n" in res.stderr
+
+
+def test_cli_bad_inputs_exit_1_with_one_line(tiny_run, tmp_path):
+    cases = [
+        (["predict", "--checkpoint", str(tmp_path / "nope"), "--input", "x.jsonl"], "no such folder"),
+        (["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path / "missing.jsonl")], "no such file or folder"),
+        (["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path), "--top-k", "many"], "expected a number or 'all'"),
+        (["evaluate", "--checkpoint", str(tiny_run), "--data", str(tmp_path / "nodata")], ""),
+        (["train", "--out", str(tmp_path / "r")], "give exactly one of --data"),
+        (["train", "--out", str(tmp_path / "r"), "--data", str(tmp_path), "--model", "svm"], "--model must be 'leam' or 'tfidf-lr'"),
+    ]
+    (tmp_path / "bad.xml").write_text("<x/>")
+    cases.append((["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path / "bad.xml")], "unknown file type"))
+    (tmp_path / "latin.jsonl").write_bytes(b'{"id": "a", "text": "caf\xe9"}\n')
+    cases.append((["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path / "latin.jsonl")], "not UTF-8"))
+    for args, message in cases:
+        res = runner.invoke(app, args)
+        assert res.exit_code == 1, (args, res.output)
+        err = res.stderr.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: "), res.stderr
+        assert message in err[0], (message, err[0])

@@ -1,0 +1,470 @@
+"""ICD-coding metrics with CAML's exact definitions (DOMAIN.md section 7) over [n_docs, n_labels] arrays.
+
+Pure numpy; scikit-learn only for ROC AUC. Never imports torch, never reads files.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+# CAML adds this to every per-label denominator of the macro averages, so 0/0 becomes 0.
+_MACRO_EPS = 1e-10
+
+DEFAULT_THRESHOLD = 0.5
+DEFAULT_KS = (5, 8)
+
+
+# --------------------------------------------------------------------------------------------------
+# Boundary checks
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_gold(y_true: Any, name: str = "y_true") -> np.ndarray:
+    y = np.asarray(y_true)
+    if y.ndim != 2:
+        raise ValueError(f"{name} must be 2-D [n_docs, n_labels], got shape {y.shape}; reshape it to one row per document.")
+    if y.shape[0] == 0 or y.shape[1] == 0:
+        raise ValueError(f"{name} has shape {y.shape}; need at least one document and one label.")
+    if y.dtype != bool and not np.isin(y, (0, 1)).all():
+        raise ValueError(f"{name} must hold only 0/1 values, got values such as {np.unique(y)[:5].tolist()}; pass a multi-hot matrix.")
+    return y.astype(bool, copy=False)
+
+
+def _check_scores(scores: Any, name: str = "scores") -> np.ndarray:
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 2:
+        raise ValueError(f"{name} must be 2-D [n_docs, n_labels], got shape {s.shape}; reshape it to one row per document.")
+    if not np.isfinite(s).all():
+        raise ValueError(f"{name} contains {int((~np.isfinite(s)).sum())} NaN or infinite values; every score must be finite.")
+    return s
+
+
+def _check_pair(y_true: Any, other: Any, *, other_name: str, as_scores: bool) -> tuple[np.ndarray, np.ndarray]:
+    y = _check_gold(y_true)
+    o = _check_scores(other, other_name) if as_scores else _check_gold(other, other_name)
+    if y.shape != o.shape:
+        raise ValueError(
+            f"y_true has shape {y.shape} but {other_name} has shape {o.shape}; both must be [n_docs, n_labels] with the same label order."
+        )
+    return y, o
+
+
+def _check_k(k: int, n_labels: int) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n_labels:
+        raise ValueError(f"k must be an integer with 1 <= k <= n_labels = {n_labels}, got k={k!r}.")
+    return int(k)
+
+
+def _check_grid(grid: Any) -> np.ndarray:
+    g = np.asarray(grid, dtype=np.float64)
+    if g.ndim != 1 or g.size == 0 or not np.isfinite(g).all():
+        raise ValueError(f"grid must be a non-empty 1-D array of finite thresholds, got shape {g.shape}.")
+    return g
+
+
+# --------------------------------------------------------------------------------------------------
+# Thresholded metrics
+# --------------------------------------------------------------------------------------------------
+
+
+def binarize(scores: np.ndarray, threshold: float = DEFAULT_THRESHOLD) -> np.ndarray:
+    """Predicted labels Ŷ = [S > t]: **strictly greater**, so a score equal to the threshold is negative.
+
+    CAML's `np.round` sends exactly 0.5 to 0; this keeps that behaviour for every threshold.
+
+    Args:
+        scores: [n_docs, n_labels] probabilities (any shape is accepted).
+        threshold: the cut-off t.
+    Returns:
+        Bool array with the shape of `scores`.
+    """
+    return np.asarray(scores) > threshold
+
+
+def _f1(p: np.ndarray | float, r: np.ndarray | float) -> np.ndarray:
+    """Harmonic mean with 0 where p + r = 0 (elementwise)."""
+    p, r = np.asarray(p, dtype=np.float64), np.asarray(r, dtype=np.float64)
+    den = p + r
+    return np.where(den > 0, 2 * p * r / np.where(den > 0, den, 1.0), 0.0)
+
+
+def _safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den elementwise, 0 where den == 0."""
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+
+
+def _counts(y: np.ndarray, yhat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-label TP, PP (predicted positives) and GP (gold positives), each [n_labels] int64."""
+    tp = (y & yhat).sum(axis=0, dtype=np.int64)  # [K]
+    pp = yhat.sum(axis=0, dtype=np.int64)  # [K]
+    gp = y.sum(axis=0, dtype=np.int64)  # [K]
+    return tp, pp, gp
+
+
+def _micro_from_counts(tp: np.ndarray, pp: np.ndarray, gp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Micro P, R, F1 from counts summed over the last axis ([..., K] -> [...])."""
+    p = _safe_div(tp.sum(axis=-1), pp.sum(axis=-1))
+    r = _safe_div(tp.sum(axis=-1), gp.sum(axis=-1))
+    return p, r, _f1(p, r)
+
+
+def _macro_from_counts(tp: np.ndarray, pp: np.ndarray, gp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CAML macro P, R and harmonic-mean F1 from counts over the last axis ([..., K] -> [...])."""
+    p = (tp / (pp + _MACRO_EPS)).mean(axis=-1)
+    r = (tp / (gp + _MACRO_EPS)).mean(axis=-1)
+    return p, r, _f1(p, r)
+
+
+def _f1_mean_from_counts(tp: np.ndarray, pp: np.ndarray, gp: np.ndarray) -> np.ndarray:
+    """Mean over labels of 2TP / (2TP + FP + FN) = 2TP / (PP + GP), 0 when the denominator is 0."""
+    return _safe_div(2 * tp, pp + gp).mean(axis=-1)
+
+
+def micro_prf(y_true: np.ndarray, y_pred: np.ndarray) -> tuple[float, float, float]:
+    """Micro precision, recall and F1, pooling all n_docs * n_labels cells.
+
+    Args:
+        y_true: [n_docs, n_labels] multi-hot gold labels (0/1 or bool).
+        y_pred: [n_docs, n_labels] multi-hot predictions (0/1 or bool), e.g. from `binarize`.
+    Returns:
+        (prec_micro, rec_micro, f1_micro). P is 0 when nothing is predicted, R is 0 when there is no gold
+        label, and F1 is 0 when P + R = 0 (CAML returns NaN there).
+    Raises:
+        ValueError: if the arrays are not 2-D 0/1 matrices of the same shape (the message gives both shapes).
+    """
+    y, yhat = _check_pair(y_true, y_pred, other_name="y_pred", as_scores=False)
+    p, r, f = _micro_from_counts(*_counts(y, yhat))
+    return float(p), float(r), float(f)
+
+
+def macro_prf(y_true: np.ndarray, y_pred: np.ndarray) -> tuple[float, float, float]:
+    """CAML macro precision, recall and F1 (the headline `f1_macro`).
+
+    prec_macro = mean over **all** labels of TP_k / (PP_k + 1e-10) (a never-predicted label adds 0);
+    rec_macro = mean over all labels of TP_k / (GP_k + 1e-10) (a label without gold positives adds 0);
+    f1_macro = 2 * prec_macro * rec_macro / (prec_macro + rec_macro): the harmonic mean of the two
+    macro averages, **not** the mean of per-label F1 (that is `f1_macro_mean`). Because of the 1e-10,
+    a perfect prediction gives 1 - 1e-10-ish rather than exactly 1.
+
+    Args:
+        y_true: [n_docs, n_labels] multi-hot gold labels.
+        y_pred: [n_docs, n_labels] multi-hot predictions.
+    Returns:
+        (prec_macro, rec_macro, f1_macro); f1_macro is 0 when both averages are 0.
+    Raises:
+        ValueError: if the arrays are not 2-D 0/1 matrices of the same shape.
+    """
+    y, yhat = _check_pair(y_true, y_pred, other_name="y_pred", as_scores=False)
+    p, r, f = _macro_from_counts(*_counts(y, yhat))
+    return float(p), float(r), float(f)
+
+
+def f1_macro_mean(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Mean over all labels of per-label F1 = 2TP / (2TP + FP + FN), 0 when that denominator is 0.
+
+    This is the form used by Edin et al. and AnEMIC (sklearn's `average="macro"` with zero_division=0).
+
+    Args:
+        y_true: [n_docs, n_labels] multi-hot gold labels.
+        y_pred: [n_docs, n_labels] multi-hot predictions.
+    Returns:
+        The per-label-mean macro F1 in [0, 1].
+    Raises:
+        ValueError: if the arrays are not 2-D 0/1 matrices of the same shape.
+    """
+    y, yhat = _check_pair(y_true, y_pred, other_name="y_pred", as_scores=False)
+    return float(_f1_mean_from_counts(*_counts(y, yhat)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Ranking metrics
+# --------------------------------------------------------------------------------------------------
+
+
+def _label_auc(y_col: np.ndarray, s_col: np.ndarray) -> float | None:
+    """ROC AUC of one label, None when the column lacks a positive or a negative."""
+    n_pos = int(y_col.sum())
+    if n_pos == 0 or n_pos == y_col.size:
+        return None
+    return float(roc_auc_score(y_col, s_col))
+
+
+def auc_macro(y_true: np.ndarray, scores: np.ndarray) -> tuple[float, int]:
+    """Unweighted mean of per-label ROC AUC over labels with at least one positive and one negative.
+
+    Args:
+        y_true: [n_docs, n_labels] multi-hot gold labels.
+        scores: [n_docs, n_labels] scores (any monotone scale works).
+    Returns:
+        (auc_macro, n_labels_counted). auc_macro is NaN only when no label has both classes
+        (then n_labels_counted is 0).
+    Raises:
+        ValueError: if the shapes differ, or the arrays are not 2-D, or scores are not finite.
+    """
+    y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
+    aucs = [a for k in range(y.shape[1]) if (a := _label_auc(y[:, k], s[:, k])) is not None]
+    if not aucs:
+        return math.nan, 0
+    return float(np.mean(aucs)), len(aucs)
+
+
+def auc_micro(y_true: np.ndarray, scores: np.ndarray) -> float:
+    """One ROC AUC over all n_docs * n_labels (score, gold) pairs.
+
+    Args:
+        y_true: [n_docs, n_labels] multi-hot gold labels.
+        scores: [n_docs, n_labels] scores.
+    Returns:
+        The micro AUC, or NaN when all cells are positive or all are negative.
+    Raises:
+        ValueError: if the shapes differ, or the arrays are not 2-D, or scores are not finite.
+    """
+    y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
+    a = _label_auc(y.ravel(), s.ravel())
+    return math.nan if a is None else a
+
+
+def _top_k_hits(y: np.ndarray, s: np.ndarray, k: int) -> np.ndarray:
+    """[n_docs] number of gold codes among each document's k highest scores.
+
+    A stable sort of -scores orders by score descending, then by label index for equal scores.
+    """
+    top = np.argsort(-s, axis=1, kind="stable")[:, :k]  # [N, k] label indices
+    return np.take_along_axis(y, top, axis=1).sum(axis=1)  # [N]
+
+
+def precision_at_k(y_true: np.ndarray, scores: np.ndarray, *, k: int = 5) -> float:
+    """Mean fraction of each document's k highest-scored codes that are gold codes.
+
+    Args:
+        y_true: [n_docs, n_labels] multi-hot gold labels (0/1).
+        scores: [n_docs, n_labels] probabilities; ties broken by label index (lower index first).
+        k: codes per document, 1 <= k <= n_labels.
+    Returns:
+        P@k in [0, 1]; a document with fewer than k gold codes cannot reach 1.
+    Raises:
+        ValueError: if the shapes differ or k is out of range (the message gives both).
+    """
+    y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
+    k = _check_k(k, y.shape[1])
+    return float((_top_k_hits(y, s, k) / k).mean())
+
+
+def recall_at_k(y_true: np.ndarray, scores: np.ndarray, *, k: int = 5) -> float:
+    """Mean over documents of (gold codes among the k highest scores) / (number of gold codes).
+
+    Documents without any gold code have no defined recall and are **excluded** from the mean (in
+    hoc about 15% of abstracts have an empty label list); if no document has a gold code the result is 0.
+
+    Args:
+        y_true: [n_docs, n_labels] multi-hot gold labels (0/1).
+        scores: [n_docs, n_labels] probabilities; ties broken by label index (lower index first).
+        k: codes per document, 1 <= k <= n_labels.
+    Returns:
+        R@k in [0, 1].
+    Raises:
+        ValueError: if the shapes differ or k is out of range (the message gives both).
+    """
+    y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
+    k = _check_k(k, y.shape[1])
+    n_gold = y.sum(axis=1)  # [N]
+    has_gold = n_gold > 0
+    if not has_gold.any():
+        return 0.0
+    hits = _top_k_hits(y[has_gold], s[has_gold], k)  # [N_gold]
+    return float((hits / n_gold[has_gold]).mean())
+
+
+def accuracy(y_true: np.ndarray, scores: np.ndarray) -> float:
+    """Single-label accuracy: fraction of documents whose highest-scored label is a gold label.
+
+    For single-label data (one gold label per row) this is argmax(scores) == argmax(y_true); ties in the
+    scores go to the lower label index, as in P@1.
+
+    Args:
+        y_true: [n_docs, n_labels] one-hot gold labels.
+        scores: [n_docs, n_labels] scores.
+    Returns:
+        Accuracy in [0, 1]; equals P@1.
+    Raises:
+        ValueError: if the shapes differ or the arrays are not 2-D.
+    """
+    y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
+    pred = s.argmax(axis=1)  # [N] first maximum = lowest index among ties
+    return float(y[np.arange(y.shape[0]), pred].mean())
+
+
+# --------------------------------------------------------------------------------------------------
+# Threshold sweeps
+# --------------------------------------------------------------------------------------------------
+
+
+def _counts_by_threshold(y: np.ndarray, s: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-threshold, per-label TP [G, K], PP [G, K] and GP [K] for Ŷ = [S > t], without G binarize passes.
+
+    Each column is sorted once; the number of scores strictly above t is n - searchsorted(sorted, t,
+    side="right"), which is exactly the count that `binarize` would give.
+    """
+    n, n_labels = s.shape
+    tp = np.empty((grid.size, n_labels), dtype=np.int64)  # [G, K]
+    pp = np.empty((grid.size, n_labels), dtype=np.int64)  # [G, K]
+    for k in range(n_labels):
+        col = s[:, k]
+        pp[:, k] = n - np.searchsorted(np.sort(col), grid, side="right")
+        pos = np.sort(col[y[:, k]])
+        tp[:, k] = pos.size - np.searchsorted(pos, grid, side="right")
+    gp = y.sum(axis=0, dtype=np.int64)  # [K]
+    return tp, pp, gp
+
+
+def f1_by_threshold(y_true: np.ndarray, scores: np.ndarray, grid: Sequence[float] | np.ndarray) -> dict[str, np.ndarray]:
+    """Micro and macro F1 at every threshold of `grid` (for the app's threshold plot and for tuning).
+
+    Args:
+        y_true: [n_docs, n_labels] multi-hot gold labels.
+        scores: [n_docs, n_labels] probabilities.
+        grid: [G] thresholds t; predictions are [S > t].
+    Returns:
+        Dict of float64 arrays, each [G]: "threshold" (the grid), "f1_micro", "f1_macro" (CAML
+        harmonic-mean form) and "f1_macro_mean" (per-label mean form). Entry g equals what
+        `micro_prf` / `macro_prf` / `f1_macro_mean` give on `binarize(scores, grid[g])`.
+    Raises:
+        ValueError: if the shapes differ or the grid is empty, not 1-D, or not finite.
+    """
+    y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
+    g = _check_grid(grid)
+    tp, pp, gp = _counts_by_threshold(y, s, g)
+    gp_b = np.broadcast_to(gp, tp.shape)  # [G, K]
+    return {
+        "threshold": g.copy(),
+        "f1_micro": _micro_from_counts(tp, pp, gp_b)[2],  # [G]
+        "f1_macro": _macro_from_counts(tp, pp, gp_b)[2],  # [G]
+        "f1_macro_mean": _f1_mean_from_counts(tp, pp, gp_b),  # [G]
+    }
+
+
+def tune_threshold(y_true: np.ndarray, scores: np.ndarray, *, grid: Sequence[float] | np.ndarray | None = None) -> float:
+    """The global threshold that maximises micro-F1 on (dev) data; never call this on test.
+
+    Args:
+        y_true: [n_docs, n_labels] multi-hot gold labels of the tuning split.
+        scores: [n_docs, n_labels] probabilities on that split.
+        grid: [G] candidate thresholds; default `np.linspace(0, 1, 100)` (DOMAIN.md section 7).
+    Returns:
+        The first (smallest-index) grid value with the highest micro-F1 of [S > t].
+    Raises:
+        ValueError: if the shapes differ or the grid is empty, not 1-D, or not finite.
+    """
+    g = np.linspace(0.0, 1.0, 100) if grid is None else grid
+    curve = f1_by_threshold(y_true, scores, g)
+    return float(curve["threshold"][int(np.argmax(curve["f1_micro"]))])
+
+
+# --------------------------------------------------------------------------------------------------
+# Reports
+# --------------------------------------------------------------------------------------------------
+
+
+def all_metrics(
+    y_true: np.ndarray,
+    scores: np.ndarray,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    ks: Sequence[int] = DEFAULT_KS,
+) -> dict[str, float | int]:
+    """Every headline metric under CAML's key names, as plain JSON-serialisable Python numbers.
+
+    Keys: prec_micro, rec_micro, f1_micro, prec_macro, rec_macro, f1_macro, f1_macro_mean, auc_macro,
+    auc_micro, n_auc_labels, prec_at_{k} and rec_at_{k} for each k in `ks` that is <= n_labels (larger
+    k are skipped, e.g. P@8 on a 5-label set), threshold, n_docs, n_labels; plus accuracy when every
+    gold row has exactly one label (single-label data).
+
+    Args:
+        y_true: [n_docs, n_labels] multi-hot gold labels.
+        scores: [n_docs, n_labels] probabilities.
+        threshold: t of the predictions [S > t]; 0.5 for the headline, the dev-tuned value otherwise.
+        ks: cut-offs for P@k and R@k; each must be >= 1.
+    Returns:
+        Dict of floats and ints; only auc_macro / auc_micro may be NaN (when undefined).
+    Raises:
+        ValueError: if the shapes differ, the arrays are not 2-D, scores are not finite, or some k < 1.
+    """
+    y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
+    n_docs, n_labels = y.shape
+    for k in ks:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"ks must hold integers >= 1, got {list(ks)!r}.")
+    yhat = binarize(s, threshold)
+    tp, pp, gp = _counts(y, yhat)
+    p_mi, r_mi, f_mi = _micro_from_counts(tp, pp, gp)
+    p_ma, r_ma, f_ma = _macro_from_counts(tp, pp, gp)
+    a_ma, n_auc = auc_macro(y, s)
+    out: dict[str, float | int] = {
+        "prec_micro": float(p_mi),
+        "rec_micro": float(r_mi),
+        "f1_micro": float(f_mi),
+        "prec_macro": float(p_ma),
+        "rec_macro": float(r_ma),
+        "f1_macro": float(f_ma),
+        "f1_macro_mean": float(_f1_mean_from_counts(tp, pp, gp)),
+        "auc_macro": a_ma,
+        "auc_micro": auc_micro(y, s),
+        "n_auc_labels": int(n_auc),
+    }
+    for k in ks:
+        if k > n_labels:
+            continue
+        out[f"prec_at_{int(k)}"] = precision_at_k(y, s, k=int(k))
+        out[f"rec_at_{int(k)}"] = recall_at_k(y, s, k=int(k))
+    if (y.sum(axis=1) == 1).all():
+        out["accuracy"] = accuracy(y, s)
+    out["threshold"] = float(threshold)
+    out["n_docs"] = int(n_docs)
+    out["n_labels"] = int(n_labels)
+    return out
+
+
+def per_label_metrics(
+    y_true: np.ndarray,
+    scores: np.ndarray,
+    codes: Sequence[str],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> list[dict[str, Any]]:
+    """One row per label for the app's per-code table.
+
+    Per-label precision = TP / PP and recall = TP / GP use 0 for 0/0 (no 1e-10 here, so a perfect
+    label shows exactly 1.0); f1 = 2TP / (2TP + FP + FN), 0 when that is 0/0.
+
+    Args:
+        y_true: [n_docs, n_labels] multi-hot gold labels.
+        scores: [n_docs, n_labels] probabilities.
+        codes: [n_labels] label codes in column order.
+        threshold: t of the predictions [S > t].
+    Returns:
+        List of n_labels dicts {code, support (gold positives, int), precision, recall, f1, auc}; auc
+        is None when the label has no positive or no negative document.
+    Raises:
+        ValueError: if the shapes differ or len(codes) != n_labels.
+    """
+    y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
+    if len(codes) != y.shape[1]:
+        raise ValueError(f"codes has {len(codes)} entries but the arrays have {y.shape[1]} label columns; pass one code per column.")
+    tp, pp, gp = _counts(y, binarize(s, threshold))
+    prec, rec, f1 = _safe_div(tp, pp), _safe_div(tp, gp), _safe_div(2 * tp, pp + gp)  # each [K]
+    return [
+        {
+            "code": str(code),
+            "support": int(gp[k]),
+            "precision": float(prec[k]),
+            "recall": float(rec[k]),
+            "f1": float(f1[k]),
+            "auc": _label_auc(y[:, k], s[:, k]),
+        }
+        for k, code in enumerate(codes)
+    ]

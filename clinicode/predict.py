@@ -23,6 +23,7 @@ from clinicode.runtime import pick_device
 
 log = logging.getLogger(__name__)
 _EPS = 1e-8
+_CACHE_NOTES = 4  # notes per phrase-window pass on CPU: 4 x 2,500 x 50 floats stay in cache
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,10 @@ class Predictor:
                 En = E / (E.norm(dim=-1, keepdim=True) + _EPS)
                 Cn = C / (C.norm(dim=-1, keepdim=True) + _EPS)
                 self._table = (En @ Cn.T).contiguous()                                    # [V, K] word-code cosine
-                self._words = E
+                self._table[0] = 0.0                                                      # PAD: zero compatibility
+                self._words = E.contiguous()
+                self._phrase_w = [float(x) for x in model.phrase_w.detach().cpu()]       # W1 as Python floats
+                self._phrase_b = model.phrase_b.detach().clone()                          # [K] b1
 
     @classmethod
     def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = 64) -> "Predictor":
@@ -119,20 +123,43 @@ class Predictor:
         return self.checkpoint.max_len
 
     # ---------------------------------------------------------------- scoring
+    def _phrase_max(self, ids_p: torch.Tensor, L: int, r: int, *, keep_u: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """m (and u) for a few notes whose [n, L, K] working set fits in the CPU cache."""
+        Gp = F.embedding(ids_p, self._table)                                               # [n, L+2r, K] cosines
+        if r or self.checkpoint.model.config.compat == "cosine":
+            w = self._phrase_w
+            u = Gp[:, 0:L] * w[0]                                                          # [n, L, K]
+            for j in range(1, 2 * r + 1):
+                u.add_(Gp[:, j:j + L], alpha=w[j])                                         # [n, L, K] window sum
+            u.add_(self._phrase_b).relu_()                                                 # [n, L, K] u
+        else:
+            u = Gp                                                                         # [n, L, K] linear ablation
+        return u.amax(dim=2), (u if keep_u else None)                                      # [n, L], [n, L, K]
+
     def _leam_batch(self, ids: torch.Tensor, mask: torch.Tensor, *, attention: bool):
+        """The model's forward pass, rearranged for inference (same mathematics as LEAM.forward).
+
+        G is gathered from the stored [V, K] table in [B, L, K] layout (codes contiguous); the phrase window
+        becomes 2r+1 shifted multiply-adds, done a few notes at a time so the working set stays in cache
+        (a 1-channel convolution over [B*K, 1, L] is several times slower on CPU); the "same" zero padding
+        comes free from padding ids with PAD, whose table row is 0; z is an `embedding_bag` weighted by
+        beta, so word vectors are never materialised per position.
+        """
         model = self.checkpoint.model
         cfg = model.config
         ids, mask = ids.to(self.device), mask.to(self.device)
         B, L = ids.shape
-        G = self._table[ids].transpose(1, 2)                                               # [B, K, L] gathered cosines
-        G = G * mask.unsqueeze(1).to(G.dtype)                                              # [B, K, L] padding -> 0
-        u = model.phrase_scores(G)                                                         # [B, K, L]
-        m = u.amax(dim=1).masked_fill(~mask, float("-inf"))                                # [B, L]
+        r = cfg.radius if cfg.compat == "cosine" else 0
+        ids_p = F.pad(ids, (r, r), value=0)                                                # [B, L+2r] PAD both sides
+        step = _CACHE_NOTES if self.device.type == "cpu" else B
+        parts = [self._phrase_max(ids_p[i:i + step], L, r, keep_u=attention) for i in range(0, B, step)]
+        m = torch.cat([p[0] for p in parts]).masked_fill_(~mask, float("-inf"))           # [B, L]
         beta = torch.softmax(m, dim=-1)                                                    # [B, L]
-        z = torch.einsum("bl,blp->bp", beta, self._words[ids])                             # [B, P]
+        z = F.embedding_bag(ids, self._words, per_sample_weights=beta, mode="sum")        # [B, P]
         logits = model.head(z)                                                             # [B, K]
         probs = model.probabilities(logits)                                                # [B, K]
         if attention:
+            u = torch.cat([p[1] for p in parts]).transpose(1, 2)                           # [B, K, L]
             return probs, beta, u, z
         return probs, None, None, z
 

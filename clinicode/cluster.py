@@ -1,0 +1,56 @@
+"""Run `predict` on a cluster engine: one engine-neutral pandas function around `Predictor`.
+
+Dask (`map_partitions`), Spark (`mapInPandas`) and Ray Data (`map_batches(batch_format="pandas")`) all call a
+function on pandas DataFrames in worker processes. `score_partition` is that function: it loads the checkpoint
+once per worker process (cached by path) and returns one row per input row, in order, with the same JSON record
+`clinicode predict` writes. Each worker needs the checkpoint folder at the same path (shared or copied storage).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pandas as pd
+
+from clinicode.predict import Predictor
+
+OUTPUT_COLUMNS = ("id", "record")
+_CACHE: dict[tuple[str, str], Predictor] = {}
+_LOCK = threading.Lock()
+
+
+def _predictor(checkpoint: str, device: str) -> Predictor:
+    key = (str(Path(checkpoint).resolve()), device)
+    with _LOCK:
+        if key not in _CACHE:
+            _CACHE[key] = Predictor.from_checkpoint(key[0], device=device)
+        return _CACHE[key]
+
+
+def score_partition(
+    df: pd.DataFrame,
+    *,
+    checkpoint: str,
+    top_k: int | None = 10,
+    threshold: float | None = None,
+    explain: int = 0,
+    device: str = "cpu",
+) -> pd.DataFrame:
+    """Score one partition of notes.
+
+    Args:
+        df: columns `id` and `text` (other columns are ignored).
+        checkpoint: run or checkpoint folder, readable by every worker.
+    Returns:
+        DataFrame with columns `id` (str) and `record` (the JSON output record, with `error` for bad notes),
+        one row per input row, in order.
+    """
+    if len(df) == 0:
+        return pd.DataFrame({"id": pd.Series([], dtype=str), "record": pd.Series([], dtype=str)})
+    pred = _predictor(checkpoint, device)
+    ids = [str(i) for i in df["id"]]
+    texts = [t if isinstance(t, str) else None for t in df["text"]]
+    results = pred.predict(texts, ids=ids, top_k=top_k, threshold=threshold, explain=explain)
+    return pd.DataFrame({"id": ids, "record": [json.dumps(r.to_dict(), ensure_ascii=False) for r in results]})

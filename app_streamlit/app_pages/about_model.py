@@ -1,0 +1,78 @@
+"""Model card: where the run came from (data, label set), how it was trained, and its test metrics."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+import render
+import state
+
+run = state.current_run()
+card = state.read_card(str(run))
+pred = state.current_predictor()
+manifest = card.get("manifest") or {}
+data = manifest.get("data") or {}
+
+st.title(f"Model card: {run.name}")
+c = st.columns(4)
+c[0].metric("Model", card.get("model", "?"), border=True)
+c[1].metric("Codes", card.get("n_labels", len(pred.labels)), border=True)
+c[2].metric("Tuned threshold", f"{float(card['threshold']):.3f}", border=True)
+c[3].metric("Max tokens", pred.max_len, border=True)
+st.caption(
+    f"clinicode {manifest.get('clinicode_version', '?')} · created {manifest.get('created', '?')} · "
+    f"best epoch {manifest.get('epoch', '?')} · seed {manifest.get('seed', '?')}"
+)
+
+st.subheader("Data")
+if data:
+    present = state.test_data_dir(run, manifest) is not None
+    st.markdown(
+        f"Prepared dataset `{data.get('path', '?')}` "
+        f"({'still present' if present else 'no longer on disk'}): "
+        f"**{data.get('n_train', '?')}** train · **{data.get('n_dev', '?')}** dev · **{data.get('n_test', '?')}** test notes"
+        + (f" · label set `{data['label_set']}`" if data.get("label_set") else "")
+    )
+else:
+    st.caption("The manifest records no data folder.")
+
+mt = card.get("metrics_test") or {}
+st.subheader("Test metrics")
+if mt:
+    rows = []
+    for name, m in ((f"tuned ({float(mt.get('threshold', card['threshold'])):.3f})", mt), ("0.5", mt.get("threshold_0.5") or {})):
+        rows.append({"threshold": name, **{k: v for k, v in render.headline_metrics(m).items()}})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
+                 column_config={k: st.column_config.NumberColumn(format="%.3f") for k, _ in render.HEADLINE})
+else:
+    st.caption("No test metrics (trained without a test split).")
+
+hist = state.read_history(str(run))
+if not hist.empty and "epoch" in hist:
+    st.subheader("Training history")
+    cols = [c for c in ("train_loss", "dev_f1_micro", "dev_f1_macro", "dev_auc_macro", "dev_prec_at_5") if c in hist]
+    long = hist.melt("epoch", value_vars=cols, var_name="series", value_name="value")
+    chart = alt.Chart(long).mark_line(point=True).encode(
+        x=alt.X("epoch:Q", axis=alt.Axis(tickMinStep=1)), y="value:Q", color=alt.Color("series:N", title=None),
+        tooltip=["epoch", "series", alt.Tooltip("value:Q", format=".4f")],
+    ).properties(height=260)
+    st.altair_chart(chart, width="stretch")
+
+left, right = st.columns(2)
+with left:
+    st.subheader("Training settings")
+    settings = render.flat_items({"train": card.get("train_config") or {}, "model": card.get("model_config") or {}})
+    st.dataframe(pd.DataFrame(settings, columns=["setting", "value"]), hide_index=True, width="stretch", height=420)
+with right:
+    st.subheader("Label set")
+    per = {r["code"]: r for r in mt.get("per_code") or []}
+    labels = pd.DataFrame({
+        "code": list(pred.labels.codes),
+        "description": list(pred.labels.descriptions),
+        "test support": [per.get(c, {}).get("support") for c in pred.labels.codes],
+        "test F1": [per.get(c, {}).get("f1") for c in pred.labels.codes],
+    })
+    st.dataframe(labels, hide_index=True, width="stretch", height=420,
+                 column_config={"test F1": st.column_config.NumberColumn(format="%.3f")})

@@ -1,0 +1,82 @@
+"""Batch scoring: upload CSV or JSONL (id, text) -> scored table with per-row errors -> CSV / JSONL download."""
+
+from __future__ import annotations
+
+import hashlib
+
+import streamlit as st
+
+import render
+import state
+
+pred = state.current_predictor()
+run = state.current_run()
+
+st.title("Batch scoring")
+st.caption(
+    f"Model **{run.name}**. Upload a CSV with columns `id,text` or a JSONL file with one `{{\"id\", \"text\"}}` object per "
+    f"line (at most {render.MAX_UPLOAD_MB} MB). Files are read in memory and never saved."
+)
+
+up = st.file_uploader(
+    "Notes file", type=["csv", "jsonl"], key="batch_file", max_upload_size=render.MAX_UPLOAD_MB,
+)
+tuned = float(pred.threshold)
+thr = st.number_input(
+    "Threshold", 0.0, 1.0, value=round(tuned, 3), step=0.01, format="%.3f", key=f"batch_threshold_{run.name}",
+    help=f"Codes with probability ≥ threshold are predicted. Default: the dev-tuned {tuned:.3f}.",
+)
+if up is None:
+    st.info("Upload a file to score it.")
+    st.stop()
+if up.size > render.MAX_UPLOAD_MB * 1024 * 1024:
+    st.error(f"{up.name} is {up.size / 1e6:.1f} MB; the limit is {render.MAX_UPLOAD_MB} MB. Split the file.")
+    st.stop()
+
+data = up.getvalue()
+key = hashlib.sha256(data).hexdigest() + f"|{run}|{thr:.6f}"
+res = st.session_state.get("batch_result")
+if res is None or res["key"] != key:
+    parsed = render.parse_batch(data, up.name)
+    if parsed.error:
+        st.error(parsed.error)
+        st.stop()
+    bar = st.progress(0.0, text=f"Scoring {len(parsed.rows)} notes…")
+    results = render.score_batch(
+        pred, parsed.rows, threshold=thr,
+        on_progress=lambda done, total: bar.progress(done / max(total, 1), text=f"Scored {done} of {total} notes"),
+    )
+    bar.empty()
+    res = {"key": key, "results": results}
+    st.session_state["batch_result"] = res
+results = res["results"]
+
+n_err = int(results["error"].notna().sum())
+c1, c2, c3 = st.columns(3)
+c1.metric("Notes", len(results), border=True)
+c2.metric("Scored", len(results) - n_err, border=True)
+c3.metric("Errors", n_err, border=True)
+if n_err:
+    st.warning(f"{n_err} row{'s' * (n_err != 1)} could not be scored; see the error column.")
+st.dataframe(
+    results, hide_index=True, width="stretch",
+    column_config={
+        "id": st.column_config.TextColumn("id"),
+        "codes": st.column_config.TextColumn("Predicted codes"),
+        "n_codes": st.column_config.NumberColumn("# codes"),
+        "top_code": st.column_config.TextColumn("Top code"),
+        "top_score": st.column_config.ProgressColumn("Top probability", min_value=0.0, max_value=1.0, format="%.3f"),
+        "scores": st.column_config.TextColumn("Scores of predicted codes"),
+        "error": st.column_config.TextColumn("Error"),
+    },
+)
+d1, d2, _ = st.columns([1, 1, 3])
+stem = up.name.rsplit(".", 1)[0]
+d1.download_button(
+    "Download CSV", render.batch_csv_bytes(results), file_name=f"{stem}_codes.csv", mime="text/csv",
+    key="dl_batch_csv", on_click="ignore", icon=":material/download:",
+)
+d2.download_button(
+    "Download JSONL", render.batch_jsonl_bytes(results), file_name=f"{stem}_codes.jsonl", mime="application/jsonl",
+    key="dl_batch_jsonl", on_click="ignore", icon=":material/download:",
+)

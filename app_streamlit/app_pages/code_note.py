@@ -1,0 +1,152 @@
+"""Code a note: paste, upload or pick a test note -> codes with probabilities, TP/FP/FN marks, highlights."""
+
+from __future__ import annotations
+
+import hashlib
+
+import streamlit as st
+
+import render
+import state
+
+EXPLAIN = 5  # evidence spans per code
+
+run = state.current_run()
+manifest = state.read_manifest(str(run))
+data_dir = state.test_data_dir(run, manifest)
+
+st.title("Code a note")
+st.caption(
+    f"Model **{run.name}** ({manifest.get('model', '?')}, {manifest.get('n_labels', '?')} codes). "
+    "Notes stay in this browser session: nothing is saved or logged."
+)
+
+sources = ["Paste text", "Upload .txt"] + (["Test split note"] if data_dir is not None else [])
+source = st.radio("Note source", sources, horizontal=True, key="note_source")
+
+text: str | None = None
+gold: list[str] | None = None
+note_id: str | None = None
+if source == "Paste text":
+    text = st.text_area(
+        "Clinical note", key="note_text", height=220, placeholder="Paste a discharge summary (free text)…"
+    )
+elif source == "Upload .txt":
+    up = st.file_uploader("Note file (.txt, UTF-8)", type=["txt"], key="note_file", max_upload_size=render.MAX_UPLOAD_MB)
+    if up is not None:
+        if up.size > render.MAX_UPLOAD_MB * 1024 * 1024:
+            st.error(f"{up.name} is {up.size / 1e6:.1f} MB; the limit is {render.MAX_UPLOAD_MB} MB.")
+            st.stop()
+        try:
+            text = up.getvalue().decode("utf-8-sig")
+        except UnicodeDecodeError:
+            st.error(f"{up.name} is not UTF-8 text; save it as UTF-8 and upload it again.")
+            st.stop()
+else:
+    test_df = state.read_test_notes(str(data_dir))
+    ids = test_df["id"].tolist()
+    n_gold = dict(zip(ids, (len(x) for x in test_df["labels"])))
+    note_id = st.selectbox(
+        f"Test note ({len(ids)} in the test split)", ids, key="test_note_id",
+        format_func=lambda i: f"{i}  ·  {n_gold[i]} gold codes",
+    )
+    row = test_df.loc[test_df["id"] == note_id].iloc[0]
+    text = row["text"]
+    gold = list(row["labels"])
+
+clicked = st.button("Predict codes", key="predict", type="primary")
+
+# The result is kept in session state (memory only), keyed by run and a hash of the note, so moving the
+# threshold or the highlight choice never re-scores. One scoring at threshold 0 gives every code's
+# probability and every code's evidence spans, so the slider can move codes in and out freely.
+key = hashlib.sha256(f"{run}\x00{text or ''}".encode()).hexdigest() if text else None
+if clicked:
+    if not text or not text.strip():
+        st.warning("The note is empty; paste or upload some clinical text first.")
+        st.stop()
+    pred = state.current_predictor()  # the model (and torch) load on first use, not on the first render
+    with st.spinner("Scoring…"):
+        (p,) = pred.predict([text], ids=[note_id or "note"], top_k=None, threshold=0.0, explain=EXPLAIN)
+    st.session_state["note_result"] = {"key": key, "pred": p}
+
+res = st.session_state.get("note_result")
+if res is None or res["key"] != key:
+    st.info("Choose a note and press **Predict codes**.")
+    st.stop()
+p = res["pred"]
+pred = state.current_predictor()
+if gold is not None:
+    gold = [c for c in gold if c in pred.labels]
+if p.error:
+    st.error(p.error)
+    st.stop()
+
+descs = dict(zip(pred.labels.codes, pred.labels.descriptions))
+tuned = float(pred.threshold)
+thr = st.slider(
+    "Threshold", 0.0, 1.0, value=round(tuned, 3), step=0.005, format="%.3f", key=f"threshold_{run.name}",
+    help=f"Codes with probability ≥ threshold are predicted. Default: the dev-tuned {tuned:.3f}.",
+)
+table = render.code_table(p.scores, descs, thr, gold=gold, top_k=10)
+predicted = table.loc[table["above_threshold"], "code"].tolist()
+st.session_state["predicted_codes"] = predicted
+
+left, right = st.columns([6, 5], gap="large")
+with left:
+    st.subheader(f"{len(predicted)} predicted code{'s' * (len(predicted) != 1)}")
+    if gold is not None:
+        cnt = render.outcome_counts(table)
+        st.markdown(
+            f"Gold codes known: **{len(gold)}** &nbsp; :green-badge[TP {cnt['TP']}] :orange-badge[FP {cnt['FP']}] "
+            f":red-badge[FN {cnt['FN']}]"
+        )
+    if p.truncated:
+        st.caption(f"The note was cut to the model's first {pred.max_len} tokens.")
+    st.dataframe(
+        render.style_outcomes(table), hide_index=True, width="stretch",
+        column_order=[c for c in ("code", "outcome", "description", "probability", "above_threshold", "gold") if c in table],
+        column_config={
+            "code": st.column_config.TextColumn("Code", width="small"),
+            "description": st.column_config.TextColumn("Description", width="medium"),
+            "probability": st.column_config.ProgressColumn(
+                "Probability", min_value=0.0, max_value=1.0, format="%.3f", width="small"
+            ),
+            "above_threshold": st.column_config.CheckboxColumn("≥ thr.", width="small"),
+            "gold": st.column_config.CheckboxColumn("Gold", width="small"),
+            "outcome": st.column_config.TextColumn("Outcome", width="small"),
+        },
+    )
+    record = render.prediction_record(p, threshold=thr, run=run.name, note_id=note_id, gold=gold)
+    st.download_button(
+        "Download predictions (JSON)", render.json_bytes(record), file_name=f"{note_id or 'note'}_codes.json",
+        mime="application/json", key="dl_json", on_click="ignore", icon=":material/download:",
+    )
+
+with right:
+    st.subheader("Evidence")
+    attn = "Attention β (shared by all codes)"
+    choices = [attn] + [c for c in predicted if c in (p.code_evidence or {})]
+    if gold is not None:  # missed gold codes can be inspected too
+        choices += [c for c in gold if c not in predicted and c in (p.code_evidence or {})]
+    pick = st.selectbox(
+        "Highlight", choices, key="hl_code",
+        format_func=lambda c: c if c == attn else f"{c} — {descs.get(c, '')}",
+    )
+    if pred.kind != "leam":
+        st.caption(f"A {pred.kind} model has no attention or phrase evidence; the note is shown as text.")
+        body = render.highlight_html(text, [])
+    elif pick == attn:
+        st.caption(
+            "Amber: LEAM's attention β over tokens (one distribution for the whole note). Opacity rises with β from "
+            "the note's lowest to its highest weight; the faintest tokens are left plain."
+        )
+        body = render.highlight_html(
+            text, p.attention or [], rgb=render.ATTENTION_RGB, css_class="attn", min_alpha=0.15, scale="range"
+        )
+    else:
+        st.caption(
+            f"Green: the {EXPLAIN} phrase windows (2r+1 tokens) with the highest compatibility u[k, l] for **{pick}** "
+            "(per code, after the ReLU, before the max over codes); overlapping windows take the larger u; opacity ∝ u."
+        )
+        body = render.highlight_html(text, p.code_evidence[pick], rgb=render.EVIDENCE_RGB, css_class="evidence")
+    st.html(body)

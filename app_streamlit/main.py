@@ -1,0 +1,51 @@
+"""clinicode app entry: page config, the run picker in the sidebar, and navigation over app_pages/.
+
+The model is loaded by the pages through `state.load_predictor` (cached once per process); torch is
+imported only then. Notes typed or uploaded here stay in memory: nothing is written to disk or logged.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE) not in sys.path:  # `streamlit run` adds this folder; AppTest does not
+    sys.path.insert(0, str(_HERE))
+
+import state  # noqa: E402
+
+st.set_page_config(page_title="clinicode", page_icon=":material/medical_information:", layout="wide")
+
+root = state.runs_root()
+runs = state.list_runs(root)
+if not runs:
+    st.title("clinicode")
+    st.info(
+        f"No trained run found in `{root}` (a run is a folder holding `checkpoint/manifest.json`).\n\n"
+        "Make a demo run with `make demo` (synthetic data, trains on CPU in a few minutes), or train one with "
+        f"`clinicode train --mimic-dir MIMIC_DIR --out {root}/NAME`, then reload this page. "
+        f"Set `{state.RUNS_ENV}` to use another runs folder."
+    )
+    st.stop()
+
+with st.sidebar:
+    st.markdown("### Model")
+    name = st.selectbox("Run", runs, key="run_name", help=f"Run folders under `{root}` holding a checkpoint.")
+    run_dir = state.resolve_run(root, name)
+    if run_dir is None:  # vanished or escaped between listing and picking
+        st.error(f"Run {name!r} is no longer a valid run folder under `{root}`; pick another.")
+        st.stop()
+    st.session_state[state.RUN_KEY] = str(run_dir)
+    st.caption(f"`{root}/{name}`")
+
+pages = [
+    st.Page("app_pages/code_note.py", title="Code a note", icon=":material/edit_note:", default=True),
+    st.Page("app_pages/performance.py", title="Model performance", icon=":material/monitoring:"),
+    st.Page("app_pages/embeddings.py", title="Label embeddings", icon=":material/scatter_plot:"),
+    st.Page("app_pages/batch.py", title="Batch scoring", icon=":material/upload_file:"),
+    st.Page("app_pages/about_model.py", title="Model card", icon=":material/badge:"),
+]
+st.navigation(pages).run()

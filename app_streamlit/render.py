@@ -1,0 +1,412 @@
+"""Pure functions behind the app: predictions -> tables, note + spans -> escaped HTML, file bytes in and out.
+
+No Streamlit and no torch here; every piece of note text that reaches HTML goes through `html.escape`.
+Nothing is logged or written to disk: note text only flows from the arguments to the return value.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+ATTENTION_RGB = (255, 179, 0)   # amber: beta, one distribution shared by all codes
+EVIDENCE_RGB = (46, 160, 67)    # green: one code's own phrase compatibility u[k, l]
+MAX_UPLOAD_MB = 20
+
+
+# ------------------------------------------------------------------------------------------ code tables
+def outcome(predicted: bool, gold: bool) -> str:
+    """TP / FP / FN for one code of one note ("" for a true negative)."""
+    if predicted and gold:
+        return "TP"
+    if predicted:
+        return "FP"
+    if gold:
+        return "FN"
+    return ""
+
+
+def code_table(
+    scores: Mapping[str, float],
+    descriptions: Mapping[str, str],
+    threshold: float,
+    *,
+    gold: Iterable[str] | None = None,
+    top_k: int = 10,
+) -> pd.DataFrame:
+    """The note's code table: its top-k codes, every code at or above the threshold and every gold code.
+
+    A code is predicted when its probability is >= threshold (as in `Predictor.predict`).
+
+    Args:
+        scores: code -> probability for (ideally) every code of the label set.
+        descriptions: code -> description ("" when unknown).
+        threshold: the decision threshold in [0, 1].
+        gold: the note's gold codes when known (a test-split note); adds "gold" and "outcome" columns,
+            and gold codes scored below the threshold appear as FN rows.
+        top_k: codes always shown, highest probability first.
+    Returns:
+        DataFrame sorted by probability (desc, then code) with columns code, description, probability,
+        above_threshold and, with gold, gold (bool) and outcome ("TP"/"FP"/"FN"/"").
+    """
+    gold_set = set(gold) if gold is not None else None
+    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    keep = {c for c, _ in ranked[: max(0, top_k)]}
+    keep |= {c for c, s in ranked if s >= threshold}
+    if gold_set:
+        keep |= gold_set
+    rows = []
+    for code in sorted(keep, key=lambda c: (-scores.get(c, 0.0), c)):
+        p = float(scores.get(code, 0.0))
+        row: dict[str, Any] = {
+            "code": code,
+            "description": descriptions.get(code, ""),
+            "probability": p,
+            "above_threshold": p >= threshold,
+        }
+        if gold_set is not None:
+            row["gold"] = code in gold_set
+            row["outcome"] = outcome(p >= threshold, code in gold_set)
+        rows.append(row)
+    cols = ["code", "description", "probability", "above_threshold"] + (["gold", "outcome"] if gold_set is not None else [])
+    return pd.DataFrame(rows, columns=cols)
+
+
+OUTCOME_COLOURS = {"TP": "rgba(46, 160, 67, 0.25)", "FP": "rgba(255, 152, 0, 0.28)", "FN": "rgba(229, 57, 53, 0.25)"}
+
+
+def style_outcomes(table: pd.DataFrame) -> Any:
+    """A pandas Styler colouring the outcome cells (TP green, FP orange, FN red); the table itself if no gold."""
+    if "outcome" not in table.columns:
+        return table
+    return table.style.map(lambda v: f"background-color: {OUTCOME_COLOURS[v]}" if v in OUTCOME_COLOURS else "", subset=["outcome"])
+
+
+def outcome_counts(table: pd.DataFrame) -> dict[str, int]:
+    """{"TP": n, "FP": n, "FN": n} from a `code_table` with gold."""
+    if "outcome" not in table.columns:
+        return {}
+    vc = table["outcome"].value_counts()
+    return {k: int(vc.get(k, 0)) for k in ("TP", "FP", "FN")}
+
+
+# ------------------------------------------------------------------------------------------ highlighting
+def _weight(span: Any) -> tuple[int, int, float]:
+    if isinstance(span, Mapping):
+        return int(span["start"]), int(span["end"]), float(span["weight"])
+    if isinstance(span, (tuple, list)):
+        return int(span[0]), int(span[1]), float(span[2])
+    return int(span.start), int(span.end), float(span.weight)
+
+
+def highlight_html(
+    text: str,
+    spans: Sequence[Any],
+    *,
+    rgb: tuple[int, int, int] = ATTENTION_RGB,
+    css_class: str = "attn",
+    min_alpha: float = 0.0,
+    scale: str = "max",
+    element_id: str = "note-hl",
+) -> str:
+    """The note as HTML with `<mark>` spans whose opacity follows their weight.
+
+    Spans are [start, end) character offsets into `text` with a weight (objects with .start/.end/.weight,
+    dicts or tuples). Overlapping spans are cut at every boundary and each piece takes the largest weight
+    covering it; adjacent spans stay separate marks. Opacity = weight / max weight (scale="max") or
+    (weight - min) / (max - min) over the spans (scale="range", for near-uniform weights such as beta);
+    pieces below `min_alpha` are left unmarked. Every piece of `text` is `html.escape`d, marked or not.
+
+    Args:
+        text: the note.
+        spans: highlight spans; out-of-range offsets are clipped, empty or non-positive-weight ones ignored.
+        rgb: highlight colour.
+        css_class: class of each `<mark>`.
+        min_alpha: hide pieces fainter than this (e.g. 0.05 for the attention over every token).
+        scale: "max" or "range" (see above).
+        element_id: id of the wrapping `<div>`.
+    Returns:
+        One `<div>` string (white-space: pre-wrap, so line breaks show).
+    """
+    n = len(text)
+    clean = []
+    for sp in spans:
+        a, b, w = _weight(sp)
+        a, b = max(0, min(a, n)), max(0, min(b, n))
+        if b > a and w > 0:
+            clean.append((a, b, w))
+    top = max((w for _, _, w in clean), default=0.0)
+    low = min((w for _, _, w in clean), default=0.0) if scale == "range" else 0.0
+    if scale not in ("max", "range"):
+        raise ValueError(f"scale must be 'max' or 'range', got {scale!r}")
+    cuts = sorted({0, n, *(a for a, _, _ in clean), *(b for _, b, _ in clean)})
+    r, g, bl = rgb
+    parts = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        piece = html.escape(text[lo:hi], quote=True)
+        w = max((sw for a, b, sw in clean if a <= lo and hi <= b), default=0.0)
+        alpha = (w - low) / (top - low) if top > low else (1.0 if w > 0 else 0.0)
+        if w > 0 and alpha >= min_alpha:
+            a_str = f"{max(alpha, 0.08):.2f}"
+            parts.append(
+                f'<mark class="{css_class}" data-start="{lo}" data-end="{hi}" title="{w:.4f}" '
+                f'style="background-color: rgba({r}, {g}, {bl}, {a_str}); color: inherit; padding: 0 1px; border-radius: 2px">'
+                f"{piece}</mark>"
+            )
+        else:
+            parts.append(piece)
+    return (
+        f'<div id="{element_id}" class="note-hl" style="white-space: pre-wrap; font-family: ui-monospace, monospace; '
+        f'font-size: 0.85rem; line-height: 1.55; max-height: 32rem; overflow-y: auto; padding: 0.75rem; '
+        f'border: 1px solid rgba(128,128,128,0.35); border-radius: 0.4rem">' + "".join(parts) + "</div>"
+    )
+
+
+def marked_texts(html_str: str) -> list[str]:
+    """The unescaped text inside each `<mark>` of `highlight_html` output (for tests and checks)."""
+    out, pos = [], 0
+    while (i := html_str.find("<mark", pos)) != -1:
+        j = html_str.index(">", i) + 1
+        k = html_str.index("</mark>", j)
+        out.append(html.unescape(html_str[j:k]))
+        pos = k + len("</mark>")
+    return out
+
+
+# ------------------------------------------------------------------------------------------ exports
+def prediction_record(
+    pred: Any, *, threshold: float, run: str, note_id: str | None = None, gold: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """One note's JSON export (no note text): codes at the threshold, all scores and the evidence spans.
+
+    Args:
+        pred: a `clinicode.predict.Prediction` made with threshold 0 and top_k None (scores for every code).
+        threshold: the threshold chosen in the app.
+        run: the run (model) name.
+        note_id: id of a test-split note, if any.
+        gold: its gold codes, if known.
+    """
+    scores = dict(pred.scores)
+    predicted = [
+        {"code": c.code, "description": c.description, "score": round(float(c.score), 6)}
+        for c in pred.predicted
+        if c.score >= threshold
+    ]
+    rec: dict[str, Any] = {
+        "id": note_id if note_id is not None else pred.id,
+        "run": run,
+        "threshold": round(float(threshold), 6),
+        "predicted": predicted,
+        "scores": {c: round(float(s), 6) for c, s in sorted(scores.items(), key=lambda kv: -kv[1])},
+        "truncated": bool(pred.truncated),
+        "n_tokens": int(pred.n_tokens),
+    }
+    if gold is not None:
+        rec["gold"] = list(gold)
+    if pred.evidence is not None:
+        keep = {p["code"] for p in predicted}
+        rec["evidence"] = {
+            "attention": [_span_dict(s) for s in pred.evidence],
+            "codes": {c: [_span_dict(s) for s in spans] for c, spans in (pred.code_evidence or {}).items() if c in keep},
+        }
+    return rec
+
+
+def _span_dict(s: Any) -> dict[str, Any]:
+    a, b, w = _weight(s)
+    return {"start": a, "end": b, "weight": round(w, 6)}
+
+
+def json_bytes(obj: Any) -> bytes:
+    """Pretty UTF-8 JSON."""
+    return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+# ------------------------------------------------------------------------------------------ batch files
+@dataclass
+class BatchInput:
+    """Parsed upload: one row per record (id, text, error) or a file-level error message."""
+
+    rows: pd.DataFrame
+    error: str | None = None
+
+
+def _row_error(rid: str, text: Any) -> str | None:
+    if text is None or (isinstance(text, float) and text != text):
+        return f"record {rid!r}: missing text"
+    if not isinstance(text, str):
+        return f"record {rid!r}: 'text' is {type(text).__name__}, expected a string"
+    if not text.strip():
+        return f"record {rid!r}: empty text; nothing to code"
+    return None
+
+
+def parse_batch(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_MB * 1024 * 1024) -> BatchInput:
+    """Read an uploaded CSV or JSONL of notes (fields id, text) without raising.
+
+    Bad records (invalid JSON, no text, non-string text, blank text) keep a row with an `error`;
+    a bad file (too big, not UTF-8, unknown extension, CSV without a text column) gives `error` and no rows.
+
+    Args:
+        data: the file's bytes.
+        filename: its name; the extension picks the format (.csv, .jsonl, .json lines also accepted as .ndjson).
+        max_bytes: refuse larger uploads.
+    Returns:
+        BatchInput with rows [id, text, error] in file order.
+    """
+    empty = pd.DataFrame(columns=["id", "text", "error"], dtype=object)
+    if len(data) > max_bytes:
+        return BatchInput(empty, f"{filename}: {len(data) / 1e6:.1f} MB is over the {max_bytes / 2**20:.0f} MB limit; split the file.")
+    try:
+        raw = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        return BatchInput(empty, f"{filename}: not UTF-8 text (byte {err.start}); save it as UTF-8.")
+    ext = filename.lower().rsplit(".", 1)[-1] if "." in filename else ""
+    rows: list[dict[str, Any]] = []
+    if ext in ("jsonl", "ndjson"):
+        for n, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                rows.append({"id": f"line-{n}", "text": None, "error": f"line {n}: not valid JSON"})
+                continue
+            if not isinstance(obj, dict):
+                rows.append({"id": f"line-{n}", "text": None, "error": f"line {n}: expected a JSON object with 'id' and 'text'"})
+                continue
+            rid = str(obj["id"]) if obj.get("id") is not None else f"line-{n}"
+            text = obj.get("text")
+            rows.append({"id": rid, "text": text if isinstance(text, str) else None, "error": _row_error(rid, text)})
+    elif ext == "csv":
+        try:
+            df = pd.read_csv(io.StringIO(raw), dtype=str, keep_default_na=False)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error, ValueError) as err:
+            return BatchInput(empty, f"{filename}: could not read as CSV ({type(err).__name__}); check the quoting and header.")
+        if "text" not in df.columns:
+            cols = ", ".join(map(str, df.columns)) or "none"
+            return BatchInput(empty, f"{filename}: no 'text' column (columns: {cols}); add one holding the notes.")
+        ids = df["id"] if "id" in df.columns else pd.Series([""] * len(df))
+        for n, (rid, text) in enumerate(zip(ids, df["text"]), start=1):
+            rid = str(rid) if str(rid).strip() else f"row-{n}"
+            rows.append({"id": rid, "text": text, "error": _row_error(rid, text)})
+    else:
+        return BatchInput(empty, f"{filename}: unknown file type; upload a .csv or .jsonl with columns id and text.")
+    # object dtype keeps None as None (pandas 3 would turn a str column's None into NaN)
+    return BatchInput(pd.DataFrame(rows, columns=["id", "text", "error"], dtype=object))
+
+
+def score_batch(
+    predictor: Any,
+    rows: pd.DataFrame,
+    *,
+    threshold: float,
+    chunk: int = 32,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> pd.DataFrame:
+    """Score parsed rows in chunks; a row that cannot be scored keeps an error and never stops the rest.
+
+    Args:
+        predictor: a `clinicode.predict.Predictor`.
+        rows: [id, text, error] from `parse_batch`.
+        threshold: codes scoring >= threshold are predicted.
+        chunk: notes per `predict` call (and per progress step).
+        on_progress: called with (done, total) after each chunk.
+    Returns:
+        DataFrame with columns id, codes (";"-joined predicted codes, best first), n_codes, top_code,
+        top_score, scores (JSON of code -> probability for the predicted codes) and error (None when fine).
+        No note text.
+    """
+    out: list[dict[str, Any]] = []
+    total = len(rows)
+    recs = rows.to_dict("records")
+    for lo in range(0, total, chunk):
+        part = recs[lo : lo + chunk]
+        todo = [r for r in part if not isinstance(r["error"], str)]
+        preds: dict[int, Any] = {}
+        if todo:
+            try:
+                res = predictor.predict([r["text"] for r in todo], ids=[r["id"] for r in todo], top_k=1, threshold=threshold)
+                preds = {id(r): p for r, p in zip(todo, res)}
+            except Exception as err:  # noqa: BLE001 - one bad chunk must not crash the page
+                preds = {id(r): f"could not score ({type(err).__name__})" for r in todo}
+        for r in part:
+            p = preds.get(id(r))
+            err_msg = (r["error"] if isinstance(r["error"], str) else None) if p is None else (p if isinstance(p, str) else p.error)
+            if err_msg is not None:
+                out.append({"id": r["id"], "codes": "", "n_codes": 0, "top_code": None, "top_score": None, "scores": "{}", "error": err_msg})
+                continue
+            top_code, top_score = next(iter(p.scores.items()), (None, None))
+            out.append({
+                "id": r["id"],
+                "codes": ";".join(c.code for c in p.predicted),
+                "n_codes": len(p.predicted),
+                "top_code": top_code,
+                "top_score": None if top_score is None else float(top_score),
+                "scores": json.dumps({c.code: round(float(c.score), 6) for c in p.predicted}),
+                "error": None,
+            })
+        if on_progress is not None:
+            on_progress(min(lo + chunk, total), total)
+    df = pd.DataFrame(out, columns=["id", "codes", "n_codes", "top_code", "top_score", "scores", "error"])
+    df["error"] = pd.Series([r["error"] for r in out], dtype=object, index=df.index)  # None stays None
+    return df
+
+
+def batch_csv_bytes(results: pd.DataFrame) -> bytes:
+    """The scored table as UTF-8 CSV."""
+    return results.to_csv(index=False).encode("utf-8")
+
+
+def batch_jsonl_bytes(results: pd.DataFrame) -> bytes:
+    """One JSON object per scored note: {id, predicted: [{code, score}], error?}."""
+    lines = []
+    for r in results.to_dict("records"):
+        err = r.get("error")
+        if isinstance(err, str):
+            lines.append(json.dumps({"id": r["id"], "error": err}, ensure_ascii=False))
+            continue
+        scores = json.loads(r["scores"]) if r.get("scores") else {}
+        lines.append(json.dumps({"id": r["id"], "predicted": [{"code": c, "score": s} for c, s in scores.items()]}, ensure_ascii=False))
+    return ("\n".join(lines) + ("\n" if lines else "")).encode("utf-8")
+
+
+# ------------------------------------------------------------------------------------------ model card
+def flat_items(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """Nested dict -> sorted (dotted key, value as text) pairs for a two-column settings table."""
+    out: list[tuple[str, str]] = []
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.extend(flat_items(v, key + "."))
+        elif isinstance(v, (list, tuple)) and len(v) > 8:
+            out.append((key, f"[{len(v)} items]"))
+        else:
+            out.append((key, json.dumps(v) if not isinstance(v, str) else v))
+    return out
+
+
+HEADLINE = [
+    ("auc_macro", "Macro AUC"),
+    ("auc_micro", "Micro AUC"),
+    ("f1_macro", "Macro F1"),
+    ("f1_micro", "Micro F1"),
+    ("prec_at_5", "P@5"),
+    ("prec_at_8", "P@8"),
+]
+
+
+def headline_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float | None]:
+    """The six headline numbers (label -> value or None) from a metrics dict."""
+    m = metrics or {}
+    out: dict[str, float | None] = {}
+    for key, label in HEADLINE:
+        v = m.get(key)
+        out[label] = None if v is None or (isinstance(v, float) and v != v) else float(v)
+    return out

@@ -1,0 +1,169 @@
+"""Run discovery and cached loaders for the app: the model once per process, test data and scores per run.
+
+Torch is imported only inside `load_predictor` (through clinicode.predict), so the first page stays light.
+Nothing here writes to disk or logs note text; user notes are never cached across sessions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+RUNS_ENV = "CLINICODE_RUNS"
+RUN_KEY = "run_dir"
+MAX_TEST_NOTES = 1000  # notes embedded for the label-embedding page (deterministic subsample beyond that)
+
+
+def runs_root() -> Path:
+    """The runs folder: $CLINICODE_RUNS, else `runs/` in the working directory."""
+    return Path(os.environ.get(RUNS_ENV) or "runs")
+
+
+def list_runs(root: Path) -> list[str]:
+    """Names of the run folders directly under `root` that hold checkpoint/manifest.json.
+
+    A subfolder (or its checkpoint) that resolves outside `root`, e.g. through a symlink, is skipped.
+    """
+    try:
+        base = root.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return []
+    if not base.is_dir():
+        return []
+    names = []
+    for child in sorted(base.iterdir(), key=lambda p: p.name):
+        if child.name.startswith("."):
+            continue
+        try:
+            if inside_root(base, child) and inside_root(base, child / "checkpoint" / "manifest.json"):
+                if (child / "checkpoint" / "manifest.json").resolve().is_file():
+                    names.append(child.name)
+        except OSError:
+            continue
+    return names
+
+
+def inside_root(root: Path, path: Path) -> bool:
+    """True when `path` exists and, with every symlink resolved, lies inside `root` (resolved)."""
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return False
+    return real.is_relative_to(root.resolve())
+
+
+def resolve_run(root: Path, name: str) -> Path | None:
+    """The resolved run folder for a picked name, or None if the name is not one of `list_runs(root)`."""
+    if name not in list_runs(root):
+        return None
+    return (root / name).resolve()
+
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
+def load_predictor(run_dir: str) -> Any:
+    """The `Predictor` of a run folder, loaded once per process (keyed by the resolved path string)."""
+    from clinicode.predict import Predictor  # lazy: pulls in torch
+
+    return Predictor.from_checkpoint(run_dir, device="cpu")
+
+
+def current_run() -> Path:
+    """The run chosen in the sidebar (main.py stores it before any page runs)."""
+    return Path(st.session_state[RUN_KEY])
+
+
+def current_predictor() -> Any:
+    return load_predictor(str(current_run()))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def read_card(run_dir: str) -> dict[str, Any]:
+    """The model card as plain JSON data (safe to copy)."""
+    return json.loads(json.dumps(load_predictor(run_dir).card(), default=str))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def read_history(run_dir: str) -> pd.DataFrame:
+    """RUN/history.jsonl as a DataFrame (empty when missing)."""
+    path = Path(run_dir) / "history.jsonl"
+    if not path.is_file():
+        return pd.DataFrame()
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return pd.DataFrame(rows)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def read_scores_test(run_dir: str) -> dict[str, np.ndarray] | None:
+    """RUN/scores_test.npz (ids, y_true, scores) or None."""
+    path = Path(run_dir) / "scores_test.npz"
+    if not path.is_file():
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in ("ids", "y_true", "scores")}
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def read_manifest(run_dir: str) -> dict[str, Any]:
+    """RUN/checkpoint/manifest.json without loading the model (keeps the first page free of torch)."""
+    try:
+        return json.loads((Path(run_dir) / "checkpoint" / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def test_data_dir(run_dir: Path, manifest: dict[str, Any]) -> Path | None:
+    """The prepared-data folder the run trained on, if it still exists (manifest path, else RUN/data)."""
+    cands = []
+    data = manifest.get("data") or {}
+    if isinstance(data, dict) and data.get("path"):
+        p = Path(str(data["path"]))
+        cands.append(p if p.is_absolute() else run_dir / p)
+    cands.append(run_dir / "data")
+    for p in cands:
+        if any((p / f"test.{ext}").is_file() for ext in ("parquet", "jsonl", "csv")):
+            return p
+    return None
+
+
+@st.cache_data(show_spinner="Reading the test split…", max_entries=4)
+def read_test_notes(data_dir: str) -> pd.DataFrame:
+    """The test split (id, text, labels as a list of codes) of a prepared-data folder."""
+    d = Path(data_dir)
+    if (d / "test.parquet").is_file():
+        df = pd.read_parquet(d / "test.parquet", columns=["id", "text", "labels"])
+    elif (d / "test.jsonl").is_file():
+        df = pd.read_json(d / "test.jsonl", lines=True, dtype={"id": str})[["id", "text", "labels"]]
+    else:
+        df = pd.read_csv(d / "test.csv", dtype=str, keep_default_na=False)[["id", "text", "labels"]]
+    df["id"] = df["id"].astype(str)
+    df["labels"] = [_as_code_list(v) for v in df["labels"]]
+    return df.reset_index(drop=True)
+
+
+def _as_code_list(v: Any) -> list[str]:
+    if isinstance(v, str):
+        s = v.strip()
+        if s.startswith("["):
+            return [str(c) for c in json.loads(s)]
+        return [c for c in s.replace(",", ";").split(";") if c]
+    if v is None:
+        return []
+    return [str(c) for c in list(v)]
+
+
+@st.cache_data(show_spinner="Embedding the test notes…", max_entries=4)
+def test_embeddings(run_dir: str, data_dir: str) -> dict[str, Any]:
+    """Note vectors z of (up to MAX_TEST_NOTES) test notes, their gold codes, and the code vectors C."""
+    pred = load_predictor(run_dir)
+    df = read_test_notes(data_dir)
+    if len(df) > MAX_TEST_NOTES:
+        df = df.sample(n=MAX_TEST_NOTES, random_state=0).sort_index()
+    Z = pred.embed(df["text"].tolist())                # [N, P]
+    C = pred.label_embeddings()                        # [K, P]
+    return {"Z": Z, "C": C, "labels": [list(x) for x in df["labels"]], "n_total": len(read_test_notes(data_dir))}

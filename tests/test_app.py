@@ -1,0 +1,228 @@
+"""The Streamlit app through AppTest on a copy of the tiny run: pages, coding a note, threshold, gold marks, batch."""
+
+from __future__ import annotations
+
+import ast
+import re
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "app_streamlit" / "main.py"
+PAGES = ["code_note", "performance", "embeddings", "batch", "about_model"]
+NOTE = "Patient with hypertension and congestive heart failure, atrial fibrillation. <script>alert(1)</script> on coumadin."
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tiny_run, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("app_runs")
+    shutil.copytree(tiny_run, root / "tiny", ignore=shutil.ignore_patterns("state"))
+    return root
+
+
+@pytest.fixture
+def app_env(runs_dir, monkeypatch):
+    monkeypatch.setenv("CLINICODE_RUNS", str(runs_dir))
+    return runs_dir
+
+
+def _app() -> AppTest:
+    return AppTest.from_file(str(APP), default_timeout=90)
+
+
+def _ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _predicted(at: AppTest) -> list[str]:
+    return list(at.session_state["predicted_codes"])
+
+
+def _code_table(at: AppTest):
+    (df,) = [d.value for d in at.dataframe if "probability" in d.value.columns]
+    return df
+
+
+def test_no_run_shows_how_to_make_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLINICODE_RUNS", str(tmp_path / "empty"))
+    at = _ok(_app().run())
+    assert any("make demo" in i.value for i in at.info)
+    assert not at.button  # st.stop(): no page ran
+
+
+def test_every_page_renders(app_env):
+    at = _ok(_app().run())
+    assert at.sidebar.selectbox(key="run_name").value == "tiny"
+    for page in PAGES:
+        _ok(at.switch_page(f"app_pages/{page}.py").run())
+        assert at.title, page
+    # the performance page drew its charts and six headline metrics at two thresholds
+    at.switch_page("app_pages/performance.py").run()
+    assert len(at.metric) == 12 and len(at.get("vega_lite_chart")) >= 3
+    at.radio(key="perf_curve").set_value("Precision-recall").run()
+    _ok(at)
+    at.switch_page("app_pages/embeddings.py").run()
+    charts = at.get("vega_lite_chart")
+    assert len(charts) == 2
+    spec = json.loads(charts[0].proto.spec)
+    assert spec["mark"]["type"] == "rect"
+
+
+def test_pasted_note_gets_codes_highlights_and_escaping(app_env):
+    at = _ok(_app().run())
+    at.text_area(key="note_text").input(NOTE).run()
+    _ok(at.button(key="predict").click().run())
+    df = _code_table(at)
+    assert len(df) >= 10 and set(df.columns) >= {"code", "description", "probability", "above_threshold"}
+    assert "outcome" not in df.columns  # no gold for a pasted note
+    assert df["probability"].is_monotonic_decreasing
+    (hl,) = [h.value for h in at.html if 'id="note-hl"' in h.value]
+    assert '<mark class="attn"' in hl
+    assert "<script" not in hl and "&lt;" in hl
+    text_only = re.sub(r"<mark[^>]*>|</mark>", "", hl)   # tokens are marked one by one; the text between is intact
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text_only
+    assert at.download_button(key="dl_json").label.startswith("Download predictions")
+    # one predicted code's own evidence replaces the attention view
+    at.slider(key="threshold_tiny").set_value(0.0).run()
+    code = at.selectbox(key="hl_code").options[1]
+    at.selectbox(key="hl_code").set_value(code.split(" — ")[0]).run()
+    _ok(at)
+    (hl,) = [h.value for h in at.html if 'id="note-hl"' in h.value]
+    assert '<mark class="evidence"' in hl and '<mark class="attn"' not in hl
+
+
+def test_threshold_slider_changes_predicted_set(app_env):
+    at = _ok(_app().run())
+    at.text_area(key="note_text").input(NOTE).run()
+    at.button(key="predict").click().run()
+    slider = at.slider(key="threshold_tiny")
+    tuned = slider.value
+    default_set = _predicted(at)
+    _ok(slider.set_value(0.0).run())
+    everything = _predicted(at)
+    assert len(everything) == 50 and set(default_set) <= set(everything)
+    _ok(at.slider(key="threshold_tiny").set_value(1.0).run())
+    assert _predicted(at) == []
+    assert 0.0 < tuned < 1.0
+
+
+def test_gold_marks_on_a_test_split_note(app_env):
+    at = _ok(_app().run())
+    at.radio(key="note_source").set_value("Test split note").run()
+    note_id = at.selectbox(key="test_note_id").options[0]
+    _ok(at.button(key="predict").click().run())
+    df = _code_table(at)
+    gold = set(df.loc[df["gold"], "code"])
+    assert gold, f"test note {note_id} has no gold codes in the label set"
+    # at threshold 1 every gold code is a missed code (FN), shown even below the threshold
+    at.slider(key="threshold_tiny").set_value(1.0).run()
+    df = _code_table(at)
+    assert set(df.loc[df["outcome"].str.contains("FN"), "code"]) == gold
+    assert not df["outcome"].str.contains("TP|FP").any()
+    # at threshold 0 every gold code is a hit and every other code a false positive
+    at.slider(key="threshold_tiny").set_value(0.0).run()
+    df = _code_table(at)
+    assert set(df.loc[df["outcome"].str.contains("TP"), "code"]) == gold
+    assert df["outcome"].str.contains("FP").sum() == len(df) - len(gold)
+    assert any("TP" in m.value and "FN" in m.value for m in at.markdown)
+
+
+def test_batch_page_scores_an_uploaded_csv(app_env):
+    at = _ok(_app().run())
+    at.switch_page("app_pages/batch.py").run()
+    csv = b'id,text\nn1,"Hypertension and atrial fibrillation, <b>bold</b>"\nn2,\nn3,"Sepsis, acute kidney failure"\n'
+    at.file_uploader(key="batch_file").set_value(("notes.csv", csv, "text/csv")).run()
+    _ok(at)
+    (res,) = [d.value for d in at.dataframe]
+    assert res["id"].tolist() == ["n1", "n2", "n3"]
+    assert res["error"].isna().tolist() == [True, False, True]
+    assert "empty text" in res["error"][1]
+    assert "text" not in res.columns  # results never carry the notes
+    assert at.download_button(key="dl_batch_csv").label == "Download CSV"
+    assert [m.value for m in at.metric] == ["3", "2", "1"]
+
+
+def test_batch_page_reports_a_bad_file_without_crashing(app_env):
+    at = _ok(_app().run())
+    at.switch_page("app_pages/batch.py").run()
+    at.file_uploader(key="batch_file").set_value(("notes.csv", b"a,b\n1,2\n", "text/csv")).run()
+    _ok(at)
+    assert any("no 'text' column" in e.value for e in at.error)
+
+
+# ------------------------------------------------------------------------------------------ import boundary
+ALLOWED = {"clinicode.predict", "clinicode.metrics", "clinicode.errors"}
+
+
+def test_app_modules_import_only_predict_metrics_errors_statically():
+    for path in sorted((ROOT / "app_streamlit").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "clinicode"]
+            for n in names:
+                if n == "clinicode" or n.startswith("clinicode."):
+                    top = ".".join(n.split(".")[:2])
+                    assert top in ALLOWED, f"{path.name} imports {n}"
+
+
+@pytest.mark.slow
+def test_running_app_never_loads_train_or_data_preparation(runs_dir):
+    """Drive every page and a prediction in a fresh interpreter, then inspect sys.modules."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        from streamlit.testing.v1 import AppTest
+        at = AppTest.from_file({str(APP)!r}, default_timeout=120).run()
+        assert "torch" not in sys.modules, "the first render imported torch"
+        at.text_area(key="note_text").input("hypertension and heart failure").run()
+        at.button(key="predict").click().run()
+        for p in {PAGES!r}:
+            at.switch_page(f"app_pages/{{p}}.py").run()
+            assert not at.exception, (p, [e.value for e in at.exception])
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("clinicode"))))
+    """)
+    env = {**os.environ, "CLINICODE_RUNS": str(runs_dir)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    mods = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert "clinicode.predict" in mods
+    for banned in ("clinicode.train", "clinicode.data.prepare", "clinicode.data.mimic", "clinicode.evaluate", "clinicode.embeddings"):
+        assert banned not in mods
+
+
+@pytest.fixture(scope="module")
+def tfidf_runs(demo_data, tmp_path_factory) -> Path:
+    from clinicode.config import TrainConfig
+    from clinicode.train import train
+
+    root = tmp_path_factory.mktemp("app_runs_tfidf")
+    train(out_dir=root / "bow", config=TrainConfig(model="tfidf-lr", device="cpu"), data_dir=demo_data, progress=False)
+    return root
+
+
+def test_tfidf_run_codes_notes_and_says_embeddings_are_leam_only(tfidf_runs, monkeypatch):
+    monkeypatch.setenv("CLINICODE_RUNS", str(tfidf_runs))
+    at = _ok(_app().run())
+    at.text_area(key="note_text").input(NOTE).run()
+    _ok(at.button(key="predict").click().run())
+    assert len(_code_table(at)) >= 10
+    (hl,) = [h.value for h in at.html if 'id="note-hl"' in h.value]
+    assert "<mark" not in hl and "&lt;script&gt;" in hl
+    for page in PAGES:
+        _ok(at.switch_page(f"app_pages/{page}.py").run())
+    at.switch_page("app_pages/embeddings.py").run()
+    assert any("only for LEAM" in i.value for i in at.info)

@@ -1,0 +1,234 @@
+"""Pure app helpers (app_streamlit/render.py, state.list_runs): escaping, highlight exactness, TP/FP/FN, batch I/O."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+APP_DIR = Path(__file__).resolve().parents[1] / "app_streamlit"
+sys.path.insert(0, str(APP_DIR))
+
+import render  # noqa: E402
+import state  # noqa: E402
+
+
+# ------------------------------------------------------------------------------------------ highlighting
+def test_note_text_is_escaped_marked_or_not():
+    note = 'Pt <script>alert("x")</script> & <b>CHF</b>'
+    a = note.index("<script>")
+    html = render.highlight_html(note, [(a, a + 8, 1.0)])
+    assert "<script" not in html and "<b>" not in html
+    assert "&lt;script&gt;" in html and "&lt;b&gt;CHF&lt;/b&gt;" in html and "&amp;" in html
+    assert render.marked_texts(html) == ["<script>"]
+
+
+def test_marked_substring_equals_span_exactly():
+    note = "History of atrial fibrillation,\nhypertension; diabetes."
+    spans = [(note.index("atrial"), note.index("atrial") + len("atrial fibrillation"), 0.5),
+             (note.index("diabetes"), note.index("diabetes") + len("diabetes"), 1.0)]
+    html = render.highlight_html(note, spans)
+    assert render.marked_texts(html) == [note[a:b] for a, b, _ in spans]
+    # opacity follows the weight: the strongest span is fully opaque, the other at half
+    assert "rgba(255, 179, 0, 1.00)" in html and "rgba(255, 179, 0, 0.50)" in html
+    # the unmarked text is all there, in order, line break included
+    plain = html.replace("</mark>", "")
+    import re
+    assert re.sub(r"<[^>]+>", "", plain).replace("&#x27;", "'") == note
+
+
+def test_overlapping_spans_split_at_boundaries_and_take_max_weight():
+    note = "0123456789"
+    html = render.highlight_html(note, [(2, 6, 0.5), (4, 8, 1.0)])
+    assert render.marked_texts(html) == ["23", "45", "67"]
+    assert 'data-start="4" data-end="6"' in html
+    # the overlap carries the larger weight (opacity 1.00), the left-only piece 0.50
+    pieces = html.split("<mark")[1:]
+    assert "0.50)" in pieces[0] and "1.00)" in pieces[1] and "1.00)" in pieces[2]
+
+
+def test_adjacent_spans_stay_separate_marks():
+    note = "abcdef"
+    html = render.highlight_html(note, [(0, 3, 1.0), (3, 6, 1.0)])
+    assert render.marked_texts(html) == ["abc", "def"]
+
+
+def test_bad_spans_are_clipped_or_ignored_and_objects_accepted():
+    note = "short note"
+    spans = [SimpleNamespace(start=6, end=99, weight=1.0), {"start": 3, "end": 3, "weight": 1.0}, (0, 5, 0.0)]
+    html = render.highlight_html(note, spans)
+    assert render.marked_texts(html) == ["note"]
+    assert render.marked_texts(render.highlight_html(note, [])) == []
+
+
+def test_min_alpha_hides_faint_pieces():
+    note = "aa bb cc"
+    html = render.highlight_html(note, [(0, 2, 1.0), (3, 5, 0.01)], min_alpha=0.05)
+    assert render.marked_texts(html) == ["aa"]
+
+
+# ------------------------------------------------------------------------------------------ code table
+SCORES = {"401.9": 0.9, "428.0": 0.6, "427.31": 0.3, "250.00": 0.05, "584.9": 0.01}
+DESCS = {c: f"desc {c}" for c in SCORES}
+
+
+def test_code_table_tp_fp_fn_including_fn_below_threshold_and_outside_top_k():
+    t = render.code_table(SCORES, DESCS, 0.5, gold=["401.9", "427.31", "584.9"], top_k=2)
+    assert t["code"].tolist() == ["401.9", "428.0", "427.31", "584.9"]   # top-2 + gold codes, by probability
+    assert dict(zip(t["code"], t["outcome"])) == {"401.9": "TP", "428.0": "FP", "427.31": "FN", "584.9": "FN"}
+    assert t["above_threshold"].tolist() == [True, True, False, False]
+    assert render.outcome_counts(t) == {"TP": 1, "FP": 1, "FN": 2}
+
+
+def test_code_table_threshold_changes_predicted_set_and_no_gold_columns_without_gold():
+    lo = render.code_table(SCORES, DESCS, 0.04, top_k=0)
+    hi = render.code_table(SCORES, DESCS, 0.7, top_k=0)
+    assert lo["code"].tolist() == ["401.9", "428.0", "427.31", "250.00"]
+    assert hi["code"].tolist() == ["401.9"]
+    assert "outcome" not in lo.columns and render.outcome_counts(lo) == {}
+    # a score equal to the threshold is predicted (as in Predictor.predict)
+    assert render.code_table(SCORES, DESCS, 0.6, top_k=0)["code"].tolist() == ["401.9", "428.0"]
+
+
+@pytest.mark.parametrize("pred,gold,want", [(True, True, "TP"), (True, False, "FP"), (False, True, "FN"), (False, False, "")])
+def test_outcome(pred, gold, want):
+    assert render.outcome(pred, gold) == want
+
+
+def _fake_prediction(text_id="n1"):
+    cs = [SimpleNamespace(code="401.9", description="HTN", score=0.9), SimpleNamespace(code="428.0", description="CHF", score=0.4)]
+    return SimpleNamespace(
+        id=text_id, predicted=cs, scores={"401.9": 0.9, "428.0": 0.4, "584.9": 0.1}, truncated=False, n_tokens=12,
+        evidence=[SimpleNamespace(start=0, end=5, weight=0.3)],
+        code_evidence={"401.9": [SimpleNamespace(start=0, end=5, weight=0.8)], "428.0": [SimpleNamespace(start=6, end=9, weight=0.2)]},
+    )
+
+
+def test_prediction_record_json_follows_threshold_and_holds_no_text():
+    rec = render.prediction_record(_fake_prediction(), threshold=0.5, run="demo", gold=["401.9"])
+    assert [p["code"] for p in rec["predicted"]] == ["401.9"]
+    assert set(rec["evidence"]["codes"]) == {"401.9"}
+    assert rec["gold"] == ["401.9"] and rec["threshold"] == 0.5 and rec["run"] == "demo"
+    back = json.loads(render.json_bytes(rec))
+    assert back == rec and "text" not in back
+
+
+# ------------------------------------------------------------------------------------------ batch files
+def test_parse_csv_with_bad_rows():
+    data = b'id,text\na1,"Chest pain, <b>CHF</b>"\na2,\n,"no id here"\n'
+    parsed = render.parse_batch(data, "notes.csv")
+    assert parsed.error is None
+    rows = parsed.rows
+    assert rows["id"].tolist() == ["a1", "a2", "row-3"]
+    assert rows["text"][0] == "Chest pain, <b>CHF</b>"
+    assert rows["error"][0] is None and "empty text" in rows["error"][1] and rows["error"][2] is None
+
+
+def test_parse_jsonl_with_bad_lines():
+    lines = [json.dumps({"id": "x1", "text": "Hypertension"}), "{not json", json.dumps([1, 2]), json.dumps({"id": 7, "text": 5}),
+             "", json.dumps({"id": "x5"})]
+    parsed = render.parse_batch("\n".join(lines).encode(), "notes.jsonl")
+    r = parsed.rows
+    assert r["id"].tolist() == ["x1", "line-2", "line-3", "7", "x5"]
+    errs = r["error"].tolist()
+    assert errs[0] is None and "not valid JSON" in errs[1] and "JSON object" in errs[2]
+    assert "expected a string" in errs[3] and "missing text" in errs[4]
+
+
+@pytest.mark.parametrize(
+    "data,name,msg",
+    [(b"a,b\n1,2\n", "x.csv", "no 'text' column"), (b"\xff\xfe\x00bad", "x.csv", "not UTF-8"), (b"id,text\n", "x.xlsx", "unknown file type"),
+     (b"x" * 2048, "x.csv", "over the")],
+)
+def test_parse_file_level_errors(data, name, msg):
+    parsed = render.parse_batch(data, name, max_bytes=1024)
+    assert parsed.error is not None and msg in parsed.error and parsed.rows.empty
+
+
+class _FakePredictor:
+    """Scores by keyword; raises on a poisoned note to check chunk isolation."""
+
+    def predict(self, texts, *, ids, top_k, threshold):
+        if any("POISON" in t for t in texts):
+            raise RuntimeError("boom")
+        out = []
+        for i, t in zip(ids, texts):
+            s = 0.9 if "hypertension" in t.lower() else 0.1
+            pred = [SimpleNamespace(code="401.9", score=s)] if s >= threshold else []
+            out.append(SimpleNamespace(id=i, predicted=pred, scores={"401.9": s}, error=None))
+        return out
+
+
+def test_score_batch_keeps_errors_and_reports_progress():
+    rows = pd.DataFrame([
+        {"id": "a", "text": "Hypertension", "error": None},
+        {"id": "b", "text": None, "error": "record 'b': missing text"},
+        {"id": "c", "text": "fracture", "error": None},
+        {"id": "d", "text": "POISON", "error": None},
+    ])
+    seen = []
+    res = render.score_batch(_FakePredictor(), rows, threshold=0.5, chunk=3, on_progress=lambda d, n: seen.append((d, n)))
+    assert res["id"].tolist() == ["a", "b", "c", "d"]
+    assert res["codes"].tolist() == ["401.9", "", "", ""]
+    assert res["error"][0] is None and "missing text" in res["error"][1] and res["error"][2] is None
+    assert "could not score" in res["error"][3]
+    assert seen == [(3, 4), (4, 4)]
+    csv_back = pd.read_csv(pd.io.common.BytesIO(render.batch_csv_bytes(res)), dtype=str, keep_default_na=False)
+    assert csv_back["id"].tolist() == ["a", "b", "c", "d"] and csv_back["codes"][0] == "401.9"
+    jl = [json.loads(x) for x in render.batch_jsonl_bytes(res).decode().splitlines()]
+    assert jl[0] == {"id": "a", "predicted": [{"code": "401.9", "score": 0.9}]}
+    assert jl[1]["error"].startswith("record 'b'") and jl[2] == {"id": "c", "predicted": []}
+
+
+def test_headline_metrics_handles_missing_and_nan():
+    h = render.headline_metrics({"auc_macro": 0.91, "f1_micro": float("nan")})
+    assert h["Macro AUC"] == 0.91 and h["Micro F1"] is None and h["P@8"] is None
+
+
+# ------------------------------------------------------------------------------------------ run discovery
+def _fake_run(folder: Path) -> Path:
+    (folder / "checkpoint").mkdir(parents=True)
+    (folder / "checkpoint" / "manifest.json").write_text("{}")
+    return folder
+
+
+def test_list_runs_only_valid_runs_inside_root(tmp_path):
+    root = tmp_path / "runs"
+    root.mkdir()
+    _fake_run(root / "b_run")
+    _fake_run(root / "a_run")
+    (root / "not_a_run").mkdir()
+    (root / "file.txt").write_text("x")
+    outside = _fake_run(tmp_path / "elsewhere")
+    os.symlink(outside, root / "escape", target_is_directory=True)              # a symlinked run leaving the root
+    half = root / "half"
+    half.mkdir()
+    os.symlink(outside / "checkpoint", half / "checkpoint", target_is_directory=True)  # checkpoint escaping
+    os.symlink(root / "a_run", root / "alias", target_is_directory=True)          # a symlink staying inside is fine
+    assert state.list_runs(root) == ["a_run", "alias", "b_run"]
+    assert state.resolve_run(root, "escape") is None and state.resolve_run(root, "../elsewhere") is None
+    assert state.resolve_run(root, "a_run") == (root / "a_run").resolve()
+    assert state.list_runs(tmp_path / "missing") == []
+
+
+def test_range_scale_spreads_near_uniform_weights_and_rejects_unknown_scale():
+    note = "aa bb cc"
+    spans = [(0, 2, 0.010), (3, 5, 0.011), (6, 8, 0.012)]
+    html = render.highlight_html(note, spans, scale="range", min_alpha=0.1)
+    assert render.marked_texts(html) == ["bb", "cc"]           # the lowest weight maps to 0 and is left plain
+    assert "0.50)" in html and "1.00)" in html
+    with pytest.raises(ValueError, match="scale"):
+        render.highlight_html(note, spans, scale="log")
+
+
+def test_style_outcomes_colours_only_outcome_cells():
+    t = render.code_table(SCORES, DESCS, 0.5, gold=["401.9", "427.31"], top_k=0)
+    styled = render.style_outcomes(t).to_html()
+    assert render.OUTCOME_COLOURS["TP"] in styled and render.OUTCOME_COLOURS["FN"] in styled
+    plain = render.code_table(SCORES, DESCS, 0.5, top_k=0)
+    assert render.style_outcomes(plain) is plain

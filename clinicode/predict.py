@@ -47,8 +47,8 @@ class Prediction:
     """One note's result. `error` is set (and scores empty) when the note could not be scored.
 
     evidence: the highest-attention token spans (beta), when explain > 0.
-    code_evidence: for each predicted code, the phrases (2r+1-token windows) with the highest per-code
-        compatibility u[k, l] (after the ReLU, before the max over codes).
+    code_evidence: for each predicted code, the phrases with the highest per-code compatibility u[k, l]
+        (after the ReLU, before the max over codes), each shown as its strongest word with one word either side.
     attention: every kept token's span with its beta weight (for highlighting), when explain > 0.
     """
 
@@ -274,16 +274,26 @@ class Predictor:
                 for c in predicted:
                     row = u[self.labels.index(c.code)]
                     best = np.argsort(-row, kind="stable")[:explain]
-                    rec.code_evidence[c.code] = [self._phrase_span(offs, int(p), float(row[p])) for p in best]
+                    k = self.labels.index(c.code)
+                    rec.code_evidence[c.code] = [self._phrase_span(offs, encs[j].ids, k, int(p), float(row[p])) for p in best]
             out[i] = rec
         return out  # type: ignore[return-value]
 
-    def _phrase_span(self, offs: list[tuple[int, int]], centre: int, weight: float) -> Span:
-        """The phrase u[k, centre] scores: the 2r+1 tokens centred on `centre` (the learned window W1 may weigh
-        any of them, so the whole window is the honest span)."""
-        r = self.checkpoint.model.config.radius
+    def _phrase_span(self, offs: list[tuple[int, int]], ids: list[int], k: int, centre: int, weight: float) -> Span:
+        """The phrase that u[k, centre] scores, shown by its strongest word with one word either side.
+
+        u[k, l] sums W1[j] * G[k, l - r + j] over the 2r+1-token window; the anchor is the window token with the
+        largest term. The whole window would be 2r+1 tokens (21 by default), too long to read as evidence.
+        `weight` is u[k, centre].
+        """
+        r = self.checkpoint.model.config.radius if self.checkpoint.model.config.compat == "cosine" else 0
         lo, hi = max(0, centre - r), min(len(offs) - 1, centre + r)
-        return Span(offs[lo][0], offs[hi][1], weight)
+        window = torch.tensor(ids[lo:hi + 1], dtype=torch.long)
+        w = torch.tensor(self._phrase_w[lo - centre + r: hi - centre + r + 1]) if r else torch.ones(1)
+        terms = w * self._table[window, k].cpu()                                            # [window] W1 * G
+        anchor = lo + int(terms.argmax())
+        first, last = max(lo, anchor - 1), min(hi, anchor + 1)
+        return Span(offs[first][0], offs[last][1], weight)
 
     def card(self) -> dict[str, Any]:
         """Model card: manifest, configs and metrics (for the app)."""

@@ -123,6 +123,7 @@ def test_per_code_evidence_points_at_the_codes_phrase(predictor):
     span = p.code_evidence[code][0]
     start = note.index("hypertension")
     assert span.start <= start < span.end, note[span.start:span.end]
+    assert len(note[span.start:span.end].split()) <= 3, "the strongest word with one word either side"
 
 
 def test_predict_scores_equal_evaluate(tiny_run, demo_data, test_split, tmp_path):

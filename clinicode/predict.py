@@ -8,9 +8,11 @@ loaded checkpoint, so a note's G is a row gather instead of per-token P-dimensio
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -24,6 +26,21 @@ from clinicode.runtime import pick_device
 log = logging.getLogger(__name__)
 _EPS = 1e-8
 _CACHE_NOTES = 4  # notes per phrase-window pass on CPU: 4 x 2,500 x 50 floats stay in cache
+_PIPELINE_CHUNK = 256  # notes tokenised ahead while the model scores the previous chunk
+
+
+@contextmanager
+def _torch_threads(n: int | None) -> Iterator[None]:
+    """Temporarily set torch's intra-op threads (None: leave as is)."""
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)
@@ -164,26 +181,42 @@ class Predictor:
         return probs, None, None, z
 
     def _run(self, texts: Sequence[str], *, offsets: bool, attention: bool, want_doc: bool = False):
-        """Scores plus optional per-note attention; notes keep their input order."""
+        """Scores plus optional per-note attention; notes keep their input order.
+
+        Tokenisation (Rust, all cores, GIL released) of the next chunk overlaps the model on the current one,
+        and on CPU the model runs on one thread: its ops are small and cache-resident, and two threads
+        synchronising on every op were several times slower on a 2-core machine.
+        """
         K = len(self.labels)
         n = len(texts)
         scores = np.zeros((n, K), dtype=np.float32)
         extras: list[Any] = [None] * n
         docs = np.zeros((n, self.checkpoint.model.config.embed_dim), dtype=np.float32) if want_doc else None
-        encs = self.checkpoint.tokenizer.encode(texts, offsets=offsets)
-        lengths = [len(e.ids) for e in encs]
-        with torch.inference_mode():
-            for batch in bucketed_batches(lengths, self.batch_size, rng=None):
-                ids, mask = pad_batch([encs[i].ids for i in batch])
-                probs, beta, u, z = self._leam_batch(ids, mask, attention=attention)
-                scores[batch] = probs.float().cpu().numpy()
-                if docs is not None:
-                    docs[batch] = z.float().cpu().numpy()
-                if attention:
-                    beta_np, u_np = beta.float().cpu().numpy(), u.float().cpu().numpy()
-                    for j, i in enumerate(batch):
-                        n_tok = lengths[i]
-                        extras[i] = (beta_np[j, :n_tok], u_np[j, :, :n_tok])
+        tok = self.checkpoint.tokenizer
+        starts = list(range(0, n, _PIPELINE_CHUNK))
+        encs: list[Any] = []
+        with ThreadPoolExecutor(max_workers=1) as pool, _torch_threads(1 if self.device.type == "cpu" else None), \
+                torch.inference_mode():
+            pending = pool.submit(tok.encode, texts[0:_PIPELINE_CHUNK], offsets=offsets)
+            for c, start in enumerate(starts):
+                chunk = pending.result()
+                if c + 1 < len(starts):
+                    nxt = starts[c + 1]
+                    pending = pool.submit(tok.encode, texts[nxt:nxt + _PIPELINE_CHUNK], offsets=offsets)
+                encs.extend(chunk)
+                lengths = [len(e.ids) for e in chunk]
+                for batch in bucketed_batches(lengths, self.batch_size, rng=None):
+                    ids, mask = pad_batch([chunk[i].ids for i in batch])
+                    probs, beta, u, z = self._leam_batch(ids, mask, attention=attention)
+                    rows = batch + start
+                    scores[rows] = probs.float().cpu().numpy()
+                    if docs is not None:
+                        docs[rows] = z.float().cpu().numpy()
+                    if attention:
+                        beta_np, u_np = beta.float().cpu().numpy(), u.float().cpu().numpy()
+                        for j, i in enumerate(batch):
+                            n_tok = lengths[i]
+                            extras[start + i] = (beta_np[j, :n_tok], u_np[j, :, :n_tok])
         return scores, encs, extras, docs
 
     def score(self, texts: Sequence[str]) -> np.ndarray:

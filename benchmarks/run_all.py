@@ -1,0 +1,44 @@
+"""Regenerate every section of BENCHMARKS.md: `python benchmarks/run_all.py [--quick]`.
+
+Runs each benchmark script in turn (each rewrites only its own section). Expect about an hour on a 2-core
+machine for the full set (the accuracy runs dominate); --quick runs the short variants only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+SCRIPTS = [
+    ("bench_prepare.py", [], ["--n-notes", "200000"]),
+    ("bench_predict.py", [], ["--notes", "600", "--repeat", "2"]),
+    ("bench_train.py", [], ["--quick", "--steps", "3"]),
+    ("bench_accuracy.py", [], None),
+    ("bench_app_load.py", [], None),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    failed = []
+    for script, full, quick in SCRIPTS:
+        if not (HERE / script).is_file() or (args.quick and quick is None):
+            continue
+        cmd = [sys.executable, str(HERE / script), *(quick if args.quick else full)]
+        print("+", " ".join(cmd), flush=True)
+        if subprocess.run(cmd).returncode != 0:
+            failed.append(script)
+    if failed:
+        print("failed: " + ", ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -88,3 +88,79 @@ def test_bad_arguments(tmp_path):
         write_demo_mimic(tmp_path, n_admissions=0)
     with pytest.raises(ConfigError, match=r"n_other_notes must be a non-negative integer, got -1"):
         write_demo_mimic(tmp_path, n_other_notes=-1)
+
+
+@pytest.fixture(scope="module")
+def padded(tmp_path_factory):
+    """The same tiny folder without and with real-size padding (discharge ~4,000, other notes ~800 characters)."""
+    root = tmp_path_factory.mktemp("padded")
+    kw = dict(n_admissions=50, n_other_notes=300, seed=5)
+    plain = write_demo_mimic(root / "plain", **kw)
+    info = write_demo_mimic(root / "padded", discharge_chars=4000, other_chars=800, **kw)
+    return root, plain, info
+
+
+def test_padding_makes_notes_longer_and_keeps_everything_else(padded):
+    root, plain, info = padded
+    read = lambda name: pd.read_csv(root / name / "NOTEEVENTS.csv", dtype=str, keep_default_na=False)  # noqa: E731
+    a, b = read("plain"), read("padded")
+    assert info["noteevents_rows"] == plain["noteevents_rows"] == len(b)
+    assert (a.drop(columns="TEXT") == b.drop(columns="TEXT")).all().all()
+    for table in ("DIAGNOSES_ICD", "PROCEDURES_ICD"):
+        assert (root / "plain" / f"{table}.csv").read_bytes() == (root / "padded" / f"{table}.csv").read_bytes()
+    ds = b["CATEGORY"] == "Discharge summary"
+    la, lb = a["TEXT"].str.len(), b["TEXT"].str.len()
+    assert (lb >= la).all()
+    assert 3000 < lb[ds].mean() < 5000 and la[ds].mean() < 1500
+    assert 600 < lb[~ds].mean() < 1000 and la[~ds].mean() < 100
+    # Padding goes inside the report; the template's evidence and its tail stay as they were.
+    reports = ds & (b["DESCRIPTION"] == "Report")
+    for old, new in zip(a.loc[reports, "TEXT"], b.loc[reports, "TEXT"]):
+        assert new.startswith(old[:old.index("\n\nBrief Hospital Course:")])
+        assert new.endswith(old[old.index("\n\nDischarge Medications:"):])
+    assert b.loc[ds, "TEXT"].str.contains(r"\[\*\*", regex=True).all()
+
+
+def test_padding_is_deterministic_and_valid_csv(padded, tmp_path):
+    import csv
+    import io
+
+    root, _, _ = padded
+    write_demo_mimic(tmp_path / "again", n_admissions=50, n_other_notes=300, seed=5, discharge_chars=4000, other_chars=800)
+    raw = (root / "padded" / "NOTEEVENTS.csv").read_bytes()
+    assert (tmp_path / "again" / "NOTEEVENTS.csv").read_bytes() == raw
+    # The fast writer for padded notes writes exactly what csv.writer would.
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(csv.reader(io.StringIO(raw.decode("utf-8"), newline="")))
+    assert buf.getvalue().encode("utf-8") == raw
+
+
+def test_padding_carries_no_code_phrases():
+    import re
+
+    from clinicode.data import synthetic as syn
+
+    phrases = [p for *_, ps in syn.CODE_INFO + syn.EXTRA_CODE_INFO for p in ps]
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, phrases)) + r")\b")
+    for unit in syn._PAD_SENTENCES + syn._PAD_TEMPLATES + syn._PAD_SECTIONS:
+        assert not pattern.search(unit.lower()), unit
+
+
+def test_prepare_on_padded_folder(padded, tmp_path):
+    from clinicode.data.prepare import prepare_mimic
+
+    root, _, _ = padded
+    small = prepare_mimic(root / "plain", tmp_path / "plain")
+    big = prepare_mimic(root / "padded", tmp_path / "padded")
+    assert big["splits"] == small["splits"] and sum(big["splits"].values()) > 0
+    text = lambda d: pd.concat(pd.read_parquet(tmp_path / d / f"{s}.parquet") for s in ("train", "dev", "test"))  # noqa: E731
+    a, b = text("plain"), text("padded")
+    assert list(a["id"]) == list(b["id"]) and list(map(list, a["labels"])) == list(map(list, b["labels"]))
+    assert b["text"].str.len().mean() > 3 * a["text"].str.len().mean()
+
+
+def test_bad_padding_arguments(tmp_path):
+    with pytest.raises(ConfigError, match=r"discharge_chars must be a positive integer or None, got 0"):
+        write_demo_mimic(tmp_path, n_admissions=5, discharge_chars=0)
+    with pytest.raises(ConfigError, match=r"other_chars must be a positive integer or None, got 1.5"):
+        write_demo_mimic(tmp_path, n_admissions=5, other_chars=1.5)

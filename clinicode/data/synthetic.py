@@ -144,13 +144,27 @@ def _raw(code: str) -> str:
     return code.replace(".", "")
 
 
+def _open_text(path: Path, *, gzip: bool):
+    if gzip:
+        return gzip_module.open(path, "wt", newline="", encoding="utf-8", compresslevel=1)
+    return open(path, "w", newline="", encoding="utf-8")
+
+
 @contextmanager
 def _csv_writer(path: Path, *, gzip: bool) -> Iterator["csv._writer"]:
-    opener = (lambda: gzip_module.open(path, "wt", newline="", encoding="utf-8", compresslevel=1)) if gzip else (
-        lambda: open(path, "w", newline="", encoding="utf-8"))
-    with opener() as f:
+    with _open_text(path, gzip=gzip) as f:
         # MIMIC quotes text fields; minimal quoting still quotes any field with a comma, quote or newline.
         yield csv.writer(f, lineterminator="\n")
+
+
+def _csv_field(value) -> str:
+    """One field exactly as csv.writer (QUOTE_MINIMAL, '"' doubled) writes it; for the fast padded-notes path."""
+    if value is None:
+        return ""
+    text = str(value)
+    if "\n" in text or '"' in text or "," in text or "\r" in text:
+        return '"' + text.replace('"', '""') + '"'
+    return text
 
 
 def _discharge_text(rng: random.Random, codes: list[str], phrases: dict[str, tuple[str, ...]], all_codes: list[str],
@@ -181,6 +195,137 @@ def _discharge_text(rng: random.Random, codes: list[str], phrases: dict[str, tup
     )
 
 
+# --- optional padding to real note sizes ------------------------------------------------------------
+# Real MIMIC-III v1.4: NOTEEVENTS.csv is ~4 GB for 2,083,180 rows; ~60k discharge summaries average ~10 KB of
+# text, the other notes ~1.7 KB. write_demo_mimic(discharge_chars=..., other_chars=...) pads to such sizes.
+REAL_DISCHARGE_CHARS = 10_000
+REAL_OTHER_CHARS = 1_700
+_PAD_CORPUS_CHARS = 4_000_000  # one shared corpus; each padded note is a slice of whole sentences of it
+_ADDENDUM_SHARE = 0.2  # an addendum is ~1/5 as long as a report
+_PAD_SIGMA_DISCHARGE, _PAD_SIGMA_OTHER = 0.5, 0.9  # lognormal spread of note lengths
+_PAD_MAX_DISCHARGE, _PAD_MAX_OTHER = 80_000, 30_000
+# Relative length per _OTHER_CATEGORIES entry (ECGs are short, physician notes long); normalised to mean 1.
+_OTHER_LENGTH_WEIGHTS = np.array([1.0, 1.0, 0.15, 1.3, 2.5, 1.3, 0.8, 1.0])
+_OTHER_LENGTH_WEIGHTS = _OTHER_LENGTH_WEIGHTS / _OTHER_LENGTH_WEIGHTS.mean()
+_PAD_SECTIONS = ("Past Medical History:", "Social History:", "Family History:", "Physical Exam:",
+                 "Pertinent Results:", "Imaging:", "Microbiology:", "Procedures this admission:", "Consults:",
+                 "Assessment and Plan:", "Hospital Course by System:", "Transitional Issues:", "Neuro:", "CV:",
+                 "Resp:", "GI/GU:", "Skin:", "Plan:")
+# Generic sentences only: none may contain a code phrase of CODE_INFO/EXTRA_CODE_INFO (padding carries no label signal).
+_PAD_SENTENCES = _FILLER + (
+    "Lives with wife, independent in ADLs at baseline.", "No alcohol or illicit drug use reported.",
+    "Family history noncontributory.", "General: NAD, lying in bed, pleasant and cooperative.",
+    "HEENT: NCAT, PERRL, EOMI, MMM, oropharynx clear.", "Neck: supple, JVP not elevated, no LAD.",
+    "Ext: warm, well perfused, 1+ pitting edema bilaterally.", "Neuro: CN II-XII intact, strength 5/5 throughout.",
+    "Skin: intact, no rashes noted.", "Abd: soft, NT/ND, normoactive bowel sounds.",
+    "Alert and oriented, follows commands, MAE.", "NSR 70s-80s, no ectopy noted.", "Voiding via foley, clear yellow urine.",
+    "Tolerating clears, advance diet as tolerated.", "Lung sounds clear upper lobes, diminished at the bases.",
+    "Will continue to monitor and update the team with any changes.", "Electrolytes repleted per sliding scale.",
+    "Seen and discussed with the attending, agree with the plan as outlined above.", "No acute events overnight.",
+    "Wound clean, dry and intact, dressing changed.", "Out of bed to chair with assist of two.",
+    "Daughter called and was updated on the plan of care.", "PT/OT recommend rehab on discharge.",
+    "Antibiotics were narrowed per ID recommendations.", "Incentive spirometry encouraged.",
+    "Bowel regimen continued.", "Glucose managed with an insulin sliding scale.",
+    "Pending at discharge: final read of imaging.", "Case management aware of the discharge plan.",
+)
+_PAD_TEMPLATES = (
+    "[**{d}**] {h:02d}:{mi:02d}AM BLOOD WBC-{f1:.1f} RBC-{f2:.2f} Hgb-{f3:.1f} Hct-{f4:.1f} MCV-{n1} Plt Ct-{n2}",
+    "[**{d}**] {h:02d}:{mi:02d}AM BLOOD Glucose-{n2} UreaN-{n3} Creat-{f1:.1f} Na-{n4} K-{f2:.1f} Cl-{n1} HCO3-{n3} AnGap-{n5}",
+    "[**{d}**] {h:02d}:{mi:02d}PM BLOOD PT-{f3:.1f} PTT-{n3}.{n5} INR(PT)-{f2:.1f}",
+    "VS: T {t:.1f} HR {n1} BP {n2}/{n3} RR {n5} O2 sat {s}% on {l}L NC.",
+    "I/O: {n2}0 in, {n1}0 out over the last 24 hours.",
+    "Seen by Dr. [**Last Name (STitle) {n4}**] from [**Hospital Unit Name {n5}**].",
+    "Transferred to [**Location (un) {n4}**] on hospital day {n5}.",
+    "Contact [**Telephone/Fax (1) {n4}{n3}**] with questions.",
+    "CXR [**{d}**]: lines and tubes unchanged, no new consolidation.",
+    "Weight {n2} lbs, down {f1:.1f} lbs from admission.",
+)
+
+
+def _pad_corpus(seed: int) -> tuple[str, np.ndarray, np.ndarray]:
+    """(corpus, unit start offsets incl. the end, offsets of units that open a section); deterministic per seed.
+
+    Units are whole sentences, lab lines or section headers, recombined from the templates with fresh numbers
+    and de-id brackets; slicing between two unit offsets never cuts a sentence.
+    """
+    rng = random.Random(seed * 7919 + 0x5CA1E)
+    parts: list[str] = []
+    starts: list[int] = []
+    headers: list[int] = []
+    pos = 0
+    while pos < _PAD_CORPUS_CHARS:
+        if not parts or rng.random() < 0.08:
+            unit = f"\n\n{rng.choice(_PAD_SECTIONS)}\n"
+            headers.append(len(starts))
+        elif rng.random() < 0.3:
+            unit = rng.choice(_PAD_TEMPLATES).format(
+                d=f"{rng.randint(2100, 2199)}-{rng.randint(1, 12)}-{rng.randint(1, 28)}", h=rng.randint(1, 11),
+                mi=rng.randint(0, 59), f1=rng.uniform(0.5, 15), f2=rng.uniform(2.5, 5.5), f3=rng.uniform(8, 16),
+                f4=rng.uniform(24, 45), n1=rng.randint(60, 110), n2=rng.randint(100, 400), n3=rng.randint(10, 90),
+                n4=rng.randint(100, 9999), n5=rng.randint(8, 22), t=rng.uniform(36.1, 38.4), s=rng.randint(90, 100),
+                l=rng.randint(1, 6)) + rng.choice((" ", "\n"))
+        else:
+            unit = rng.choice(_PAD_SENTENCES) + rng.choice((" ", " ", " ", "\n"))
+        starts.append(pos)
+        parts.append(unit)
+        pos += len(unit)
+    starts.append(pos)
+    return "".join(parts), np.asarray(starts, dtype=np.int64), np.asarray(headers, dtype=np.int64)
+
+
+class _Padder:
+    """Slices of the shared corpus, drawn in vectorised batches from a generator independent of the table RNGs."""
+
+    def __init__(self, seed: int):
+        self.corpus, self.starts, self.headers = _pad_corpus(seed)
+        self.rng = np.random.default_rng([seed, 0x5CA1E])
+
+    def lengths(self, mean: np.ndarray, sigma: float, cap: int) -> np.ndarray:
+        """Lognormal note lengths with the given means (elementwise), capped."""
+        z = self.rng.standard_normal(len(mean))
+        return np.minimum(np.exp(np.log(np.maximum(mean, 1.0)) - sigma**2 / 2 + sigma * z), cap)
+
+    def spans(self, n_chars: np.ndarray, *, at_header: bool) -> tuple[list[int], list[int]]:
+        """Start/end offsets of slices of about n_chars each (snapped to the nearest unit boundary; 0 -> empty)."""
+        n_chars = np.maximum(np.asarray(n_chars, dtype=np.float64), 0.0)
+        limit = len(self.corpus) - int(n_chars.max(initial=0)) - 1000
+        pool = self.headers if at_header else np.arange(len(self.starts) - 1)
+        pool = pool[self.starts[pool] < limit]
+        begin = self.starts[pool[self.rng.integers(0, len(pool), size=len(n_chars))]]
+        want = begin + n_chars
+        i = np.clip(np.searchsorted(self.starts, want), 1, len(self.starts) - 1)
+        lo, hi = self.starts[i - 1], self.starts[i]
+        end = np.where(want - lo < hi - want, lo, hi)
+        end = np.where(n_chars > 0, np.maximum(end, begin), begin)
+        return begin.tolist(), end.tolist()
+
+
+def _padded_discharge(padder: _Padder, summaries: list[tuple], mean_chars: int) -> list[tuple[int, int, int, int]]:
+    """Per summary: two corpus spans, inserted before Brief Hospital Course (70%) and Discharge Medications (30%).
+
+    Report means are set so that reports and addenda together average `mean_chars`.
+    """
+    is_add = np.fromiter((s[3] == "Addendum" for s in summaries), dtype=bool, count=len(summaries))
+    base = np.fromiter((len(s[4]) for s in summaries), dtype=np.float64, count=len(summaries))
+    report_mean = mean_chars / (1 - (1 - _ADDENDUM_SHARE) * is_add.mean()) if len(summaries) else mean_chars
+    total = padder.lengths(np.where(is_add, _ADDENDUM_SHARE * report_mean, report_mean), _PAD_SIGMA_DISCHARGE, _PAD_MAX_DISCHARGE)
+    pad = np.maximum(total - base - 4, 0)
+    b1, e1 = padder.spans(0.7 * pad, at_header=True)
+    b2, e2 = padder.spans(0.3 * pad, at_header=False)
+    return list(zip(b1, e1, b2, e2))
+
+
+_COURSE, _MEDS_HEAD = "\n\nBrief Hospital Course:", "\n\nDischarge Medications:"
+
+
+def _insert_padding(text: str, corpus: str, span: tuple[int, int, int, int]) -> str:
+    b1, e1, b2, e2 = span
+    i, j = text.find(_COURSE), text.find(_MEDS_HEAD)
+    if i < 0 or j < 0:  # addendum: append
+        return f"{text}\n{corpus[b1:e1]}{corpus[b2:e2]}".rstrip() if e1 > b1 or e2 > b2 else text
+    return f"{text[:i]}{corpus[b1:e1].rstrip()}{text[i:j]}\n{corpus[b2:e2].rstrip()}{text[j:]}"
+
+
 def write_demo_mimic(
     out_dir: Path,
     *,
@@ -189,6 +334,8 @@ def write_demo_mimic(
     seed: int = 0,
     hadm_ids_from: Path | None = None,
     gzip: bool = False,
+    discharge_chars: int | None = None,
+    other_chars: int | None = None,
 ) -> dict:
     """Write a synthetic MIMIC-III-shaped folder (clearly labelled as synthetic by a README.txt).
 
@@ -207,17 +354,28 @@ def write_demo_mimic(
         hadm_ids_from: CAML split folder; its *_50_hadm_ids.csv ids each get a discharge summary and at
             least one top-50 code, so preparing with that --splits-dir gives exactly the listed counts.
         gzip: write `.csv.gz` instead of `.csv`.
+        discharge_chars: pad discharge summaries to this mean TEXT length in characters (reports and addenda
+            together; REAL_DISCHARGE_CHARS = 10,000 is MIMIC-III's size). Padding is label-free filler (sections,
+            recombined sentences, lab lines, numbers, de-id brackets) inserted before "Brief Hospital Course"
+            and "Discharge Medications", lognormal lengths, deterministic per seed. None (default): the short
+            template notes (~1 KB), byte-identical to earlier versions; codes, ids and signal phrases are the
+            same with or without padding.
+        other_chars: the same for all other notes (REAL_OTHER_CHARS = 1,700; ECGs short, physician notes
+            long). With both REAL_* values and ~2M rows, NOTEEVENTS is ~4 GB like the real table.
     Returns:
         {"out_dir", "synthetic": True, "seed", "n_admissions", "n_labelled", "noteevents_rows",
         "discharge_summary_rows", "files"}.
     Raises:
-        ConfigError: n_admissions < 1 or n_other_notes < 0.
+        ConfigError: n_admissions < 1, n_other_notes < 0, or discharge_chars/other_chars < 1.
         DataFormatError: unreadable or overlapping split lists in `hadm_ids_from`.
     """
     if not isinstance(n_admissions, int) or n_admissions < 1:
         raise ConfigError(f"n_admissions must be a positive integer, got {n_admissions!r}.")
     if n_other_notes is not None and (not isinstance(n_other_notes, int) or n_other_notes < 0):
         raise ConfigError(f"n_other_notes must be a non-negative integer, got {n_other_notes!r}.")
+    for name, value in (("discharge_chars", discharge_chars), ("other_chars", other_chars)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConfigError(f"{name} must be a positive integer or None, got {value!r}.")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -326,13 +484,22 @@ def write_demo_mimic(
     variants = [t.format(a=a, b=b, c=c) for t in _OTHER_TEXTS for a, b, c in zip(range(60, 110, 5), range(1, 11), range(88, 98))]
     hadm_arr = np.asarray(hadm_ids, dtype=np.int64)
     subj_arr = np.asarray(subjects, dtype=np.int64)
+    # Padding draws from its own generator, so the unpadded tables (ids, codes, template text) stay the same.
+    padder = _Padder(seed) if discharge_chars is not None or other_chars is not None else None
+    corpus = padder.corpus if padder is not None else ""
+    ds_spans = _padded_discharge(padder, summaries, discharge_chars) if padder is not None and discharge_chars else None
+    heads = [f"{_csv_field(category)},{_csv_field(desc)}" for category, desc in _OTHER_CATEGORIES]
     row_id = 0
     path = out_dir / f"NOTEEVENTS{ext}"
-    with _csv_writer(path, gzip=gzip) as w:
+    with _open_text(path, gzip=gzip) as f:
+        w = csv.writer(f, lineterminator="\n")
         w.writerow(NOTE_HEADER)
         for ci in range(n_chunks):
-            for subject, hadm, date, desc, text in summaries[ci * per_chunk:(ci + 1) * per_chunk]:
+            lo = ci * per_chunk
+            for k, (subject, hadm, date, desc, text) in enumerate(summaries[lo:(ci + 1) * per_chunk], lo):
                 row_id += 1
+                if ds_spans is not None:
+                    text = _insert_padding(text, corpus, ds_spans[k])
                 w.writerow((row_id, subject, hadm, date, None, None, "Discharge summary", desc, None, None, text))
             m = min(chunk, n_other - ci * chunk)
             if m <= 0:
@@ -344,13 +511,29 @@ def write_demo_mimic(
             hadm_col = np.where(no_hadm, -1, hadm_arr[adm]).tolist()
             subj_col = subj_arr[adm].tolist()
             cat_l, txt_l = cat.tolist(), txt.tolist()
+            texts = [variants[t] for t in txt_l]
+            if padder is not None and other_chars:
+                base = np.fromiter((len(t) for t in texts), dtype=np.float64, count=m)
+                total = padder.lengths(other_chars * _OTHER_LENGTH_WEIGHTS[cat], _PAD_SIGMA_OTHER, _PAD_MAX_OTHER)
+                begin, end = padder.spans(total - base - 1, at_header=False)
+                texts = [f"{t}\n{corpus[b:e]}".rstrip() if e > b else t for t, b, e in zip(texts, begin, end)]
+            if padder is not None:
+                # Fast path for GBs of text: the same bytes csv.writer would write, built with str.join.
+                # Only TEXT can need quoting; the other fields are ints and fixed names without , " or newlines.
+                for b0 in range(0, m, 10_000):
+                    f.write("".join(
+                        f"{row_id + j + 1},{subj_col[j]},{'' if hadm_col[j] < 0 else hadm_col[j]},2150-01-01,"
+                        f"2150-01-01 08:00:00,2150-01-01 09:00:00,{heads[cat_l[j]]},{17000 + j % 500},,{_csv_field(texts[j])}\n"
+                        for j in range(b0, min(m, b0 + 10_000))))
+                row_id += m
+                continue
             rows = []
             for j in range(m):
                 row_id += 1
                 category, desc = _OTHER_CATEGORIES[cat_l[j]]
                 h = hadm_col[j]
                 rows.append((row_id, subj_col[j], None if h < 0 else h, "2150-01-01", "2150-01-01 08:00:00",
-                             "2150-01-01 09:00:00", category, desc, 17000 + j % 500, None, variants[txt_l[j]]))
+                             "2150-01-01 09:00:00", category, desc, 17000 + j % 500, None, texts[j]))
             w.writerows(rows)
     files["NOTEEVENTS"] = str(path)
     (out_dir / "README.txt").write_text(README.format(seed=seed), encoding="utf-8")
@@ -362,6 +545,8 @@ def write_demo_mimic(
         "n_labelled": sum(k == "L" for k in kinds),
         "noteevents_rows": row_id,
         "discharge_summary_rows": len(summaries),
+        "discharge_chars": discharge_chars,
+        "other_chars": other_chars,
         "files": files,
     }
     log.info("synthetic MIMIC folder %s: %d admissions, %d notes", out_dir, n_total, row_id)

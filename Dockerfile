@@ -1,6 +1,8 @@
 # CPU image that serves the clinicode app. No data or checkpoints are baked in: mount them read-only.
 #   docker build -t clinicode .
-#   docker run --rm -p 8501:8501 -v "$PWD/runs:/runs:ro" clinicode
+#   docker run --rm -p 127.0.0.1:8501:8501 -v "$PWD/runs:/runs:ro" clinicode
+# The app only reads /runs (each run's checkpoint/ and, for test-split notes, the prepared data its manifest
+# names; mount that read-only too, at the same path). It runs as an unprivileged user and writes nothing.
 # Layer order: system packages, then dependencies (cached while only code changes), then the code.
 FROM python:3.11-slim
 

@@ -290,7 +290,9 @@ def parse_batch(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_MB * 
         except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error, ValueError) as err:
             return BatchInput(empty, f"{filename}: could not read as CSV ({type(err).__name__}); check the quoting and header.")
         if "text" not in df.columns:
-            cols = ", ".join(map(str, df.columns)) or "none"
+            from clinicode.predict import describe_columns  # never echo a header-less file's first note
+
+            cols = describe_columns(df.columns)
             return BatchInput(empty, f"{filename}: no 'text' column (columns: {cols}); add one holding the notes.")
         ids = df["id"] if "id" in df.columns else pd.Series([""] * len(df))
         for n, (rid, text) in enumerate(zip(ids, df["text"]), start=1):

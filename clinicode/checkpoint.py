@@ -15,6 +15,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from clinicode import __version__
 from clinicode.artifacts import atomic_dir, make_manifest, read_json, sha256_file, write_json_atomic
 from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict, load_config, save_config
 from clinicode.constants import (
@@ -37,6 +38,11 @@ from clinicode.tokenizer import ClinicalTokenizer
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_KIND = "checkpoint"
 BASELINE_FILES = ("tfidf_lr.safetensors", "tfidf_lr.json")
+_COMMON_FILES = (LABELS_FILE, THRESHOLD_FILE, TRAIN_CONFIG_FILE)
+_REQUIRED_FILES = {
+    "leam": (WEIGHTS_FILE, MODEL_CONFIG_FILE, TOKENIZER_FILE, *_COMMON_FILES),
+    "tfidf-lr": (*BASELINE_FILES, *_COMMON_FILES),
+}
 
 
 @dataclass
@@ -136,10 +142,19 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
         raise CheckpointError(
-            f"{folder}: checkpoint schema version {version}, this clinicode ({manifest.get('clinicode_version', '?')} wrote it) "
-            f"reads version {SCHEMA_VERSION}; retrain with this version or install the one that wrote it."
+            f"{folder}: checkpoint schema version {version} (written by clinicode {manifest.get('clinicode_version', '?')}), "
+            f"but clinicode {__version__} reads version {SCHEMA_VERSION}; retrain with this version or install the one that wrote it."
         )
-    files = manifest.get("files") or {}
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise CheckpointError(f"{folder}: manifest.json has no 'files' table of SHA-256 hashes; the checkpoint is damaged, retrain it.")
+    kind = manifest.get("model")
+    # Every piece that loading reads must be covered by a hash, or a swapped file would load unchecked.
+    unlisted = [n for n in _REQUIRED_FILES.get(kind, ()) if n not in files]
+    if unlisted:
+        raise CheckpointError(
+            f"{folder}: manifest.json lists no hash for {', '.join(unlisted)}; the checkpoint is damaged or was edited, retrain it."
+        )
     for name, digest in files.items():
         p = folder / name
         if not p.is_file():
@@ -149,7 +164,6 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
                 f"{folder}: {name} does not match the hash in manifest.json (changed or damaged after saving); "
                 "restore the original file or retrain."
             )
-    kind = manifest.get("model")
     try:
         labels = LabelSet.load(folder / LABELS_FILE)
         train_config = load_config(TrainConfig, folder / TRAIN_CONFIG_FILE)
@@ -160,6 +174,8 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
         raise
     except (ClinicodeError, OSError, KeyError, ValueError, TypeError) as err:
         raise CheckpointError(f"{folder}: {err}") from err
+    if not 0.0 <= threshold <= 1.0:  # also rejects NaN
+        raise CheckpointError(f"{folder}: {THRESHOLD_FILE} holds threshold {threshold}, expected a probability in [0, 1]; retrain.")
 
     if kind == "tfidf-lr":
         from clinicode.baseline import TfidfLR

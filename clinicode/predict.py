@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import Checkpoint, load_checkpoint
+from clinicode.data.text import describe_columns  # noqa: F401  (re-exported for the app's messages)
 from clinicode.errors import ConfigError
 from clinicode.runtime import pick_device
 

@@ -1,7 +1,7 @@
 """Batch scoring of files: read notes (JSONL, CSV, Parquet, .txt, folder of .txt), write one record per note.
 
 Output goes to OUT.partial, flushed per chunk, and is renamed to OUT at the end: a killed run leaves no
-half-written OUT, and `resume=True` continues from the ids already in OUT.partial (or OUT).
+half-written OUT, and `resume=True` continues from the ids already in OUT.partial (or, without one, OUT).
 Bad records get an `error` field and are counted; they never stop the run unless `strict`.
 """
 
@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import os
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
+from clinicode.data.text import describe_columns
 from clinicode.errors import DataFormatError
 from clinicode.predict import Predictor
 
@@ -52,7 +55,7 @@ def _jsonl_records(f: TextIO, source: str) -> Iterator[Record]:
 
 def _table_records(df, source: str, offset: int) -> Iterator[Record]:
     if "text" not in df.columns:
-        raise DataFormatError(f"{source}: no 'text' column (columns: {', '.join(map(str, df.columns))}); add one holding the notes.")
+        raise DataFormatError(f"{source}: no 'text' column (columns: {describe_columns(df.columns)}); add one holding the notes.")
     has_id = "id" in df.columns
     for i, (rid, text) in enumerate(zip(df["id"] if has_id else range(len(df)), df["text"])):
         n = offset + i + 1
@@ -94,13 +97,27 @@ def read_records(path: str | Path) -> Iterator[Record]:
             import pandas as pd
 
             offset = 0
-            for chunk in pd.read_csv(p, dtype={"id": str}, chunksize=CHUNK * 4, keep_default_na=False, na_values=[]):
-                yield from _table_records(chunk, p.name, offset)
-                offset += len(chunk)
+            try:
+                for chunk in pd.read_csv(p, dtype={"id": str}, chunksize=CHUNK * 4, keep_default_na=False, na_values=[]):
+                    yield from _table_records(chunk, p.name, offset)
+                    offset += len(chunk)
+            except pd.errors.EmptyDataError:
+                raise DataFormatError(f"--input {p}: empty file; expected a CSV header with columns id,text and one row per note.") from None
+            except pd.errors.ParserError as err:
+                raise DataFormatError(
+                    f"--input {p}: not a readable CSV after row {offset:,} ({type(err).__name__}); expected columns id,text "
+                    "with the note text quoted."
+                ) from None
         elif suffix == ".parquet":
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            pf = pq.ParquetFile(p)
+            try:
+                pf = pq.ParquetFile(p)
+            except (pa.ArrowException, OSError) as err:
+                raise DataFormatError(
+                    f"--input {p}: not a readable parquet file ({type(err).__name__}); write it again or use .jsonl/.csv."
+                ) from None
             offset = 0
             cols = [c for c in ("id", "text") if c in pf.schema_arrow.names] or None
             for batch in pf.iter_batches(batch_size=CHUNK * 4, columns=cols):
@@ -158,20 +175,20 @@ class _Writer:
             os.replace(self.partial, self.final)
 
 
-def _done_ids(out: Path, fmt: str) -> set[str]:
-    done: set[str] = set()
-    for p in (out, out.with_name(out.name + ".partial")):
-        if not p.is_file():
-            continue
-        with open(p, encoding="utf-8", newline="") as f:
-            if fmt == "csv":
-                done.update(row["id"] for row in csv.DictReader(f))
-            else:
-                for line in f:
-                    try:
-                        done.add(str(json.loads(line)["id"]))
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        break  # a torn last line from a kill: re-score from here
+def _done_ids(p: Path, fmt: str) -> Counter[str]:
+    """How many records each id already has in `p` (a multiset, so duplicate input ids resume exactly)."""
+    done: Counter[str] = Counter()
+    if not p.is_file():
+        return done
+    with open(p, encoding="utf-8", newline="") as f:
+        if fmt == "csv":
+            done.update(row["id"] for row in csv.DictReader(f) if row.get("id") is not None)
+        else:
+            for line in f:
+                try:
+                    done[str(json.loads(line)["id"])] += 1
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    break  # a torn last line from a kill: re-score from here
     return done
 
 
@@ -193,26 +210,35 @@ def predict_file(
 
     Args:
         shard: (i, n): score only records whose position p satisfies p % n == i (deterministic).
-        resume: skip ids already present in OUT or OUT.partial and append to them.
+        resume: skip ids already present in OUT.partial (or, when there is none, in OUT) and append to it; an id
+            that occurs n times in the input is skipped as often as it already occurs in the output.
     Returns:
-        counts: {"scored", "errors", "skipped"}.
+        counts: {"scored", "errors", "skipped"}, plus "duplicate_ids" (records repeating an earlier id) when there
+            are any; such records are scored like any other.
     Raises:
-        DataFormatError: with strict=True, on the first bad record.
+        DataFormatError: an unreadable or empty input; with strict=True, the first bad record.
     """
     from tqdm.auto import tqdm
 
     fmt = "csv" if str(output).endswith(".csv") else "jsonl"
     i_shard, n_shard = shard
-    done: set[str] = set()
+    records = read_records(input)
+    first = next(records, None)  # file-level input errors surface here, before OUT.partial is created
+    if first is None:
+        raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, CSV/parquet row or .txt file.")
+    done: Counter[str] = Counter()
     if resume and str(output) != "-":
+        # Continue OUT.partial when a run was interrupted (OUT, if any, is an older finished output that the
+        # rename at the end replaces); otherwise continue a finished OUT. Ids are counted from that one file only.
         out = Path(output)
-        if out.is_file() and not out.with_name(out.name + ".partial").exists():
-            os.replace(out, out.with_name(out.name + ".partial"))
-        done = _done_ids(out, fmt)
-        if fmt == "jsonl":
-            _truncate_torn_tail(out.with_name(out.name + ".partial"))
+        partial = out.with_name(out.name + ".partial")
+        if out.is_file() and not partial.exists():
+            os.replace(out, partial)
+        _truncate_torn_tail(partial)
+        done = _done_ids(partial, fmt)
     writer = _Writer(output, fmt=fmt, append=resume and bool(done))
     counts = {"scored": 0, "errors": 0, "skipped": 0}
+    seen: set[str] = set()
     bar = tqdm(desc="notes", unit="note", disable=not progress, file=sys.stderr)
 
     def flush(chunk: list[Record]) -> None:
@@ -234,10 +260,14 @@ def predict_file(
         bar.update(len(chunk))
 
     chunk: list[Record] = []
-    for pos, rec in enumerate(read_records(input)):
+    for pos, rec in enumerate(itertools.chain([first], records)):
         if pos % n_shard != i_shard:
             continue
-        if rec.id in done:
+        if rec.id in seen:
+            counts["duplicate_ids"] = counts.get("duplicate_ids", 0) + 1
+        seen.add(rec.id)
+        if done[rec.id] > 0:
+            done[rec.id] -= 1
             counts["skipped"] += 1
             continue
         chunk.append(rec)
@@ -252,11 +282,25 @@ def predict_file(
 
 
 def _truncate_torn_tail(p: Path) -> None:
-    """Drop a partial last line left by a kill, so appended records start on a fresh line."""
+    """Drop a partial last line left by a kill, so appended records start on a fresh line (JSONL and CSV).
+
+    Every complete record ends in a newline (CSV rows in \\r\\n), so a file that does not end in one ends in
+    a torn record.
+    """
     if not p.is_file() or p.stat().st_size == 0:
         return
-    data = p.read_bytes()
-    if not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        with open(p, "r+b") as f:
-            f.truncate(cut)
+    with open(p, "r+b") as f:
+        end = f.seek(0, os.SEEK_END)
+        pos = end
+        while pos > 0:  # scan back block by block for the last newline (outputs can be large)
+            start = max(0, pos - (1 << 16))
+            f.seek(start)
+            block = f.read(pos - start)
+            if pos == end and block.endswith(b"\n"):
+                return
+            nl = block.rfind(b"\n")
+            if nl >= 0:
+                f.truncate(start + nl + 1)
+                return
+            pos = start
+        f.truncate(0)

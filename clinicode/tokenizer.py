@@ -17,8 +17,12 @@ from clinicode.constants import DEFAULT_MAX_LEN, PAD_ID, PAD_TOKEN, UNK_TOKEN
 from clinicode.data.text import tokenize
 from clinicode.errors import CheckpointError, DataFormatError
 
-# Remove every non-word run and every all-digit word: what is left are CAML's \w+ tokens without numbers.
-_SPLIT = Regex(r"[^\w]+|\b\d+\b")
+# Remove every non-word run and every all-numeric word: what is left are CAML's \w+ tokens minus those for
+# which str.isnumeric() is true. Spelled with Unicode classes (\p{L}, \p{N}) so superscripts, fractions and
+# Roman numerals count as numeric, as in Python; U+0307 stays word-internal because lowercasing 'İ' yields
+# 'i' + U+0307.
+_W = r"[\p{L}\p{N}_\x{0307}]"
+_SPLIT = Regex(rf"[^\p{{L}}\p{{N}}_\x{{0307}}]+|(?<!{_W})\p{{N}}+(?!{_W})")
 
 
 @dataclass(frozen=True)

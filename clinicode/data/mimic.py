@@ -14,6 +14,7 @@ from typing import Iterator
 
 import pandas as pd
 
+from clinicode.data.text import describe_columns
 from clinicode.errors import DataFormatError
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ def _read_header(path: Path, required: tuple[str, ...]) -> dict[str, str]:
     missing = [c for c in required if c not in by_upper]
     if missing:
         raise DataFormatError(
-            f"{path} has no column {', '.join(missing)}; found {', '.join(map(str, header.columns[:12]))}. "
+            f"{path} has no column {', '.join(missing)}; found {describe_columns(header.columns)}. "
             "Is this the MIMIC-III v1.4 table?"
         )
     return {c: by_upper[c] for c in required}
@@ -121,10 +122,7 @@ def _read_csv(path: Path, columns: tuple[str, ...], dtypes: dict, **kwargs):
             **kwargs,
         ), names
     except _READ_ERRORS as err:
-        raise DataFormatError(
-            f"{path} cannot be parsed ({type(err).__name__}); expected columns {', '.join(columns)} with integer ids. "
-            "Re-download or re-extract the file."
-        ) from err
+        raise _content_error(path, err, columns, "cannot be parsed") from err
 
 
 def _wrap_chunks(path: Path, chunks) -> Iterator[pd.DataFrame]:
@@ -132,10 +130,22 @@ def _wrap_chunks(path: Path, chunks) -> Iterator[pd.DataFrame]:
     try:
         yield from chunks
     except _READ_ERRORS as err:
-        raise DataFormatError(
-            f"{path} failed mid-way ({type(err).__name__}); the file is probably truncated or corrupt. "
-            "Re-download or re-extract it."
-        ) from err
+        raise _content_error(path, err, None, "failed mid-way") from err
+
+
+def _content_error(path: Path, err: BaseException, columns: tuple[str, ...] | None, what: str) -> DataFormatError:
+    """One-line message for a table whose bytes or values do not parse; never quotes the offending value."""
+    if isinstance(err, UnicodeDecodeError):
+        return DataFormatError(f"{path} is not valid UTF-8 ({err.reason}); MIMIC-III is UTF-8, re-save or re-extract the file.")
+    if isinstance(err, ValueError) and not isinstance(err, (UnicodeError, pd.errors.ParserError)):
+        cols = ", ".join(c for c in (columns or ("ROW_ID", "SUBJECT_ID", "HADM_ID")) if c.endswith("_ID"))
+        return DataFormatError(
+            f"{path} {what}: a value in {cols} is not an integer (or the file is damaged); "
+            "expected MIMIC-III v1.4's integer ids. Re-download or re-extract the file."
+        )
+    return DataFormatError(
+        f"{path} {what} ({type(err).__name__}); the file is probably truncated or corrupt. Re-download or re-extract it."
+    )
 
 
 def read_codes(mimic_dir: Path, table: str) -> tuple[pd.DataFrame, ReadStats]:

@@ -19,6 +19,7 @@ import pandas as pd
 from clinicode.artifacts import read_json
 from clinicode.constants import ID, LABELS, LABELS_FILE, MANIFEST_FILE, SPLITS, SUBJECT_ID, TEXT
 from clinicode.data.labels import LabelSet
+from clinicode.data.text import describe_columns
 from clinicode.errors import DataFormatError
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ def _read_split(path: Path) -> pd.DataFrame:
     for col in (ID, TEXT, LABELS):
         if col not in df.columns:
             raise DataFormatError(
-                f"{path} has no column {col!r}; found {', '.join(map(str, df.columns))}. Each row needs id, text, labels."
+                f"{path} has no column {col!r}; found {describe_columns(df.columns)}. Each row needs id, text, labels."
             )
     keep = [c for c in (ID, SUBJECT_ID, TEXT, LABELS) if c in df.columns]
     df = df[keep].reset_index(drop=True)
@@ -167,6 +168,13 @@ def _read_split(path: Path) -> pd.DataFrame:
             f"{path}: {len(dup)} duplicate id(s), e.g. {dup.iloc[0]!r}; ids must be unique within a split."
         )
     text = df[TEXT]
+    typed = [i for i, t in enumerate(text) if not (t is None or isinstance(t, str) or (isinstance(t, float) and t != t))]  # NaN: missing
+    if typed:
+        i = typed[0]
+        raise DataFormatError(
+            f"{path}: {len(typed)} document(s) whose text is not a string, e.g. id {df[ID].iloc[i]!r} "
+            f"({type(text.iloc[i]).__name__}); store each note's text as a string."
+        )
     bad = [i for i, t in enumerate(text) if not isinstance(t, str) or not t.strip()]
     if bad:
         raise DataFormatError(

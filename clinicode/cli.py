@@ -58,6 +58,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
         typer.echo(f"labels: {summary['n_labels']} ({summary.get('label_set', '')})")
     for reason, n in (summary.get("dropped") or {}).items():
         typer.echo(f"dropped: {n:,} {reason}")
+    missing = {k: v for k, v in (summary.get("missing_from_data") or {}).items() if v}
+    if missing:
+        typer.echo("split-file ids not found in the data: " + ", ".join(f"{k} {v:,}" for k, v in missing.items()))
     if summary.get("note"):
         typer.echo(f"note: {summary['note']}.")
 
@@ -117,7 +120,7 @@ def train_cli(
     compat: Annotated[str, typer.Option(help="cosine (LEAM) or linear (the paper's ablation).")] = "cosine",
     batch_size: Annotated[int, typer.Option(help="Notes per batch.")] = 16,
     max_len: Annotated[int, typer.Option(help="Tokens kept per note.")] = 2500,
-    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 2e-3,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate (weight decay 0.3, see TrainConfig).")] = 1e-2,
     embeddings: Annotated[str, typer.Option(help="w2v (train on the train split), random, or a word2vec/GloVe text file.")] = "w2v",
     descriptions: Annotated[Optional[Path], typer.Option(help="code<TAB>description file for labels without descriptions.")] = None,
     device: Annotated[str, typer.Option(help="auto (CUDA when present), cpu or cuda.")] = "auto",
@@ -161,6 +164,9 @@ def evaluate_cli(
 
     m = evaluate(checkpoint=checkpoint, data_dir=data, split=split, output=output, device=device)
     typer.echo(format_table(m))
+    if m.get("n_gold_outside_labels"):
+        typer.echo(f"note: {m['n_gold_outside_labels']:,} gold code occurrence(s) outside the checkpoint's label set "
+                   "were ignored (n_gold_outside_labels).", err=True)
     if output:
         typer.echo(f"wrote {output}")
 
@@ -208,8 +214,11 @@ def predict_cli(
     pred = Predictor.from_checkpoint(checkpoint, device=device)
     counts = predict_file(pred, input=input, output=output, top_k=k, threshold=threshold, explain=explain, strict=strict,
                           resume=resume, shard=_parse_shard(shard), progress=progress and sys.stderr.isatty())
+    dup = counts.get("duplicate_ids", 0)
     typer.echo(f"scored {counts['scored']:,} notes, {counts['errors']:,} bad records (see their 'error' field), "
-               f"{counts['skipped']:,} skipped as already done", err=True)
+               f"{counts['skipped']:,} skipped as already done"
+               + (f"; {dup:,} records repeat an earlier id (each has its own output record, in input order)" if dup else ""),
+               err=True)
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ class LEAMConfig:
     label_reg_weight: float = 1.0   # lambda of the label-embedding regulariser (paper: 1)
     compat: str = "cosine"          # "cosine" (the paper's model) or "linear" (its ablation: no phrase window)
     multilabel: bool = True         # sigmoid + BCE; False: softmax + CE (one label per note)
+    phrase_init: float = 1.0        # initial sum of W1: every tap starts at phrase_init / (2r+1) (1.0 = a local mean)
 
     def __post_init__(self) -> None:
         if self.vocab_size < 3:
@@ -41,6 +42,8 @@ class LEAMConfig:
             raise ConfigError(f"LEAMConfig.dropout must be in [0, 1), got {self.dropout}.")
         if self.compat not in ("cosine", "linear"):
             raise ConfigError(f"LEAMConfig.compat must be 'cosine' or 'linear', got {self.compat!r}.")
+        if not 0.0 < self.phrase_init <= 100.0:
+            raise ConfigError(f"LEAMConfig.phrase_init must be in (0, 100], got {self.phrase_init}.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,12 +53,14 @@ class TrainConfig:
     model: str = "leam"             # "leam" or "tfidf-lr"
     epochs: int = 30
     batch_size: int = 16
-    lr: float = 2e-3
-    weight_decay: float = 0.0
+    lr: float = 1e-2                # tuned on hoc/mtsamples/cmc2007 dev (BENCHMARKS.md); was 2e-3
+    optimizer: str = "adamw"        # "adamw" (decoupled weight decay) or "adam" (weight_decay as L2 in the gradient)
+    weight_decay: float = 0.3       # AdamW decay; the main regulariser of the trainable word vectors on small sets
+    pos_weight: float = 0.0         # label imbalance: BCE positives weighted (n_neg / n_pos) ** pos_weight (0 = off)
     max_len: int = 2500             # tokens kept per note (CAML: first 2,500)
     min_doc_freq: int = 3           # vocabulary: words in >= 3 training notes
     embeddings: str = "w2v"         # "w2v" (trained on the train split), "random", or a path to a text vector file
-    w2v_epochs: int = 5
+    w2v_epochs: int = 0             # 0 = auto: ceil(30M / training tokens) clamped to [5, 30]; CAML used 5
     patience: int = 5               # epochs without dev micro-F1 improvement before stopping
     seed: int = 1337
     device: str = "auto"
@@ -66,9 +71,17 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.model not in ("leam", "tfidf-lr"):
             raise ConfigError(f"--model must be 'leam' or 'tfidf-lr', got {self.model!r}.")
-        for name in ("epochs", "batch_size", "max_len", "min_doc_freq", "eval_batch_size", "w2v_epochs"):
+        for name in ("epochs", "batch_size", "max_len", "min_doc_freq", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
+        if self.w2v_epochs < 0:
+            raise ConfigError(f"--w2v-epochs must be >= 1, or 0 for automatic, got {self.w2v_epochs}.")
+        if self.optimizer not in ("adamw", "adam"):
+            raise ConfigError(f"--optimizer must be 'adamw' or 'adam', got {self.optimizer!r}.")
+        if not 0.0 <= self.weight_decay <= 10.0:
+            raise ConfigError(f"--weight-decay must be in [0, 10], got {self.weight_decay}.")
+        if not 0.0 <= self.pos_weight <= 1.0:
+            raise ConfigError(f"--pos-weight must be in [0, 1] (an exponent on n_neg / n_pos), got {self.pos_weight}.")
         if self.patience < 0:
             raise ConfigError(f"--patience must be >= 0, got {self.patience}.")
         if not self.lr > 0:

@@ -33,7 +33,8 @@ def _sentences(texts: Iterable[str]) -> list[list[str]]:
 
 
 def train_word2vec(
-    texts: Sequence[str], tokenizer: ClinicalTokenizer, *, dim: int = 100, epochs: int = 5, seed: int = 1337
+    texts: Sequence[str], tokenizer: ClinicalTokenizer, *, dim: int = 100, epochs: int = 5, seed: int = 1337,
+    window: int = 5,
 ) -> np.ndarray:
     """CBOW word2vec (CAML's settings: 100-d, window 5, min_count 0, 5 epochs) on training notes only.
 
@@ -48,7 +49,7 @@ def train_word2vec(
     from gensim.models import Word2Vec  # heavy import; only training needs it
 
     sentences = _sentences(texts)
-    model = Word2Vec(sentences=sentences, vector_size=dim, window=5, min_count=0, sg=0, workers=1, epochs=epochs, seed=seed)
+    model = Word2Vec(sentences=sentences, vector_size=dim, window=window, min_count=0, sg=0, workers=1, epochs=epochs, seed=seed)
     kv = model.wv
     return _matrix_from_lookup(tokenizer, dim, lambda w: kv[w] if w in kv.key_to_index else None, seed=seed)
 

@@ -11,6 +11,12 @@ Choices where the paper and its reference code differ (stated here, as DOMAIN.md
 - Multi-label notes use sigmoid + BCE; single-label notes softmax + CE (the paper's topic tasks).
 - The label regulariser classifies each label vector c_k with the same head f as its own class
   (softmax cross-entropy against the identity), weight lambda (paper: 1).
+
+Training details around the model (not in the paper; each is a config value, see clinicode/config.py):
+- `phrase_init` sets the initial W1 to phrase_init / (2r+1) per tap (default 1.0: a local mean of G). It is an
+  initialisation only; W1 stays a free, trained parameter, so the model is unchanged.
+- `loss(..., pos_weight=w)` weights positive BCE terms per label (label imbalance, like class_weight="balanced"
+  in the tf-idf baseline). Off by default (TrainConfig.pos_weight = 0): the paper's plain mean BCE.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ class LEAM(nn.Module):
         P, K = config.embed_dim, config.n_labels
         self.word_emb = nn.Embedding(config.vocab_size, P, padding_idx=0)           # V = E_word[x]
         self.label_emb = nn.Parameter(torch.randn(K, P) * 0.1)                      # C, same space as words
-        self.phrase_w = nn.Parameter(torch.full((2 * config.radius + 1,), 1.0 / (2 * config.radius + 1)))  # W1
+        self.phrase_w = nn.Parameter(torch.full((2 * config.radius + 1,), config.phrase_init / (2 * config.radius + 1)))  # W1
         self.phrase_b = nn.Parameter(torch.zeros(K))                                # b1
         self.head = nn.Sequential(                                                  # f: z -> logits
             nn.Dropout(config.dropout),
@@ -122,17 +128,19 @@ class LEAM(nn.Module):
             return LEAMOutput(logits=logits, beta=beta, phrase=u, doc=z)
         return LEAMOutput(logits=logits)
 
-    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor,
+             pos_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Task loss plus lambda times the label-embedding regulariser.
 
         Args:
             logits: [B, K].
             targets: [B, K] float 0/1 (multi-label) or one-hot (single-label).
+            pos_weight: optional [K] weights of the positive BCE terms (multi-label only; None = paper's loss).
         Returns:
             (total loss, task loss), both scalars.
         """
         if self.config.multilabel:
-            task = F.binary_cross_entropy_with_logits(logits, targets)              # mean over B*K
+            task = F.binary_cross_entropy_with_logits(logits, targets, pos_weight=pos_weight)  # mean over B*K
         else:
             task = F.cross_entropy(logits, targets.argmax(dim=-1))
         if self.config.label_reg_weight == 0:

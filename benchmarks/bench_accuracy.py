@@ -1,0 +1,146 @@
+"""Accuracy benchmark: LEAM with its default settings next to tfidf-lr on the small public sets in ../shared/data.
+
+For each set (hoc, cmc2007-radiology-icd9, mtsamples) both models are trained with library defaults; the only
+flags passed are dataset-generic: `--top-k 50` (a no-op unless a set has more than 50 labels) and, for cmc2007
+whose labels are bare ICD-9 codes, `--descriptions ../shared/data/caml-mimic-ids/ICD9_descriptions.tsv` so that
+LEAM's label vectors start from the code descriptions (DOMAIN.md section 8). Metrics are test-set values at the
+dev-tuned threshold; LEAM is run with several seeds (mean ± sd), tfidf-lr is deterministic (one run).
+The table is printed and written between the bench:accuracy markers of BENCHMARKS.md.
+
+    python benchmarks/bench_accuracy.py [--seeds 3] [--datasets hoc,mtsamples,...] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+DESCRIPTIONS = DATA / "caml-mimic-ids" / "ICD9_descriptions.tsv"
+DATASETS = ("hoc", "cmc2007-radiology-icd9", "mtsamples")
+START, END = "<!-- bench:accuracy:start -->", "<!-- bench:accuracy:end -->"
+METRICS = (("f1_micro", "micro-F1"), ("f1_macro", "macro-F1"), ("auc_macro", "macro-AUC"),
+           ("auc_micro", "micro-AUC"), ("prec_at_5", "P@5"))
+TOP_K = 50
+
+
+def run_one(dataset: str, model: str, seed: int, work: Path) -> dict:
+    """Train one model with default settings; return its test metrics and wall-clock training seconds."""
+    from clinicode.config import TrainConfig
+    from clinicode.train import train
+
+    cfg = TrainConfig(model=model, seed=seed, top_k=TOP_K, device="cpu")
+    desc = DESCRIPTIONS if dataset.startswith("cmc2007") and DESCRIPTIONS.is_file() else None
+    t0 = time.perf_counter()
+    res = train(out_dir=work / f"{dataset}-{model}-{seed}", config=cfg, data_dir=DATA / dataset,
+                descriptions_path=desc, progress=False)
+    secs = time.perf_counter() - t0
+    row = {k: float(res["test"][k]) for k, _ in METRICS}
+    row.update(seconds=secs, best_epoch=res.get("best_epoch"), epochs=len(res.get("history", [])))
+    print(json.dumps({"dataset": dataset, "model": model, "seed": seed, **row}), file=sys.stderr, flush=True)
+    return row
+
+
+def _cell(values: list[float], digits: int = 4) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def table(results: dict[tuple[str, str], list[dict]]) -> str:
+    head = "| dataset | model | runs | " + " | ".join(name for _, name in METRICS) + " | train s |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for (dataset, model), rows in results.items():
+        cells = [_cell([r[k] for r in rows]) for k, _ in METRICS]
+        secs = _cell([r["seconds"] for r in rows], 0)
+        lines.append(f"| {dataset} | {model} | {len(rows)} | " + " | ".join(cells) + f" | {secs} |")
+    return "\n".join(lines)
+
+
+def verdict(results: dict[tuple[str, str], list[dict]]) -> list[str]:
+    """One line per set: does LEAM's mean reach tfidf-lr on micro-F1 and macro-AUC?"""
+    out = []
+    for dataset in dict.fromkeys(d for d, _ in results):
+        leam, lr = results.get((dataset, "leam")), results.get((dataset, "tfidf-lr"))
+        if not leam or not lr:
+            continue
+        parts = []
+        for key, name in (("f1_micro", "micro-F1"), ("auc_macro", "macro-AUC")):
+            d = statistics.mean(r[key] for r in leam) - lr[0][key]
+            parts.append(f"{name} {'+' if d >= 0 else ''}{d:.4f}")
+        out.append(f"- {dataset}: LEAM − tfidf-lr: " + ", ".join(parts))
+    return out
+
+
+def write_section(text: str, path: Path) -> None:
+    doc = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
+    block = f"{START}\n{text}\n{END}"
+    if START in doc and END in doc:
+        pre, rest = doc.split(START, 1)
+        post = rest.split(END, 1)[1]
+        doc = pre + block + post
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(doc, encoding="utf-8")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=3, help="LEAM seeds per set (tfidf-lr is deterministic: one run).")
+    ap.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated folder names under ../shared/data.")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone.")
+    args = ap.parse_args()
+
+    import torch
+
+    from clinicode import __version__
+
+    datasets = [d for d in args.datasets.split(",") if d]
+    missing = [d for d in datasets if not (DATA / d / "train.jsonl").is_file() and not (DATA / d / "train.parquet").is_file()]
+    if missing:
+        sys.exit(f"no data for {', '.join(missing)} under {DATA}; expected {{train,dev,test}}.jsonl per set.")
+    results: dict[tuple[str, str], list[dict]] = {}
+    t_all = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="clinicode-bench-acc-") as tmp:
+        for dataset in datasets:
+            results[(dataset, "tfidf-lr")] = [run_one(dataset, "tfidf-lr", 1337, Path(tmp))]
+            results[(dataset, "leam")] = [run_one(dataset, "leam", 1337 + i, Path(tmp)) for i in range(args.seeds)]
+    from clinicode.config import TrainConfig
+
+    d = TrainConfig()
+    text = "\n".join([
+        "## accuracy: LEAM (defaults) vs tfidf-lr (`benchmarks/bench_accuracy.py`)",
+        "",
+        "Test-set metrics at the dev-tuned threshold, library defaults for both models. Flags passed: `--top-k 50` "
+        "(no-op: every set has <= 50 labels) and, for cmc2007 only, `--descriptions ../shared/data/caml-mimic-ids/"
+        "ICD9_descriptions.tsv` (LEAM's label vectors start from the ICD-9 descriptions; tfidf-lr ignores them). "
+        f"LEAM: mean ± sd over seeds {', '.join(str(1337 + i) for i in range(args.seeds))}; tfidf-lr is deterministic. "
+        "P@5 is bounded by the few gold labels per note (1.3-2.1 on average). train s = wall time of `train()` "
+        "(word2vec, training with dev evaluation each epoch, final scoring) on a shared 2-core CPU.",
+        "",
+        table(results),
+        "",
+        *verdict(results),
+        "",
+        f"LEAM defaults: lr {d.lr}, {d.optimizer} weight decay {d.weight_decay}, batch {d.batch_size}, up to {d.epochs} "
+        f"epochs, patience {d.patience}, word2vec passes {'auto' if d.w2v_epochs == 0 else d.w2v_epochs}, pos_weight {d.pos_weight}.",
+        "",
+        f"{datetime.now(timezone.utc):%Y-%m-%d}; clinicode {__version__}, Python {platform.python_version()}, "
+        f"torch {torch.__version__}, {platform.machine()}; total {time.perf_counter() - t_all:.0f} s.",
+    ])
+    print(text)
+    if not args.no_write:
+        write_section(text, ROOT / "BENCHMARKS.md")
+        print(f"updated {ROOT / 'BENCHMARKS.md'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Training defaults and the small training options around LEAM: range checks, pos_weight, word2vec passes."""
+
+import pytest
+import torch
+
+from clinicode.config import LEAMConfig, TrainConfig
+from clinicode.errors import ConfigError
+from clinicode.model import LEAM
+from clinicode.train import _pos_weight, auto_w2v_epochs
+
+
+def test_library_defaults_are_the_tuned_ones():
+    cfg = TrainConfig()
+    assert (cfg.lr, cfg.optimizer, cfg.weight_decay, cfg.pos_weight, cfg.w2v_epochs) == (1e-2, "adamw", 0.3, 0.0, 0)
+    assert LEAMConfig(vocab_size=10, n_labels=2).phrase_init == 1.0
+
+
+def test_cli_train_defaults_equal_library_defaults():
+    import inspect
+
+    from clinicode.cli import train_cli
+
+    params = inspect.signature(train_cli).parameters
+    cfg = TrainConfig()
+    for name in ("epochs", "patience", "batch_size", "max_len", "lr", "embeddings", "seed"):
+        assert params[name].default == getattr(cfg, name), name
+    model_defaults = {"embed_dim": "embed_dim", "window": "radius", "hidden_dim": "hidden_dim", "dropout": "dropout",
+                      "label_reg": "label_reg_weight", "compat": "compat"}
+    lc = LEAMConfig(vocab_size=10, n_labels=2)
+    for cli_name, field in model_defaults.items():
+        assert params[cli_name].default == getattr(lc, field), cli_name
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(optimizer="sgd"), "optimizer"),
+    (dict(weight_decay=-0.1), "weight-decay"),
+    (dict(pos_weight=1.5), "pos-weight"),
+    (dict(w2v_epochs=-1), "w2v-epochs"),
+])
+def test_train_config_rejects_bad_values(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        TrainConfig(**kw)
+
+
+def test_phrase_init_sets_w1_and_is_checked():
+    m = LEAM(LEAMConfig(vocab_size=10, n_labels=2, radius=2, phrase_init=5.0))
+    torch.testing.assert_close(m.phrase_w.detach(), torch.full((5,), 1.0))
+    with pytest.raises(ConfigError, match="phrase_init"):
+        LEAMConfig(vocab_size=10, n_labels=2, phrase_init=0.0)
+
+
+def test_pos_weight_balances_rare_labels_and_changes_the_loss():
+    y = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    w = _pos_weight(y, 1.0)
+    torch.testing.assert_close(w, torch.tensor([1 / 3, 3.0]))
+    torch.testing.assert_close(_pos_weight(y, 0.5), w.sqrt())
+    m = LEAM(LEAMConfig(vocab_size=10, n_labels=2, label_reg_weight=0.0))
+    logits = torch.tensor([[0.5, -1.0], [0.2, 0.3], [-0.4, 1.0], [1.0, -2.0]])
+    plain, _ = m.loss(logits, y)
+    weighted, _ = m.loss(logits, y, pos_weight=w)
+    assert not torch.isclose(plain, weighted)
+
+
+def test_auto_w2v_epochs_scales_with_corpus_size():
+    assert auto_w2v_epochs(["word " * 100] * 10) == 30          # tiny corpus: the cap
+    assert auto_w2v_epochs(["word " * 1000] * 10_000) == 5      # 10M tokens: CAML's 5 passes
+    assert 5 < auto_w2v_epochs(["word " * 1000] * 2000) < 30    # 2M tokens: in between (15)

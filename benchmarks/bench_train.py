@@ -36,6 +36,8 @@ def _child(spec: dict) -> dict:
     from clinicode.model import LEAM
 
     torch.manual_seed(0)
+    if spec.get("threads"):
+        torch.set_num_threads(spec["threads"])
     B, L, P, K, r = spec["batch"], spec["length"], spec["dim"], spec["labels"], spec["radius"]
     cfg = LEAMConfig(vocab_size=VOCAB, n_labels=K, embed_dim=P, radius=r)
 
@@ -57,9 +59,11 @@ def _child(spec: dict) -> dict:
         model = Straightforward(cfg)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     else:
+        from clinicode.config import TrainConfig
+        from clinicode.train import make_optimizer
+
         model = LEAM(cfg)
-        make = getattr(model, "make_optimizer", None)
-        opt = make(lr=1e-3) if make else torch.optim.Adam(model.parameters(), lr=1e-3)
+        opt = make_optimizer(model, TrainConfig(lr=1e-3))
     ids = torch.randint(2, VOCAB, (B, L))
     mask = torch.ones(B, L, dtype=torch.bool)
     y = (torch.rand(B, K) < 0.05).float()

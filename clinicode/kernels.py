@@ -51,9 +51,8 @@ class _PhraseWindow(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             acc = torch.zeros(n, dtype=torch.float64)
             for b in range(B):                                        # dw[j] = sum grad * G shifted by j
-                gb = grad[b].reshape(-1)
-                for j in range(n):
-                    acc[j] += torch.dot(gb, Gp[b, j:j + L].reshape(-1)).item()
+                windows = Gp[b].as_strided((n, L * K), (K, 1))        # [n, L*K] row j = Gp[b, j:j+L] (a view)
+                acc += (windows @ grad[b].reshape(-1)).double()       # [n]
             grad_w = acc.to(w.dtype)
         return grad_G, grad_w
 

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from clinicode.config import LEAMConfig
+from clinicode.kernels import phrase_window
 
 _EPS = 1e-8
 
@@ -97,19 +98,28 @@ class LEAM(nn.Module):
     def attend(self, words: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """beta and z for a batch of notes.
 
+        Computes exactly `phrase_scores(compatibility(words, mask))`, laid out for speed: G as one [B, L, K]
+        matrix product (codes contiguous) with each word's 1/|v| (0 on padding) applied to the K-wide result
+        instead of normalising P-wide vectors, and the window by `clinicode.kernels.phrase_window`.
+
         Args:
             words: [B, L, P] word vectors.
             mask: [B, L] bool, True for real tokens; every note needs at least one.
         Returns:
             (beta [B, L], z [B, P], u [B, K, L]).
         """
-        G = self.compatibility(words, mask)                                         # [B, K, L]
-        u = self.phrase_scores(G)                                                   # [B, K, L]
-        m = u.amax(dim=1)                                                           # [B, L]    best label per position
+        inv = mask.unsqueeze(-1).to(words.dtype) / (words.norm(dim=-1, keepdim=True) + _EPS)  # [B, L, 1] 1/|v|, 0 on PAD
+        labels_n = self.label_emb / (self.label_emb.norm(dim=-1, keepdim=True) + _EPS)  # [K, P]
+        G = torch.matmul(words, labels_n.t()) * inv                                 # [B, L, K] cosine G
+        if self.config.compat == "linear":
+            u = G                                                                   # [B, L, K] the ablation
+        else:
+            u = F.relu(phrase_window(G, self.phrase_w) + self.phrase_b)             # [B, L, K] window 2r+1
+        m = u.amax(dim=2)                                                           # [B, L]    best label per position
         m = m.masked_fill(~mask, float("-inf"))                                     # [B, L]    padding never attended
         beta = torch.softmax(m, dim=-1)                                             # [B, L]    max-subtracted inside
-        z = torch.einsum("bl,blp->bp", beta, words)                                 # [B, P]    unnormalised word vectors
-        return beta, z, u
+        z = torch.bmm(beta.unsqueeze(1), words).squeeze(1)                          # [B, P]    unnormalised word vectors
+        return beta, z, u.transpose(1, 2)                                           # u as [B, K, L]
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, *, return_attention: bool = False) -> LEAMOutput:
         """Score a batch of notes.

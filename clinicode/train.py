@@ -94,6 +94,21 @@ def _pos_weight(y: torch.Tensor, alpha: float) -> torch.Tensor:
     return ((n - n_pos).clamp(min=1.0) / n_pos).pow(alpha).clamp(max=100.0)
 
 
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW (or Adam) over all parameters, fused into one kernel per step where torch supports it.
+
+    The fused update gives the same mathematics as the loop version; on CPU it cut the optimiser step
+    (5M word-vector parameters at MIMIC size) several-fold in profiles.
+    """
+    opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    params = list(model.parameters())
+    fused = all(p.dtype == torch.float32 and p.device.type in ("cpu", "cuda") for p in params)
+    try:
+        return opt_cls(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
+    except (RuntimeError, TypeError):  # an older torch without a fused kernel for this device
+        return opt_cls(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
 class _Trainer:
     """Holds one LEAM run's data, model and loop; `train()` below is the public entry."""
 
@@ -132,8 +147,7 @@ class _Trainer:
             self.model = LEAM(self.model_config)
             self._init_embeddings(train_df["text"].tolist())
         self.model.to(self.device)
-        opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-        self.opt = opt_cls(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.opt = make_optimizer(self.model, cfg)
         if resume and (self.state_dir / "optim.safetensors").is_file():
             _optim_from_tensors(self.opt, load_file(str(self.state_dir / "optim.safetensors")),
                                 read_json(self.state_dir / "optim.json"))

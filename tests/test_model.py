@@ -109,3 +109,12 @@ def test_config_rejects_bad_values():
         LEAMConfig(vocab_size=10, n_labels=2, compat="dot")
     with pytest.raises(ConfigError, match="radius"):
         LEAMConfig(vocab_size=10, n_labels=2, radius=-1)
+
+
+def test_fast_attend_equals_the_reference_equations():
+    model = _model()
+    ids, mask = pad_batch([[2, 3, 4, 5, 6, 7, 8], [9, 10, 11]])
+    out = model(ids, mask, return_attention=True)
+    V = model.word_emb(ids)
+    ref_u = model.phrase_scores(model.compatibility(V, mask))          # einsum G + 1-channel convolution
+    torch.testing.assert_close(out.phrase, ref_u, rtol=1e-5, atol=1e-6)

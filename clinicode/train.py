@@ -31,7 +31,7 @@ from clinicode.embeddings import label_vectors, random_matrix, read_vector_file,
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.metrics import all_metrics, tune_threshold
 from clinicode.model import LEAM
-from clinicode.runtime import pick_device, seed_everything
+from clinicode.runtime import barrier, init_distributed, pick_device, seed_everything, world
 from clinicode.tokenizer import ClinicalTokenizer
 
 log = logging.getLogger(__name__)
@@ -109,8 +109,26 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
         return opt_cls(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
+class _Objective(torch.nn.Module):
+    """Forward plus both losses in one module, so DistributedDataParallel sees every use of the weights."""
+
+    def __init__(self, model: LEAM, pos_weight: torch.Tensor | None) -> None:
+        super().__init__()
+        self.model, self.pos_weight = model, pos_weight
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.model(ids, mask).logits
+        return self.model.loss(logits.float(), y, pos_weight=self.pos_weight)
+
+
 class _Trainer:
-    """Holds one LEAM run's data, model and loop; `train()` below is the public entry."""
+    """Holds one LEAM run's data, model and loop; `train()` below is the public entry.
+
+    Under torchrun (WORLD_SIZE > 1) every process builds the same tokenizer, vectors and batch order (all
+    seeded), splits each batch between the processes (a distributed sampler at batch level, so the global batch
+    and its mean loss equal a single process's), and DistributedDataParallel averages the gradients. Every rank
+    scores dev itself (identical weights, so identical early-stopping decisions); only rank 0 writes files.
+    """
 
     def __init__(self, ds: PreparedDataset, run: Path, cfg: TrainConfig, model_options: dict[str, Any], *,
                  resume: bool, progress: bool, on_epoch: Callable[[dict[str, Any]], None] | None,
@@ -119,6 +137,7 @@ class _Trainer:
         self.progress, self.on_epoch = progress, on_epoch
         self.manifest_extra = manifest_extra
         self.device = pick_device(cfg.device)
+        self.rank, self.world = init_distributed(self.device)
         self.amp = self.device.type == "cuda"
         self.state_dir = run / STATE_DIR
         self.labels = ds.labels
@@ -158,6 +177,11 @@ class _Trainer:
         self.y_train = torch.from_numpy(self.labels.multi_hot(train_df["labels"]))
         self.y_dev = self.labels.multi_hot(dev_df["labels"])
         self.pos_weight = _pos_weight(self.y_train, cfg.pos_weight).to(self.device) if self.multilabel and cfg.pos_weight > 0 else None
+        self.objective: torch.nn.Module = _Objective(self.model, self.pos_weight)
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.objective = DistributedDataParallel(self.objective, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
     @staticmethod
     def _diff(a: TrainConfig, b: TrainConfig) -> str:
@@ -209,18 +233,20 @@ class _Trainer:
 
         self.model.train()
         rng = np.random.default_rng([self.cfg.seed, epoch])
-        torch.manual_seed(self.cfg.seed * 1000 + epoch)            # dropout repeats after --resume
+        torch.manual_seed(self.cfg.seed * 1000 + epoch + 7919 * self.rank)  # dropout repeats after --resume
         batches = bucketed_batches([len(s) for s in self.train_ids], self.cfg.batch_size, rng=rng)
+        if self.world > 1:  # this rank's share of every global batch; batches too small to share are skipped
+            batches = [b[self.rank::self.world] for b in batches if len(b) >= self.world]
         total, n = 0.0, 0
-        bar = tqdm(batches, desc=f"epoch {epoch}/{self.cfg.epochs}", unit="batch", disable=not self.progress, leave=False)
+        bar = tqdm(batches, desc=f"epoch {epoch}/{self.cfg.epochs}", unit="batch", leave=False,
+                   disable=not self.progress or self.rank != 0)
         for batch in bar:
             ids, mask = pad_batch([self.train_ids[i] for i in batch])
             ids = ids.to(self.device, non_blocking=True)
             mask = mask.to(self.device, non_blocking=True)
             y = self.y_train[batch].to(self.device, non_blocking=True)
             with torch.autocast("cuda", enabled=self.amp):
-                logits = self.model(ids, mask).logits
-                loss, task = self.model.loss(logits.float(), y, pos_weight=self.pos_weight)
+                loss, task = self.objective(ids, mask, y)
             self.opt.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
             self.scaler.step(self.opt)
@@ -228,6 +254,12 @@ class _Trainer:
             total += task.item() * len(batch)
             n += len(batch)
             bar.set_postfix(loss=f"{total / n:.4f}")
+        if self.world > 1:
+            import torch.distributed as dist
+
+            sums = torch.tensor([total, float(n)], dtype=torch.float64)
+            dist.all_reduce(sums)
+            total, n = float(sums[0]), int(sums[1])
         return total / max(n, 1)
 
     def save_state(self) -> None:
@@ -265,16 +297,19 @@ class _Trainer:
             self.state["epoch"] = epoch
             if improved:
                 self.state.update(best_score=score, best_epoch=epoch, bad_epochs=0)
-                self.save_best(t, m)
+                if self.rank == 0:
+                    self.save_best(t, m)
             else:
                 self.state["bad_epochs"] += 1
             row = {"epoch": epoch, "train_loss": round(loss, 6), "dev_threshold": t, "seconds": round(time.perf_counter() - t0, 2),
                    "best": improved, **{f"dev_{k}": v for k, v in _metric_view(m).items()}}
             self.state["history"].append(row)
-            write_bytes_atomic(self.run / HISTORY_FILE, "".join(json.dumps(r) + "\n" for r in self.state["history"]).encode())
-            self.save_state()
-            if self.on_epoch:
-                self.on_epoch(row)
+            if self.rank == 0:
+                write_bytes_atomic(self.run / HISTORY_FILE, "".join(json.dumps(r) + "\n" for r in self.state["history"]).encode())
+                self.save_state()
+                if self.on_epoch:
+                    self.on_epoch(row)
+            barrier()
             if self.state["bad_epochs"] > cfg.patience:
                 log.info("early stop after epoch %d (best %d)", epoch, self.state["best_epoch"])
                 break
@@ -345,9 +380,11 @@ def train(
         from clinicode.data.prepare import prepare_mimic
 
         data_dir = run / "data"
-        if not (resume and (data_dir / "manifest.json").is_file()):
+        rank, _ = init_distributed(pick_device(config.device))
+        if rank == 0 and not (resume and (data_dir / "manifest.json").is_file()):
             prepare_mimic(Path(mimic_dir), data_dir, splits_dir=splits_dir, label_set=label_set,
                           top_k=config.top_k or 50)
+        barrier()  # under torchrun the other ranks wait for rank 0's prepared data
     ds = load_dataset(Path(data_dir), top_k=config.top_k if mimic_dir is None else None)  # type: ignore[arg-type]
     ds.labels = _with_descriptions(ds.labels, descriptions_path)
     if len(ds.split("train")) == 0 or len(ds.split("dev")) == 0:
@@ -358,6 +395,9 @@ def train(
 
     if config.model == "tfidf-lr":
         from clinicode.baseline import TfidfLR, TfidfLRConfig
+
+        if world()[1] > 1:
+            raise ConfigError("--model tfidf-lr trains in one process; run it without torchrun.")
 
         train_df = ds.split("train")
         single = config.single_label if config.single_label is not None else bool((train_df["labels"].map(len) == 1).all())
@@ -373,8 +413,15 @@ def train(
         return {**result, "run": str(run)}
 
     trainer = _Trainer(ds, run, config, model_options or {}, resume=resume, progress=progress, on_epoch=on_epoch,
-                       manifest_extra=extra)
+                       manifest_extra={**extra, "world_size": world()[1]})
     trainer.fit()
+    if trainer.world > 1:
+        import torch.distributed as dist
+
+        barrier()
+        if trainer.rank != 0:  # rank 0 alone scores dev and test and writes the final checkpoint
+            dist.destroy_process_group()
+            return {"run": str(run), "rank": trainer.rank, "best_epoch": trainer.state["best_epoch"]}
     if not (ck_dir / "model.safetensors").is_file():
         raise DataFormatError(f"{run}: training ended without a checkpoint (no epoch finished); check the data and options.")
     best = LEAM(trainer.model_config)
@@ -387,4 +434,8 @@ def train(
         trainer.save_best(t, md, mt)
 
     result = _finish(run, ds, trainer.checkpoint_obj(best, 0.5), save_final)
+    if trainer.world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
     return {**result, "run": str(run), "best_epoch": trainer.state["best_epoch"], "history": trainer.state["history"]}

@@ -121,6 +121,9 @@ def train_cli(
     batch_size: Annotated[int, typer.Option(help="Notes per batch.")] = 16,
     max_len: Annotated[int, typer.Option(help="Tokens kept per note.")] = 2500,
     lr: Annotated[float, typer.Option(help="AdamW learning rate (weight decay 0.3, see TrainConfig).")] = 1e-2,
+    weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.")] = 0.3,
+    optimizer: Annotated[str, typer.Option(help="adamw or adam.")] = "adamw",
+    pos_weight: Annotated[float, typer.Option(help="Up-weight positives of rare codes: (n_neg/n_pos)**x, 0 = off.")] = 0.0,
     embeddings: Annotated[str, typer.Option(help="w2v (train on the train split), random, or a word2vec/GloVe text file.")] = "w2v",
     descriptions: Annotated[Optional[Path], typer.Option(help="code<TAB>description file for labels without descriptions.")] = None,
     device: Annotated[str, typer.Option(help="auto (CUDA when present), cpu or cuda.")] = "auto",
@@ -134,6 +137,7 @@ def train_cli(
     from clinicode.train import train
 
     cfg = TrainConfig(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len, embeddings=embeddings,
+                      weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight,
                       patience=patience, seed=seed, device=device, top_k=top_k)
     options = dict(embed_dim=embed_dim, radius=window, hidden_dim=hidden_dim, dropout=dropout, label_reg_weight=label_reg, compat=compat)
 

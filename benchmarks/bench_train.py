@@ -76,6 +76,16 @@ def _child(spec: dict) -> dict:
 
     for _ in range(2):
         step()
+    if spec.get("profile"):
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(3):
+                step()
+        rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+        total = sum(e.self_cpu_time_total for e in rows)
+        return {"profile": [(e.key, e.self_cpu_time_total / 3 / 1000, 100 * e.self_cpu_time_total / total) for e in rows[:10]],
+                "total_ms": total / 3 / 1000}
     times = []
     for _ in range(spec["steps"]):
         t0 = time.perf_counter()
@@ -87,7 +97,37 @@ def _child(spec: dict) -> dict:
 
 def run(spec: dict) -> dict:
     out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, check=True)
-    return {**spec, **json.loads(out.stdout.strip().splitlines()[-1])}
+    return {**spec, **json.loads(out.stdout.strip().splitlines()[-1])}  # profile rows come back as lists
+
+
+def svg_plot(rows: list[dict], path: Path) -> None:
+    """notes/s against note length for both implementations, as a small dependency-free SVG line chart."""
+    series = {impl: sorted((r["length"], r["notes_per_s"]) for r in rows if r["impl"] == impl and r["labels"] == 50
+                           and r["dim"] == 100) for impl in ("straightforward", "clinicode")}
+    W, H, pad = 520, 300, 50
+    xmax = max(x for pts in series.values() for x, _ in pts)
+    ymax = max(y for pts in series.values() for _, y in pts) * 1.1
+
+    def xy(x: float, y: float) -> str:
+        return f"{pad + (W - 2 * pad) * x / xmax:.1f},{H - pad - (H - 2 * pad) * y / ymax:.1f}"
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+             f'<rect width="{W}" height="{H}" fill="white"/>',
+             f'<line x1="{pad}" y1="{H - pad}" x2="{W - pad}" y2="{H - pad}" stroke="black"/>',
+             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{H - pad}" stroke="black"/>',
+             f'<text x="{W / 2}" y="{H - 12}" text-anchor="middle">tokens per note (B = 16, P = 100, K = 50, r = 10)</text>',
+             f'<text x="14" y="{H / 2}" transform="rotate(-90 14 {H / 2})" text-anchor="middle">training notes/s</text>']
+    for x in sorted({x for pts in series.values() for x, _ in pts}):
+        parts.append(f'<text x="{xy(x, 0).split(",")[0]}" y="{H - pad + 16}" text-anchor="middle">{x}</text>')
+    for frac in (0, 0.5, 1.0):
+        y = ymax / 1.1 * frac
+        parts.append(f'<text x="{pad - 6}" y="{xy(0, y).split(",")[1]}" text-anchor="end">{y:.0f}</text>')
+    for (impl, pts), colour, dy in zip(series.items(), ("#888888", "#c0392b"), (0, 16)):
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{" ".join(xy(x, y) for x, y in pts)}"/>')
+        parts.extend(f'<circle cx="{xy(x, y).split(",")[0]}" cy="{xy(x, y).split(",")[1]}" r="3" fill="{colour}"/>' for x, y in pts)
+        parts.append(f'<text x="{W - pad - 120}" y="{pad + dy}" fill="{colour}">{impl}</text>')
+    parts.append("</svg>")
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
 
 
 def tfidf_fit_rate(n: int = 400) -> float:
@@ -140,6 +180,16 @@ def main() -> None:
         lines += ["", "How cost grows (one parameter changed from the headline row; ratio vs the headline straightforward step):", "",
                   "| implementation | B | L | P | K | r | s/step | notes/s | ratio | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
         lines += [fmt(r) for r in scaling]
+        svg_plot(rows + scaling, Path(__file__).resolve().parent / "train_scaling.svg")
+        lines += ["", "![training notes/s against note length](benchmarks/train_scaling.svg)"]
+    prof = run({**base, "impl": "clinicode", "profile": True})
+    lines += ["", f"Where the time goes (clinicode, headline row, torch.profiler self time over 3 steps; "
+              f"{prof['total_ms']:.0f} ms/step of CPU time across threads):", "", "| op | ms/step | share |", "|---|---|---|"]
+    lines += [f"| `{name}` | {ms:.1f} | {pct:.0f}% |" for name, ms, pct in prof["profile"]]
+    lines += ["", "The matrix products (G = V C^T and its two gradients) are already near the machine's peak; the rest is "
+              "memory-bound elementwise work on [B, L, K] tensors (the window, ReLU, masks) and the dense 50,000 x 100 "
+              "word-vector gradient and AdamW update. Closing the gap to 300 notes/s needs fusing those elementwise "
+              "passes (e.g. a compiled kernel) or sparse word-vector updates, which change AdamW's mathematics."]
     lines += ["", f"tfidf-lr fit on 400 synthetic notes of 2,500 tokens, 50 labels: {tfidf_fit_rate():.0f} notes/s (for scale).",
               "", machine_line()]
     table = "\n".join(lines)

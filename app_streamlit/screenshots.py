@@ -10,57 +10,17 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run", "--disable-dev-shm-usage", "--disable-sync"]
 MAX_PNG_BYTES = 400_000
 
-
-@contextmanager
-def serve(runs: Path) -> Iterator[str]:
-    """`streamlit run` the app on a free loopback port with CLINICODE_RUNS=runs; yields the URL, always stops it."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app_streamlit/main.py", "--server.headless=true",
-         "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
-         "--server.fileWatcherType=none"],
-        cwd=ROOT, env={**os.environ, "CLINICODE_RUNS": str(runs.resolve())},
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not become healthy (exit code {proc.poll()})")
-            time.sleep(0.25)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from app_server import CHROMIUM_ARGS as ARGS, serve  # noqa: E402
 
 
 def pick_test_note(run: Path) -> str | None:

@@ -13,13 +13,9 @@ Goals (issue): the first page is ready within 5 s, and a 2,500-token note is cod
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,43 +24,25 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._common import machine_line, write_section  # noqa: E402
 from benchmarks.bench_predict import build  # noqa: E402
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run", "--disable-dev-shm-usage", "--disable-sync"]
+sys.path.insert(0, str(ROOT / "app_streamlit"))
+from app_server import CHROMIUM, CHROMIUM_ARGS, serve  # noqa: E402
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def first_page_seconds(runs: Path) -> float:
     from playwright.sync_api import sync_playwright
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page()
-        t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app_streamlit/main.py", "--server.headless=true",
-                                 "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
-                                 "--server.fileWatcherType=none"], cwd=ROOT, env={**os.environ, "CLINICODE_RUNS": str(runs)},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         try:
-            while True:
-                try:
-                    if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
-                        break
-                except OSError:
-                    time.sleep(0.05)
-            page.goto(url)
-            page.get_by_role("button", name="Predict codes").wait_for(timeout=60_000)
-            return time.perf_counter() - t0
+            t0 = time.perf_counter()
+            with serve(runs) as url:
+                page.goto(url)
+                page.get_by_role("button", name="Predict codes").wait_for(timeout=60_000)
+                return time.perf_counter() - t0
         finally:
             browser.close()
-            proc.terminate()
-            proc.wait(timeout=20)
 
 
 def main() -> None:

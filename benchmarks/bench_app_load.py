@@ -18,20 +18,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, machine_line, write_section  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run", "--disable-dev-shm-usage", "--disable-sync"]
+sys.path.insert(0, str(ROOT / "app_streamlit"))
+from app_server import CHROMIUM, CHROMIUM_ARGS as ARGS, serve  # noqa: E402
+
 DEFAULT_RUNS = Path("/tmp/clinicode-bench-app/runs")
 CLICK_TIMEOUT_MS = 60_000
 
@@ -43,12 +40,6 @@ NOTE = (
     "Creatinine improved. Discharge diagnoses: acute on chronic systolic heart failure, atrial fibrillation, "
     "hypertension, acute kidney injury, hyperlipidemia, anemia. Discharged home in stable condition with follow up. "
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def build_demo_run(runs: Path) -> None:
@@ -67,36 +58,6 @@ def build_demo_run(runs: Path) -> None:
     cfg = TrainConfig(epochs=5, batch_size=16, lr=2e-2, w2v_epochs=2, patience=3, seed=7, device="cpu")
     train(out_dir=runs / "demo", config=cfg, data_dir=base / "data",
           model_options=dict(embed_dim=32, radius=3, hidden_dim=64, dropout=0.2), progress=False)
-
-
-def start_app(runs: Path, port: int) -> subprocess.Popen:
-    env = {**os.environ, "CLINICODE_RUNS": str(runs)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app_streamlit/main.py", "--server.headless=true",
-         "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
-         "--server.fileWatcherType=none"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok":
-                return proc
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_app(proc)
-            raise SystemExit(f"error: streamlit did not become healthy on port {port} (exit code {proc.poll()}).")
-        time.sleep(0.25)
-
-
-def stop_app(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=15)
 
 
 async def one_click(page, marker: str) -> float:
@@ -179,12 +140,11 @@ def main() -> int:
         runs = DEFAULT_RUNS
         build_demo_run(runs)
     runs = runs.resolve()
-    port = _free_port()
-    app = start_app(runs, port)
     try:
-        res = asyncio.run(drive(f"http://127.0.0.1:{port}", args.sessions, args.duration))
-    finally:
-        stop_app(app)
+        with serve(runs) as url:
+            res = asyncio.run(drive(url, args.sessions, args.duration))
+    except RuntimeError as err:
+        raise SystemExit(f"error: {err}") from None
     lat = res["latencies"]
     n, errs = len(lat), res["errors"]
     p50, p95, mx = percentile(lat, 50), percentile(lat, 95), max(lat, default=float("nan"))

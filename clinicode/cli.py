@@ -147,7 +147,8 @@ def train_cli(
                    f"{row['seconds']:.1f}s{'  *best' if row['best'] else ''}", err=True)
 
     result = train(out_dir=out, config=cfg, data_dir=data, mimic_dir=mimic_dir, splits_dir=splits_dir, label_set=label_set,
-                   model_options=options, descriptions_path=descriptions, resume=resume, progress=progress, on_epoch=on_epoch)
+                   model_options=options, descriptions_path=descriptions, resume=resume,
+                   progress=progress and sys.stderr.isatty(), on_epoch=on_epoch)
     if result.get("test"):
         typer.echo("test metrics:")
         typer.echo(format_table(result["test"]))

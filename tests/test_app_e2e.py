@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[1]
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run", "--disable-dev-shm-usage", "--disable-sync"]
+sys.path.insert(0, str(ROOT / "app_streamlit"))
+from app_server import CHROMIUM_ARGS as ARGS, serve  # noqa: E402
 
 pytestmark = [
     pytest.mark.e2e,
@@ -31,44 +26,15 @@ NOTE = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app_url(tiny_run, tmp_path_factory):
     runs = tmp_path_factory.mktemp("e2e_runs")
     shutil.copytree(tiny_run, runs / "tiny", ignore=shutil.ignore_patterns("state"))
-    port = _free_port()
-    env = {**os.environ, "CLINICODE_RUNS": str(runs)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app_streamlit/main.py", "--server.headless=true",
-         "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
-         "--server.fileWatcherType=none"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not become healthy (exit code {proc.poll()})")
-            time.sleep(0.25)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        with serve(runs) as url:
+            yield url
+    except RuntimeError as err:
+        pytest.fail(str(err))
 
 
 @pytest.fixture(scope="module")

@@ -242,9 +242,12 @@ class _Trainer:
                    disable=not self.progress or self.rank != 0)
         for batch in bar:
             ids, mask = pad_batch([self.train_ids[i] for i in batch])
+            y = self.y_train[batch]
+            if self.device.type == "cuda":  # page-locked host memory lets the copies overlap compute
+                ids, mask, y = ids.pin_memory(), mask.pin_memory(), y.pin_memory()
             ids = ids.to(self.device, non_blocking=True)
             mask = mask.to(self.device, non_blocking=True)
-            y = self.y_train[batch].to(self.device, non_blocking=True)
+            y = y.to(self.device, non_blocking=True)
             with torch.autocast("cuda", enabled=self.amp):
                 loss, task = self.objective(ids, mask, y)
             self.opt.zero_grad(set_to_none=True)

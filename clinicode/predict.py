@@ -30,6 +30,16 @@ _CACHE_NOTES = 4  # notes per phrase-window pass on CPU: 4 x 2,500 x 50 floats s
 _PIPELINE_CHUNK = 256  # notes tokenised ahead while the model scores the previous chunk
 
 
+def _top(values: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the n largest values, largest first (ties by position)."""
+    if n >= len(values):
+        return np.argsort(-values, kind="stable")
+    kth = np.partition(values, len(values) - n)[len(values) - n]                  # the n-th largest value
+    above = np.flatnonzero(values > kth)
+    idx = np.concatenate([above, np.flatnonzero(values == kth)[: n - len(above)]])  # ties: earliest first
+    return idx[np.lexsort((idx, -values[idx]))]                                   # == stable argsort[:n]
+
+
 @contextmanager
 def _torch_threads(n: int | None) -> Iterator[None]:
     """Temporarily set torch's intra-op threads (None: leave as is)."""
@@ -125,6 +135,8 @@ class Predictor:
                 self._words = E.contiguous()
                 self._phrase_w = [float(x) for x in model.phrase_w.detach().cpu()]       # W1 as Python floats
                 self._phrase_b = model.phrase_b.detach().clone()                          # [K] b1
+                self._table_np = self._table.float().cpu().numpy()                        # for evidence lookups
+                self._phrase_w_np = np.asarray(self._phrase_w, dtype=np.float32)
 
     @classmethod
     def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = 64) -> "Predictor":
@@ -249,6 +261,7 @@ class Predictor:
         top_k: int | None = 10,
         threshold: float | None = None,
         explain: int = 0,
+        attention: bool = True,
     ) -> list[Prediction]:
         """Codes, scores and (optionally) evidence for each note.
 
@@ -258,6 +271,8 @@ class Predictor:
             top_k: how many codes go into `scores` (None: all codes).
             threshold: codes scoring at or above it are `predicted` (default: the checkpoint's tuned one).
             explain: N > 0 adds the N highest-attention spans and, per predicted code, its N best phrases.
+            attention: with explain > 0, also fill `attention` (every token's span and beta, for highlighting);
+                batch scoring turns it off, since its output records do not include it.
         Returns:
             one Prediction per note, in input order.
         """
@@ -301,19 +316,20 @@ class Predictor:
             if explain > 0 and extras is not None and extras[j] is not None and rec.error is None:
                 beta, u = extras[j]
                 offs = encs[j].offsets
-                rec.attention = [Span(a, b, float(w)) for (a, b), w in zip(offs, beta)]
-                top_pos = np.argsort(-beta, kind="stable")[:explain]
-                rec.evidence = [Span(offs[p][0], offs[p][1], float(beta[p])) for p in top_pos]
+                if attention:
+                    rec.attention = [Span(a, b, float(w)) for (a, b), w in zip(offs, beta)]
+                rec.evidence = [Span(offs[p][0], offs[p][1], float(beta[p])) for p in _top(beta, explain)]
                 rec.code_evidence = {}
+                tok_ids = np.asarray(encs[j].ids)
                 for c in predicted:
-                    row = u[self.labels.index(c.code)]
-                    best = np.argsort(-row, kind="stable")[:explain]
                     k = self.labels.index(c.code)
-                    rec.code_evidence[c.code] = [self._phrase_span(offs, encs[j].ids, k, int(p), float(row[p])) for p in best]
+                    row = u[k]
+                    rec.code_evidence[c.code] = [self._phrase_span(offs, tok_ids, k, int(p), float(row[p]))
+                                                 for p in _top(row, explain)]
             out[i] = rec
         return out  # type: ignore[return-value]
 
-    def _phrase_span(self, offs: list[tuple[int, int]], ids: list[int], k: int, centre: int, weight: float) -> Span:
+    def _phrase_span(self, offs: list[tuple[int, int]], ids: np.ndarray, k: int, centre: int, weight: float) -> Span:
         """The phrase that u[k, centre] scores, shown by its strongest word with one word either side.
 
         u[k, l] sums W1[j] * G[k, l - r + j] over the 2r+1-token window; the anchor is the window token with the
@@ -322,9 +338,8 @@ class Predictor:
         """
         r = self.checkpoint.model.config.radius if self.checkpoint.model.config.compat == "cosine" else 0
         lo, hi = max(0, centre - r), min(len(offs) - 1, centre + r)
-        window = torch.tensor(ids[lo:hi + 1], dtype=torch.long)
-        w = torch.tensor(self._phrase_w[lo - centre + r: hi - centre + r + 1]) if r else torch.ones(1)
-        terms = w * self._table[window, k].cpu()                                            # [window] W1 * G
+        w = self._phrase_w_np[lo - centre + r: hi - centre + r + 1] if r else 1.0
+        terms = w * self._table_np[ids[lo:hi + 1], k]                                       # [window] W1 * G
         anchor = lo + int(terms.argmax())
         first, last = max(lo, anchor - 1), min(hi, anchor + 1)
         return Span(offs[first][0], offs[last][1], weight)

@@ -243,7 +243,8 @@ def predict_file(
 
     def flush(chunk: list[Record]) -> None:
         good = [r for r in chunk if r.error is None]
-        preds = iter(predictor.predict([r.text for r in good], ids=[r.id for r in good], top_k=top_k, threshold=threshold, explain=explain))
+        preds = iter(predictor.predict([r.text for r in good], ids=[r.id for r in good], top_k=top_k, threshold=threshold, explain=explain,
+                                           attention=False))
         for r in chunk:
             rec = {"id": r.id, "error": r.error} if r.error is not None else next(preds).to_dict()
             if "error" in rec:

@@ -202,3 +202,22 @@ def test_cli_bad_inputs_exit_1_with_one_line(tiny_run, tmp_path):
         err = res.stderr.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: "), res.stderr
         assert message in err[0], (message, err[0])
+
+
+def test_top_n_equals_a_stable_sort_with_ties():
+    import numpy as np
+
+    from clinicode.predict import _top
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        v = rng.integers(0, 4, size=rng.integers(1, 40)).astype(np.float32)  # many ties
+        n = int(rng.integers(1, 45))
+        assert _top(v, n).tolist() == np.argsort(-v, kind="stable")[:n].tolist()
+
+
+def test_batch_scoring_skips_the_per_token_attention_list(predictor):
+    with_att = predictor.predict(["heart failure and hypertension"], explain=2)[0]
+    without = predictor.predict(["heart failure and hypertension"], explain=2, attention=False)[0]
+    assert with_att.attention and without.attention is None
+    assert with_att.to_dict() == without.to_dict()

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -23,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks._common import machine_line, median_time, synthetic_notes, write_section  # noqa: E402
+from benchmarks._common import machine_line, median_time, straightforward_leam, synthetic_notes, write_section  # noqa: E402
 from clinicode.batching import pad_batch  # noqa: E402
 from clinicode.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from clinicode.config import LEAMConfig, TrainConfig  # noqa: E402
@@ -60,11 +59,14 @@ def main() -> None:
     ck_dir, notes, notes_file = build(args.work_dir, args.notes)
     ck = load_checkpoint(ck_dir)
     pred = Predictor(ck)
-    tok, model = ck.tokenizer, ck.model
+    tok = ck.tokenizer
+    model = straightforward_leam(ck.model.config)
+    model.load_state_dict(ck.model.state_dict())
+    model.eval()
     n = len(notes)
     lengths = [len(e.ids) for e in tok.encode(notes[:50])]
 
-    def naive() -> None:  # the model's own forward, fixed batches of 64, no table, no bucketing
+    def naive() -> None:  # the paper's equations written plainly, fixed batches of 64, no table, no bucketing
         with torch.inference_mode():
             for i in range(0, n, 64):
                 ids, mask = pad_batch(tok.encode_ids(notes[i:i + 64]))

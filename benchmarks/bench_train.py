@@ -30,7 +30,6 @@ def _child(spec: dict) -> dict:
     import time
 
     import torch
-    import torch.nn.functional as F
 
     from clinicode.config import LEAMConfig
     from clinicode.model import LEAM
@@ -41,22 +40,10 @@ def _child(spec: dict) -> dict:
     B, L, P, K, r = spec["batch"], spec["length"], spec["dim"], spec["labels"], spec["radius"]
     cfg = LEAMConfig(vocab_size=VOCAB, n_labels=K, embed_dim=P, radius=r)
 
-    class Straightforward(LEAM):
-        """The paper's equations, written the obvious way."""
-
-        def attend(self, words, mask):
-            words_n = words / (words.norm(dim=-1, keepdim=True) + 1e-8)
-            labels_n = self.label_emb / (self.label_emb.norm(dim=-1, keepdim=True) + 1e-8)
-            G = torch.einsum("blp,kp->bkl", words_n, labels_n) * mask.unsqueeze(1)
-            Bn, Kn, Ln = G.shape
-            u = F.conv1d(G.reshape(Bn * Kn, 1, Ln), self.phrase_w.view(1, 1, -1), padding=self.config.radius)
-            u = F.relu(u.view(Bn, Kn, Ln) + self.phrase_b.view(1, Kn, 1))
-            beta = torch.softmax(u.amax(dim=1).masked_fill(~mask, float("-inf")), dim=-1)
-            z = torch.einsum("bl,blp->bp", beta, words)
-            return beta, z, u
-
     if spec["impl"] == "straightforward":
-        model = Straightforward(cfg)
+        from benchmarks._common import straightforward_leam
+
+        model = straightforward_leam(cfg)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     else:
         from clinicode.config import TrainConfig

@@ -48,6 +48,14 @@ def machine_line() -> str:
             f"{torch.get_num_threads()} threads, {platform.machine()}.")
 
 
+def publish(name: str, lines: list[str], *, write: bool = True) -> None:
+    """Print a benchmark's markdown table and, unless write=False, store it as section NAME of BENCHMARKS.md."""
+    table = "\n".join(lines)
+    print(table)
+    if write:
+        write_section(name, table)
+
+
 def write_section(name: str, body: str) -> None:
     """Replace (or append) the section between <!-- bench:NAME:start --> and <!-- bench:NAME:end -->."""
     start, end = f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import machine_line, write_section  # noqa: E402
+from benchmarks._common import machine_line, publish  # noqa: E402
 from benchmarks.bench_predict import build  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "app_streamlit"))
@@ -100,10 +100,7 @@ def main() -> None:
              f"{1000 * statistics.median(naive):.0f} ms | {1000 * max(naive):.0f} ms | (reference) |",
              f"| checkpoint load (hash check, word-code table), once per app process | {load_s:.2f} s | | |",
              "", machine_line()]
-    table = "\n".join(lines)
-    print(table)
-    if not args.no_write:
-        write_section("app", table)
+    publish("app", lines, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import machine_line, write_section  # noqa: E402
+from benchmarks._common import machine_line, publish  # noqa: E402
 
 VOCAB = 50_000
 
@@ -179,10 +179,7 @@ def main() -> None:
               "passes (e.g. a compiled kernel) or sparse word-vector updates, which change AdamW's mathematics."]
     lines += ["", f"tfidf-lr fit on 400 synthetic notes of 2,500 tokens, 50 labels: {tfidf_fit_rate():.0f} notes/s (for scale).",
               "", machine_line()]
-    table = "\n".join(lines)
-    print(table)
-    if not args.no_write:
-        write_section("train", table)
+    publish("train", lines, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks._common import machine_line, median_time, straightforward_leam, synthetic_notes, write_section  # noqa: E402
+from benchmarks._common import machine_line, median_time, straightforward_leam, synthetic_notes, publish  # noqa: E402
 from clinicode.batching import pad_batch  # noqa: E402
 from clinicode.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from clinicode.config import LEAMConfig, TrainConfig  # noqa: E402
@@ -75,7 +75,8 @@ def main() -> None:
     from clinicode.baseline import TfidfLR, TfidfLRConfig
 
     rng = np.random.default_rng(0)
-    lr = TfidfLR(TfidfLRConfig(), n_labels=50).fit(notes[:400], (rng.random((400, 50)) < 0.1).astype(np.float32))
+    n_fit = min(400, n)
+    lr = TfidfLR(TfidfLRConfig(), n_labels=50).fit(notes[:n_fit], (rng.random((n_fit, 50)) < 0.1).astype(np.float32))
 
     rows = []
     t_naive = median_time(naive, repeat=args.repeat)
@@ -101,10 +102,7 @@ def main() -> None:
     for name, t in rows:
         lines.append(f"| {name} | {t:.2f} | {n / t:,.0f} | {t_naive / t:.2f}x |")
     lines += ["", machine_line()]
-    table = "\n".join(lines)
-    print(table)
-    if not args.no_write:
-        write_section("predict", table)
+    publish("predict", lines, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -78,8 +78,15 @@ def straightforward_leam(config):
 
     from clinicode.model import LEAM
 
+    from clinicode.model import LEAMOutput
+
     class Straightforward(LEAM):
-        def attend(self, words, mask):
+        def forward(self, ids, mask, *, return_attention=False):
+            beta, z, u = self.attend(self.word_emb(ids), mask)                      # nn.Embedding's own backward
+            logits = self.head(z)
+            return LEAMOutput(logits=logits, beta=beta, phrase=u, doc=z) if return_attention else LEAMOutput(logits=logits)
+
+        def attend(self, words, mask, with_phrase=True):
             words_n = words / (words.norm(dim=-1, keepdim=True) + 1e-8)
             labels_n = self.label_emb / (self.label_emb.norm(dim=-1, keepdim=True) + 1e-8)
             G = torch.einsum("blp,kp->bkl", words_n, labels_n) * mask.unsqueeze(1)

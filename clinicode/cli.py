@@ -134,8 +134,10 @@ def train_cli(
     """Train LEAM (or tfidf-lr) and write a self-contained checkpoint."""
     from clinicode.config import TrainConfig
     from clinicode.evaluate import format_table
+    from clinicode.runtime import keep_freed_memory
     from clinicode.train import train
 
+    keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
     cfg = TrainConfig(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len, embeddings=embeddings,
                       weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight,
                       patience=patience, seed=seed, device=device, top_k=top_k)

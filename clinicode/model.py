@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from clinicode.config import LEAMConfig
-from clinicode.kernels import phrase_window
+from clinicode.kernels import cosine_compat, embed, phrase_max, phrase_window
 
 _EPS = 1e-8
 
@@ -95,31 +95,38 @@ class LEAM(nn.Module):
         u = F.conv1d(G.reshape(B * K, 1, L), self.phrase_w.view(1, 1, -1), padding=r)  # [B*K, 1, L]
         return F.relu(u.view(B, K, L) + self.phrase_b.view(1, K, 1))              # [B, K, L]
 
-    def attend(self, words: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def attend(self, words: torch.Tensor, mask: torch.Tensor,
+               with_phrase: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """beta and z for a batch of notes.
 
         Computes exactly `phrase_scores(compatibility(words, mask))`, laid out for speed: G as one [B, L, K]
         matrix product (codes contiguous) with each word's 1/|v| (0 on padding) applied to the K-wide result
-        instead of normalising P-wide vectors, and the window by `clinicode.kernels.phrase_window`.
+        instead of normalising P-wide vectors (`clinicode.kernels.cosine_compat`), and the window by
+        `clinicode.kernels.phrase_window`; both have hand-written backward passes. Without `with_phrase`, u is
+        never materialised: `clinicode.kernels.phrase_max` fuses window, bias, ReLU and the max over codes.
 
         Args:
             words: [B, L, P] word vectors.
             mask: [B, L] bool, True for real tokens; every note needs at least one.
+            with_phrase: also return u (explanations); False is the faster training path.
         Returns:
-            (beta [B, L], z [B, P], u [B, K, L]).
+            (beta [B, L], z [B, P], u [B, K, L] or None).
         """
-        inv = mask.unsqueeze(-1).to(words.dtype) / (words.norm(dim=-1, keepdim=True) + _EPS)  # [B, L, 1] 1/|v|, 0 on PAD
         labels_n = self.label_emb / (self.label_emb.norm(dim=-1, keepdim=True) + _EPS)  # [K, P]
-        G = torch.matmul(words, labels_n.t()) * inv                                 # [B, L, K] cosine G
+        G = cosine_compat(words, labels_n, mask)                                    # [B, L, K] cosine G, 0 on PAD
         if self.config.compat == "linear":
             u = G                                                                   # [B, L, K] the ablation
-        else:
+            m = u.amax(dim=2)                                                       # [B, L]    best label per position
+        elif with_phrase:
             u = F.relu(phrase_window(G, self.phrase_w) + self.phrase_b)             # [B, L, K] window 2r+1
-        m = u.amax(dim=2)                                                           # [B, L]    best label per position
+            m = u.amax(dim=2)                                                       # [B, L]    best label per position
+        else:
+            u = None                                                                # same m, without writing u
+            m = phrase_max(G, self.phrase_w, self.phrase_b)                         # [B, L]    max_k ReLU(window + b1)
         m = m.masked_fill(~mask, float("-inf"))                                     # [B, L]    padding never attended
         beta = torch.softmax(m, dim=-1)                                             # [B, L]    max-subtracted inside
         z = torch.bmm(beta.unsqueeze(1), words).squeeze(1)                          # [B, P]    unnormalised word vectors
-        return beta, z, u.transpose(1, 2)                                           # u as [B, K, L]
+        return beta, z, (None if u is None else u.transpose(1, 2))                  # u as [B, K, L]
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, *, return_attention: bool = False) -> LEAMOutput:
         """Score a batch of notes.
@@ -131,8 +138,8 @@ class LEAM(nn.Module):
         Returns:
             LEAMOutput with logits [B, K].
         """
-        words = self.word_emb(ids)                                                  # [B, L, P]
-        beta, z, u = self.attend(words, mask)
+        words = embed(self.word_emb.weight, ids, padding_idx=0)                     # [B, L, P] = word_emb(ids)
+        beta, z, u = self.attend(words, mask, with_phrase=return_attention)
         logits = self.head(z)                                                       # [B, K]
         if return_attention:
             return LEAMOutput(logits=logits, beta=beta, phrase=u, doc=z)

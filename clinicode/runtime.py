@@ -55,3 +55,29 @@ def barrier() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc's malloc to keep freed blocks for reuse instead of returning them to the OS.
+
+    A CPU training step allocates and frees the same tens of megabytes (activations, the dense word-vector
+    gradient) every time. With glibc's defaults the blocks above 128 KB are fresh `mmap`s, so every step pays
+    page faults on first touch (~10% of a step at B=16, L=2,500). Raising the mmap threshold to glibc's
+    maximum (32 MB) and the trim threshold to 1 GB makes those allocations come from, and go back to, the heap;
+    the cost is that RSS stays at its peak until the process exits. The `train` command calls this; library
+    users may choose to. Returns False (and changes nothing) where glibc's `mallopt` is unavailable.
+    """
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl and others
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    # mmap threshold first: setting either value turns off glibc's dynamic adjustment of both.
+    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))

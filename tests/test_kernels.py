@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from clinicode.kernels import phrase_window
+from clinicode.kernels import cosine_compat, embed, phrase_max, phrase_window
 
 
 @pytest.mark.parametrize("B,L,K,r", [(1, 1, 1, 0), (3, 7, 5, 2), (9, 40, 6, 10), (2, 5, 3, 4)])
@@ -27,3 +27,107 @@ def test_gradcheck():
     G = torch.randn(2, 6, 3, dtype=torch.float64, requires_grad=True)
     w = torch.randn(5, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(phrase_window, (G, w))
+
+
+@pytest.mark.parametrize("B,L,K,r", [(2, 33, 4, 3), (1, 64, 2, 16), (3, 95, 7, 1)])
+def test_window_weight_gradient_across_block_edges(B, L, K, r):
+    """dw is computed in 32-row blocks: note lengths on, below and above a block edge give the conv's gradient."""
+    torch.manual_seed(2)
+    G = torch.randn(B, L, K, dtype=torch.float64)
+    w = torch.randn(2 * r + 1, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(B, L, K, dtype=torch.float64)
+    ref = F.conv1d(G.transpose(1, 2), w.view(1, 1, -1).expand(K, 1, -1), padding=r, groups=K).transpose(1, 2)
+    (a,) = torch.autograd.grad(ref, w, grad)
+    (b,) = torch.autograd.grad(phrase_window(G, w), w, grad)
+    torch.testing.assert_close(a, b)
+
+
+def _reference_cosine(words, labels_n, mask):
+    inv = mask.unsqueeze(-1).to(words.dtype) / (words.norm(dim=-1, keepdim=True) + 1e-8)
+    return torch.matmul(words, labels_n.t()) * inv
+
+
+def test_cosine_compat_matches_autograd_of_the_plain_expression():
+    torch.manual_seed(3)
+    words = torch.randn(3, 11, 6, dtype=torch.float64, requires_grad=True)
+    labels = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    mask = torch.rand(3, 11) > 0.3
+    with torch.no_grad():
+        words[0, 2] = 0                                   # a zero vector: the norm's gradient must stay finite
+    mask[0, 2] = True
+    labels_n = labels / labels.norm(dim=-1, keepdim=True)
+    out, ref = cosine_compat(words, labels_n, mask), _reference_cosine(words, labels_n, mask)
+    torch.testing.assert_close(out, ref)
+    grad = torch.randn_like(ref)
+    a = torch.autograd.grad(ref, (words, labels), grad, retain_graph=True)   # labels_n's graph is shared
+    b = torch.autograd.grad(out, (words, labels), grad)
+    assert torch.isfinite(b[0]).all()
+    torch.testing.assert_close(a[0], b[0])
+    torch.testing.assert_close(a[1], b[1])
+    assert (b[0][~mask] == 0).all()                       # padding gets no gradient
+
+
+def test_cosine_compat_gradcheck():
+    torch.manual_seed(4)
+    words = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True)
+    labels_n = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.autograd.gradcheck(lambda v, c: cosine_compat(v, c, mask), (words, labels_n))
+
+
+def test_embed_matches_nn_embedding_with_padding_row():
+    torch.manual_seed(5)
+    weight = torch.randn(30, 4, dtype=torch.float64, requires_grad=True)
+    ids = torch.randint(0, 30, (3, 17))
+    ids[0, :3] = 0                                        # PAD, and repeated ids, must be handled like nn.Embedding
+    ids[1, :5] = 7
+    grad = torch.randn(3, 17, 4, dtype=torch.float64)
+    ref = F.embedding(ids, weight, padding_idx=0)
+    out = embed(weight, ids, padding_idx=0)
+    torch.testing.assert_close(out, ref)
+    (a,) = torch.autograd.grad(ref, weight, grad)
+    (b,) = torch.autograd.grad(out, weight, grad)
+    torch.testing.assert_close(a, b)
+    assert (b[0] == 0).all()
+    real = ids.clamp_min(1)                               # PAD's zeroed gradient is a convention, not a derivative
+    assert torch.autograd.gradcheck(lambda w: embed(w, real, 0), (weight,))
+
+
+def test_keep_freed_memory_takes_effect_on_glibc():
+    """Run in a child so the test process keeps its allocator settings."""
+    import subprocess
+    import sys
+
+    code = "from clinicode.runtime import keep_freed_memory; import torch; ok = keep_freed_memory(); torch.ones(10**7).sum(); print(ok)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    import platform
+
+    glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    assert out == str(glibc)
+
+
+@pytest.mark.parametrize("B,L,K,r", [(1, 1, 1, 0), (5, 13, 4, 2), (9, 40, 6, 10)])
+def test_phrase_max_matches_relu_window_amax(B, L, K, r):
+    torch.manual_seed(6)
+    G = torch.randn(B, L, K, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2 * r + 1, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(K, dtype=torch.float64, requires_grad=True)
+    with torch.no_grad():
+        b[0] = -50.0 if K > 1 else b[0]                   # a code that is never the best
+        G[0, 0] = -10.0                                   # a position whose best score is 0 after ReLU (no gradient)
+    ref = F.relu(F.conv1d(G.transpose(1, 2), w.view(1, 1, -1).expand(K, 1, -1), padding=r, groups=K).transpose(1, 2) + b).amax(2)
+    out = phrase_max(G, w, b)
+    torch.testing.assert_close(out, ref)
+    grad = torch.randn_like(ref)
+    a = torch.autograd.grad(ref, (G, w, b), grad)
+    c = torch.autograd.grad(out, (G, w, b), grad)
+    for x, y in zip(a, c):
+        torch.testing.assert_close(x, y)
+
+
+def test_phrase_max_gradcheck():
+    torch.manual_seed(7)
+    G = torch.randn(3, 9, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(phrase_max, (G, w, b))

@@ -59,11 +59,17 @@ def _child(spec: dict) -> dict:
     mask = torch.ones(B, L, dtype=torch.bool)
     y = (torch.rand(B, K) < 0.05).float()
 
+    params = list(model.parameters())
+    average = [p.detach().clone() for p in params] if spec["impl"] == "clinicode" else None
+
     def step():
         loss, _ = model.loss(model(ids, mask).logits, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if average is not None:  # clinicode train's default weight average (TrainConfig.ema_decay), included in its cost
+            with torch.no_grad():
+                torch._foreach_lerp_(average, [p.detach() for p in params], 0.01)
 
     for _ in range(2):
         step()
@@ -160,7 +166,8 @@ def main() -> None:
         rows.append({**mid, "impl": name, "range": f"{min(r['notes_per_s'] for r in rs):.0f}-{max(r['notes_per_s'] for r in rs):.0f}"})
     ref = rows[0]["sec_per_step"]
     lines = ["## train throughput (`benchmarks/bench_train.py`)", "",
-             "One AdamW step (forward, task + label-regulariser loss, backward, update) on random ids; 50,000-word "
+             "One AdamW step (forward, task + label-regulariser loss, backward, update; for clinicode also the weight "
+             "average that `train` keeps by default) on random ids; 50,000-word "
              f"vocabulary; median of {args.steps} steps after 2 warm-up steps, each configuration in its own process. "
              f"Headline rows: the median of {args.repeats} interleaved processes per variant (notes/s range in brackets). "
              "Every row runs with `keep_freed_memory()` (glibc keeps freed blocks instead of unmapping them, as "
@@ -194,8 +201,9 @@ def main() -> None:
               f"{prof['total_ms']:.0f} ms/step of CPU time across threads):", "", "| op | ms/step | share |", "|---|---|---|"]
     lines += [f"| `{name}` | {ms:.1f} | {pct:.0f}% |" for name, ms, pct in prof["profile"]]
     lines += ["", "What moved it (each step kept the mathematics; see `clinicode/kernels.py`): G as one [B, L, K] matrix "
-              "product; the phrase window as cache-sized shifted multiply-adds instead of a 1-channel convolution; its "
-              "weight gradient as a banded product (one `bmm` per note on overlapping views) instead of a strided copy; "
+              "product; the phrase window, bias, ReLU and max over codes fused into one pass per 4 notes (shifted "
+              "multiply-adds instead of a 1-channel convolution, no [B, L, K] intermediate kept), whose backward keeps "
+              "only each position's winning code, so the window and bias gradients are gathers over B*L positions; "
               "the cosine's backward as two matrix products and one row-scaled add instead of autograd's chain "
               "through the norm; the word-vector gradient by `index_add_` instead of `embedding_dense_backward`; "
               "fused AdamW; and glibc keeping freed memory, which removes page faults on every step's fresh "

@@ -1,5 +1,5 @@
-"""CPU-friendly kernels for LEAM's training step; each computes exactly what a plain PyTorch expression does
-(tested against it, forward and backward, and with gradcheck) but with a hand-written backward pass.
+"""CPU-friendly kernels for LEAM's training step; each computes what a plain PyTorch expression does (tested
+against it, forward and backward, and with gradcheck) with fewer passes over memory and a hand-written backward.
 
 - `phrase_window`: u[b, l, k] = sum_j w[j] * G[b, l + j - r, k] (zero padding), a convolution with one weight
   vector shared by all K codes. PyTorch's 1-channel or depthwise convolutions run it at ~1 GFLOP/s on CPU; here
@@ -7,7 +7,8 @@
   stays in cache. The gradient of w is a banded product computed block by block with `bmm` on views.
 - `phrase_max`: m[b, l] = max_k ReLU(phrase_window(G, w) + b1)[b, l, k], the window, bias, ReLU and max over
   codes fused chunk by chunk, so no [B, L, K] intermediate is written. Only the winning code per position is
-  kept for the backward pass, where the gradients of w and b1 become gathers over B*L positions.
+  kept for the backward pass, where the gradients of w and b1 become gathers over B*L positions. At exact
+  ties between codes the gradient goes to the first one (as `torch.max`), where `amax` would split it.
 - `cosine_compat`: G = (V C_n^T) / |v| masked, with a backward of two matrix products and one row-scaled add,
   instead of autograd's chain through the norm (five passes over [B, L, P]).
 - `embed`: the word lookup whose backward is `index_add_` (deterministic on CPU), ~4x faster than

@@ -114,7 +114,7 @@ def train_cli(
     patience: Annotated[int, typer.Option(help="Stop after this many epochs without dev micro-F1 gain.")] = 5,
     embed_dim: Annotated[int, typer.Option(help="Word and code vector size P.")] = 100,
     window: Annotated[int, typer.Option(help="Phrase radius r (the window spans 2r+1 tokens).")] = 10,
-    hidden_dim: Annotated[int, typer.Option(help="Hidden units of the MLP head.")] = 300,
+    hidden_dim: Annotated[int, typer.Option(help="Hidden units of the MLP head.")] = 1000,
     dropout: Annotated[float, typer.Option(help="Dropout in the MLP head.")] = 0.5,
     label_reg: Annotated[float, typer.Option(help="Weight lambda of the label-embedding regulariser.")] = 1.0,
     compat: Annotated[str, typer.Option(help="cosine (LEAM) or linear (the paper's ablation).")] = "cosine",
@@ -123,7 +123,9 @@ def train_cli(
     lr: Annotated[float, typer.Option(help="AdamW learning rate (weight decay 0.3, see TrainConfig).")] = 1e-2,
     weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.")] = 0.3,
     optimizer: Annotated[str, typer.Option(help="adamw or adam.")] = "adamw",
-    pos_weight: Annotated[float, typer.Option(help="Up-weight positives of rare codes: (n_neg/n_pos)**x, 0 = off.")] = 0.0,
+    decay_scope: Annotated[str, typer.Option(help="Parameters that get weight decay: embeddings (word and code vectors), matrices or all.")] = "embeddings",
+    ema_decay: Annotated[float, typer.Option(help="Moving average of the weights for dev scoring and the checkpoint; 0 = off.")] = 0.99,
+    pos_weight: Annotated[float, typer.Option(help="Up-weight positives of rare codes: (n_neg/n_pos)**x, 0 = off.")] = 0.25,
     embeddings: Annotated[str, typer.Option(help="w2v (train on the train split), random, or a word2vec/GloVe text file.")] = "w2v",
     descriptions: Annotated[Optional[Path], typer.Option(help="code<TAB>description file for labels without descriptions.")] = None,
     device: Annotated[str, typer.Option(help="auto (CUDA when present), cpu or cuda.")] = "auto",
@@ -140,6 +142,7 @@ def train_cli(
     keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
     cfg = TrainConfig(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len, embeddings=embeddings,
                       weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight,
+                      decay_scope=decay_scope, ema_decay=ema_decay,
                       patience=patience, seed=seed, device=device, top_k=top_k)
     options = dict(embed_dim=embed_dim, radius=window, hidden_dim=hidden_dim, dropout=dropout, label_reg_weight=label_reg, compat=compat)
 

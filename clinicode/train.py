@@ -1,8 +1,10 @@
 """Training: prepared dataset -> tokenizer, embeddings, LEAM (or tfidf-lr) -> checkpoint in RUN/checkpoint.
 
 Model selection and early stopping use dev micro-F1 at the dev-tuned threshold; the threshold is tuned on dev
-(100-point grid) and saved with the checkpoint; test is scored once, at the end. RUN/state holds the last
-finished epoch (weights, optimiser, counters) so `resume=True` continues an interrupted run exactly.
+(100-point grid) and saved with the checkpoint; test is scored once, at the end. With `ema_decay` > 0, dev scoring
+and the saved checkpoint use an exponential moving average of the weights (the live weights keep training).
+RUN/state holds the last finished epoch (weights, their average, optimiser, counters) so `resume=True` continues
+an interrupted run exactly.
 """
 
 from __future__ import annotations
@@ -97,16 +99,26 @@ def _pos_weight(y: torch.Tensor, alpha: float) -> torch.Tensor:
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """AdamW (or Adam) over all parameters, fused into one kernel per step where torch supports it.
 
+    Weight decay applies to the parameters named by `cfg.decay_scope`; with the default "embeddings" only the word
+    and label vectors are decayed, which (with a 1000-unit head) lifted dev micro-F1 on all three small sets.
+
     The fused update gives the same mathematics as the loop version; on CPU it cut the optimiser step
     (5M word-vector parameters at MIMIC size) several-fold in profiles.
     """
     opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
     params = list(model.parameters())
     fused = all(p.dtype == torch.float32 and p.device.type in ("cpu", "cuda") for p in params)
+    if cfg.decay_scope == "all":
+        groups: list[dict[str, Any]] = [{"params": params}]
+    else:
+        keep = {"word_emb.weight", "label_emb"}
+        decayed = [n in keep or (cfg.decay_scope == "matrices" and p.ndim >= 2) for n, p in model.named_parameters()]
+        groups = [{"params": [p for p, d in zip(params, decayed) if d]},
+                  {"params": [p for p, d in zip(params, decayed) if not d], "weight_decay": 0.0}]
     try:
-        return opt_cls(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
+        return opt_cls(groups, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
     except (RuntimeError, TypeError):  # an older torch without a fused kernel for this device
-        return opt_cls(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return opt_cls(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
 class _Objective(torch.nn.Module):
@@ -178,6 +190,14 @@ class _Trainer:
         self.y_dev = self.labels.multi_hot(dev_df["labels"])
         self.pos_weight = _pos_weight(self.y_train, cfg.pos_weight).to(self.device) if self.multilabel and cfg.pos_weight > 0 else None
         self.objective: torch.nn.Module = _Objective(self.model, self.pos_weight)
+        self.ema: list[torch.Tensor] | None = None
+        if cfg.ema_decay > 0:
+            ema_file = self.state_dir / "ema.safetensors"
+            if resume and ema_file.is_file():
+                saved = load_file(str(ema_file))
+                self.ema = [saved[n].to(self.device) for n, _ in self.model.named_parameters()]
+            else:
+                self.ema = [p.detach().clone() for p in self.model.parameters()]
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -254,6 +274,12 @@ class _Trainer:
             self.scaler.scale(loss).backward()
             self.scaler.step(self.opt)
             self.scaler.update()
+            step = int(self.state.get("steps", 0))
+            self.state["steps"] = step + 1
+            if self.ema is not None:  # warm-up of the decay (TF's num_updates form) so early averages are not stale
+                d = min(self.cfg.ema_decay, (1.0 + step) / (10.0 + step))
+                with torch.no_grad():
+                    torch._foreach_lerp_(self.ema, [p.detach() for p in self.model.parameters()], 1.0 - d)
             total += task.item() * len(batch)
             n += len(batch)
             bar.set_postfix(loss=f"{total / n:.4f}")
@@ -265,11 +291,24 @@ class _Trainer:
             total, n = float(sums[0]), int(sums[1])
         return total / max(n, 1)
 
+    def swap_ema(self) -> None:
+        """Exchange the live weights and their moving average (no-op without EMA); call twice to undo."""
+        if self.ema is None:
+            return
+        with torch.no_grad():
+            for p, e in zip(self.model.parameters(), self.ema):
+                tmp = p.detach().clone()
+                p.copy_(e)
+                e.copy_(tmp)
+
     def save_state(self) -> None:
         with atomic_dir(self.state_dir) as tmp:
             save_file({k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}, str(tmp / "last.safetensors"))
             tensors, meta = _optim_to_tensors(self.opt)
             save_file(tensors, str(tmp / "optim.safetensors"))
+            if self.ema is not None:
+                names = [n for n, _ in self.model.named_parameters()]
+                save_file({n: e.detach().cpu().contiguous() for n, e in zip(names, self.ema)}, str(tmp / "ema.safetensors"))
             write_json_atomic(tmp / "optim.json", meta)
             self.tokenizer.save(tmp / "tokenizer.json")
             write_json_atomic(tmp / "state.json", {**self.state, "train_config": config_to_dict(self.cfg),
@@ -292,6 +331,7 @@ class _Trainer:
                 break
             t0 = time.perf_counter()
             loss = self.train_epoch(epoch)
+            self.swap_ema()  # dev scoring and the best checkpoint use the averaged weights
             scores = self.dev_scores()
             t = tune_threshold(self.y_dev, scores) if self.multilabel else 0.0
             m = all_metrics(self.y_dev, scores, threshold=t)
@@ -304,6 +344,7 @@ class _Trainer:
                     self.save_best(t, m)
             else:
                 self.state["bad_epochs"] += 1
+            self.swap_ema()
             row = {"epoch": epoch, "train_loss": round(loss, 6), "dev_threshold": t, "seconds": round(time.perf_counter() - t0, 2),
                    "best": improved, **{f"dev_{k}": v for k, v in _metric_view(m).items()}}
             self.state["history"].append(row)
@@ -378,10 +419,12 @@ def train(
     ck_dir = run / CHECKPOINT_DIR
     if not resume and (run / STATE_DIR).exists():
         raise ConfigError(f"--out {run} already holds a run; pass --resume to continue it, or choose a new --out folder.")
-    run.mkdir(parents=True, exist_ok=True)
+    if config.model == "leam":  # unknown or out-of-range model options fail before anything is written
+        config_from_dict(LEAMConfig, {"vocab_size": 3, "n_labels": 1, **(model_options or {})}, source="model options")
     if mimic_dir is not None:
         from clinicode.data.prepare import prepare_mimic
 
+        run.mkdir(parents=True, exist_ok=True)
         data_dir = run / "data"
         rank, _ = init_distributed(pick_device(config.device))
         if rank == 0 and not (resume and (data_dir / "manifest.json").is_file()):
@@ -394,6 +437,7 @@ def train(
         raise DataFormatError(f"{data_dir}: the train and dev splits must both hold notes (got {len(ds.split('train'))} and {len(ds.split('dev'))}).")
     extra = {"data": {"path": str(Path(data_dir).resolve()), "n_train": len(ds.split("train")), "n_dev": len(ds.split("dev")),
                       "n_test": len(ds.splits.get("test", [])), "label_set": ds.manifest.get("label_set")}}
+    run.mkdir(parents=True, exist_ok=True)  # only now: bad data or options leave no empty run folder behind
     seed_everything(config.seed)
 
     if config.model == "tfidf-lr":

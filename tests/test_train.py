@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from clinicode.checkpoint import load_checkpoint
@@ -105,6 +106,28 @@ def test_resume_after_interruption_matches_uninterrupted(demo_data, tmp_path):
     for x, y in zip(full["history"], resumed["history"]):
         assert x["train_loss"] == pytest.approx(y["train_loss"], rel=1e-6)
     assert resumed["test"]["f1_micro"] == pytest.approx(full["test"]["f1_micro"], abs=1e-6)
+    # the saved weights (the moving average, by default) continue exactly too
+    a = load_file(str(tmp_path / "full" / "checkpoint" / "model.safetensors"))
+    b = load_file(str(tmp_path / "cut" / "checkpoint" / "model.safetensors"))
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("ema", [0.0, 0.99])
+def test_checkpoint_holds_the_weight_average_and_state_the_live_weights(demo_data, tmp_path, ema):
+    train(out_dir=tmp_path / "r", config=_cfg(epochs=1, ema_decay=ema), data_dir=demo_data, model_options=TINY_MODEL,
+          progress=False)
+    saved = load_file(str(tmp_path / "r" / "checkpoint" / "model.safetensors"))
+    live = load_file(str(tmp_path / "r" / "state" / "last.safetensors"))
+    if ema == 0:
+        assert not (tmp_path / "r" / "state" / "ema.safetensors").exists()
+        for name in saved:
+            torch.testing.assert_close(saved[name], live[name], rtol=0, atol=0)
+        return
+    avg = load_file(str(tmp_path / "r" / "state" / "ema.safetensors"))
+    for name in avg:                                   # one epoch: the best state is the average after it
+        torch.testing.assert_close(saved[name], avg[name], rtol=0, atol=0)
+    assert not torch.equal(saved["word_emb.weight"], live["word_emb.weight"])
 
 
 def test_tfidf_lr_goes_through_the_same_interfaces(demo_data, tmp_path):
@@ -140,3 +163,16 @@ def test_single_label_data_uses_softmax(tmp_path):
     assert res["test"]["accuracy"] > 0.8
     probs = Predictor(ck).score(["brain seizure"])
     assert probs.sum() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_bad_data_or_options_leave_no_run_folder(tmp_path, demo_data):
+    from clinicode.errors import DataFormatError
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises((ConfigError, DataFormatError)):
+        train(out_dir=tmp_path / "r1", config=_cfg(), data_dir=empty, progress=False)
+    assert not (tmp_path / "r1").exists()
+    with pytest.raises(ConfigError, match="radius"):
+        train(out_dir=tmp_path / "r2", config=_cfg(), data_dir=demo_data, model_options={"radius": -1}, progress=False)
+    assert not (tmp_path / "r2").exists()

@@ -11,8 +11,10 @@ from clinicode.train import _pos_weight, auto_w2v_epochs
 
 def test_library_defaults_are_the_tuned_ones():
     cfg = TrainConfig()
-    assert (cfg.lr, cfg.optimizer, cfg.weight_decay, cfg.pos_weight, cfg.w2v_epochs) == (1e-2, "adamw", 0.3, 0.0, 0)
-    assert LEAMConfig(vocab_size=10, n_labels=2).phrase_init == 1.0
+    assert (cfg.lr, cfg.optimizer, cfg.weight_decay, cfg.pos_weight, cfg.w2v_epochs) == (1e-2, "adamw", 0.3, 0.25, 0)
+    assert (cfg.decay_scope, cfg.ema_decay) == ("embeddings", 0.99)
+    lc = LEAMConfig(vocab_size=10, n_labels=2)
+    assert (lc.phrase_init, lc.hidden_dim) == (1.0, 1000)
 
 
 def test_cli_train_defaults_equal_library_defaults():
@@ -22,7 +24,8 @@ def test_cli_train_defaults_equal_library_defaults():
 
     params = inspect.signature(train_cli).parameters
     cfg = TrainConfig()
-    for name in ("epochs", "patience", "batch_size", "max_len", "lr", "embeddings", "seed"):
+    for name in ("epochs", "patience", "batch_size", "max_len", "lr", "embeddings", "seed", "weight_decay", "optimizer",
+                 "pos_weight", "decay_scope", "ema_decay"):
         assert params[name].default == getattr(cfg, name), name
     model_defaults = {"embed_dim": "embed_dim", "window": "radius", "hidden_dim": "hidden_dim", "dropout": "dropout",
                       "label_reg": "label_reg_weight", "compat": "compat"}
@@ -36,6 +39,8 @@ def test_cli_train_defaults_equal_library_defaults():
     (dict(weight_decay=-0.1), "weight-decay"),
     (dict(pos_weight=1.5), "pos-weight"),
     (dict(w2v_epochs=-1), "w2v-epochs"),
+    (dict(decay_scope="head"), "decay-scope"),
+    (dict(ema_decay=1.0), "ema-decay"),
 ])
 def test_train_config_rejects_bad_values(kw, match):
     with pytest.raises(ConfigError, match=match):
@@ -65,3 +70,20 @@ def test_auto_w2v_epochs_scales_with_corpus_size():
     assert auto_w2v_epochs(["word " * 100] * 10) == 30          # tiny corpus: the cap
     assert auto_w2v_epochs(["word " * 1000] * 10_000) == 5      # 10M tokens: CAML's 5 passes
     assert 5 < auto_w2v_epochs(["word " * 1000] * 2000) < 30    # 2M tokens: in between (15)
+
+
+def test_weight_decay_reaches_only_the_scoped_parameters():
+    from clinicode.train import make_optimizer
+
+    model = LEAM(LEAMConfig(vocab_size=10, n_labels=2, hidden_dim=4))
+    names = {id(p): n for n, p in model.named_parameters()}
+
+    def decayed(scope):
+        opt = make_optimizer(model, TrainConfig(decay_scope=scope, weight_decay=0.3))
+        got = {names[id(p)] for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+        assert sum(len(g["params"]) for g in opt.param_groups) == len(names)   # every parameter is optimised once
+        return got
+
+    assert decayed("embeddings") == {"word_emb.weight", "label_emb"}
+    assert decayed("matrices") == {"word_emb.weight", "label_emb", "head.1.weight", "head.4.weight"}
+    assert decayed("all") == set(names.values())

@@ -186,7 +186,6 @@ class _PhraseMax(torch.autograd.Function):
             c.add_(bias).relu_()                                      # u for these notes
             torch.max(c, dim=2, out=(m[s:s + _NOTES_PER_PASS], arg[s:s + _NOTES_PER_PASS]))
         ctx.save_for_backward(Gp, w, m, arg)
-        ctx.mark_non_differentiable(arg)
         return m
 
     @staticmethod

@@ -78,13 +78,9 @@ def straightforward_leam(config):
 
     from clinicode.model import LEAM
 
-    from clinicode.model import LEAMOutput
-
     class Straightforward(LEAM):
-        def forward(self, ids, mask, *, return_attention=False):
-            beta, z, u = self.attend(self.word_emb(ids), mask)                      # nn.Embedding's own backward
-            logits = self.head(z)
-            return LEAMOutput(logits=logits, beta=beta, phrase=u, doc=z) if return_attention else LEAMOutput(logits=logits)
+        def lookup(self, ids):
+            return self.word_emb(ids)                                               # nn.Embedding's own backward
 
         def attend(self, words, mask, with_phrase=True):
             words_n = words / (words.norm(dim=-1, keepdim=True) + 1e-8)

@@ -25,6 +25,25 @@ _BLOCK = 32          # rows per block in the banded product for the window-weigh
 _EPS = 1e-8
 
 
+def _shifted_sum(src: torch.Tensor, weights: list[float], L: int, out: torch.Tensor) -> torch.Tensor:
+    """out[:, l] = sum_j weights[j] * src[:, l + j] for l < L: the window over a padded chunk of notes.
+
+    With the weights reversed and src the padded output gradient, the same sum is the window's transpose.
+    """
+    torch.mul(src[:, 0:L], weights[0], out=out)
+    for j in range(1, len(weights)):
+        out.add_(src[:, j:j + L], alpha=weights[j])
+    return out
+
+
+def _transposed_window(gp: torch.Tensor, wl: list[float], L: int) -> torch.Tensor:
+    """dG[l] = sum_j w[j] * grad[l - j + r], from grad padded with r zero rows in front (gp[:, r + l] = grad[l])."""
+    grad_G = torch.empty(gp.shape[0], L, gp.shape[2], dtype=gp.dtype)
+    for s in range(0, gp.shape[0], _NOTES_PER_PASS):
+        _shifted_sum(gp[s:s + _NOTES_PER_PASS], wl[::-1], L, grad_G[s:s + _NOTES_PER_PASS])
+    return grad_G
+
+
 def _padded_rows(L: int) -> int:
     """Rows after the left r-padding: L rounded up to whole blocks (so grad_w can view them as blocks)."""
     return -(-L // _BLOCK) * _BLOCK
@@ -41,10 +60,7 @@ class _PhraseWindow(torch.autograd.Function):
         Gp = F.pad(G, (0, 0, r, r + Lt - L))                          # [B, Lt+2r, K] zeros around the note
         out = torch.empty_like(G)                                     # [B, L, K]
         for s in range(0, B, _NOTES_PER_PASS):
-            g, o = Gp[s:s + _NOTES_PER_PASS], out[s:s + _NOTES_PER_PASS]
-            torch.mul(g[:, 0:L], wl[0], out=o)
-            for j in range(1, n):
-                o.add_(g[:, j:j + L], alpha=wl[j])
+            _shifted_sum(Gp[s:s + _NOTES_PER_PASS], wl, L, out[s:s + _NOTES_PER_PASS])
         ctx.save_for_backward(Gp, w)
         return out
 
@@ -60,12 +76,7 @@ class _PhraseWindow(torch.autograd.Function):
         Lt = _padded_rows(L)
         gp = F.pad(grad, (0, 0, r, r + Lt - L))                       # [B, Lt+2r, K]
         if ctx.needs_input_grad[0]:
-            grad_G = torch.empty_like(grad)
-            for s in range(0, B, _NOTES_PER_PASS):
-                g, o = gp[s:s + _NOTES_PER_PASS], grad_G[s:s + _NOTES_PER_PASS]
-                torch.mul(g[:, 2 * r:2 * r + L], wl[0], out=o)        # dG[l] = sum_j w[j] grad[l - j + r]
-                for j in range(1, n):
-                    o.add_(g[:, 2 * r - j:2 * r - j + L], alpha=wl[j])
+            grad_G = _transposed_window(gp, wl, L)
         if ctx.needs_input_grad[1]:
             # dw[j] = sum_{l,k} grad[l, k] * Gp[l + j, k]: the j-th diagonal of the band of grad Gp^T. Cut the
             # rows into blocks of T; block t needs grad rows [tT, tT+T) against Gp rows [tT, tT+T+2r), both plain
@@ -179,10 +190,7 @@ class _PhraseMax(torch.autograd.Function):
         o = torch.empty(min(B, _NOTES_PER_PASS), L, K, dtype=G.dtype)  # scratch for a few notes, reused
         for s in range(0, B, _NOTES_PER_PASS):
             g = Gp[s:s + _NOTES_PER_PASS]
-            c = o[:g.shape[0]]
-            torch.mul(g[:, 0:L], wl[0], out=c)
-            for j in range(1, n):
-                c.add_(g[:, j:j + L], alpha=wl[j])
+            c = _shifted_sum(g, wl, L, o[:g.shape[0]])
             c.add_(bias).relu_()                                      # u for these notes
             torch.max(c, dim=2, out=(m[s:s + _NOTES_PER_PASS], arg[s:s + _NOTES_PER_PASS]))
         ctx.save_for_backward(Gp, w, m, arg)
@@ -208,12 +216,7 @@ class _PhraseMax(torch.autograd.Function):
             wl = w.detach().tolist()
             du = torch.zeros(B, L + 2 * r, K, dtype=g.dtype)          # [B, L+2r, K] one non-zero per position
             du[:, r:r + L].scatter_(2, arg.unsqueeze(-1), g.unsqueeze(-1))
-            grad_G = torch.empty(B, L, K, dtype=g.dtype)
-            for s in range(0, B, _NOTES_PER_PASS):
-                d, o = du[s:s + _NOTES_PER_PASS], grad_G[s:s + _NOTES_PER_PASS]
-                torch.mul(d[:, 2 * r:2 * r + L], wl[0], out=o)        # dG[l] = sum_j w[j] du[l - j + r]
-                for j in range(1, n):
-                    o.add_(d[:, 2 * r - j:2 * r - j + L], alpha=wl[j])
+            grad_G = _transposed_window(du, wl, L)
         return grad_G, grad_w, grad_b
 
 

@@ -128,6 +128,10 @@ class LEAM(nn.Module):
         z = torch.bmm(beta.unsqueeze(1), words).squeeze(1)                          # [B, P]    unnormalised word vectors
         return beta, z, (None if u is None else u.transpose(1, 2))                  # u as [B, K, L]
 
+    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        """V = E_word[x]: [B, L] ids -> [B, L, P], as `self.word_emb(ids)` with a faster CPU backward."""
+        return embed(self.word_emb.weight, ids, padding_idx=0)
+
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, *, return_attention: bool = False) -> LEAMOutput:
         """Score a batch of notes.
 
@@ -138,7 +142,7 @@ class LEAM(nn.Module):
         Returns:
             LEAMOutput with logits [B, K].
         """
-        words = embed(self.word_emb.weight, ids, padding_idx=0)                     # [B, L, P] = word_emb(ids)
+        words = self.lookup(ids)                                                    # [B, L, P]
         beta, z, u = self.attend(words, mask, with_phrase=return_attention)
         logits = self.head(z)                                                       # [B, K]
         if return_attention:

@@ -191,13 +191,14 @@ class _Trainer:
         self.pos_weight = _pos_weight(self.y_train, cfg.pos_weight).to(self.device) if self.multilabel and cfg.pos_weight > 0 else None
         self.objective: torch.nn.Module = _Objective(self.model, self.pos_weight)
         self.ema: list[torch.Tensor] | None = None
+        self.live = list(self.model.parameters())                                  # what the average follows
         if cfg.ema_decay > 0:
             ema_file = self.state_dir / "ema.safetensors"
             if resume and ema_file.is_file():
                 saved = load_file(str(ema_file))
                 self.ema = [saved[n].to(self.device) for n, _ in self.model.named_parameters()]
             else:
-                self.ema = [p.detach().clone() for p in self.model.parameters()]
+                self.ema = [p.detach().clone() for p in self.live]
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -279,7 +280,7 @@ class _Trainer:
             if self.ema is not None:  # warm-up of the decay (TF's num_updates form) so early averages are not stale
                 d = min(self.cfg.ema_decay, (1.0 + step) / (10.0 + step))
                 with torch.no_grad():
-                    torch._foreach_lerp_(self.ema, [p.detach() for p in self.model.parameters()], 1.0 - d)
+                    torch._foreach_lerp_(self.ema, self.live, 1.0 - d)
             total += task.item() * len(batch)
             n += len(batch)
             bar.set_postfix(loss=f"{total / n:.4f}")
@@ -296,7 +297,7 @@ class _Trainer:
         if self.ema is None:
             return
         with torch.no_grad():
-            for p, e in zip(self.model.parameters(), self.ema):
+            for p, e in zip(self.live, self.ema):
                 tmp = p.detach().clone()
                 p.copy_(e)
                 e.copy_(tmp)

@@ -1,4 +1,5 @@
-"""The `clinicode` command line: thin Typer wrappers over library functions (prepare, train, evaluate, predict).
+"""The `clinicode` command line: thin Typer wrappers over library functions (prepare, train, evaluate, compare,
+predict).
 
 Every command turns a ClinicodeError into one line on stderr and exit status 1; Typer uses 2 for malformed
 command lines; anything unexpected keeps its traceback.
@@ -177,6 +178,27 @@ def evaluate_cli(
     if m.get("n_gold_outside_labels"):
         typer.echo(f"note: {m['n_gold_outside_labels']:,} gold code occurrence(s) outside the checkpoint's label set "
                    "were ignored (n_gold_outside_labels).", err=True)
+    if output:
+        typer.echo(f"wrote {output}")
+
+
+@app.command("compare")
+@_friendly
+def compare_cli(
+    a: Annotated[list[Path], typer.Option("--a", metavar="RUN", help="Run folder of model A; repeat for several seeds (their mean is used).")],
+    b: Annotated[list[Path], typer.Option("--b", metavar="RUN", help="Run folder of model B; repeat for several seeds.")],
+    data: Annotated[Path, typer.Option(help="Prepared dataset folder.")],
+    split: Annotated[str, typer.Option(help="train, dev or test.")] = "test",
+    n_boot: Annotated[int, typer.Option(help="Paired bootstrap resamples of the notes.")] = 2000,
+    seed: Annotated[int, typer.Option(help="Seed of the resampling.")] = 0,
+    output: Annotated[Optional[Path], typer.Option(help="Write the comparison JSON here.")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+) -> None:
+    """Compare two models on the same notes: micro-F1 and macro-AUC differences with a paired-bootstrap interval."""
+    from clinicode.evaluate import compare, format_comparison
+
+    c = compare(runs_a=a, runs_b=b, data_dir=data, split=split, n_boot=n_boot, seed=seed, output=output, device=device)
+    typer.echo(format_comparison(c))
     if output:
         typer.echo(f"wrote {output}")
 

@@ -370,3 +370,70 @@ def test_prop_auc_of_flipped_scores_sums_to_one(ys: tuple[np.ndarray, np.ndarray
             assert b["auc"] is None
         else:
             assert a["auc"] + b["auc"] == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# paired_bootstrap
+# --------------------------------------------------------------------------------------------------
+
+
+def _two_models(seed: int = 0, n: int = 60, k: int = 6):
+    rng = np.random.default_rng(seed)
+    y = rng.random((n, k)) < 0.3
+    y[0, :] = True  # every label has a positive and (almost surely) a negative
+    good = np.clip(y * 0.5 + rng.random((n, k)) * 0.6, 0, 1)  # informative scores
+    noise = rng.random((n, k))  # uninformative scores
+    return y, good, noise
+
+
+def test_paired_bootstrap_of_a_model_against_itself_is_exactly_zero():
+    y, good, _ = _two_models()
+    out = M.paired_bootstrap(y, [(good, 0.5)], [(good, 0.5)], n_boot=200)
+    for key in ("f1_micro", "auc_macro"):
+        assert out[key]["diff"] == 0.0 and out[key]["lo"] == 0.0 and out[key]["hi"] == 0.0
+        assert out[key]["p_a_below_b"] == 0.0
+
+
+def test_paired_bootstrap_observed_difference_is_the_metric_difference_of_the_run_means():
+    y, good, noise = _two_models()
+    runs_a = [(good, 0.5), (np.clip(good + 0.05, 0, 1), 0.4)]
+    out = M.paired_bootstrap(y, runs_a, [(noise, 0.6)], n_boot=50)
+    for key in ("f1_micro", "auc_macro"):
+        mean_a = np.mean([M.all_metrics(y, s, threshold=t)[key] for s, t in runs_a])
+        assert out[key]["diff"] == pytest.approx(mean_a - M.all_metrics(y, noise, threshold=0.6)[key], abs=1e-12)
+
+
+def test_weighted_metrics_equal_the_metrics_of_the_explicitly_resampled_documents():
+    # Ties between scores included: the weighted AUC must count a tied negative as half.
+    y, good, _ = _two_models(seed=3, n=40, k=5)
+    s = np.round(good, 1)
+    rng = np.random.default_rng(7)
+    idx = rng.integers(0, len(y), size=(5, len(y)))
+    w = np.stack([np.bincount(row, minlength=len(y)) for row in idx])  # [5, N]
+    f1 = M._weighted_f1_micro(y, s, 0.45, w)
+    auc = M._weighted_auc_macro(y, s, w)
+    for r, row in enumerate(idx):
+        ref = M.all_metrics(y[row], s[row], threshold=0.45)
+        assert f1[r] == pytest.approx(ref["f1_micro"], abs=1e-12)
+        assert auc[r] == pytest.approx(ref["auc_macro"], abs=1e-12)
+
+
+def test_paired_bootstrap_separates_a_clearly_better_model_and_is_reproducible():
+    y, good, noise = _two_models(n=200)
+    out = M.paired_bootstrap(y, [(good, 0.5)], [(noise, 0.5)], n_boot=300, seed=1)
+    assert out["f1_micro"]["lo"] > 0 and out["auc_macro"]["lo"] > 0.2
+    assert out["auc_macro"]["lo"] <= out["auc_macro"]["diff"] <= out["auc_macro"]["hi"]
+    assert out["f1_micro"]["p_a_below_b"] == 0.0
+    assert M.paired_bootstrap(y, [(good, 0.5)], [(noise, 0.5)], n_boot=300, seed=1) == out
+    flipped = M.paired_bootstrap(y, [(noise, 0.5)], [(good, 0.5)], n_boot=300, seed=1)
+    assert flipped["auc_macro"]["hi"] == pytest.approx(-out["auc_macro"]["lo"], abs=1e-12)
+
+
+def test_paired_bootstrap_rejects_empty_sides_and_mismatched_shapes():
+    y, good, _ = _two_models()
+    with pytest.raises(ValueError, match="at least one run"):
+        M.paired_bootstrap(y, [], [(good, 0.5)])
+    with pytest.raises(ValueError, match="shape"):
+        M.paired_bootstrap(y, [(good[:, :3], 0.5)], [(good, 0.5)])
+    with pytest.raises(ValueError, match="n_boot"):
+        M.paired_bootstrap(y, [(good, 0.5)], [(good, 0.5)], n_boot=0)

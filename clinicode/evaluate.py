@@ -74,7 +74,7 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
 
     Args:
         runs_a, runs_b: run or checkpoint folders; all must share one label set.
-        data_dir: prepared dataset folder.
+        data_dir: prepared dataset folder, loaded as the first run of A was trained (its --top-k).
         split: train, dev or test.
         n_boot: bootstrap resamples.
         seed: seed of the resampling.
@@ -103,18 +103,13 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
     if len(df) == 0:
         raise DataFormatError(f"{data_dir}: split {split!r} holds no notes; nothing to compare.")
     texts = df["text"].tolist()
-    y = None
-    sides: list[list[tuple[np.ndarray, float]]] = []
-    for side in preds:
-        runs = []
-        for p in side:
-            where = {c: i for i, c in enumerate(p.codes)}
-            order = [where[c] for c in codes]  # one column order for every run
-            y_p = p.labels.multi_hot(df["labels"])[:, order]
-            y = y_p if y is None else y
-            runs.append((p.score(texts)[:, order], p.threshold))
-        sides.append(runs)
-    assert y is not None
+
+    def columns(p: Predictor) -> list[int]:  # this run's column of each code, in `codes` order
+        where = {c: i for i, c in enumerate(p.codes)}
+        return [where[c] for c in codes]
+
+    y = first.labels.multi_hot(df["labels"])[:, columns(first)]
+    sides = [[(p.score(texts)[:, columns(p)], p.threshold) for p in side] for side in preds]
     boot = paired_bootstrap(y, sides[0], sides[1], n_boot=n_boot, seed=seed)
     keys = ("f1_micro", "auc_macro", "auc_micro", "f1_macro", "prec_at_5")
 

@@ -438,6 +438,12 @@ def train(
         raise DataFormatError(f"{data_dir}: the train and dev splits must both hold notes (got {len(ds.split('train'))} and {len(ds.split('dev'))}).")
     extra = {"data": {"path": str(Path(data_dir).resolve()), "n_train": len(ds.split("train")), "n_dev": len(ds.split("dev")),
                       "n_test": len(ds.splits.get("test", [])), "label_set": ds.manifest.get("label_set")}}
+    dropped = ds.stats.get("documents_without_top_k_label") or {}
+    if sum(dropped.values()):
+        extra["data"]["dropped_without_top_k_label"] = dropped
+        log.warning("--top-k %d kept %d labels and dropped %d notes that have none of them (%s); they are neither trained "
+                    "on nor scored. Leave out --top-k to keep them.", config.top_k, len(ds.labels), sum(dropped.values()),
+                    ", ".join(f"{k} {v:,}" for k, v in dropped.items()))
     run.mkdir(parents=True, exist_ok=True)  # only now: bad data or options leave no empty run folder behind
     seed_everything(config.seed)
 

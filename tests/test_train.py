@@ -176,3 +176,26 @@ def test_bad_data_or_options_leave_no_run_folder(tmp_path, demo_data):
     with pytest.raises(ConfigError, match="radius"):
         train(out_dir=tmp_path / "r2", config=_cfg(), data_dir=demo_data, model_options={"radius": -1}, progress=False)
     assert not (tmp_path / "r2").exists()
+
+
+def test_top_k_says_how_many_notes_it_dropped(tmp_path, caplog):
+    # --top-k also drops notes left without a kept label; that must not happen silently.
+    import random
+
+    rng = random.Random(1)
+    topics = {"a": "alpha apple arm", "b": "beta bone back", "c": "gamma cell chest"}
+    dropped = {"train": 0, "dev": 0, "test": 0}
+    for split, n in {"train": 60, "dev": 20, "test": 20}.items():
+        with open(tmp_path / f"{split}.jsonl", "w") as f:
+            for i in range(n):
+                labels = [] if i % 5 == 0 else [rng.choice("ab") if i % 7 else "c"]
+                dropped[split] += not labels or labels == ["c"]
+                text = " ".join(rng.choice(topics[labels[0]].split()) if labels else "note" for _ in range(5))
+                f.write(json.dumps({"id": f"{split}{i}", "text": text, "labels": labels}) + "\n")
+    with caplog.at_level("WARNING", logger="clinicode.train"):
+        train(out_dir=tmp_path / "run", config=TrainConfig(model="tfidf-lr", top_k=2), data_dir=tmp_path, progress=False)
+    [msg] = [r.getMessage() for r in caplog.records if "--top-k" in r.getMessage()]
+    assert msg.startswith(f"--top-k 2 kept 2 labels and dropped {sum(dropped.values())} notes")
+    assert f"train {dropped['train']}, dev {dropped['dev']}, test {dropped['test']}" in msg
+    manifest = json.loads((tmp_path / "run" / "checkpoint" / "manifest.json").read_text())
+    assert manifest["data"]["dropped_without_top_k_label"] == dropped

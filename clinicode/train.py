@@ -441,10 +441,10 @@ def train(
     dropped = ds.stats.get("documents_without_top_k_label") or {}
     if sum(dropped.values()):
         extra["data"]["dropped_without_top_k_label"] = dropped
-    if sum(dropped.values()) and world()[0] == 0:  # one warning under torchrun, not one per process
-        log.warning("--top-k %d kept %d labels and dropped %d notes that have none of them (%s); they are neither trained "
-                    "on nor scored. Leave out --top-k to keep them.", config.top_k, len(ds.labels), sum(dropped.values()),
-                    ", ".join(f"{k} {v:,}" for k, v in dropped.items()))
+        if world()[0] == 0:  # one warning under torchrun, not one per process
+            log.warning("--top-k %d kept %d labels and dropped %d notes that have none of them (%s); they are neither "
+                        "trained on nor scored. Leave out --top-k to keep them.", config.top_k, len(ds.labels),
+                        sum(dropped.values()), ", ".join(f"{k} {v:,}" for k, v in dropped.items()))
     run.mkdir(parents=True, exist_ok=True)  # only now: bad data or options leave no empty run folder behind
     seed_everything(config.seed)
 

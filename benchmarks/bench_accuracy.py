@@ -6,7 +6,8 @@ also drops the notes left without a label, so it is not passed otherwise) and, f
 whose labels are bare ICD-9 codes, `--descriptions ../shared/data/caml-mimic-ids/ICD9_descriptions.tsv` so that
 LEAM's label vectors start from the code descriptions (DOMAIN.md section 8). Metrics are test-set values at the
 dev-tuned threshold; LEAM is run with several seeds (mean ± sd), tfidf-lr is deterministic (one run).
-Whether LEAM "matches" is judged by a paired bootstrap over test notes (`clinicode.metrics.paired_bootstrap`):
+Whether LEAM "matches" is judged by a paired bootstrap over test notes (`clinicode compare`, i.e.
+`clinicode.evaluate.compare`):
 the seed mean of LEAM minus tfidf-lr on 2,000 resamples of the same notes, with its 95% interval.
 The table is printed and written between the bench:accuracy markers of BENCHMARKS.md.
 
@@ -24,9 +25,6 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from clinicode.metrics import all_metrics, paired_bootstrap  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -47,17 +45,11 @@ def top_k_for(dataset: str) -> int | None:
     return TOP_K if len(load_dataset(DATA / dataset).labels) > TOP_K else None
 
 
-def run_one(dataset: str, model: str, seed: int, work: Path) -> dict:
-    """Train one model with default settings; return its test metrics, wall-clock training seconds, and its
-    test scores (columns in sorted-code order) with the tuned threshold for the paired bootstrap."""
-    import numpy as np
-
+def run_one(dataset: str, model: str, seed: int, top_k: int | None, work: Path) -> dict:
+    """Train one model with default settings; return its test metrics, wall-clock training seconds and run folder."""
     from clinicode.config import TrainConfig
-    from clinicode.data.prepared import load_dataset
-    from clinicode.predict import Predictor
     from clinicode.train import train
 
-    top_k = top_k_for(dataset)
     cfg = TrainConfig(model=model, seed=seed, top_k=top_k, device="cpu")
     desc = DESCRIPTIONS if dataset.startswith("cmc2007") and DESCRIPTIONS.is_file() else None
     t0 = time.perf_counter()
@@ -67,15 +59,19 @@ def run_one(dataset: str, model: str, seed: int, work: Path) -> dict:
     row = {k: float(res["test"][k]) for k, _ in METRICS}
     row.update(seconds=secs, best_epoch=res.get("best_epoch"), epochs=len(res.get("history", [])))
     print(json.dumps({"dataset": dataset, "model": model, "seed": seed, **row}), file=sys.stderr, flush=True)
-    pred = Predictor.from_checkpoint(res["run"], device="cpu")
-    test = load_dataset(DATA / dataset, top_k=top_k).split("test")
-    order = np.argsort(np.array(pred.codes))  # one column order for every model of this set
-    scores = pred.score(test["text"].tolist())[:, order]
-    gold = pred.labels.multi_hot(test["labels"])[:, order]
-    if abs(all_metrics(gold, scores, threshold=pred.threshold)["f1_micro"] - row["f1_micro"]) > 1e-9:
-        raise RuntimeError(f"{dataset}/{model}: test scores from the checkpoint disagree with train()'s metrics.")
-    row.update(_scores=scores, _gold=gold, _codes=[pred.codes[i] for i in order], _threshold=pred.threshold)
-    return row
+    return {**row, "run": res["run"]}
+
+
+def gap(dataset: str, leam: list[dict], lr: list[dict]) -> dict:
+    """`clinicode compare` of the LEAM seeds (A) against tfidf-lr (B) on the test notes, as a user would run it."""
+    from clinicode.evaluate import compare
+
+    c = compare(runs_a=[Path(r["run"]) for r in leam], runs_b=[Path(r["run"]) for r in lr], data_dir=DATA / dataset,
+                n_boot=N_BOOT, device="cpu")
+    for side, rows in (("metrics_a", leam), ("metrics_b", lr)):
+        if abs(c[side]["f1_micro"] - statistics.mean(r["f1_micro"] for r in rows)) > 1e-9:
+            raise RuntimeError(f"{dataset}: compare's scores disagree with train()'s test metrics.")
+    return c
 
 
 def _cell(values: list[float], digits: int = 4) -> str:
@@ -94,20 +90,13 @@ def table(results: dict[tuple[str, str], list[dict]]) -> str:
     return "\n".join(lines)
 
 
-def verdict(results: dict[tuple[str, str], list[dict]]) -> list[str]:
+def verdict(gaps: dict[str, dict]) -> list[str]:
     """One line per set: LEAM's mean minus tfidf-lr on micro-F1 and macro-AUC, with a paired-bootstrap interval."""
     out = []
-    for dataset in dict.fromkeys(d for d, _ in results):
-        leam, lr = results.get((dataset, "leam")), results.get((dataset, "tfidf-lr"))
-        if not leam or not lr:
-            continue
-        if any(r["_codes"] != lr[0]["_codes"] for r in leam):
-            raise RuntimeError(f"{dataset}: LEAM and tfidf-lr were trained on different label sets.")
-        boot = paired_bootstrap(lr[0]["_gold"], [(r["_scores"], r["_threshold"]) for r in leam],
-                                [(lr[0]["_scores"], lr[0]["_threshold"])], n_boot=N_BOOT, seed=0)
+    for dataset, c in gaps.items():
         parts = []
         for key, name in (("f1_micro", "micro-F1"), ("auc_macro", "macro-AUC")):
-            b = boot[key]
+            b = c[key]
             parts.append(f"{name} {b['diff']:+.4f} [{b['lo']:+.4f}, {b['hi']:+.4f}], "
                          f"LEAM below in {100 * b['p_a_below_b']:.0f}% of resamples")
         out.append(f"- {dataset}: LEAM − tfidf-lr: " + "; ".join(parts))
@@ -145,12 +134,16 @@ def main() -> None:
     missing = [d for d in datasets if not (DATA / d / "train.jsonl").is_file() and not (DATA / d / "train.parquet").is_file()]
     if missing:
         sys.exit(f"no data for {', '.join(missing)} under {DATA}; expected {{train,dev,test}}.jsonl per set.")
+    top_ks = {d: top_k_for(d) for d in datasets}
     results: dict[tuple[str, str], list[dict]] = {}
+    gaps: dict[str, dict] = {}
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="clinicode-bench-acc-") as tmp:
         for dataset in datasets:
-            results[(dataset, "tfidf-lr")] = [run_one(dataset, "tfidf-lr", 1337, Path(tmp))]
-            results[(dataset, "leam")] = [run_one(dataset, "leam", 1337 + i, Path(tmp)) for i in range(args.seeds)]
+            lr = results[(dataset, "tfidf-lr")] = [run_one(dataset, "tfidf-lr", 1337, top_ks[dataset], Path(tmp))]
+            leam = results[(dataset, "leam")] = [run_one(dataset, "leam", 1337 + i, top_ks[dataset], Path(tmp))
+                                                 for i in range(args.seeds)]
+            gaps[dataset] = gap(dataset, leam, lr)
     from clinicode.config import LEAMConfig, TrainConfig
 
     d = TrainConfig()
@@ -159,7 +152,7 @@ def main() -> None:
         "",
         "Test-set metrics at the dev-tuned threshold, library defaults for both models, on every note of each split "
         "(notes without a label included, e.g. hoc's abstracts with no hallmark). Flags passed: `--top-k 50` only "
-        f"where a set has more than 50 labels (here: {', '.join(d for d in datasets if top_k_for(d)) or 'none'}) and, "
+        f"where a set has more than 50 labels (here: {', '.join(d for d in datasets if top_ks[d]) or 'none'}) and, "
         "for cmc2007 only, `--descriptions ../shared/data/caml-mimic-ids/"
         "ICD9_descriptions.tsv` (LEAM's label vectors start from the ICD-9 descriptions; tfidf-lr ignores them). "
         f"LEAM: mean ± sd over seeds {', '.join(str(1337 + i) for i in range(args.seeds))}; tfidf-lr is deterministic. "
@@ -175,7 +168,7 @@ def main() -> None:
         "both in it) and the share of resamples in which LEAM comes out below. An interval that contains 0 means this "
         "test set cannot tell the two models apart on that metric.",
         "",
-        *verdict(results),
+        *verdict(gaps),
         "",
         f"LEAM defaults: lr {d.lr}, {d.optimizer} weight decay {d.weight_decay} on {d.decay_scope}, weight average (EMA) "
         f"{d.ema_decay}, {LEAMConfig(vocab_size=3, n_labels=1).hidden_dim}-unit head, batch {d.batch_size}, up to {d.epochs} "

@@ -69,7 +69,7 @@ def _child(spec: dict) -> dict:
         opt.step()
         if average is not None:  # clinicode train's default weight average (TrainConfig.ema_decay), included in its cost
             with torch.no_grad():
-                torch._foreach_lerp_(average, [p.detach() for p in params], 0.01)
+                torch._foreach_lerp_(average, params, 0.01)
 
     for _ in range(2):
         step()

@@ -10,16 +10,18 @@ one JSON file:
     clinicode train --data DIR --out RUN --embeddings glove.6B.100d.txt
 
 The JSON maps each word to its 100 values followed by two bookkeeping numbers (L2 norm, index), which are dropped.
-The output is written to a temporary file and renamed, so an interrupted run leaves nothing half-written.
+The output is written atomically (`clinicode.artifacts.write_bytes_atomic`), so an interrupted run leaves nothing
+half-written.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
+
+from clinicode.artifacts import write_bytes_atomic
 
 
 def convert(src: Path, out: Path) -> int:
@@ -29,23 +31,16 @@ def convert(src: Path, out: Path) -> int:
         dim, vectors = int(data["dimensions"]), data["vectors"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise SystemExit(f"{src}: not a wink embeddings JSON file ({err}); expected keys 'dimensions' and 'vectors'.")
-    tmp = out.with_name(out.name + ".part")
-    n = 0
+    lines = []
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for word, values in vectors.items():
-                if not word or any(c.isspace() for c in word):
-                    continue  # a GloVe text line is split on spaces
-                f.write(word + " " + " ".join(repr(float(v)) for v in values[:dim]) + "\n")
-                n += 1
-        os.replace(tmp, out)
-    except (ValueError, TypeError) as err:  # a vector that is not a list of numbers
-        tmp.unlink(missing_ok=True)
-        raise SystemExit(f"{src}: vector {n + 1} is not a list of numbers ({err}); is the file complete?") from None
-    except BaseException:  # interrupted or unwritable: no half-written file is left behind
-        tmp.unlink(missing_ok=True)
-        raise
-    return n
+        for word, values in vectors.items():
+            if not word or any(c.isspace() for c in word):
+                continue  # a GloVe text line is split on spaces
+            lines.append(word + " " + " ".join(repr(float(v)) for v in values[:dim]) + "\n")
+    except (ValueError, TypeError) as err:  # a vector that is not a list of numbers: nothing is written
+        raise SystemExit(f"{src}: vector {len(lines) + 1} is not a list of numbers ({err}); is the file complete?") from None
+    write_bytes_atomic(out, "".join(lines).encode("utf-8"))
+    return len(lines)
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ def test_converted_vectors_are_read_by_clinicode_with_the_bookkeeping_dropped(tm
     src, out = tmp_path / "wink.json", tmp_path / "glove.txt"
     _wink_json(src)
     assert wink.convert(src, out) == 2, "a word with a space cannot be a GloVe text line and is skipped"
-    assert not (tmp_path / "glove.txt.part").exists()
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["glove.txt", "wink.json"], "no temporary file is left"
     tok = ClinicalTokenizer.fit(["heart failure now", "heart failure again", "heart failure seen"], min_doc_freq=3)
     mat = read_vector_file(out, tok)
     assert mat.shape == (tok.vocab_size, 3)
@@ -48,4 +48,4 @@ def test_a_damaged_vector_is_refused_and_leaves_no_partial_file(tmp_path):
     src.write_text(json.dumps({"dimensions": 2, "vectors": {"heart": [1.0, 2.0, 2.2, 0], "failure": ["x", 1.0, 1.4, 1]}}))
     with pytest.raises(SystemExit, match="vector 2 is not a list of numbers"):
         wink.convert(src, out)
-    assert not out.exists() and not (tmp_path / "glove.txt.part").exists()
+    assert [f.name for f in tmp_path.iterdir()] == ["wink.json"], "nothing is written, not even a partial file"

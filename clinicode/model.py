@@ -6,7 +6,8 @@ B notes, L tokens, P embedding dimensions, K labels, r the phrase radius (window
 Choices where the paper and its reference code differ (stated here, as DOMAIN.md asks):
 - Phrase step: the paper's form, u_l = ReLU(G[:, l-r:l+r] W1 + b1) with W1 in R^{2r+1} shared by all labels
   and b1 in R^K, implemented as one single-channel convolution applied to every label row of G ("same"
-  zero padding). The reference TensorFlow code's full K->K convolution is not used.
+  zero padding). The reference TensorFlow code's full K->K convolution is not used (screened: it lost dev
+  micro-F1 on cmc2007 and mtsamples, docs/accuracy-tuning.md).
 - `compat="linear"` is the paper's ablation "LEAM (linear)": m_l = max_k G[k, l], no window, no ReLU.
 - Multi-label notes use sigmoid + BCE; single-label notes softmax + CE (the paper's topic tasks).
 - The label regulariser classifies each label vector c_k with the same head f as its own class
@@ -16,7 +17,8 @@ Training details around the model (not in the paper; each is a config value, see
 - `phrase_init` sets the initial W1 to phrase_init / (2r+1) per tap (default 1.0: a local mean of G). It is an
   initialisation only; W1 stays a free, trained parameter, so the model is unchanged.
 - `loss(..., pos_weight=w)` weights positive BCE terms per label (label imbalance, like class_weight="balanced"
-  in the tf-idf baseline). Off by default (TrainConfig.pos_weight = 0): the paper's plain mean BCE.
+  in the tf-idf baseline): (n_neg / n_pos) ** TrainConfig.pos_weight, 0.25 by default; pos_weight 0 gives the
+  paper's plain mean BCE.
 """
 
 from __future__ import annotations

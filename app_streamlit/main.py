@@ -31,15 +31,26 @@ if not runs:
     )
     st.stop()
 
+problems = {name: state.run_problem(root / name) for name in runs}
 with st.sidebar:
     st.markdown("### Model")
-    name = st.selectbox("Run", runs, key="run_name", help=f"Run folders under `{root}` holding a checkpoint.")
+    name = st.selectbox("Run", runs, key="run_name", help=f"Run folders under `{root}` holding a checkpoint.",
+                        format_func=lambda n: f"{n} (damaged)" if problems.get(n) else n)
     run_dir = state.resolve_run(root, name)
     if run_dir is None:  # vanished or escaped between listing and picking
         st.error(f"Run {name!r} is no longer a valid run folder under `{root}`; pick another.")
         st.stop()
     st.session_state[state.RUN_KEY] = str(run_dir)
     st.caption(f"`{root}/{name}`")
+    damaged = sorted(n for n, p in problems.items() if p)
+    if damaged:
+        st.caption(f"{len(damaged)} damaged run(s): {', '.join(damaged)}")
+
+if problems.get(name):
+    st.title("clinicode")
+    st.error(f"Run **{name}** is damaged and cannot be used: {problems[name]}")
+    st.caption("Restore the run folder from a copy or train it again; pick another run in the sidebar meanwhile.")
+    st.stop()
 
 pages = [
     st.Page("app_pages/code_note.py", title="Code a note", icon=":material/edit_note:", default=True),

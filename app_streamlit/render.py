@@ -15,6 +15,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from clinicode.metrics import is_predicted
+
 ATTENTION_RGB = (255, 179, 0)   # amber: beta, one distribution shared by all codes
 EVIDENCE_RGB = (46, 160, 67)    # green: one code's own phrase compatibility u[k, l]
 MAX_UPLOAD_MB = 20
@@ -39,10 +41,12 @@ def code_table(
     *,
     gold: Iterable[str] | None = None,
     top_k: int = 10,
+    single_label: bool = False,
 ) -> pd.DataFrame:
-    """The note's code table: its top-k codes, every code at or above the threshold and every gold code.
+    """The note's code table: its top-k codes, every predicted code and every gold code.
 
-    A code is predicted when its probability is >= threshold (as in `Predictor.predict`).
+    A code is predicted when its probability is strictly above the threshold (`clinicode.metrics.is_predicted`, as
+    in `Predictor.predict` and the metrics); for a single-label model, the top code is, whatever the threshold.
 
     Args:
         scores: code -> probability for (ideally) every code of the label set.
@@ -51,14 +55,15 @@ def code_table(
         gold: the note's gold codes when known (a test-split note); adds "gold" and "outcome" columns,
             and gold codes scored below the threshold appear as FN rows.
         top_k: codes always shown, highest probability first.
+        single_label: the model gives one code per note (softmax scores).
     Returns:
         DataFrame sorted by probability (desc, then code) with columns code, description, probability,
         above_threshold and, with gold, gold (bool) and outcome ("TP"/"FP"/"FN"/"").
     """
     gold_set = set(gold) if gold is not None else None
     ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
-    keep = {c for c, _ in ranked[: max(0, top_k)]}
-    keep |= {c for c, s in ranked if s >= threshold}
+    chosen = {ranked[0][0]} if single_label and ranked else {c for c, s in ranked if is_predicted(s, threshold)}
+    keep = {c for c, _ in ranked[: max(0, top_k)]} | chosen
     if gold_set:
         keep |= gold_set
     rows = []
@@ -68,11 +73,11 @@ def code_table(
             "code": code,
             "description": descriptions.get(code, ""),
             "probability": p,
-            "above_threshold": p >= threshold,
+            "above_threshold": code in chosen,
         }
         if gold_set is not None:
             row["gold"] = code in gold_set
-            row["outcome"] = outcome(p >= threshold, code in gold_set)
+            row["outcome"] = outcome(code in chosen, code in gold_set)
         rows.append(row)
     cols = ["code", "description", "probability", "above_threshold"] + (["gold", "outcome"] if gold_set is not None else [])
     return pd.DataFrame(rows, columns=cols)
@@ -181,7 +186,8 @@ def marked_texts(html_str: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ exports
 def prediction_record(
-    pred: Any, *, threshold: float, run: str, note_id: str | None = None, gold: Sequence[str] | None = None
+    pred: Any, *, threshold: float, run: str, note_id: str | None = None, gold: Sequence[str] | None = None,
+    single_label: bool = False,
 ) -> dict[str, Any]:
     """One note's JSON export (no note text): codes at the threshold, all scores and the evidence spans.
 
@@ -191,12 +197,13 @@ def prediction_record(
         run: the run (model) name.
         note_id: id of a test-split note, if any.
         gold: its gold codes, if known.
+        single_label: the model's prediction is its top code (already the only one in `pred.predicted`).
     """
     scores = dict(pred.scores)
     predicted = [
         {"code": c.code, "description": c.description, "score": round(float(c.score), 6)}
         for c in pred.predicted
-        if c.score >= threshold
+        if single_label or is_predicted(c.score, threshold)
     ]
     rec: dict[str, Any] = {
         "id": note_id if note_id is not None else pred.id,
@@ -317,7 +324,7 @@ def score_batch(
     Args:
         predictor: a `clinicode.predict.Predictor`.
         rows: [id, text, error] from `parse_batch`.
-        threshold: codes scoring >= threshold are predicted.
+        threshold: codes scoring above it are predicted (a single-label model predicts its top code).
         chunk: notes per `predict` call (and per progress step).
         on_progress: called with (done, total) after each chunk.
     Returns:

@@ -32,7 +32,9 @@ def pick_test_note(run: Path) -> str | None:
         return None
     z = np.load(npz, allow_pickle=False)
     t = json.loads((run / "checkpoint" / "threshold.json").read_text())["threshold"]
-    y, p = z["y_true"] > 0, z["scores"] >= t
+    from clinicode.metrics import binarize
+
+    y, p = z["y_true"] > 0, binarize(z["scores"], t)
     tp, fp, fn = (y & p).sum(1), (~y & p).sum(1), (y & ~p).sum(1)
     score = tp * 2 - fp - fn * 0.5 + ((fp + fn) > 0) * 1.0 - (y.sum(1) > 6) * 5
     return str(z["ids"][int(np.argmax(score))])

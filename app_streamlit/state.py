@@ -1,6 +1,7 @@
 """Run discovery and cached loaders for the app: the model once per process, test data and scores per run.
 
-Torch is imported only inside `load_predictor` (through clinicode.predict), so the first page stays light.
+Torch is imported only inside `load_predictor` (through clinicode.predict), so the first page stays light; runs
+are checked (hashes, no weights) when listed, so a damaged one is shown as such instead of failing a page.
 Nothing here writes to disk or logs note text; user notes are never cached across sessions.
 """
 
@@ -73,13 +74,57 @@ def load_predictor(run_dir: str) -> Any:
     return Predictor.from_checkpoint(run_dir, device="cpu")
 
 
+def short_reason(err: BaseException, run_dir: Path) -> str:
+    """An error as one line with the server's folders left out: paths inside the run are shown from the run's name."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    for prefix, shown in ((str(Path(run_dir).resolve()), Path(run_dir).name), (str(Path(run_dir)), Path(run_dir).name),
+                          (str(runs_root().resolve()), "runs")):
+        text = text.replace(prefix, shown)
+    return text
+
+
+def _signature(run_dir: Path) -> tuple:
+    """Names, sizes and modification times of the checkpoint's files: a change re-runs the check."""
+    ck = run_dir / "checkpoint"
+    try:
+        return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in ck.iterdir()))
+    except OSError:
+        return ()
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _check(run_dir: str, signature: tuple) -> str | None:
+    from clinicode.checkpoint import verify_checkpoint  # no torch: listing runs stays light
+    from clinicode.errors import ClinicodeError
+
+    try:
+        verify_checkpoint(Path(run_dir))
+    except (ClinicodeError, OSError, ValueError) as err:
+        return short_reason(err, Path(run_dir))
+    return None
+
+
+def run_problem(run_dir: Path) -> str | None:
+    """None when every file of the run's checkpoint matches its hash, else the one-line reason (cached until the
+    checkpoint's files change)."""
+    return _check(str(run_dir), _signature(Path(run_dir)))
+
+
 def current_run() -> Path:
     """The run chosen in the sidebar (main.py stores it before any page runs)."""
     return Path(st.session_state[RUN_KEY])
 
 
 def current_predictor() -> Any:
-    return load_predictor(str(current_run()))
+    """The chosen run's Predictor; if it cannot be loaded (damaged since it was listed), say why and stop the page."""
+    from clinicode.errors import ClinicodeError
+
+    run = current_run()
+    try:
+        return load_predictor(str(run))
+    except (ClinicodeError, OSError, ValueError) as err:
+        st.error(f"Run **{run.name}** cannot be loaded: {short_reason(err, run)}")
+        st.stop()
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -90,22 +135,37 @@ def read_card(run_dir: str) -> dict[str, Any]:
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def read_history(run_dir: str) -> pd.DataFrame:
-    """RUN/history.jsonl as a DataFrame (empty when missing)."""
+    """RUN/history.jsonl as a DataFrame (empty when missing or unreadable; damaged lines are skipped)."""
     path = Path(run_dir) / "history.jsonl"
-    if not path.is_file():
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
         return pd.DataFrame()
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def read_scores_test(run_dir: str) -> dict[str, np.ndarray] | None:
-    """RUN/scores_test.npz (ids, y_true, scores) or None."""
+def read_scores_test(run_dir: str) -> dict[str, Any]:
+    """RUN/scores_test.npz as {"ids", "y_true", "scores"}; {} when absent; {"error": reason} when unreadable."""
     path = Path(run_dir) / "scores_test.npz"
     if not path.is_file():
-        return None
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in ("ids", "y_true", "scores")}
+        return {}
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            out = {k: z[k] for k in ("ids", "y_true", "scores")}
+        if out["y_true"].shape != out["scores"].shape or out["scores"].ndim != 2:
+            raise ValueError(f"y_true {out['y_true'].shape} and scores {out['scores'].shape} differ")
+        return out
+    except Exception as err:  # zipfile, numpy and OS errors alike: a damaged file, never a crash
+        return {"error": f"scores_test.npz is unreadable ({type(err).__name__}); retrain the run to rewrite it"}
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -129,6 +189,14 @@ def test_data_dir(run_dir: Path, manifest: dict[str, Any]) -> Path | None:
         if any((p / f"test.{ext}").is_file() for ext in ("parquet", "jsonl", "csv")):
             return p
     return None
+
+
+def test_notes(data_dir: Path) -> tuple[pd.DataFrame | None, str | None]:
+    """(the test split, None), or (None, a one-line reason) when the split file cannot be read."""
+    try:
+        return read_test_notes(str(data_dir)), None
+    except Exception as err:  # pandas, pyarrow and OS errors alike: a damaged split must not crash a page
+        return None, f"the test split in {Path(data_dir).name}/ is unreadable ({type(err).__name__})"
 
 
 @st.cache_data(show_spinner="Reading the test split…", max_entries=4)

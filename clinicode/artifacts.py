@@ -15,10 +15,11 @@ import tempfile
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from clinicode import __version__
-from clinicode.constants import MANIFEST_FILE, SCHEMA_VERSION
+from clinicode.constants import MANIFEST_FILE, RUN_FILE, SCHEMA_VERSION
+from clinicode.errors import ConfigError
 
 
 def sha256_file(path: Path, *, chunk: int = 1 << 20) -> str:
@@ -53,6 +54,17 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def write_safetensors_atomic(path: Path, tensors: dict[str, Any], *, metadata: dict[str, str] | None = None) -> None:
+    """Write torch tensors as a safetensors file atomically, with the umask's normal file mode.
+
+    `safetensors.torch.save_file` creates its file with mode 0600, which other users (the Docker image's non-root
+    user, a shared run folder) cannot read; serialising to bytes and writing them here gives the usual 0644.
+    """
+    from safetensors.torch import save
+
+    write_bytes_atomic(path, save(tensors, metadata=metadata))
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Serialise `obj` as indented JSON and write it atomically."""
     write_bytes_atomic(path, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
@@ -64,12 +76,22 @@ def read_json(path: Path) -> Any:
 
 
 @contextmanager
-def atomic_dir(out_dir: Path, *, overwrite: bool = True) -> Iterator[Path]:
+def atomic_dir(out_dir: Path, *, replaces: Callable[[Path], bool] | None = None) -> Iterator[Path]:
     """Yield a temporary sibling folder; on success it replaces `out_dir`, on failure it is removed.
 
     A crash therefore never leaves a half-written `out_dir`: readers see the old folder or the new one.
+
+    Args:
+        out_dir: the folder to create or replace.
+        replaces: recognises a folder this command wrote earlier. An existing `out_dir` is replaced only when
+            it is empty or `replaces(out_dir)` is true; anything else (a file, a folder of other files) raises
+            ConfigError before anything is written. None: replace any folder (for folders inside a run that
+            only clinicode writes, such as RUN/state).
+    Raises:
+        ConfigError: `out_dir` exists and is not something this command may replace.
     """
     out_dir = Path(out_dir)
+    _check_replaceable(out_dir, replaces)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     _sweep_stale(out_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.{_owner()}.", suffix=".partial", dir=out_dir.parent))
@@ -79,10 +101,12 @@ def atomic_dir(out_dir: Path, *, overwrite: bool = True) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if out_dir.exists():
-        if not overwrite:
+    if out_dir.exists() or out_dir.is_symlink():
+        try:
+            _check_replaceable(out_dir, replaces)  # again: something may have appeared there meanwhile
+        except ConfigError:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise FileExistsError(out_dir)
+            raise
         if _exchange(tmp, out_dir):
             shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the previous folder
             return
@@ -93,6 +117,17 @@ def atomic_dir(out_dir: Path, *, overwrite: bool = True) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, out_dir)
+
+
+def _check_replaceable(out_dir: Path, replaces: Callable[[Path], bool] | None) -> None:
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        raise ConfigError(f"{out_dir} is an existing file or link, not a folder; pass a new folder name (nothing was written).")
+    if replaces is None or not out_dir.is_dir():
+        return
+    if any(True for _ in out_dir.iterdir()) and not replaces(out_dir):
+        raise ConfigError(
+            f"{out_dir} already holds files that this command did not write; pass a new or empty folder (nothing was written)."
+        )
 
 
 def _owner() -> str:
@@ -178,3 +213,123 @@ def make_manifest(kind: str, **fields: Any) -> dict[str, Any]:
 
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     write_json_atomic(Path(folder) / MANIFEST_FILE, manifest)
+
+
+# ------------------------------------------------------------------------------------------------ where outputs go
+def manifest_kind(folder: Path, name: str = MANIFEST_FILE) -> str | None:
+    """The `kind` of FOLDER/NAME (a manifest written by clinicode), or None when absent or unreadable."""
+    try:
+        data = read_json(Path(folder) / name)
+    except (OSError, ValueError):
+        return None
+    return data.get("kind") if isinstance(data, dict) and isinstance(data.get("kind"), str) else None
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(os.path.expanduser(str(path))))
+
+
+def _within(child: Path, parent: Path) -> bool:
+    return child == parent or child.is_relative_to(parent)
+
+
+def check_output(
+    path: Path,
+    *,
+    option: str,
+    command: str,
+    folder: bool,
+    inputs: Mapping[str, Path | str | None] = {},
+    recognise: Callable[[Path], bool] | None = None,
+) -> Path:
+    """Refuse an output path that could destroy or alter anything the command did not write; call before any work.
+
+    The rule every writing command follows: the output may be new, an empty folder, or an earlier output of the
+    same command (`recognise`); never an input, a folder holding an input, a place inside an input folder, a file
+    where a folder is wanted (or a folder where a file is wanted), or something else that already exists. A
+    missing parent folder is fine (it is created when the output is written); one that is a file, or a location
+    that cannot be written, is refused now rather than after minutes of work.
+
+    Args:
+        path: the output (folder or file) as the user gave it.
+        option: the option's name for messages, e.g. "--out".
+        command: the clinicode command, for messages ("prepare").
+        folder: True when the output is a folder, False for a file.
+        inputs: option name -> input path (files or folders; None entries are skipped).
+        recognise: true for an existing output this command wrote earlier (then it may be replaced).
+    Returns:
+        The resolved output path.
+    Raises:
+        ConfigError: a one-line message naming the path, what it is, and what to pass instead.
+    """
+    given = Path(path)
+    real = _real(given)
+    kind = "folder" if folder else "file"
+    for name, inp in inputs.items():
+        if inp is None or str(inp) == "-":
+            continue
+        src = _real(Path(inp))
+        if real == src:
+            raise ConfigError(f"{option} {given} is the input {name} {inp}; pass a new {kind} for the output so the input stays untouched.")
+        if _within(src, real):
+            raise ConfigError(f"{option} {given} contains the input {name} {inp}; writing there could replace it. Pass a new {kind} outside the inputs.")
+        if src.is_dir() and _within(real, src):
+            raise ConfigError(f"{option} {given} lies inside the input folder {name} {inp}; write outputs outside the input folders.")
+    if given.is_symlink() and not given.exists():
+        raise ConfigError(f"{option} {given} is a broken symbolic link; pass a new {kind} name.")
+    if real.exists():
+        if folder and not real.is_dir():
+            raise ConfigError(f"{option} {given} is an existing file; pass a new folder name (nothing was written).")
+        if not folder and real.is_dir():
+            raise ConfigError(f"{option} {given} is a folder; pass a file name inside it instead (nothing was written).")
+        empty = folder and not any(True for _ in real.iterdir())
+        if not empty and not (recognise is not None and recognise(real)):
+            what = "holds files that" if folder else "exists and is a file that"
+            raise ConfigError(f"{option} {given} already {what} `clinicode {command}` did not write; "
+                              f"pass a new {kind} name (nothing was written).")
+    ancestor = real.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{option} {given}: {ancestor} is a file, not a folder; pass a path under a folder.")
+    _probe_writable(ancestor, option, given)
+    return real
+
+
+def _probe_writable(folder: Path, option: str, given: Path) -> None:
+    """Create and remove a hidden file in FOLDER: catches read-only and virtual file systems (/proc) up front."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".clinicode-probe.", dir=folder)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        raise ConfigError(f"{option} {given}: cannot write in {folder} ({err.strerror}); pass a writable location.") from None
+
+
+RUN_DATA_DIR = "data"  # RUN/data: the prepared dataset of `train --mimic-dir` and the pipelines
+
+
+def is_run_folder(folder: Path) -> bool:
+    """A folder written by `clinicode train`: run.json, (older runs) state/state.json or a checkpoint, or a run in
+    the making that so far holds only its own prepared dataset in RUN/data."""
+    folder = Path(folder)
+    if holds_training(folder):
+        return True
+    try:
+        entries = [p.name for p in folder.iterdir() if not p.name.startswith(".")]
+    except OSError:
+        return False
+    return entries == [RUN_DATA_DIR] and manifest_kind(folder / RUN_DATA_DIR) == "prepared-dataset"
+
+
+def holds_training(folder: Path) -> bool:
+    """A run folder in which `train` has started: run.json, or (older runs) state/state.json or a checkpoint."""
+    folder = Path(folder)
+    return (manifest_kind(folder, RUN_FILE) == "run" or (folder / "state" / "state.json").is_file()
+            or manifest_kind(folder / "checkpoint") == "checkpoint")
+
+
+def is_run_data(run: Path, data_dir: Path | None) -> bool:
+    """True when DATA_DIR is RUN's own prepared dataset (RUN/data), which may sit inside the run folder."""
+    return data_dir is not None and _real(Path(data_dir)) == _real(Path(run) / RUN_DATA_DIR)
+

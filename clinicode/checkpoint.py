@@ -9,14 +9,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from typing import TYPE_CHECKING, Any
 
 from clinicode import __version__
-from clinicode.artifacts import atomic_dir, make_manifest, read_json, sha256_file, write_json_atomic
+from clinicode.artifacts import atomic_dir, make_manifest, manifest_kind, read_json, sha256_file, write_json_atomic, write_safetensors_atomic
 from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict, load_config, save_config
 from clinicode.constants import (
     LABELS_FILE,
@@ -32,8 +28,10 @@ from clinicode.constants import (
 )
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
-from clinicode.model import LEAM
 from clinicode.tokenizer import ClinicalTokenizer
+
+if TYPE_CHECKING:  # torch and the model load only with the weights: verifying a checkpoint needs neither
+    import torch
 
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_KIND = "checkpoint"
@@ -63,6 +61,13 @@ class Checkpoint:
     @property
     def max_len(self) -> int:
         return self.train_config.max_len
+
+    @property
+    def single_label(self) -> bool:
+        """True for a model with one label per note (softmax scores): its prediction is the top code."""
+        if self.kind == "leam":
+            return not self.model.config.multilabel
+        return bool(getattr(getattr(self.model, "config", None), "softmax", False))
 
 
 def resolve_checkpoint_dir(path: Path) -> Path:
@@ -103,11 +108,15 @@ def save_checkpoint(
     Returns:
         out_dir.
     """
-    with atomic_dir(out_dir) as tmp:
+    import torch
+
+    from clinicode.model import LEAM
+
+    with atomic_dir(out_dir, replaces=lambda d: manifest_kind(d) == CHECKPOINT_KIND) as tmp:
         if kind == "leam":
             assert tokenizer is not None and isinstance(model, LEAM)
             state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-            save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "clinicode": "leam"})
+            write_safetensors_atomic(tmp / WEIGHTS_FILE, state, metadata={"format": "pt", "clinicode": "leam"})
             save_config(model.config, tmp / MODEL_CONFIG_FILE)
             tokenizer.save(tmp / TOKENIZER_FILE)
         elif kind == "tfidf-lr":
@@ -126,11 +135,16 @@ def save_checkpoint(
     return Path(out_dir)
 
 
-def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: bool = True) -> Checkpoint:
-    """Load and validate a checkpoint folder.
+def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[str, Any]]:
+    """Check a checkpoint folder without loading its weights (no torch): manifest, schema version, hashes.
 
-    Checks the schema version, every file's SHA-256 against the manifest, and that weights, config, labels
-    and tokenizer agree. Raises CheckpointError naming the piece that is wrong and how to fix it.
+    Args:
+        path: a run folder or its checkpoint/ folder.
+        verify: compare every file's SHA-256 with the manifest (False: only that the files exist).
+    Returns:
+        (the checkpoint folder, its manifest).
+    Raises:
+        CheckpointError: naming the piece that is missing, damaged or unlisted, and how to fix it.
     """
     folder = resolve_checkpoint_dir(path)
     try:
@@ -164,6 +178,22 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
                 f"{folder}: {name} does not match the hash in manifest.json (changed or damaged after saving); "
                 "restore the original file or retrain."
             )
+    return folder, manifest
+
+
+def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: bool = True) -> Checkpoint:
+    """Load and validate a checkpoint folder.
+
+    Checks the schema version, every file's SHA-256 against the manifest, and that weights, config, labels
+    and tokenizer agree. Raises CheckpointError naming the piece that is wrong and how to fix it.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from clinicode.model import LEAM
+
+    folder, manifest = verify_checkpoint(path, verify=verify)
+    kind = manifest.get("model")
     try:
         labels = LabelSet.load(folder / LABELS_FILE)
         train_config = load_config(TrainConfig, folder / TRAIN_CONFIG_FILE)

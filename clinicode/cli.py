@@ -23,13 +23,26 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Automated ICD coding of clinical notes with LEAM.")
 
 
+def os_error_message(err: OSError) -> str:
+    """One line for an operating-system error (a path that is missing, of the wrong kind, unwritable, a full disk)."""
+    where = " -> ".join(str(f) for f in (err.filename, err.filename2) if f is not None)
+    what = err.strerror or type(err).__name__
+    return (f"{what}{f': {where}' if where else ''} ({type(err).__name__}); check that the path exists, is the right kind "
+            "(file or folder) and can be written, and that the disk has room.")
+
+
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """ClinicodeError and expected OS errors -> one line on stderr and status 1; anything else is a bug and keeps
+    its traceback."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except ClinicodeError as err:
             typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(1) from None
+        except OSError as err:
+            typer.echo(f"error: {os_error_message(err)}", err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             typer.echo("interrupted; outputs written so far are intact (use --resume to continue)", err=True)
@@ -64,6 +77,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
         typer.echo("split-file ids not found in the data: " + ", ".join(f"{k} {v:,}" for k, v in missing.items()))
     if summary.get("note"):
         typer.echo(f"note: {summary['note']}.")
+    undescribed = summary.get("labels_without_description") or []
+    if undescribed:
+        typer.echo(f"warning: {len(undescribed)} of {summary['n_labels']} codes have no description "
+                   f"(e.g. {', '.join(undescribed[:3])}); add D_ICD_DIAGNOSES/D_ICD_PROCEDURES or "
+                   "ICD9_descriptions.tsv (in --splits-dir) to the inputs.", err=True)
 
 
 @app.command("prepare")
@@ -128,6 +146,9 @@ def train_cli(
     ema_decay: Annotated[float, typer.Option(help="Moving average of the weights for dev scoring and the checkpoint; 0 = off.")] = 0.99,
     pos_weight: Annotated[float, typer.Option(help="Up-weight positives of rare codes: (n_neg/n_pos)**x, 0 = off.")] = 0.25,
     embeddings: Annotated[str, typer.Option(help="w2v (train on the train split), random, or a word2vec/GloVe text file.")] = "w2v",
+    w2v_epochs: Annotated[int, typer.Option(help="word2vec passes over the training notes; 0 = automatic (5-30 by corpus size).")] = 0,
+    min_doc_freq: Annotated[int, typer.Option(help="Vocabulary: words found in at least this many training notes.")] = 3,
+    eval_batch_size: Annotated[int, typer.Option(help="Notes per batch when scoring dev and test.")] = 64,
     descriptions: Annotated[Optional[Path], typer.Option(help="code<TAB>description file for labels without descriptions.")] = None,
     device: Annotated[str, typer.Option(help="auto (CUDA when present), cpu or cuda.")] = "auto",
     seed: Annotated[int, typer.Option(help="Random seed (runs repeat exactly on CPU).")] = 1337,
@@ -143,8 +164,8 @@ def train_cli(
     keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
     cfg = TrainConfig(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len, embeddings=embeddings,
                       weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight,
-                      decay_scope=decay_scope, ema_decay=ema_decay,
-                      patience=patience, seed=seed, device=device, top_k=top_k)
+                      decay_scope=decay_scope, ema_decay=ema_decay, w2v_epochs=w2v_epochs, min_doc_freq=min_doc_freq,
+                      eval_batch_size=eval_batch_size, patience=patience, seed=seed, device=device, top_k=top_k)
     options = dict(embed_dim=embed_dim, radius=window, hidden_dim=hidden_dim, dropout=dropout, label_reg_weight=label_reg, compat=compat)
 
     def on_epoch(row: dict[str, Any]) -> None:
@@ -171,13 +192,13 @@ def evaluate_cli(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
 ) -> None:
     """Score a split and print CAML-style metrics (tuned threshold and 0.5)."""
-    from clinicode.evaluate import evaluate, format_table
+    from clinicode.evaluate import evaluate, format_table, outside_warning
 
     m = evaluate(checkpoint=checkpoint, data_dir=data, split=split, output=output, device=device)
     typer.echo(format_table(m))
-    if m.get("n_gold_outside_labels"):
-        typer.echo(f"note: {m['n_gold_outside_labels']:,} gold code occurrence(s) outside the checkpoint's label set "
-                   "were ignored (n_gold_outside_labels).", err=True)
+    warning = outside_warning(m, m["n_labels"])
+    if warning:
+        typer.echo(warning, err=True)
     if output:
         typer.echo(f"wrote {output}")
 
@@ -195,10 +216,13 @@ def compare_cli(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
 ) -> None:
     """Compare two models on the same notes: micro-F1 and macro-AUC differences with a paired-bootstrap interval."""
-    from clinicode.evaluate import compare, format_comparison
+    from clinicode.evaluate import compare, format_comparison, outside_warning
 
     c = compare(runs_a=a, runs_b=b, data_dir=data, split=split, n_boot=n_boot, seed=seed, output=output, device=device)
     typer.echo(format_comparison(c))
+    warning = outside_warning(c, len(c["codes"]))
+    if warning:
+        typer.echo(warning, err=True)
     if output:
         typer.echo(f"wrote {output}")
 

@@ -18,6 +18,7 @@ THRESHOLD_FILE = "threshold.json"
 METRICS_DEV_FILE = "metrics_dev.json"
 METRICS_TEST_FILE = "metrics_test.json"
 HISTORY_FILE = "history.jsonl"
+RUN_FILE = "run.json"              # marks a run folder (RUN/) from the moment `train` starts
 
 DEFAULT_MAX_LEN = 2500
 

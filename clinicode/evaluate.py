@@ -3,23 +3,94 @@ or compare two models on the same notes with a paired bootstrap."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
 
-from clinicode.artifacts import write_json_atomic
-from clinicode.data.prepared import load_dataset
-from clinicode.errors import ConfigError, DataFormatError
+from clinicode.artifacts import check_output, read_json, write_json_atomic
+from clinicode.data.labels import LabelSet
+from clinicode.data.prepared import read_split
+from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.metrics import all_metrics, paired_bootstrap, per_label_metrics
 from clinicode.predict import Predictor
+
+EVALUATION_KIND = "evaluation"
+COMPARISON_KIND = "comparison"
+
+
+def _is_json_of_kind(kind: str, legacy_keys: set[str]):
+    def recognise(path: Path) -> bool:
+        try:
+            data = read_json(path)
+        except (OSError, ValueError):
+            return False
+        return isinstance(data, dict) and (data.get("kind") == kind or legacy_keys <= set(data))
+    return recognise
+
+
+is_evaluation_output = _is_json_of_kind(EVALUATION_KIND, {"split", "n_docs", "per_code", "threshold_0.5"})
+is_comparison_output = _is_json_of_kind(COMPARISON_KIND, {"metrics_a", "metrics_b", "n_boot"})
+
+
+def scored_split(pred: Predictor, data_dir: Path, split: str) -> tuple[pd.DataFrame, np.ndarray, dict[str, Any]]:
+    """The notes of one split and their gold matrix over the CHECKPOINT's label set (the truth for scoring).
+
+    Gold codes outside the checkpoint's codes cannot be scored; they are counted and returned in `report`. When
+    the checkpoint was trained with --top-k, notes left with no label-set code are dropped, as training did.
+
+    Returns:
+        (notes [N rows], y [N, K] 0/1 float32, report {"n_gold_outside_labels", "n_codes_outside_labels",
+        "codes_outside_labels" (most frequent first, at most 10), "n_docs_without_label_code_dropped"}).
+    Raises:
+        DataFormatError: the split holds no notes, or its gold codes share no code with the checkpoint.
+    """
+    df = read_split(Path(data_dir), split)
+    labels: LabelSet = pred.labels
+    outside = Counter(c for row in df["labels"] for c in row if c not in labels)
+    n_gold = sum(len(row) for row in df["labels"])
+    if n_gold and sum(outside.values()) == n_gold:
+        raise DataFormatError(
+            f"{data_dir}: the {split} split's {n_gold:,} gold codes share no code with the checkpoint's {len(labels)} codes "
+            f"(e.g. {', '.join(c for c, _ in outside.most_common(3))} against {', '.join(labels.codes[:3])}); "
+            "evaluate on data coded with the checkpoint's code set."
+        )
+    dropped = 0
+    if pred.checkpoint.train_config.top_k is not None:
+        keep = np.array([any(c in labels for c in row) for row in df["labels"]], dtype=bool)
+        dropped = int((~keep).sum())
+        df = df[keep].reset_index(drop=True)
+    if len(df) == 0:
+        raise DataFormatError(f"{data_dir}: split {split!r} holds no notes to score; nothing to evaluate.")
+    report = {
+        "n_gold_outside_labels": int(sum(outside.values())),
+        "n_codes_outside_labels": len(outside),
+        "codes_outside_labels": [c for c, _ in outside.most_common(10)],
+        "n_gold_codes": int(n_gold),
+        "n_docs_without_label_code_dropped": dropped,
+    }
+    return df, labels.multi_hot(df["labels"]), report
+
+
+def outside_warning(report: dict[str, Any], n_labels: int) -> str | None:
+    """One line for stderr when gold codes fall outside the checkpoint's label set, else None."""
+    n = report.get("n_gold_outside_labels", 0)
+    if not n:
+        return None
+    share = n / max(report.get("n_gold_codes", n), 1)
+    return (f"warning: {n:,} of {report['n_gold_codes']:,} gold codes ({share:.1%}; {report['n_codes_outside_labels']:,} "
+            f"distinct, e.g. {', '.join(report['codes_outside_labels'][:3])}) are not among the checkpoint's {n_labels:,} "
+            "codes and are not scored: the metrics cover the checkpoint's codes only (n_gold_outside_labels).")
 
 
 def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: Path | None = None,
              device: str = "auto", predictor: Predictor | None = None) -> dict[str, Any]:
     """Metrics of a checkpoint on one split, at its tuned threshold and at 0.5, plus per-code rows.
 
-    Gold codes outside the checkpoint's label set are ignored and counted (`n_gold_outside_labels`).
+    The checkpoint's label set decides what is scored: gold codes outside it are counted (`n_gold_outside_labels`,
+    `codes_outside_labels`), never silently filtered by the data folder's own codes (see `scored_split`).
 
     Args:
         checkpoint: run or checkpoint folder.
@@ -30,26 +101,37 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
         the metrics dict (keys auc_macro, auc_micro, f1_macro, f1_macro_mean, f1_micro, prec_at_5, prec_at_8,
         threshold, n_docs, threshold_0.5, per_code, ...).
     """
+    if output is not None:
+        check_output(output, option="--output", command="evaluate", folder=False, recognise=is_evaluation_output,
+                     inputs={"--data": data_dir, "--checkpoint": _checkpoint_dir(checkpoint, predictor)})
     pred = predictor or Predictor.from_checkpoint(checkpoint, device=device)
-    ds = load_dataset(Path(data_dir), top_k=pred.checkpoint.train_config.top_k)
-    df = ds.split(split)
-    if len(df) == 0:
-        raise DataFormatError(f"{data_dir}: split {split!r} holds no notes; nothing to evaluate.")
+    df, y, report = scored_split(pred, data_dir, split)
     labels = pred.labels
-    outside = sum(1 for row in df["labels"] for c in row if c not in labels)
-    y = labels.multi_hot(df["labels"])
     s = pred.score(df["text"].tolist())
     t = pred.threshold
+    one = pred.single_label
     result = {
-        **all_metrics(y, s, threshold=t),
-        "threshold_0.5": all_metrics(y, s, threshold=0.5),
+        "kind": EVALUATION_KIND,
+        **all_metrics(y, s, threshold=t, single_label=one),
+        "threshold_0.5": all_metrics(y, s, threshold=0.5, single_label=one),
         "split": split,
-        "n_gold_outside_labels": outside,
-        "per_code": per_label_metrics(y, s, list(labels.codes), threshold=t),
+        **report,
+        "per_code": per_label_metrics(y, s, list(labels.codes), threshold=t, single_label=one),
     }
     if output is not None:
         write_json_atomic(Path(output), result)
     return result
+
+
+def _checkpoint_dir(checkpoint: Path | None, predictor: Predictor | None) -> Path | None:
+    from clinicode.checkpoint import resolve_checkpoint_dir
+
+    if predictor is not None:
+        return predictor.checkpoint.path
+    try:
+        return resolve_checkpoint_dir(Path(checkpoint)) if checkpoint is not None else None
+    except ClinicodeError:
+        return None  # loading the predictor reports it properly
 
 
 def format_table(m: dict[str, Any]) -> str:
@@ -90,6 +172,10 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
         raise ConfigError("compare needs at least one run on each side (--a RUN and --b RUN).")
     if n_boot < 1:
         raise ConfigError(f"--n-boot must be >= 1, got {n_boot}.")
+    if output is not None:
+        inputs = {"--data": data_dir, **{f"--a {r}": _checkpoint_dir(r, None) for r in runs_a},
+                  **{f"--b {r}": _checkpoint_dir(r, None) for r in runs_b}}
+        check_output(output, option="--output", command="compare", folder=False, recognise=is_comparison_output, inputs=inputs)
     preds = [[Predictor.from_checkpoint(r, device=device) for r in runs] for runs in (runs_a, runs_b)]
     first = preds[0][0]
     codes = sorted(first.codes)
@@ -98,26 +184,23 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
             if sorted(p.codes) != codes:
                 raise ConfigError(f"{r}: its label set ({len(p.codes)} codes) differs from {runs_a[0]}'s ({len(codes)} codes); "
                                   "compare runs trained on the same labels.")
-    ds = load_dataset(Path(data_dir), top_k=first.checkpoint.train_config.top_k)
-    df = ds.split(split)
-    if len(df) == 0:
-        raise DataFormatError(f"{data_dir}: split {split!r} holds no notes; nothing to compare.")
+    df, y_first, report = scored_split(first, data_dir, split)
     texts = df["text"].tolist()
 
     def columns(p: Predictor) -> list[int]:  # this run's column of each code, in `codes` order
         where = {c: i for i, c in enumerate(p.codes)}
         return [where[c] for c in codes]
 
-    y = first.labels.multi_hot(df["labels"])[:, columns(first)]
-    sides = [[(p.score(texts)[:, columns(p)], p.threshold) for p in side] for side in preds]
+    y = y_first[:, columns(first)]
+    sides = [[(p.score(texts)[:, columns(p)], None if p.single_label else p.threshold) for p in side] for side in preds]
     boot = paired_bootstrap(y, sides[0], sides[1], n_boot=n_boot, seed=seed)
     keys = ("f1_micro", "auc_macro", "auc_micro", "f1_macro", "prec_at_5")
 
     def mean_metrics(runs: list[tuple[np.ndarray, float]]) -> dict[str, float]:
-        ms = [all_metrics(y, s, threshold=t) for s, t in runs]
+        ms = [all_metrics(y, s, threshold=0.0 if t is None else t, single_label=t is None) for s, t in runs]
         return {k: float(np.mean([m[k] for m in ms])) for k in keys if k in ms[0]}
 
-    result = {"split": split, "n_docs": int(len(df)), "n_boot": n_boot,
+    result = {"kind": COMPARISON_KIND, "split": split, "n_docs": int(len(df)), "n_boot": n_boot, "codes": codes, **report,
               "a": [str(r) for r in runs_a], "b": [str(r) for r in runs_b],
               "metrics_a": mean_metrics(sides[0]), "metrics_b": mean_metrics(sides[1]), **boot}
     if output is not None:

@@ -71,18 +71,35 @@ def _check_grid(grid: Any) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------
 
 
-def binarize(scores: np.ndarray, threshold: float = DEFAULT_THRESHOLD) -> np.ndarray:
-    """Predicted labels Ŷ = [S > t]: **strictly greater**, so a score equal to the threshold is negative.
+def is_predicted(score: float, threshold: float) -> bool:
+    """The one rule for "this code is predicted" of a multi-label model: score **strictly greater** than t.
 
-    CAML's `np.round` sends exactly 0.5 to 0; this keeps that behaviour for every threshold.
+    CAML's `np.round` sends exactly 0.5 to 0; this keeps that behaviour for every threshold. `binarize`, `predict`,
+    `evaluate` and the app all decide through this rule (or `binarize`, which applies it to arrays).
+    """
+    return score > threshold
+
+
+def binarize(scores: np.ndarray, threshold: float = DEFAULT_THRESHOLD, *, single_label: bool = False) -> np.ndarray:
+    """Predicted labels Ŷ = [S > t] (`is_predicted`); for a single-label model, the top-scored code of each row.
+
+    A single-label model's scores are a softmax over codes, so no threshold fits them: its prediction is the code
+    with the highest score (ties: the lowest label index), whatever `threshold` is.
 
     Args:
-        scores: [n_docs, n_labels] probabilities (any shape is accepted).
+        scores: [n_docs, n_labels] probabilities (any shape is accepted when not single_label).
         threshold: the cut-off t.
+        single_label: one code per row, the arg-max.
     Returns:
         Bool array with the shape of `scores`.
     """
-    return np.asarray(scores) > threshold
+    s = np.asarray(scores)
+    if single_label:
+        out = np.zeros(s.shape, dtype=bool)
+        if s.size:
+            np.put_along_axis(out, s.argmax(axis=-1)[..., None], True, axis=-1)
+        return out
+    return s > threshold
 
 
 def _f1(p: np.ndarray | float, r: np.ndarray | float) -> np.ndarray:
@@ -370,9 +387,9 @@ def tune_threshold(y_true: np.ndarray, scores: np.ndarray, *, grid: Sequence[flo
 # --------------------------------------------------------------------------------------------------
 
 
-def _weighted_f1_micro(y: np.ndarray, s: np.ndarray, threshold: float, w: np.ndarray) -> np.ndarray:
-    """[R] micro-F1 of [S > t] when document i counts w[r, i] times (w: [R, N] resampling counts)."""
-    yhat = binarize(s, threshold)
+def _weighted_f1_micro(y: np.ndarray, s: np.ndarray, threshold: float | None, w: np.ndarray) -> np.ndarray:
+    """[R] micro-F1 of [S > t] (threshold None: each row's top code) when document i counts w[r, i] times."""
+    yhat = binarize(s, 0.0 if threshold is None else threshold, single_label=threshold is None)
     tp = (y & yhat).sum(axis=1, dtype=np.int64)  # [N] per-document counts
     pp = yhat.sum(axis=1, dtype=np.int64)  # [N]
     gp = y.sum(axis=1, dtype=np.int64)  # [N]
@@ -422,7 +439,8 @@ def paired_bootstrap(
 
     Args:
         y_true: [n_docs, n_labels] multi-hot gold labels.
-        runs_a, runs_b: (scores [n_docs, n_labels], threshold) per run; the threshold applies to micro-F1.
+        runs_a, runs_b: (scores [n_docs, n_labels], threshold) per run; the threshold applies to micro-F1
+            (None for a single-label model, whose prediction is each row's top code).
         n_boot: number of resamples.
         level: central confidence level of the percentile interval.
         seed: seed of the resampling.
@@ -438,7 +456,8 @@ def paired_bootstrap(
     if n_boot < 1 or not 0.0 < level < 1.0:
         raise ValueError(f"n_boot must be >= 1 and level in (0, 1), got {n_boot} and {level}.")
     y = _check_gold(y_true)
-    checked = [[(_check_pair(y, s, other_name="scores", as_scores=True)[1], float(t)) for s, t in runs] for runs in (runs_a, runs_b)]
+    checked = [[(_check_pair(y, s, other_name="scores", as_scores=True)[1], None if t is None else float(t)) for s, t in runs]
+               for runs in (runs_a, runs_b)]
     n = y.shape[0]
     rng = np.random.default_rng(seed)
     w = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot)  # [R, N] how often each document is drawn
@@ -467,6 +486,7 @@ def all_metrics(
     *,
     threshold: float = DEFAULT_THRESHOLD,
     ks: Sequence[int] = DEFAULT_KS,
+    single_label: bool = False,
 ) -> dict[str, float | int]:
     """Every headline metric under CAML's key names, as plain JSON-serialisable Python numbers.
 
@@ -480,6 +500,7 @@ def all_metrics(
         scores: [n_docs, n_labels] probabilities.
         threshold: t of the predictions [S > t]; 0.5 for the headline, the dev-tuned value otherwise.
         ks: cut-offs for P@k and R@k; each must be >= 1.
+        single_label: predictions are each row's top code (`binarize`), whatever the threshold.
     Returns:
         Dict of floats and ints; only auc_macro / auc_micro may be NaN (when undefined).
     Raises:
@@ -490,7 +511,7 @@ def all_metrics(
     for k in ks:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"ks must hold integers >= 1, got {list(ks)!r}.")
-    yhat = binarize(s, threshold)
+    yhat = binarize(s, threshold, single_label=single_label)
     tp, pp, gp = _counts(y, yhat)
     p_mi, r_mi, f_mi = _micro_from_counts(tp, pp, gp)
     p_ma, r_ma, f_ma = _macro_from_counts(tp, pp, gp)
@@ -526,6 +547,7 @@ def per_label_metrics(
     codes: Sequence[str],
     *,
     threshold: float = DEFAULT_THRESHOLD,
+    single_label: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per label for the app's per-code table.
 
@@ -546,7 +568,7 @@ def per_label_metrics(
     y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
     if len(codes) != y.shape[1]:
         raise ValueError(f"codes has {len(codes)} entries but the arrays have {y.shape[1]} label columns; pass one code per column.")
-    tp, pp, gp = _counts(y, binarize(s, threshold))
+    tp, pp, gp = _counts(y, binarize(s, threshold, single_label=single_label))
     prec, rec, f1 = _safe_div(tp, pp), _safe_div(tp, gp), _safe_div(2 * tp, pp + gp)  # each [K]
     return [
         {

@@ -22,6 +22,7 @@ from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import Checkpoint, load_checkpoint
 from clinicode.data.text import describe_columns  # noqa: F401  (re-exported for the app's messages)
 from clinicode.errors import ConfigError
+from clinicode.metrics import is_predicted
 from clinicode.runtime import pick_device
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,7 @@ class Predictor:
         self.labels = checkpoint.labels
         self.threshold = checkpoint.threshold
         self.kind = checkpoint.kind
+        self.single_label = checkpoint.single_label  # softmax scores: the top code is the prediction
         self.device = torch.device(device)
         self.batch_size = batch_size
         if self.kind == "leam":
@@ -269,7 +271,8 @@ class Predictor:
             texts: raw notes; a non-string or blank note gets a record with `error` instead of scores.
             ids: one id per note (default: the position as a string).
             top_k: how many codes go into `scores` (None: all codes).
-            threshold: codes scoring at or above it are `predicted` (default: the checkpoint's tuned one).
+            threshold: codes scoring strictly above it are `predicted` (default: the checkpoint's tuned one); a
+                single-label model predicts its top code, whatever the threshold.
             explain: N > 0 adds the N highest-attention spans and, per predicted code, its N best phrases.
             attention: with explain > 0, also fill `attention` (every token's span and beta, for highlighting);
                 batch scoring turns it off, since its output records do not include it.
@@ -305,7 +308,8 @@ class Predictor:
         for j, i in enumerate(good):
             s = scores[j]
             order = np.lexsort((np.arange(K), -s))                                          # score desc, then index
-            predicted = [CodeScore(codes[k], descs[k], float(s[k])) for k in order if s[k] >= t]
+            keep = order[:1] if self.single_label else [k for k in order if is_predicted(s[k], t)]
+            predicted = [CodeScore(codes[k], descs[k], float(s[k])) for k in keep]
             top = {codes[k]: float(s[k]) for k in order[:k_keep]}
             rec = Prediction(ids[i], predicted=predicted, scores=top)
             if encs is not None:

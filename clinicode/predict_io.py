@@ -1,13 +1,15 @@
 """Batch scoring of files: read notes (JSONL, CSV, Parquet, .txt, folder of .txt), write one record per note.
 
 Output goes to OUT.partial, flushed per chunk, and is renamed to OUT at the end: a killed run leaves no
-half-written OUT, and `resume=True` continues from the ids already in OUT.partial (or, without one, OUT).
+half-written OUT, and `resume=True` continues from the ids already in OUT.partial. OUT.partial.json records the
+checkpoint and options of the run that wrote it, so a resume with other ones is refused instead of mixing models.
 Bad records get an `error` field and are counted; they never stop the run unless `strict`.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import itertools
 import json
@@ -18,11 +20,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
+from clinicode.artifacts import check_output, read_json, write_json_atomic
 from clinicode.data.text import describe_columns
-from clinicode.errors import DataFormatError
+from clinicode.errors import ConfigError, DataFormatError
 from clinicode.predict import Predictor
 
 CHUNK = 256
+CSV_HEADER = ("id", "predicted", "scores", "truncated", "error")
+PARTIAL_KIND = "predict-partial"
+
+
+def is_predict_output(path: Path) -> bool:
+    """True for a file `clinicode predict` wrote (JSONL records or its CSV header), or an empty file."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            first = f.readline()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not first:
+        return True  # empty: nothing to lose
+    if first.rstrip("\r\n") == ",".join(CSV_HEADER):
+        return True
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and "id" in obj and bool({"scores", "error", "predicted"} & obj.keys())
 
 
 @dataclass
@@ -46,7 +69,7 @@ def _jsonl_records(f: TextIO, source: str) -> Iterator[Record]:
         if not isinstance(obj, dict):
             yield Record(f"line-{n}", None, f"line {n} of {source}: expected a JSON object with 'id' and 'text'")
             continue
-        rid = str(obj.get("id", f"line-{n}"))
+        rid = f"line-{n}" if obj.get("id") is None else str(obj["id"])
         if "text" not in obj:
             yield Record(rid, None, f"record {rid!r} (line {n}): no 'text' field")
             continue
@@ -73,7 +96,7 @@ def read_records(path: str | Path) -> Iterator[Record]:
         DataFormatError: missing path, unknown extension, undecodable bytes or a missing 'text' column.
     """
     if str(path) == "-":
-        yield from _jsonl_records(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="strict"), "stdin")
+        yield from _jsonl_records(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig", errors="strict"), "stdin")
         return
     p = Path(path)
     if p.is_dir():
@@ -91,7 +114,7 @@ def read_records(path: str | Path) -> Iterator[Record]:
             import gzip
 
             opener = gzip.open if suffix.endswith(".gz") else open
-            with opener(p, "rt", encoding="utf-8") as f:
+            with opener(p, "rt", encoding="utf-8-sig") as f:  # a byte-order mark is dropped, as pandas does for CSV
                 yield from _jsonl_records(f, p.name)
         elif suffix in (".csv", ".csv.gz"):
             import pandas as pd
@@ -154,7 +177,7 @@ class _Writer:
             self.f = open(self.partial, "a" if append else "w", encoding="utf-8", newline="")
         self.csv = csv.writer(self.f) if fmt == "csv" else None
         if self.csv is not None and not (append and self.partial.stat().st_size > 0):
-            self.csv.writerow(["id", "predicted", "scores", "truncated", "error"])
+            self.csv.writerow(CSV_HEADER)
 
     def write(self, rec: dict[str, Any]) -> None:
         if self.csv is not None:
@@ -222,20 +245,31 @@ def predict_file(
 
     fmt = "csv" if str(output).endswith(".csv") else "jsonl"
     i_shard, n_shard = shard
+    to_file = str(output) != "-"
+    if to_file:
+        check_output(Path(output), option="--output", command="predict", folder=False, recognise=is_predict_output,
+                     inputs={"--input": input, "--checkpoint": predictor.checkpoint.path})
     records = read_records(input)
     first = next(records, None)  # file-level input errors surface here, before OUT.partial is created
     if first is None:
         raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, CSV/parquet row or .txt file.")
     done: Counter[str] = Counter()
-    if resume and str(output) != "-":
-        # Continue OUT.partial when a run was interrupted (OUT, if any, is an older finished output that the
-        # rename at the end replaces); otherwise continue a finished OUT. Ids are counted from that one file only.
+    if to_file:
         out = Path(output)
         partial = out.with_name(out.name + ".partial")
-        if out.is_file() and not partial.exists():
-            os.replace(out, partial)
-        _truncate_torn_tail(partial)
-        done = _done_ids(partial, fmt)
+        sidecar = out.with_name(out.name + ".partial.json")
+        settings = _settings(predictor, input=input, fmt=fmt, top_k=top_k, threshold=threshold, explain=explain, shard=shard)
+        if partial.exists() and (partial.is_dir() or not is_predict_output(partial)):
+            raise ConfigError(f"{partial} exists and was not written by `clinicode predict`; move it away or choose another --output.")
+        if resume and partial.is_file():
+            _check_resumable(sidecar, settings, partial)
+            _truncate_torn_tail(partial)
+            done = _done_ids(partial, fmt)
+        elif resume and out.is_file():
+            raise ConfigError(f"--resume: {out} is a finished output and there is no {partial.name} to continue; write new "
+                              "notes to another --output, or drop --resume to score everything again.")
+        if not done:
+            write_json_atomic(sidecar, settings)  # before the first record, so every OUT.partial has its settings
     writer = _Writer(output, fmt=fmt, append=resume and bool(done))
     counts = {"scored": 0, "errors": 0, "skipped": 0}
     seen: set[str] = set()
@@ -279,7 +313,45 @@ def predict_file(
         flush(chunk)
     bar.close()
     writer.finish()
+    if to_file:
+        Path(output).with_name(Path(output).name + ".partial.json").unlink(missing_ok=True)
     return counts
+
+
+def _settings(predictor: Predictor, *, input: str | Path, fmt: str, top_k: int | None, threshold: float | None,
+              explain: int, shard: tuple[int, int]) -> dict[str, Any]:
+    """What decides the records a run writes: checkpoint (its manifest, which hashes every file) and options."""
+    manifest = json.dumps(predictor.checkpoint.manifest, sort_keys=True).encode("utf-8")
+    return {
+        "kind": PARTIAL_KIND,
+        "checkpoint": str(predictor.checkpoint.path),
+        "checkpoint_sha256": hashlib.sha256(manifest).hexdigest(),
+        "input": "-" if str(input) == "-" else os.path.realpath(input),
+        "format": fmt,
+        "top_k": top_k,
+        "threshold": predictor.threshold if threshold is None else float(threshold),
+        "explain": explain,
+        "shard": list(shard),
+    }
+
+
+def _check_resumable(sidecar: Path, settings: dict[str, Any], partial: Path) -> None:
+    """Refuse to append to OUT.partial unless it was written with the same checkpoint, input and options."""
+    try:
+        saved = read_json(sidecar)
+    except (OSError, ValueError):
+        saved = None
+    if not isinstance(saved, dict) or saved.get("kind") != PARTIAL_KIND:
+        raise ConfigError(f"--resume: {partial} has no readable record of the run that wrote it ({sidecar.name}), so it "
+                          "cannot be continued safely; drop --resume to score everything again.")
+    names = {"checkpoint_sha256": "checkpoint", "input": "--input", "format": "output format", "top_k": "--top-k",
+             "threshold": "--threshold", "explain": "--explain", "shard": "--shard"}
+    diff = [f"{label} {saved.get(k)!r} then {settings[k]!r}" for k, label in names.items() if saved.get(k) != settings[k]]
+    if diff:
+        if saved.get("checkpoint_sha256") != settings["checkpoint_sha256"]:
+            diff[0] = f"checkpoint {saved.get('checkpoint')} then {settings['checkpoint']}"
+        raise ConfigError(f"--resume: {partial} was written with other settings ({'; '.join(diff)}); repeat the original "
+                          "options, or drop --resume to score everything again.")
 
 
 def _truncate_torn_tail(p: Path) -> None:

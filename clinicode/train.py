@@ -9,6 +9,7 @@ an interrupted run exactly.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -18,20 +19,22 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
-from clinicode.artifacts import atomic_dir, read_json, write_bytes_atomic, write_json_atomic
+from clinicode.artifacts import (atomic_dir, check_output, holds_training, is_run_data, is_run_folder, make_manifest, read_json, sha256_file,
+                                 write_bytes_atomic, write_json_atomic, write_safetensors_atomic)
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict
-from clinicode.constants import HISTORY_FILE
+from clinicode.constants import HISTORY_FILE, RUN_FILE
 from clinicode.data.icd9 import load_descriptions_tsv
 from clinicode.data.labels import LabelSet
-from clinicode.data.prepared import PreparedDataset, load_dataset
+from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.data.text import tokenize
 from clinicode.embeddings import label_vectors, random_matrix, read_vector_file, train_word2vec
-from clinicode.errors import ConfigError, DataFormatError
-from clinicode.metrics import all_metrics, tune_threshold
+from clinicode.errors import CheckpointError, ConfigError, DataFormatError
+from clinicode.metrics import all_metrics, binarize, tune_threshold
 from clinicode.model import LEAM
 from clinicode.runtime import barrier, init_distributed, pick_device, seed_everything, world
 from clinicode.tokenizer import ClinicalTokenizer
@@ -73,6 +76,53 @@ def _optim_from_tensors(opt: torch.optim.Optimizer, tensors: dict[str, torch.Ten
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
+_RESTART = "Start a new --out folder (or move this one away) to train from the beginning."
+
+
+def _load_state(state_dir: Path) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]]] | None:
+    """state.json and the tensors of RUN/state, every file checked against the hashes state.json lists.
+
+    Returns None when there is no state.json (a run that never finished an epoch: it starts over).
+    Raises:
+        CheckpointError: a file is missing, damaged, truncated, or from another run; the message names it.
+    """
+    path = state_dir / "state.json"
+    if not path.is_file():
+        return None
+    try:
+        state = read_json(path)
+        files = state["files"]
+        int(state["epoch"]), state["train_config"], state["model_config"], state["optim"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{path} is damaged or from an older clinicode ({type(err).__name__}); the run cannot "
+                              f"resume from it. {_RESTART}") from None
+    tensors: dict[str, dict[str, torch.Tensor]] = {}
+    for name, digest in files.items():
+        p = state_dir / name
+        if not p.is_file():
+            raise CheckpointError(f"{p} is missing; the run cannot resume from it. {_RESTART}")
+        if sha256_file(p) != digest:
+            raise CheckpointError(f"{p} does not match the hash in state.json (damaged, truncated or from another run); "
+                                  f"the run cannot resume from it. {_RESTART}")
+        if name.endswith(".safetensors"):
+            try:
+                tensors[name] = load_file(str(p))
+            except (SafetensorError, OSError) as err:
+                raise CheckpointError(f"{p} is not a readable safetensors file ({err}); {_RESTART}") from None
+    for name in ("last.safetensors", "optim.safetensors", "tokenizer.json"):
+        if name not in files:
+            raise CheckpointError(f"{path} lists no {name}; the run cannot resume from it. {_RESTART}")
+    return state, tensors
+
+
+def _load_tensors(model: torch.nn.Module, tensors: dict[str, torch.Tensor], path: Path) -> None:
+    expected = model.state_dict()
+    bad = sorted(set(expected) ^ set(tensors)) or [k for k, v in tensors.items() if v.shape != expected[k].shape]
+    if bad:
+        raise CheckpointError(f"{path}: tensor {bad[0]} does not fit the model in state.json (from another run?); {_RESTART}")
+    model.load_state_dict(tensors)
+
+
 # Automatic word2vec passes: about this many token updates in total, within [min, max] passes.
 W2V_TARGET_TOKENS = 30_000_000
 W2V_AUTO_EPOCHS = (5, 30)
@@ -87,6 +137,11 @@ def auto_w2v_epochs(texts: list[str]) -> int:
     n_tokens = sum(len(tokenize(t)) for t in texts)  # word2vec sees whole notes, not the truncated ones
     lo, hi = W2V_AUTO_EPOCHS
     return int(min(hi, max(lo, -(-W2V_TARGET_TOKENS // max(n_tokens, 1)))))
+
+
+def _marks_everything(scores: np.ndarray, threshold: float) -> bool:
+    """True when [S > t] holds for every code of every note: a threshold that codes everything."""
+    return bool(binarize(scores, threshold).all())
 
 
 def _pos_weight(y: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -157,18 +212,31 @@ class _Trainer:
         self.multilabel = not self._single_label(train_df)
         seed_everything(cfg.seed)
 
-        if resume and (self.state_dir / "state.json").is_file():
-            self.state = read_json(self.state_dir / "state.json")
+        self.data_fingerprint = manifest_extra["data"]["fingerprint"]
+        saved = _load_state(self.state_dir) if resume and self.state_dir.exists() else None
+        if saved is not None:
+            self.state, tensors = saved
             saved_cfg = config_from_dict(TrainConfig, self.state["train_config"], source="state/state.json")
             if replace(saved_cfg, device=cfg.device, epochs=cfg.epochs) != replace(cfg, device=cfg.device, epochs=cfg.epochs):
                 raise ConfigError(
                     f"--resume: {run} was started with different options ({self._diff(saved_cfg, cfg)}); "
                     "repeat the original options or start a new --out folder."
                 )
-            self.tokenizer = ClinicalTokenizer.load(self.state_dir / "tokenizer.json")
             self.model_config = config_from_dict(LEAMConfig, self.state["model_config"], source="state/state.json")
+            changed = [f"{k}: {getattr(self.model_config, k)} then {v}" for k, v in model_options.items()
+                       if getattr(self.model_config, k) != v]
+            if changed:
+                raise ConfigError(f"--resume: {run} was started with other model options ({', '.join(changed)}); "
+                                  "repeat the original options or start a new --out folder.")
+            if self.state.get("data_fingerprint") != self.data_fingerprint:
+                raise ConfigError(
+                    f"--resume: {run} was trained on other data ({self.state.get('data_path', '?')}, fingerprint "
+                    f"{str(self.state.get('data_fingerprint'))[:12]}) than {manifest_extra['data']['path']} (fingerprint "
+                    f"{self.data_fingerprint[:12]}); resume with the original data or start a new --out folder."
+                )
+            self.tokenizer = ClinicalTokenizer.load(self.state_dir / "tokenizer.json")
             self.model = LEAM(self.model_config)
-            self.model.load_state_dict(load_file(str(self.state_dir / "last.safetensors")))
+            _load_tensors(self.model, tensors["last.safetensors"], self.state_dir / "last.safetensors")
             log.info("resuming %s after epoch %d", run, self.state["epoch"])
         else:
             self.state = {"epoch": 0, "best_score": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
@@ -179,9 +247,12 @@ class _Trainer:
             self._init_embeddings(train_df["text"].tolist())
         self.model.to(self.device)
         self.opt = make_optimizer(self.model, cfg)
-        if resume and (self.state_dir / "optim.safetensors").is_file():
-            _optim_from_tensors(self.opt, load_file(str(self.state_dir / "optim.safetensors")),
-                                read_json(self.state_dir / "optim.json"))
+        if saved is not None:
+            try:
+                _optim_from_tensors(self.opt, saved[1]["optim.safetensors"], self.state["optim"])
+            except (KeyError, ValueError, RuntimeError, TypeError) as err:
+                raise CheckpointError(f"{self.state_dir / 'optim.safetensors'} does not fit this model ({type(err).__name__}); "
+                                      f"the run cannot resume from it. {_RESTART}") from None
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp)
 
         self.train_ids = self.tokenizer.encode_ids(train_df["text"].tolist())
@@ -193,10 +264,17 @@ class _Trainer:
         self.ema: list[torch.Tensor] | None = None
         self.live = list(self.model.parameters())                                  # what the average follows
         if cfg.ema_decay > 0:
-            ema_file = self.state_dir / "ema.safetensors"
-            if resume and ema_file.is_file():
-                saved = load_file(str(ema_file))
-                self.ema = [saved[n].to(self.device) for n, _ in self.model.named_parameters()]
+            if saved is not None and "ema.safetensors" in saved[1]:
+                ema = saved[1]["ema.safetensors"]
+                try:
+                    self.ema = [ema[n].to(self.device) for n, _ in self.model.named_parameters()]
+                except KeyError as err:
+                    raise CheckpointError(f"{self.state_dir / 'ema.safetensors'} lacks tensor {err}; the run cannot "
+                                          f"resume from it. {_RESTART}") from None
+                bad = [n for (n, p), e in zip(self.model.named_parameters(), self.ema) if p.shape != e.shape]
+                if bad:
+                    raise CheckpointError(f"{self.state_dir / 'ema.safetensors'}: tensor {bad[0]} does not fit this model; "
+                                          f"the run cannot resume from it. {_RESTART}")
             else:
                 self.ema = [p.detach().clone() for p in self.live]
         if self.world > 1:
@@ -303,17 +381,21 @@ class _Trainer:
                 e.copy_(tmp)
 
     def save_state(self) -> None:
+        """RUN/state: the last finished epoch, each file's SHA-256 in state.json (checked by `--resume`)."""
         with atomic_dir(self.state_dir) as tmp:
-            save_file({k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}, str(tmp / "last.safetensors"))
+            write_safetensors_atomic(tmp / "last.safetensors",
+                                     {k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()})
             tensors, meta = _optim_to_tensors(self.opt)
-            save_file(tensors, str(tmp / "optim.safetensors"))
+            write_safetensors_atomic(tmp / "optim.safetensors", tensors)
             if self.ema is not None:
                 names = [n for n, _ in self.model.named_parameters()]
-                save_file({n: e.detach().cpu().contiguous() for n, e in zip(names, self.ema)}, str(tmp / "ema.safetensors"))
-            write_json_atomic(tmp / "optim.json", meta)
+                write_safetensors_atomic(tmp / "ema.safetensors", {n: e.detach().cpu().contiguous() for n, e in zip(names, self.ema)})
             self.tokenizer.save(tmp / "tokenizer.json")
+            files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
             write_json_atomic(tmp / "state.json", {**self.state, "train_config": config_to_dict(self.cfg),
-                                                   "model_config": config_to_dict(self.model_config)})
+                                                   "model_config": config_to_dict(self.model_config), "optim": meta,
+                                                   "data_fingerprint": self.data_fingerprint,
+                                                   "data_path": self.manifest_extra["data"]["path"], "files": files})
 
     def checkpoint_obj(self, model: LEAM, threshold: float) -> Checkpoint:
         return Checkpoint(self.run / CHECKPOINT_DIR, "leam", model, self.labels, threshold, self.cfg, {}, self.tokenizer)
@@ -335,9 +417,10 @@ class _Trainer:
             self.swap_ema()  # dev scoring and the best checkpoint use the averaged weights
             scores = self.dev_scores()
             t = tune_threshold(self.y_dev, scores) if self.multilabel else 0.0
-            m = all_metrics(self.y_dev, scores, threshold=t)
+            m = all_metrics(self.y_dev, scores, threshold=t, single_label=not self.multilabel)
             score = m["f1_micro"] if self.multilabel else m.get("accuracy", m["f1_micro"])
-            improved = score > self.state["best_score"]
+            usable = not (self.multilabel and _marks_everything(scores, t))  # never save a model that codes everything
+            improved = usable and score > self.state["best_score"]
             self.state["epoch"] = epoch
             if improved:
                 self.state.update(best_score=score, best_epoch=epoch, bad_epochs=0)
@@ -369,21 +452,37 @@ def _finish(run: Path, ds: PreparedDataset, predictor_ck: Checkpoint, save: Call
     dev = ds.split("dev")
     y_dev = ds.labels.multi_hot(dev["labels"])
     s_dev = pred.score(dev["text"].tolist())
-    multilabel = predictor_ck.kind != "leam" or predictor_ck.model.config.multilabel
+    one = predictor_ck.single_label
+    multilabel = not one
     t = tune_threshold(y_dev, s_dev) if multilabel else 0.0
-    metrics_dev = {**all_metrics(y_dev, s_dev, threshold=t), "threshold_0.5": all_metrics(y_dev, s_dev, threshold=0.5)}
+    if multilabel and _marks_everything(s_dev, t):
+        raise DataFormatError(
+            f"{run}: the threshold tuned on dev ({t:.2f}) would mark every code on every note, so the model has learnt "
+            "nothing usable; check that the dev and train labels are right (the checkpoint keeps its last usable epoch)."
+        )
+    metrics_dev = {**all_metrics(y_dev, s_dev, threshold=t, single_label=one),
+                   "threshold_0.5": all_metrics(y_dev, s_dev, threshold=0.5, single_label=one)}
     metrics_test: dict[str, Any] = {}
     if "test" in ds.splits and len(ds.split("test")):
         test = ds.split("test")
         y = ds.labels.multi_hot(test["labels"])
         s = pred.score(test["text"].tolist())
-        metrics_test = {**all_metrics(y, s, threshold=t), "threshold_0.5": all_metrics(y, s, threshold=0.5),
-                        "per_code": per_label_metrics(y, s, list(ds.labels.codes), threshold=t)}
+        metrics_test = {**all_metrics(y, s, threshold=t, single_label=one),
+                        "threshold_0.5": all_metrics(y, s, threshold=0.5, single_label=one),
+                        "per_code": per_label_metrics(y, s, list(ds.labels.codes), threshold=t, single_label=one)}
         buf = run / f".{SCORES_TEST_FILE}.tmp.npz"
         np.savez_compressed(buf, ids=np.asarray(test["id"].astype(str).tolist()), y_true=y, scores=s)
         buf.replace(run / SCORES_TEST_FILE)
     save(t, metrics_dev, metrics_test)
     return {"threshold": t, "dev": metrics_dev, "test": metrics_test}
+
+
+def _start_run(run: Path, config: TrainConfig, model_options: dict[str, Any] | None) -> None:
+    """Create RUN with its run.json, which marks it as a run folder from the start (never rewritten)."""
+    run.mkdir(parents=True, exist_ok=True)
+    if world()[0] == 0 and not (run / RUN_FILE).is_file():
+        write_json_atomic(run / RUN_FILE, make_manifest("run", train_config=config_to_dict(config),
+                                                        model_options=model_options or {}))
 
 
 def train(
@@ -418,14 +517,18 @@ def train(
         raise ConfigError("give exactly one of --data DIR (a prepared dataset) or --mimic-dir DIR (MIMIC-III tables).")
     run = Path(out_dir)
     ck_dir = run / CHECKPOINT_DIR
-    if not resume and (run / STATE_DIR).exists():
+    if holds_training(run) and not resume:
         raise ConfigError(f"--out {run} already holds a run; pass --resume to continue it, or choose a new --out folder.")
+    vectors = config.embeddings if config.embeddings not in ("w2v", "random") else None
+    check_output(run, option="--out", command="train", folder=True, recognise=is_run_folder,
+                 inputs={"--data": None if is_run_data(run, data_dir) else data_dir, "--mimic-dir": mimic_dir, "--splits-dir": splits_dir,
+                         "--descriptions": descriptions_path, "--embeddings": vectors})
     if config.model == "leam":  # unknown or out-of-range model options fail before anything is written
         config_from_dict(LEAMConfig, {"vocab_size": 3, "n_labels": 1, **(model_options or {})}, source="model options")
     if mimic_dir is not None:
         from clinicode.data.prepare import prepare_mimic
 
-        run.mkdir(parents=True, exist_ok=True)
+        _start_run(run, config, model_options)
         data_dir = run / "data"
         rank, _ = init_distributed(pick_device(config.device))
         if rank == 0 and not (resume and (data_dir / "manifest.json").is_file()):
@@ -436,8 +539,16 @@ def train(
     ds.labels = _with_descriptions(ds.labels, descriptions_path)
     if len(ds.split("train")) == 0 or len(ds.split("dev")) == 0:
         raise DataFormatError(f"{data_dir}: the train and dev splits must both hold notes (got {len(ds.split('train'))} and {len(ds.split('dev'))}).")
+    for split, why in (("train", "there is nothing to learn"), ("dev", "the threshold cannot be tuned")):
+        if not any(len(row) for row in ds.split(split)["labels"]):
+            raise DataFormatError(f"{data_dir}: no {split} note has a code of the label set ({len(ds.labels)} codes), so {why}; "
+                                  "check the data's labels (and labels.json).")
+    fingerprint = hashlib.sha256((dataset_fingerprint(Path(data_dir)) + json.dumps(ds.labels.to_json())).encode()).hexdigest()
     extra = {"data": {"path": str(Path(data_dir).resolve()), "n_train": len(ds.split("train")), "n_dev": len(ds.split("dev")),
-                      "n_test": len(ds.splits.get("test", [])), "label_set": ds.manifest.get("label_set")}}
+                      "n_test": len(ds.splits.get("test", [])), "label_set": ds.manifest.get("label_set"),
+                      "fingerprint": fingerprint}}
+    if ds.stats.get("leakage"):
+        extra["data"]["leakage"] = ds.stats["leakage"]
     dropped = ds.stats.get("documents_without_top_k_label") or {}
     if sum(dropped.values()):
         extra["data"]["dropped_without_top_k_label"] = dropped
@@ -445,7 +556,7 @@ def train(
             log.warning("--top-k %d kept %d labels and dropped %d notes that have none of them (%s); they are neither "
                         "trained on nor scored. Leave out --top-k to keep them.", config.top_k, len(ds.labels),
                         sum(dropped.values()), ", ".join(f"{k} {v:,}" for k, v in dropped.items()))
-    run.mkdir(parents=True, exist_ok=True)  # only now: bad data or options leave no empty run folder behind
+    _start_run(run, config, model_options)  # only now: bad data or options leave no empty run folder behind
     seed_everything(config.seed)
 
     if config.model == "tfidf-lr":

@@ -91,8 +91,13 @@ def test_code_table_threshold_changes_predicted_set_and_no_gold_columns_without_
     assert lo["code"].tolist() == ["401.9", "428.0", "427.31", "250.00"]
     assert hi["code"].tolist() == ["401.9"]
     assert "outcome" not in lo.columns and render.outcome_counts(lo) == {}
-    # a score equal to the threshold is predicted (as in Predictor.predict)
-    assert render.code_table(SCORES, DESCS, 0.6, top_k=0)["code"].tolist() == ["401.9", "428.0"]
+    # one rule everywhere (clinicode.metrics.is_predicted): a score equal to the threshold is not predicted,
+    # as in CAML's metrics and Predictor.predict
+    assert render.code_table(SCORES, DESCS, 0.6, top_k=0)["code"].tolist() == ["401.9"]
+    assert render.code_table(SCORES, DESCS, 0.5999, top_k=0)["code"].tolist() == ["401.9", "428.0"]
+    # a single-label model predicts its top code whatever the threshold
+    one = render.code_table(SCORES, DESCS, 0.0, top_k=3, single_label=True)
+    assert one.loc[one["above_threshold"], "code"].tolist() == ["401.9"] and len(one) == 3
 
 
 @pytest.mark.parametrize("pred,gold,want", [(True, True, "TP"), (True, False, "FP"), (False, True, "FN"), (False, False, "")])

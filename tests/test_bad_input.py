@@ -16,40 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
 from clinicode.artifacts import sha256_file
-from clinicode.cli import app
 from clinicode.data.labels import LabelSet
 from clinicode.data.synthetic import write_demo_mimic
 
-SECRET = "SECRETNOTETEXT"  # planted in bad inputs; must never reach an error message
-
-
-def _runner() -> CliRunner:
-    try:
-        return CliRunner(mix_stderr=False)
-    except TypeError:  # newer Click keeps stderr separate by default
-        return CliRunner()
-
-
-def fails(args: list[str], message: str):
-    """Run the CLI; assert the one-line error contract and return the result."""
-    res = _runner().invoke(app, [str(a) for a in args])
-    assert isinstance(res.exception, SystemExit), f"uncaught {res.exception!r}"
-    assert res.exit_code == 1, (res.exit_code, res.stdout, res.stderr)
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    assert "Traceback" not in res.stderr + res.stdout
-    assert message in lines[0], (message, lines[0])
-    assert SECRET not in res.stderr
-    return res
-
-
-def succeeds(args: list[str]):
-    res = _runner().invoke(app, [str(a) for a in args])
-    assert res.exit_code == 0, (res.exception, res.stderr)
-    return res
+from helpers import SECRET, fails, succeeds  # noqa: E402  (the CLI's one-line failure contract)
 
 
 # ------------------------------------------------------------------------------------------------- prepare
@@ -199,10 +171,29 @@ def test_train_bad_dataset(tmp_path, case):
     assert not (tmp_path / "run" / "checkpoint").exists()
 
 
-@pytest.mark.parametrize("case", sorted(DATA_CASES))
+# `evaluate` reads only the split it scores and judges codes by the checkpoint's label set, so a folder's own
+# labels.json, an unlabelled train split and a missing dev split do not concern it (see the tests below).
+EVALUATE_CASES = {k: v for k, v in DATA_CASES.items() if k not in ("label_outside_set", "no_labels", "missing_dev")}
+
+
+@pytest.mark.parametrize("case", sorted(EVALUATE_CASES))
 def test_evaluate_bad_dataset(tiny_run, tmp_path, case):
     d = _dataset(tmp_path, case)
-    fails(["evaluate", "--checkpoint", tiny_run, "--data", d, "--device", "cpu"], DATA_CASES[case])
+    fails(["evaluate", "--checkpoint", tiny_run, "--data", d, "--split", "dev", "--device", "cpu"], EVALUATE_CASES[case])
+
+
+def test_evaluate_missing_split(tiny_run, tmp_path):
+    d = _dataset(tmp_path, "missing_dev")
+    fails(["evaluate", "--checkpoint", tiny_run, "--data", d, "--split", "dev", "--device", "cpu"],
+          "split 'dev' not in")
+
+
+def test_evaluate_data_sharing_no_code_with_the_checkpoint(tiny_run, tmp_path):
+    d = tmp_path / "other"
+    d.mkdir()
+    _jsonl(d / "test.jsonl", [{"id": f"x{i}", "text": "hypertension", "labels": ["Cardiology", "Neurology"]} for i in range(3)])
+    fails(["evaluate", "--checkpoint", tiny_run, "--data", d, "--device", "cpu"],
+          "the test split's 6 gold codes share no code with the checkpoint's 50 codes")
 
 
 def test_label_outside_set_message_in_full(tmp_path):
@@ -225,8 +216,10 @@ def test_evaluate_gold_codes_outside_the_checkpoint_labels_are_counted(tiny_run,
     _jsonl(d / "test.jsonl", rows)
     out = tmp_path / "m.json"
     res = succeeds(["evaluate", "--checkpoint", tiny_run, "--data", d, "--output", out, "--device", "cpu"])
-    assert json.loads(out.read_text())["n_gold_outside_labels"] == 3
-    assert "3 gold code occurrence(s) outside the checkpoint's label set were ignored" in res.stderr
+    m = json.loads(out.read_text())
+    assert (m["n_gold_outside_labels"], m["n_gold_codes"], m["codes_outside_labels"]) == (3, 6, ["XYZ"])
+    assert ("warning: 3 of 6 gold codes (50.0%; 1 distinct, e.g. XYZ) are not among the checkpoint's 50 codes "
+            "and are not scored") in res.stderr
 
 
 # ----------------------------------------------------------------------------------------------- checkpoint

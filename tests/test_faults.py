@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,13 +24,13 @@ import pytest
 from typer.testing import CliRunner
 
 from clinicode import artifacts
-from clinicode.artifacts import atomic_dir
+from clinicode.artifacts import atomic_dir, sha256_file, write_json_atomic
 from clinicode.checkpoint import load_checkpoint
 from clinicode.cli import app
 from clinicode.data.prepared import load_dataset
-from clinicode.errors import DataFormatError
+from clinicode.errors import ConfigError, DataFormatError
 from clinicode.predict import Predictor
-from clinicode.predict_io import predict_file
+from clinicode.predict_io import _settings, predict_file
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
@@ -267,16 +269,71 @@ def _notes(n: int, *, dup_every: int = 0) -> list[dict]:
     return rows
 
 
-def test_resume_skips_ids_already_in_a_finished_output(predictor, tmp_path):
+def _interrupted(predictor, src: Path, out: Path, text: str, **options) -> Path:
+    """OUT.partial holding `text`, with the settings record an interrupted `predict` leaves beside it."""
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(text)
+    opts = dict(top_k=10, threshold=None, explain=0, shard=(0, 1), **options)
+    fmt = "csv" if out.suffix == ".csv" else "jsonl"
+    write_json_atomic(out.with_name(out.name + ".partial.json"), _settings(predictor, input=src, fmt=fmt, **opts))
+    return partial
+
+
+def test_resume_of_a_finished_output_is_refused_and_changes_nothing(predictor, tmp_path):
+    """A finished OUT carries no record of its checkpoint and options, so appending to it could mix two models."""
     src, out = tmp_path / "n.jsonl", tmp_path / "o.jsonl"
     _write_jsonl(src, _notes(4))
     predict_file(predictor, input=src, output=out, progress=False)
-    first = _records(out)
+    before = out.read_bytes()
     _write_jsonl(src, _notes(7))  # more notes arrived
-    counts = predict_file(predictor, input=src, output=out, resume=True, progress=False)
-    assert counts["skipped"] == 4 and counts["scored"] == 3
-    recs = _records(out)
-    assert [r["id"] for r in recs] == [f"n{i}" for i in range(7)] and recs[:4] == first
+    with pytest.raises(ConfigError, match=r"o\.jsonl is a finished output and there is no o\.jsonl\.partial to continue"):
+        predict_file(predictor, input=src, output=out, resume=True, progress=False)
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["n.jsonl", "o.jsonl"]
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(top_k=5), "--top-k 10 then 5"),
+    (dict(threshold=0.9), "--threshold"),
+    (dict(explain=3), "--explain 0 then 3"),
+    (dict(shard=(1, 2)), "--shard [0, 1] then [1, 2]"),
+])
+def test_resume_with_other_options_is_refused(predictor, tmp_path, change, message):
+    src, out = tmp_path / "n.jsonl", tmp_path / "o.jsonl"
+    _write_jsonl(src, _notes(6))
+    predict_file(predictor, input=src, output=out, progress=False)
+    partial = _interrupted(predictor, src, out, "".join(out.read_text().splitlines(keepends=True)[:2]))
+    out.unlink()
+    before = partial.read_bytes()
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        predict_file(predictor, input=src, output=out, resume=True, progress=False, **change)
+    assert partial.read_bytes() == before and not out.exists()
+
+
+def test_resume_with_another_checkpoint_is_refused(predictor, tiny_run, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run, other, ignore=shutil.ignore_patterns("state"))
+    thr = other / "checkpoint" / "threshold.json"
+    thr.write_text(json.dumps({"threshold": 0.123}))
+    m = json.loads((other / "checkpoint" / "manifest.json").read_text())
+    m["files"]["threshold.json"] = sha256_file(thr)
+    (other / "checkpoint" / "manifest.json").write_text(json.dumps(m))
+    src, out = tmp_path / "n.jsonl", tmp_path / "o.jsonl"
+    _write_jsonl(src, _notes(6))
+    predict_file(predictor, input=src, output=out, progress=False)
+    partial = _interrupted(predictor, src, out, "".join(out.read_text().splitlines(keepends=True)[:3]))
+    out.unlink()
+    with pytest.raises(ConfigError, match=r"was written with other settings \(checkpoint .*tiny\S* then .*other"):
+        predict_file(Predictor.from_checkpoint(other, device="cpu"), input=src, output=out, resume=True, progress=False)
+    assert len(partial.read_text().splitlines()) == 3
+
+
+def test_resume_of_a_partial_without_its_settings_is_refused(predictor, tmp_path):
+    src, out = tmp_path / "n.jsonl", tmp_path / "o.jsonl"
+    _write_jsonl(src, _notes(3))
+    partial = out.with_name("o.jsonl.partial")
+    partial.write_text(json.dumps({"id": "n0", "scores": {}}) + "\n")
+    with pytest.raises(ConfigError, match=r"has no readable record of the run that wrote it \(o\.jsonl\.partial\.json\)"):
+        predict_file(predictor, input=src, output=out, resume=True, progress=False)
 
 
 def test_resume_with_duplicate_ids_gives_one_record_per_input_record(predictor, tmp_path):
@@ -287,8 +344,7 @@ def test_resume_with_duplicate_ids_gives_one_record_per_input_record(predictor, 
     full = _records(out)
     assert [r["id"] for r in full] == [r["id"] for r in rows]
     for cut in (2, 4, 8):  # killed after `cut` records, each id already seen 0-2 times
-        partial = out.with_name("o.jsonl.partial")
-        partial.write_text("".join(json.dumps(r) + "\n" for r in full[:cut]))
+        _interrupted(predictor, src, out, "".join(json.dumps(r) + "\n" for r in full[:cut]))
         out.unlink(missing_ok=True)
         counts = predict_file(predictor, input=src, output=out, resume=True, progress=False)
         assert counts["skipped"] == cut and counts["scored"] == 9 - cut and counts["duplicate_ids"] == 6
@@ -301,7 +357,7 @@ def test_resume_csv_output_heals_a_torn_row(predictor, tmp_path):
     predict_file(predictor, input=src, output=out, progress=False)
     full = out.read_bytes()
     rows = full.split(b"\r\n")
-    partial = out.with_name("o.csv.partial")
+    partial = _interrupted(predictor, src, out, "")
     partial.write_bytes(b"\r\n".join(rows[:4]) + b"\r\n" + rows[4][:15])  # header, 3 rows, a torn 4th row
     out.unlink()
     counts = predict_file(predictor, input=src, output=out, resume=True, progress=False)
@@ -322,7 +378,7 @@ def test_resume_continues_the_partial_not_a_stale_finished_output(predictor, tmp
     _write_jsonl(src, _notes(6))
     predict_file(predictor, input=src, output=out, progress=False)
     full = _records(out)
-    out.with_name("o.jsonl.partial").write_text("".join(json.dumps(r) + "\n" for r in full[:2]))
+    _interrupted(predictor, src, out, "".join(json.dumps(r) + "\n" for r in full[:2]))
     counts = predict_file(predictor, input=src, output=out, resume=True, progress=False)
     assert counts["skipped"] == 2 and counts["scored"] == 4
     _same(_records(out), full)

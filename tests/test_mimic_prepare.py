@@ -246,12 +246,12 @@ def test_failure_midway_leaves_no_out_dir(synthetic, tmp_path, monkeypatch):
 
 def test_failure_keeps_previous_out_dir(synthetic, tmp_path, monkeypatch):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "old.txt").write_text("previous run")
+    prepare_mimic(synthetic, out)  # an earlier output of prepare: the only kind of folder it may replace
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
     monkeypatch.setattr(prepare_module, "_write_split", lambda path, frame: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError):
         prepare_mimic(synthetic, out)
-    assert (out / "old.txt").read_text() == "previous run"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 # --- splits ---------------------------------------------------------------------------------------

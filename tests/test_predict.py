@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from clinicode.cli import app
 from clinicode.metrics import all_metrics
 from clinicode.predict import Predictor
-from clinicode.predict_io import predict_file
+from clinicode.artifacts import write_json_atomic
+from clinicode.predict_io import _settings, predict_file
 
 runner = CliRunner()
 
@@ -156,15 +157,17 @@ def test_resume_skips_done_ids_and_heals_a_torn_line(predictor, tmp_path):
     out = tmp_path / "o.jsonl"
     predict_file(predictor, input=src, output=out, progress=False)
     full = _lines(out)
-    # simulate a kill: 4 records done plus half a line, still in the .partial file
+    # simulate a kill: 4 records done plus half a line, still in the .partial file beside its settings
     partial = out.with_name("o.jsonl.partial")
     lines = out.read_text().splitlines(keepends=True)
     partial.write_text("".join(lines[:4]) + lines[4][:20])
+    write_json_atomic(out.with_name("o.jsonl.partial.json"), _settings(predictor, input=src, fmt="jsonl", top_k=10,
+                                                                       threshold=None, explain=0, shard=(0, 1)))
     out.unlink()
     counts = predict_file(predictor, input=src, output=out, resume=True, progress=False)
     assert counts == {"scored": 6, "errors": 0, "skipped": 4}
     assert _lines(out) == full
-    assert not partial.exists()
+    assert not partial.exists() and not out.with_name("o.jsonl.partial.json").exists()
 
 
 def test_shards_partition_the_input(predictor, tmp_path):

@@ -150,13 +150,14 @@ def test_single_label_data_uses_softmax(tmp_path):
     import random
 
     rng = random.Random(0)
+    (tmp_path / "data").mkdir()
     for split, n in rows.items():
-        with open(tmp_path / f"{split}.jsonl", "w") as f:
+        with open(tmp_path / "data" / f"{split}.jsonl", "w") as f:
             for i in range(n):
                 lab = rng.choice(sorted(words))
                 text = " ".join(rng.choice(words[lab].split()) for _ in range(6)) + " patient seen today"
                 f.write(json.dumps({"id": f"{split}{i}", "text": text, "labels": [lab]}) + "\n")
-    res = train(out_dir=tmp_path / "run", config=_cfg(epochs=8, lr=1e-2), data_dir=tmp_path,
+    res = train(out_dir=tmp_path / "run", config=_cfg(epochs=8, lr=1e-2), data_dir=tmp_path / "data",
                 model_options=dict(TINY_MODEL, dropout=0.0), progress=False)
     ck = load_checkpoint(tmp_path / "run")
     assert ck.model.config.multilabel is False
@@ -185,15 +186,16 @@ def test_top_k_says_how_many_notes_it_dropped(tmp_path, caplog):
     rng = random.Random(1)
     topics = {"a": "alpha apple arm", "b": "beta bone back", "c": "gamma cell chest"}
     dropped = {"train": 0, "dev": 0, "test": 0}
+    (tmp_path / "data").mkdir()
     for split, n in {"train": 60, "dev": 20, "test": 20}.items():
-        with open(tmp_path / f"{split}.jsonl", "w") as f:
+        with open(tmp_path / "data" / f"{split}.jsonl", "w") as f:
             for i in range(n):
                 labels = [] if i % 5 == 0 else [rng.choice("ab") if i % 7 else "c"]
                 dropped[split] += not labels or labels == ["c"]
                 text = " ".join(rng.choice(topics[labels[0]].split()) if labels else "note" for _ in range(5))
                 f.write(json.dumps({"id": f"{split}{i}", "text": text, "labels": labels}) + "\n")
     with caplog.at_level("WARNING", logger="clinicode.train"):
-        train(out_dir=tmp_path / "run", config=TrainConfig(model="tfidf-lr", top_k=2), data_dir=tmp_path, progress=False)
+        train(out_dir=tmp_path / "run", config=TrainConfig(model="tfidf-lr", top_k=2), data_dir=tmp_path / "data", progress=False)
     [msg] = [r.getMessage() for r in caplog.records if "--top-k" in r.getMessage()]
     assert msg.startswith(f"--top-k 2 kept 2 labels and dropped {sum(dropped.values())} notes")
     assert f"train {dropped['train']}, dev {dropped['dev']}, test {dropped['test']}" in msg

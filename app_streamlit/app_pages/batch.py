@@ -24,7 +24,8 @@ up = st.file_uploader(
 tuned = float(pred.threshold)
 thr = st.number_input(
     "Threshold", 0.0, 1.0, value=round(tuned, 3), step=0.01, format="%.3f", key=f"batch_threshold_{run.name}",
-    help=f"Codes with probability ≥ threshold are predicted. Default: the dev-tuned {tuned:.3f}.",
+    help=f"Codes with probability above the threshold are predicted (a single-label model predicts its top code). "
+         f"Default: the dev-tuned {tuned:.3f}.",
 )
 if up is None:
     st.info("Upload a file to score it.")

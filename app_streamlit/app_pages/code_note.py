@@ -21,7 +21,10 @@ st.caption(
     "Notes stay in this browser session: nothing is saved or logged."
 )
 
-sources = ["Paste text", "Upload .txt"] + (["Test split note"] if data_dir is not None else [])
+test_df, test_problem = state.test_notes(data_dir) if data_dir is not None else (None, None)
+if test_problem:
+    st.warning(f"Test-split notes are not available: {test_problem}.")
+sources = ["Paste text", "Upload .txt"] + (["Test split note"] if test_df is not None else [])
 source = st.radio("Note source", sources, horizontal=True, key="note_source")
 
 text: str | None = None
@@ -43,7 +46,6 @@ elif source == "Upload .txt":
             st.error(f"{up.name} is not UTF-8 text; save it as UTF-8 and upload it again.")
             st.stop()
 else:
-    test_df = state.read_test_notes(str(data_dir))
     ids = test_df["id"].tolist()
     n_gold = dict(zip(ids, (len(x) for x in test_df["labels"])))
     note_id = st.selectbox(
@@ -83,11 +85,15 @@ if p.error:
 
 descs = dict(zip(pred.labels.codes, pred.labels.descriptions))
 tuned = float(pred.threshold)
-thr = st.slider(
-    "Threshold", 0.0, 1.0, value=round(tuned, 3), step=0.005, format="%.3f", key=f"threshold_{run.name}",
-    help=f"Codes with probability ≥ threshold are predicted. Default: the dev-tuned {tuned:.3f}.",
-)
-table = render.code_table(p.scores, descs, thr, gold=gold, top_k=10)
+if pred.single_label:
+    thr = tuned
+    st.caption("This model gives one code per note (single-label): its prediction is the top-scored code.")
+else:
+    thr = st.slider(
+        "Threshold", 0.0, 1.0, value=round(tuned, 3), step=0.005, format="%.3f", key=f"threshold_{run.name}",
+        help=f"Codes with probability above the threshold are predicted. Default: the dev-tuned {tuned:.3f}.",
+    )
+table = render.code_table(p.scores, descs, thr, gold=gold, top_k=10, single_label=pred.single_label)
 predicted = table.loc[table["above_threshold"], "code"].tolist()
 st.session_state["predicted_codes"] = predicted
 
@@ -116,7 +122,8 @@ with left:
             "outcome": st.column_config.TextColumn("Outcome", width="small"),
         },
     )
-    record = render.prediction_record(p, threshold=thr, run=run.name, note_id=note_id, gold=gold)
+    record = render.prediction_record(p, threshold=thr, run=run.name, note_id=note_id, gold=gold,
+                                      single_label=pred.single_label)
     st.download_button(
         "Download predictions (JSON)", render.json_bytes(record), file_name=f"{note_id or 'note'}_codes.json",
         mime="application/json", key="dl_json", on_click="ignore", icon=":material/download:",

@@ -30,6 +30,10 @@ if data_dir is None:
     )
     st.stop()
 
+_, problem = state.test_notes(data_dir)
+if problem:
+    st.warning(f"This page needs the run's test notes, but {problem}.")
+    st.stop()
 emb = state.test_embeddings(str(run), str(data_dir))
 Z, C, labels = emb["Z"], emb["C"], emb["labels"]      # [N, P], [K, P], N gold-code lists
 codes = list(pred.labels.codes)

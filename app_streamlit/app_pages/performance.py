@@ -62,8 +62,11 @@ if not per.empty:
 
 # ---------------------------------------------------------------- curves from scores_test.npz
 sc = state.read_scores_test(str(run))
-if sc is None:
+if not sc:
     st.info("This run has no `scores_test.npz`, so the threshold and ROC curves are not available.")
+    st.stop()
+if "error" in sc:
+    st.warning(f"The threshold and ROC curves are not available: {sc['error']}.")
     st.stop()
 y_true, scores = sc["y_true"], sc["scores"]
 

@@ -2,9 +2,38 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from clinicode.errors import DataFormatError
+
+# Undotted ICD-9-CM as MIMIC stores them, ASCII digits only (a full-width '４０１９' or 'NA' is not a code):
+# diagnoses 001-999 with up to 2 decimals, V01-V91 with up to 2, E000-E999 with 1; procedures 00-99 with 1-2.
+_DX = re.compile(r"[0-9]{3}[0-9]{0,2}|V[0-9]{2}[0-9]{0,2}|E[0-9]{3}[0-9]?")
+_PX = re.compile(r"[0-9]{2}[0-9]{1,2}")
+
+
+def is_icd9_diagnosis(code: str) -> bool:
+    """True for an ICD-9-CM diagnosis code, dotted or not ('4019', '401.9', 'V5861', 'E8497')."""
+    c = code.strip().upper()
+    if "." in c:
+        head, _, tail = c.partition(".")
+        if not tail or "." in tail or len(head) != (4 if head.startswith("E") else 3):
+            return False
+        c = head + tail
+    return _DX.fullmatch(c) is not None
+
+
+def is_icd9_procedure(code: str) -> bool:
+    """True for an ICD-9-CM procedure code of 3-4 digits, dotted or not ('3893', '38.93', '966');
+    a 2-character code is left to `format_procedure`, which names it as a data error."""
+    c = code.strip()
+    if "." in c:
+        head, _, tail = c.partition(".")
+        if len(head) != 2 or not tail or "." in tail:
+            return False
+        c = head + tail
+    return (len(c) <= 2 and c.isascii() and c.isdigit()) or _PX.fullmatch(c) is not None
 
 
 def format_diagnosis(code: str) -> str:

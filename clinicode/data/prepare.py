@@ -17,11 +17,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from clinicode.artifacts import atomic_dir, make_manifest, sha256_file, write_manifest
+from clinicode.artifacts import atomic_dir, check_output, make_manifest, sha256_file, write_manifest
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50, LABELS_FILE, SPLITS
 from clinicode.data import mimic
-from clinicode.data.icd9 import format_diagnosis, format_procedure, load_descriptions_tsv
+from clinicode.data.icd9 import format_diagnosis, format_procedure, is_icd9_diagnosis, is_icd9_procedure, load_descriptions_tsv
 from clinicode.data.labels import LabelSet
+from clinicode.data.prepared import is_prepared_dataset
 from clinicode.data.splits import is_caml50, read_splits, split_file
 from clinicode.errors import ConfigError, DataFormatError
 
@@ -39,11 +40,12 @@ DESCRIPTIONS_TSV = "ICD9_descriptions.tsv"
 
 
 def _dot_codes(codes: pd.DataFrame, *, is_diagnosis: bool, path: str) -> pd.Series:
-    """Dotted code per row; formats each distinct raw code once."""
+    """Dotted code per row ("" for a value that is not an ICD-9 code); formats each distinct raw code once."""
     fmt = format_diagnosis if is_diagnosis else format_procedure
+    valid = is_icd9_diagnosis if is_diagnosis else is_icd9_procedure
     uniq = codes["ICD9_CODE"].unique()
     try:
-        mapping = {raw: fmt(raw) for raw in uniq}
+        mapping = {raw: fmt(raw) if valid(raw) else "" for raw in uniq}
     except DataFormatError as err:
         raise DataFormatError(f"{path}: {err}") from err
     return codes["ICD9_CODE"].map(mapping).astype(str)
@@ -176,6 +178,8 @@ def prepare_mimic(
         raise ConfigError(f"chunksize must be a positive integer, got {chunksize!r}.")
     if expect_caml_counts and splits_dir is None:
         raise ConfigError("expect_caml_counts=True needs splits_dir with CAML's *_50_hadm_ids.csv files; pass --splits-dir.")
+    check_output(out_dir, option="--out", command="prepare", folder=True, recognise=is_prepared_dataset,
+                 inputs={"--mimic-dir": mimic_dir, "--splits-dir": splits_dir})
 
     # Fail fast on missing inputs before the long NOTEEVENTS pass.
     paths = {t: mimic.find_table(mimic_dir, t) for t in (mimic.NOTEEVENTS, mimic.DIAGNOSES_ICD, mimic.PROCEDURES_ICD)}
@@ -194,9 +198,11 @@ def prepare_mimic(
         raw, stats = mimic.read_codes(mimic_dir, table)
         for reason, n in stats.dropped.items():
             drop(f"{table}.{reason}", n)
+        dotted = _dot_codes(raw, is_diagnosis=is_dx, path=stats.path)
+        malformed = dotted == ""
+        drop(f"{table}.malformed_code", int(malformed.sum()))  # e.g. 'NA', '401.90000', full-width digits
         parts.append(pd.DataFrame({
-            "HADM_ID": raw["HADM_ID"], "SUBJECT_ID": raw["SUBJECT_ID"],
-            "code": _dot_codes(raw, is_diagnosis=is_dx, path=stats.path),
+            "HADM_ID": raw["HADM_ID"][~malformed], "SUBJECT_ID": raw["SUBJECT_ID"][~malformed], "code": dotted[~malformed],
         }))
     codes = pd.concat(parts, ignore_index=True)
     n_code_rows = len(codes)
@@ -224,6 +230,12 @@ def prepare_mimic(
             raise DataFormatError("No codes on admissions with a discharge summary; cannot rank the most frequent codes.")
     descriptions, desc_sources = _descriptions(mimic_dir, splits_dir)
     labels = LabelSet.from_codes(label_codes, descriptions)
+    undescribed = [c for c, d in zip(labels.codes, labels.descriptions) if not d]
+    if undescribed:
+        missing_tables = [t for t in (mimic.D_ICD_DIAGNOSES, mimic.D_ICD_PROCEDURES) if t not in desc_sources]
+        log.warning("%d of %d label codes have no description (e.g. %s)%s; their code vectors start from the code "
+                    "string instead.", len(undescribed), len(labels), ", ".join(undescribed[:3]),
+                    f": {', '.join(missing_tables)} not found in {mimic_dir}" if missing_tables else "")
 
     # Labels per document, sorted by label index.
     in_set = codes[codes["code"].isin(set(label_codes))]
@@ -278,6 +290,7 @@ def prepare_mimic(
         "missing_from_data": missing_from_data,
         "label_set": label_set,
         "comparable": comparable,
+        "labels_without_description": undescribed,
         "out_dir": str(out_dir),
     }
     if not comparable:
@@ -320,7 +333,7 @@ def prepare_mimic(
         comparability="comparable with CAML top-50 results" if comparable else NOT_COMPARABLE,
     )
 
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, replaces=is_prepared_dataset) as tmp:
         for s in SPLITS:
             part = docs[docs["split"] == s].sort_values("HADM_ID")
             _write_split(tmp / f"{s}.parquet", pd.DataFrame({

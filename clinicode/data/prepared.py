@@ -6,6 +6,7 @@ Used by training and evaluation; never reads raw MIMIC tables and never writes.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import logging
 from collections import Counter
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from clinicode.artifacts import read_json
+from clinicode.artifacts import manifest_kind, read_json, sha256_file
 from clinicode.constants import ID, LABELS, LABELS_FILE, MANIFEST_FILE, SPLITS, SUBJECT_ID, TEXT
 from clinicode.data.labels import LabelSet
 from clinicode.data.text import describe_columns
@@ -27,6 +28,12 @@ log = logging.getLogger(__name__)
 FORMATS = ("parquet", "jsonl", "csv")  # first match wins when a split exists in several formats
 REQUIRED_SPLITS = ("train", "dev")
 CSV_LABEL_SEP = ";"
+PREPARED_KIND = "prepared-dataset"
+
+
+def is_prepared_dataset(folder: Path) -> bool:
+    """True for a folder written by `clinicode prepare` (its manifest.json says so)."""
+    return manifest_kind(folder) == PREPARED_KIND
 
 
 @dataclass
@@ -93,7 +100,7 @@ def _check_utf8(path: Path) -> None:
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
     rows = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is read (and dropped), as in CSV
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -115,6 +122,13 @@ def _read_csv(path: Path) -> pd.DataFrame:
     except (pd.errors.ParserError, ValueError) as err:
         raise DataFormatError(f"{path} cannot be parsed as CSV ({type(err).__name__}); expected columns id, text, labels.") from err
     if LABELS in df.columns:
+        comma = next((i for i, s in enumerate(df[LABELS]) if "," in s), None)
+        if comma is not None:
+            rid = df[ID].iloc[comma] if ID in df.columns else f"row {comma + 1}"
+            raise DataFormatError(
+                f"{path}: the labels of document {rid!r} contain ','; in CSV, codes are separated by "
+                f"'{CSV_LABEL_SEP}' (e.g. 401.9;428.0). Replace the commas, or use JSONL with a list."
+            )
         df[LABELS] = _column([[c.strip() for c in s.split(CSV_LABEL_SEP) if c.strip()] for s in df[LABELS]], df.index)
     return df
 
@@ -184,6 +198,49 @@ def _read_split(path: Path) -> pd.DataFrame:
     df[TEXT] = text.astype(str)
     df[LABELS] = _column([_as_label_list(v, path, i) for v, i in zip(df[LABELS], df[ID])], df.index)
     return df
+
+
+def _leaks(splits: dict[str, pd.DataFrame]) -> dict[str, dict[str, int]]:
+    """Ids and note texts that occur in more than one split: {"ids": {"train/test": n}, "texts": {...}}."""
+    found: dict[str, dict[str, int]] = {"ids": {}, "texts": {}}
+    keys = {name: (set(df[ID]), {hashlib.sha1(t.encode("utf-8")).digest() for t in df[TEXT]}) for name, df in splits.items()}
+    names = list(keys)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            for n, what in ((len(keys[a][0] & keys[b][0]), "ids"), (len(keys[a][1] & keys[b][1]), "texts")):
+                if n:
+                    found[what][f"{a}/{b}"] = n
+    return found
+
+
+def read_split(path: Path, split: str) -> pd.DataFrame:
+    """One split of a dataset folder, validated, with every gold code as given (nothing filtered).
+
+    For evaluating a checkpoint, whose label set (not this folder's) decides which codes count.
+
+    Raises:
+        DataFormatError: missing folder or split, or a file that breaks the contract (see `load_dataset`).
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise DataFormatError(f"dataset folder {path} does not exist; pass the folder written by `clinicode prepare`.")
+    file = _find_split_file(path, split)
+    if file is None:
+        present = [s for s in SPLITS if _find_split_file(path, s) is not None]
+        raise DataFormatError(
+            f"split {split!r} not in {path}; available splits: {', '.join(present) or 'none'}. Add {split}.parquet/.jsonl/.csv to the folder."
+        )
+    return _read_split(file)
+
+
+def dataset_fingerprint(path: Path) -> str:
+    """SHA-256 over the split files and labels.json of a dataset folder: what `train --resume` checks."""
+    path = Path(path)
+    h = hashlib.sha256()
+    for name in [*(f.name for s in SPLITS if (f := _find_split_file(path, s)) is not None), LABELS_FILE]:
+        if (path / name).is_file():
+            h.update(f"{name}:{sha256_file(path / name)}\n".encode())
+    return h.hexdigest()
 
 
 def _top_codes(train: pd.DataFrame, top_k: int) -> list[str]:
@@ -272,6 +329,13 @@ def load_dataset(path: Path, *, top_k: int | None = None) -> PreparedDataset:
         stats["top_k"] = top_k
         stats["documents_without_top_k_label"] = dropped_docs
 
+    leaks = _leaks(splits)
+    if leaks["ids"] or leaks["texts"]:
+        stats["leakage"] = leaks
+        log.warning("%s: the same notes are in more than one split (ids: %s; identical texts: %s); dev and test "
+                    "scores will be optimistic. Remove the repeats from dev/test.", path,
+                    ", ".join(f"{k} {v:,}" for k, v in leaks["ids"].items()) or "none",
+                    ", ".join(f"{k} {v:,}" for k, v in leaks["texts"].items()) or "none")
     index = {c: i for i, c in enumerate(labels.codes)}
     for df in splits.values():
         df[LABELS] = _column([sorted(set(row), key=index.__getitem__) for row in df[LABELS]], df.index)

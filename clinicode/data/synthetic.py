@@ -326,7 +326,69 @@ def _insert_padding(text: str, corpus: str, span: tuple[int, int, int, int]) -> 
     return f"{text[:i]}{corpus[b1:e1].rstrip()}{text[i:j]}\n{corpus[b2:e2].rstrip()}{text[j:]}"
 
 
+SYNTHETIC_KIND = "synthetic-mimic"
+
+
+def is_synthetic_folder(folder: Path) -> bool:
+    """True for a folder written by `clinicode demo-data` (its manifest, or the README banner of older versions)."""
+    from clinicode.artifacts import manifest_kind
+
+    if manifest_kind(folder) == SYNTHETIC_KIND:
+        return True
+    try:
+        with open(Path(folder) / "README.txt", encoding="utf-8") as f:
+            return f.readline().startswith("SYNTHETIC DATA")
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def write_demo_mimic(
+    out_dir: Path,
+    *,
+    n_admissions: int = 2000,
+    n_other_notes: int | None = None,
+    seed: int = 0,
+    hadm_ids_from: Path | None = None,
+    gzip: bool = False,
+    discharge_chars: int | None = None,
+    other_chars: int | None = None,
+) -> dict:
+    """Write a synthetic MIMIC-III-shaped folder atomically; the options are those of `_write_demo_mimic`.
+
+    `out_dir` may be new, empty, or an earlier `demo-data` folder (replaced whole); anything else is refused.
+
+    Raises:
+        ConfigError: bad options, or an `out_dir` this command may not replace.
+        DataFormatError: unreadable or overlapping split lists in `hadm_ids_from`.
+    """
+    from clinicode.artifacts import atomic_dir, check_output, make_manifest, write_manifest
+
+    options = dict(n_admissions=n_admissions, n_other_notes=n_other_notes, seed=seed, hadm_ids_from=hadm_ids_from,
+                   gzip=gzip, discharge_chars=discharge_chars, other_chars=other_chars)
+    _check_options(n_admissions, n_other_notes, discharge_chars, other_chars)
+    final = Path(out_dir)
+    check_output(final, option="--out", command="demo-data", folder=True, recognise=is_synthetic_folder,
+                 inputs={"--hadm-ids-from": hadm_ids_from})
+    with atomic_dir(final, replaces=is_synthetic_folder) as tmp:
+        summary = _write_demo_mimic(tmp, **options)
+        summary["out_dir"] = str(final)
+        summary["files"] = {k: str(final / Path(v).name) for k, v in summary["files"].items()}
+        write_manifest(tmp, make_manifest(SYNTHETIC_KIND, format="mimic3",
+                                          **{k: v for k, v in summary.items() if k not in ("out_dir", "files")}))
+    return summary
+
+
+def _check_options(n_admissions: int, n_other_notes: int | None, discharge_chars: int | None, other_chars: int | None) -> None:
+    if not isinstance(n_admissions, int) or n_admissions < 1:
+        raise ConfigError(f"n_admissions must be a positive integer, got {n_admissions!r}.")
+    if n_other_notes is not None and (not isinstance(n_other_notes, int) or n_other_notes < 0):
+        raise ConfigError(f"n_other_notes must be a non-negative integer, got {n_other_notes!r}.")
+    for name, value in (("discharge_chars", discharge_chars), ("other_chars", other_chars)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConfigError(f"{name} must be a positive integer or None, got {value!r}.")
+
+
+def _write_demo_mimic(
     out_dir: Path,
     *,
     n_admissions: int = 2000,
@@ -369,13 +431,7 @@ def write_demo_mimic(
         ConfigError: n_admissions < 1, n_other_notes < 0, or discharge_chars/other_chars < 1.
         DataFormatError: unreadable or overlapping split lists in `hadm_ids_from`.
     """
-    if not isinstance(n_admissions, int) or n_admissions < 1:
-        raise ConfigError(f"n_admissions must be a positive integer, got {n_admissions!r}.")
-    if n_other_notes is not None and (not isinstance(n_other_notes, int) or n_other_notes < 0):
-        raise ConfigError(f"n_other_notes must be a non-negative integer, got {n_other_notes!r}.")
-    for name, value in (("discharge_chars", discharge_chars), ("other_chars", other_chars)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise ConfigError(f"{name} must be a positive integer or None, got {value!r}.")
+    _check_options(n_admissions, n_other_notes, discharge_chars, other_chars)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)

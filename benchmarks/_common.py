@@ -68,29 +68,3 @@ def write_section(name: str, body: str) -> None:
     tmp = BENCHMARKS_MD.with_suffix(".md.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(BENCHMARKS_MD)
-
-
-def straightforward_leam(config):
-    """The paper's LEAM written the obvious way (einsum G, a 1-channel convolution over [B*K, 1, L], einsum z):
-    the reference that clinicode's optimised paths are compared with. Same parameters as clinicode.model.LEAM."""
-    import torch
-    import torch.nn.functional as F
-
-    from clinicode.model import LEAM
-
-    class Straightforward(LEAM):
-        def lookup(self, ids):
-            return self.word_emb(ids)                                               # nn.Embedding's own backward
-
-        def attend(self, words, mask, with_phrase=True):
-            words_n = words / (words.norm(dim=-1, keepdim=True) + 1e-8)
-            labels_n = self.label_emb / (self.label_emb.norm(dim=-1, keepdim=True) + 1e-8)
-            G = torch.einsum("blp,kp->bkl", words_n, labels_n) * mask.unsqueeze(1)
-            Bn, Kn, Ln = G.shape
-            u = F.conv1d(G.reshape(Bn * Kn, 1, Ln), self.phrase_w.view(1, 1, -1), padding=self.config.radius)
-            u = F.relu(u.view(Bn, Kn, Ln) + self.phrase_b.view(1, Kn, 1))
-            beta = torch.softmax(u.amax(dim=1).masked_fill(~mask, float("-inf")), dim=-1)
-            z = torch.einsum("bl,blp->bp", beta, words)
-            return beta, z, u
-
-    return Straightforward(config)

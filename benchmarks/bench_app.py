@@ -71,9 +71,9 @@ def main() -> None:
         pred.predict([n], top_k=None, threshold=0.0, explain=5)
         lat.append(time.perf_counter() - t)
     ck = pred.checkpoint
-    from benchmarks._common import straightforward_leam
+    from clinicode.model import LEAM
 
-    plain = straightforward_leam(ck.model.config)
+    plain = LEAM(ck.model.config, fast=False)  # the model's plain PyTorch path: the reference
     plain.load_state_dict(ck.model.state_dict())
     plain.eval()
     naive = []

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks._common import machine_line, median_time, straightforward_leam, synthetic_notes, publish  # noqa: E402
+from benchmarks._common import machine_line, median_time, synthetic_notes, publish  # noqa: E402
 from clinicode.batching import pad_batch  # noqa: E402
 from clinicode.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from clinicode.config import LEAMConfig, TrainConfig  # noqa: E402
@@ -60,7 +60,7 @@ def main() -> None:
     ck = load_checkpoint(ck_dir)
     pred = Predictor(ck)
     tok = ck.tokenizer
-    model = straightforward_leam(ck.model.config)
+    model = LEAM(ck.model.config, fast=False)  # the model's plain PyTorch path: the reference
     model.load_state_dict(ck.model.state_dict())
     model.eval()
     n = len(notes)

@@ -45,9 +45,7 @@ def _child(spec: dict) -> dict:
     cfg = LEAMConfig(vocab_size=VOCAB, n_labels=K, embed_dim=P, radius=r)
 
     if spec["impl"] == "straightforward":
-        from benchmarks._common import straightforward_leam
-
-        model = straightforward_leam(cfg)
+        model = LEAM(cfg, fast=False)  # the model's plain PyTorch path: the reference
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     else:
         from clinicode.config import TrainConfig

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from clinicode import __version__
-from clinicode.constants import MANIFEST_FILE, RUN_FILE, SCHEMA_VERSION
+from clinicode.constants import MANIFEST_FILE, RUN_DATA_DIR, RUN_FILE, SCHEMA_VERSION
 from clinicode.errors import ConfigError
 
 
@@ -304,9 +304,6 @@ def _probe_writable(folder: Path, option: str, given: Path) -> None:
         os.unlink(tmp)
     except OSError as err:
         raise ConfigError(f"{option} {given}: cannot write in {folder} ({err.strerror}); pass a writable location.") from None
-
-
-RUN_DATA_DIR = "data"  # RUN/data: the prepared dataset of `train --mimic-dir` and the pipelines
 
 
 def is_run_folder(folder: Path) -> bool:

@@ -365,3 +365,14 @@ class TfidfLR:
         model.intercept = intercept.astype(np.float32)
         model._counter = model._count_vectorizer(model.vocabulary)
         return model
+
+
+def fit_tfidf_lr(texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> TfidfLR:
+    """The bag-of-words baseline `train --model tfidf-lr` fits: one LR per code, or one softmax LR for single-label data.
+
+    Args:
+        texts: the training notes.
+        y: [N, K] 0/1 gold matrix.
+        single_label: every note has exactly one code (then a multinomial LR).
+    """
+    return TfidfLR(TfidfLRConfig(softmax=single_label), n_labels=y.shape[1]).fit(texts, y)

@@ -14,13 +14,17 @@ from typing import TYPE_CHECKING, Any
 from clinicode import __version__
 from clinicode.artifacts import atomic_dir, make_manifest, manifest_kind, read_json, sha256_file, write_json_atomic, write_safetensors_atomic
 from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict, load_config, save_config
-from clinicode.constants import (
+from clinicode.constants import (  # noqa: F401  (artefact names are re-exported: the app takes them from here)
+    CHECKPOINT_DIR,
+    HISTORY_FILE,
     LABELS_FILE,
     MANIFEST_FILE,
     METRICS_DEV_FILE,
     METRICS_TEST_FILE,
     MODEL_CONFIG_FILE,
+    RUN_DATA_DIR,
     SCHEMA_VERSION,
+    SCORES_TEST_FILE,
     THRESHOLD_FILE,
     TOKENIZER_FILE,
     TRAIN_CONFIG_FILE,
@@ -33,7 +37,6 @@ from clinicode.tokenizer import ClinicalTokenizer
 if TYPE_CHECKING:  # torch and the model load only with the weights: verifying a checkpoint needs neither
     import torch
 
-CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_KIND = "checkpoint"
 BASELINE_FILES = ("tfidf_lr.safetensors", "tfidf_lr.json")
 _COMMON_FILES = (LABELS_FILE, THRESHOLD_FILE, TRAIN_CONFIG_FILE)

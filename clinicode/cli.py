@@ -156,11 +156,13 @@ def train_cli(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Train LEAM (or tfidf-lr) and write a self-contained checkpoint."""
-    from clinicode.config import TrainConfig
+    from clinicode.config import TrainConfig, config_to_dict
     from clinicode.evaluate import format_table
     from clinicode.runtime import keep_freed_memory
     from clinicode.train import train
 
+    if (data is None) == (mimic_dir is None):
+        raise ConfigError("give exactly one of --data DIR (a prepared dataset) or --mimic-dir DIR (MIMIC-III tables).")
     keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
     cfg = TrainConfig(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len, embeddings=embeddings,
                       weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight,
@@ -173,13 +175,35 @@ def train_cli(
                    f"macro-AUC {row.get('dev_auc_macro', float('nan')):.4f}  P@5 {row.get('dev_prec_at_5', 0):.4f}  "
                    f"{row['seconds']:.1f}s{'  *best' if row['best'] else ''}", err=True)
 
-    result = train(out_dir=out, config=cfg, data_dir=data, mimic_dir=mimic_dir, splits_dir=splits_dir, label_set=label_set,
+    if mimic_dir is not None:
+        data = _prepare_into_run(out, mimic_dir=mimic_dir, splits_dir=splits_dir, label_set=label_set, top_k=top_k,
+                                 device=device, resume=resume)
+        cfg = TrainConfig(**{**config_to_dict(cfg), "top_k": None})  # the label set was chosen when preparing
+    result = train(out_dir=out, config=cfg, data_dir=data,
                    model_options=options, descriptions_path=descriptions, resume=resume,
                    progress=progress and sys.stderr.isatty(), on_epoch=on_epoch)
     if result.get("test"):
         typer.echo("test metrics:")
         typer.echo(format_table(result["test"]))
     typer.echo(f"checkpoint: {Path(out) / 'checkpoint'}")
+
+
+def _prepare_into_run(out: Path, *, mimic_dir: Path, splits_dir: Path | None, label_set: str, top_k: int | None,
+                      device: str, resume: bool) -> Path:
+    """`train --mimic-dir`: prepare the tables into RUN/data (rank 0 under torchrun), then train reads that folder."""
+    from clinicode.constants import RUN_DATA_DIR
+    from clinicode.data.prepare import prepare_mimic
+    from clinicode.data.prepared import is_prepared_dataset
+    from clinicode.runtime import barrier, init_distributed, pick_device
+    from clinicode.train import check_run_folder
+
+    check_run_folder(out, resume=resume, inputs={"--mimic-dir": mimic_dir, "--splits-dir": splits_dir})
+    data = out / RUN_DATA_DIR
+    rank, _ = init_distributed(pick_device(device))
+    if rank == 0 and not (resume and is_prepared_dataset(data)):
+        _print_summary(prepare_mimic(mimic_dir, data, splits_dir=splits_dir, label_set=label_set, top_k=top_k or 50))
+    barrier()  # under torchrun the other ranks wait for rank 0's prepared data
+    return data
 
 
 @app.command("evaluate")

@@ -18,6 +18,9 @@ THRESHOLD_FILE = "threshold.json"
 METRICS_DEV_FILE = "metrics_dev.json"
 METRICS_TEST_FILE = "metrics_test.json"
 HISTORY_FILE = "history.jsonl"
+SCORES_TEST_FILE = "scores_test.npz"  # RUN/scores_test.npz: ids, gold and scores of the test split
+CHECKPOINT_DIR = "checkpoint"      # RUN/checkpoint
+RUN_DATA_DIR = "data"              # RUN/data: the prepared dataset of `train --mimic-dir` and the pipelines
 RUN_FILE = "run.json"              # marks a run folder (RUN/) from the moment `train` starts
 
 DEFAULT_MAX_LEN = 2500

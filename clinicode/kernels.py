@@ -13,6 +13,10 @@ against it, forward and backward, and with gradcheck) with fewer passes over mem
   instead of autograd's chain through the norm (five passes over [B, L, P]).
 - `embed`: the word lookup whose backward is `index_add_` (deterministic on CPU), ~4x faster than
   `embedding_dense_backward` on a 50,000-word table.
+- `table_phrase_max` (inference): m, and u when asked for, from a stored [V, K] word-code cosine table, gathering G
+  a few notes at a time so the working set stays in cache; no autograd.
+
+`clinicode.model.LEAM.forward` decides when each kernel runs (its `fast` switch); off the CPU it uses plain PyTorch.
 """
 
 from __future__ import annotations
@@ -98,13 +102,8 @@ def phrase_window(G: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         G: [B, L, K] compatibility (codes last).
         w: [2r+1] window weights shared by all codes.
     Returns:
-        [B, L, K]. On CUDA (or without CPU-friendly shapes) a depthwise convolution computes the same thing.
+        [B, L, K] (CPU, float32 or float64).
     """
-    if G.device.type != "cpu" or G.dtype not in (torch.float32, torch.float64):
-        K = G.shape[-1]
-        r = w.numel() // 2
-        u = F.conv1d(G.transpose(1, 2), w.view(1, 1, -1).expand(K, 1, -1), padding=r, groups=K)  # [B, K, L]
-        return u.transpose(1, 2)                                                                # [B, L, K]
     return _PhraseWindow.apply(G.contiguous(), w)
 
 
@@ -145,11 +144,8 @@ def cosine_compat(words: torch.Tensor, labels_n: torch.Tensor, mask: torch.Tenso
         labels_n: [K, P] label vectors already divided by their norms.
         mask: [B, L] bool, True for real tokens.
     Returns:
-        [B, L, K] (codes last). Off the CPU (e.g. CUDA with autocast) the plain expression runs instead.
+        [B, L, K] (codes last).
     """
-    if words.device.type != "cpu":
-        inv = mask.unsqueeze(-1).to(words.dtype) / (words.norm(dim=-1, keepdim=True) + _EPS)  # [B, L, 1]
-        return torch.matmul(words, labels_n.t()) * inv
     return _Cosine.apply(words, labels_n, mask)
 
 
@@ -171,9 +167,7 @@ class _Embed(torch.autograd.Function):
 
 
 def embed(weight: torch.Tensor, ids: torch.Tensor, padding_idx: int = 0) -> torch.Tensor:
-    """`F.embedding(ids, weight, padding_idx)` with a faster CPU backward; other devices use F.embedding."""
-    if weight.device.type != "cpu":
-        return F.embedding(ids, weight, padding_idx=padding_idx)
+    """`F.embedding(ids, weight, padding_idx)` with a faster CPU backward."""
     return _Embed.apply(weight, ids, padding_idx)
 
 
@@ -232,8 +226,41 @@ def phrase_max(G: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Te
         w: [2r+1] window weights.
         bias: [K] per-code bias b1.
     Returns:
-        [B, L].
+        [B, L] (CPU, float32 or float64).
     """
-    if G.device.type != "cpu" or G.dtype not in (torch.float32, torch.float64):
-        return F.relu(phrase_window(G, w) + bias).amax(dim=2)
     return _PhraseMax.apply(G.contiguous(), w, bias)
+
+
+@torch.no_grad()
+def table_phrase_max(ids: torch.Tensor, table: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, *,
+                     keep_u: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """m = max over codes of ReLU(window(G) + bias) with G[b, l] = table[ids[b, l]] (inference; no autograd).
+
+    PAD's table row is 0, so padding ids on both sides gives the window's "same" zero padding for free; G is gathered
+    for a few notes at a time, so the [n, L+2r, K] working set stays in the CPU cache.
+
+    Args:
+        ids: [B, L] token ids, 0 = PAD.
+        table: [V, K] word-code cosines with row 0 all zero (`LEAM.word_code_table`).
+        w: [2r+1] window weights W1.
+        bias: [K] per-code bias b1.
+        keep_u: also return u.
+    Returns:
+        (m [B, L], u [B, L, K] or None).
+    """
+    B, L = ids.shape
+    K = table.shape[1]
+    r = w.numel() // 2
+    wl = w.detach().tolist()
+    ids_p = F.pad(ids, (r, r), value=0)                                # [B, L+2r]
+    m = torch.empty(B, L, dtype=table.dtype)
+    u_all = torch.empty(B, L, K, dtype=table.dtype) if keep_u else None
+    scratch = torch.empty(min(B, _NOTES_PER_PASS), L, K, dtype=table.dtype)
+    for s in range(0, B, _NOTES_PER_PASS):
+        Gp = F.embedding(ids_p[s:s + _NOTES_PER_PASS], table)          # [n, L+2r, K]
+        u = _shifted_sum(Gp, wl, L, scratch[:Gp.shape[0]])             # [n, L, K] window
+        u.add_(bias).relu_()
+        m[s:s + _NOTES_PER_PASS] = u.amax(dim=2)
+        if u_all is not None:
+            u_all[s:s + _NOTES_PER_PASS] = u
+    return m, u_all

@@ -1,8 +1,8 @@
 """Scoring notes with a checkpoint: `Predictor.from_checkpoint(dir).predict(texts)` -> typed records.
 
 The CLI, `evaluate` and the app all score through `Predictor.score`, so their numbers agree exactly.
-Inference stores the word-code cosine table offline (the paper's "store G offline"): one [V, K] matrix per
-loaded checkpoint, so a note's G is a row gather instead of per-token P-dimensional products.
+Scoring runs the model's own forward (`LEAM.forward`) with the word-code cosine table stored offline (the paper's
+"store G offline", `LEAM.word_code_table`): one [V, K] matrix per loaded checkpoint, so a note's G is a row gather.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import Checkpoint, load_checkpoint
@@ -26,8 +25,6 @@ from clinicode.metrics import is_predicted
 from clinicode.runtime import pick_device
 
 log = logging.getLogger(__name__)
-_EPS = 1e-8
-_CACHE_NOTES = 4  # notes per phrase-window pass on CPU: 4 x 2,500 x 50 floats stay in cache
 _PIPELINE_CHUNK = 256  # notes tokenised ahead while the model scores the previous chunk
 
 
@@ -127,18 +124,9 @@ class Predictor:
         self.batch_size = batch_size
         if self.kind == "leam":
             model = checkpoint.model
-            with torch.no_grad():
-                E = model.word_emb.weight.detach()                                       # [V, P]
-                C = model.label_emb.detach()                                             # [K, P]
-                En = E / (E.norm(dim=-1, keepdim=True) + _EPS)
-                Cn = C / (C.norm(dim=-1, keepdim=True) + _EPS)
-                self._table = (En @ Cn.T).contiguous()                                    # [V, K] word-code cosine
-                self._table[0] = 0.0                                                      # PAD: zero compatibility
-                self._words = E.contiguous()
-                self._phrase_w = [float(x) for x in model.phrase_w.detach().cpu()]       # W1 as Python floats
-                self._phrase_b = model.phrase_b.detach().clone()                          # [K] b1
-                self._table_np = self._table.float().cpu().numpy()                        # for evidence lookups
-                self._phrase_w_np = np.asarray(self._phrase_w, dtype=np.float32)
+            self._table = model.word_code_table()                                         # [V, K] G, stored offline
+            self._table_np = self._table.float().cpu().numpy()                            # for evidence lookups
+            self._phrase_w_np = model.phrase_w.detach().float().cpu().numpy()             # W1
 
     @classmethod
     def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = 64) -> "Predictor":
@@ -155,46 +143,6 @@ class Predictor:
         return self.checkpoint.max_len
 
     # ---------------------------------------------------------------- scoring
-    def _phrase_max(self, ids_p: torch.Tensor, L: int, r: int, *, keep_u: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """m (and u) for a few notes whose [n, L, K] working set fits in the CPU cache."""
-        Gp = F.embedding(ids_p, self._table)                                               # [n, L+2r, K] cosines
-        if r or self.checkpoint.model.config.compat == "cosine":
-            w = self._phrase_w
-            u = Gp[:, 0:L] * w[0]                                                          # [n, L, K]
-            for j in range(1, 2 * r + 1):
-                u.add_(Gp[:, j:j + L], alpha=w[j])                                         # [n, L, K] window sum
-            u.add_(self._phrase_b).relu_()                                                 # [n, L, K] u
-        else:
-            u = Gp                                                                         # [n, L, K] linear ablation
-        return u.amax(dim=2), (u if keep_u else None)                                      # [n, L], [n, L, K]
-
-    def _leam_batch(self, ids: torch.Tensor, mask: torch.Tensor, *, attention: bool):
-        """The model's forward pass, rearranged for inference (same mathematics as LEAM.forward).
-
-        G is gathered from the stored [V, K] table in [B, L, K] layout (codes contiguous); the phrase window
-        becomes 2r+1 shifted multiply-adds, done a few notes at a time so the working set stays in cache
-        (a 1-channel convolution over [B*K, 1, L] is several times slower on CPU); the "same" zero padding
-        comes free from padding ids with PAD, whose table row is 0; z is an `embedding_bag` weighted by
-        beta, so word vectors are never materialised per position.
-        """
-        model = self.checkpoint.model
-        cfg = model.config
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        B, L = ids.shape
-        r = cfg.radius if cfg.compat == "cosine" else 0
-        ids_p = F.pad(ids, (r, r), value=0)                                                # [B, L+2r] PAD both sides
-        step = _CACHE_NOTES if self.device.type == "cpu" else B
-        parts = [self._phrase_max(ids_p[i:i + step], L, r, keep_u=attention) for i in range(0, B, step)]
-        m = torch.cat([p[0] for p in parts]).masked_fill_(~mask, float("-inf"))           # [B, L]
-        beta = torch.softmax(m, dim=-1)                                                    # [B, L]
-        z = F.embedding_bag(ids, self._words, per_sample_weights=beta, mode="sum")        # [B, P]
-        logits = model.head(z)                                                             # [B, K]
-        probs = model.probabilities(logits)                                                # [B, K]
-        if attention:
-            u = torch.cat([p[1] for p in parts]).transpose(1, 2)                           # [B, K, L]
-            return probs, beta, u, z
-        return probs, None, None, z
-
     def _run(self, texts: Sequence[str], *, offsets: bool, attention: bool, want_doc: bool = False):
         """Scores plus optional per-note attention; notes keep their input order.
 
@@ -219,20 +167,39 @@ class Predictor:
                     nxt = starts[c + 1]
                     pending = pool.submit(tok.encode, texts[nxt:nxt + _PIPELINE_CHUNK], offsets=offsets)
                 encs.extend(chunk)
-                lengths = [len(e.ids) for e in chunk]
-                for batch in bucketed_batches(lengths, self.batch_size, rng=None):
-                    ids, mask = pad_batch([chunk[i].ids for i in batch])
-                    probs, beta, u, z = self._leam_batch(ids, mask, attention=attention)
-                    rows = batch + start
-                    scores[rows] = probs.float().cpu().numpy()
-                    if docs is not None:
-                        docs[rows] = z.float().cpu().numpy()
-                    if attention:
-                        beta_np, u_np = beta.float().cpu().numpy(), u.float().cpu().numpy()
-                        for j, i in enumerate(batch):
-                            n_tok = lengths[i]
-                            extras[start + i] = (beta_np[j, :n_tok], u_np[j, :, :n_tok])
+                self._forward([e.ids for e in chunk], start, scores, docs=docs, extras=extras if attention else None)
         return scores, encs, extras, docs
+
+    def _forward(self, id_lists: Sequence[Sequence[int]], start: int, scores: np.ndarray, *,
+                 docs: np.ndarray | None = None, extras: list[Any] | None = None) -> None:
+        """The model's forward (G looked up in the stored table) over length-bucketed batches of encoded notes;
+        fills rows start.. of `scores` (and `docs`, and beta/u per note in `extras`)."""
+        model = self.checkpoint.model
+        lengths = [len(x) for x in id_lists]
+        for batch in bucketed_batches(lengths, self.batch_size, rng=None):
+            ids, mask = pad_batch([id_lists[i] for i in batch])
+            out = model(ids.to(self.device), mask.to(self.device), return_attention=extras is not None or docs is not None,
+                        table=self._table)
+            rows = batch + start
+            scores[rows] = model.probabilities(out.logits).float().cpu().numpy()
+            if docs is not None:
+                docs[rows] = out.doc.float().cpu().numpy()
+            if extras is not None:
+                beta_np, u_np = out.beta.float().cpu().numpy(), out.phrase.float().cpu().numpy()
+                for j, i in enumerate(batch):
+                    extras[start + i] = (beta_np[j, :lengths[i]], u_np[j, :, :lengths[i]])
+
+    def score_ids(self, id_lists: Sequence[Sequence[int]]) -> np.ndarray:
+        """[N, K] float32 probabilities for notes already encoded by this checkpoint's tokenizer (LEAM only).
+
+        The same computation as `score`, without tokenising again: training scores dev with it every epoch.
+        """
+        if self.kind != "leam":
+            raise ConfigError("score_ids needs a LEAM checkpoint; tfidf-lr scores texts (use score).")
+        scores = np.zeros((len(id_lists), len(self.labels)), dtype=np.float32)
+        with _torch_threads(1 if self.device.type == "cpu" else None), torch.inference_mode():
+            self._forward(id_lists, 0, scores)
+        return scores
 
     def score(self, texts: Sequence[str]) -> np.ndarray:
         """[N, K] float32 probabilities for notes, in input order (the number `evaluate` uses)."""

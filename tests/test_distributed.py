@@ -38,3 +38,33 @@ def test_two_gloo_processes_match_one_process(demo_data, tmp_path):
     from clinicode.predict import Predictor
 
     assert Predictor.from_checkpoint(multi, device="cpu").predict(["heart failure"])[0].error is None
+
+
+@pytest.mark.slow
+def test_uneven_batch_shares_weight_every_note_equally(tmp_path):
+    """Three processes split each batch of 7 notes 3 + 2 + 2. Each rank's loss is weighted by its share, so the
+    averaged gradient is the whole batch's mean: the weights after an epoch equal one process's (no dropout)."""
+    import torch
+    from safetensors.torch import load_file
+
+    data = tmp_path / "data"
+    data.mkdir()
+    words = ["fever cough", "chest pain", "rash itch", "knee swelling", "headache nausea"]
+    for split, n in (("train", 70), ("dev", 10)):  # 70 = 10 full batches of 7: none too small to share
+        with open(data / f"{split}.jsonl", "w") as f:
+            for i in range(n):
+                f.write(json.dumps({"id": f"{split}{i}", "text": f"{words[i % 5]} note {i % 7} seen today",
+                                    "labels": [f"L{i % 5}", f"L{(i + 1) % 5}"][: 1 + i % 2]}) + "\n")
+    args = ["--data", str(data), "--epochs", "1", "--batch-size", "7", "--embeddings", "random", "--embed-dim", "8",
+            "--window", "1", "--hidden-dim", "16", "--dropout", "0", "--min-doc-freq", "1", "--ema-decay", "0",
+            "--device", "cpu", "--no-progress", "--seed", "3"]
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "clinicode", "train", "--out", str(tmp_path / "one"), *args], check=True,
+                   capture_output=True, timeout=600, env=env)
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "3",
+                          "-m", "clinicode", "train", "--out", str(tmp_path / "three"), *args],
+                         capture_output=True, text=True, timeout=900, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    one, three = (load_file(str(tmp_path / r / "state" / "last.safetensors")) for r in ("one", "three"))
+    for name in one:
+        torch.testing.assert_close(three[name], one[name], rtol=1e-4, atol=1e-5, msg=name)

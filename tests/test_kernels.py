@@ -1,25 +1,28 @@
-"""The CPU phrase-window kernel equals a depthwise convolution, forward and backward."""
+"""The CPU kernels compute the model's plain expressions (`clinicode.model._cosine`, `_window`, F.embedding),
+forward and backward, and pass gradcheck. Whole-model checks of the same are in tests/test_model.py."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from clinicode.kernels import cosine_compat, embed, phrase_max, phrase_window
+from clinicode.kernels import cosine_compat, embed, phrase_max, phrase_window, table_phrase_max
+from clinicode.model import _cosine, _window
+
+
+def _grads(out: torch.Tensor, inputs, grad: torch.Tensor, **kw):
+    return torch.autograd.grad(out, inputs, grad, **kw)
 
 
 @pytest.mark.parametrize("B,L,K,r", [(1, 1, 1, 0), (3, 7, 5, 2), (9, 40, 6, 10), (2, 5, 3, 4)])
-def test_phrase_window_matches_depthwise_conv(B, L, K, r):
+def test_phrase_window_matches_the_plain_window(B, L, K, r):
     torch.manual_seed(0)
     G = torch.randn(B, L, K, dtype=torch.float64, requires_grad=True)
     w = torch.randn(2 * r + 1, dtype=torch.float64, requires_grad=True)
-    ref = F.conv1d(G.transpose(1, 2), w.view(1, 1, -1).expand(K, 1, -1), padding=r, groups=K).transpose(1, 2)
-    out = phrase_window(G, w)
+    ref, out = _window(G, w), phrase_window(G, w)
     torch.testing.assert_close(out, ref)
     grad = torch.randn_like(ref)
-    a = torch.autograd.grad(ref, (G, w), grad)
-    b = torch.autograd.grad(out, (G, w), grad)
-    torch.testing.assert_close(a[0], b[0])
-    torch.testing.assert_close(a[1], b[1])
+    for a, b in zip(_grads(ref, (G, w), grad), _grads(out, (G, w), grad)):
+        torch.testing.assert_close(a, b)
 
 
 def test_gradcheck():
@@ -31,20 +34,12 @@ def test_gradcheck():
 
 @pytest.mark.parametrize("B,L,K,r", [(2, 33, 4, 3), (1, 64, 2, 16), (3, 95, 7, 1)])
 def test_window_weight_gradient_across_block_edges(B, L, K, r):
-    """dw is computed in 32-row blocks: note lengths on, below and above a block edge give the conv's gradient."""
+    """dw is computed in 32-row blocks: note lengths on, below and above a block edge give the plain gradient."""
     torch.manual_seed(2)
     G = torch.randn(B, L, K, dtype=torch.float64)
     w = torch.randn(2 * r + 1, dtype=torch.float64, requires_grad=True)
     grad = torch.randn(B, L, K, dtype=torch.float64)
-    ref = F.conv1d(G.transpose(1, 2), w.view(1, 1, -1).expand(K, 1, -1), padding=r, groups=K).transpose(1, 2)
-    (a,) = torch.autograd.grad(ref, w, grad)
-    (b,) = torch.autograd.grad(phrase_window(G, w), w, grad)
-    torch.testing.assert_close(a, b)
-
-
-def _reference_cosine(words, labels_n, mask):
-    inv = mask.unsqueeze(-1).to(words.dtype) / (words.norm(dim=-1, keepdim=True) + 1e-8)
-    return torch.matmul(words, labels_n.t()) * inv
+    torch.testing.assert_close(_grads(_window(G, w), w, grad)[0], _grads(phrase_window(G, w), w, grad)[0])
 
 
 def test_cosine_compat_matches_autograd_of_the_plain_expression():
@@ -56,11 +51,11 @@ def test_cosine_compat_matches_autograd_of_the_plain_expression():
         words[0, 2] = 0                                   # a zero vector: the norm's gradient must stay finite
     mask[0, 2] = True
     labels_n = labels / labels.norm(dim=-1, keepdim=True)
-    out, ref = cosine_compat(words, labels_n, mask), _reference_cosine(words, labels_n, mask)
+    out, ref = cosine_compat(words, labels_n, mask), _cosine(words, labels_n, mask)
     torch.testing.assert_close(out, ref)
     grad = torch.randn_like(ref)
-    a = torch.autograd.grad(ref, (words, labels), grad, retain_graph=True)   # labels_n's graph is shared
-    b = torch.autograd.grad(out, (words, labels), grad)
+    a = _grads(ref, (words, labels), grad, retain_graph=True)   # labels_n's graph is shared
+    b = _grads(out, (words, labels), grad)
     assert torch.isfinite(b[0]).all()
     torch.testing.assert_close(a[0], b[0])
     torch.testing.assert_close(a[1], b[1])
@@ -85,8 +80,8 @@ def test_embed_matches_nn_embedding_with_padding_row():
     ref = F.embedding(ids, weight, padding_idx=0)
     out = embed(weight, ids, padding_idx=0)
     torch.testing.assert_close(out, ref)
-    (a,) = torch.autograd.grad(ref, weight, grad)
-    (b,) = torch.autograd.grad(out, weight, grad)
+    (a,) = _grads(ref, weight, grad)
+    (b,) = _grads(out, weight, grad)
     torch.testing.assert_close(a, b)
     assert (b[0] == 0).all()
     real = ids.clamp_min(1)                               # PAD's zeroed gradient is a convention, not a derivative
@@ -95,13 +90,12 @@ def test_embed_matches_nn_embedding_with_padding_row():
 
 def test_keep_freed_memory_takes_effect_on_glibc():
     """Run in a child so the test process keeps its allocator settings."""
+    import platform
     import subprocess
     import sys
 
     code = "from clinicode.runtime import keep_freed_memory; import torch; ok = keep_freed_memory(); torch.ones(10**7).sum(); print(ok)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    import platform
-
     glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
     assert out == str(glibc)
 
@@ -115,13 +109,11 @@ def test_phrase_max_matches_relu_window_amax(B, L, K, r):
     with torch.no_grad():
         b[0] = -50.0 if K > 1 else b[0]                   # a code that is never the best
         G[0, 0] = -10.0                                   # a position whose best score is 0 after ReLU (no gradient)
-    ref = F.relu(F.conv1d(G.transpose(1, 2), w.view(1, 1, -1).expand(K, 1, -1), padding=r, groups=K).transpose(1, 2) + b).amax(2)
+    ref = F.relu(_window(G, w) + b).amax(2)
     out = phrase_max(G, w, b)
     torch.testing.assert_close(out, ref)
     grad = torch.randn_like(ref)
-    a = torch.autograd.grad(ref, (G, w, b), grad)
-    c = torch.autograd.grad(out, (G, w, b), grad)
-    for x, y in zip(a, c):
+    for x, y in zip(_grads(ref, (G, w, b), grad), _grads(out, (G, w, b), grad)):
         torch.testing.assert_close(x, y)
 
 
@@ -131,3 +123,18 @@ def test_phrase_max_gradcheck():
     w = torch.randn(5, dtype=torch.float64, requires_grad=True)
     b = torch.randn(4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(phrase_max, (G, w, b))
+
+
+@pytest.mark.parametrize("B,L,K,r", [(1, 1, 1, 0), (6, 17, 5, 3), (2, 9, 3, 0)])
+def test_table_phrase_max_equals_the_window_over_gathered_rows(B, L, K, r):
+    torch.manual_seed(8)
+    table = torch.randn(20, K)
+    table[0] = 0.0                                        # PAD: the window's zero padding
+    ids = torch.randint(1, 20, (B, L))
+    ids[0, L // 2:] = 0                                   # a padded note
+    w, b = torch.randn(2 * r + 1), torch.randn(K)
+    u_ref = F.relu(_window(F.embedding(ids, table), w) + b)
+    m, u = table_phrase_max(ids, table, w, b, keep_u=True)
+    torch.testing.assert_close(u, u_ref)
+    torch.testing.assert_close(m, u_ref.amax(-1))
+    assert table_phrase_max(ids, table, w, b)[1] is None

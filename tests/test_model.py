@@ -37,13 +37,11 @@ def test_padding_does_not_change_logits():
 
 
 def test_cosine_compatibility_matches_definition():
-    model = _model()
+    model = _model(compat="linear")  # the ablation's u is G itself
     ids, mask = pad_batch([[2, 3, 4]])
-    V = model.word_emb(ids)
-    G = model.compatibility(V, mask)
-    c, v = model.label_emb[1], V[0, 2]
-    expected = torch.dot(c, v) / (c.norm() * v.norm())
-    torch.testing.assert_close(G[0, 1, 2], expected, rtol=1e-5, atol=1e-6)
+    G = model(ids, mask, return_attention=True).phrase                   # [B, K, L]
+    c, v = model.label_emb[1], model.word_emb(ids)[0, 2]
+    torch.testing.assert_close(G[0, 1, 2], torch.dot(c, v) / (c.norm() * v.norm()), rtol=1e-5, atol=1e-6)
 
 
 def test_attention_is_masked_softmax_of_max_over_labels():
@@ -56,12 +54,17 @@ def test_attention_is_masked_softmax_of_max_over_labels():
     torch.testing.assert_close(out.doc[0], z)
 
 
-def test_linear_ablation_has_no_window():
-    model = _model(compat="linear")
-    ids, mask = pad_batch([[2, 3, 4, 5]])
-    out = model(ids, mask, return_attention=True)
-    G = model.compatibility(model.word_emb(ids), mask)
-    torch.testing.assert_close(out.phrase, G)
+def test_window_spans_2r_plus_1_tokens():
+    """u at position l sees G only at l-r..l+r: change one word and only the 2r+1 positions around it move."""
+    model = _model()
+    a_ids, mask = pad_batch([[2, 3, 4, 5, 6, 7, 8, 9, 10, 11]])
+    b_ids = a_ids.clone()
+    b_ids[0, 6] = 20
+    ua = model(a_ids, mask, return_attention=True).phrase[0]
+    ub = model(b_ids, mask, return_attention=True).phrase[0]
+    moved = (ua - ub).abs().amax(dim=0) > 0                              # [L]
+    r = model.config.radius
+    assert moved.nonzero().flatten().tolist() == list(range(6 - r, 6 + r + 1))
 
 
 def test_empty_note_is_defined():
@@ -111,23 +114,35 @@ def test_config_rejects_bad_values():
         LEAMConfig(vocab_size=10, n_labels=2, radius=-1)
 
 
-def test_fast_attend_equals_the_reference_equations():
+def _pair(**kw):
+    """The same weights twice: the fast CPU paths, and the plain PyTorch reference (LEAM(fast=False))."""
+    torch.manual_seed(0)
+    cfg = LEAMConfig(vocab_size=40, n_labels=5, embed_dim=8, radius=2, hidden_dim=16, **kw)
+    fast = LEAM(cfg).eval()
+    ref = LEAM(cfg, fast=False).eval()
+    ref.load_state_dict(fast.state_dict())
+    return fast, ref
+
+
+@pytest.mark.parametrize("compat", ["cosine", "linear"])
+def test_every_fast_path_equals_the_plain_forward(compat):
+    """Kernels, the fused training path, and the stored word-code table all compute the reference forward."""
+    fast, ref = _pair(compat=compat)
+    ids, mask = pad_batch([[2, 3, 4, 5, 6, 7, 8, 30, 31], [9, 10, 11], [12]])
+    want = ref(ids, mask, return_attention=True)
+    for model, kw in ((fast, {}), (fast, {"table": fast.word_code_table()}), (ref, {"table": ref.word_code_table()})):
+        got = model(ids, mask, return_attention=True, **kw)
+        for name in ("logits", "beta", "phrase", "doc"):
+            torch.testing.assert_close(getattr(got, name), getattr(want, name), rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(model(ids, mask, **kw).logits, want.logits, rtol=1e-5, atol=1e-6)  # u never written
+
+
+def test_word_code_table_is_the_cosine_of_every_word_and_code():
     model = _model()
-    ids, mask = pad_batch([[2, 3, 4, 5, 6, 7, 8], [9, 10, 11]])
-    out = model(ids, mask, return_attention=True)
-    V = model.word_emb(ids)
-    ref_u = model.phrase_scores(model.compatibility(V, mask))          # einsum G + 1-channel convolution
-    torch.testing.assert_close(out.phrase, ref_u, rtol=1e-5, atol=1e-6)
-
-
-def _reference_logits(model, ids, mask):
-    """The paper's equations with plain PyTorch ops and autograd everywhere (nn.Embedding, einsum G, conv1d)."""
-    words = model.word_emb(ids)                                        # [B, L, P]
-    u = model.phrase_scores(model.compatibility(words, mask))         # [B, K, L]
-    m = u.amax(dim=1).masked_fill(~mask, float("-inf"))               # [B, L]
-    beta = torch.softmax(m, dim=-1)
-    z = torch.einsum("bl,blp->bp", beta, words)                       # [B, P]
-    return model.head(z)
+    table = model.word_code_table()
+    E, C = model.word_emb.weight, model.label_emb
+    assert table.shape == (30, 4) and (table[0] == 0).all()
+    torch.testing.assert_close(table[7, 2], torch.dot(E[7], C[2]) / (E[7].norm() * C[2].norm()))
 
 
 def test_training_with_the_fast_kernels_follows_the_reference_loss_curve():
@@ -137,16 +152,16 @@ def test_training_with_the_fast_kernels_follows_the_reference_loss_curve():
 
     torch.manual_seed(0)
     cfg = LEAMConfig(vocab_size=200, n_labels=6, embed_dim=12, radius=3, hidden_dim=16, dropout=0.0)
-    fast, ref = LEAM(cfg), LEAM(cfg)
+    fast, ref = LEAM(cfg), LEAM(cfg, fast=False)
     ref.load_state_dict(fast.state_dict())
     lengths = [70, 45, 33, 64, 12, 70]                                 # padding and block edges (32 rows) included
     ids, mask = pad_batch([torch.randint(1, 200, (n,)).tolist() for n in lengths])
     y = (torch.rand(len(lengths), 6) < 0.3).float()
     curves = {"fast": [], "ref": []}
-    for name, model, forward in (("fast", fast, lambda m: m(ids, mask).logits), ("ref", ref, lambda m: _reference_logits(m, ids, mask))):
+    for name, model in (("fast", fast), ("ref", ref)):
         opt = make_optimizer(model, TrainConfig(lr=1e-2))
         for _ in range(25):
-            loss, _ = model.loss(forward(model), y)
+            loss, _ = model.loss(model(ids, mask).logits, y)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from pipelines.mimic3_top50 import DEFAULT_CONFIG, main
 
 
@@ -17,6 +19,11 @@ def test_pipeline_runs_on_synthetic_mimic(demo_mimic, tmp_path, capsys):
     assert (out / "checkpoint" / "manifest.json").is_file() and (out / "data" / "train.parquet").is_file()
     printed = capsys.readouterr().out
     assert "not comparable" in printed and "paper" in printed
+    # the paper's F1 (at 0.5) is printed beside clinicode's F1 at 0.5, not at the tuned threshold
+    row = next(line for line in printed.splitlines() if line.startswith("f1_micro"))
+    half, paper, tuned = (float(x) for x in row.split()[1:])
+    assert (half, paper, tuned) == (pytest.approx(report["test_threshold_0.5"]["f1_micro"], abs=5e-4), 0.619,
+                                    pytest.approx(report["test"]["f1_micro"], abs=5e-4))
     assert json.loads(DEFAULT_CONFIG.read_text())["prepare"]["label_set"] == "caml50"
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from clinicode.metrics import is_predicted
+from clinicode.metrics import METRIC_LABELS, SUMMARY, is_predicted
 
 ATTENTION_RGB = (255, 179, 0)   # amber: beta, one distribution shared by all codes
 EVIDENCE_RGB = (46, 160, 67)    # green: one code's own phrase compatibility u[k, l]
@@ -244,69 +244,30 @@ class BatchInput:
     error: str | None = None
 
 
-def _row_error(rid: str, text: Any) -> str | None:
-    if text is None or (isinstance(text, float) and text != text):
-        return f"record {rid!r}: missing text"
-    if not isinstance(text, str):
-        return f"record {rid!r}: 'text' is {type(text).__name__}, expected a string"
-    if not text.strip():
-        return f"record {rid!r}: empty text; nothing to code"
-    return None
-
-
 def parse_batch(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_MB * 1024 * 1024) -> BatchInput:
-    """Read an uploaded CSV or JSONL of notes (fields id, text) without raising.
+    """Read an uploaded file of notes through clinicode's one record reader, without raising.
 
-    Bad records (invalid JSON, no text, non-string text, blank text) keep a row with an `error`;
-    a bad file (too big, not UTF-8, unknown extension, CSV without a text column) gives `error` and no rows.
+    Bad records (invalid JSON, no text, non-string or blank text) keep a row with an `error`; a bad file (too big,
+    not UTF-8, unknown type, a table without a `text` column) gives `error` and no rows. The formats and messages
+    are those of `clinicode predict` (`clinicode.records.read_records`): .csv, .jsonl, .parquet or .txt.
 
     Args:
         data: the file's bytes.
-        filename: its name; the extension picks the format (.csv, .jsonl, .json lines also accepted as .ndjson).
+        filename: its name; the extension picks the format.
         max_bytes: refuse larger uploads.
     Returns:
         BatchInput with rows [id, text, error] in file order.
     """
+    from clinicode.errors import DataFormatError
+    from clinicode.predict import Upload, read_records
+
     empty = pd.DataFrame(columns=["id", "text", "error"], dtype=object)
     if len(data) > max_bytes:
         return BatchInput(empty, f"{filename}: {len(data) / 1e6:.1f} MB is over the {max_bytes / 2**20:.0f} MB limit; split the file.")
     try:
-        raw = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        return BatchInput(empty, f"{filename}: not UTF-8 text (byte {err.start}); save it as UTF-8.")
-    ext = filename.lower().rsplit(".", 1)[-1] if "." in filename else ""
-    rows: list[dict[str, Any]] = []
-    if ext in ("jsonl", "ndjson"):
-        for n, line in enumerate(raw.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                rows.append({"id": f"line-{n}", "text": None, "error": f"line {n}: not valid JSON"})
-                continue
-            if not isinstance(obj, dict):
-                rows.append({"id": f"line-{n}", "text": None, "error": f"line {n}: expected a JSON object with 'id' and 'text'"})
-                continue
-            rid = str(obj["id"]) if obj.get("id") is not None else f"line-{n}"
-            text = obj.get("text")
-            rows.append({"id": rid, "text": text if isinstance(text, str) else None, "error": _row_error(rid, text)})
-    elif ext == "csv":
-        try:
-            df = pd.read_csv(io.StringIO(raw), dtype=str, keep_default_na=False)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error, ValueError) as err:
-            return BatchInput(empty, f"{filename}: could not read as CSV ({type(err).__name__}); check the quoting and header.")
-        if "text" not in df.columns:
-            from clinicode.predict import describe_columns  # never echo a header-less file's first note
-
-            cols = describe_columns(df.columns)
-            return BatchInput(empty, f"{filename}: no 'text' column (columns: {cols}); add one holding the notes.")
-        ids = df["id"] if "id" in df.columns else pd.Series([""] * len(df))
-        for n, (rid, text) in enumerate(zip(ids, df["text"]), start=1):
-            rid = str(rid) if str(rid).strip() else f"row-{n}"
-            rows.append({"id": rid, "text": text, "error": _row_error(rid, text)})
-    else:
-        return BatchInput(empty, f"{filename}: unknown file type; upload a .csv or .jsonl with columns id and text.")
+        rows = [{"id": r.id, "text": r.text, "error": r.error} for r in read_records(Upload(filename, data))]
+    except DataFormatError as err:
+        return BatchInput(empty, str(err))
     # object dtype keeps None as None (pandas 3 would turn a str column's None into NaN)
     return BatchInput(pd.DataFrame(rows, columns=["id", "text", "error"], dtype=object))
 
@@ -401,14 +362,7 @@ def flat_items(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
     return out
 
 
-HEADLINE = [
-    ("auc_macro", "Macro AUC"),
-    ("auc_micro", "Micro AUC"),
-    ("f1_macro", "Macro F1"),
-    ("f1_micro", "Micro F1"),
-    ("prec_at_5", "P@5"),
-    ("prec_at_8", "P@8"),
-]
+HEADLINE = [(k, METRIC_LABELS[k]) for k in SUMMARY]  # (key, label) of the metric cards: clinicode.metrics' one list
 
 
 def headline_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float | None]:

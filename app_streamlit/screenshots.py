@@ -27,11 +27,13 @@ def pick_test_note(run: Path) -> str | None:
     """A test note worth showing: several gold codes, mostly found at the tuned threshold, one miss or false alarm."""
     import json
 
-    npz = run / "scores_test.npz"
+    from clinicode.checkpoint import CHECKPOINT_DIR, SCORES_TEST_FILE, THRESHOLD_FILE
+
+    npz = run / SCORES_TEST_FILE
     if not npz.is_file():
         return None
     z = np.load(npz, allow_pickle=False)
-    t = json.loads((run / "checkpoint" / "threshold.json").read_text())["threshold"]
+    t = json.loads((run / CHECKPOINT_DIR / THRESHOLD_FILE).read_text())["threshold"]
     from clinicode.metrics import binarize
 
     y, p = z["y_true"] > 0, binarize(z["scores"], t)
@@ -76,11 +78,11 @@ def _save(page, path: Path, *, full_page: bool = True) -> None:
 def _batch_csv(run: Path) -> bytes:
     import json
 
-    manifest = json.loads((run / "checkpoint" / "manifest.json").read_text())
-    data = Path(manifest.get("data", {}).get("path", run / "data"))
-    if not (data / "test.parquet").is_file():
-        data = run / "data"
-    df = pd.read_parquet(data / "test.parquet", columns=["id", "text"]).head(24)
+    from clinicode.checkpoint import CHECKPOINT_DIR, MANIFEST_FILE, read_split_codes, read_split_texts, test_data_dir
+
+    data = test_data_dir(run, json.loads((run / CHECKPOINT_DIR / MANIFEST_FILE).read_text()))
+    ids = read_split_codes(data, "test")["id"].head(24).tolist()
+    df = pd.DataFrame({"id": ids, "text": read_split_texts(data, "test", ids)})
     df = pd.concat([df.iloc[:2], pd.DataFrame([{"id": "empty-note", "text": ""}]), df.iloc[2:]], ignore_index=True)
     return df.to_csv(index=False).encode()
 
@@ -135,7 +137,9 @@ def main() -> None:
     ap.add_argument("--run", default=None, help="run folder name under --runs (default: the first)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     a = ap.parse_args()
-    names = sorted(d.name for d in a.runs.iterdir() if (d / "checkpoint" / "manifest.json").is_file())
+    from clinicode.checkpoint import CHECKPOINT_DIR, MANIFEST_FILE
+
+    names = sorted(d.name for d in a.runs.iterdir() if (d / CHECKPOINT_DIR / MANIFEST_FILE).is_file())
     if not names:
         sys.exit(f"no run under {a.runs}; train one first (make demo-train)")
     take(a.runs, a.run or names[0], a.out)

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+import clinicode.checkpoint as checkpoint  # no torch: run layout, artefact names and the test-split readers
+
 RUNS_ENV = "CLINICODE_RUNS"
 RUN_KEY = "run_dir"
 MAX_TEST_NOTES = 1000  # notes embedded for the label-embedding page (deterministic subsample beyond that)
@@ -42,8 +44,9 @@ def list_runs(root: Path) -> list[str]:
         if child.name.startswith("."):
             continue
         try:
-            if inside_root(base, child) and inside_root(base, child / "checkpoint" / "manifest.json"):
-                if (child / "checkpoint" / "manifest.json").resolve().is_file():
+            manifest = child / checkpoint.CHECKPOINT_DIR / checkpoint.MANIFEST_FILE
+            if inside_root(base, child) and inside_root(base, manifest):
+                if manifest.resolve().is_file():
                     names.append(child.name)
         except OSError:
             continue
@@ -85,7 +88,7 @@ def short_reason(err: BaseException, run_dir: Path) -> str:
 
 def _signature(run_dir: Path) -> tuple:
     """Names, sizes and modification times of the checkpoint's files: a change re-runs the check."""
-    ck = run_dir / "checkpoint"
+    ck = run_dir / checkpoint.CHECKPOINT_DIR
     try:
         return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in ck.iterdir()))
     except OSError:
@@ -94,11 +97,10 @@ def _signature(run_dir: Path) -> tuple:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _check(run_dir: str, signature: tuple) -> str | None:
-    from clinicode.checkpoint import verify_checkpoint  # no torch: listing runs stays light
     from clinicode.errors import ClinicodeError
 
     try:
-        verify_checkpoint(Path(run_dir))
+        checkpoint.verify_checkpoint(Path(run_dir))  # hashes, no weights: listing runs stays light
     except (ClinicodeError, OSError, ValueError) as err:
         return short_reason(err, Path(run_dir))
     return None
@@ -136,7 +138,7 @@ def read_card(run_dir: str) -> dict[str, Any]:
 @st.cache_data(show_spinner=False, max_entries=8)
 def read_history(run_dir: str) -> pd.DataFrame:
     """RUN/history.jsonl as a DataFrame (empty when missing or unreadable; damaged lines are skipped)."""
-    path = Path(run_dir) / "history.jsonl"
+    path = Path(run_dir) / checkpoint.HISTORY_FILE
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
@@ -155,7 +157,7 @@ def read_history(run_dir: str) -> pd.DataFrame:
 @st.cache_data(show_spinner=False, max_entries=8)
 def read_scores_test(run_dir: str) -> dict[str, Any]:
     """RUN/scores_test.npz as {"ids", "y_true", "scores"}; {} when absent; {"error": reason} when unreadable."""
-    path = Path(run_dir) / "scores_test.npz"
+    path = Path(run_dir) / checkpoint.SCORES_TEST_FILE
     if not path.is_file():
         return {}
     try:
@@ -165,73 +167,54 @@ def read_scores_test(run_dir: str) -> dict[str, Any]:
             raise ValueError(f"y_true {out['y_true'].shape} and scores {out['scores'].shape} differ")
         return out
     except Exception as err:  # zipfile, numpy and OS errors alike: a damaged file, never a crash
-        return {"error": f"scores_test.npz is unreadable ({type(err).__name__}); retrain the run to rewrite it"}
+        return {"error": f"{checkpoint.SCORES_TEST_FILE} is unreadable ({type(err).__name__}); retrain the run to rewrite it"}
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def read_manifest(run_dir: str) -> dict[str, Any]:
     """RUN/checkpoint/manifest.json without loading the model (keeps the first page free of torch)."""
     try:
-        return json.loads((Path(run_dir) / "checkpoint" / "manifest.json").read_text(encoding="utf-8"))
+        return json.loads((Path(run_dir) / checkpoint.CHECKPOINT_DIR / checkpoint.MANIFEST_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
 
 
 def test_data_dir(run_dir: Path, manifest: dict[str, Any]) -> Path | None:
-    """The prepared-data folder the run trained on, if it still exists (manifest path, else RUN/data)."""
-    cands = []
-    data = manifest.get("data") or {}
-    if isinstance(data, dict) and data.get("path"):
-        p = Path(str(data["path"]))
-        cands.append(p if p.is_absolute() else run_dir / p)
-    cands.append(run_dir / "data")
-    for p in cands:
-        if any((p / f"test.{ext}").is_file() for ext in ("parquet", "jsonl", "csv")):
-            return p
-    return None
+    """The prepared-data folder the run trained on, if it still holds a test split."""
+    return checkpoint.test_data_dir(run_dir, manifest)
 
 
 def test_notes(data_dir: Path) -> tuple[pd.DataFrame | None, str | None]:
-    """(the test split, None), or (None, a one-line reason) when the split file cannot be read."""
+    """(the test split's ids and gold codes, None), or (None, a one-line reason) when the split cannot be read.
+
+    Note text is never cached: `test_note_text` reads the one note a page shows, when it shows it.
+    """
     try:
-        return read_test_notes(str(data_dir)), None
+        return read_test_codes(str(data_dir)), None
     except Exception as err:  # pandas, pyarrow and OS errors alike: a damaged split must not crash a page
         return None, f"the test split in {Path(data_dir).name}/ is unreadable ({type(err).__name__})"
 
 
 @st.cache_data(show_spinner="Reading the test split…", max_entries=4)
-def read_test_notes(data_dir: str) -> pd.DataFrame:
-    """The test split (id, text, labels as a list of codes) of a prepared-data folder."""
-    d = Path(data_dir)
-    if (d / "test.parquet").is_file():
-        df = pd.read_parquet(d / "test.parquet", columns=["id", "text", "labels"])
-    elif (d / "test.jsonl").is_file():
-        df = pd.read_json(d / "test.jsonl", lines=True, dtype={"id": str})[["id", "text", "labels"]]
-    else:
-        df = pd.read_csv(d / "test.csv", dtype=str, keep_default_na=False)[["id", "text", "labels"]]
-    df["id"] = df["id"].astype(str)
-    df["labels"] = [_as_code_list(v) for v in df["labels"]]
-    return df.reset_index(drop=True)
+def read_test_codes(data_dir: str) -> pd.DataFrame:
+    """[id, labels] of the test split of a prepared-data folder (no note text)."""
+    return checkpoint.read_split_codes(Path(data_dir), "test").reset_index(drop=True)
 
 
-def _as_code_list(v: Any) -> list[str]:
-    if isinstance(v, str):
-        s = v.strip()
-        if s.startswith("["):
-            return [str(c) for c in json.loads(s)]
-        return [c for c in s.replace(",", ";").split(";") if c]
-    if v is None:
-        return []
-    return [str(c) for c in list(v)]
+def test_note_text(data_dir: Path, note_id: str) -> str:
+    """One test note's text, read when shown; deliberately not cached (note text stays out of the app's caches)."""
+    return checkpoint.read_split_texts(Path(data_dir), "test", [note_id])[0]
 
 
 @st.cache_data(show_spinner="Embedding the test notes…", max_entries=4)
 def test_embeddings(run_dir: str, data_dir: str) -> dict[str, Any]:
-    """Note vectors z of (up to MAX_TEST_NOTES) test notes, their gold codes, and the code vectors C."""
+    """Note vectors z of (up to MAX_TEST_NOTES) test notes, their gold codes, and the code vectors C.
+
+    The texts are read, embedded and dropped here: only vectors and codes are cached.
+    """
     pred = load_predictor(run_dir)
-    df = read_test_notes(data_dir)
-    if len(df) > MAX_TEST_NOTES:
-        df = df.sample(n=MAX_TEST_NOTES, random_state=0).sort_index()
-    Z = pred.embed(df["text"].tolist())                # [N, P]
-    C = pred.label_embeddings()                        # [K, P]
-    return {"Z": Z, "C": C, "labels": [list(x) for x in df["labels"]], "n_total": len(read_test_notes(data_dir))}
+    codes = read_test_codes(data_dir)
+    df = codes.sample(n=MAX_TEST_NOTES, random_state=0).sort_index() if len(codes) > MAX_TEST_NOTES else codes
+    Z = pred.embed(checkpoint.read_split_texts(Path(data_dir), "test", df["id"].tolist()))  # [N, P]
+    C = pred.label_embeddings()                                                            # [K, P]
+    return {"Z": Z, "C": C, "labels": [list(x) for x in df["labels"]], "n_total": len(codes)}

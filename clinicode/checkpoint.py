@@ -31,6 +31,7 @@ from clinicode.constants import (  # noqa: F401  (artefact names are re-exported
     WEIGHTS_FILE,
 )
 from clinicode.data.labels import LabelSet
+from clinicode.data.prepared import read_split_codes, read_split_texts  # noqa: F401  (re-exported for the app)
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.tokenizer import ClinicalTokenizer
 
@@ -71,6 +72,20 @@ class Checkpoint:
         if self.kind == "leam":
             return not self.model.config.multilabel
         return bool(getattr(getattr(self.model, "config", None), "softmax", False))
+
+
+def test_data_dir(run: Path, manifest: dict[str, Any]) -> Path | None:
+    """The prepared dataset a run was trained on, if it still holds a test split (manifest's path, else RUN/data)."""
+    cands = []
+    data = manifest.get("data") or {}
+    if isinstance(data, dict) and data.get("path"):
+        p = Path(str(data["path"]))
+        cands.append(p if p.is_absolute() else Path(run) / p)
+    cands.append(Path(run) / RUN_DATA_DIR)
+    for p in cands:
+        if any((p / f"test.{ext}").is_file() for ext in ("parquet", "jsonl", "csv")):
+            return p
+    return None
 
 
 def resolve_checkpoint_dir(path: Path) -> Path:

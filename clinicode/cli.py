@@ -17,6 +17,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from clinicode import __version__
+from clinicode.config import CompareConfig, DemoConfig, LEAMConfig, PredictConfig, PrepareConfig, TrainConfig, default_of
 from clinicode.errors import ClinicodeError, ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -84,21 +85,32 @@ def _print_summary(summary: dict[str, Any]) -> None:
                    "ICD9_descriptions.tsv (in --splits-dir) to the inputs.", err=True)
 
 
+def _opt(help: str, default: Any = None, *decls: str, **kw: Any) -> Any:
+    """An option that stays None unless given, so the library's default (clinicode/config.py) applies; --help shows it."""
+    return typer.Option(*decls, help=help, show_default=False if default is None else str(default), **kw)
+
+
+def _given(**options: Any) -> dict[str, Any]:
+    """The options the user gave (not None): the rest fall through to the defaults in clinicode/config.py."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+_T, _M, _P, _C, _D = TrainConfig, LEAMConfig, PrepareConfig, CompareConfig, DemoConfig  # where each default lives
+
+
 @app.command("prepare")
 @_friendly
 def prepare_cli(
     mimic_dir: Annotated[Path, typer.Option(help="Folder with the MIMIC-III v1.4 tables (.csv or .csv.gz).")],
     out: Annotated[Path, typer.Option(help="Prepared dataset folder to write (appears atomically).")],
     splits_dir: Annotated[Optional[Path], typer.Option(help="Folder with CAML's {train,dev,test}_50_hadm_ids.csv.")] = None,
-    label_set: Annotated[str, typer.Option(help="caml50 (CAML's pinned 50 codes) or frequent (top K codes).")] = "caml50",
-    top_k: Annotated[int, typer.Option(help="K for --label-set frequent.")] = 50,
+    label_set: Annotated[Optional[str], _opt("caml50 (CAML's pinned 50 codes) or frequent (top K codes).", default_of(_P, "label_set"))] = None,
+    top_k: Annotated[Optional[int], _opt("K for --label-set frequent.", default_of(_P, "top_k"))] = None,
 ) -> None:
     """Turn MIMIC-III tables into a prepared top-50 dataset (CAML's rules)."""
     from clinicode.data.prepare import prepare_mimic
 
-    if label_set not in ("caml50", "frequent"):
-        raise ConfigError(f"--label-set must be caml50 or frequent, got {label_set!r}.")
-    summary = prepare_mimic(mimic_dir, out, splits_dir=splits_dir, label_set=label_set, top_k=top_k)
+    summary = prepare_mimic(mimic_dir, out, splits_dir=splits_dir, **_given(label_set=label_set, top_k=top_k))
     _print_summary(summary)
     typer.echo(f"wrote {out}")
 
@@ -107,15 +119,16 @@ def prepare_cli(
 @_friendly
 def demo_data_cli(
     out: Annotated[Path, typer.Option(help="Folder to write the synthetic MIMIC-III-shaped tables into.")],
-    n_admissions: Annotated[int, typer.Option(help="Admissions to invent.")] = 2000,
+    n_admissions: Annotated[Optional[int], _opt("Admissions to invent.", default_of(_D, "n_admissions"))] = None,
     n_other_notes: Annotated[Optional[int], typer.Option(help="Extra non-discharge notes (to reach a full-size NOTEEVENTS).")] = None,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    seed: Annotated[Optional[int], _opt("Random seed.", default_of(_D, "seed"))] = None,
     hadm_ids_from: Annotated[Optional[Path], typer.Option(help="Use the HADM_IDs of CAML's *_50_hadm_ids.csv in this folder.")] = None,
 ) -> None:
     """Write a SYNTHETIC MIMIC-III-shaped folder (no real patient data) for demos and tests."""
     from clinicode.data.synthetic import write_demo_mimic
 
-    info = write_demo_mimic(out, n_admissions=n_admissions, n_other_notes=n_other_notes, seed=seed, hadm_ids_from=hadm_ids_from)
+    info = write_demo_mimic(out, n_other_notes=n_other_notes, hadm_ids_from=hadm_ids_from,
+                            **_given(n_admissions=n_admissions, seed=seed))
     typer.echo(f"wrote synthetic MIMIC-III-shaped tables to {out}: " + ", ".join(f"{k} {v}" for k, v in info.items() if isinstance(v, int)))
 
 
@@ -126,37 +139,36 @@ def train_cli(
     data: Annotated[Optional[Path], typer.Option(help="Prepared dataset (or any folder of {train,dev,test}.{parquet,jsonl,csv}).")] = None,
     mimic_dir: Annotated[Optional[Path], typer.Option(help="MIMIC-III tables: prepare into RUN/data first, then train.")] = None,
     splits_dir: Annotated[Optional[Path], typer.Option(help="With --mimic-dir: CAML's split id files.")] = None,
-    label_set: Annotated[str, typer.Option(help="With --mimic-dir: caml50 or frequent.")] = "caml50",
-    model: Annotated[str, typer.Option(help="leam or tfidf-lr (the bag-of-words baseline).")] = "leam",
+    label_set: Annotated[Optional[str], _opt("With --mimic-dir: caml50 or frequent.", default_of(_P, "label_set"))] = None,
+    model: Annotated[Optional[str], _opt("leam or tfidf-lr (the bag-of-words baseline).", default_of(_T, "model"))] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None,
-    epochs: Annotated[int, typer.Option(help="Maximum epochs.")] = 30,
-    patience: Annotated[int, typer.Option(help="Stop after this many epochs without dev micro-F1 gain.")] = 5,
-    embed_dim: Annotated[int, typer.Option(help="Word and code vector size P.")] = 100,
-    window: Annotated[int, typer.Option(help="Phrase radius r (the window spans 2r+1 tokens).")] = 10,
-    hidden_dim: Annotated[int, typer.Option(help="Hidden units of the MLP head.")] = 1000,
-    dropout: Annotated[float, typer.Option(help="Dropout in the MLP head.")] = 0.5,
-    label_reg: Annotated[float, typer.Option(help="Weight lambda of the label-embedding regulariser.")] = 1.0,
-    compat: Annotated[str, typer.Option(help="cosine (LEAM) or linear (the paper's ablation).")] = "cosine",
-    batch_size: Annotated[int, typer.Option(help="Notes per batch.")] = 16,
-    max_len: Annotated[int, typer.Option(help="Tokens kept per note.")] = 2500,
-    lr: Annotated[float, typer.Option(help="AdamW learning rate (weight decay 0.3, see TrainConfig).")] = 1e-2,
-    weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.")] = 0.3,
-    optimizer: Annotated[str, typer.Option(help="adamw or adam.")] = "adamw",
-    decay_scope: Annotated[str, typer.Option(help="Parameters that get weight decay: embeddings (word and code vectors), matrices or all.")] = "embeddings",
-    ema_decay: Annotated[float, typer.Option(help="Moving average of the weights for dev scoring and the checkpoint; 0 = off.")] = 0.99,
-    pos_weight: Annotated[float, typer.Option(help="Up-weight positives of rare codes: (n_neg/n_pos)**x, 0 = off.")] = 0.25,
-    embeddings: Annotated[str, typer.Option(help="w2v (train on the train split), random, or a word2vec/GloVe text file.")] = "w2v",
-    w2v_epochs: Annotated[int, typer.Option(help="word2vec passes over the training notes; 0 = automatic (5-30 by corpus size).")] = 0,
-    min_doc_freq: Annotated[int, typer.Option(help="Vocabulary: words found in at least this many training notes.")] = 3,
-    eval_batch_size: Annotated[int, typer.Option(help="Notes per batch when scoring dev and test.")] = 64,
+    epochs: Annotated[Optional[int], _opt("Maximum epochs.", default_of(_T, "epochs"))] = None,
+    patience: Annotated[Optional[int], _opt("Stop after this many epochs without dev micro-F1 gain.", default_of(_T, "patience"))] = None,
+    embed_dim: Annotated[Optional[int], _opt("Word and code vector size P.", default_of(_M, "embed_dim"))] = None,
+    window: Annotated[Optional[int], _opt("Phrase radius r (the window spans 2r+1 tokens).", default_of(_M, "radius"))] = None,
+    hidden_dim: Annotated[Optional[int], _opt("Hidden units of the MLP head.", default_of(_M, "hidden_dim"))] = None,
+    dropout: Annotated[Optional[float], _opt("Dropout in the MLP head.", default_of(_M, "dropout"))] = None,
+    label_reg: Annotated[Optional[float], _opt("Weight lambda of the label-embedding regulariser.", default_of(_M, "label_reg_weight"))] = None,
+    compat: Annotated[Optional[str], _opt("cosine (LEAM) or linear (the paper's ablation).", default_of(_M, "compat"))] = None,
+    batch_size: Annotated[Optional[int], _opt("Notes per batch.", default_of(_T, "batch_size"))] = None,
+    max_len: Annotated[Optional[int], _opt("Tokens kept per note.", default_of(_T, "max_len"))] = None,
+    lr: Annotated[Optional[float], _opt("AdamW learning rate.", default_of(_T, "lr"))] = None,
+    weight_decay: Annotated[Optional[float], _opt("AdamW weight decay.", default_of(_T, "weight_decay"))] = None,
+    optimizer: Annotated[Optional[str], _opt("adamw or adam.", default_of(_T, "optimizer"))] = None,
+    decay_scope: Annotated[Optional[str], _opt("Parameters that get weight decay: embeddings (word and code vectors), matrices or all.", default_of(_T, "decay_scope"))] = None,
+    ema_decay: Annotated[Optional[float], _opt("Moving average of the weights for dev scoring and the checkpoint; 0 = off.", default_of(_T, "ema_decay"))] = None,
+    pos_weight: Annotated[Optional[float], _opt("Up-weight positives of rare codes: (n_neg/n_pos)**x, 0 = off.", default_of(_T, "pos_weight"))] = None,
+    embeddings: Annotated[Optional[str], _opt("w2v (train on the train split), random, or a word2vec/GloVe text file.", default_of(_T, "embeddings"))] = None,
+    w2v_epochs: Annotated[Optional[int], _opt("word2vec passes over the training notes; 0 = automatic (5-30 by corpus size).", default_of(_T, "w2v_epochs"))] = None,
+    min_doc_freq: Annotated[Optional[int], _opt("Vocabulary: words found in at least this many training notes.", default_of(_T, "min_doc_freq"))] = None,
+    eval_batch_size: Annotated[Optional[int], _opt("Notes per batch when scoring dev and test.", default_of(_T, "eval_batch_size"))] = None,
     descriptions: Annotated[Optional[Path], typer.Option(help="code<TAB>description file for labels without descriptions.")] = None,
-    device: Annotated[str, typer.Option(help="auto (CUDA when present), cpu or cuda.")] = "auto",
-    seed: Annotated[int, typer.Option(help="Random seed (runs repeat exactly on CPU).")] = 1337,
+    device: Annotated[Optional[str], _opt("auto (CUDA when present), cpu or cuda.", default_of(_T, "device"))] = None,
+    seed: Annotated[Optional[int], _opt("Random seed (runs repeat exactly on CPU).", default_of(_T, "seed"))] = None,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --out.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Train LEAM (or tfidf-lr) and write a self-contained checkpoint."""
-    from clinicode.config import TrainConfig, config_to_dict
     from clinicode.evaluate import format_table
     from clinicode.runtime import keep_freed_memory
     from clinicode.train import train
@@ -164,32 +176,33 @@ def train_cli(
     if (data is None) == (mimic_dir is None):
         raise ConfigError("give exactly one of --data DIR (a prepared dataset) or --mimic-dir DIR (MIMIC-III tables).")
     keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
-    cfg = TrainConfig(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len, embeddings=embeddings,
-                      weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight,
-                      decay_scope=decay_scope, ema_decay=ema_decay, w2v_epochs=w2v_epochs, min_doc_freq=min_doc_freq,
-                      eval_batch_size=eval_batch_size, patience=patience, seed=seed, device=device, top_k=top_k)
-    options = dict(embed_dim=embed_dim, radius=window, hidden_dim=hidden_dim, dropout=dropout, label_reg_weight=label_reg, compat=compat)
+    cfg = TrainConfig(**_given(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len, embeddings=embeddings,
+                               weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight, decay_scope=decay_scope,
+                               ema_decay=ema_decay, w2v_epochs=w2v_epochs, min_doc_freq=min_doc_freq,
+                               eval_batch_size=eval_batch_size, patience=patience, seed=seed, device=device,
+                               top_k=None if mimic_dir is not None else top_k))
+    # Every model option is passed, given or default, so --resume compares them all with the run's.
+    options = {k: default_of(_M, k) for k in ("embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight", "compat")}
+    options.update(_given(embed_dim=embed_dim, radius=window, hidden_dim=hidden_dim, dropout=dropout,
+                          label_reg_weight=label_reg, compat=compat))
 
     def on_epoch(row: dict[str, Any]) -> None:
         typer.echo(f"epoch {row['epoch']:>3}  loss {row['train_loss']:.4f}  dev micro-F1 {row.get('dev_f1_micro', 0):.4f}  "
                    f"macro-AUC {row.get('dev_auc_macro', float('nan')):.4f}  P@5 {row.get('dev_prec_at_5', 0):.4f}  "
                    f"{row['seconds']:.1f}s{'  *best' if row['best'] else ''}", err=True)
 
-    if mimic_dir is not None:
-        data = _prepare_into_run(out, mimic_dir=mimic_dir, splits_dir=splits_dir, label_set=label_set, top_k=top_k,
-                                 device=device, resume=resume)
-        cfg = TrainConfig(**{**config_to_dict(cfg), "top_k": None})  # the label set was chosen when preparing
-    result = train(out_dir=out, config=cfg, data_dir=data,
-                   model_options=options, descriptions_path=descriptions, resume=resume,
-                   progress=progress and sys.stderr.isatty(), on_epoch=on_epoch)
+    if mimic_dir is not None:  # the label set is chosen when preparing (--label-set, --top-k)
+        data = _prepare_into_run(out, mimic_dir=mimic_dir, splits_dir=splits_dir, resume=resume, device=cfg.device,
+                                 **_given(label_set=label_set, top_k=top_k))
+    result = train(out_dir=out, config=cfg, data_dir=data, model_options=options, descriptions_path=descriptions,
+                   resume=resume, progress=progress and sys.stderr.isatty(), on_epoch=on_epoch)
     if result.get("test"):
         typer.echo("test metrics:")
         typer.echo(format_table(result["test"]))
     typer.echo(f"checkpoint: {Path(out) / 'checkpoint'}")
 
 
-def _prepare_into_run(out: Path, *, mimic_dir: Path, splits_dir: Path | None, label_set: str, top_k: int | None,
-                      device: str, resume: bool) -> Path:
+def _prepare_into_run(out: Path, *, mimic_dir: Path, splits_dir: Path | None, resume: bool, device: str, **prepare: Any) -> Path:
     """`train --mimic-dir`: prepare the tables into RUN/data (rank 0 under torchrun), then train reads that folder."""
     from clinicode.constants import RUN_DATA_DIR
     from clinicode.data.prepare import prepare_mimic
@@ -201,7 +214,7 @@ def _prepare_into_run(out: Path, *, mimic_dir: Path, splits_dir: Path | None, la
     data = out / RUN_DATA_DIR
     rank, _ = init_distributed(pick_device(device))
     if rank == 0 and not (resume and is_prepared_dataset(data)):
-        _print_summary(prepare_mimic(mimic_dir, data, splits_dir=splits_dir, label_set=label_set, top_k=top_k or 50))
+        _print_summary(prepare_mimic(mimic_dir, data, splits_dir=splits_dir, **prepare))
     barrier()  # under torchrun the other ranks wait for rank 0's prepared data
     return data
 
@@ -213,12 +226,12 @@ def evaluate_cli(
     data: Annotated[Path, typer.Option(help="Prepared dataset folder.")],
     split: Annotated[str, typer.Option(help="train, dev or test.")] = "test",
     output: Annotated[Optional[Path], typer.Option(help="Write the metrics JSON here.")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
 ) -> None:
     """Score a split and print CAML-style metrics (tuned threshold and 0.5)."""
     from clinicode.evaluate import evaluate, format_table, outside_warning
 
-    m = evaluate(checkpoint=checkpoint, data_dir=data, split=split, output=output, device=device)
+    m = evaluate(checkpoint=checkpoint, data_dir=data, split=split, output=output, **_given(device=device))
     typer.echo(format_table(m))
     warning = outside_warning(m, m["n_labels"])
     if warning:
@@ -234,15 +247,15 @@ def compare_cli(
     b: Annotated[list[Path], typer.Option("--b", metavar="RUN", help="Run folder of model B; repeat for several seeds.")],
     data: Annotated[Path, typer.Option(help="Prepared dataset folder.")],
     split: Annotated[str, typer.Option(help="train, dev or test.")] = "test",
-    n_boot: Annotated[int, typer.Option(help="Paired bootstrap resamples of the notes.")] = 2000,
-    seed: Annotated[int, typer.Option(help="Seed of the resampling.")] = 0,
+    n_boot: Annotated[Optional[int], _opt("Paired bootstrap resamples of the notes.", default_of(_C, "n_boot"))] = None,
+    seed: Annotated[Optional[int], _opt("Seed of the resampling.", default_of(_C, "seed"))] = None,
     output: Annotated[Optional[Path], typer.Option(help="Write the comparison JSON here.")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
 ) -> None:
     """Compare two models on the same notes: micro-F1 and macro-AUC differences with a paired-bootstrap interval."""
     from clinicode.evaluate import compare, format_comparison, outside_warning
 
-    c = compare(runs_a=a, runs_b=b, data_dir=data, split=split, n_boot=n_boot, seed=seed, output=output, device=device)
+    c = compare(runs_a=a, runs_b=b, data_dir=data, split=split, output=output, **_given(n_boot=n_boot, seed=seed, device=device))
     typer.echo(format_comparison(c))
     warning = outside_warning(c, len(c["codes"]))
     if warning:
@@ -261,39 +274,41 @@ def _parse_shard(shard: str) -> tuple[int, int]:
     return i, n
 
 
+def _parse_top_k(top_k: str | None) -> dict[str, Any]:
+    if top_k is None:
+        return {}
+    if top_k == "all":
+        return {"top_k": None}
+    try:
+        return {"top_k": int(top_k)}
+    except ValueError:
+        raise ConfigError(f"--top-k {top_k!r}: expected a number or 'all'.") from None
+
+
 @app.command("predict")
 @_friendly
 def predict_cli(
     checkpoint: Annotated[Path, typer.Option(help="Run folder (or its checkpoint/) from `clinicode train`.")],
     input: Annotated[str, typer.Option(help=".jsonl/.csv/.parquet with id and text, a .txt file, a folder of .txt, or - (JSONL on stdin).")],
     output: Annotated[str, typer.Option(help="JSONL (default) or .csv file, or - for stdout.")] = "-",
-    top_k: Annotated[str, typer.Option(help="Codes listed in `scores`: a number or 'all'.")] = "10",
+    top_k: Annotated[Optional[str], _opt("Codes listed in `scores`: a number or 'all'.", default_of(PredictConfig, "top_k"))] = None,
     threshold: Annotated[Optional[float], typer.Option(help="Override the checkpoint's tuned threshold.")] = None,
-    explain: Annotated[int, typer.Option(help="Add the N highest-attention spans and per-code evidence.")] = 0,
+    explain: Annotated[Optional[int], _opt("Add the N highest-attention spans and per-code evidence.", default_of(PredictConfig, "explain"))] = None,
     strict: Annotated[bool, typer.Option(help="Stop at the first bad record instead of reporting it.")] = False,
-    resume: Annotated[bool, typer.Option(help="Skip ids already in --output and append the rest.")] = False,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted run from OUT.partial (same checkpoint and options).")] = False,
     shard: Annotated[str, typer.Option(help="i/n: score only records at positions p with p % n == i.")] = "0/1",
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
 ) -> None:
     """Score notes in batch: one output record per input record, in input order."""
     from clinicode.predict import Predictor
     from clinicode.predict_io import predict_file
 
-    if top_k == "all":
-        k: int | None = None
-    else:
-        try:
-            k = int(top_k)
-        except ValueError:
-            raise ConfigError(f"--top-k {top_k!r}: expected a number or 'all'.") from None
-        if k < 0:
-            raise ConfigError(f"--top-k must be >= 0 or 'all', got {k}.")
-    if explain < 0:
-        raise ConfigError(f"--explain must be >= 0, got {explain}.")
-    pred = Predictor.from_checkpoint(checkpoint, device=device)
-    counts = predict_file(pred, input=input, output=output, top_k=k, threshold=threshold, explain=explain, strict=strict,
-                          resume=resume, shard=_parse_shard(shard), progress=progress and sys.stderr.isatty())
+    opts = {**_given(explain=explain), **_parse_top_k(top_k)}  # --top-k all is top_k=None, not "not given"
+    PredictConfig(**opts)  # range checks live there
+    pred = Predictor.from_checkpoint(checkpoint, **_given(device=device))
+    counts = predict_file(pred, input=input, output=output, threshold=threshold, strict=strict, resume=resume,
+                          shard=_parse_shard(shard), progress=progress and sys.stderr.isatty(), **opts)
     dup = counts.get("duplicate_ids", 0)
     typer.echo(f"scored {counts['scored']:,} notes, {counts['errors']:,} bad records (see their 'error' field), "
                f"{counts['skipped']:,} skipped as already done"

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from clinicode.config import PREDICT
 from clinicode.predict import Predictor
+from clinicode.records import frame_records
 
 OUTPUT_COLUMNS = ("id", "record")
 _CACHE: dict[tuple[str, str], Predictor] = {}
@@ -33,9 +35,9 @@ def score_partition(
     df: pd.DataFrame,
     *,
     checkpoint: str,
-    top_k: int | None = 10,
+    top_k: int | None = PREDICT.top_k,
     threshold: float | None = None,
-    explain: int = 0,
+    explain: int = PREDICT.explain,
     device: str = "cpu",
 ) -> pd.DataFrame:
     """Score one partition of notes.
@@ -50,7 +52,9 @@ def score_partition(
     if len(df) == 0:
         return pd.DataFrame({"id": pd.Series([], dtype=str), "record": pd.Series([], dtype=str)})
     pred = _predictor(checkpoint, device)
-    ids = [str(i) for i in df["id"]]
-    texts = [t if isinstance(t, str) else None for t in df["text"]]
-    results = pred.predict(texts, ids=ids, top_k=top_k, threshold=threshold, explain=explain)
-    return pd.DataFrame({"id": ids, "record": [json.dumps(r.to_dict(), ensure_ascii=False) for r in results]})
+    records = list(frame_records(df, "partition"))  # the same rules as `clinicode predict` (clinicode.records)
+    good = [r for r in records if r.error is None]
+    scored = iter(pred.predict([r.text for r in good], ids=[r.id for r in good], top_k=top_k, threshold=threshold,
+                               explain=explain, attention=False))
+    out = [{"id": r.id, "error": r.error} if r.error else next(scored).to_dict() for r in records]
+    return pd.DataFrame({"id": [r.id for r in records], "record": [json.dumps(o, ensure_ascii=False) for o in out]})

@@ -1,4 +1,8 @@
-"""Frozen per-stage configuration dataclasses with range checks and strict JSON I/O (unknown keys rejected)."""
+"""Frozen per-stage configuration dataclasses with range checks and strict JSON I/O (unknown keys rejected).
+
+The only home of every default: library functions take theirs from here, and CLI options stay None unless given
+(their --help shows the value from here).
+"""
 
 from __future__ import annotations
 
@@ -96,6 +100,64 @@ class TrainConfig:
             raise ConfigError(f"--device must be auto, cpu or cuda, got {self.device!r}.")
         if self.top_k is not None and self.top_k < 1:
             raise ConfigError(f"--top-k must be >= 1, got {self.top_k}.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrepareConfig:
+    """How `prepare` turns MIMIC tables into a dataset; saved in the dataset's manifest."""
+
+    label_set: str = "caml50"       # caml50: CAML's pinned 50 codes; frequent: the top_k most frequent codes
+    top_k: int = 50                 # K for label_set "frequent"
+    chunksize: int = 20_000         # note rows parsed at a time (bounds memory)
+
+    def __post_init__(self) -> None:
+        if self.label_set not in ("caml50", "frequent"):
+            raise ConfigError(f"--label-set must be caml50 or frequent, got {self.label_set!r}.")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
+            raise ConfigError(f"--top-k must be a positive integer, got {self.top_k!r}.")
+        if isinstance(self.chunksize, bool) or not isinstance(self.chunksize, int) or self.chunksize < 1:
+            raise ConfigError(f"chunksize must be a positive integer, got {self.chunksize!r}.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictConfig:
+    """What `predict` (CLI, API, app, clusters) writes per note."""
+
+    top_k: int | None = 10          # codes listed in `scores`, highest first; None: every code
+    explain: int = 0                # with N > 0: the N highest-attention spans and each predicted code's N best phrases
+    batch_size: int = 64            # notes per forward pass
+
+    def __post_init__(self) -> None:
+        if self.top_k is not None and (isinstance(self.top_k, bool) or self.top_k < 0):
+            raise ConfigError(f"--top-k must be >= 0 or 'all', got {self.top_k}.")
+        if self.explain < 0:
+            raise ConfigError(f"--explain must be >= 0, got {self.explain}.")
+        if self.batch_size < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareConfig:
+    """The paired bootstrap of `compare`."""
+
+    n_boot: int = 2000              # resamples of the notes
+    seed: int = 0                   # seed of the resampling
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoConfig:
+    """Synthetic MIMIC-shaped data of `demo-data`."""
+
+    n_admissions: int = 2000
+    seed: int = 0
+
+
+PREPARE, PREDICT, COMPARE, DEMO = PrepareConfig(), PredictConfig(), CompareConfig(), DemoConfig()
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default of field NAME of config class CLS (for --help texts)."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:

@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 
 from clinicode.artifacts import check_output, read_json, write_json_atomic
+from clinicode.config import COMPARE
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import read_split
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
-from clinicode.metrics import all_metrics, paired_bootstrap, per_label_metrics
+from clinicode.metrics import HEADLINE, REPORTED, all_metrics, paired_bootstrap, per_label_metrics
 from clinicode.predict import Predictor
 
 EVALUATION_KIND = "evaluation"
@@ -136,10 +137,9 @@ def _checkpoint_dir(checkpoint: Path | None, predictor: Predictor | None) -> Pat
 
 def format_table(m: dict[str, Any]) -> str:
     """A readable two-column table: tuned threshold vs 0.5."""
-    keys = ["auc_macro", "auc_micro", "f1_macro", "f1_macro_mean", "f1_micro", "prec_at_5", "prec_at_8", "accuracy"]
     half = m.get("threshold_0.5", {})
     lines = [f"{'metric':<16}{'t=' + format(m['threshold'], '.2f'):>10}{'t=0.50':>10}"]
-    for k in keys:
+    for k in REPORTED:
         if k in m:
             a, b = m[k], half.get(k, float("nan"))
             lines.append(f"{k:<16}{a:>10.4f}{b:>10.4f}")
@@ -147,8 +147,8 @@ def format_table(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, split: str = "test", n_boot: int = 2000,
-            seed: int = 0, output: Path | None = None, device: str = "auto") -> dict[str, Any]:
+def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, split: str = "test", n_boot: int = COMPARE.n_boot,
+            seed: int = COMPARE.seed, output: Path | None = None, device: str = "auto") -> dict[str, Any]:
     """Is model A better than, as good as, or worse than model B on this split? A paired bootstrap over notes.
 
     Each side is one run or several (e.g. seeds of one configuration, averaged). Every run is scored at its own
@@ -194,11 +194,9 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
     y = y_first[:, columns(first)]
     sides = [[(p.score(texts)[:, columns(p)], None if p.single_label else p.threshold) for p in side] for side in preds]
     boot = paired_bootstrap(y, sides[0], sides[1], n_boot=n_boot, seed=seed)
-    keys = ("f1_micro", "auc_macro", "auc_micro", "f1_macro", "prec_at_5")
-
     def mean_metrics(runs: list[tuple[np.ndarray, float]]) -> dict[str, float]:
         ms = [all_metrics(y, s, threshold=0.0 if t is None else t, single_label=t is None) for s, t in runs]
-        return {k: float(np.mean([m[k] for m in ms])) for k in keys if k in ms[0]}
+        return {k: float(np.mean([m[k] for m in ms])) for k in HEADLINE if k in ms[0]}
 
     result = {"kind": COMPARISON_KIND, "split": split, "n_docs": int(len(df)), "n_boot": n_boot, "codes": codes, **report,
               "a": [str(r) for r in runs_a], "b": [str(r) for r in runs_b],

@@ -11,11 +11,22 @@ from typing import Any, Sequence
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
+from clinicode.config import COMPARE
+
 # CAML adds this to every per-label denominator of the macro averages, so 0/0 becomes 0.
 _MACRO_EPS = 1e-10
 
 DEFAULT_THRESHOLD = 0.5
 DEFAULT_KS = (5, 8)
+
+# The one list of metric names every report uses (keys follow CAML; docs/metrics.md defines each), in display order.
+METRIC_LABELS: dict[str, str] = {
+    "auc_macro": "Macro AUC", "auc_micro": "Micro AUC", "f1_macro": "Macro F1", "f1_macro_mean": "Macro F1 (code mean)",
+    "f1_micro": "Micro F1", "prec_at_5": "P@5", "prec_at_8": "P@8", "accuracy": "Accuracy",
+}
+HEADLINE = ("auc_macro", "auc_micro", "f1_macro", "f1_micro", "prec_at_5")  # the LEAM paper's (and CAML's) columns
+SUMMARY = (*HEADLINE, "prec_at_8")                                         # the app's metric cards
+REPORTED = tuple(METRIC_LABELS)                                             # `evaluate`'s table
 
 
 # --------------------------------------------------------------------------------------------------
@@ -427,9 +438,9 @@ def paired_bootstrap(
     runs_a: Sequence[tuple[np.ndarray, float]],
     runs_b: Sequence[tuple[np.ndarray, float]],
     *,
-    n_boot: int = 2000,
+    n_boot: int = COMPARE.n_boot,
     level: float = 0.95,
-    seed: int = 0,
+    seed: int = COMPARE.seed,
 ) -> dict[str, dict[str, float]]:
     """How sure is "A beats (or matches) B"? A paired bootstrap over documents of micro-F1 and macro-AUC.
 

@@ -19,7 +19,8 @@ import torch
 
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import Checkpoint, load_checkpoint
-from clinicode.data.text import describe_columns  # noqa: F401  (re-exported for the app's messages)
+from clinicode.config import PREDICT
+from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
 from clinicode.errors import ConfigError
 from clinicode.metrics import is_predicted
 from clinicode.runtime import pick_device
@@ -114,7 +115,7 @@ class Predictor:
         device: torch device for LEAM.
     """
 
-    def __init__(self, checkpoint: Checkpoint, *, device: torch.device | str = "cpu", batch_size: int = 64) -> None:
+    def __init__(self, checkpoint: Checkpoint, *, device: torch.device | str = "cpu", batch_size: int = PREDICT.batch_size) -> None:
         self.checkpoint = checkpoint
         self.labels = checkpoint.labels
         self.threshold = checkpoint.threshold
@@ -129,7 +130,7 @@ class Predictor:
             self._phrase_w_np = model.phrase_w.detach().float().cpu().numpy()             # W1
 
     @classmethod
-    def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = 64) -> "Predictor":
+    def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = PREDICT.batch_size) -> "Predictor":
         """Load (and verify) a checkpoint folder or a run folder containing checkpoint/."""
         dev = pick_device(device)
         return cls(load_checkpoint(Path(path), device=dev), device=dev, batch_size=batch_size)
@@ -227,9 +228,9 @@ class Predictor:
         texts: Sequence[str],
         *,
         ids: Sequence[str] | None = None,
-        top_k: int | None = 10,
+        top_k: int | None = PREDICT.top_k,
         threshold: float | None = None,
-        explain: int = 0,
+        explain: int = PREDICT.explain,
         attention: bool = True,
     ) -> list[Prediction]:
         """Codes, scores and (optionally) evidence for each note.
@@ -258,10 +259,9 @@ class Predictor:
         out: list[Prediction | None] = [None] * len(texts)
         good = []
         for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                out[i] = Prediction(ids[i], error=f"note {ids[i]!r}: 'text' is {type(text).__name__}, expected a string")
-            elif not text.strip():
-                out[i] = Prediction(ids[i], error=f"note {ids[i]!r}: empty text; nothing to code")
+            err = text_error(ids[i], text)
+            if err:
+                out[i] = Prediction(ids[i], error=err)
             else:
                 good.append(i)
         if not good:

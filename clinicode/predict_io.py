@@ -1,4 +1,4 @@
-"""Batch scoring of files: read notes (JSONL, CSV, Parquet, .txt, folder of .txt), write one record per note.
+"""Batch scoring of files: notes in (read by `clinicode.records`), one output record per note out.
 
 Output goes to OUT.partial, flushed per chunk, and is renamed to OUT at the end: a killed run leaves no
 half-written OUT, and `resume=True` continues from the ids already in OUT.partial. OUT.partial.json records the
@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import itertools
 import json
 import os
 import sys
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, TextIO
+from typing import Any, Callable
 
 from clinicode.artifacts import check_output, read_json, write_json_atomic
-from clinicode.data.text import describe_columns
+from clinicode.config import PREDICT
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.predict import Predictor
+from clinicode.records import Record, read_records
 
 CHUNK = 256
 CSV_HEADER = ("id", "predicted", "scores", "truncated", "error")
@@ -46,120 +45,6 @@ def is_predict_output(path: Path) -> bool:
     except ValueError:
         return False
     return isinstance(obj, dict) and "id" in obj and bool({"scores", "error", "predicted"} & obj.keys())
-
-
-@dataclass
-class Record:
-    """An input record: `text` is None and `error` set when it could not be read."""
-
-    id: str
-    text: Any
-    error: str | None = None
-
-
-def _jsonl_records(f: TextIO, source: str) -> Iterator[Record]:
-    for n, line in enumerate(f, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            yield Record(f"line-{n}", None, f"line {n} of {source}: not valid JSON")
-            continue
-        if not isinstance(obj, dict):
-            yield Record(f"line-{n}", None, f"line {n} of {source}: expected a JSON object with 'id' and 'text'")
-            continue
-        rid = f"line-{n}" if obj.get("id") is None else str(obj["id"])
-        if "text" not in obj:
-            yield Record(rid, None, f"record {rid!r} (line {n}): no 'text' field")
-            continue
-        yield Record(rid, obj["text"])
-
-
-def _table_records(df, source: str, offset: int) -> Iterator[Record]:
-    if "text" not in df.columns:
-        raise DataFormatError(f"{source}: no 'text' column (columns: {describe_columns(df.columns)}); add one holding the notes.")
-    has_id = "id" in df.columns
-    for i, (rid, text) in enumerate(zip(df["id"] if has_id else range(len(df)), df["text"])):
-        n = offset + i + 1
-        rid = str(rid) if has_id and rid is not None and rid == rid else f"row-{n}"
-        if text is None or (isinstance(text, float) and text != text):
-            yield Record(rid, None, f"record {rid!r} (row {n}): missing text")
-        else:
-            yield Record(rid, text)
-
-
-def read_records(path: str | Path) -> Iterator[Record]:
-    """Stream records from PATH ('-' = JSONL on stdin) without loading the whole file.
-
-    Raises:
-        DataFormatError: missing path, unknown extension, undecodable bytes or a missing 'text' column.
-    """
-    if str(path) == "-":
-        yield from _jsonl_records(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig", errors="strict"), "stdin")
-        return
-    p = Path(path)
-    if p.is_dir():
-        files = sorted(q for q in p.iterdir() if q.suffix == ".txt" and q.is_file())
-        if not files:
-            raise DataFormatError(f"--input {p}: folder holds no .txt files; put one note per .txt file in it.")
-        for q in files:
-            yield _txt_record(q)
-        return
-    if not p.is_file():
-        raise DataFormatError(f"--input {p}: no such file or folder.")
-    suffix = "".join(p.suffixes[-2:]) if p.suffix == ".gz" else p.suffix
-    try:
-        if suffix in (".jsonl", ".jsonl.gz", ".json"):
-            import gzip
-
-            opener = gzip.open if suffix.endswith(".gz") else open
-            with opener(p, "rt", encoding="utf-8-sig") as f:  # a byte-order mark is dropped, as pandas does for CSV
-                yield from _jsonl_records(f, p.name)
-        elif suffix in (".csv", ".csv.gz"):
-            import pandas as pd
-
-            offset = 0
-            try:
-                for chunk in pd.read_csv(p, dtype={"id": str}, chunksize=CHUNK * 4, keep_default_na=False, na_values=[]):
-                    yield from _table_records(chunk, p.name, offset)
-                    offset += len(chunk)
-            except pd.errors.EmptyDataError:
-                raise DataFormatError(f"--input {p}: empty file; expected a CSV header with columns id,text and one row per note.") from None
-            except pd.errors.ParserError as err:
-                raise DataFormatError(
-                    f"--input {p}: not a readable CSV after row {offset:,} ({type(err).__name__}); expected columns id,text "
-                    "with the note text quoted."
-                ) from None
-        elif suffix == ".parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            try:
-                pf = pq.ParquetFile(p)
-            except (pa.ArrowException, OSError) as err:
-                raise DataFormatError(
-                    f"--input {p}: not a readable parquet file ({type(err).__name__}); write it again or use .jsonl/.csv."
-                ) from None
-            offset = 0
-            cols = [c for c in ("id", "text") if c in pf.schema_arrow.names] or None
-            for batch in pf.iter_batches(batch_size=CHUNK * 4, columns=cols):
-                df = batch.to_pandas()
-                yield from _table_records(df, p.name, offset)
-                offset += len(df)
-        elif suffix == ".txt":
-            yield _txt_record(p)
-        else:
-            raise DataFormatError(f"--input {p}: unknown file type {suffix!r}; expected .jsonl, .csv, .parquet, .txt or a folder of .txt files.")
-    except UnicodeDecodeError as err:
-        raise DataFormatError(f"--input {p}: not UTF-8 text ({err.reason} at byte {err.start}); re-encode the file as UTF-8.") from err
-
-
-def _txt_record(q: Path) -> Record:
-    try:
-        return Record(q.stem, q.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        return Record(q.stem, None, f"file {q.name}: not UTF-8 text")
 
 
 class _Writer:
@@ -220,9 +105,9 @@ def predict_file(
     *,
     input: str | Path,
     output: str | Path,
-    top_k: int | None = 10,
+    top_k: int | None = PREDICT.top_k,
     threshold: float | None = None,
-    explain: int = 0,
+    explain: int = PREDICT.explain,
     strict: bool = False,
     resume: bool = False,
     shard: tuple[int, int] = (0, 1),

@@ -12,11 +12,14 @@ from clinicode.errors import ConfigError
 
 
 def seed_everything(seed: int) -> None:
-    """Seed Python, numpy and torch so CPU runs repeat exactly."""
+    """Seed Python, numpy and torch so CPU runs repeat exactly.
+
+    Python's string-hash seed (PYTHONHASHSEED) is fixed at interpreter start and cannot be set here; nothing in
+    clinicode depends on it (gensim 4 seeds its vectors from `seed`; tests/test_embeddings.py checks across processes).
+    """
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
-    os.environ.setdefault("PYTHONHASHSEED", str(seed))
 
 
 def pick_device(device: str = "auto") -> torch.device:

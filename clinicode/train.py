@@ -31,7 +31,7 @@ from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.embeddings import initial_vectors
 from clinicode.errors import ConfigError, DataFormatError
-from clinicode.metrics import all_metrics, binarize, per_label_metrics, tune_threshold
+from clinicode.metrics import HEADLINE, all_metrics, binarize, per_label_metrics, tune_threshold
 from clinicode.model import LEAM
 from clinicode.predict import Predictor
 from clinicode.runtime import barrier, init_distributed, pick_device, seed_everything, world
@@ -44,8 +44,7 @@ __all__ = ["train", "make_optimizer", "STATE_DIR"]
 
 
 def _metric_view(m: dict[str, Any]) -> dict[str, Any]:
-    keys = ("f1_micro", "f1_macro", "auc_macro", "auc_micro", "prec_at_5", "accuracy")
-    return {k: m[k] for k in keys if k in m}
+    return {k: m[k] for k in (*HEADLINE, "accuracy") if k in m}
 
 
 def _with_descriptions(labels: LabelSet, descriptions_path: Path | None) -> LabelSet:

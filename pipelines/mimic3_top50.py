@@ -19,10 +19,11 @@ from clinicode.config import TrainConfig, config_from_dict
 from clinicode.data.prepare import prepare_mimic
 from clinicode.errors import ClinicodeError, ConfigError
 from clinicode.evaluate import evaluate, format_table
+from clinicode.metrics import HEADLINE
 from clinicode.train import train
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "mimic3_top50_leam.json"
-_KEYS = ("auc_macro", "auc_micro", "f1_macro", "f1_micro", "prec_at_5")
+_KEYS = HEADLINE  # the paper's columns
 
 
 def run_pipeline(config: dict[str, Any], *, mimic_dir: Path, out: Path, splits_dir: Path | None,

@@ -226,3 +226,20 @@ def test_tfidf_run_codes_notes_and_says_embeddings_are_leam_only(tfidf_runs, mon
         _ok(at.switch_page(f"app_pages/{page}.py").run())
     at.switch_page("app_pages/embeddings.py").run()
     assert any("only for LEAM" in i.value for i in at.info)
+
+
+def test_what_the_app_caches_holds_no_note_text(tiny_run, demo_data):
+    """Test-split notes are listed by id and codes; a note's text is read when shown and never cached."""
+    sys.path.insert(0, str(ROOT / "app_streamlit"))
+    import state
+
+    codes = state.read_test_codes(str(demo_data))
+    assert list(codes.columns) == ["id", "labels"] and len(codes) > 10
+    emb = state.test_embeddings(str(tiny_run), str(demo_data))
+    assert set(emb) == {"Z", "C", "labels", "n_total"} and emb["Z"].shape[0] == len(codes)
+    note = codes["id"].iloc[3]
+    text = state.test_note_text(demo_data, note)
+    import pandas as pd
+
+    assert text == pd.read_parquet(demo_data / "test.parquet").set_index("id").loc[note, "text"]
+    assert not hasattr(state.test_note_text, "clear")  # a plain function, not a st.cache_data one

@@ -142,7 +142,21 @@ def test_parse_jsonl_with_bad_lines():
     assert r["id"].tolist() == ["x1", "line-2", "line-3", "7", "x5"]
     errs = r["error"].tolist()
     assert errs[0] is None and "not valid JSON" in errs[1] and "JSON object" in errs[2]
-    assert "expected a string" in errs[3] and "missing text" in errs[4]
+    assert errs[3] == "note '7': 'text' is int, expected a string" and errs[4] == "record 'x5' (line 6): no 'text' field"
+
+
+def test_upload_and_cli_read_notes_the_same_way(tmp_path):
+    """The app's upload and `clinicode predict --input` go through one reader: same ids, texts and errors."""
+    from clinicode.records import read_records
+
+    data = (json.dumps({"id": "a", "text": "chf"}) + "\n{bad\n" + json.dumps({"id": None, "text": "  "}) + "\n").encode()
+    (tmp_path / "n.jsonl").write_bytes(data)
+    via_app = render.parse_batch(data, "n.jsonl").rows.to_dict("records")
+    via_cli = [{"id": r.id, "text": r.text, "error": r.error} for r in read_records(tmp_path / "n.jsonl")]
+    assert via_app == via_cli and [r["id"] for r in via_cli] == ["a", "line-2", "line-3"]
+    parquet = tmp_path / "n.parquet"
+    pd.DataFrame({"id": ["p1"], "text": ["sepsis"]}).to_parquet(parquet)
+    assert render.parse_batch(parquet.read_bytes(), "n.parquet").rows["text"].tolist() == ["sepsis"]
 
 
 @pytest.mark.parametrize(

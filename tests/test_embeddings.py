@@ -60,3 +60,18 @@ def test_label_vectors_average_description_words(tok):
     np.testing.assert_allclose(vecs[0], expected)
     assert n_init == 1, "labels without known description words fall back to random vectors"
     assert UNK_ID not in (tok.token_id("heart"), tok.token_id("failure"))
+
+
+def test_word2vec_vectors_repeat_across_processes_whatever_the_hash_seed(tmp_path):
+    """Runs repeat exactly from --seed alone: Python's per-process string-hash seed does not enter the vectors."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import hashlib\nfrom clinicode.embeddings import train_word2vec\nfrom clinicode.tokenizer import ClinicalTokenizer\n"
+            "texts = [f'patient {w} chest pain fever {i % 7} cough {w}{i % 5}' for i, w in enumerate(['a1', 'b2', 'c3'] * 40)]\n"
+            "tok = ClinicalTokenizer.fit(texts, min_doc_freq=1)\n"
+            "print(hashlib.sha256(train_word2vec(texts, tok, dim=8, epochs=1, seed=5).tobytes()).hexdigest())\n")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout for h in (1, 2)}
+    assert len(outs) == 1 and len(next(iter(outs)).strip()) == 64

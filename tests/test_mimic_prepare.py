@@ -385,9 +385,9 @@ def test_no_discharge_summaries(tiny, tmp_path):
 
 
 def test_bad_options(tiny, tmp_path):
-    with pytest.raises(ConfigError, match=r"label_set 'top50' is unknown; choose one of caml50, frequent"):
+    with pytest.raises(ConfigError, match=r"--label-set must be caml50 or frequent, got 'top50'"):
         prepare_mimic(tiny, tmp_path / "out", label_set="top50")
-    with pytest.raises(ConfigError, match=r"top_k must be a positive integer"):
+    with pytest.raises(ConfigError, match=r"--top-k must be a positive integer"):
         prepare_mimic(tiny, tmp_path / "out", label_set="frequent", top_k=0)
     with pytest.raises(ConfigError, match=r"expect_caml_counts=True needs splits_dir"):
         prepare_mimic(tiny, tmp_path / "out", expect_caml_counts=True)

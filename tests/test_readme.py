@@ -7,7 +7,8 @@ from typer.testing import CliRunner
 
 from clinicode.cli import app
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
 def _commands():
@@ -41,3 +42,14 @@ def test_readme_quickstart_is_two_make_targets():
     assert targets == ["demo", "test"]
     makefile = (README.parent / "Makefile").read_text()
     assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+
+
+def test_run_all_runs_every_benchmark_script():
+    """benchmarks/run_all.py regenerates BENCHMARKS.md: it must list every bench_*.py (bench_app.py was missed)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_all", ROOT / "benchmarks" / "run_all.py")
+    run_all = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_all)
+    listed = {s for s, _, _ in run_all.SCRIPTS}
+    assert listed == {p.name for p in (ROOT / "benchmarks").glob("bench_*.py")}

@@ -18,21 +18,47 @@ def test_library_defaults_are_the_tuned_ones():
     assert (lc.phrase_init, lc.hidden_dim) == (1.0, 1000)
 
 
-def test_cli_train_defaults_equal_library_defaults():
+CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "patience", "batch_size", "max_len", "lr", "embeddings",
+                                                  "seed", "weight_decay", "optimizer", "pos_weight", "decay_scope", "ema_decay",
+                                                  "w2v_epochs", "min_doc_freq", "eval_batch_size", "device")},
+                 "embed_dim": (LEAMConfig, "embed_dim"), "window": (LEAMConfig, "radius"), "hidden_dim": (LEAMConfig, "hidden_dim"),
+                 "dropout": (LEAMConfig, "dropout"), "label_reg": (LEAMConfig, "label_reg_weight"), "compat": (LEAMConfig, "compat")}
+
+
+def test_cli_repeats_no_default_and_its_help_shows_config_defaults():
+    """config.py is the only home of a default: CLI options are None unless given; --help shows config.py's value."""
     import inspect
 
     from clinicode.cli import train_cli
+    from clinicode.config import default_of
+
+    import typing
 
     params = inspect.signature(train_cli).parameters
-    cfg = TrainConfig()
-    for name in ("epochs", "patience", "batch_size", "max_len", "lr", "embeddings", "seed", "weight_decay", "optimizer",
-                 "pos_weight", "decay_scope", "ema_decay"):
-        assert params[name].default == getattr(cfg, name), name
-    model_defaults = {"embed_dim": "embed_dim", "window": "radius", "hidden_dim": "hidden_dim", "dropout": "dropout",
-                      "label_reg": "label_reg_weight", "compat": "compat"}
-    lc = LEAMConfig(vocab_size=10, n_labels=2)
-    for cli_name, field in model_defaults.items():
-        assert params[cli_name].default == getattr(lc, field), cli_name
+    hints = typing.get_type_hints(train_cli, include_extras=True)
+    for cli_name, (cls, field) in CLI_TO_CONFIG.items():
+        assert params[cli_name].default is None, cli_name
+        option = hints[cli_name].__metadata__[0]
+        assert option.show_default == str(default_of(cls, field)), cli_name
+
+
+def test_a_run_given_no_options_records_the_config_defaults(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from clinicode.cli import app
+
+    d = tmp_path / "data"
+    d.mkdir()
+    for split in ("train", "dev"):
+        rows = [{"id": f"{split}{i}", "text": ["fever cough", "rash itch", "fever rash"][i % 3] + f" note {i}",
+                 "labels": [["A"], ["B"], ["A", "B"]][i % 3]} for i in range(12)]
+        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = CliRunner().invoke(app, ["train", "--data", str(d), "--out", str(tmp_path / "run"), "--model", "tfidf-lr"])
+    assert res.exit_code == 0, res.output
+    saved = json.loads((tmp_path / "run" / "checkpoint" / "train_config.json").read_text())
+    assert saved == {**vars(TrainConfig()), "model": "tfidf-lr"}
 
 
 @pytest.mark.parametrize("kw, match", [

@@ -53,7 +53,7 @@ else:
         format_func=lambda i: f"{i}  ·  {n_gold[i]} gold codes",
     )
     row = test_df.loc[test_df["id"] == note_id].iloc[0]
-    text = row["text"]
+    text = state.test_note_text(data_dir, note_id)  # read for this page only, never cached
     gold = list(row["labels"])
 
 clicked = st.button("Predict codes", key="predict", type="primary")

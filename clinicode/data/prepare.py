@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from clinicode.artifacts import atomic_dir, check_output, make_manifest, sha256_file, write_manifest
+from clinicode.config import PREPARE, PrepareConfig
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50, LABELS_FILE, SPLITS
 from clinicode.data import mimic
 from clinicode.data.icd9 import format_diagnosis, format_procedure, is_icd9_diagnosis, is_icd9_procedure, load_descriptions_tsv
@@ -28,7 +29,6 @@ from clinicode.errors import ConfigError, DataFormatError
 
 log = logging.getLogger(__name__)
 
-LABEL_SETS = ("caml50", "frequent")
 NOTE_ORDER = (
     "Discharge-summary rows (DESCRIPTION 'Report' and 'Addendum') of one HADM_ID joined with a single space, "
     "ordered Report before Addendum, then CHARTDATE, then ROW_ID; ISERROR not filtered (CAML parity)."
@@ -141,9 +141,9 @@ def prepare_mimic(
     out_dir: Path,
     *,
     splits_dir: Path | None = None,
-    label_set: str = "caml50",
-    top_k: int = 50,
-    chunksize: int = 20_000,
+    label_set: str = PREPARE.label_set,
+    top_k: int = PREPARE.top_k,
+    chunksize: int = PREPARE.chunksize,
     expect_caml_counts: bool | None = None,
 ) -> dict:
     """Build the prepared dataset (one document per admission) from raw MIMIC-III tables.
@@ -170,12 +170,7 @@ def prepare_mimic(
     """
     t0 = time.perf_counter()
     mimic_dir, out_dir = Path(mimic_dir), Path(out_dir)
-    if label_set not in LABEL_SETS:
-        raise ConfigError(f"label_set {label_set!r} is unknown; choose one of {', '.join(LABEL_SETS)}.")
-    if label_set == "frequent" and (not isinstance(top_k, int) or top_k < 1):
-        raise ConfigError(f"top_k must be a positive integer for label_set 'frequent', got {top_k!r}.")
-    if not isinstance(chunksize, int) or chunksize < 1:
-        raise ConfigError(f"chunksize must be a positive integer, got {chunksize!r}.")
+    PrepareConfig(label_set=label_set, top_k=top_k, chunksize=chunksize)  # range checks live there
     if expect_caml_counts and splits_dir is None:
         raise ConfigError("expect_caml_counts=True needs splits_dir with CAML's *_50_hadm_ids.csv files; pass --splits-dir.")
     check_output(out_dir, option="--out", command="prepare", folder=True, recognise=is_prepared_dataset,

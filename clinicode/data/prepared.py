@@ -12,10 +12,11 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from clinicode.artifacts import manifest_kind, read_json, sha256_file
 from clinicode.constants import ID, LABELS, LABELS_FILE, MANIFEST_FILE, SPLITS, SUBJECT_ID, TEXT
@@ -231,6 +232,46 @@ def read_split(path: Path, split: str) -> pd.DataFrame:
             f"split {split!r} not in {path}; available splits: {', '.join(present) or 'none'}. Add {split}.parquet/.jsonl/.csv to the folder."
         )
     return _read_split(file)
+
+
+def read_split_codes(path: Path, split: str) -> pd.DataFrame:
+    """[id, labels] of one split, without the note text (Parquet reads only those columns).
+
+    For listing notes (the app's test-note picker) without holding note text in memory or caches.
+    """
+    file = _find_split_file(Path(path), split)
+    if file is not None and file.suffix == ".parquet":
+        try:
+            df = pq.read_table(file, columns=[ID, LABELS]).to_pandas()
+        except Exception as err:  # pyarrow raises several unrelated types for damaged files
+            raise DataFormatError(f"{file} cannot be read as parquet ({type(err).__name__}); re-run `clinicode prepare`.") from err
+        df[ID] = df[ID].astype(str)
+        df[LABELS] = _column([_as_label_list(v, file, i) for v, i in zip(df[LABELS], df[ID])], df.index)
+        return df
+    return read_split(path, split)[[ID, LABELS]]
+
+
+def read_split_texts(path: Path, split: str, note_ids: Sequence[str]) -> list[str]:
+    """The texts of the given notes of a split, in the order of `note_ids` (Parquet reads only their row groups).
+
+    Raises:
+        DataFormatError: no such split, or an id that is not in it.
+    """
+    wanted = [str(i) for i in note_ids]
+    file = _find_split_file(Path(path), split)
+    if file is not None and file.suffix == ".parquet":
+        try:
+            table = pq.read_table(file, columns=[ID, TEXT], filters=[(ID, "in", wanted)])
+        except Exception as err:  # pyarrow raises several unrelated types for damaged files
+            raise DataFormatError(f"{file} cannot be read as parquet ({type(err).__name__}); re-run `clinicode prepare`.") from err
+        found = dict(zip(map(str, table.column(ID).to_pylist()), table.column(TEXT).to_pylist()))
+    else:
+        df = read_split(path, split)
+        found = dict(zip(df[ID], df[TEXT]))
+    missing = [i for i in wanted if i not in found]
+    if missing:
+        raise DataFormatError(f"{path}: no note {missing[0]!r} in the {split} split.")
+    return [found[i] for i in wanted]
 
 
 def dataset_fingerprint(path: Path) -> str:

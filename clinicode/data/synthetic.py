@@ -15,6 +15,7 @@ from typing import Iterator
 
 import numpy as np
 
+from clinicode.config import DEMO
 from clinicode.constants import CAML_TOP50, SPLITS
 from clinicode.data.splits import read_splits
 from clinicode.errors import ConfigError
@@ -345,9 +346,9 @@ def is_synthetic_folder(folder: Path) -> bool:
 def write_demo_mimic(
     out_dir: Path,
     *,
-    n_admissions: int = 2000,
+    n_admissions: int = DEMO.n_admissions,
     n_other_notes: int | None = None,
-    seed: int = 0,
+    seed: int = DEMO.seed,
     hadm_ids_from: Path | None = None,
     gzip: bool = False,
     discharge_chars: int | None = None,
@@ -391,9 +392,9 @@ def _check_options(n_admissions: int, n_other_notes: int | None, discharge_chars
 def _write_demo_mimic(
     out_dir: Path,
     *,
-    n_admissions: int = 2000,
+    n_admissions: int = DEMO.n_admissions,
     n_other_notes: int | None = None,
-    seed: int = 0,
+    seed: int = DEMO.seed,
     hadm_ids_from: Path | None = None,
     gzip: bool = False,
     discharge_chars: int | None = None,

@@ -1,0 +1,30 @@
+"""Layer contracts (pyproject.toml, [tool.importlinter]) hold: `lint-imports` runs as part of the test suite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LINT), "--no-cache", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_every_layer_contract_is_kept():
+    res = _lint()
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert "4 kept, 0 broken" in res.stdout
+
+
+def test_a_broken_contract_is_caught(tmp_path):
+    """The checker is not vacuous: a contract the code breaks (predict does import checkpoint) fails."""
+    cfg = tmp_path / "broken.toml"
+    cfg.write_text('[tool.importlinter]\nroot_package = "clinicode"\n\n[[tool.importlinter.contracts]]\n'
+                   'name = "deliberately broken"\ntype = "forbidden"\nsource_modules = ["clinicode.predict"]\n'
+                   'forbidden_modules = ["clinicode.checkpoint"]\n')
+    res = _lint("--config", str(cfg))
+    assert res.returncode == 1 and "deliberately broken BROKEN" in res.stdout

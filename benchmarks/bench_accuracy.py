@@ -4,7 +4,7 @@ For each set (hoc, cmc2007-radiology-icd9, mtsamples) both models are trained wi
 flags passed are dataset-generic: `--top-k 50` only where a set has more than 50 labels (as the issue asks; top-k
 also drops the notes left without a label, so it is not passed otherwise) and, for cmc2007
 whose labels are bare ICD-9 codes, `--descriptions ../shared/data/caml-mimic-ids/ICD9_descriptions.tsv` so that
-LEAM's label vectors start from the code descriptions (DOMAIN.md section 8). Metrics are test-set values at the
+LEAM's label vectors start from the code descriptions (docs/domain.md section 8). Metrics are test-set values at the
 dev-tuned threshold; LEAM is run with several seeds (mean ± sd), tfidf-lr is deterministic (one run).
 Whether LEAM "matches" is judged by a paired bootstrap over test notes (`clinicode compare`, i.e.
 `clinicode.evaluate.compare`):
@@ -187,19 +187,8 @@ def main() -> None:
         f"{d.ema_decay}, {LEAMConfig(vocab_size=3, n_labels=1).hidden_dim}-unit head, batch {d.batch_size}, up to {d.epochs} "
         f"epochs, patience {d.patience}, word2vec passes {'auto' if d.w2v_epochs == 0 else d.w2v_epochs}, pos_weight {d.pos_weight}.",
         "",
-        "History of the gap (LEAM − tfidf-lr, micro-F1 / macro-AUC): the first tuned defaults (300-unit head "
-        "decayed like the rest, no weight average, pos_weight 0; 3 seeds; notes without a label left out, as "
-        "this benchmark did until 2026-11-23) trailed by hoc −0.022 / −0.009, cmc2007 −0.016 / +0.000, mtsamples "
-        "−0.061 / −0.038. Taking weight decay off the head and widening it to 1,000 units, averaging the "
-        "weights, and pos_weight 0.25 (all chosen on dev) narrowed it to the numbers above. Five more rounds, "
-        "some 49 settings (vector size, window, initial window weights, dropout, regulariser weight, batch size, "
-        "learning rates and schedules, gradient clipping, code vectors started from telling words, word2vec "
-        "variants, fastText and GloVe vectors, token masking, lazy Adam, the reference code's K-to-K phrase "
-        "convolution), found none that helps on all three sets; docs/accuracy-tuning.md lists each with its dev "
-        "numbers. A diagnostic with the attention replaced by a plain mean of the word vectors lost 0.023 and "
-        "0.024 dev micro-F1 on hoc and cmc2007 but tied on mtsamples: there one 100-d average of word vectors is "
-        "the limit, and LEAM loses most on labels that name a document type (Discharge Summary, SOAP / Chart / "
-        "Progress Notes) rather than a topic.",
+        "How these defaults were chosen, the history of the gap, and every setting screened that did not help: "
+        "docs/accuracy-tuning.md.",
         "",
         f"{datetime.now(timezone.utc):%Y-%m-%d}; clinicode {__version__}, Python {platform.python_version()}, "
         f"torch {torch.__version__}, {platform.machine()}; total {time.perf_counter() - t_all:.0f} s.",

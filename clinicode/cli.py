@@ -143,7 +143,7 @@ def train_cli(
     model: Annotated[Optional[str], _opt("leam or tfidf-lr (the bag-of-words baseline).", default_of(_T, "model"))] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None,
     epochs: Annotated[Optional[int], _opt("Maximum epochs.", default_of(_T, "epochs"))] = None,
-    patience: Annotated[Optional[int], _opt("Stop after this many epochs without dev micro-F1 gain.", default_of(_T, "patience"))] = None,
+    patience: Annotated[Optional[int], _opt("Stop when more than this many epochs in a row bring no dev micro-F1 gain.", default_of(_T, "patience"))] = None,
     embed_dim: Annotated[Optional[int], _opt("Word and code vector size P.", default_of(_M, "embed_dim"))] = None,
     window: Annotated[Optional[int], _opt("Phrase radius r (the window spans 2r+1 tokens).", default_of(_M, "radius"))] = None,
     hidden_dim: Annotated[Optional[int], _opt("Hidden units of the MLP head.", default_of(_M, "hidden_dim"))] = None,

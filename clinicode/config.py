@@ -24,7 +24,7 @@ class LEAMConfig:
 
     vocab_size: int
     n_labels: int
-    embed_dim: int = 100            # CAML's CBOW vectors (DOMAIN.md section 6)
+    embed_dim: int = 100            # CAML's CBOW vectors (docs/domain.md section 6)
     radius: int = 10                # r: the phrase window over G spans 2r+1 positions
     hidden_dim: int = 1000          # MLP head (paper's reference code: 300); 1000 tuned on dev with decay_scope="embeddings"
     dropout: float = 0.5
@@ -66,7 +66,7 @@ class TrainConfig:
     min_doc_freq: int = 3           # vocabulary: words in >= 3 training notes
     embeddings: str = "w2v"         # "w2v" (trained on the train split), "random", or a path to a text vector file
     w2v_epochs: int = 0             # 0 = auto: ceil(30M / training tokens) clamped to [5, 30]; CAML used 5
-    patience: int = 5               # epochs without dev micro-F1 improvement before stopping
+    patience: int = 5               # stop once more than this many epochs in a row bring no dev micro-F1 gain
     ema_decay: float = 0.99         # weight moving average (decay warmed up as (1+t)/(10+t)) for dev scoring and the checkpoint; 0 = off
     seed: int = 1337
     device: str = "auto"

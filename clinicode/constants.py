@@ -25,7 +25,7 @@ RUN_FILE = "run.json"              # marks a run folder (RUN/) from the moment `
 
 DEFAULT_MAX_LEN = 2500
 
-# CAML's pinned top-50 ICD-9 codes in CAML's frequency order (DOMAIN.md section 5). Do not recompute.
+# CAML's pinned top-50 ICD-9 codes in CAML's frequency order (docs/domain.md section 5). Do not recompute.
 CAML_TOP50 = (
     "401.9", "38.93", "428.0", "427.31", "414.01", "96.04", "96.6", "584.9", "250.00", "96.71",
     "272.4", "518.81", "99.04", "39.61", "599.0", "530.81", "96.72", "272.0", "285.9", "88.56",
@@ -34,5 +34,5 @@ CAML_TOP50 = (
     "39.95", "287.5", "410.71", "276.1", "V45.81", "424.0", "45.13", "V15.82", "511.9", "37.23",
 )
 
-# Expected document counts with CAML's *_50_hadm_ids.csv on MIMIC-III v1.4 (DOMAIN.md section 5).
+# Expected document counts with CAML's *_50_hadm_ids.csv on MIMIC-III v1.4 (docs/domain.md section 5).
 CAML50_SPLIT_COUNTS = {"train": 8066, "dev": 1573, "test": 1729}

@@ -1,4 +1,4 @@
-"""Evaluate a checkpoint on a prepared split (scores through `Predictor.score`, metrics per DOMAIN.md section 7),
+"""Evaluate a checkpoint on a prepared split (scores through `Predictor.score`, metrics per docs/domain.md section 7),
 or compare two models on the same notes with a paired bootstrap."""
 
 from __future__ import annotations

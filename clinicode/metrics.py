@@ -1,4 +1,4 @@
-"""ICD-coding metrics with CAML's exact definitions (DOMAIN.md section 7) over [n_docs, n_labels] arrays.
+"""ICD-coding metrics with CAML's exact definitions (docs/domain.md section 7) over [n_docs, n_labels] arrays.
 
 Pure numpy; scikit-learn only for ROC AUC. Never imports torch, never reads files.
 """
@@ -382,7 +382,7 @@ def tune_threshold(y_true: np.ndarray, scores: np.ndarray, *, grid: Sequence[flo
     Args:
         y_true: [n_docs, n_labels] multi-hot gold labels of the tuning split.
         scores: [n_docs, n_labels] probabilities on that split.
-        grid: [G] candidate thresholds; default `np.linspace(0, 1, 100)` (DOMAIN.md section 7).
+        grid: [G] candidate thresholds; default `np.linspace(0, 1, 100)` (docs/domain.md section 7).
     Returns:
         The first (smallest-index) grid value with the highest micro-F1 of [S > t].
     Raises:

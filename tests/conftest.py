@@ -11,6 +11,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SHARED_DATA = SHARED / "data"
+MIMIC_ENV = "CLINICODE_MIMIC_DIR"  # a folder holding real MIMIC-III v1.4 tables: `mimic` tests run only then
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """`gpu` tests run where CUDA exists, `mimic` tests where CLINICODE_MIMIC_DIR names real MIMIC-III."""
+    needs_gpu = [i for i in items if "gpu" in i.keywords]
+    if needs_gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            for item in needs_gpu:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)"))
+    if not os.environ.get(MIMIC_ENV):
+        for item in items:
+            if "mimic" in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=f"needs real MIMIC-III: set {MIMIC_ENV} to its folder"))
 
 
 @pytest.fixture(scope="session")

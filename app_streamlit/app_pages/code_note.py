@@ -152,8 +152,9 @@ with right:
         )
     else:
         st.caption(
-            f"Green: the {EXPLAIN} phrase windows (2r+1 tokens) with the highest compatibility u[k, l] for **{pick}** "
-            "(per code, after the ReLU, before the max over codes); overlapping windows take the larger u; opacity ∝ u."
+            f"Green: the {EXPLAIN} phrases with the highest compatibility u[k, l] for **{pick}** (per code, after the "
+            "ReLU, before the max over codes), each shown as the window's strongest word with one word either side; "
+            "overlapping phrases take the larger u; opacity ∝ u."
         )
         body = render.highlight_html(text, p.code_evidence[pick], rgb=render.EVIDENCE_RGB, css_class="evidence")
     st.html(body)

@@ -52,7 +52,7 @@ def format_procedure(code: str) -> str:
 
     Raises:
         DataFormatError: for a code of 2 characters or fewer, which string-typed MIMIC never holds
-            (CAML would have written 'xx.'; DOMAIN.md section 4 treats it as a data error).
+            (CAML would have written 'xx.'; docs/domain.md section 4 treats it as a data error).
     """
     c = code.strip().replace(".", "")
     if len(c) <= 2:

@@ -32,7 +32,7 @@ CODE_COLUMNS = ("SUBJECT_ID", "HADM_ID", "ICD9_CODE")
 TITLE_COLUMNS = ("ICD9_CODE", "LONG_TITLE")
 
 # HADM_ID and friends are nullable integers: a float column would turn 123456 into 123456.0 and
-# silently stop matching the split files (DOMAIN.md section 2). Everything textual stays a string.
+# silently stop matching the split files (docs/domain.md section 2). Everything textual stays a string.
 _NOTE_DTYPES = {
     "ROW_ID": "Int64", "SUBJECT_ID": "Int64", "HADM_ID": "Int64",
     "CHARTDATE": str, "CATEGORY": str, "DESCRIPTION": str, "TEXT": str,

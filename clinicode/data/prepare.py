@@ -1,6 +1,6 @@
 """The write side of stage 1: raw MIMIC-III tables -> prepared dataset folder (parquet splits, labels.json, manifest).
 
-Follows DOMAIN.md sections 3-5; holds only discharge-summary rows in memory, never all of NOTEEVENTS.
+Follows docs/domain.md sections 3-5; holds only discharge-summary rows in memory, never all of NOTEEVENTS.
 """
 
 from __future__ import annotations
@@ -272,7 +272,7 @@ def prepare_mimic(
         raise DataFormatError(
             f"CAML top-50 split counts not reproduced: {got}; {sum(missing_from_data.values()):,} listed ids missing "
             "from the prepared data. ICD9_CODE was probably read as numbers or HADM_ID as floats; read codes as "
-            "strings (DOMAIN.md section 4) and use MIMIC-III v1.4."
+            "strings (docs/domain.md section 4) and use MIMIC-III v1.4."
         )
     if any(missing_from_data.values()):
         log.warning("split ids missing from the prepared data: %s", missing_from_data)

@@ -1,4 +1,4 @@
-"""ICD-9 dot placement (DOMAIN.md section 4): the reformatting table, errors, idempotence."""
+"""ICD-9 dot placement (docs/domain.md section 4): the reformatting table, errors, idempotence."""
 
 import pytest
 from hypothesis import given

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-APP_DIR = Path(__file__).resolve().parents[1] / "app_streamlit"
+APP_DIR = Path(__file__).resolve().parents[2] / "app_streamlit"
 sys.path.insert(0, str(APP_DIR))
 
 import render  # noqa: E402

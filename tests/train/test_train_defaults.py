@@ -93,6 +93,7 @@ def test_pos_weight_balances_rare_labels_and_changes_the_loss():
     assert not torch.isclose(plain, weighted)
 
 
+@pytest.mark.slow  # counts 10 million tokens
 def test_auto_w2v_epochs_scales_with_corpus_size():
     assert auto_w2v_epochs(["word " * 100] * 10) == 30          # tiny corpus: the cap
     assert auto_w2v_epochs(["word " * 1000] * 10_000) == 5      # 10M tokens: CAML's 5 passes

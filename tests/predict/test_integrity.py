@@ -20,7 +20,7 @@ from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError
 from clinicode.tokenizer import ClinicalTokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from clinicode.data.splits import read_splits
 from clinicode.data.synthetic import write_demo_mimic
 from clinicode.errors import ConfigError, DataFormatError
 
-CAML_IDS = Path(__file__).resolve().parents[2] / "shared" / "data" / "caml-mimic-ids"
+CAML_IDS = Path(__file__).resolve().parents[3] / "shared" / "data" / "caml-mimic-ids"
 NOTE_HEADER = ["ROW_ID", "SUBJECT_ID", "HADM_ID", "CHARTDATE", "CHARTTIME", "STORETIME", "CATEGORY",
                "DESCRIPTION", "CGID", "ISERROR", "TEXT"]
 CODE_HEADER = ["ROW_ID", "SUBJECT_ID", "HADM_ID", "SEQ_NUM", "ICD9_CODE"]

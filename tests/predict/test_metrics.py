@@ -1,4 +1,4 @@
-"""Unit and property tests of clinicode.metrics against hand-computed values (DOMAIN.md section 7)."""
+"""Unit and property tests of clinicode.metrics against hand-computed values (docs/domain.md section 7)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from clinicode.errors import ConfigError, DataFormatError
 from clinicode.predict import Predictor
 from clinicode.predict_io import _settings, predict_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
 runner = CliRunner()
 
@@ -225,6 +225,7 @@ def _complete_lines(p: Path) -> int:
         return 0
 
 
+@pytest.mark.slow  # a child process scoring 2,000 notes
 def test_kill_9_during_predict_then_resume(tiny_run, many_notes, tmp_path):
     src, ids = many_notes
     out = tmp_path / "codes.jsonl"

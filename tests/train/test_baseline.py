@@ -198,7 +198,6 @@ def test_config_validation(kwargs: dict, message: str) -> None:
         TfidfLRConfig(**kwargs)
 
 
-@pytest.mark.slow  # starts two worker processes (a few seconds)
 def test_parallel_fit_matches_serial_fit(monkeypatch: pytest.MonkeyPatch, toy, fitted: TfidfLR) -> None:
     import clinicode.baseline as baseline
 

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "app_streamlit" / "main.py"
 PAGES = ["code_note", "performance", "embeddings", "batch", "about_model"]
 NOTE = "Patient with hypertension and congestive heart failure, atrial fibrillation. <script>alert(1)</script> on coumadin."

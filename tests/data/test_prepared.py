@@ -12,7 +12,7 @@ from clinicode.data.prepared import PreparedDataset, load_dataset
 from clinicode.data.synthetic import write_demo_mimic
 from clinicode.errors import DataFormatError
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 REAL = {"hoc": (1286, 211, 355), "mtsamples": (1651, 243, 483), "cmc2007-radiology-icd9": (684, 93, 201)}
 
 

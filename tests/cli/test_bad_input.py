@@ -365,7 +365,7 @@ def app_env(tiny_run, tmp_path, monkeypatch):
 def _app():
     from streamlit.testing.v1 import AppTest
 
-    return AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app_streamlit" / "main.py"), default_timeout=90)
+    return AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app_streamlit" / "main.py"), default_timeout=90)
 
 
 def test_app_batch_upload_without_text_column(app_env):
@@ -415,7 +415,7 @@ def test_prepare_noteevents_without_header_row_never_quotes_the_note(mimic, tmp_
 def test_app_batch_error_for_headerless_csv_never_quotes_the_note():
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app_streamlit"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "app_streamlit"))
     import render
 
     parsed = render.parse_batch(f'1,"{LONG}"\n'.encode(), "notes.csv")

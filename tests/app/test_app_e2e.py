@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "app_streamlit"))
 from app_server import CHROMIUM_ARGS as ARGS, serve  # noqa: E402
 

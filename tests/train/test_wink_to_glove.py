@@ -10,7 +10,7 @@ import pytest
 from clinicode.embeddings import read_vector_file
 from clinicode.tokenizer import ClinicalTokenizer
 
-_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "wink_to_glove.py"
+_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "wink_to_glove.py"
 _spec = importlib.util.spec_from_file_location("wink_to_glove", _SCRIPT)
 wink = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(wink)

@@ -389,17 +389,8 @@ def _check_options(n_admissions: int, n_other_notes: int | None, discharge_chars
             raise ConfigError(f"{name} must be a positive integer or None, got {value!r}.")
 
 
-def _write_demo_mimic(
-    out_dir: Path,
-    *,
-    n_admissions: int = DEMO.n_admissions,
-    n_other_notes: int | None = None,
-    seed: int = DEMO.seed,
-    hadm_ids_from: Path | None = None,
-    gzip: bool = False,
-    discharge_chars: int | None = None,
-    other_chars: int | None = None,
-) -> dict:
+def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | None, seed: int, hadm_ids_from: Path | None,
+                      gzip: bool, discharge_chars: int | None, other_chars: int | None) -> dict:
     """Write a synthetic MIMIC-III-shaped folder (clearly labelled as synthetic by a README.txt).
 
     Traps as in real data: undotted codes, leading zeros (0389, 0040), V and E codes, empty codes,

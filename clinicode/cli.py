@@ -68,9 +68,13 @@ def _root(
 
 def _print_summary(summary: dict[str, Any]) -> None:
     splits = summary.get("splits", {})
+    release = {"mimic3": "MIMIC-III", "mimic4": "MIMIC-IV"}.get(summary.get("release", ""), "")
+    if release:
+        typer.echo(f"source: {release}, ICD-{summary.get('icd_version')}"
+                   + (f"; protocol {summary['protocol']} reproduced" if summary.get("protocol") else ""))
     typer.echo("documents: " + ", ".join(f"{k} {v:,}" for k, v in splits.items()))
     if "n_labels" in summary:
-        typer.echo(f"labels: {summary['n_labels']} ({summary.get('label_set', '')})")
+        typer.echo(f"labels: {summary['n_labels']:,} ({summary.get('label_set', '')})")
     for reason, n in (summary.get("dropped") or {}).items():
         typer.echo(f"dropped: {n:,} {reason}")
     missing = {k: v for k, v in (summary.get("missing_from_data") or {}).items() if v}
@@ -80,9 +84,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
         typer.echo(f"note: {summary['note']}.")
     undescribed = summary.get("labels_without_description") or []
     if undescribed:
+        tables = ("hosp/d_icd_diagnoses and hosp/d_icd_procedures" if summary.get("release") == "mimic4"
+                  else "D_ICD_DIAGNOSES/D_ICD_PROCEDURES or ICD9_descriptions.tsv (in --splits-dir)")
         typer.echo(f"warning: {len(undescribed)} of {summary['n_labels']} codes have no description "
-                   f"(e.g. {', '.join(undescribed[:3])}); add D_ICD_DIAGNOSES/D_ICD_PROCEDURES or "
-                   "ICD9_descriptions.tsv (in --splits-dir) to the inputs.", err=True)
+                   f"(e.g. {', '.join(undescribed[:3])}); add {tables} to the inputs.", err=True)
 
 
 def _opt(help: str, default: Any = None, *decls: str, **kw: Any) -> Any:
@@ -98,19 +103,29 @@ def _given(**options: Any) -> dict[str, Any]:
 _T, _M, _P, _C, _D = TrainConfig, LEAMConfig, PrepareConfig, CompareConfig, DemoConfig  # where each default lives
 
 
+_LABEL_SET_HELP = ("caml50 (CAML's pinned MIMIC-III list), top50 (the splits folder's top50_codes.txt, else the 50 most "
+                   "frequent), frequent (--top-k most frequent) or full (every code in >= --min-code-count admissions). "
+                   "Default: caml50 for MIMIC-III, top50 for MIMIC-IV.")
+
+
 @app.command("prepare")
 @_friendly
 def prepare_cli(
-    mimic_dir: Annotated[Path, typer.Option(help="Folder with the MIMIC-III v1.4 tables (.csv or .csv.gz).")],
+    mimic_dir: Annotated[Path, typer.Option(help="MIMIC-III v1.4 tables, or MIMIC-IV v2.2 (the folder holding hosp/); .csv or .csv.gz.")],
     out: Annotated[Path, typer.Option(help="Prepared dataset folder to write (appears atomically).")],
-    splits_dir: Annotated[Optional[Path], typer.Option(help="Folder with CAML's {train,dev,test}_50_hadm_ids.csv.")] = None,
-    label_set: Annotated[Optional[str], _opt("caml50 (CAML's pinned 50 codes) or frequent (top K codes).", default_of(_P, "label_set"))] = None,
+    note_dir: Annotated[Optional[Path], typer.Option(help="MIMIC-IV-Note v2.2 (the folder holding note/); default --mimic-dir.")] = None,
+    icd_version: Annotated[Optional[int], typer.Option(help="MIMIC-IV: 9 or 10 (required: its tables hold both).")] = None,
+    splits_dir: Annotated[Optional[Path], typer.Option(help="Folder of {train,dev,test}_{50,full}_hadm_ids.csv (CAML, MIMIC-IV-ICD).")] = None,
+    splits_file: Annotated[Optional[Path], typer.Option(help="Edin et al.'s split CSV (hadm_id,split with train/val/test).")] = None,
+    label_set: Annotated[Optional[str], typer.Option(help=_LABEL_SET_HELP)] = None,
     top_k: Annotated[Optional[int], _opt("K for --label-set frequent.", default_of(_P, "top_k"))] = None,
+    min_code_count: Annotated[Optional[int], _opt("--label-set full: keep codes seen in at least this many admissions with a note.", default_of(_P, "min_code_count"))] = None,
 ) -> None:
-    """Turn MIMIC-III tables into a prepared top-50 dataset (CAML's rules)."""
+    """Turn MIMIC-III or MIMIC-IV tables into a prepared dataset (one document per admission)."""
     from clinicode.data.prepare import prepare_mimic
 
-    summary = prepare_mimic(mimic_dir, out, splits_dir=splits_dir, **_given(label_set=label_set, top_k=top_k))
+    summary = prepare_mimic(mimic_dir, out, note_dir=note_dir, icd_version=icd_version, splits_dir=splits_dir,
+                            splits_file=splits_file, **_given(label_set=label_set, top_k=top_k, min_code_count=min_code_count))
     _print_summary(summary)
     typer.echo(f"wrote {out}")
 
@@ -118,18 +133,38 @@ def prepare_cli(
 @app.command("demo-data")
 @_friendly
 def demo_data_cli(
-    out: Annotated[Path, typer.Option(help="Folder to write the synthetic MIMIC-III-shaped tables into.")],
-    n_admissions: Annotated[Optional[int], _opt("Admissions to invent.", default_of(_D, "n_admissions"))] = None,
-    n_other_notes: Annotated[Optional[int], typer.Option(help="Extra non-discharge notes (to reach a full-size NOTEEVENTS).")] = None,
+    out: Annotated[Path, typer.Option(help="Folder to write the synthetic MIMIC-shaped tables into.")],
+    format: Annotated[str, typer.Option(help="mimic3 (NOTEEVENTS, DIAGNOSES_ICD, ...) or mimic4 (hosp/ and note/).")] = "mimic3",
+    n_admissions: Annotated[Optional[int], _opt("Admissions to invent (with --hadm-ids-from: beyond the listed ones).", default_of(_D, "n_admissions"))] = None,
+    n_other_notes: Annotated[Optional[int], typer.Option(help="mimic3: extra non-discharge notes (to reach a full-size NOTEEVENTS).")] = None,
     seed: Annotated[Optional[int], _opt("Random seed.", default_of(_D, "seed"))] = None,
-    hadm_ids_from: Annotated[Optional[Path], typer.Option(help="Use the HADM_IDs of CAML's *_50_hadm_ids.csv in this folder.")] = None,
+    hadm_ids_from: Annotated[Optional[list[Path]], typer.Option(help="Give every id of these split files (mimic3: a folder of CAML's *_50_hadm_ids.csv; mimic4: published split files or folders, repeatable) a note and a label-set code, so preparing with them reproduces their counts.")] = None,
+    discharge_chars: Annotated[Optional[int], typer.Option(help="Pad discharge notes to this mean length in characters (real size: 10,000 mimic3, 10,500 mimic4).")] = None,
+    n_tail_codes: Annotated[Optional[int], typer.Option(help="mimic4: rarer codes per ICD version beyond the top 50 (for full code sets).")] = None,
+    gzip: Annotated[bool, typer.Option(help="Write .csv.gz instead of .csv.")] = False,
 ) -> None:
-    """Write a SYNTHETIC MIMIC-III-shaped folder (no real patient data) for demos and tests."""
-    from clinicode.data.synthetic import write_demo_mimic
+    """Write a SYNTHETIC MIMIC-III- or MIMIC-IV-shaped folder (no real patient data) for demos and tests."""
+    opts = _given(n_admissions=n_admissions, seed=seed, discharge_chars=discharge_chars)
+    if format == "mimic3":
+        from clinicode.data.synthetic import write_demo_mimic
 
-    info = write_demo_mimic(out, n_other_notes=n_other_notes, hadm_ids_from=hadm_ids_from,
-                            **_given(n_admissions=n_admissions, seed=seed))
-    typer.echo(f"wrote synthetic MIMIC-III-shaped tables to {out}: " + ", ".join(f"{k} {v}" for k, v in info.items() if isinstance(v, int)))
+        if n_tail_codes is not None:
+            raise ConfigError("--n-tail-codes is for --format mimic4.")
+        if hadm_ids_from and len(hadm_ids_from) > 1:
+            raise ConfigError("--format mimic3 takes one --hadm-ids-from folder (CAML's *_50_hadm_ids.csv).")
+        info = write_demo_mimic(out, n_other_notes=n_other_notes, hadm_ids_from=hadm_ids_from[0] if hadm_ids_from else None,
+                                gzip=gzip, **opts)
+    elif format == "mimic4":
+        from clinicode.data.synthetic_mimic4 import write_demo_mimic4
+
+        if n_other_notes is not None:
+            raise ConfigError("--n-other-notes is for --format mimic3.")
+        info = write_demo_mimic4(out, hadm_ids_from=hadm_ids_from or (), gzip=gzip,
+                                 **_given(n_tail_codes=n_tail_codes), **opts)
+    else:
+        raise ConfigError(f"--format must be mimic3 or mimic4, got {format!r}.")
+    typer.echo(f"wrote synthetic {'MIMIC-III' if format == 'mimic3' else 'MIMIC-IV'}-shaped tables to {out}: "
+               + ", ".join(f"{k} {v:,}" for k, v in info.items() if isinstance(v, int) and not isinstance(v, bool)))
 
 
 @app.command("train")
@@ -137,9 +172,13 @@ def demo_data_cli(
 def train_cli(
     out: Annotated[Path, typer.Option(help="Run folder to write (checkpoint/, history.jsonl, ...).")],
     data: Annotated[Optional[Path], typer.Option(help="Prepared dataset (or any folder of {train,dev,test}.{parquet,jsonl,csv}).")] = None,
-    mimic_dir: Annotated[Optional[Path], typer.Option(help="MIMIC-III tables: prepare into RUN/data first, then train.")] = None,
-    splits_dir: Annotated[Optional[Path], typer.Option(help="With --mimic-dir: CAML's split id files.")] = None,
-    label_set: Annotated[Optional[str], _opt("With --mimic-dir: caml50 or frequent.", default_of(_P, "label_set"))] = None,
+    mimic_dir: Annotated[Optional[Path], typer.Option(help="MIMIC tables: prepare into RUN/data first (as `prepare`), then train.")] = None,
+    note_dir: Annotated[Optional[Path], typer.Option(help="With a MIMIC-IV --mimic-dir: the folder holding note/.")] = None,
+    icd_version: Annotated[Optional[int], typer.Option(help="With a MIMIC-IV --mimic-dir: 9 or 10.")] = None,
+    splits_dir: Annotated[Optional[Path], typer.Option(help="With --mimic-dir: a folder of published split id lists.")] = None,
+    splits_file: Annotated[Optional[Path], typer.Option(help="With --mimic-dir: Edin et al.'s hadm_id,split CSV.")] = None,
+    label_set: Annotated[Optional[str], typer.Option(help="With --mimic-dir: " + _LABEL_SET_HELP)] = None,
+    min_code_count: Annotated[Optional[int], _opt("With --mimic-dir and --label-set full: the code-count cut.", default_of(_P, "min_code_count"))] = None,
     model: Annotated[Optional[str], _opt("leam or tfidf-lr (the bag-of-words baseline).", default_of(_T, "model"))] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None,
     epochs: Annotated[Optional[int], _opt("Maximum epochs.", default_of(_T, "epochs"))] = None,
@@ -193,7 +232,8 @@ def train_cli(
 
     if mimic_dir is not None:  # the label set is chosen when preparing (--label-set, --top-k)
         data = _prepare_into_run(out, mimic_dir=mimic_dir, splits_dir=splits_dir, resume=resume, device=cfg.device,
-                                 **_given(label_set=label_set, top_k=top_k))
+                                 **_given(note_dir=note_dir, icd_version=icd_version, splits_file=splits_file,
+                                          label_set=label_set, top_k=top_k, min_code_count=min_code_count))
     result = train(out_dir=out, config=cfg, data_dir=data, model_options=options, descriptions_path=descriptions,
                    resume=resume, progress=progress and sys.stderr.isatty(), on_epoch=on_epoch)
     if result.get("test"):
@@ -210,7 +250,8 @@ def _prepare_into_run(out: Path, *, mimic_dir: Path, splits_dir: Path | None, re
     from clinicode.runtime import barrier, init_distributed, pick_device
     from clinicode.train import check_run_folder
 
-    check_run_folder(out, resume=resume, inputs={"--mimic-dir": mimic_dir, "--splits-dir": splits_dir})
+    check_run_folder(out, resume=resume, inputs={"--mimic-dir": mimic_dir, "--splits-dir": splits_dir,
+                                                 "--note-dir": prepare.get("note_dir"), "--splits-file": prepare.get("splits_file")})
     data = out / RUN_DATA_DIR
     rank, _ = init_distributed(pick_device(device))
     if rank == 0 and not (resume and is_prepared_dataset(data)):

@@ -102,21 +102,32 @@ class TrainConfig:
             raise ConfigError(f"--top-k must be >= 1, got {self.top_k}.")
 
 
+LABEL_SETS = ("caml50", "top50", "frequent", "full")
+
+
 @dataclass(frozen=True, kw_only=True)
 class PrepareConfig:
-    """How `prepare` turns MIMIC tables into a dataset; saved in the dataset's manifest."""
+    """How `prepare` turns MIMIC tables into a dataset; saved in the dataset's manifest.
 
-    label_set: str = "caml50"       # caml50: CAML's pinned 50 codes; frequent: the top_k most frequent codes
+    `label_set` None means the release's usual one: caml50 for MIMIC-III, top50 for MIMIC-IV.
+    """
+
+    label_set: str | None = None    # caml50 | top50 (a splits folder's top50_codes.txt, else the 50 most frequent) | frequent | full
     top_k: int = 50                 # K for label_set "frequent"
-    chunksize: int = 20_000         # note rows parsed at a time (bounds memory)
+    min_code_count: int = 1         # label_set "full": keep codes seen in at least this many admissions with a note
+    icd_version: int | None = None  # MIMIC-IV: 9 or 10 (required); MIMIC-III is ICD-9
+    chunksize: int = 20_000         # MIMIC-III note rows parsed at a time (bounds memory)
+    note_chunksize: int = 5_000     # MIMIC-IV discharge rows parsed at a time (~10 KB each)
 
     def __post_init__(self) -> None:
-        if self.label_set not in ("caml50", "frequent"):
-            raise ConfigError(f"--label-set must be caml50 or frequent, got {self.label_set!r}.")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
-            raise ConfigError(f"--top-k must be a positive integer, got {self.top_k!r}.")
-        if isinstance(self.chunksize, bool) or not isinstance(self.chunksize, int) or self.chunksize < 1:
-            raise ConfigError(f"chunksize must be a positive integer, got {self.chunksize!r}.")
+        if self.label_set is not None and self.label_set not in LABEL_SETS:
+            raise ConfigError(f"--label-set must be one of {', '.join(LABEL_SETS)}, got {self.label_set!r}.")
+        for name in ("top_k", "min_code_count", "chunksize", "note_chunksize"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {v!r}.")
+        if self.icd_version not in (None, 9, 10):
+            raise ConfigError(f"--icd-version must be 9 or 10, got {self.icd_version!r}.")
 
 
 @dataclass(frozen=True, kw_only=True)

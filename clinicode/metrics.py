@@ -17,12 +17,12 @@ from clinicode.config import COMPARE
 _MACRO_EPS = 1e-10
 
 DEFAULT_THRESHOLD = 0.5
-DEFAULT_KS = (5, 8)
+DEFAULT_KS = (5, 8, 15)  # P@5 for top-50 sets; P@8 and P@15 for full code sets (CAML, Edin et al.)
 
 # The one list of metric names every report uses (keys follow CAML; docs/metrics.md defines each), in display order.
 METRIC_LABELS: dict[str, str] = {
     "auc_macro": "Macro AUC", "auc_micro": "Micro AUC", "f1_macro": "Macro F1", "f1_macro_mean": "Macro F1 (code mean)",
-    "f1_micro": "Micro F1", "prec_at_5": "P@5", "prec_at_8": "P@8", "accuracy": "Accuracy",
+    "f1_micro": "Micro F1", "prec_at_5": "P@5", "prec_at_8": "P@8", "prec_at_15": "P@15", "accuracy": "Accuracy",
 }
 HEADLINE = ("auc_macro", "auc_micro", "f1_macro", "f1_micro", "prec_at_5")  # the LEAM paper's (and CAML's) columns
 SUMMARY = (*HEADLINE, "prec_at_8")                                         # the app's metric cards

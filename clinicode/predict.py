@@ -295,10 +295,23 @@ class Predictor:
                 for c in predicted:
                     k = self.labels.index(c.code)
                     row = u[k]
-                    rec.code_evidence[c.code] = [self._phrase_span(offs, tok_ids, k, int(p), float(row[p]))
-                                                 for p in _top(row, explain)]
+                    rec.code_evidence[c.code] = self._phrase_spans(offs, tok_ids, k, row, explain)
             out[i] = rec
         return out  # type: ignore[return-value]
+
+    def _phrase_spans(self, offs: list[tuple[int, int]], ids: np.ndarray, k: int, row: np.ndarray, n: int) -> list[Span]:
+        """The n best distinct phrases of code k: neighbouring windows often share their strongest word, and so
+        their span; each span is listed once, with its best window's u[k, l]."""
+        spans: list[Span] = []
+        seen: set[tuple[int, int]] = set()
+        for centre in np.argsort(-row, kind="stable"):
+            span = self._phrase_span(offs, ids, k, int(centre), float(row[centre]))
+            if (span.start, span.end) not in seen:
+                seen.add((span.start, span.end))
+                spans.append(span)
+                if len(spans) == n:
+                    break
+        return spans
 
     def _phrase_span(self, offs: list[tuple[int, int]], ids: np.ndarray, k: int, centre: int, weight: float) -> Span:
         """The phrase that u[k, centre] scores, shown by its strongest word with one word either side.

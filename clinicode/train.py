@@ -27,6 +27,7 @@ from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict
 from clinicode.constants import HISTORY_FILE, RUN_FILE, SCORES_TEST_FILE, WEIGHTS_FILE
 from clinicode.data.icd9 import load_descriptions_tsv
+from clinicode.data.icd10 import icd10_cm_titles
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.embeddings import initial_vectors
@@ -48,11 +49,13 @@ def _metric_view(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def _with_descriptions(labels: LabelSet, descriptions_path: Path | None) -> LabelSet:
-    if descriptions_path is None:
-        return labels
-    table = load_descriptions_tsv(descriptions_path)
-    descs = tuple(d or table.get(c, "") for c, d in zip(labels.codes, labels.descriptions))
-    return LabelSet(labels.codes, descs)
+    """Fill codes without a description from --descriptions, then ICD-10-CM codes from the CMS tables (packaged)."""
+    table = load_descriptions_tsv(descriptions_path) if descriptions_path is not None else {}
+    descs = [d or table.get(c, "") for c, d in zip(labels.codes, labels.descriptions)]
+    cms = icd10_cm_titles([c for c, d in zip(labels.codes, descs) if not d])
+    if cms:
+        log.info("%d codes without a description took their ICD-10-CM title from the CMS tables", len(cms))
+    return LabelSet(labels.codes, tuple(d or cms.get(c, "") for c, d in zip(labels.codes, descs)))
 
 
 def _marks_everything(scores: np.ndarray, threshold: float) -> bool:

@@ -97,7 +97,7 @@ table = render.code_table(p.scores, descs, thr, gold=gold, top_k=10, single_labe
 predicted = table.loc[table["above_threshold"], "code"].tolist()
 st.session_state["predicted_codes"] = predicted
 
-left, right = st.columns([6, 5], gap="large")
+left, right = st.columns([7, 5], gap="large")  # ICD-10 titles are long: the code table gets the wider half
 with left:
     st.subheader(f"{len(predicted)} predicted code{'s' * (len(predicted) != 1)}")
     if gold is not None:
@@ -113,11 +113,11 @@ with left:
         column_order=[c for c in ("code", "outcome", "description", "probability", "above_threshold", "gold") if c in table],
         column_config={
             "code": st.column_config.TextColumn("Code", width="small"),
-            "description": st.column_config.TextColumn("Description", width="medium"),
+            "description": st.column_config.TextColumn("Description", width="large", help="The code's title; hover a cell for all of it."),
             "probability": st.column_config.ProgressColumn(
                 "Probability", min_value=0.0, max_value=1.0, format="%.3f", width="small"
             ),
-            "above_threshold": st.column_config.CheckboxColumn("≥ thr.", width="small"),
+            "above_threshold": st.column_config.CheckboxColumn("Predicted", width="small", help="Above the threshold (a single-label model: its top code)."),
             "gold": st.column_config.CheckboxColumn("Gold", width="small"),
             "outcome": st.column_config.TextColumn("Outcome", width="small"),
         },

@@ -1,6 +1,8 @@
-"""The write side of stage 1: raw MIMIC-III tables -> prepared dataset folder (parquet splits, labels.json, manifest).
+"""The write side of stage 1: raw MIMIC tables -> prepared dataset folder (parquet splits, labels.json, manifest).
 
-Follows docs/domain.md sections 3-5; holds only discharge-summary rows in memory, never all of NOTEEVENTS.
+MIMIC-III (NOTEEVENTS; CAML's rules, docs/domain.md sections 3-5) or MIMIC-IV v2.2 with MIMIC-IV-Note v2.2 (section 12).
+Notes are streamed: MIMIC-III keeps only its discharge summaries in memory; MIMIC-IV's text goes through compressed
+bucket files inside the output's temporary folder, so memory stays bounded at full size.
 """
 
 from __future__ import annotations
@@ -8,51 +10,97 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
-import pandas as pd
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from clinicode.artifacts import atomic_dir, check_output, make_manifest, sha256_file, write_manifest
 from clinicode.config import PREPARE, PrepareConfig
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50, LABELS_FILE, SPLITS
-from clinicode.data import mimic
-from clinicode.data.icd9 import format_diagnosis, format_procedure, is_icd9_diagnosis, is_icd9_procedure, load_descriptions_tsv
+from clinicode.data import mimic, mimic4
+from clinicode.data.icd9 import load_descriptions_tsv
+from clinicode.data.icd10 import format_code, icd10_cm_titles, normalise_code
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import is_prepared_dataset
-from clinicode.data.splits import is_caml50, read_splits, split_file
+from clinicode.data.protocols import Protocol, find_protocol
+from clinicode.data.splits import TOP50_CODES_FILE, read_split_file, read_splits, split_file
 from clinicode.errors import ConfigError, DataFormatError
 
 log = logging.getLogger(__name__)
 
-NOTE_ORDER = (
+NOTE_ORDER_MIMIC3 = (
     "Discharge-summary rows (DESCRIPTION 'Report' and 'Addendum') of one HADM_ID joined with a single space, "
-    "ordered Report before Addendum, then CHARTDATE, then ROW_ID; ISERROR not filtered (CAML parity)."
+    "ordered Report before Addendum, then CHARTDATE, then ROW_ID; rows without text dropped; ISERROR not filtered "
+    "(CAML parity)."
+)
+NOTE_ORDER_MIMIC4 = (
+    "note/discharge rows of one hadm_id (summaries and addenda) joined with a single space in note_seq order, then "
+    "file order; rows without text and exact duplicate rows dropped; no other note table is read."
 )
 NOT_COMPARABLE = "not comparable with published results"
 # Proportions of CAML's top-50 split, used when no split lists are given (8,066 : 1,573 : 1,729).
 _SPLIT_WEIGHTS = tuple(CAML50_SPLIT_COUNTS[s] for s in SPLITS)
 DESCRIPTIONS_TSV = "ICD9_descriptions.tsv"
+_BUCKET_WIDTH = 100_000  # hadm_ids per note bucket: ~3,000 MIMIC-IV admissions, ~35 MB of text
+_TEXT_BATCH = 2_000      # documents per Parquet row group written
 
 
-def _dot_codes(codes: pd.DataFrame, *, is_diagnosis: bool, path: str) -> pd.Series:
-    """Dotted code per row ("" for a value that is not an ICD-9 code); formats each distinct raw code once."""
-    fmt = format_diagnosis if is_diagnosis else format_procedure
-    valid = is_icd9_diagnosis if is_diagnosis else is_icd9_procedure
-    uniq = codes["ICD9_CODE"].unique()
+@dataclass
+class _Source:
+    """What one MIMIC release gives the shared steps: codes, admissions with notes, titles, and their texts."""
+
+    release: str                   # "mimic3" or "mimic4"
+    icd_version: int
+    codes: pd.DataFrame            # HADM_ID int64, SUBJECT_ID, code (dotted), one row per admission and code
+    docs: pd.DataFrame             # HADM_ID (sorted, unique), SUBJECT_ID, n_notes: admissions with a note with text
+    titles: dict[str, str]         # dotted code -> title
+    title_sources: dict[str, str]
+    texts: Callable[[np.ndarray], Iterator[tuple[np.ndarray, pa.Array]]]  # kept hadm ids -> (ids, joined texts), id order
+    note_order: str
+    inputs: dict[str, Path]
+    dropped: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, reason: str, n: int) -> None:
+        if n:
+            self.dropped[reason] = self.dropped.get(reason, 0) + int(n)
+
+
+def _dotted(raw: pd.Series, *, version: int, is_diagnosis: bool, path: str) -> pd.Series:
+    """Dotted code per row ("" for a value that is not a code of that version and table); each raw code once."""
     try:
-        mapping = {raw: fmt(raw) if valid(raw) else "" for raw in uniq}
+        mapping = {r: format_code(r, version=version, is_diagnosis=is_diagnosis) for r in raw.unique()}
     except DataFormatError as err:
         raise DataFormatError(f"{path}: {err}") from err
-    return codes["ICD9_CODE"].map(mapping).astype(str)
+    return raw.map(mapping).astype(str)
 
 
+def _coded(source: _Source, table: str, raw: pd.DataFrame, column: str, *, is_diagnosis: bool, path: str) -> pd.DataFrame:
+    dotted = _dotted(raw[column], version=source.icd_version, is_diagnosis=is_diagnosis, path=path)
+    malformed = dotted == ""
+    source.drop(f"{table}.malformed_code", int(malformed.sum()))  # e.g. 'NA', '401.90000', full-width digits
+    return pd.DataFrame({"HADM_ID": raw["HADM_ID"][~malformed].to_numpy(),
+                         "SUBJECT_ID": raw["SUBJECT_ID"][~malformed].to_numpy(), "code": dotted[~malformed].to_numpy()})
+
+
+def _dedupe_codes(source: _Source, parts: list[pd.DataFrame]) -> pd.DataFrame:
+    codes = pd.concat(parts, ignore_index=True)
+    n = len(codes)
+    codes = codes.drop_duplicates(["HADM_ID", "code"]).reset_index(drop=True)
+    source.counts.update(code_rows_kept=n, duplicate_code_rows=n - len(codes))
+    return codes
+
+
+# ------------------------------------------------------------------------------------------------- MIMIC-III
 def _join_notes(notes: pd.DataFrame) -> pd.DataFrame:
-    """One row per HADM_ID: SUBJECT_ID and the joined TEXT, in clinicode's note order (NOTE_ORDER).
+    """One row per HADM_ID: SUBJECT_ID and the joined TEXT, in clinicode's MIMIC-III note order.
 
     Only the key columns are sorted; TEXT is gathered once in that order and joined per admission in Arrow,
     so the note text exists at most twice in memory (real-size NOTEEVENTS: peak ~1.8 GB instead of ~3 GB).
@@ -66,20 +114,165 @@ def _join_notes(notes: pd.DataFrame) -> pd.DataFrame:
     text = pa.chunked_array([pa.array(notes["TEXT"].array, type=pa.large_string())]).combine_chunks().take(order)
     del notes["TEXT"]  # the caller is done with it: free the unsorted copy now
     hadm = keys["HADM_ID"].to_numpy()
-    starts = np.flatnonzero(np.r_[True, hadm[1:] != hadm[:-1]])                      # first row of each admission
-    offsets = pa.array(np.r_[starts, len(hadm)].astype(np.int64))
-    joined = pc.binary_join(pa.LargeListArray.from_arrays(offsets, text), pa.scalar(" ", pa.large_string()))
-    del text
+    joined, starts = _join_runs(hadm, text)
     first = keys.iloc[starts]
     subject = keys.groupby("HADM_ID", sort=True)["SUBJECT_ID"].first()                # first non-null per admission
     return pd.DataFrame({
         "HADM_ID": first["HADM_ID"].to_numpy(),
         "SUBJECT_ID": subject.reindex(first["HADM_ID"]).to_numpy(),
-        "TEXT": joined.to_pandas(),                                                   # Arrow-backed strings, no copy to Python
+        "TEXT": joined.to_pandas(),                                                   # Arrow-backed strings
         "n_notes": np.diff(np.r_[starts, len(hadm)]),
     })
 
 
+def _join_runs(hadm: np.ndarray, text: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """Join the texts of each run of equal (sorted) hadm ids with one space: (joined texts, first row of each run)."""
+    starts = np.flatnonzero(np.r_[True, hadm[1:] != hadm[:-1]])
+    offsets = pa.array(np.r_[starts, len(hadm)].astype(np.int64))
+    return pc.binary_join(pa.LargeListArray.from_arrays(offsets, text), pa.scalar(" ", pa.large_string())), starts
+
+
+def _mimic3(mimic_dir: Path, splits_dir: Path | None, cfg: PrepareConfig) -> _Source:
+    paths = {t: mimic.find_table(mimic_dir, t) for t in (mimic.NOTEEVENTS, mimic.DIAGNOSES_ICD, mimic.PROCEDURES_ICD)}
+    titles, sources = _mimic3_titles(mimic_dir, splits_dir)
+    source = _Source("mimic3", 9, pd.DataFrame(), pd.DataFrame(), titles, sources, lambda keep: iter(()),
+                     NOTE_ORDER_MIMIC3, dict(paths))
+    parts = []
+    for table, is_dx in ((mimic.DIAGNOSES_ICD, True), (mimic.PROCEDURES_ICD, False)):
+        raw, stats = mimic.read_codes(mimic_dir, table)
+        for reason, n in stats.dropped.items():
+            source.drop(f"{table}.{reason}", n)
+        parts.append(_coded(source, table, raw, "ICD9_CODE", is_diagnosis=is_dx, path=stats.path))
+    source.codes = _dedupe_codes(source, parts)
+
+    notes, note_stats = mimic.read_discharge_summaries(mimic_dir, chunksize=cfg.chunksize)
+    for reason, n in note_stats.dropped.items():
+        source.drop(f"NOTEEVENTS.{reason}", n)
+    empty = notes["TEXT"].str.strip() == ""
+    source.drop("NOTEEVENTS.discharge_summary_without_text", int(empty.sum()))
+    source.counts.update(noteevents_rows_read=note_stats.rows_read, discharge_summary_rows=len(notes))
+    docs = _join_notes(notes[~empty.to_numpy()].reset_index(drop=True))
+    del notes
+    texts = docs.pop("TEXT")
+    source.docs = docs
+
+    def joined(keep: np.ndarray) -> Iterator[tuple[np.ndarray, pa.Array]]:
+        rows = np.flatnonzero(np.isin(docs["HADM_ID"].to_numpy(), keep))
+        arr = pa.array(texts.array, type=pa.large_string())
+        for lo in range(0, len(rows), _TEXT_BATCH):
+            take = rows[lo:lo + _TEXT_BATCH]
+            yield docs["HADM_ID"].to_numpy()[take], arr.take(pa.array(take))
+
+    source.texts = joined
+    return source
+
+
+def _mimic3_titles(mimic_dir: Path, splits_dir: Path | None) -> tuple[dict[str, str], dict[str, str]]:
+    """Dotted code -> LONG_TITLE from D_ICD_* (mapped through the dotted code), ICD9_descriptions.tsv as fallback."""
+    out: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    tsv = Path(splits_dir) / DESCRIPTIONS_TSV if splits_dir is not None else None
+    if tsv is not None and tsv.is_file():
+        out.update(load_descriptions_tsv(tsv))
+        sources["tsv"] = str(tsv)
+    for table, is_dx in ((mimic.D_ICD_DIAGNOSES, True), (mimic.D_ICD_PROCEDURES, False)):
+        titles, path = mimic.read_titles(mimic_dir, table)
+        if path is None:
+            continue
+        sources[table] = str(path)
+        for raw, title in titles.items():
+            if raw and title and (is_dx or len(raw.replace(".", "")) > 2):
+                dotted = format_code(raw, version=9, is_diagnosis=is_dx)
+                if dotted:
+                    out[dotted] = title  # MIMIC's own title wins over the TSV
+    return out, sources
+
+
+# ------------------------------------------------------------------------------------------------- MIMIC-IV
+def _mimic4(mimic_dir: Path, note_dir: Path, cfg: PrepareConfig, work: Path) -> _Source:
+    """MIMIC-IV codes of one ICD version, and note/discharge streamed into hadm-ordered bucket files under WORK."""
+    version = int(cfg.icd_version)  # type: ignore[arg-type]
+    paths = {t: mimic4.find_table4(mimic_dir, mimic4.HOSP, t) for t in (mimic4.DIAGNOSES_ICD, mimic4.PROCEDURES_ICD)}
+    paths[mimic4.DISCHARGE] = mimic4.find_table4(note_dir, mimic4.NOTE, mimic4.DISCHARGE)
+    titles: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for table, is_dx in ((mimic4.D_ICD_DIAGNOSES, True), (mimic4.D_ICD_PROCEDURES, False)):
+        raw_titles, path = mimic4.read_titles4(mimic_dir, table, version=version)
+        if path is not None:
+            sources[table] = str(path)
+            for raw, title in raw_titles.items():
+                dotted = format_code(raw, version=version, is_diagnosis=is_dx) if raw and title else ""
+                if dotted:
+                    titles[dotted] = title
+    source = _Source("mimic4", version, pd.DataFrame(), pd.DataFrame(), titles, sources, lambda keep: iter(()),
+                     NOTE_ORDER_MIMIC4, dict(paths))
+    parts = []
+    for table, is_dx in ((mimic4.DIAGNOSES_ICD, True), (mimic4.PROCEDURES_ICD, False)):
+        raw, stats = mimic4.read_codes4(mimic_dir, table, version=version)
+        for reason, n in stats.dropped.items():
+            source.drop(f"{table}.{reason}", n)
+        parts.append(_coded(source, table, raw, "ICD_CODE", is_diagnosis=is_dx, path=stats.path))
+    source.codes = _dedupe_codes(source, parts)
+
+    # Notes: one streamed pass. Each kept row goes to the bucket file of its hadm_id range (text never held whole);
+    # the small per-row keys stay in memory to find exact duplicates and to count notes per admission.
+    buckets = work / ".notes"
+    buckets.mkdir()
+    schema = pa.schema([("ROW", pa.int64()), ("HADM_ID", pa.int64()), ("NOTE_SEQ", pa.int64()), ("HASH", pa.uint64()),
+                        ("TEXT", pa.large_string())])
+    writers: dict[int, Any] = {}
+    keys = []
+    stats = mimic.ReadStats(mimic4.DISCHARGE, str(paths[mimic4.DISCHARGE]))
+    options = ipc.IpcWriteOptions(compression="lz4")
+    try:
+        for chunk in mimic4.stream_discharge(note_dir, chunksize=cfg.note_chunksize, stats=stats):
+            keys.append(chunk[["ROW", "SUBJECT_ID", "HADM_ID", "HASH"]])
+            bucket = chunk["HADM_ID"].to_numpy() // _BUCKET_WIDTH
+            for b in np.unique(bucket):
+                if b not in writers:
+                    writers[b] = ipc.new_file(str(buckets / f"{b:08d}.arrow"), schema, options=options)
+                part = chunk[bucket == b]
+                writers[b].write_table(pa.table({
+                    "ROW": part["ROW"].to_numpy(), "HADM_ID": part["HADM_ID"].to_numpy(),
+                    "NOTE_SEQ": part["NOTE_SEQ"].to_numpy(), "HASH": part["HASH"].to_numpy(),
+                    "TEXT": pa.array(part["TEXT"].tolist(), pa.large_string())}, schema=schema))
+    finally:
+        for w in writers.values():
+            w.close()
+    for reason, n in stats.dropped.items():
+        source.drop(f"discharge.{reason}", n)
+    if not keys:
+        raise DataFormatError(f"No discharge note with text in {paths[mimic4.DISCHARGE]} (read {stats.rows_read:,} rows). "
+                              "Is --note-dir the MIMIC-IV-Note v2.2 folder?")
+    rows = pd.concat(keys, ignore_index=True)
+    dup = rows.duplicated(["HADM_ID", "HASH"])
+    source.drop("discharge.exact_duplicate_row", int(dup.sum()))
+    rows = rows[~dup.to_numpy()]
+    source.counts.update(discharge_rows_read=stats.rows_read, discharge_rows_kept=len(rows))
+    per = rows.groupby("HADM_ID", sort=True)
+    source.docs = pd.DataFrame({"SUBJECT_ID": per["SUBJECT_ID"].first(), "n_notes": per.size()}).reset_index()
+
+    def joined(keep: np.ndarray) -> Iterator[tuple[np.ndarray, pa.Array]]:
+        wanted = pa.array(np.asarray(keep, dtype=np.int64))
+        for path in sorted(buckets.iterdir()):
+            with ipc.open_file(str(path)) as f:
+                table = f.read_all()
+            table = table.filter(pc.is_in(table["HADM_ID"], value_set=wanted))
+            if not table.num_rows:
+                continue
+            df = table.select(["ROW", "HADM_ID", "NOTE_SEQ", "HASH"]).to_pandas()
+            df = df[~df.duplicated(["HADM_ID", "HASH"])].sort_values(["HADM_ID", "NOTE_SEQ", "ROW"], kind="stable")
+            text = table["TEXT"].combine_chunks().take(pa.array(df.index.to_numpy()))
+            hadm = df["HADM_ID"].to_numpy()
+            texts, starts = _join_runs(hadm, text)
+            for lo in range(0, len(starts), _TEXT_BATCH):
+                yield hadm[starts[lo:lo + _TEXT_BATCH]], texts.slice(lo, _TEXT_BATCH)
+
+    source.texts = joined
+    return source
+
+
+# ------------------------------------------------------------------------------------------------- shared
 def _hash_split(subject_ids: pd.Series) -> pd.Series:
     """Deterministic split per patient: md5 of the SUBJECT_ID -> bucket in CAML's split proportions."""
     total = sum(_SPLIT_WEIGHTS)
@@ -93,251 +286,299 @@ def _hash_split(subject_ids: pd.Series) -> pd.Series:
     return subject_ids.map(uniq)
 
 
-def _frequent_codes(codes: pd.DataFrame, top_k: int) -> list[str]:
-    """The top_k codes by number of admissions (each counted once per admission), ties by code string."""
+def _code_counts(codes: pd.DataFrame) -> pd.DataFrame:
+    """Admissions per code (each counted once per admission), most frequent first, ties by code string."""
     counts = codes.groupby("code")["HADM_ID"].nunique().reset_index(name="n")
-    counts = counts.sort_values(["n", "code"], ascending=[False, True], kind="stable")
-    return counts["code"].head(top_k).tolist()
+    return counts.sort_values(["n", "code"], ascending=[False, True], kind="stable")
 
 
-def _descriptions(mimic_dir: Path, splits_dir: Path | None) -> tuple[dict[str, str], dict[str, Any]]:
-    """Dotted code -> LONG_TITLE from D_ICD_* (mapped through the dotted code), ICD9_descriptions.tsv as fallback."""
-    out: dict[str, str] = {}
-    sources: dict[str, Any] = {}
-    tsv = Path(splits_dir) / DESCRIPTIONS_TSV if splits_dir is not None else None
-    if tsv is not None and tsv.is_file():
-        out.update(load_descriptions_tsv(tsv))
-        sources["tsv"] = str(tsv)
-    for table, fmt in ((mimic.D_ICD_DIAGNOSES, format_diagnosis), (mimic.D_ICD_PROCEDURES, format_procedure)):
-        titles, path = mimic.read_titles(mimic_dir, table)
-        if path is None:
-            continue
-        sources[table] = str(path)
-        for raw, title in titles.items():
-            if not raw or (fmt is format_procedure and len(raw.replace(".", "")) <= 2):
-                continue
-            if title:
-                out[fmt(raw)] = title  # MIMIC's own title wins over the TSV
-    return out, sources
+def _read_pinned(path: Path, known: set[str]) -> list[str]:
+    """A pinned label list (one code a line, dotted or not) in clinicode's dotted form, matched to the data's codes."""
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataFormatError(f"{path} cannot be read as UTF-8 text ({type(err).__name__}); expected one code per line.") from err
+    codes = [normalise_code(c, known) for c in (line.strip() for line in lines) if c]
+    if len(set(codes)) != len(codes) or not codes:
+        raise DataFormatError(f"{path}: expected distinct codes, one per line; got {len(codes)} lines, {len(set(codes))} distinct.")
+    return codes
+
+
+def _label_codes(cfg: PrepareConfig, label_set: str, codes: pd.DataFrame, pinned: Path | None) -> tuple[list[str], pd.DataFrame]:
+    """The label set's codes (sorted by code string, CAML's convention) and the code counts they came from."""
+    counts = _code_counts(codes)
+    if label_set == "caml50":
+        chosen = list(CAML_TOP50)
+    elif label_set == "top50" and pinned is not None:
+        chosen = _read_pinned(pinned, set(counts["code"]))
+    elif label_set in ("top50", "frequent"):
+        chosen = counts["code"].head(50 if label_set == "top50" else cfg.top_k).tolist()
+    else:  # full
+        chosen = counts.loc[counts["n"] >= cfg.min_code_count, "code"].tolist()
+    if not chosen:
+        raise DataFormatError("No code is left for the label set (no coded admission has a note, or --min-code-count is "
+                              "higher than any code's count); check --mimic-dir, --icd-version and --min-code-count.")
+    return sorted(chosen), counts
 
 
 def _file_info(path: Path) -> dict[str, Any]:
     return {"path": str(path), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
-def _write_split(path: Path, frame: pd.DataFrame) -> None:
-    """Write one split with the exact parquet contract: id str, subject_id int64, text str, labels list<str>."""
-    table = pa.table({
-        "id": pa.array(frame["id"].tolist(), pa.string()),
-        "subject_id": pa.array(frame["subject_id"].tolist(), pa.int64()),
-        "text": pa.array(frame["text"], pa.large_string()).cast(pa.string()),
-        "labels": pa.array(frame["labels"].tolist(), pa.list_(pa.string())),
-    })
-    pq.write_table(table, path)
+_SCHEMA = pa.schema([("id", pa.string()), ("subject_id", pa.int64()), ("text", pa.string()), ("labels", pa.list_(pa.string()))])
+
+
+def _write_splits(out: Path, docs: pd.DataFrame, texts: Iterator[tuple[np.ndarray, pa.Array]]) -> None:
+    """{train,dev,test}.parquet with the exact contract (id str, subject_id int64, text str, labels list<str>),
+    appended batch by batch as the texts arrive in HADM_ID order."""
+    by_id = docs.set_index("HADM_ID")
+    writers = {s: pq.ParquetWriter(out / f"{s}.parquet", _SCHEMA) for s in SPLITS}
+    try:
+        for hadm, text in texts:
+            meta = by_id.loc[hadm]
+            for s in SPLITS:
+                rows = np.flatnonzero((meta["split"] == s).to_numpy())
+                if len(rows):
+                    take = meta.iloc[rows]
+                    writers[s].write_table(pa.table({
+                        "id": pa.array([str(h) for h in hadm[rows]], pa.string()),
+                        "subject_id": pa.array(take["SUBJECT_ID"].astype("int64").to_numpy(), pa.int64()),
+                        "text": text.take(pa.array(rows)).cast(pa.string()),
+                        "labels": pa.array(take["labels"].tolist(), pa.list_(pa.string())),
+                    }, schema=_SCHEMA))
+    finally:
+        for w in writers.values():
+            w.close()
+
+
+def detect_release(mimic_dir: Path) -> str:
+    """'mimic3' (NOTEEVENTS, DIAGNOSES_ICD, ...) or 'mimic4' (hosp/diagnoses_icd) from the folder's files.
+
+    Raises:
+        DataFormatError: the folder does not exist, or holds neither release's tables.
+    """
+    mimic_dir = Path(mimic_dir)
+    if not mimic_dir.is_dir():
+        raise DataFormatError(f"MIMIC folder {mimic_dir} does not exist or is not a folder; pass --mimic-dir pointing at "
+                              "MIMIC-III v1.4 or MIMIC-IV v2.2.")
+    if mimic4.is_mimic4(mimic_dir):
+        return "mimic4"
+    mimic.find_table(mimic_dir, mimic.NOTEEVENTS)  # names what is missing when neither release is there
+    return "mimic3"
 
 
 def prepare_mimic(
     mimic_dir: Path,
     out_dir: Path,
     *,
+    note_dir: Path | None = None,
+    icd_version: int | None = PREPARE.icd_version,
     splits_dir: Path | None = None,
-    label_set: str = PREPARE.label_set,
+    splits_file: Path | None = None,
+    label_set: str | None = PREPARE.label_set,
     top_k: int = PREPARE.top_k,
+    min_code_count: int = PREPARE.min_code_count,
     chunksize: int = PREPARE.chunksize,
-    expect_caml_counts: bool | None = None,
+    note_chunksize: int = PREPARE.note_chunksize,
+    expect_published_counts: bool | None = None,
 ) -> dict:
-    """Build the prepared dataset (one document per admission) from raw MIMIC-III tables.
+    """Build the prepared dataset (one document per admission) from raw MIMIC-III or MIMIC-IV tables.
 
     Args:
-        mimic_dir: folder with NOTEEVENTS, DIAGNOSES_ICD, PROCEDURES_ICD (.csv or .csv.gz); D_ICD_DIAGNOSES
-            and D_ICD_PROCEDURES are used for descriptions when present.
+        mimic_dir: MIMIC-III v1.4 (NOTEEVENTS, DIAGNOSES_ICD, PROCEDURES_ICD; D_ICD_* for titles) or MIMIC-IV v2.2
+            (hosp/diagnoses_icd, hosp/procedures_icd, hosp/d_icd_*); .csv or .csv.gz. The release is told by its files.
         out_dir: folder to write; replaced atomically (a failure leaves the previous state untouched).
-        splits_dir: folder with CAML's {train,dev,test}_50_hadm_ids.csv. Without it, admissions are split
-            by a hash of SUBJECT_ID in CAML's proportions, so no patient is in two splits.
-        label_set: "caml50" (the pinned CAML list) or "frequent" (top_k most frequent codes over admissions
-            with a discharge summary, once per admission, ties by code string; not comparable with papers).
-        top_k: number of codes for label_set="frequent" (ignored for "caml50").
-        chunksize: NOTEEVENTS rows parsed at a time; bounds peak memory.
-        expect_caml_counts: require exactly 8,066 / 1,573 / 1,729 documents. None = automatically when
-            label_set is "caml50" and the split files have CAML's sizes.
+        note_dir: MIMIC-IV-Note v2.2 (note/discharge); default mimic_dir. MIMIC-IV only.
+        icd_version: 9 or 10; required for MIMIC-IV (its tables hold both), 9 or None for MIMIC-III.
+        splits_dir: a folder of {train,dev,test}_{50,full}_hadm_ids.csv (CAML, MIMIC-IV-ICD); "_full" lists for
+            label_set "full", "_50" otherwise; its top50_codes.txt, if any, pins label_set "top50".
+        splits_file: an Edin et al. split CSV (hadm_id,split with train/val/test). Exclusive with splits_dir.
+            Without either, admissions are split by a hash of SUBJECT_ID in CAML's proportions (no patient in two).
+        label_set: caml50 (CAML's pinned list, MIMIC-III), top50 (the pinned top50_codes.txt, else the 50 most
+            frequent), frequent (the top_k most frequent), full (codes in >= min_code_count admissions with a note);
+            None: caml50 for MIMIC-III, top50 for MIMIC-IV.
+        expect_published_counts: require the published document counts of the protocol the split files belong to.
+            None: whenever the files are a published protocol's (by SHA-256) and the options are that protocol's.
     Returns:
-        Summary dict: {"splits": {split: n_docs}, "n_labels", "dropped": {reason: count}, "label_set",
-        "comparable", "missing_from_data": {split: n_ids}, "out_dir"}; also stored in manifest.json.
+        Summary dict ({"release", "icd_version", "splits", "n_labels", "dropped", "label_set", "protocol",
+        "comparable", "missing_from_data", "labels_without_description", "out_dir"}), also in manifest.json.
     Raises:
-        ConfigError: unknown label_set, top_k < 1, chunksize < 1, or expect_caml_counts without splits_dir.
-        DataFormatError: missing/unreadable inputs, no discharge summaries, no labelled admission, or CAML
-            split counts not reproduced (the message gives expected and actual counts and the likely cause).
+        ConfigError: bad or contradictory options (e.g. MIMIC-IV without icd_version), or an out_dir that may not
+            be replaced.
+        DataFormatError: missing/unreadable inputs, no notes, no labelled admission, or a protocol's published
+            counts not reproduced (the message gives expected and actual counts and the likely cause).
     """
     t0 = time.perf_counter()
     mimic_dir, out_dir = Path(mimic_dir), Path(out_dir)
-    PrepareConfig(label_set=label_set, top_k=top_k, chunksize=chunksize)  # range checks live there
-    if expect_caml_counts and splits_dir is None:
-        raise ConfigError("expect_caml_counts=True needs splits_dir with CAML's *_50_hadm_ids.csv files; pass --splits-dir.")
+    cfg = PrepareConfig(label_set=label_set, top_k=top_k, min_code_count=min_code_count, icd_version=icd_version,
+                        chunksize=chunksize, note_chunksize=note_chunksize)  # range checks live there
+    if splits_dir is not None and splits_file is not None:
+        raise ConfigError("give --splits-dir (CAML/MIMIC-IV-ICD id lists) or --splits-file (hadm_id,split CSV), not both.")
+    release = detect_release(mimic_dir)
+    if release == "mimic4" and icd_version is None:
+        raise ConfigError(f"{mimic_dir} is MIMIC-IV, which codes in ICD-9 and ICD-10: pass --icd-version 9 or 10.")
+    if release == "mimic3" and icd_version not in (None, 9):
+        raise ConfigError(f"{mimic_dir} is MIMIC-III, which is coded in ICD-9 only; drop --icd-version 10.")
+    if release == "mimic3" and note_dir is not None:
+        raise ConfigError("--note-dir is for MIMIC-IV (note/discharge); MIMIC-III's notes are in NOTEEVENTS in --mimic-dir.")
+    chosen_set = cfg.label_set or ("caml50" if release == "mimic3" else "top50")
+    if chosen_set == "caml50" and release == "mimic4":
+        raise ConfigError("--label-set caml50 is CAML's MIMIC-III list; for MIMIC-IV use top50, frequent or full.")
+    note_dir = Path(note_dir) if note_dir is not None else mimic_dir
     check_output(out_dir, option="--out", command="prepare", folder=True, recognise=is_prepared_dataset,
-                 inputs={"--mimic-dir": mimic_dir, "--splits-dir": splits_dir})
+                 inputs={"--mimic-dir": mimic_dir, "--note-dir": note_dir, "--splits-dir": splits_dir, "--splits-file": splits_file})
 
-    # Fail fast on missing inputs before the long NOTEEVENTS pass.
-    paths = {t: mimic.find_table(mimic_dir, t) for t in (mimic.NOTEEVENTS, mimic.DIAGNOSES_ICD, mimic.PROCEDURES_ICD)}
-    split_ids = read_splits(splits_dir) if splits_dir is not None else None
-    caml_files = split_ids is not None and is_caml50(split_ids)
-    check_counts = (label_set == "caml50" and caml_files) if expect_caml_counts is None else bool(expect_caml_counts)
-    dropped: dict[str, int] = {}
-
-    def drop(reason: str, n: int) -> None:
-        if n:
-            dropped[reason] = dropped.get(reason, 0) + int(n)
-
-    # Codes: string-typed, dotted by source table, deduplicated per admission.
-    parts = []
-    for table, is_dx in ((mimic.DIAGNOSES_ICD, True), (mimic.PROCEDURES_ICD, False)):
-        raw, stats = mimic.read_codes(mimic_dir, table)
-        for reason, n in stats.dropped.items():
-            drop(f"{table}.{reason}", n)
-        dotted = _dot_codes(raw, is_diagnosis=is_dx, path=stats.path)
-        malformed = dotted == ""
-        drop(f"{table}.malformed_code", int(malformed.sum()))  # e.g. 'NA', '401.90000', full-width digits
-        parts.append(pd.DataFrame({
-            "HADM_ID": raw["HADM_ID"][~malformed], "SUBJECT_ID": raw["SUBJECT_ID"][~malformed], "code": dotted[~malformed],
-        }))
-    codes = pd.concat(parts, ignore_index=True)
-    n_code_rows = len(codes)
-    codes = codes.drop_duplicates(["HADM_ID", "code"]).reset_index(drop=True)
-    duplicate_code_rows = n_code_rows - len(codes)
-
-    # Documents: discharge summaries only, streamed, joined per admission.
-    notes, note_stats = mimic.read_discharge_summaries(mimic_dir, chunksize=chunksize)
-    for reason, n in note_stats.dropped.items():
-        drop(f"NOTEEVENTS.{reason}", n)
-    n_summary_rows = len(notes)
-    docs = _join_notes(notes)
-    del notes
-    has_summary = set(docs["HADM_ID"].tolist())
-    coded_hadm = set(codes["HADM_ID"].unique().tolist())
-    drop("admissions_with_codes_but_no_discharge_summary", len(coded_hadm - has_summary))
-    codes = codes[codes["HADM_ID"].isin(has_summary)]
-
-    # Label set.
-    if label_set == "caml50":
-        label_codes = sorted(CAML_TOP50)
+    # Split lists first: a bad file fails before the long read of the notes.
+    kind = "full" if chosen_set == "full" else "50"
+    split_files: list[Path] = []
+    if splits_dir is not None:
+        split_ids = read_splits(splits_dir, kind)
+        split_files = [split_file(splits_dir, s, kind) for s in SPLITS]
+    elif splits_file is not None:
+        split_ids = read_split_file(splits_file)
+        split_files = [Path(splits_file)]
     else:
-        label_codes = sorted(_frequent_codes(codes, top_k))
-        if not label_codes:
-            raise DataFormatError("No codes on admissions with a discharge summary; cannot rank the most frequent codes.")
-    descriptions, desc_sources = _descriptions(mimic_dir, splits_dir)
-    labels = LabelSet.from_codes(label_codes, descriptions)
+        split_ids = None
+    pinned = Path(splits_dir) / TOP50_CODES_FILE if splits_dir is not None and chosen_set == "top50" else None
+    pinned = pinned if pinned is not None and pinned.is_file() else None
+    protocol = find_protocol(split_files + ([pinned] if pinned else []))
+    matches = protocol is not None and (protocol.mimic, protocol.icd_version, protocol.label_set, protocol.min_code_count) == (
+        release, cfg.icd_version or 9, chosen_set, cfg.min_code_count if chosen_set == "full" else 1)
+    if expect_published_counts and not matches:
+        raise ConfigError("expect_published_counts=True needs a published protocol's split files with its options "
+                          "(see docs/reproducing.md); these files or options are not one.")
+    check_counts = matches if expect_published_counts is None else bool(expect_published_counts)
+
+    with atomic_dir(out_dir, replaces=is_prepared_dataset) as tmp:
+        source = _mimic3(mimic_dir, splits_dir, cfg) if release == "mimic3" else _mimic4(mimic_dir, note_dir, cfg, tmp)
+        summary, manifest, docs, labels = _assemble(source, cfg, chosen_set, split_ids, split_files, pinned, protocol,
+                                                    matches, check_counts, mimic_dir, splits_dir, splits_file, out_dir)
+        _write_splits(tmp, docs, source.texts(docs["HADM_ID"].to_numpy()))
+        labels.save(tmp / LABELS_FILE)
+        write_manifest(tmp, manifest)
+        notes = tmp / ".notes"
+        if notes.exists():
+            for p in notes.iterdir():
+                p.unlink()
+            notes.rmdir()
+    log.info("prepared %s in %.1f s: %s", out_dir, time.perf_counter() - t0, summary["splits"])
+    return summary
+
+
+def _assemble(source: _Source, cfg: PrepareConfig, label_set: str, split_ids: dict[str, list[int]] | None,
+              split_files: list[Path], pinned: Path | None, protocol: Protocol | None, matches: bool, check_counts: bool,
+              mimic_dir: Path, splits_dir: Path | None, splits_file: Path | None, out_dir: Path):
+    """Label set, labels per document, splits and counts: the steps MIMIC-III and MIMIC-IV share."""
+    docs = source.docs
+    has_note = set(docs["HADM_ID"].tolist())
+    coded = set(source.codes["HADM_ID"].unique().tolist())
+    source.drop("admissions_with_codes_but_no_note", len(coded - has_note))
+    codes = source.codes[source.codes["HADM_ID"].isin(has_note)]
+    label_codes, counts = _label_codes(cfg, label_set, codes, pinned)
+    titles = dict(source.titles)
+    missing_titles = [c for c in label_codes if not titles.get(c)]
+    if missing_titles and source.icd_version == 10:
+        titles.update(icd10_cm_titles(missing_titles))  # the CMS ICD-10-CM tables in simple-icd-10-cm
+    labels = LabelSet.from_codes(label_codes, titles)
     undescribed = [c for c, d in zip(labels.codes, labels.descriptions) if not d]
     if undescribed:
-        missing_tables = [t for t in (mimic.D_ICD_DIAGNOSES, mimic.D_ICD_PROCEDURES) if t not in desc_sources]
-        log.warning("%d of %d label codes have no description (e.g. %s)%s; their code vectors start from the code "
-                    "string instead.", len(undescribed), len(labels), ", ".join(undescribed[:3]),
-                    f": {', '.join(missing_tables)} not found in {mimic_dir}" if missing_tables else "")
+        log.warning("%d of %d label codes have no description (e.g. %s); their code vectors start from the code string "
+                    "instead.", len(undescribed), len(labels), ", ".join(undescribed[:3]))
 
-    # Labels per document, sorted by label index.
-    in_set = codes[codes["code"].isin(set(label_codes))]
     index = {c: i for i, c in enumerate(labels.codes)}
+    in_set = codes[codes["code"].isin(index)]
     doc_labels = in_set.groupby("HADM_ID")["code"].agg(lambda s: sorted(s, key=index.__getitem__))
-    docs["labels"] = docs["HADM_ID"].map(doc_labels)
+    docs = docs.assign(labels=docs["HADM_ID"].map(doc_labels))
+    uncoded = ~docs["HADM_ID"].isin(coded)
+    source.drop(f"admissions_with_a_note_but_no_icd{source.icd_version}_code", int(uncoded.sum()))
     no_label = docs["labels"].isna()
-    drop("admissions_without_label_set_codes", int(no_label.sum()))
-    docs = docs[~no_label]
+    source.drop("admissions_without_label_set_codes", int((no_label & ~uncoded).sum()))
+    docs = docs[~no_label.to_numpy()]
     # A note without SUBJECT_ID takes it from the code tables; none at all cannot be grouped by patient.
     subj_from_codes = codes.dropna(subset=["SUBJECT_ID"]).groupby("HADM_ID")["SUBJECT_ID"].first()
-    docs["SUBJECT_ID"] = docs["SUBJECT_ID"].fillna(docs["HADM_ID"].map(subj_from_codes))
+    docs = docs.assign(SUBJECT_ID=docs["SUBJECT_ID"].fillna(docs["HADM_ID"].map(subj_from_codes)))
     no_subject = docs["SUBJECT_ID"].isna()
-    drop("admissions_without_subject_id", int(no_subject.sum()))
-    docs = docs[~no_subject]
+    source.drop("admissions_without_subject_id", int(no_subject.sum()))
+    docs = docs[~no_subject.to_numpy()]
 
-    # Splits.
     missing_from_data: dict[str, int] = {}
     if split_ids is not None:
         membership = {h: s for s in SPLITS for h in split_ids[s]}
         docs = docs.assign(split=docs["HADM_ID"].map(membership))
         unlisted = docs["split"].isna()
-        drop("admissions_not_in_split_lists", int(unlisted.sum()))
-        docs = docs[~unlisted]
+        source.drop("admissions_not_in_split_lists", int(unlisted.sum()))
+        docs = docs[~unlisted.to_numpy()]
         present = set(docs["HADM_ID"].tolist())
         missing_from_data = {s: sum(1 for h in split_ids[s] if h not in present) for s in SPLITS}
     else:
         docs = docs.assign(split=_hash_split(docs["SUBJECT_ID"]))
     if not len(docs):
         raise DataFormatError(
-            f"No admission in {mimic_dir} has a discharge summary and one of the {len(labels)} label-set codes"
+            f"No admission in {mimic_dir} has a note and one of the {len(labels)} label-set codes"
             + (" and is listed in the split files" if split_ids is not None else "")
-            + "; check --mimic-dir and --splits-dir."
+            + "; check --mimic-dir, --icd-version and the split files."
         )
-    counts = {s: int((docs["split"] == s).sum()) for s in SPLITS}
-
-    if check_counts and counts != CAML50_SPLIT_COUNTS:
-        got = ", ".join(f"{s} {counts[s]:,} (expected {CAML50_SPLIT_COUNTS[s]:,})" for s in SPLITS)
+    n_docs = {s: int((docs["split"] == s).sum()) for s in SPLITS}
+    if check_counts and protocol is not None and n_docs != protocol.counts:
+        got = ", ".join(f"{s} {n_docs[s]:,} (expected {protocol.counts[s]:,})" for s in SPLITS)
+        cause = ("ICD9_CODE was probably read as numbers or HADM_ID as floats; read codes as strings (docs/domain.md "
+                 "section 4) and use MIMIC-III v1.4" if source.release == "mimic3" else
+                 "use MIMIC-IV v2.2 with MIMIC-IV-Note v2.2 and the protocol's --icd-version and label set")
         raise DataFormatError(
-            f"CAML top-50 split counts not reproduced: {got}; {sum(missing_from_data.values()):,} listed ids missing "
-            "from the prepared data. ICD9_CODE was probably read as numbers or HADM_ID as floats; read codes as "
-            "strings (docs/domain.md section 4) and use MIMIC-III v1.4."
+            f"{protocol.name} split counts not reproduced: {got}; {sum(missing_from_data.values()):,} listed ids "
+            f"missing from the prepared data. {cause}."
         )
     if any(missing_from_data.values()):
         log.warning("split ids missing from the prepared data: %s", missing_from_data)
+    if matches and protocol is not None and protocol.n_labels and protocol.n_labels != len(labels):
+        log.warning("%s reports %d codes; this data gives %d.", protocol.name, protocol.n_labels, len(labels))
 
-    comparable = label_set == "caml50" and caml_files
+    comparable = bool(matches)
     summary: dict[str, Any] = {
-        "splits": counts,
+        "release": source.release,
+        "icd_version": source.icd_version,
+        "splits": n_docs,
         "n_labels": len(labels),
-        "dropped": dropped,
+        "dropped": source.dropped,
         "missing_from_data": missing_from_data,
         "label_set": label_set,
+        "protocol": protocol.name if matches and protocol else None,
         "comparable": comparable,
         "labels_without_description": undescribed,
         "out_dir": str(out_dir),
     }
     if not comparable:
-        summary["note"] = (
-            f"{NOT_COMPARABLE}: "
-            + ("label set recomputed from this data" if label_set != "caml50" else "not CAML's top-50 split files")
-        )
+        why = ("split files and options are not a published protocol's" if split_ids is not None
+               else "no split files (a hash split by patient)")
+        if label_set in ("frequent",) or (label_set == "top50" and pinned is None):
+            why = "label set recomputed from this data"
+        summary["note"] = f"{NOT_COMPARABLE}: {why}"
 
-    inputs = {t: _file_info(p) for t, p in paths.items()}
-    for key in (mimic.D_ICD_DIAGNOSES, mimic.D_ICD_PROCEDURES):
-        if key in desc_sources:
-            inputs[key] = _file_info(Path(desc_sources[key]))
-    if split_ids is not None:
-        for s in SPLITS:
-            inputs[f"{s}_split"] = _file_info(split_file(splits_dir, s))
+    inputs = {name: _file_info(p) for name, p in source.inputs.items()}
+    for key, path in source.title_sources.items():
+        inputs[key] = _file_info(Path(path))
+    for i, p in enumerate(split_files + ([pinned] if pinned else [])):
+        inputs[f"split_file_{i}" if p != pinned else "top50_codes"] = _file_info(p)
     manifest = make_manifest(
         "prepared-dataset",
         summary=summary,
         parameters={
-            "label_set": label_set, "top_k": top_k if label_set == "frequent" else len(CAML_TOP50),
-            "splits_dir": str(splits_dir) if splits_dir is not None else None,
-            "split_method": "caml_id_lists" if split_ids is not None else "md5(SUBJECT_ID) buckets 8066:1573:1729",
-            "chunksize": chunksize, "expect_caml_counts": check_counts,
+            "release": source.release, "icd_version": source.icd_version, "label_set": label_set, "top_k": cfg.top_k,
+            "min_code_count": cfg.min_code_count, "splits_dir": str(splits_dir) if splits_dir is not None else None,
+            "splits_file": str(splits_file) if splits_file is not None else None,
+            "split_method": ("published id lists" if split_ids is not None else "md5(SUBJECT_ID) buckets 8066:1573:1729"),
+            "chunksize": cfg.chunksize, "note_chunksize": cfg.note_chunksize, "expect_published_counts": check_counts,
         },
-        counts={
-            "documents": counts,
-            "noteevents_rows_read": note_stats.rows_read,
-            "discharge_summary_rows": n_summary_rows,
-            "admissions_with_discharge_summary": len(has_summary),
-            "code_rows_kept": n_code_rows,
-            "duplicate_code_rows": duplicate_code_rows,
-        },
-        dropped=dropped,
+        counts={"documents": n_docs, "admissions_with_note": len(source.docs), **source.counts},
+        code_counts={"codes_on_admissions_with_a_note": len(counts)},
+        dropped=source.dropped,
         missing_from_data=missing_from_data,
-        note_order=NOTE_ORDER,
+        note_order=source.note_order,
         label_order="codes sorted by code string (CAML's convention)",
-        descriptions_from=desc_sources,
+        descriptions_from=source.title_sources,
         inputs=inputs,
+        protocol=(protocol.name if protocol else None),
         comparable=comparable,
-        comparability="comparable with CAML top-50 results" if comparable else NOT_COMPARABLE,
+        comparability=f"comparable with {protocol.name} ({protocol.source})" if comparable and protocol else NOT_COMPARABLE,
     )
-
-    with atomic_dir(out_dir, replaces=is_prepared_dataset) as tmp:
-        for s in SPLITS:
-            part = docs[docs["split"] == s].sort_values("HADM_ID")
-            _write_split(tmp / f"{s}.parquet", pd.DataFrame({
-                "id": part["HADM_ID"].astype("int64").astype(str),
-                "subject_id": part["SUBJECT_ID"].astype("int64"),
-                "text": part["TEXT"],
-                "labels": part["labels"],
-            }))
-        labels.save(tmp / LABELS_FILE)
-        write_manifest(tmp, manifest)
-    log.info("prepared %s in %.1f s: %s", out_dir, time.perf_counter() - t0, counts)
-    return summary
+    return summary, manifest, docs.sort_values("HADM_ID"), labels

@@ -1,4 +1,5 @@
-"""CAML's HADM_ID split lists: read `{train,dev,test}_50_hadm_ids.csv`, check disjointness and sizes.
+"""Published split lists: CAML / MIMIC-IV-ICD folders of `{train,dev,test}_{50,full}_hadm_ids.csv` (one HADM_ID a line,
+with or without a `hadm_id` header) and Edin et al.'s `hadm_id,split` CSV (train/val/test; val is clinicode's dev).
 
 Id lists only; never reads notes or codes.
 """
@@ -10,16 +11,18 @@ from pathlib import Path
 from clinicode.constants import CAML50_SPLIT_COUNTS, SPLITS
 from clinicode.errors import DataFormatError
 
-SPLIT_FILE_TEMPLATE = "{split}_50_hadm_ids.csv"
+SPLIT_FILE_TEMPLATE = "{split}_{kind}_hadm_ids.csv"
+TOP50_CODES_FILE = "top50_codes.txt"          # a pinned top-50 list beside the split files (MIMIC-IV-ICD)
+EDIN_SPLITS = {"train": "train", "val": "dev", "test": "test"}
 
 
-def split_file(splits_dir: Path, split: str) -> Path:
-    """Path of CAML's top-50 id list for `split` inside `splits_dir`."""
-    return Path(splits_dir) / SPLIT_FILE_TEMPLATE.format(split=split)
+def split_file(splits_dir: Path, split: str, kind: str = "50") -> Path:
+    """Path of the id list of `split` inside `splits_dir`: kind "50" (top-50 label sets) or "full"."""
+    return Path(splits_dir) / SPLIT_FILE_TEMPLATE.format(split=split, kind=kind)
 
 
 def read_id_list(path: Path) -> list[int]:
-    """Read one integer HADM_ID per line (no header; blank lines ignored).
+    """Read one integer HADM_ID per line (an optional `hadm_id` header line; blank lines ignored).
 
     Raises:
         DataFormatError: if the file is missing, not UTF-8, holds a non-integer line or a duplicate id.
@@ -37,13 +40,13 @@ def read_id_list(path: Path) -> list[int]:
     seen: set[int] = set()
     for lineno, line in enumerate(lines, 1):
         s = line.strip()
-        if not s:
+        if not s or (not ids and s.lower() == "hadm_id"):  # blank lines, and an optional header
             continue
         try:
             hadm = int(s)
         except ValueError:
             raise DataFormatError(
-                f"{path} line {lineno}: {s[:20]!r} is not an integer HADM_ID; expected one integer per line, no header."
+                f"{path} line {lineno}: {s[:20]!r} is not an integer HADM_ID; expected one integer per line (after an optional hadm_id header)."
             ) from None
         if hadm in seen:
             raise DataFormatError(f"{path} line {lineno}: HADM_ID {hadm} is listed twice; each id must appear once.")
@@ -68,11 +71,12 @@ def check_disjoint(splits: dict[str, list[int]]) -> None:
                 )
 
 
-def read_splits(splits_dir: Path) -> dict[str, list[int]]:
-    """Read the three CAML top-50 id lists from `splits_dir` and check they are disjoint.
+def read_splits(splits_dir: Path, kind: str = "50") -> dict[str, list[int]]:
+    """Read the three id lists of one kind from `splits_dir` and check they are disjoint.
 
     Args:
-        splits_dir: folder holding train_50_hadm_ids.csv, dev_50_hadm_ids.csv, test_50_hadm_ids.csv.
+        splits_dir: folder holding {train,dev,test}_{kind}_hadm_ids.csv (CAML's, or MIMIC-IV-ICD's).
+        kind: "50" for top-50 label sets, "full" for full code sets.
     Returns:
         {"train": [...], "dev": [...], "test": [...]} in file order.
     Raises:
@@ -81,10 +85,47 @@ def read_splits(splits_dir: Path) -> dict[str, list[int]]:
     splits_dir = Path(splits_dir)
     if not splits_dir.is_dir():
         raise DataFormatError(
-            f"splits folder {splits_dir} does not exist; pass --splits-dir pointing at CAML's *_50_hadm_ids.csv files."
+            f"splits folder {splits_dir} does not exist; pass --splits-dir pointing at a folder of *_{kind}_hadm_ids.csv files."
         )
-    splits = {s: read_id_list(split_file(splits_dir, s)) for s in SPLITS}
+    splits = {s: read_id_list(split_file(splits_dir, s, kind)) for s in SPLITS}
     check_disjoint(splits)
+    return splits
+
+
+def read_split_file(path: Path) -> dict[str, list[int]]:
+    """Read an Edin-style split CSV (`hadm_id,split`, split train/val/test) into clinicode's train/dev/test lists.
+
+    Raises:
+        DataFormatError: missing or unreadable file, wrong header, an unknown split name, a non-integer or repeated id.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataFormatError(f"--splits-file {path}: no such file; expected a CSV with columns hadm_id,split.")
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataFormatError(f"{path} cannot be read as UTF-8 text ({type(err).__name__}); expected hadm_id,split rows.") from err
+    if not lines or [c.strip().lower() for c in lines[0].split(",")] != ["hadm_id", "split"]:
+        raise DataFormatError(f"{path}: the first line must be the header hadm_id,split (Edin et al.'s format).")
+    splits: dict[str, list[int]] = {s: [] for s in SPLITS}
+    seen: set[int] = set()
+    for lineno, line in enumerate(lines[1:], 2):
+        if not line.strip():
+            continue
+        raw_id, _, name = line.partition(",")
+        try:
+            hadm = int(raw_id.strip())
+        except ValueError:
+            raise DataFormatError(f"{path} line {lineno}: {raw_id.strip()[:20]!r} is not an integer hadm_id.") from None
+        split = EDIN_SPLITS.get(name.strip())
+        if split is None:
+            raise DataFormatError(f"{path} line {lineno}: split {name.strip()[:20]!r} is not train, val or test.")
+        if hadm in seen:
+            raise DataFormatError(f"{path} line {lineno}: hadm_id {hadm} is listed twice; each id must appear once.")
+        seen.add(hadm)
+        splits[split].append(hadm)
+    if not seen:
+        raise DataFormatError(f"{path} lists no admissions; expected hadm_id,split rows after the header.")
     return splits
 
 

@@ -89,7 +89,7 @@ def _split_dir(tmp_path: Path, ids: dict[str, list[int]]) -> Path:
 def test_prepare_split_files_with_only_unknown_ids(mimic, tmp_path):
     d = _split_dir(tmp_path, {"train": [1, 2], "dev": [3], "test": [4]})
     fails(["prepare", "--mimic-dir", mimic, "--out", tmp_path / "p", "--splits-dir", d],
-          "has a discharge summary and one of the 50 label-set codes and is listed in the split files")
+          "has a note and one of the 50 label-set codes and is listed in the split files")
     assert not (tmp_path / "p").exists()
 
 

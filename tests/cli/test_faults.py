@@ -177,11 +177,11 @@ def test_kill_9_while_prepare_writes_its_folder(big_mimic, tmp_path):
     (parent / "mimic").symlink_to(big_mimic)
     out = parent / "data"
     proc = _prepare_child(big_mimic, out, """
-        real = prep._write_split
-        def slow(path, frame):
-            real(path, frame)
+        real = prep._write_splits
+        def slow(out, docs, texts):
+            real(out, docs, texts)
             time.sleep(30)
-        prep._write_split = slow
+        prep._write_splits = slow
     """)
 
     def half_written() -> bool:

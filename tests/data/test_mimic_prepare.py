@@ -13,6 +13,7 @@ import pytest
 
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50, SPLITS
 from clinicode.data import prepare as prepare_module
+from clinicode.data.icd9 import format_diagnosis, format_procedure
 from clinicode.data.mimic import find_table, read_codes, read_discharge_summaries
 from clinicode.data.prepare import NOT_COMPARABLE, prepare_mimic
 from clinicode.data.splits import read_splits
@@ -146,7 +147,7 @@ def test_tiny_labels_dotted_deduplicated_inside_set(tiny_prepared):
     assert summary["dropped"] == {
         "DIAGNOSES_ICD.empty_code": 1, "DIAGNOSES_ICD.no_hadm_id": 1,
         "NOTEEVENTS.discharge_summary_without_hadm_id": 1,
-        "admissions_with_codes_but_no_discharge_summary": 1, "admissions_without_label_set_codes": 1,
+        "admissions_with_codes_but_no_note": 1, "admissions_without_label_set_codes": 1,
     }
     assert summary["label_set"] == "caml50" and summary["n_labels"] == 50
     assert summary["comparable"] is False and NOT_COMPARABLE in summary["note"]
@@ -216,7 +217,7 @@ def test_synthetic_contract(synthetic_prepared):
                 assert not (by_split[a] & by_split[b]), f"patient in {a} and {b}"
     assert {s: int((docs["split"] == s).sum()) for s in SPLITS} == summary["splits"]
     assert summary["splits"]["train"] > summary["splits"]["test"] > 0
-    assert summary["dropped"]["admissions_with_codes_but_no_discharge_summary"] > 0
+    assert summary["dropped"]["admissions_with_codes_but_no_note"] > 0
     assert summary["dropped"]["admissions_without_label_set_codes"] > 0
 
 
@@ -228,16 +229,15 @@ def test_synthetic_split_is_deterministic(synthetic, synthetic_prepared, tmp_pat
 
 
 def test_failure_midway_leaves_no_out_dir(synthetic, tmp_path, monkeypatch):
-    calls = []
-    real = prepare_module._write_split
+    real = prepare_module._write_splits
 
-    def flaky(path, frame):
-        calls.append(path)
-        if len(calls) == 2:
+    def flaky(out, docs, texts):
+        def failing():
+            yield next(texts)  # the first batch is written, then the disk "fills"
             raise RuntimeError("disk full")
-        real(path, frame)
+        real(out, docs, failing())
 
-    monkeypatch.setattr(prepare_module, "_write_split", flaky)
+    monkeypatch.setattr(prepare_module, "_write_splits", flaky)
     with pytest.raises(RuntimeError, match="disk full"):
         prepare_mimic(synthetic, tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -248,7 +248,7 @@ def test_failure_keeps_previous_out_dir(synthetic, tmp_path, monkeypatch):
     out = tmp_path / "out"
     prepare_mimic(synthetic, out)  # an earlier output of prepare: the only kind of folder it may replace
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    monkeypatch.setattr(prepare_module, "_write_split", lambda path, frame: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(prepare_module, "_write_splits", lambda out, docs, texts: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError):
         prepare_mimic(synthetic, out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
@@ -282,8 +282,8 @@ def test_split_errors(tmp_path):
     with pytest.raises(DataFormatError, match=r"train and dev share 1 HADM_ID\(s\), e.g. 2"):
         read_splits(folder)
     folder = _write_splits(tmp_path / "c", {"train": [1], "dev": [3], "test": [4]})
-    (folder / "train_50_hadm_ids.csv").write_text("HADM_ID\n1\n")
-    with pytest.raises(DataFormatError, match=r"line 1: 'HADM_ID' is not an integer HADM_ID"):
+    (folder / "train_50_hadm_ids.csv").write_text("id\n1\n")  # a `hadm_id` header is allowed, other text is not
+    with pytest.raises(DataFormatError, match=r"line 1: 'id' is not an integer HADM_ID"):
         read_splits(folder)
     (folder / "train_50_hadm_ids.csv").write_text("1\n1\n")
     with pytest.raises(DataFormatError, match=r"line 2: HADM_ID 1 is listed twice"):
@@ -311,7 +311,7 @@ def test_real_caml_split_files_wrong_counts_raise(synthetic, tmp_path):
     with pytest.raises(DataFormatError, match=r"train \d+ \(expected 8,066\), dev \d+ \(expected 1,573\).*read as numbers"):
         prepare_mimic(synthetic, tmp_path / "out", splits_dir=CAML_IDS)
     assert not (tmp_path / "out").exists()
-    summary = prepare_mimic(synthetic, tmp_path / "out", splits_dir=CAML_IDS, expect_caml_counts=False)
+    summary = prepare_mimic(synthetic, tmp_path / "out", splits_dir=CAML_IDS, expect_published_counts=False)
     assert sum(summary["splits"].values()) < sum(CAML50_SPLIT_COUNTS.values())
     assert sum(summary["missing_from_data"].values()) > 11_000
 
@@ -385,9 +385,36 @@ def test_no_discharge_summaries(tiny, tmp_path):
 
 
 def test_bad_options(tiny, tmp_path):
-    with pytest.raises(ConfigError, match=r"--label-set must be caml50 or frequent, got 'top50'"):
-        prepare_mimic(tiny, tmp_path / "out", label_set="top50")
+    with pytest.raises(ConfigError, match=r"--label-set must be one of caml50, top50, frequent, full, got 'top100'"):
+        prepare_mimic(tiny, tmp_path / "out", label_set="top100")
+    with pytest.raises(ConfigError, match=r"is MIMIC-III, which is coded in ICD-9 only; drop --icd-version 10"):
+        prepare_mimic(tiny, tmp_path / "out", icd_version=10)
+    with pytest.raises(ConfigError, match=r"give --splits-dir .* or --splits-file .*, not both"):
+        prepare_mimic(tiny, tmp_path / "out", splits_dir=tmp_path, splits_file=tmp_path / "x.csv")
+    with pytest.raises(ConfigError, match=r"--note-dir is for MIMIC-IV"):
+        prepare_mimic(tiny, tmp_path / "out", note_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"--top-k must be a positive integer"):
         prepare_mimic(tiny, tmp_path / "out", label_set="frequent", top_k=0)
-    with pytest.raises(ConfigError, match=r"expect_caml_counts=True needs splits_dir"):
-        prepare_mimic(tiny, tmp_path / "out", expect_caml_counts=True)
+    with pytest.raises(ConfigError, match=r"expect_published_counts=True needs a published protocol's split files"):
+        prepare_mimic(tiny, tmp_path / "out", expect_published_counts=True)
+
+
+def test_mimic3_full_label_set_with_a_split_file(synthetic, tmp_path):
+    """MIMIC-III gets --label-set full too: every code in >= --min-code-count admissions with a summary (counted
+    before splitting), admissions left without a code dropped, an Edin-style hadm_id,split file for the splits."""
+    dx = pd.read_csv(synthetic / "DIAGNOSES_ICD.csv", dtype=str, keep_default_na=False)
+    px = pd.read_csv(synthetic / "PROCEDURES_ICD.csv", dtype=str, keep_default_na=False)
+    notes = pd.read_csv(synthetic / "NOTEEVENTS.csv", dtype=str, keep_default_na=False)
+    with_note = set(notes.loc[(notes["CATEGORY"] == "Discharge summary") & (notes["HADM_ID"] != ""), "HADM_ID"])
+    codes = pd.concat([dx.assign(c=[format_diagnosis(x) if x else "" for x in dx["ICD9_CODE"]]),
+                       px.assign(c=[format_procedure(x) if x else "" for x in px["ICD9_CODE"]])])
+    codes = codes[(codes["c"] != "") & codes["HADM_ID"].isin(with_note)].drop_duplicates(["HADM_ID", "c"])
+    n = codes.groupby("c")["HADM_ID"].nunique()
+    kept = set(n[n >= 4].index)
+    ids = sorted(int(h) for h in codes.loc[codes["c"].isin(kept), "HADM_ID"].unique())
+    split = tmp_path / "split.csv"
+    split.write_text("hadm_id,split\n" + "".join(f"{h},{['train', 'val', 'test'][i % 3]}\n" for i, h in enumerate(ids)))
+    summary = prepare_mimic(synthetic, tmp_path / "out", label_set="full", min_code_count=4, splits_file=split)
+    assert summary["splits"] == {s: len(ids[i::3]) for i, s in enumerate(SPLITS)}
+    labels = [x["code"] for x in json.loads((tmp_path / "out" / "labels.json").read_text())]
+    assert labels == sorted(kept)

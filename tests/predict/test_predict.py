@@ -224,3 +224,14 @@ def test_batch_scoring_skips_the_per_token_attention_list(predictor):
     without = predictor.predict(["heart failure and hypertension"], explain=2, attention=False)[0]
     assert with_att.attention and without.attention is None
     assert with_att.to_dict() == without.to_dict()
+
+
+def test_per_code_evidence_lists_distinct_phrases(predictor):
+    note = ("Patient with congestive heart failure exacerbation, atrial fibrillation on coumadin, hypertension, "
+            "diabetes mellitus, acute kidney injury and pneumonia; " * 3)
+    [p] = predictor.predict([note], top_k=None, threshold=0.0, explain=5)
+    assert p.code_evidence
+    for code, spans in p.code_evidence.items():
+        keys = [(s.start, s.end) for s in spans]
+        assert len(keys) == len(set(keys)) == 5, code
+        assert [s.weight for s in spans] == sorted((s.weight for s in spans), reverse=True)

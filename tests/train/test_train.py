@@ -201,3 +201,19 @@ def test_top_k_says_how_many_notes_it_dropped(tmp_path, caplog):
     assert f"train {dropped['train']}, dev {dropped['dev']}, test {dropped['test']}" in msg
     manifest = json.loads((tmp_path / "run" / "checkpoint" / "manifest.json").read_text())
     assert manifest["data"]["dropped_without_top_k_label"] == dropped
+
+
+def test_icd10_cm_codes_without_descriptions_get_the_cms_titles(tmp_path):
+    """A coded-notes folder of ICD-10-CM codes that brings no descriptions: titles come from the packaged CMS tables
+    (into labels.json and so into LEAM's starting code vectors and every output)."""
+    d = tmp_path / "data"
+    d.mkdir()
+    words = {"J18.9": "pneumonia infiltrate cough", "I10": "hypertension blood pressure", "E11.9": "diabetes glucose"}
+    for split, n in (("train", 30), ("dev", 9)):
+        rows = [{"id": f"{split}{i}", "text": f"{list(words.values())[i % 3]} seen today", "labels": [list(words)[i % 3]]}
+                for i in range(n)]
+        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    train(out_dir=tmp_path / "run", config=TrainConfig(model="tfidf-lr"), data_dir=d, progress=False)
+    labels = {x["code"]: x["description"] for x in json.loads((tmp_path / "run" / "checkpoint" / "labels.json").read_text())}
+    assert labels == {"E11.9": "Type 2 diabetes mellitus without complications", "I10": "Essential (primary) hypertension",
+                      "J18.9": "Pneumonia, unspecified organism"}

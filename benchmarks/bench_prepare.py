@@ -48,9 +48,8 @@ logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="@%(created).3
 from clinicode.data.prepare import prepare_mimic
 args = json.loads(sys.argv[1])
 print(f"@{time.time():.3f} start", file=sys.stderr, flush=True)
-summary = prepare_mimic(Path(args["mimic_dir"]), Path(args["out_dir"]),
-                        splits_dir=Path(args["splits_dir"]) if args["splits_dir"] else None,
-                        chunksize=args["chunksize"])
+kw = {k: (Path(v) if k.endswith(("_dir", "_file")) and v else v) for k, v in args["options"].items()}
+summary = prepare_mimic(Path(args["mimic_dir"]), Path(args["out_dir"]), **kw)
 print(f"@{time.time():.3f} prepare_mimic returned", file=sys.stderr, flush=True)
 print(json.dumps(summary))
 """
@@ -128,10 +127,11 @@ class RssSampler(threading.Thread):
         self.join()
 
 
-def run_prepare(mimic_dir: Path, out_dir: Path, chunksize: int) -> tuple[dict, float, float, list[str]]:
-    """Run prepare in a child process; return its summary, wall seconds, peak RSS in MB and an RSS-by-phase log."""
-    args = {"mimic_dir": str(mimic_dir), "out_dir": str(out_dir), "chunksize": chunksize,
-            "splits_dir": str(CAML_IDS) if CAML_IDS.is_dir() else None}
+def run_prepare(mimic_dir: Path, out_dir: Path, options: dict) -> tuple[dict, float, float, list[str]]:
+    """Run prepare_mimic(mimic_dir, out_dir, **options) in a child process; return its summary, wall seconds, peak
+    RSS in MB and an RSS-by-phase log."""
+    args = {"mimic_dir": str(mimic_dir), "out_dir": str(out_dir),
+            "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)], stdout=out, stderr=err, text=True)
@@ -205,7 +205,8 @@ def main() -> None:
         folder, info, fresh = ensure_data(args.work_dir, args.n_notes, args.seed, args.regenerate, realistic)
         size_gb = sum(p.stat().st_size for p in folder.iterdir()) / 1e9
         out_dir = args.work_dir / f"{folder.name}-prepared"
-        summary, wall, peak_mb, phases = run_prepare(folder, out_dir, args.chunksize)
+        summary, wall, peak_mb, phases = run_prepare(folder, out_dir, {
+            "chunksize": args.chunksize, "splits_dir": CAML_IDS if CAML_IDS.is_dir() else None})
         splits = summary["splits"]
         label = "real-size text" if realistic else "short text"
         print(f"{label}: {folder} ({size_gb:.2f} GB, generated in {info.get('generation_seconds', 0):.0f} s"

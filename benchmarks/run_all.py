@@ -15,6 +15,7 @@ HERE = Path(__file__).resolve().parent
 
 SCRIPTS = [
     ("bench_prepare.py", [], ["--n-notes", "200000"]),
+    ("bench_prepare_mimic4.py", [], ["--extra", "1000"]),
     ("bench_predict.py", [], ["--notes", "600", "--repeat", "2"]),
     ("bench_train.py", [], ["--quick", "--steps", "3"]),
     ("bench_accuracy.py", [], None),

@@ -201,6 +201,7 @@ def train_cli(
     w2v_epochs: Annotated[Optional[int], _opt("word2vec passes over the training notes; 0 = automatic (5-30 by corpus size).", default_of(_T, "w2v_epochs"))] = None,
     min_doc_freq: Annotated[Optional[int], _opt("Vocabulary: words found in at least this many training notes.", default_of(_T, "min_doc_freq"))] = None,
     eval_batch_size: Annotated[Optional[int], _opt("Notes per batch when scoring dev and test.", default_of(_T, "eval_batch_size"))] = None,
+    memory_budget: Annotated[Optional[int], _opt("MB of scratch memory one batch may use (decides the score blocks; see docs/training.md).", default_of(_T, "memory_mb"))] = None,
     descriptions: Annotated[Optional[Path], typer.Option(help="code<TAB>description file for labels without descriptions.")] = None,
     device: Annotated[Optional[str], _opt("auto (CUDA when present), cpu or cuda.", default_of(_T, "device"))] = None,
     seed: Annotated[Optional[int], _opt("Random seed (runs repeat exactly on CPU).", default_of(_T, "seed"))] = None,
@@ -219,7 +220,7 @@ def train_cli(
                                weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight, decay_scope=decay_scope,
                                ema_decay=ema_decay, w2v_epochs=w2v_epochs, min_doc_freq=min_doc_freq,
                                eval_batch_size=eval_batch_size, patience=patience, seed=seed, device=device,
-                               top_k=None if mimic_dir is not None else top_k))
+                               memory_mb=memory_budget, top_k=None if mimic_dir is not None else top_k))
     # Every model option is passed, given or default, so --resume compares them all with the run's.
     options = {k: default_of(_M, k) for k in ("embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight", "compat")}
     options.update(_given(embed_dim=embed_dim, radius=window, hidden_dim=hidden_dim, dropout=dropout,
@@ -235,7 +236,8 @@ def train_cli(
                                  **_given(note_dir=note_dir, icd_version=icd_version, splits_file=splits_file,
                                           label_set=label_set, top_k=top_k, min_code_count=min_code_count))
     result = train(out_dir=out, config=cfg, data_dir=data, model_options=options, descriptions_path=descriptions,
-                   resume=resume, progress=progress and sys.stderr.isatty(), on_epoch=on_epoch)
+                   resume=resume, progress=progress and sys.stderr.isatty(), on_epoch=on_epoch,
+                   report=lambda line: typer.echo(line, err=True))
     if result.get("test"):
         typer.echo("test metrics:")
         typer.echo(format_table(result["test"]))
@@ -339,6 +341,7 @@ def predict_cli(
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run from OUT.partial (same checkpoint and options).")] = False,
     shard: Annotated[str, typer.Option(help="i/n: score only records at positions p with p % n == i.")] = "0/1",
     device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
+    memory_budget: Annotated[Optional[int], _opt("MB of scratch memory one batch and the word-code table may use.", default_of(PredictConfig, "memory_mb"))] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
 ) -> None:
     """Score notes in batch: one output record per input record, in input order."""
@@ -346,8 +349,8 @@ def predict_cli(
     from clinicode.predict_io import predict_file
 
     opts = {**_given(explain=explain), **_parse_top_k(top_k)}  # --top-k all is top_k=None, not "not given"
-    PredictConfig(**opts)  # range checks live there
-    pred = Predictor.from_checkpoint(checkpoint, **_given(device=device))
+    PredictConfig(**opts, **_given(memory_mb=memory_budget))  # range checks live there
+    pred = Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget))
     counts = predict_file(pred, input=input, output=output, threshold=threshold, strict=strict, resume=resume,
                           shard=_parse_shard(shard), progress=progress and sys.stderr.isatty(), **opts)
     dup = counts.get("duplicate_ids", 0)
@@ -355,6 +358,8 @@ def predict_cli(
                f"{counts['skipped']:,} skipped as already done"
                + (f"; {dup:,} records repeat an earlier id (each has its own output record, in input order)" if dup else ""),
                err=True)
+    if pred.plan is not None:
+        typer.echo(pred.plan.summary(), err=True)
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ class LEAMConfig:
     hidden_dim: int = 1000          # MLP head (paper's reference code: 300); 1000 tuned on dev with decay_scope="embeddings"
     dropout: float = 0.5
     label_reg_weight: float = 1.0   # lambda of the label-embedding regulariser (paper: 1)
+    label_reg_codes: int = 256      # the regulariser averages over all codes up to this many, else a random this-many per step
     compat: str = "cosine"          # "cosine" (the paper's model) or "linear" (its ablation: no phrase window)
     multilabel: bool = True         # sigmoid + BCE; False: softmax + CE (one label per note)
     phrase_init: float = 1.0        # initial sum of W1: every tap starts at phrase_init / (2r+1) (1.0 = a local mean)
@@ -44,6 +45,8 @@ class LEAMConfig:
             raise ConfigError(f"LEAMConfig.radius (r) must be >= 0, got {self.radius}; the window is 2r+1 tokens.")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"LEAMConfig.dropout must be in [0, 1), got {self.dropout}.")
+        if self.label_reg_codes < 1:
+            raise ConfigError(f"LEAMConfig.label_reg_codes must be >= 1, got {self.label_reg_codes}.")
         if self.compat not in ("cosine", "linear"):
             raise ConfigError(f"LEAMConfig.compat must be 'cosine' or 'linear', got {self.compat!r}.")
         if not 0.0 < self.phrase_init <= 100.0:
@@ -73,8 +76,11 @@ class TrainConfig:
     top_k: int | None = None
     single_label: bool | None = None  # None: decided from the data (every note has exactly one label)
     eval_batch_size: int = 64
+    memory_mb: int = 2048           # scratch memory of one batch, training and dev scoring (clinicode/memory.py)
 
     def __post_init__(self) -> None:
+        if self.memory_mb < 64:
+            raise ConfigError(f"--memory-budget must be >= 64 (MB), got {self.memory_mb}.")
         if self.model not in ("leam", "tfidf-lr"):
             raise ConfigError(f"--model must be 'leam' or 'tfidf-lr', got {self.model!r}.")
         for name in ("epochs", "batch_size", "max_len", "min_doc_freq", "eval_batch_size"):
@@ -137,8 +143,11 @@ class PredictConfig:
     top_k: int | None = 10          # codes listed in `scores`, highest first; None: every code
     explain: int = 0                # with N > 0: the N highest-attention spans and each predicted code's N best phrases
     batch_size: int = 64            # notes per forward pass
+    memory_mb: int = 2048           # scratch memory of one batch and the stored word-code table (clinicode/memory.py)
 
     def __post_init__(self) -> None:
+        if self.memory_mb < 64:
+            raise ConfigError(f"--memory-budget must be >= 64 (MB), got {self.memory_mb}.")
         if self.top_k is not None and (isinstance(self.top_k, bool) or self.top_k < 0):
             raise ConfigError(f"--top-k must be >= 0 or 'all', got {self.top_k}.")
         if self.explain < 0:

@@ -13,10 +13,14 @@ against it, forward and backward, and with gradcheck) with fewer passes over mem
   instead of autograd's chain through the norm (five passes over [B, L, P]).
 - `embed`: the word lookup whose backward is `index_add_` (deterministic on CPU), ~4x faster than
   `embedding_dense_backward` on a 50,000-word table.
-- `table_phrase_max` (inference): m, and u when asked for, from a stored [V, K] word-code cosine table, gathering G
-  a few notes at a time so the working set stays in cache; no autograd.
+- `table_phrase_max` (inference): m from a stored [V, K] word-code cosine table, gathering G a few notes at a time so
+  the working set stays in cache; no autograd.
+- `code_max`: m[n] = max_k (S[n] . c_k + b_k), ReLU'd or not, for many codes: the [rows, codes] scores exist one
+  block at a time (a running max and its winning code), and the backward pass goes through each row's winner only, so
+  nothing of size [B, L, K] is ever stored and the backward costs O(B L P), whatever K is. Plain torch ops, so the
+  same code runs on CUDA (in float32 even under autocast).
 
-`clinicode.model.LEAM.forward` decides when each kernel runs (its `fast` switch); off the CPU it uses plain PyTorch.
+`clinicode.model.LEAM.forward` decides when each kernel runs (its `fast` switch).
 """
 
 from __future__ import annotations
@@ -232,8 +236,7 @@ def phrase_max(G: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Te
 
 
 @torch.no_grad()
-def table_phrase_max(ids: torch.Tensor, table: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, *,
-                     keep_u: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def table_phrase_max(ids: torch.Tensor, table: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """m = max over codes of ReLU(window(G) + bias) with G[b, l] = table[ids[b, l]] (inference; no autograd).
 
     PAD's table row is 0, so padding ids on both sides gives the window's "same" zero padding for free; G is gathered
@@ -244,9 +247,8 @@ def table_phrase_max(ids: torch.Tensor, table: torch.Tensor, w: torch.Tensor, bi
         table: [V, K] word-code cosines with row 0 all zero (`LEAM.word_code_table`).
         w: [2r+1] window weights W1.
         bias: [K] per-code bias b1.
-        keep_u: also return u.
     Returns:
-        (m [B, L], u [B, L, K] or None).
+        m [B, L].
     """
     B, L = ids.shape
     K = table.shape[1]
@@ -254,13 +256,85 @@ def table_phrase_max(ids: torch.Tensor, table: torch.Tensor, w: torch.Tensor, bi
     wl = w.detach().tolist()
     ids_p = F.pad(ids, (r, r), value=0)                                # [B, L+2r]
     m = torch.empty(B, L, dtype=table.dtype)
-    u_all = torch.empty(B, L, K, dtype=table.dtype) if keep_u else None
     scratch = torch.empty(min(B, _NOTES_PER_PASS), L, K, dtype=table.dtype)
     for s in range(0, B, _NOTES_PER_PASS):
         Gp = F.embedding(ids_p[s:s + _NOTES_PER_PASS], table)          # [n, L+2r, K]
         u = _shifted_sum(Gp, wl, L, scratch[:Gp.shape[0]])             # [n, L, K] window
         u.add_(bias).relu_()
         m[s:s + _NOTES_PER_PASS] = u.amax(dim=2)
-        if u_all is not None:
-            u_all[s:s + _NOTES_PER_PASS] = u
-    return m, u_all
+    return m
+
+
+class _CodeMax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, S: torch.Tensor, C: torch.Tensor, bias: torch.Tensor | None, relu: bool,  # type: ignore[override]
+                block: tuple[int, int]) -> torch.Tensor:
+        N, K = S.shape[0], C.shape[0]
+        rows, width = max(1, min(block[0], N)), max(1, min(block[1], K))
+        m = torch.empty(N, dtype=S.dtype, device=S.device)                # running best score per row
+        arg = torch.empty(N, dtype=torch.long, device=S.device)           # ... and its code
+        scores = torch.empty(rows, width, dtype=S.dtype, device=S.device)  # the one [rows, codes] block, reused
+        best = torch.empty(rows, dtype=S.dtype, device=S.device)
+        where = torch.empty(rows, dtype=torch.long, device=S.device)
+        for r0 in range(0, N, rows):
+            s = S[r0:r0 + rows]
+            n = s.shape[0]
+            m_r, arg_r = m[r0:r0 + n], arg[r0:r0 + n]
+            for k0 in range(0, K, width):
+                c = C[k0:k0 + width]
+                o = scores[:n, :c.shape[0]]
+                if bias is None:
+                    torch.mm(s, c.t(), out=o)
+                else:
+                    torch.addmm(bias[k0:k0 + width], s, c.t(), out=o)
+                if k0 == 0:
+                    torch.max(o, dim=1, out=(m_r, arg_r))
+                    continue
+                torch.max(o, dim=1, out=(best[:n], where[:n]))
+                better = best[:n] > m_r                                   # strict: ties keep the earlier code
+                m_r.copy_(torch.where(better, best[:n], m_r))
+                arg_r.copy_(torch.where(better, where[:n] + k0, arg_r))
+        if relu:
+            m.clamp_(min=0)
+        ctx.relu, ctx.has_bias, ctx.K = relu, bias is not None, K
+        ctx.save_for_backward(S, C, m, arg)
+        return m
+
+    @staticmethod
+    def backward(ctx, grad_m: torch.Tensor):  # type: ignore[override]
+        S, C, m, arg = ctx.saved_tensors
+        g = grad_m * (m > 0) if ctx.relu else grad_m                      # [N] ReLU passes only positive maxima
+        grad_S = grad_C = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_S = C.index_select(0, arg).mul_(g.unsqueeze(1))          # [N, P] each row's winner, scaled
+        if ctx.needs_input_grad[1]:
+            grad_C = torch.zeros_like(C).index_add_(0, arg, S * g.unsqueeze(1))  # [K, P]
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = torch.zeros(ctx.K, dtype=torch.float64, device=g.device).index_add_(0, arg, g.double()).to(g.dtype)
+        return grad_S, grad_C, grad_b, None, None
+
+
+def code_max(S: torch.Tensor, C: torch.Tensor, bias: torch.Tensor | None = None, *, relu: bool = True,
+             block: tuple[int, int] = (256, 2048)) -> torch.Tensor:
+    """m[n] = max over k of (S[n] . C[k] + bias[k]), then ReLU when `relu`, without storing the [N, K] scores.
+
+    Same value as `F.relu(S @ C.T + bias).amax(1)` (or without the ReLU); the gradient is the same except at exact ties
+    between codes, where this one goes to the first code (as `torch.max`) and `amax` splits it. Scores are computed
+    block by block, `block` = (rows, codes): on the CPU a block that fits the cache is fastest; on a GPU the caller
+    sizes it from its memory budget. Under autocast the scores are computed in float32 (the max over thousands of
+    cosines needs the precision).
+
+    Args:
+        S: [N, P] one vector per position (the windowed unit word vectors, or the unit word vectors themselves).
+        C: [K, P] unit code vectors.
+        bias: [K] per-code bias, or None.
+        relu: apply the ReLU to the max (the paper's u); False for the linear ablation's max_k G.
+        block: (rows, codes) per score block.
+    Returns:
+        [N].
+    """
+    if S.dtype in (torch.float16, torch.bfloat16):
+        S, C = S.float(), C.float()
+        bias = bias.float() if bias is not None else None
+    with torch.autocast(S.device.type, enabled=False):
+        return _CodeMax.apply(S, C.to(S.dtype), None if bias is None else bias.to(S.dtype), relu, block)

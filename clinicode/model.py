@@ -15,17 +15,28 @@ Design decisions (stated here, as the domain notes ask):
   "LEAM (linear)": m_l = max_k G_kl, no window, no ReLU.
 - **Output:** sigmoid + BCE for multi-label notes; softmax + CE for one label per note (the paper's topic tasks).
 - **Label regulariser:** the same head f classifies each code vector c_k as its own class (softmax cross-entropy
-  against the identity), weight lambda (paper: 1).
+  against the identity), weight lambda (paper: 1). With more than `label_reg_codes` codes (256) each step averages it
+  over that many codes drawn at random, each scored against all K: an unbiased estimate of the same mean whose cost
+  grows with K, not K^2 (at K = 9,000 the full f(C) is 9,000 x 9,000 logits through the 1,000-unit head).
 
 One switch selects how the same equations are computed (as nanoGPT's flash-attention flag does):
-- `fast=True` (default) on the CPU runs the hand-written kernels of `clinicode.kernels`: G as one [B, L, K] product
-  with a cheap backward, the window as shifted adds, and in training the window, bias, ReLU and max fused so u is
-  never written. Each kernel is tested against the plain expression, and a test checks that training with them
-  follows the plain model's loss curve step by step.
-- `fast=False`, or any non-CPU device (CUDA, where these ops are already fast), runs the plain PyTorch expressions
-  below: the reference that the tests and benchmarks compare with.
-- `table=model.word_code_table()` (inference only) takes G from a stored [V, K] cosine table, the paper's "store G
-  offline": a note's G is a row gather and the word vectors are never materialised per position.
+- `fast=False` runs the plain PyTorch expressions at the bottom of this file, step by step as in the paper: the
+  reference that the tests and benchmarks compare with. It stores G and u, [B, L, K] each.
+- `fast=True` (default) computes the same numbers in whichever order is cheaper, and never stores [B, L, K]:
+  * few codes (K <= P, e.g. the top 50 with P = 100, on the CPU): G as one [B, L, K] product (no larger than the
+    word vectors) and the window, bias, ReLU and max fused by the kernels of `clinicode.kernels`, so u is never
+    written, with hand-written backward passes.
+  * many codes (K > P), and every CUDA run: the window moves onto the word vectors. It is linear and shared by all
+    codes, so window(G)_lk = sum_j W1_j cos(v_{l+j-r}, c_k) = (sum_j W1_j v^_{l+j-r}) . c^_k = S_l . c^_k with
+    v^ = v / |v| (0 on padding) and S = window(v^), [B, L, P]. Then m_l = ReLU(max_k (S_l . c^_k + b1_k)) is one
+    product computed a block of codes at a time (`kernels.code_max`), and its backward needs only each position's
+    winning code: memory is O(B L P + block) and the backward O(B L P), whatever K is (9,000 codes train on a CPU).
+  Each kernel is tested against the plain expression, and a test checks that training with them follows the plain
+  model's loss curve step by step (at K = 50 and K = 1,000).
+- `table=model.word_code_table()` (inference, few codes) takes G from a stored [V, K] cosine table, the paper's
+  "store G offline": a note's G is a row gather. `clinicode.memory.plan` decides when it pays and fits.
+- `phrase(ids, mask, codes)` gives u for chosen codes (the per-code evidence of explanations), by the plain
+  expressions: a few codes, never all K.
 
 Training details around the model (not in the paper; each is a config value, see clinicode/config.py):
 - `phrase_init` sets the initial W1 to phrase_init / (2r+1) per tap (default 1.0: a local mean of G). It is an
@@ -44,6 +55,7 @@ from torch import nn
 
 from clinicode import kernels
 from clinicode.config import LEAMConfig
+from clinicode.memory import CPU_BLOCK
 
 _EPS = 1e-8
 
@@ -54,7 +66,6 @@ class LEAMOutput:
 
     logits: torch.Tensor                  # [B, K]
     beta: torch.Tensor | None = None      # [B, L]    attention over positions (0 on padding)
-    phrase: torch.Tensor | None = None    # [B, K, L] per-code phrase compatibility u (after ReLU, before max)
     doc: torch.Tensor | None = None       # [B, P]    z, the attended note vector
 
 
@@ -63,7 +74,8 @@ class LEAM(nn.Module):
 
     Args:
         config: sizes and options; `config.vocab_size` rows in the word table, row 0 is PAD.
-        fast: compute with the CPU kernels (same equations; see the module docstring). False: plain PyTorch.
+        fast: compute in the cheaper order with the kernels (same equations; see the module docstring). False: the
+            plain PyTorch reference.
     """
 
     def __init__(self, config: LEAMConfig, *, fast: bool = True) -> None:
@@ -83,46 +95,51 @@ class LEAM(nn.Module):
             nn.Linear(config.hidden_dim, K),
         )
 
+    @property
+    def many_codes(self) -> bool:
+        """K > P: the fast path windows the word vectors instead of G (see the module docstring)."""
+        return self.config.n_labels > self.config.embed_dim
+
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, *, return_attention: bool = False,
-                table: torch.Tensor | None = None) -> LEAMOutput:
+                table: torch.Tensor | None = None, block: tuple[int, int] = CPU_BLOCK) -> LEAMOutput:
         """Score a batch of notes: G -> u -> m -> beta -> z -> f, the paper's equations in its order.
 
         Args:
             ids: [B, L] int64 token ids, 0 = PAD.
             mask: [B, L] bool, True for real tokens; every note needs at least one.
-            return_attention: also return beta, u and z (for explanations).
+            return_attention: also return beta and z (for explanations; u for chosen codes: `phrase`).
             table: [V, K] `word_code_table()`, for inference: G is then looked up, not computed.
+            block: (positions, codes) per score block with many codes (`clinicode.memory.plan` sizes it).
         Returns:
-            LEAMOutput with logits [B, K] (and beta, u, z when asked for).
+            LEAMOutput with logits [B, K] (and beta, z when asked for).
         """
         cfg = self.config
-        fast = self.fast and ids.device.type == "cpu"
+        cpu = ids.device.type == "cpu"
         E, C, W1, b1 = self.word_emb.weight, self.label_emb, self.phrase_w, self.phrase_b
         maskf = mask.unsqueeze(-1).to(E.dtype)                                        # [B, L, 1]
+        Cn = C / (C.norm(dim=-1, keepdim=True) + _EPS)                                # [K, P]   unit code vectors
+        V = None if table is not None else (kernels.embed(E, ids) if self.fast and cpu else F.embedding(ids, E, padding_idx=0))
 
         # (1) G = cos(c_k, v_l): every code against every word; padded positions are 0.
-        if table is not None:                                                         # inference: the stored table
-            V = None                                                                  #   (word vectors never gathered)
-            G = None if fast and cfg.compat == "cosine" else F.embedding(ids, table) * maskf  # [B, L, K]
-        else:
-            V = kernels.embed(E, ids) if fast else F.embedding(ids, E, padding_idx=0)  # [B, L, P]
-            Cn = C / (C.norm(dim=-1, keepdim=True) + _EPS)                            # [K, P]   unit code vectors
-            G = kernels.cosine_compat(V, Cn, mask) if fast else _cosine(V, Cn, mask)  # [B, L, K]
-
         # (2) u = ReLU(G[l-r : l+r] W1 + b1), phrase-level compatibility; (3) m_l = max_k u_kl.
-        u: torch.Tensor | None
-        if cfg.compat == "linear":                                                    # the paper's ablation
-            u = G if G is not None else F.embedding(ids, table) * maskf               # [B, L, K]
-            m = u.amax(dim=-1)                                                        # [B, L]
-        elif fast and G is None:                                                      # table: gathered chunk by chunk
-            m, u = kernels.table_phrase_max(ids, table, W1, b1, keep_u=return_attention)  # [B, L], [B, L, K] or None
-        elif fast and not return_attention:
-            u = None                                                                  # fused: u is never written
-            m = kernels.phrase_max(G, W1, b1)                                         # [B, L]
-        else:
-            window = kernels.phrase_window(G, W1) if fast else _window(G, W1)         # [B, L, K] sum_j W1_j G[l+j-r]
-            u = F.relu(window + b1)                                                   # [B, L, K]
-            m = u.amax(dim=-1)                                                        # [B, L]
+        linear = cfg.compat == "linear"                                               # the paper's ablation: u = G
+        if table is not None:                                                         # inference: the stored table
+            if self.fast and cpu and not linear:
+                m = kernels.table_phrase_max(ids, table, W1, b1)                      # [B, L]
+            else:
+                G = F.embedding(ids, table) * maskf                                   # [B, L, K]
+                m = (G if linear else F.relu(_window(G, W1) + b1)).amax(dim=-1)       # [B, L]
+        elif not self.fast:                                                           # the plain reference
+            G = _cosine(V, Cn, mask)                                                  # [B, L, K]
+            m = (G if linear else F.relu(_window(G, W1) + b1)).amax(dim=-1)           # [B, L]
+        elif cpu and not self.many_codes and not linear:                              # few codes: G is small
+            G = kernels.cosine_compat(V, Cn, mask)                                    # [B, L, K]
+            m = kernels.phrase_max(G, W1, b1)                                         # [B, L] u never written
+        else:                                                                         # window(G) = window(v^) C^T
+            Vn = V * (maskf / (V.norm(dim=-1, keepdim=True) + _EPS))                  # [B, L, P] v^, 0 on padding
+            S = Vn if linear else (kernels.phrase_window(Vn, W1) if cpu else _window(Vn, W1))  # [B, L, P]
+            m = kernels.code_max(S.reshape(-1, S.shape[-1]), Cn, None if linear else b1, relu=not linear,
+                                 block=block).view(mask.shape)                   # [B, L]
 
         # (4) beta = softmax over positions of m; padding never attended (max-subtracted inside softmax).
         beta = torch.softmax(m.masked_fill(~mask, float("-inf")), dim=-1)            # [B, L]
@@ -137,7 +154,21 @@ class LEAM(nn.Module):
         logits = self.head(z)                                                         # [B, K]
         if not return_attention:
             return LEAMOutput(logits=logits)
-        return LEAMOutput(logits=logits, beta=beta, phrase=u.transpose(1, 2), doc=z)  # u as [B, K, L]
+        return LEAMOutput(logits=logits, beta=beta, doc=z)
+
+    @torch.no_grad()
+    def phrase(self, ids: torch.Tensor, mask: torch.Tensor, codes: torch.Tensor | None = None) -> torch.Tensor:
+        """u for the given codes (all when None): [B, n, L], after the ReLU and before the max; G for "linear".
+
+        The per-code evidence of explanations, by the plain expressions; pass a few codes, not thousands.
+        """
+        V = F.embedding(ids, self.word_emb.weight, padding_idx=0)                     # [B, L, P]
+        C = self.label_emb if codes is None else self.label_emb[codes]                # [n, P]
+        G = _cosine(V, C / (C.norm(dim=-1, keepdim=True) + _EPS), mask)               # [B, L, n]
+        if self.config.compat == "cosine":
+            b1 = self.phrase_b if codes is None else self.phrase_b[codes]
+            G = F.relu(_window(G, self.phrase_w) + b1)
+        return G.transpose(1, 2)                                                      # [B, n, L]
 
     @torch.no_grad()
     def word_code_table(self) -> torch.Tensor:
@@ -166,9 +197,10 @@ class LEAM(nn.Module):
             task = F.cross_entropy(logits, targets.argmax(dim=-1))
         if self.config.label_reg_weight == 0:
             return task, task
-        label_logits = self.head(self.label_emb)                                      # [K, K] f(C)
-        eye = torch.arange(self.config.n_labels, device=logits.device)                # [K] class k for c_k
-        reg = F.cross_entropy(label_logits, eye)
+        K, n = self.config.n_labels, self.config.label_reg_codes
+        codes = (torch.arange(K, device=logits.device) if K <= n                      # [n] class k for c_k
+                 else torch.randperm(K, device=logits.device)[:n])                    # a random n of them
+        reg = F.cross_entropy(self.head(self.label_emb[codes]), codes)                # f(c_k) over all K classes
         return task + self.config.label_reg_weight * reg, task
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:

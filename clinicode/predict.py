@@ -1,8 +1,10 @@
 """Scoring notes with a checkpoint: `Predictor.from_checkpoint(dir).predict(texts)` -> typed records.
 
 The CLI, `evaluate` and the app all score through `Predictor.score`, so their numbers agree exactly.
-Scoring runs the model's own forward (`LEAM.forward`) with the word-code cosine table stored offline (the paper's
-"store G offline", `LEAM.word_code_table`): one [V, K] matrix per loaded checkpoint, so a note's G is a row gather.
+Scoring runs the model's own forward (`LEAM.forward`) as `clinicode.memory.plan` decides within the memory budget:
+with few codes, G comes from the word-code cosine table stored offline (the paper's "store G offline",
+`LEAM.word_code_table`: one [V, K] matrix per loaded checkpoint, so a note's G is a row gather); with many codes, the
+window runs on the word vectors and the codes are scored a block at a time.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from clinicode.checkpoint import Checkpoint, load_checkpoint
 from clinicode.config import PREDICT
 from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
 from clinicode.errors import ConfigError
+from clinicode.memory import MemoryPlan, plan
 from clinicode.metrics import is_predicted
 from clinicode.runtime import pick_device
 
@@ -115,7 +118,8 @@ class Predictor:
         device: torch device for LEAM.
     """
 
-    def __init__(self, checkpoint: Checkpoint, *, device: torch.device | str = "cpu", batch_size: int = PREDICT.batch_size) -> None:
+    def __init__(self, checkpoint: Checkpoint, *, device: torch.device | str = "cpu", batch_size: int = PREDICT.batch_size,
+                 memory_mb: int = PREDICT.memory_mb) -> None:
         self.checkpoint = checkpoint
         self.labels = checkpoint.labels
         self.threshold = checkpoint.threshold
@@ -123,17 +127,26 @@ class Predictor:
         self.single_label = checkpoint.single_label  # softmax scores: the top code is the prediction
         self.device = torch.device(device)
         self.batch_size = batch_size
+        self.plan: MemoryPlan | None = None
+        self._table: torch.Tensor | None = None
         if self.kind == "leam":
             model = checkpoint.model
-            self._table = model.word_code_table()                                         # [V, K] G, stored offline
-            self._table_np = self._table.float().cpu().numpy()                            # for evidence lookups
+            self.plan = plan(model.config, batch_size=batch_size, max_len=checkpoint.max_len, budget_mb=memory_mb,
+                             device=self.device.type, training=False, fast=model.fast)
+            if self.plan.use_table:
+                self._table = model.word_code_table()                                     # [V, K] G, stored offline
+            with torch.no_grad():                                                         # unit vectors, for evidence
+                E, C = model.word_emb.weight.float(), model.label_emb.float()
+                self._words_n = (E / (E.norm(dim=-1, keepdim=True) + 1e-8)).cpu().numpy()  # [V, P]
+                self._codes_n = (C / (C.norm(dim=-1, keepdim=True) + 1e-8)).cpu().numpy()  # [K, P]
             self._phrase_w_np = model.phrase_w.detach().float().cpu().numpy()             # W1
 
     @classmethod
-    def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = PREDICT.batch_size) -> "Predictor":
+    def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = PREDICT.batch_size,
+                        memory_mb: int = PREDICT.memory_mb) -> "Predictor":
         """Load (and verify) a checkpoint folder or a run folder containing checkpoint/."""
         dev = pick_device(device)
-        return cls(load_checkpoint(Path(path), device=dev), device=dev, batch_size=batch_size)
+        return cls(load_checkpoint(Path(path), device=dev), device=dev, batch_size=batch_size, memory_mb=memory_mb)
 
     @property
     def codes(self) -> tuple[str, ...]:
@@ -173,22 +186,22 @@ class Predictor:
 
     def _forward(self, id_lists: Sequence[Sequence[int]], start: int, scores: np.ndarray, *,
                  docs: np.ndarray | None = None, extras: list[Any] | None = None) -> None:
-        """The model's forward (G looked up in the stored table) over length-bucketed batches of encoded notes;
-        fills rows start.. of `scores` (and `docs`, and beta/u per note in `extras`)."""
+        """The model's forward (as the memory plan says) over length-bucketed batches of encoded notes; fills rows
+        start.. of `scores` (and `docs`, and each note's beta in `extras`)."""
         model = self.checkpoint.model
         lengths = [len(x) for x in id_lists]
         for batch in bucketed_batches(lengths, self.batch_size, rng=None):
             ids, mask = pad_batch([id_lists[i] for i in batch])
             out = model(ids.to(self.device), mask.to(self.device), return_attention=extras is not None or docs is not None,
-                        table=self._table)
+                        table=self._table, block=self.plan.block)
             rows = batch + start
             scores[rows] = model.probabilities(out.logits).float().cpu().numpy()
             if docs is not None:
                 docs[rows] = out.doc.float().cpu().numpy()
             if extras is not None:
-                beta_np, u_np = out.beta.float().cpu().numpy(), out.phrase.float().cpu().numpy()
+                beta_np = out.beta.float().cpu().numpy()
                 for j, i in enumerate(batch):
-                    extras[start + i] = (beta_np[j, :lengths[i]], u_np[j, :, :lengths[i]])
+                    extras[start + i] = beta_np[j, :lengths[i]]
 
     def score_ids(self, id_lists: Sequence[Sequence[int]]) -> np.ndarray:
         """[N, K] float32 probabilities for notes already encoded by this checkpoint's tokenizer (LEAM only).
@@ -285,19 +298,29 @@ class Predictor:
                     rec.error = f"note {ids[i]!r}: no words after tokenisation (numbers and punctuation only); nothing to code"
                     rec.predicted, rec.scores = [], {}
             if explain > 0 and extras is not None and extras[j] is not None and rec.error is None:
-                beta, u = extras[j]
+                beta = extras[j]
                 offs = encs[j].offsets
                 if attention:
                     rec.attention = [Span(a, b, float(w)) for (a, b), w in zip(offs, beta)]
                 rec.evidence = [Span(offs[p][0], offs[p][1], float(beta[p])) for p in _top(beta, explain)]
                 rec.code_evidence = {}
                 tok_ids = np.asarray(encs[j].ids)
-                for c in predicted:
-                    k = self.labels.index(c.code)
-                    row = u[k]
+                ks = [self.labels.index(c.code) for c in predicted]
+                u = self._phrase_rows(tok_ids, ks)                                         # [n, L]
+                for c, k, row in zip(predicted, ks, u):
                     rec.code_evidence[c.code] = self._phrase_spans(offs, tok_ids, k, row, explain)
             out[i] = rec
         return out  # type: ignore[return-value]
+
+    def _phrase_rows(self, tok_ids: np.ndarray, codes: list[int]) -> np.ndarray:
+        """u[k, :] of one note for the given codes (`LEAM.phrase`): [len(codes), L]."""
+        if not codes:
+            return np.zeros((0, len(tok_ids)), dtype=np.float32)
+        ids = torch.as_tensor(tok_ids, dtype=torch.long, device=self.device).unsqueeze(0)
+        with _torch_threads(1 if self.device.type == "cpu" else None), torch.inference_mode():
+            u = self.checkpoint.model.phrase(ids, torch.ones_like(ids, dtype=torch.bool),
+                                             torch.as_tensor(codes, device=self.device))
+        return u[0].float().cpu().numpy()
 
     def _phrase_spans(self, offs: list[tuple[int, int]], ids: np.ndarray, k: int, row: np.ndarray, n: int) -> list[Span]:
         """The n best distinct phrases of code k: neighbouring windows often share their strongest word, and so
@@ -323,7 +346,7 @@ class Predictor:
         r = self.checkpoint.model.config.radius if self.checkpoint.model.config.compat == "cosine" else 0
         lo, hi = max(0, centre - r), min(len(offs) - 1, centre + r)
         w = self._phrase_w_np[lo - centre + r: hi - centre + r + 1] if r else 1.0
-        terms = w * self._table_np[ids[lo:hi + 1], k]                                       # [window] W1 * G
+        terms = w * (self._words_n[ids[lo:hi + 1]] @ self._codes_n[k])                     # [window] W1 * G
         anchor = lo + int(terms.argmax())
         first, last = max(lo, anchor - 1), min(hi, anchor + 1)
         return Span(offs[first][0], offs[last][1], weight)

@@ -130,6 +130,8 @@ def predict_file(
 
     fmt = "csv" if str(output).endswith(".csv") else "jsonl"
     i_shard, n_shard = shard
+    if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
+        raise ConfigError(f"--threshold must be in [0, 1], got {threshold}.")
     to_file = str(output) != "-"
     if to_file:
         check_output(Path(output), option="--output", command="predict", folder=False, recognise=is_predict_output,

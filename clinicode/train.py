@@ -32,6 +32,7 @@ from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.embeddings import initial_vectors
 from clinicode.errors import ConfigError, DataFormatError
+from clinicode.memory import plan
 from clinicode.metrics import HEADLINE, all_metrics, binarize, per_label_metrics, tune_threshold
 from clinicode.model import LEAM
 from clinicode.predict import Predictor
@@ -81,12 +82,12 @@ def _single_label(ds: PreparedDataset, cfg: TrainConfig) -> bool:
 class _Objective(torch.nn.Module):
     """Forward plus both losses in one module, so DistributedDataParallel sees every use of the weights."""
 
-    def __init__(self, model: LEAM, pos_weight: torch.Tensor | None) -> None:
+    def __init__(self, model: LEAM, pos_weight: torch.Tensor | None, block: tuple[int, int]) -> None:
         super().__init__()
-        self.model, self.pos_weight = model, pos_weight
+        self.model, self.pos_weight, self.block = model, pos_weight, block
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = self.model(ids, mask).logits
+        logits = self.model(ids, mask, block=self.block).logits
         return self.model.loss(logits.float(), y, pos_weight=self.pos_weight)
 
 
@@ -101,7 +102,7 @@ class _Trainer:
 
     def __init__(self, ds: PreparedDataset, run: Path, cfg: TrainConfig, model_options: dict[str, Any], *,
                  resume: bool, progress: bool, on_epoch: Callable[[dict[str, Any]], None] | None,
-                 manifest_extra: dict[str, Any]) -> None:
+                 report: Callable[[str], None] | None, manifest_extra: dict[str, Any]) -> None:
         self.ds, self.run, self.cfg = ds, run, cfg
         self.progress, self.on_epoch = progress, on_epoch
         self.manifest_extra = manifest_extra
@@ -138,6 +139,13 @@ class _Trainer:
             log.info("embeddings %s in %.1fs; %d/%d codes started from description words", cfg.embeddings,
                      time.perf_counter() - t0, info["label_init_from_words"], len(self.labels))
             self.manifest_extra.update(info)
+        self.plan = plan(self.model_config, batch_size=cfg.batch_size, max_len=cfg.max_len, budget_mb=cfg.memory_mb,
+                         device=self.device.type, training=True, fast=self.model.fast)
+        if self.rank == 0:
+            log.info("%s", self.plan.summary())
+            if report is not None:
+                report(self.plan.summary())
+        self.manifest_extra["memory"] = self.plan.to_dict()
         self.model.to(self.device)
         self.opt = make_optimizer(self.model, cfg)
         if resumed is not None:
@@ -152,7 +160,7 @@ class _Trainer:
         self.y_dev = self.labels.multi_hot(dev_df["labels"])
         self.pos_weight = (_pos_weight(self.y_train, cfg.pos_weight).to(self.device)
                            if self.multilabel and cfg.pos_weight > 0 else None)
-        self.objective: torch.nn.Module = _Objective(self.model, self.pos_weight)
+        self.objective: torch.nn.Module = _Objective(self.model, self.pos_weight, self.plan.block)
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -210,7 +218,8 @@ class _Trainer:
     def score_dev(self) -> np.ndarray:
         """[N_dev, K] dev scores from the current weights, through `Predictor` as `evaluate` would score them."""
         self.model.eval()
-        return Predictor(self.checkpoint(0.5), device=self.device, batch_size=self.cfg.eval_batch_size).score_ids(self.dev_ids)
+        return Predictor(self.checkpoint(0.5), device=self.device, batch_size=self.cfg.eval_batch_size,
+                         memory_mb=self.cfg.memory_mb).score_ids(self.dev_ids)
 
     def save_best(self, threshold: float, metrics_dev: dict[str, Any], metrics_test: dict[str, Any] | None = None) -> None:
         save_checkpoint(self.run / CHECKPOINT_DIR, kind="leam", model=self.model, labels=self.labels, threshold=threshold,
@@ -259,7 +268,8 @@ class _Trainer:
 
 def _finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float, dict, dict], None]) -> dict[str, Any]:
     """Tune the threshold on dev with the inference path, score test once, save the final checkpoint."""
-    pred = Predictor(ck, device=ck.model.word_emb.weight.device if ck.kind == "leam" else "cpu")
+    pred = Predictor(ck, device=ck.model.word_emb.weight.device if ck.kind == "leam" else "cpu",
+                     batch_size=ck.train_config.eval_batch_size, memory_mb=ck.train_config.memory_mb)
     one = ck.single_label
     dev = ds.split("dev")
     y_dev = ds.labels.multi_hot(dev["labels"])
@@ -319,6 +329,7 @@ def train(
     resume: bool = False,
     progress: bool = True,
     on_epoch: Callable[[dict[str, Any]], None] | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Train LEAM (or tfidf-lr) on a prepared dataset and write RUN/checkpoint.
 
@@ -330,6 +341,7 @@ def train(
         descriptions_path: optional code<TAB>description file filling labels without a description.
         resume: continue from RUN/state after an interruption.
         on_epoch: called with each epoch's history row.
+        report: called with status lines for the user (the memory plan).
     Returns:
         {"threshold", "dev", "test", "run"} with the final metrics.
     """
@@ -347,6 +359,10 @@ def train(
         if not any(len(row) for row in ds.split(split)["labels"]):
             raise DataFormatError(f"{data_dir}: no {split} note has a code of the label set ({len(ds.labels)} codes), so {why}; "
                                   "check the data's labels (and labels.json).")
+    if config.model == "leam":  # a batch that cannot fit the memory budget fails now, not after the vocabulary
+        plan(config_from_dict(LEAMConfig, {"vocab_size": 3, "n_labels": len(ds.labels), **(model_options or {})}),
+             batch_size=config.batch_size, max_len=config.max_len, budget_mb=config.memory_mb,
+             device=pick_device(config.device).type, training=True)
     fingerprint = hashlib.sha256((dataset_fingerprint(Path(data_dir)) + json.dumps(ds.labels.to_json())).encode()).hexdigest()
     extra: dict[str, Any] = {"data": {
         "path": str(Path(data_dir).resolve()), "n_train": len(ds.split("train")), "n_dev": len(ds.split("dev")),
@@ -379,7 +395,7 @@ def train(
         return {**result, "run": str(run)}
 
     trainer = _Trainer(ds, run, config, model_options or {}, resume=resume, progress=progress, on_epoch=on_epoch,
-                       manifest_extra={**extra, "world_size": world()[1]})
+                       report=report, manifest_extra={**extra, "world_size": world()[1]})
     trainer.fit()
     if trainer.world > 1:
         import torch.distributed as dist

@@ -160,6 +160,9 @@ class Resumed:
         return self.tensors.get("ema.safetensors")
 
 
+RESUME_MAY_CHANGE = ("device", "epochs", "memory_mb")
+
+
 def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_options: dict[str, Any],
                data: dict[str, Any]) -> Resumed | None:
     """RUN/state for `--resume`, every file checked against the hashes state.json lists, and every option and the
@@ -197,10 +200,10 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
             raise CheckpointError(f"{path} lists no {name}; the run cannot resume from it. {RESTART}")
 
     saved_cfg = config_from_dict(TrainConfig, state["train_config"], source="state/state.json")
-    if replace(saved_cfg, device=train_config.device, epochs=train_config.epochs) != replace(
-            train_config, device=train_config.device, epochs=train_config.epochs):
+    free = {k: getattr(train_config, k) for k in RESUME_MAY_CHANGE}  # where and how long, not what is learnt
+    if replace(saved_cfg, **free) != replace(train_config, **free):
         da, db = asdict(saved_cfg), asdict(train_config)
-        diff = ", ".join(f"{k}: {da[k]} then {db[k]}" for k in da if da[k] != db[k] and k not in ("device", "epochs"))
+        diff = ", ".join(f"{k}: {da[k]} then {db[k]}" for k in da if da[k] != db[k] and k not in RESUME_MAY_CHANGE)
         raise ConfigError(f"--resume: {run} was started with different options ({diff}); "
                           "repeat the original options or start a new --out folder.")
     model_config = config_from_dict(LEAMConfig, state["model_config"], source="state/state.json")

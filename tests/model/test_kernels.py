@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from clinicode.kernels import cosine_compat, embed, phrase_max, phrase_window, table_phrase_max
+from clinicode.kernels import code_max, cosine_compat, embed, phrase_max, phrase_window, table_phrase_max
 from clinicode.model import _cosine, _window
 
 
@@ -134,7 +134,50 @@ def test_table_phrase_max_equals_the_window_over_gathered_rows(B, L, K, r):
     ids[0, L // 2:] = 0                                   # a padded note
     w, b = torch.randn(2 * r + 1), torch.randn(K)
     u_ref = F.relu(_window(F.embedding(ids, table), w) + b)
-    m, u = table_phrase_max(ids, table, w, b, keep_u=True)
-    torch.testing.assert_close(u, u_ref)
-    torch.testing.assert_close(m, u_ref.amax(-1))
-    assert table_phrase_max(ids, table, w, b)[1] is None
+    torch.testing.assert_close(table_phrase_max(ids, table, w, b), u_ref.amax(-1))
+
+
+@pytest.mark.parametrize("N,K,P,block", [(1, 1, 3, (256, 2048)), (37, 50, 8, (5, 7)), (200, 1000, 6, (64, 128)),
+                                         (9, 13, 4, (9, 13)), (30, 20, 5, (1, 1))])
+@pytest.mark.parametrize("relu,bias", [(True, True), (False, False)])
+def test_code_max_matches_the_max_over_every_score(N, K, P, block, relu, bias):
+    """Scores by blocks of rows and codes (block edges inside and at the ends), backward through the winners only."""
+    torch.manual_seed(9)
+    S = torch.randn(N, P, dtype=torch.float64, requires_grad=True)
+    C = torch.randn(K, P, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(K, dtype=torch.float64, requires_grad=True) if bias else None
+    with torch.no_grad():
+        S[0] = -S[0].abs() if relu else S[0]
+        if relu and K > 1:
+            C[:] = C.abs()                                # row 0 scores below 0 everywhere: no gradient after ReLU
+            b[:] = -b.abs()
+    full = S @ C.T + (b if bias else 0)
+    ref = (F.relu(full) if relu else full).amax(1)
+    out = code_max(S, C, b, relu=relu, block=block)
+    torch.testing.assert_close(out, ref)
+    if relu and K > 1:
+        assert out[0] == 0
+    grad = torch.randn_like(ref)
+    inputs = (S, C, b) if bias else (S, C)
+    for x, y in zip(_grads(ref, inputs, grad), _grads(out, inputs, grad)):
+        torch.testing.assert_close(x, y)
+
+
+def test_code_max_gradcheck_and_ties_go_to_the_first_code():
+    torch.manual_seed(10)
+    S = torch.randn(7, 4, dtype=torch.float64, requires_grad=True)
+    C = torch.randn(11, 4, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(11, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda s, c, bb: code_max(s, c, bb, block=(3, 4)), (S, C, b))
+    C2 = torch.cat([C[:5], C[:5]]).detach().requires_grad_()  # codes 5..9 repeat 0..4 in another block
+    b2 = torch.cat([b[:5], b[:5]]).detach().requires_grad_()
+    code_max(S, C2, b2, block=(7, 5)).sum().backward()
+    assert (b2.grad[5:] == 0).all() and b2.grad[:5].sum() > 0
+
+
+def test_code_max_keeps_float32_under_autocast():
+    S, C = torch.randn(6, 3), torch.randn(5, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = code_max(S, C, torch.zeros(5))
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, F.relu(S @ C.T).amax(1))

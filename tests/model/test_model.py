@@ -19,11 +19,13 @@ def test_output_shapes_and_attention():
     model = _model()
     ids, mask = pad_batch([[2, 3, 4, 5, 6], [7, 8]])
     out = model(ids, mask, return_attention=True)
+    u = model.phrase(ids, mask)
     assert out.logits.shape == (2, 4)
-    assert out.beta.shape == (2, 5) and out.phrase.shape == (2, 4, 5) and out.doc.shape == (2, 8)
+    assert out.beta.shape == (2, 5) and u.shape == (2, 4, 5) and out.doc.shape == (2, 8)
     torch.testing.assert_close(out.beta.sum(-1), torch.ones(2))
     assert torch.all(out.beta[1, 2:] == 0), "padding must get zero attention"
-    assert torch.all(out.phrase >= 0), "u is a ReLU output"
+    assert torch.all(u >= 0), "u is a ReLU output"
+    torch.testing.assert_close(model.phrase(ids, mask, torch.tensor([3, 1])), u[:, [3, 1]])
 
 
 def test_padding_does_not_change_logits():
@@ -39,7 +41,7 @@ def test_padding_does_not_change_logits():
 def test_cosine_compatibility_matches_definition():
     model = _model(compat="linear")  # the ablation's u is G itself
     ids, mask = pad_batch([[2, 3, 4]])
-    G = model(ids, mask, return_attention=True).phrase                   # [B, K, L]
+    G = model.phrase(ids, mask)                                          # [B, K, L]
     c, v = model.label_emb[1], model.word_emb(ids)[0, 2]
     torch.testing.assert_close(G[0, 1, 2], torch.dot(c, v) / (c.norm() * v.norm()), rtol=1e-5, atol=1e-6)
 
@@ -48,7 +50,7 @@ def test_attention_is_masked_softmax_of_max_over_labels():
     model = _model()
     ids, mask = pad_batch([[2, 3, 4, 5], [6]])
     out = model(ids, mask, return_attention=True)
-    m = out.phrase[0].amax(dim=0)
+    m = model.phrase(ids, mask)[0].amax(dim=0)
     torch.testing.assert_close(out.beta[0], torch.softmax(m, dim=0))
     z = (out.beta[0].unsqueeze(-1) * model.word_emb(ids)[0]).sum(0)
     torch.testing.assert_close(out.doc[0], z)
@@ -60,8 +62,8 @@ def test_window_spans_2r_plus_1_tokens():
     a_ids, mask = pad_batch([[2, 3, 4, 5, 6, 7, 8, 9, 10, 11]])
     b_ids = a_ids.clone()
     b_ids[0, 6] = 20
-    ua = model(a_ids, mask, return_attention=True).phrase[0]
-    ub = model(b_ids, mask, return_attention=True).phrase[0]
+    ua = model.phrase(a_ids, mask)[0]
+    ub = model.phrase(b_ids, mask)[0]
     moved = (ua - ub).abs().amax(dim=0) > 0                              # [L]
     r = model.config.radius
     assert moved.nonzero().flatten().tolist() == list(range(6 - r, 6 + r + 1))
@@ -114,27 +116,45 @@ def test_config_rejects_bad_values():
         LEAMConfig(vocab_size=10, n_labels=2, radius=-1)
 
 
-def _pair(**kw):
-    """The same weights twice: the fast CPU paths, and the plain PyTorch reference (LEAM(fast=False))."""
+def _pair(n_labels=5, **kw):
+    """The same weights twice: the fast paths, and the plain PyTorch reference (LEAM(fast=False))."""
     torch.manual_seed(0)
-    cfg = LEAMConfig(vocab_size=40, n_labels=5, embed_dim=8, radius=2, hidden_dim=16, **kw)
+    cfg = LEAMConfig(vocab_size=40, n_labels=n_labels, embed_dim=8, radius=2, hidden_dim=16, **kw)
     fast = LEAM(cfg).eval()
     ref = LEAM(cfg, fast=False).eval()
     ref.load_state_dict(fast.state_dict())
     return fast, ref
 
 
+@pytest.mark.parametrize("n_labels", [5, 23])                          # few codes (K <= P = 8), many codes (K > P)
 @pytest.mark.parametrize("compat", ["cosine", "linear"])
-def test_every_fast_path_equals_the_plain_forward(compat):
-    """Kernels, the fused training path, and the stored word-code table all compute the reference forward."""
-    fast, ref = _pair(compat=compat)
+def test_every_fast_path_equals_the_plain_forward(compat, n_labels):
+    """The kernels, the window on the word vectors with scores by blocks, and the stored word-code table all compute
+    the reference forward."""
+    fast, ref = _pair(n_labels, compat=compat)
+    assert fast.many_codes == (n_labels > 8)
     ids, mask = pad_batch([[2, 3, 4, 5, 6, 7, 8, 30, 31], [9, 10, 11], [12]])
     want = ref(ids, mask, return_attention=True)
-    for model, kw in ((fast, {}), (fast, {"table": fast.word_code_table()}), (ref, {"table": ref.word_code_table()})):
+    table = fast.word_code_table()
+    for model, kw in ((fast, {}), (fast, {"block": (4, 3)}), (fast, {"table": table}), (ref, {"table": table})):
         got = model(ids, mask, return_attention=True, **kw)
-        for name in ("logits", "beta", "phrase", "doc"):
+        for name in ("logits", "beta", "doc"):
             torch.testing.assert_close(getattr(got, name), getattr(want, name), rtol=1e-5, atol=1e-6, msg=name)
-        torch.testing.assert_close(model(ids, mask, **kw).logits, want.logits, rtol=1e-5, atol=1e-6)  # u never written
+        torch.testing.assert_close(model(ids, mask, **kw).logits, want.logits, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_labels", [5, 23])
+def test_the_fast_backward_equals_the_plain_one(n_labels):
+    """Every parameter's gradient, padding included, in float64: few codes (G kernels), many codes (code_max)."""
+    fast, ref = _pair(n_labels, dropout=0.0)
+    fast, ref = fast.double().train(), ref.double().train()
+    ids, mask = pad_batch([[2, 3, 4, 5, 6, 7, 8, 30, 31, 2, 2], [9, 10, 11], [12, 13, 14, 15, 16]])
+    y = (torch.rand(3, n_labels, generator=torch.Generator().manual_seed(1)) < 0.3).double()
+    for model in (fast, ref):
+        torch.manual_seed(5)                                             # the regulariser's draw of codes, if any
+        model.loss(model(ids, mask, block=(4, 3)).logits, y)[0].backward()
+    for (name, a), b in zip(fast.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-12, msg=name)
 
 
 def test_word_code_table_is_the_cosine_of_every_word_and_code():
@@ -145,28 +165,51 @@ def test_word_code_table_is_the_cosine_of_every_word_and_code():
     torch.testing.assert_close(table[7, 2], torch.dot(E[7], C[2]) / (E[7].norm() * C[2].norm()))
 
 
-def test_training_with_the_fast_kernels_follows_the_reference_loss_curve():
-    """Same init, data and AdamW steps: the hand-written backward passes must give the same losses step by step."""
+@pytest.mark.parametrize("n_labels,embed_dim", [(50, 100), (1000, 16)])   # few codes (K <= P) and many codes
+def test_training_with_the_fast_kernels_follows_the_reference_loss_curve(n_labels, embed_dim):
+    """Same init, data and AdamW steps: the fast paths must give the plain model's losses step by step, at K = 50
+    (G and the fused window) and at K = 1,000 (the window on the word vectors, codes by blocks, the regulariser
+    averaged over 256 random codes, drawn identically for both)."""
     from clinicode.config import TrainConfig
     from clinicode.train import make_optimizer
 
     torch.manual_seed(0)
-    cfg = LEAMConfig(vocab_size=200, n_labels=6, embed_dim=12, radius=3, hidden_dim=16, dropout=0.0)
+    cfg = LEAMConfig(vocab_size=200, n_labels=n_labels, embed_dim=embed_dim, radius=3, hidden_dim=16, dropout=0.0)
     fast, ref = LEAM(cfg), LEAM(cfg, fast=False)
+    assert fast.many_codes == (n_labels > embed_dim)
     ref.load_state_dict(fast.state_dict())
     lengths = [70, 45, 33, 64, 12, 70]                                 # padding and block edges (32 rows) included
     ids, mask = pad_batch([torch.randint(1, 200, (n,)).tolist() for n in lengths])
-    y = (torch.rand(len(lengths), 6) < 0.3).float()
-    curves = {"fast": [], "ref": []}
+    y = (torch.rand(len(lengths), n_labels) < 0.3).float()
+    curves: dict = {"fast": [], "ref": []}
     for name, model in (("fast", fast), ("ref", ref)):
+        torch.manual_seed(1)
         opt = make_optimizer(model, TrainConfig(lr=1e-2))
         for _ in range(25):
-            loss, _ = model.loss(model(ids, mask).logits, y)
+            loss, task = model.loss(model(ids, mask, block=(100, 300)).logits, y)
             opt.zero_grad()
             loss.backward()
             opt.step()
-            curves[name].append(loss.item())
-    assert curves["fast"][-1] < 0.8 * curves["fast"][0]                # it learns
+            curves[name].append((loss.item(), task.item()))
+    assert curves["fast"][-1][1] < 0.8 * curves["fast"][0][1]          # it learns
     torch.testing.assert_close(torch.tensor(curves["fast"]), torch.tensor(curves["ref"]), rtol=1e-4, atol=1e-5)
     for (name, a), b in zip(fast.state_dict().items(), ref.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4, msg=name)
+
+
+def test_label_regulariser_averages_over_random_codes_beyond_label_reg_codes():
+    """K > label_reg_codes: each step scores that many random codes against all K; the mean over draws is the full
+    regulariser (an unbiased estimate)."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    cfg = LEAMConfig(vocab_size=10, n_labels=40, embed_dim=4, hidden_dim=8, label_reg_codes=8, dropout=0.0)
+    model = LEAM(cfg)
+    logits, y = torch.zeros(1, 40), torch.zeros(1, 40)
+    full = F.cross_entropy(model.head(model.label_emb), torch.arange(40)).item()
+    draws = [(model.loss(logits, y)[0] - model.loss(logits, y)[1]).item() for _ in range(400)]
+    assert len(set(round(d, 6) for d in draws)) > 10                  # it samples
+    assert abs(sum(draws) / len(draws) - full) < 0.02 * full
+    exact = LEAM(LEAMConfig(vocab_size=10, n_labels=40, embed_dim=4, hidden_dim=8, label_reg_codes=40, dropout=0.0))
+    exact.load_state_dict(model.state_dict())
+    assert abs((exact.loss(logits, y)[0] - exact.loss(logits, y)[1]).item() - full) < 1e-6

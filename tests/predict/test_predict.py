@@ -235,3 +235,49 @@ def test_per_code_evidence_lists_distinct_phrases(predictor):
         keys = [(s.start, s.end) for s in spans]
         assert len(keys) == len(set(keys)) == 5, code
         assert [s.weight for s in spans] == sorted((s.weight for s in spans), reverse=True)
+
+
+def _variant(predictor, *, n_labels=None, fast=True, seed=0):
+    """The tiny run's tokenizer and threshold with a LEAM of `n_labels` random codes (its own when None)."""
+    import copy
+
+    import torch
+
+    from clinicode.data.labels import LabelSet
+    from clinicode.model import LEAM
+
+    ck = copy.copy(predictor.checkpoint)
+    if n_labels is None:
+        model = LEAM(ck.model.config, fast=fast)
+        model.load_state_dict(ck.model.state_dict())
+    else:
+        torch.manual_seed(seed)
+        cfg = ck.model.config
+        model = LEAM(type(cfg)(**{**cfg.__dict__, "n_labels": n_labels}), fast=fast)
+        with torch.no_grad():
+            model.label_emb.copy_(model.word_emb.weight[torch.randint(2, cfg.vocab_size, (n_labels,))])  # codes near words
+        ck.labels = LabelSet(tuple(f"C{k:04d}" for k in range(n_labels)), tuple(f"code {k}" for k in range(n_labels)))
+    ck.model = model.eval()
+    return ck
+
+
+@pytest.mark.parametrize("n_labels", [None, 450])   # the run's 50 codes (table), 450 > 4P (blocks of codes)
+def test_every_memory_plan_scores_and_explains_like_the_plain_model(predictor, test_split, n_labels):
+    """The plan's order (stored table, or the window on the word vectors with codes by blocks, in small blocks under a
+    small budget) changes neither scores nor evidence: the plain model (no table, G and u stored) is the reference."""
+    fast_ck, plain_ck = _variant(predictor, n_labels=n_labels), _variant(predictor, n_labels=n_labels, fast=False)
+    plain_ck.model.load_state_dict(fast_ck.model.state_dict())
+    fast, plain = Predictor(fast_ck), Predictor(plain_ck)
+    assert plain.plan.order == "plain" and not plain.plan.use_table
+    assert fast.plan.order == ("table" if n_labels is None else "many codes")
+    texts = test_split["text"].tolist()[:12]
+    want = plain.predict(texts, top_k=8, threshold=0.0, explain=3)  # threshold 0: every code predicted and explained
+    got = fast.predict(texts, top_k=8, threshold=0.0, explain=3)
+    for a, b in zip(got, want):
+        assert list(a.scores) == list(b.scores)
+        np.testing.assert_allclose(list(a.scores.values()), list(b.scores.values()), rtol=1e-5, atol=1e-6)
+        assert [c.code for c in a.predicted] == [c.code for c in b.predicted] and a.predicted
+        assert [(s.start, s.end) for s in a.evidence] == [(s.start, s.end) for s in b.evidence]
+        for code, spans in a.code_evidence.items():
+            assert [(s.start, s.end) for s in spans] == [(s.start, s.end) for s in b.code_evidence[code]], code
+    np.testing.assert_allclose(fast.score(texts), plain.score(texts), rtol=1e-5, atol=1e-6)

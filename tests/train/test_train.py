@@ -177,6 +177,22 @@ def test_bad_data_or_options_leave_no_run_folder(tmp_path, demo_data):
     with pytest.raises(ConfigError, match="radius"):
         train(out_dir=tmp_path / "r2", config=_cfg(), data_dir=demo_data, model_options={"radius": -1}, progress=False)
     assert not (tmp_path / "r2").exists()
+    with pytest.raises(ConfigError, match="over --memory-budget 64 MB; lower --batch-size"):
+        train(out_dir=tmp_path / "r3", config=TrainConfig(batch_size=512, memory_mb=64), data_dir=demo_data, progress=False)
+    assert not (tmp_path / "r3").exists()
+
+
+def test_the_memory_plan_is_reported_and_recorded(tiny_run, tmp_path):
+    """The tiny run has 50 codes and 32-d vectors (K > P): trained by code blocks; predicted with the stored table."""
+    from tests.helpers import succeeds
+
+    manifest = json.loads((tiny_run / "checkpoint" / "manifest.json").read_text())
+    assert manifest["memory"]["order"] == "many codes" and manifest["memory"]["budget_mb"] == TrainConfig().memory_mb
+    src = tmp_path / "n.jsonl"
+    src.write_text(json.dumps({"id": "a", "text": "hypertension and heart failure"}) + "\n")
+    res = succeeds(["predict", "--checkpoint", tiny_run, "--input", src, "--output", tmp_path / "o.jsonl",
+                    "--memory-budget", "100", "--no-progress"])
+    assert "memory plan: table; one batch" in res.stderr and "--memory-budget 100 MB" in res.stderr
 
 
 def test_top_k_says_how_many_notes_it_dropped(tmp_path, caplog):

@@ -1,0 +1,101 @@
+"""The memory plan of a LEAM run: what one batch needs, which computation order fits a budget, and what to report.
+
+`train --memory-budget MB` and `predict --memory-budget MB` bound the scratch memory of one batch (the tensors a
+forward, and in training its backward, create and free again) and the stored word-code table. What decides the peak:
+
+- one batch's word tensors, [B, L, P] floats (batch size x tokens kept x embedding size), a few copies of them;
+- one block of code scores, [rows, codes] floats: `kernels.code_max` never holds all [B, L, K] of them;
+- the weights, dominated by the V x P word vectors and the head's H x K output layer; training keeps four more
+  copies (gradients, Adam's two moments, the moving average);
+- at inference with few codes, the [V, K] word-code table (the paper's "store G offline"), when it fits and pays.
+
+The weights are not in the budget (they are the model), and neither is the data: [N, K] score matrices of the
+notes being evaluated are the caller's. The plan is an estimate from shapes (float32), checked against measured peak
+RSS in benchmarks/bench_train.py and bench_predict.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from clinicode.config import LEAMConfig
+from clinicode.errors import ConfigError
+
+MB = 1 << 20
+CPU_BLOCK = (256, 2048)   # rows x codes of one score block on the CPU: 2 MB, cache-sized (bigger blocks were slower)
+TABLE_MAX_CODES_PER_DIM = 4  # the table pays up to K = 4P at inference (measured: beyond it, the product is faster)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """How one batch is computed within the budget, with the estimated sizes (MB)."""
+
+    budget_mb: int
+    order: str               # "plain" (the reference), "few codes" (G, then the window), "many codes" (window on
+                             # the word vectors, scores by blocks), "table" (inference: G gathered from the table)
+    batch_mb: float          # scratch of one batch of `batch_size` notes of `max_len` tokens
+    weights_mb: float        # parameters (training: plus gradients, Adam's moments and the moving average)
+    table_mb: float          # the stored [V, K] cosine table; 0 when G is computed instead
+    block: tuple[int, int]   # (rows, codes) per score block of kernels.code_max
+    training: bool = False
+
+    @property
+    def use_table(self) -> bool:
+        return self.order == "table"
+
+    def summary(self) -> str:
+        parts = [f"memory plan: {self.order}", f"one batch ~{_mb(self.batch_mb)} of --memory-budget {self.budget_mb:,} MB"]
+        if self.use_table:
+            parts.append(f"word-code table {_mb(self.table_mb)}")
+        if self.order == "many codes":
+            parts.append(f"codes scored in blocks of {self.block[0]:,} positions x {self.block[1]:,} codes")
+        parts.append(f"weights{' and optimiser state' if self.training else ''} ~{_mb(self.weights_mb)}")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict:
+        return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def plan(cfg: LEAMConfig, *, batch_size: int, max_len: int, budget_mb: int, device: str = "cpu", training: bool,
+         fast: bool = True) -> MemoryPlan:
+    """The computation order and block sizes for batches of `batch_size` notes of up to `max_len` tokens.
+
+    Raises:
+        ConfigError: one batch cannot fit the budget whatever the blocks (with the options that would fix it).
+    """
+    B, L, P, K, V, H = batch_size, max_len, cfg.embed_dim, cfg.n_labels, cfg.vocab_size, cfg.hidden_dim
+    N, f = B * L, 4 / MB                                                  # positions per batch; MB per float32
+    cpu, cosine = device == "cpu", cfg.compat == "cosine"
+    n_params = V * P + K * P + 2 * cfg.radius + 1 + K + P * H + H + H * K + K
+    weights = n_params * f * (5 if training else 1)
+    reg = min(K, cfg.label_reg_codes) * (H + K) * f * 3 if training else 0.0  # f(c_k) for the regulariser's codes
+    table = V * K * f
+    block = (N, K)
+    if not fast:
+        order = "plain"
+        scratch = ((6 * N * K + 4 * N * P) if training else (3 * N * K + N * P)) * f + reg
+    elif not training and cpu and cosine and K <= TABLE_MAX_CODES_PER_DIM * P and table <= budget_mb / 2:
+        order = "table"
+        scratch = (8 * (L + 2 * cfg.radius) * K + 2 * N) * f              # a few notes' gathered G at a time
+    elif cpu and cosine and K <= P:
+        order = "few codes"
+        scratch = ((5 * N * K + 4 * N * P) if training else (2 * N * K + N * P)) * f + reg
+    else:
+        order = "many codes"
+        word = (8 if training else 3) * N * P * f + 3 * N * f + reg       # v, v^, S (and gradients); m, its code
+        if cpu:
+            block = (min(CPU_BLOCK[0], N), min(CPU_BLOCK[1], K))
+        else:  # a GPU: all positions at once, as many codes per block as the budget leaves room for
+            room = budget_mb - word
+            block = (N, max(1, min(K, int(room / (2 * N * f))) if room > 0 else 1))
+        scratch = word + 2 * block[0] * block[1] * f
+    if scratch > budget_mb:
+        raise ConfigError(
+            f"one batch of {B} notes of up to {L:,} tokens needs about {scratch:,.0f} MB with {K:,} codes, over "
+            f"--memory-budget {budget_mb:,} MB; lower --batch-size or --max-len, or raise --memory-budget.")
+    return MemoryPlan(budget_mb=budget_mb, order=order, batch_mb=scratch, weights_mb=weights,
+                      table_mb=table if order == "table" else 0.0, block=block, training=training)
+
+
+def _mb(x: float) -> str:
+    return f"{x:,.0f} MB" if x >= 1 else "<1 MB"

@@ -10,31 +10,20 @@ from __future__ import annotations
 import gzip
 import logging
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from clinicode.constants import PAD_ID, UNK_ID
 from clinicode.data.text import tokenize
 from clinicode.errors import ConfigError, DataFormatError
-from clinicode.tokenizer import ClinicalTokenizer
+from clinicode.tokenizer import ClinicalTokenizer, TrainingTokens
 
 log = logging.getLogger(__name__)
 
-_W2V_MAX_WORDS = 10_000  # gensim silently truncates longer "sentences"; chunk notes below this
-
-
-def _sentences(texts: Iterable[str]) -> list[list[str]]:
-    out = []
-    for text in texts:
-        toks = tokenize(text)
-        for i in range(0, len(toks), _W2V_MAX_WORDS):
-            out.append(toks[i : i + _W2V_MAX_WORDS])
-    return out
-
 
 def train_word2vec(
-    texts: Sequence[str], tokenizer: ClinicalTokenizer, *, dim: int = 100, epochs: int = 5, seed: int = 1337,
+    tokens: TrainingTokens, tokenizer: ClinicalTokenizer, *, dim: int = 100, epochs: int = 5, seed: int = 1337,
     window: int = 5,
 ) -> np.ndarray:
     """CBOW word2vec (CAML's settings: 100-d, window 5, min_count 0, 5 epochs) on training notes only.
@@ -42,15 +31,16 @@ def train_word2vec(
     One worker thread, so the vectors repeat exactly for a seed.
 
     Args:
-        texts: training notes (one "sentence" per note, chunked below gensim's 10,000-word limit).
+        tokens: the training notes as `ClinicalTokenizer.fit_tokens` read them (whole notes, every word, in pieces
+            below gensim's 10,000-word limit).
         tokenizer: supplies the vocabulary; rows are in its id order.
     Returns:
         [vocab_size, dim] float32 matrix.
     """
     from gensim.models import Word2Vec  # heavy import; only training needs it
 
-    sentences = _sentences(texts)
-    model = Word2Vec(sentences=sentences, vector_size=dim, window=window, min_count=0, sg=0, workers=1, epochs=epochs, seed=seed)
+    model = Word2Vec(sentences=tokens.sentences(), vector_size=dim, window=window, min_count=0, sg=0, workers=1,
+                     epochs=epochs, seed=seed)
     kv = model.wv
     return _matrix_from_lookup(tokenizer, dim, lambda w: kv[w] if w in kv.key_to_index else None, seed=seed)
 
@@ -139,26 +129,26 @@ W2V_TARGET_TOKENS = 30_000_000
 W2V_AUTO_EPOCHS = (5, 30)
 
 
-def auto_w2v_epochs(texts: Sequence[str]) -> int:
+def auto_w2v_epochs(n_tokens: int) -> int:
     """word2vec passes for `w2v_epochs=0`: ceil(30M / training tokens), clamped to [5, 30].
 
-    Small sets (hoc, cmc2007, mtsamples: 15k-0.9M tokens) get 30 passes, which lifted hoc test micro-F1 by
-    about 0.04; MIMIC-sized training sets (>= 6M tokens) keep CAML's 5.
+    `n_tokens` counts whole notes (word2vec sees them whole, not truncated). Small sets (hoc, cmc2007, mtsamples:
+    15k-0.9M tokens) get 30 passes, which lifted hoc test micro-F1 by about 0.04; MIMIC-sized training sets
+    (>= 6M tokens) keep CAML's 5.
     """
-    n_tokens = sum(len(tokenize(t)) for t in texts)  # word2vec sees whole notes, not the truncated ones
     lo, hi = W2V_AUTO_EPOCHS
     return int(min(hi, max(lo, -(-W2V_TARGET_TOKENS // max(n_tokens, 1)))))
 
 
 def initial_vectors(
-    source: str, texts: Sequence[str], tokenizer: ClinicalTokenizer, descriptions: Sequence[str], *, dim: int,
+    source: str, tokens: TrainingTokens, tokenizer: ClinicalTokenizer, descriptions: Sequence[str], *, dim: int,
     seed: int, w2v_epochs: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """The word and code vectors training starts from (the paper: pretrained words, codes from their names' words).
 
     Args:
         source: "w2v" (word2vec on `texts`), "random", or the path of a word2vec/GloVe text file.
-        texts: the training notes (only for "w2v").
+        tokens: the training notes, tokenised (only "w2v" reads them).
         descriptions: one text per code (its description, or the code itself when none is known).
         dim: the vector size P.
         w2v_epochs: word2vec passes; 0 = `auto_w2v_epochs`.
@@ -170,8 +160,8 @@ def initial_vectors(
     """
     info: dict = {}
     if source == "w2v":
-        info["w2v_epochs"] = w2v_epochs or auto_w2v_epochs(texts)
-        words = train_word2vec(texts, tokenizer, dim=dim, epochs=info["w2v_epochs"], seed=seed)
+        info["w2v_epochs"] = w2v_epochs or auto_w2v_epochs(tokens.n_tokens)
+        words = train_word2vec(tokens, tokenizer, dim=dim, epochs=info["w2v_epochs"], seed=seed)
     elif source == "random":
         words = random_matrix(tokenizer, dim, seed=seed)
     else:

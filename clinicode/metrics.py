@@ -1,6 +1,17 @@
 """ICD-coding metrics with CAML's exact definitions (docs/domain.md section 7) over [n_docs, n_labels] arrays.
 
-Pure numpy; scikit-learn only for ROC AUC. Never imports torch, never reads files.
+Pure numpy (no torch, no scikit-learn: the tests check every number against scikit-learn instead), and sized for full
+code sets: 30,000 notes x 9,000 codes is 270 M cells, so nothing loops over cells or codes in Python where numpy can
+take a block at once, float32 scores stay float32, and the [N, K] work runs in chunks of rows or codes:
+- ROC AUC by ranks (Mann-Whitney U with mid-ranks for ties, which is what `roc_auc_score` computes): each code's
+  column is sorted once and its positives are found in it by binary search; micro AUC the same over all cells.
+- Precision/recall at k from a partial sort (`np.partition`), ties broken by label index as a stable sort would.
+- Every threshold of a grid at once from one counting pass (each cell's position in the grid), not one binarisation
+  per threshold.
+Macro averages are stated over which codes: CAML's `f1_macro` and `f1_macro_mean` average over **all** codes of the
+label set (a code absent from the split adds 0); `f1_macro_present` averages per-code F1 over the codes **present** in
+the split (at least one gold note), as Edin et al. report for full code sets; AUC is only defined for codes with both
+a positive and a negative note, so `auc_macro` averages over those (`n_auc_labels` of them).
 """
 
 from __future__ import annotations
@@ -9,7 +20,6 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
 
 from clinicode.config import COMPARE
 
@@ -22,7 +32,8 @@ DEFAULT_KS = (5, 8, 15)  # P@5 for top-50 sets; P@8 and P@15 for full code sets 
 # The one list of metric names every report uses (keys follow CAML; docs/metrics.md defines each), in display order.
 METRIC_LABELS: dict[str, str] = {
     "auc_macro": "Macro AUC", "auc_micro": "Micro AUC", "f1_macro": "Macro F1", "f1_macro_mean": "Macro F1 (code mean)",
-    "f1_micro": "Micro F1", "prec_at_5": "P@5", "prec_at_8": "P@8", "prec_at_15": "P@15", "accuracy": "Accuracy",
+    "f1_macro_present": "Macro F1 (codes present)", "f1_micro": "Micro F1", "prec_at_5": "P@5", "prec_at_8": "P@8",
+    "prec_at_15": "P@15", "rec_at_5": "R@5", "rec_at_8": "R@8", "rec_at_15": "R@15", "accuracy": "Accuracy",
 }
 HEADLINE = ("auc_macro", "auc_micro", "f1_macro", "f1_micro", "prec_at_5")  # the LEAM paper's (and CAML's) columns
 SUMMARY = (*HEADLINE, "prec_at_8")                                         # the app's metric cards
@@ -45,11 +56,17 @@ def _check_gold(y_true: Any, name: str = "y_true") -> np.ndarray:
     return y.astype(bool, copy=False)
 
 
+_ROWS = 2048    # rows per chunk of [N, K] work (a few M cells at K = 9,000)
+_COLS = 256     # codes per chunk of column sorts
+
+
 def _check_scores(scores: Any, name: str = "scores") -> np.ndarray:
-    s = np.asarray(scores, dtype=np.float64)
+    s = np.asarray(scores)
+    if s.dtype not in (np.float32, np.float64):  # float32 stays float32: 1 GB, not 2, at 30,000 x 9,000
+        s = s.astype(np.float64)
     if s.ndim != 2:
         raise ValueError(f"{name} must be 2-D [n_docs, n_labels], got shape {s.shape}; reshape it to one row per document.")
-    if not np.isfinite(s).all():
+    if not all(np.isfinite(s[i:i + _ROWS]).all() for i in range(0, len(s), _ROWS)):
         raise ValueError(f"{name} contains {int((~np.isfinite(s)).sum())} NaN or infinite values; every score must be finite.")
     return s
 
@@ -214,12 +231,48 @@ def f1_macro_mean(y_true: np.ndarray, y_pred: np.ndarray) -> float:
 # --------------------------------------------------------------------------------------------------
 
 
-def _label_auc(y_col: np.ndarray, s_col: np.ndarray) -> float | None:
-    """ROC AUC of one label, None when the column lacks a positive or a negative."""
-    n_pos = int(y_col.sum())
-    if n_pos == 0 or n_pos == y_col.size:
-        return None
-    return float(roc_auc_score(y_col, s_col))
+def _u_auc(sorted_all: np.ndarray, pos: np.ndarray) -> float:
+    """AUC = P(positive > negative) + 0.5 P(tie), from every score sorted and the positives' scores.
+
+    Mann-Whitney: the positives' mid-ranks among all scores, minus their ranks among themselves.
+    """
+    n_pos, n = pos.size, sorted_all.size
+    less = np.searchsorted(sorted_all, pos, side="left")
+    leq = np.searchsorted(sorted_all, pos, side="right")
+    u = (less.sum(dtype=np.float64) + (leq - less).sum(dtype=np.float64) / 2.0 + n_pos / 2.0) - n_pos * (n_pos + 1) / 2.0
+    return float(u / (n_pos * (n - n_pos)))
+
+
+def _positives_by_label(y: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Scores of the gold cells grouped by label: (values, start offsets [K+1]); label k's are values[o[k]:o[k+1]]."""
+    rows, cols = np.nonzero(y)                                            # row-major order
+    order = np.argsort(cols, kind="stable")
+    values = s[rows[order], cols[order]]
+    return values, np.concatenate([[0], np.cumsum(np.bincount(cols, minlength=y.shape[1]))])
+
+
+def label_aucs(y_true: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """[n_labels] ROC AUC of each label, NaN for a label without a positive or without a negative document.
+
+    Args:
+        y_true: [n_docs, n_labels] multi-hot gold labels.
+        scores: [n_docs, n_labels] scores.
+    Returns:
+        float64 array; equal to `roc_auc_score` on each column where defined.
+    """
+    y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
+    n, n_labels = y.shape
+    values, start = _positives_by_label(y, s)
+    n_pos = np.diff(start)
+    out = np.full(n_labels, np.nan)
+    todo = np.flatnonzero((n_pos > 0) & (n_pos < n))
+    for c0 in range(0, todo.size, _COLS):
+        ks = todo[c0:c0 + _COLS]
+        block = np.ascontiguousarray(s[:, ks].T)                          # [c, N] one row per code
+        block.sort(axis=1)
+        for j, k in enumerate(ks):
+            out[k] = _u_auc(block[j], values[start[k]:start[k + 1]])
+    return out
 
 
 def auc_macro(y_true: np.ndarray, scores: np.ndarray) -> tuple[float, int]:
@@ -234,11 +287,11 @@ def auc_macro(y_true: np.ndarray, scores: np.ndarray) -> tuple[float, int]:
     Raises:
         ValueError: if the shapes differ, or the arrays are not 2-D, or scores are not finite.
     """
-    y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
-    aucs = [a for k in range(y.shape[1]) if (a := _label_auc(y[:, k], s[:, k])) is not None]
-    if not aucs:
+    aucs = label_aucs(y_true, scores)
+    ok = ~np.isnan(aucs)
+    if not ok.any():
         return math.nan, 0
-    return float(np.mean(aucs)), len(aucs)
+    return float(aucs[ok].mean()), int(ok.sum())
 
 
 def auc_micro(y_true: np.ndarray, scores: np.ndarray) -> float:
@@ -253,17 +306,29 @@ def auc_micro(y_true: np.ndarray, scores: np.ndarray) -> float:
         ValueError: if the shapes differ, or the arrays are not 2-D, or scores are not finite.
     """
     y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
-    a = _label_auc(y.ravel(), s.ravel())
-    return math.nan if a is None else a
+    pos = s[y]
+    if pos.size == 0 or pos.size == y.size:
+        return math.nan
+    return _u_auc(np.sort(s, axis=None), pos)
 
 
 def _top_k_hits(y: np.ndarray, s: np.ndarray, k: int) -> np.ndarray:
     """[n_docs] number of gold codes among each document's k highest scores.
 
-    A stable sort of -scores orders by score descending, then by label index for equal scores.
+    The same codes as a stable sort of -scores would take (score descending, then label index): every code above the
+    k-th largest score, then the lowest-index codes equal to it until there are k. Rows are taken a chunk at a time.
     """
-    top = np.argsort(-s, axis=1, kind="stable")[:, :k]  # [N, k] label indices
-    return np.take_along_axis(y, top, axis=1).sum(axis=1)  # [N]
+    n, n_labels = s.shape
+    hits = np.empty(n, dtype=np.int64)
+    for r0 in range(0, n, _ROWS):
+        sc, yc = s[r0:r0 + _ROWS], y[r0:r0 + _ROWS]
+        kth = -np.partition(-sc, k - 1, axis=1)[:, k - 1:k]                 # [c, 1] the k-th largest score
+        above = sc > kth
+        room = k - above.sum(axis=1, keepdims=True)                        # places left for codes equal to it
+        tied = sc == kth
+        take = above | (tied & (np.cumsum(tied, axis=1) <= room))
+        hits[r0:r0 + _ROWS] = (take & yc).sum(axis=1)
+    return hits
 
 
 def precision_at_k(y_true: np.ndarray, scores: np.ndarray, *, k: int = 5) -> float:
@@ -300,12 +365,15 @@ def recall_at_k(y_true: np.ndarray, scores: np.ndarray, *, k: int = 5) -> float:
     """
     y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
     k = _check_k(k, y.shape[1])
+    return _recall_from_hits(y, _top_k_hits(y, s, k))
+
+
+def _recall_from_hits(y: np.ndarray, hits: np.ndarray) -> float:
     n_gold = y.sum(axis=1)  # [N]
     has_gold = n_gold > 0
     if not has_gold.any():
         return 0.0
-    hits = _top_k_hits(y[has_gold], s[has_gold], k)  # [N_gold]
-    return float((hits / n_gold[has_gold]).mean())
+    return float((hits[has_gold] / n_gold[has_gold]).mean())
 
 
 def accuracy(y_true: np.ndarray, scores: np.ndarray) -> float:
@@ -335,17 +403,26 @@ def accuracy(y_true: np.ndarray, scores: np.ndarray) -> float:
 def _counts_by_threshold(y: np.ndarray, s: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-threshold, per-label TP [G, K], PP [G, K] and GP [K] for Ŷ = [S > t], without G binarize passes.
 
-    Each column is sorted once; the number of scores strictly above t is n - searchsorted(sorted, t,
-    side="right"), which is exactly the count that `binarize` would give.
+    A cell is above threshold g exactly when g is among the first c grid values, c = how many grid values lie
+    strictly below its score (`searchsorted(..., side="left")` on the sorted grid). One pass counts the cells of
+    every (label, c); a cumulative sum from the top turns those counts into "cells above each threshold".
     """
     n, n_labels = s.shape
-    tp = np.empty((grid.size, n_labels), dtype=np.int64)  # [G, K]
-    pp = np.empty((grid.size, n_labels), dtype=np.int64)  # [G, K]
-    for k in range(n_labels):
-        col = s[:, k]
-        pp[:, k] = n - np.searchsorted(np.sort(col), grid, side="right")
-        pos = np.sort(col[y[:, k]])
-        tp[:, k] = pos.size - np.searchsorted(pos, grid, side="right")
+    order = np.argsort(grid, kind="stable")
+    g_sorted = grid[order]
+    G = grid.size
+    pp_c = np.zeros(n_labels * (G + 1), dtype=np.int64)                   # cells of label k with count c
+    tp_c = np.zeros(n_labels * (G + 1), dtype=np.int64)
+    base = np.arange(n_labels, dtype=np.int64) * (G + 1)
+    for r0 in range(0, n, _ROWS):
+        c = np.searchsorted(g_sorted, s[r0:r0 + _ROWS], side="left") + base  # [rows, K]
+        pp_c += np.bincount(c.ravel(), minlength=pp_c.size)
+        tp_c += np.bincount(c[y[r0:r0 + _ROWS]], minlength=tp_c.size)
+    # above threshold g (sorted) <=> c > g: counts with c in g+1..G, summed from the top
+    above = lambda counts: np.cumsum(counts.reshape(n_labels, G + 1)[:, ::-1], axis=1)[:, ::-1][:, 1:].T  # noqa: E731
+    tp_sorted, pp_sorted = above(tp_c), above(pp_c)                       # [G, K] in sorted grid order
+    tp, pp = np.empty_like(tp_sorted), np.empty_like(pp_sorted)
+    tp[order], pp[order] = tp_sorted, pp_sorted
     gp = y.sum(axis=0, dtype=np.int64)  # [K]
     return tp, pp, gp
 
@@ -501,10 +578,11 @@ def all_metrics(
 ) -> dict[str, float | int]:
     """Every headline metric under CAML's key names, as plain JSON-serialisable Python numbers.
 
-    Keys: prec_micro, rec_micro, f1_micro, prec_macro, rec_macro, f1_macro, f1_macro_mean, auc_macro,
-    auc_micro, n_auc_labels, prec_at_{k} and rec_at_{k} for each k in `ks` that is <= n_labels (larger
-    k are skipped, e.g. P@8 on a 5-label set), threshold, n_docs, n_labels; plus accuracy when every
-    gold row has exactly one label (single-label data).
+    Keys: prec_micro, rec_micro, f1_micro, prec_macro, rec_macro, f1_macro, f1_macro_mean (these two over all
+    labels), f1_macro_present and n_codes_present (per-label F1 mean over the labels with a gold document in
+    these data, Edin et al.'s form), auc_macro, auc_micro, n_auc_labels, prec_at_{k} and rec_at_{k} for each k
+    in `ks` that is <= n_labels (larger k are skipped, e.g. P@8 on a 5-label set), threshold, n_docs, n_labels;
+    plus accuracy when every gold row has exactly one label (single-label data).
 
     Args:
         y_true: [n_docs, n_labels] multi-hot gold labels.
@@ -526,6 +604,7 @@ def all_metrics(
     tp, pp, gp = _counts(y, yhat)
     p_mi, r_mi, f_mi = _micro_from_counts(tp, pp, gp)
     p_ma, r_ma, f_ma = _macro_from_counts(tp, pp, gp)
+    present = gp > 0
     a_ma, n_auc = auc_macro(y, s)
     out: dict[str, float | int] = {
         "prec_micro": float(p_mi),
@@ -535,6 +614,8 @@ def all_metrics(
         "rec_macro": float(r_ma),
         "f1_macro": float(f_ma),
         "f1_macro_mean": float(_f1_mean_from_counts(tp, pp, gp)),
+        "f1_macro_present": float(_f1_mean_from_counts(tp[present], pp[present], gp[present])) if present.any() else 0.0,
+        "n_codes_present": int(present.sum()),
         "auc_macro": a_ma,
         "auc_micro": auc_micro(y, s),
         "n_auc_labels": int(n_auc),
@@ -542,8 +623,9 @@ def all_metrics(
     for k in ks:
         if k > n_labels:
             continue
-        out[f"prec_at_{int(k)}"] = precision_at_k(y, s, k=int(k))
-        out[f"rec_at_{int(k)}"] = recall_at_k(y, s, k=int(k))
+        hits = _top_k_hits(y, s, int(k))                                   # shared by P@k and R@k
+        out[f"prec_at_{int(k)}"] = float((hits / k).mean())
+        out[f"rec_at_{int(k)}"] = _recall_from_hits(y, hits)
     if (y.sum(axis=1) == 1).all():
         out["accuracy"] = accuracy(y, s)
     out["threshold"] = float(threshold)
@@ -581,6 +663,7 @@ def per_label_metrics(
         raise ValueError(f"codes has {len(codes)} entries but the arrays have {y.shape[1]} label columns; pass one code per column.")
     tp, pp, gp = _counts(y, binarize(s, threshold, single_label=single_label))
     prec, rec, f1 = _safe_div(tp, pp), _safe_div(tp, gp), _safe_div(2 * tp, pp + gp)  # each [K]
+    aucs = label_aucs(y, s)
     return [
         {
             "code": str(code),
@@ -588,7 +671,7 @@ def per_label_metrics(
             "precision": float(prec[k]),
             "recall": float(rec[k]),
             "f1": float(f1[k]),
-            "auc": _label_auc(y[:, k], s[:, k]),
+            "auc": None if np.isnan(aucs[k]) else float(aucs[k]),
         }
         for k, code in enumerate(codes)
     ]

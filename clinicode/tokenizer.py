@@ -2,19 +2,23 @@
 
 Fitted on training texts only; saved as tokenizer.json. Ids: PAD = 0, UNK = 1, then words by
 training-document frequency (descending), ties alphabetical.
+
+Fitting reads the training notes once, in Rust on all cores: `tokenizers`' trainer collects every word, one batched
+encode gives each note's words as ids, and document frequencies come from those ids with numpy. The result,
+`TrainingTokens`, is what training reuses: the kept ids of every note (epochs), their count and the words themselves
+(word2vec), so no note is tokenised twice.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterator, Sequence
 
-from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
+import numpy as np
+from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from clinicode.constants import DEFAULT_MAX_LEN, PAD_ID, PAD_TOKEN, UNK_TOKEN
-from clinicode.data.text import tokenize
+from clinicode.constants import DEFAULT_MAX_LEN, PAD_ID, PAD_TOKEN, UNK_ID, UNK_TOKEN
 from clinicode.errors import CheckpointError, DataFormatError
 
 # Remove every non-word run and every all-numeric word: what is left are CAML's \w+ tokens minus those for
@@ -38,12 +42,56 @@ class Encoded:
     truncated: bool
 
 
-def _build(vocab: dict[str, int], max_len: int) -> Tokenizer:
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK_TOKEN))
+def _build(vocab: dict[str, int] | None, max_len: int | None) -> Tokenizer:
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK_TOKEN) if vocab else models.WordLevel(unk_token=UNK_TOKEN))
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Split(_SPLIT, behavior="removed")
-    tok.enable_truncation(max_length=max_len)
+    if max_len is not None:
+        tok.enable_truncation(max_length=max_len)
     return tok
+
+
+_W2V_MAX_WORDS = 10_000  # gensim silently truncates longer "sentences"; notes are cut into pieces below this
+
+
+@dataclass
+class TrainingTokens:
+    """The training notes, tokenised once by `ClinicalTokenizer.fit_tokens`.
+
+    words: [W] every distinct word of the training notes (object array), by its id in `notes`.
+    notes: per note, its words as ids into `words`, whole (not truncated).
+    to_vocab: [W] the tokenizer's id of each word (UNK for words below the document-frequency cut).
+    max_len: tokens kept per note.
+    """
+
+    words: np.ndarray
+    notes: list[np.ndarray]
+    to_vocab: np.ndarray
+    max_len: int
+
+    @property
+    def n_tokens(self) -> int:
+        """Words in the whole notes (word2vec's corpus size)."""
+        return int(sum(len(a) for a in self.notes))
+
+    def ids(self) -> list[np.ndarray]:
+        """Each note as the tokenizer encodes it: vocabulary ids, first `max_len` tokens (int32 arrays)."""
+        return [self.to_vocab[a[: self.max_len]] for a in self.notes]
+
+    def sentences(self) -> "_Sentences":
+        """The whole notes as lists of words, in pieces below gensim's 10,000-word limit; iterable many times."""
+        return _Sentences(self)
+
+
+class _Sentences:
+    def __init__(self, tokens: TrainingTokens) -> None:
+        self.tokens = tokens
+
+    def __iter__(self) -> Iterator[list[str]]:
+        words = self.tokens.words
+        for a in self.tokens.notes:
+            for i in range(0, len(a), _W2V_MAX_WORDS):
+                yield words[a[i:i + _W2V_MAX_WORDS]].tolist()
 
 
 class ClinicalTokenizer:
@@ -61,7 +109,7 @@ class ClinicalTokenizer:
         self._tok.no_padding()
 
     @classmethod
-    def fit(cls, texts: Iterable[str], *, min_doc_freq: int = 3, max_len: int = DEFAULT_MAX_LEN) -> "ClinicalTokenizer":
+    def fit(cls, texts: Sequence[str], *, min_doc_freq: int = 3, max_len: int = DEFAULT_MAX_LEN) -> "ClinicalTokenizer":
         """Vocabulary = tokens found in at least `min_doc_freq` of `texts` (document frequency, not counts).
 
         Args:
@@ -71,19 +119,38 @@ class ClinicalTokenizer:
         Raises:
             DataFormatError: if no token reaches `min_doc_freq`.
         """
-        df: Counter[str] = Counter()
-        n_docs = 0
-        for text in texts:
-            df.update(set(tokenize(text)))
-            n_docs += 1
-        words = sorted((w for w, c in df.items() if c >= min_doc_freq), key=lambda w: (-df[w], w))
-        if not words:
+        return cls.fit_tokens(texts, min_doc_freq=min_doc_freq, max_len=max_len)[0]
+
+    @classmethod
+    def fit_tokens(cls, texts: Sequence[str], *, min_doc_freq: int = 3,
+                   max_len: int = DEFAULT_MAX_LEN) -> tuple["ClinicalTokenizer", TrainingTokens]:
+        """`fit`, plus the training notes as tokens for training to reuse (see the module docstring)."""
+        texts = list(texts)
+        every = _build(None, None)                                    # all words: the trainer's vocabulary, uncut
+        # The trainer's vocab_size defaults to 30,000 and silently drops the rest; ask for every word.
+        trainer = trainers.WordLevelTrainer(vocab_size=2**31 - 1, min_frequency=0, show_progress=False,
+                                            special_tokens=[PAD_TOKEN, UNK_TOKEN])
+        every.train_from_iterator(texts, trainer, length=len(texts))
+        notes = [np.asarray(e.ids, dtype=np.int32) for e in every.encode_batch_fast(texts, add_special_tokens=False)]
+        n_words = every.get_vocab_size()
+        df = np.zeros(n_words, dtype=np.int64)                        # notes each word occurs in
+        for a in notes:
+            df[np.unique(a)] += 1
+        words = np.empty(n_words, dtype=object)
+        for w, i in every.get_vocab().items():
+            words[i] = w
+        kept = [i for i in np.flatnonzero(df >= min_doc_freq).tolist() if i > 1]  # never PAD or UNK themselves
+        if not kept:
             raise DataFormatError(
-                f"no word occurs in at least {min_doc_freq} of the {n_docs} training notes; "
+                f"no word occurs in at least {min_doc_freq} of the {len(texts)} training notes; "
                 "pass more training data or a lower --min-doc-freq."
             )
-        vocab = {PAD_TOKEN: PAD_ID, UNK_TOKEN: 1, **{w: i + 2 for i, w in enumerate(words)}}
-        return cls(_build(vocab, max_len), max_len=max_len)
+        kept.sort(key=lambda i: (-df[i], words[i]))
+        to_vocab = np.full(n_words, UNK_ID, dtype=np.int32)
+        to_vocab[kept] = np.arange(2, len(kept) + 2, dtype=np.int32)
+        to_vocab[PAD_ID] = PAD_ID
+        vocab = {PAD_TOKEN: PAD_ID, UNK_TOKEN: UNK_ID, **{words[i]: n + 2 for n, i in enumerate(kept)}}
+        return cls(_build(vocab, max_len), max_len=max_len), TrainingTokens(words, notes, to_vocab, max_len)
 
     @classmethod
     def load(cls, path: Path) -> "ClinicalTokenizer":
@@ -131,5 +198,6 @@ class ClinicalTokenizer:
         encs = self._tok.encode_batch_fast(texts, add_special_tokens=False)
         return [Encoded(e.ids, [], bool(e.overflowing)) for e in encs]
 
-    def encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self.encode(texts)]
+    def encode_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Token ids of each note (int32 arrays: a tenth of the memory of lists of Python ints)."""
+        return [np.asarray(e.ids, dtype=np.int32) for e in self.encode(texts)]

@@ -124,13 +124,18 @@ class _Trainer:
             log.info("resuming %s after epoch %d", run, self.state["epoch"])
         else:
             self.state = {"epoch": 0, "best_score": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
-            self.tokenizer = ClinicalTokenizer.fit(train_df["text"], min_doc_freq=cfg.min_doc_freq, max_len=cfg.max_len)
+            t0 = time.perf_counter()
+            self.tokenizer, tokens = ClinicalTokenizer.fit_tokens(train_df["text"].tolist(), min_doc_freq=cfg.min_doc_freq,
+                                                                  max_len=cfg.max_len)
+            self.train_ids = tokens.ids()                                 # read once: epochs and word2vec reuse them
+            log.info("vocabulary of %d words from %d training notes in %.1fs", self.tokenizer.vocab_size, len(train_df),
+                     time.perf_counter() - t0)
             self.model_config = LEAMConfig(vocab_size=self.tokenizer.vocab_size, n_labels=len(self.labels),
                                            multilabel=self.multilabel, **model_options)
             self.model = LEAM(self.model_config)
             t0 = time.perf_counter()
             words, codes, info = initial_vectors(
-                cfg.embeddings, train_df["text"].tolist(), self.tokenizer,
+                cfg.embeddings, tokens, self.tokenizer,
                 [d or c for c, d in zip(self.labels.codes, self.labels.descriptions)],
                 dim=self.model_config.embed_dim, seed=cfg.seed, w2v_epochs=cfg.w2v_epochs)
             with torch.no_grad():
@@ -139,6 +144,7 @@ class _Trainer:
             log.info("embeddings %s in %.1fs; %d/%d codes started from description words", cfg.embeddings,
                      time.perf_counter() - t0, info["label_init_from_words"], len(self.labels))
             self.manifest_extra.update(info)
+            del tokens
         self.plan = plan(self.model_config, batch_size=cfg.batch_size, max_len=cfg.max_len, budget_mb=cfg.memory_mb,
                          device=self.device.type, training=True, fast=self.model.fast)
         if self.rank == 0:
@@ -154,7 +160,8 @@ class _Trainer:
         self.average = (WeightAverage(self.model, cfg.ema_decay, resumed.average() if resumed else None)
                         if cfg.ema_decay > 0 else None)
 
-        self.train_ids = self.tokenizer.encode_ids(train_df["text"].tolist())
+        if resumed is not None:
+            self.train_ids = self.tokenizer.encode_ids(train_df["text"].tolist())
         self.dev_ids = self.tokenizer.encode_ids(dev_df["text"].tolist())
         self.y_train = torch.from_numpy(self.labels.multi_hot(train_df["labels"]))
         self.y_dev = self.labels.multi_hot(dev_df["labels"])
@@ -266,14 +273,18 @@ class _Trainer:
                 break
 
 
-def _finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float, dict, dict], None]) -> dict[str, Any]:
-    """Tune the threshold on dev with the inference path, score test once, save the final checkpoint."""
+def _finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float, dict, dict], None],
+            dev_ids: list | None = None) -> dict[str, Any]:
+    """Tune the threshold on dev with the inference path, score test once, save the final checkpoint.
+
+    `dev_ids`: dev as the checkpoint's tokenizer encodes it, when training already has it (LEAM).
+    """
     pred = Predictor(ck, device=ck.model.word_emb.weight.device if ck.kind == "leam" else "cpu",
                      batch_size=ck.train_config.eval_batch_size, memory_mb=ck.train_config.memory_mb)
     one = ck.single_label
     dev = ds.split("dev")
     y_dev = ds.labels.multi_hot(dev["labels"])
-    s_dev = pred.score(dev["text"].tolist())
+    s_dev = pred.score_ids(dev_ids) if dev_ids is not None else pred.score(dev["text"].tolist())
     t = 0.0 if one else tune_threshold(y_dev, s_dev)
     if not one and _marks_everything(s_dev, t):
         raise DataFormatError(
@@ -413,7 +424,7 @@ def train(
         trainer.state["epoch"] = trainer.state["best_epoch"]
         trainer.save_best(t, md, mt)
 
-    result = _finish(run, ds, trainer.checkpoint(0.5), save_final)
+    result = _finish(run, ds, trainer.checkpoint(0.5), save_final, dev_ids=trainer.dev_ids)
     if trainer.world > 1:
         import torch.distributed as dist
 

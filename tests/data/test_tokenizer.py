@@ -46,6 +46,48 @@ def test_ids_match_reference_and_offsets_map_back(tmp_path):
     assert again.vocab() == tok.vocab() and again.max_len == tok.max_len
 
 
+def _reference_fit(texts, min_doc_freq):
+    """The vocabulary by its definition, from the pure-Python tokenisation: words in >= min_doc_freq notes, most
+    frequent first, ties alphabetical."""
+    from collections import Counter
+
+    df = Counter(w for t in texts for w in set(tokenize(t)))
+    return sorted((w for w, c in df.items() if c >= min_doc_freq), key=lambda w: (-df[w], w))
+
+
+def test_fit_reads_the_notes_once_and_gives_what_training_reuses():
+    """One Rust pass: the vocabulary of the definition, each note's kept ids (= encode), its whole word list (for
+    word2vec, rare words included and nothing truncated) and the token count."""
+    import random
+
+    rng = random.Random(0)
+    pool = ["heart", "failure", "Café", "B12", "x-ray", "2101", "İstanbul", "pt's", "3.5", "½", "Ⅻ", "zebra", "a_b"]
+    texts = [" ".join(rng.choice(pool) + rng.choice(["", "s", "1", " 7"]) for _ in range(rng.randint(0, 40)))
+             for _ in range(60)] + [NOTE, "", "123 456"]
+    tok, tokens = ClinicalTokenizer.fit_tokens(texts, min_doc_freq=3, max_len=25)
+    vocab = tok.vocab()
+    assert [w for w, _ in sorted(vocab.items(), key=lambda kv: kv[1])][2:] == _reference_fit(texts, 3)
+    assert ClinicalTokenizer.fit(texts, min_doc_freq=3, max_len=25).vocab() == vocab
+    ids = tokens.ids()
+    for text, mine, enc in zip(texts, ids, tok.encode_ids(texts)):
+        assert mine.tolist() == enc.tolist() == [vocab.get(w, UNK_ID) for w in tokenize(text)][:25]
+    assert tokens.n_tokens == sum(len(tokenize(t)) for t in texts)
+    assert [w for piece in tokens.sentences() for w in piece] == [w for t in texts for w in tokenize(t)]
+
+
+def test_fit_keeps_every_word_past_the_trainers_30000_default():
+    """tokenizers' WordLevelTrainer keeps 30,000 words unless told otherwise, silently (ECOSYSTEM.md)."""
+    texts = [" ".join(f"w{i}q" for i in range(k, 40_000, 3)) for k in range(3)] * 3
+    tok, tokens = ClinicalTokenizer.fit_tokens(texts, min_doc_freq=3)
+    assert tok.vocab_size == 40_000 + 2 and len(tokens.words) == 40_000 + 2
+
+
+def test_word2vec_pieces_stay_below_gensims_limit():
+    _, tokens = ClinicalTokenizer.fit_tokens(["alpha beta " * 12_000] * 3, min_doc_freq=1)
+    pieces = list(tokens.sentences())
+    assert [len(p) for p in pieces] == [10_000, 10_000, 4_000] * 3 and pieces == list(tokens.sentences())
+
+
 def test_unknown_words_become_unk_and_truncation_is_flagged():
     tok = ClinicalTokenizer.fit(["heart failure"] * 3, min_doc_freq=3, max_len=3)
     enc = tok.encode(["heart zebra failure heart failure"])[0]

@@ -245,11 +245,13 @@ def test_all_metrics_keys_values_and_json() -> None:
     out = M.all_metrics(Y, S)
     assert list(out) == [
         "prec_micro", "rec_micro", "f1_micro", "prec_macro", "rec_macro", "f1_macro", "f1_macro_mean",
-        "auc_macro", "auc_micro", "n_auc_labels", "prec_at_5", "rec_at_5", "threshold", "n_docs", "n_labels",
+        "f1_macro_present", "n_codes_present", "auc_macro", "auc_micro", "n_auc_labels", "prec_at_5", "rec_at_5",
+        "threshold", "n_docs", "n_labels",
     ]  # k = 8 > 5 labels is skipped; no accuracy key: rows have two gold labels
     assert out["f1_micro"] == pytest.approx(0.6)
     assert out["f1_macro"] == pytest.approx(0.48)
     assert out["f1_macro_mean"] == pytest.approx(7 / 15)
+    assert out["n_codes_present"] == 4 and out["f1_macro_present"] == pytest.approx(7 / 12)  # code 4 has no gold note
     assert out["auc_macro"] == pytest.approx(0.875) and out["n_auc_labels"] == 4
     assert out["prec_at_5"] == pytest.approx(0.4)
     assert (out["threshold"], out["n_docs"], out["n_labels"]) == (0.5, 3, 5)
@@ -306,7 +308,7 @@ def test_prop_metrics_in_unit_interval(ys: tuple[np.ndarray, np.ndarray], t: flo
     y, s = ys
     out = M.all_metrics(y, s, threshold=t, ks=(1, 3, 5))
     for key, v in out.items():
-        if key in ("threshold", "n_docs", "n_labels", "n_auc_labels"):
+        if key in ("threshold", "n_docs", "n_labels", "n_auc_labels", "n_codes_present"):
             continue
         if key.startswith("auc") and math.isnan(v):
             continue
@@ -437,3 +439,74 @@ def test_paired_bootstrap_rejects_empty_sides_and_mismatched_shapes():
         M.paired_bootstrap(y, [(good[:, :3], 0.5)], [(good, 0.5)])
     with pytest.raises(ValueError, match="n_boot"):
         M.paired_bootstrap(y, [(good, 0.5)], [(good, 0.5)], n_boot=0)
+
+
+# ------------------------------------------------------------------------------------------- at scale, vs sklearn
+
+
+def _random_case(seed: int, n: int, k: int, *, ties: bool):
+    rng = np.random.default_rng(seed)
+    y = rng.random((n, k)) < rng.uniform(0.01, 0.5, size=k)              # codes common and rare
+    y[:, 0] = False                                                       # a code absent from the split
+    if k > 2:
+        y[:, 1] = True                                                    # a code on every note (AUC undefined)
+    s = rng.random((n, k)).astype(np.float32)
+    if ties:
+        s = np.round(s * 8) / 8                                           # many exact ties
+    return y, s
+
+
+@pytest.mark.parametrize("seed,n,k,ties", [(0, 50, 7, True), (1, 300, 40, False), (2, 120, 600, True), (3, 5000, 3, True)])
+def test_aucs_equal_sklearn_per_code_and_micro(seed, n, k, ties) -> None:
+    from sklearn.metrics import roc_auc_score
+
+    y, s = _random_case(seed, n, k, ties=ties)
+    aucs = M.label_aucs(y, s)
+    for j in range(k):
+        if 0 < y[:, j].sum() < n:
+            assert aucs[j] == pytest.approx(roc_auc_score(y[:, j], s[:, j]), abs=1e-12)
+        else:
+            assert np.isnan(aucs[j])
+    assert M.auc_micro(y, s) == pytest.approx(roc_auc_score(y.ravel(), s.ravel()), abs=1e-12)
+    assert M.auc_macro(y, s) == (pytest.approx(np.nanmean(aucs)), int((~np.isnan(aucs)).sum()))
+
+
+@pytest.mark.parametrize("seed,n,k", [(0, 30, 20), (1, 3000, 700)])
+def test_top_k_equals_a_stable_sort_with_ties_across_row_chunks(seed, n, k, monkeypatch) -> None:
+    monkeypatch.setattr(M, "_ROWS", 7)                                    # many chunks, one ragged
+    y, s = _random_case(seed, n, k, ties=True)
+    for kk in (1, 5, 15):
+        top = np.argsort(-s.astype(np.float64), axis=1, kind="stable")[:, :kk]
+        hits = np.take_along_axis(y, top, axis=1).sum(axis=1)
+        assert M.precision_at_k(y, s, k=kk) == pytest.approx((hits / kk).mean(), abs=1e-12)
+        gold = y.sum(axis=1)
+        assert M.recall_at_k(y, s, k=kk) == pytest.approx((hits[gold > 0] / gold[gold > 0]).mean(), abs=1e-12)
+
+
+def test_every_threshold_of_an_unsorted_grid_counts_like_binarize(monkeypatch) -> None:
+    monkeypatch.setattr(M, "_ROWS", 13)
+    y, s = _random_case(4, 200, 30, ties=True)
+    grid = np.array([0.5, 0.0, 0.125, 0.99, 0.125, 1.0, 0.3])              # unsorted, repeated, on tie values
+    curve = M.f1_by_threshold(y, s, grid)
+    for g, t in enumerate(grid):
+        yhat = M.binarize(s, t)
+        assert curve["f1_micro"][g] == pytest.approx(M.micro_prf(y, yhat)[2], abs=1e-12)
+        assert curve["f1_macro"][g] == pytest.approx(M.macro_prf(y, yhat)[2], abs=1e-12)
+
+
+def test_macro_f1_over_present_codes_is_the_mean_over_codes_with_gold_notes() -> None:
+    from sklearn.metrics import f1_score
+
+    y, s = _random_case(5, 400, 50, ties=False)
+    out = M.all_metrics(y, s, threshold=0.6)
+    present = y.sum(axis=0) > 0
+    assert out["n_codes_present"] == int(present.sum()) == 49
+    want = f1_score(y[:, present], s[:, present] > 0.6, average="macro", zero_division=0)
+    assert out["f1_macro_present"] == pytest.approx(want, abs=1e-12)
+    assert out["f1_macro_mean"] == pytest.approx(want * 49 / 50, abs=1e-12)  # the absent code adds a 0
+    assert out["n_auc_labels"] == 48                                       # absent and everywhere: no AUC
+
+
+def test_float32_scores_are_not_copied_to_float64() -> None:
+    s = np.zeros((3, 4), dtype=np.float32)
+    assert M._check_scores(s) is s

@@ -18,8 +18,9 @@ def tok():
 
 
 def test_word2vec_rows_follow_the_vocabulary_and_repeat_for_a_seed(tok):
-    a = train_word2vec(DOCS, tok, dim=16, epochs=2, seed=5)
-    b = train_word2vec(DOCS, tok, dim=16, epochs=2, seed=5)
+    tokens = ClinicalTokenizer.fit_tokens(DOCS, min_doc_freq=3)[1]
+    a = train_word2vec(tokens, tok, dim=16, epochs=2, seed=5)
+    b = train_word2vec(tokens, tok, dim=16, epochs=2, seed=5)
     assert a.shape == (tok.vocab_size, 16) and a.dtype == np.float32
     np.testing.assert_array_equal(a, b)
     assert not a[PAD_ID].any(), "PAD is a zero row"
@@ -70,8 +71,8 @@ def test_word2vec_vectors_repeat_across_processes_whatever_the_hash_seed(tmp_pat
 
     code = ("import hashlib\nfrom clinicode.embeddings import train_word2vec\nfrom clinicode.tokenizer import ClinicalTokenizer\n"
             "texts = [f'patient {w} chest pain fever {i % 7} cough {w}{i % 5}' for i, w in enumerate(['a1', 'b2', 'c3'] * 40)]\n"
-            "tok = ClinicalTokenizer.fit(texts, min_doc_freq=1)\n"
-            "print(hashlib.sha256(train_word2vec(texts, tok, dim=8, epochs=1, seed=5).tobytes()).hexdigest())\n")
+            "tok, tokens = ClinicalTokenizer.fit_tokens(texts, min_doc_freq=1)\n"
+            "print(hashlib.sha256(train_word2vec(tokens, tok, dim=8, epochs=1, seed=5).tobytes()).hexdigest())\n")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout for h in (1, 2)}
     assert len(outs) == 1 and len(next(iter(outs)).strip()) == 64

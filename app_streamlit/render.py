@@ -83,6 +83,103 @@ def code_table(
     return pd.DataFrame(rows, columns=cols)
 
 
+def search_codes(
+    scores: Mapping[str, float],
+    descriptions: Mapping[str, str],
+    query: str,
+    threshold: float,
+    *,
+    gold: Iterable[str] | None = None,
+    limit: int = 50,
+    single_label: bool = False,
+) -> tuple[pd.DataFrame, int]:
+    """Codes matching a search over all of them, as `code_table` rows, highest probability first.
+
+    A code matches when the query (case-insensitive) is a prefix of the code, or every word of the query occurs in the
+    code's description ("heart fail" finds 428.0 Congestive heart failure). An empty query matches nothing.
+
+    Returns:
+        (the first `limit` matches, the number of matches).
+    """
+    words = query.lower().split()
+    if not words:
+        return code_table({}, descriptions, threshold, top_k=0), 0
+    q = query.strip().lower()
+    hits = {c: scores.get(c, 0.0) for c, d in descriptions.items()
+            if c.lower().startswith(q) or c.lower().replace(".", "").startswith(q.replace(".", ""))
+            or all(w in (d or "").lower() for w in words)}
+    top = dict(sorted(hits.items(), key=lambda kv: (-kv[1], kv[0]))[:limit])
+    table = code_table(top, descriptions, threshold, top_k=len(top), single_label=single_label)
+    if single_label and len(table):  # the model's top code is the prediction, wherever the search landed
+        best = max(scores, key=lambda c: (scores[c], c)) if scores else None
+        table["above_threshold"] = table["code"] == best
+    if gold is not None:
+        gold_set = set(gold)
+        table["gold"] = table["code"].isin(gold_set)
+        table["outcome"] = [outcome(bool(p), bool(g)) for p, g in zip(table["above_threshold"], table["gold"])]
+    return table, len(hits)
+
+
+# ------------------------------------------------------------------------------------------ many codes
+FREQUENCY_BANDS = ((0, "never in training"), (1, "1-9"), (10, "10-49"), (50, "50-99"), (100, "100-499"), (500, "500+"))
+
+
+def frequency_band(n: int) -> str:
+    """The training-frequency band of a code seen in n training notes."""
+    label = FREQUENCY_BANDS[0][1]
+    for start, name in FREQUENCY_BANDS:
+        if n >= start:
+            label = name
+    return label
+
+
+def per_code_frame(per_code: Sequence[Mapping[str, Any]], descriptions: Mapping[str, str]) -> pd.DataFrame:
+    """The checkpoint's per-code test rows with description, ICD chapter and frequency band columns.
+
+    The band uses the code's training notes (`train_count`) when the run recorded them, else its test notes
+    (`support`); `band_source` says which.
+    """
+    from clinicode.data.chapters import chapter
+
+    df = pd.DataFrame(list(per_code))
+    if df.empty:
+        return df
+    df["auc"] = pd.to_numeric(df.get("auc"), errors="coerce")
+    df["description"] = [descriptions.get(c, "") for c in df["code"]]
+    df["chapter"] = [chapter(c) for c in df["code"]]
+    source = "train_count" if "train_count" in df else "support"
+    df["band"] = [frequency_band(int(n)) for n in df[source]]
+    df.attrs["band_source"] = "training notes" if source == "train_count" else "test notes"
+    return df
+
+
+def group_summary(frame: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Per group of codes: how many, their mean F1 and mean AUC (codes with an AUC), and their test notes."""
+    order = [name for _, name in FREQUENCY_BANDS] if by == "band" else None
+    g = frame.groupby(by, sort=order is None).agg(codes=("code", "size"), mean_f1=("f1", "mean"),
+                                                  mean_auc=("auc", "mean"), test_notes=("support", "sum")).reset_index()
+    if order is not None:
+        g = g.set_index(by).reindex([o for o in order if o in set(g[by])]).reset_index()
+    return g
+
+
+def rank_codes(frame: pd.DataFrame, *, best: bool, n: int = 15, min_support: int = 5) -> pd.DataFrame:
+    """The n best (or worst) codes by F1, then AUC, among codes with at least `min_support` test notes."""
+    sure = frame[frame["support"] >= min_support]
+    return sure.sort_values(["f1", "auc", "code"], ascending=[not best, not best, True]).head(n)
+
+
+def filter_codes(frame: pd.DataFrame, query: str) -> pd.DataFrame:
+    """Rows whose code starts with the query or whose description (or chapter) holds every word of it."""
+    words = query.lower().split()
+    if not words:
+        return frame
+    q = query.strip().lower()
+    text = (frame["description"].fillna("") + " " + frame["chapter"].fillna("")).str.lower()
+    hit = frame["code"].str.lower().str.startswith(q) | text.map(lambda t: all(w in t for w in words))
+    return frame[hit]
+
+
 OUTCOME_COLOURS = {"TP": "rgba(46, 160, 67, 0.25)", "FP": "rgba(255, 152, 0, 0.28)", "FN": "rgba(229, 57, 53, 0.25)"}
 
 
@@ -187,23 +284,29 @@ def marked_texts(html_str: str) -> list[str]:
 # ------------------------------------------------------------------------------------------ exports
 def prediction_record(
     pred: Any, *, threshold: float, run: str, note_id: str | None = None, gold: Sequence[str] | None = None,
-    single_label: bool = False,
+    single_label: bool = False, predicted: Sequence[str] | None = None, descriptions: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """One note's JSON export (no note text): codes at the threshold, all scores and the evidence spans.
 
     Args:
-        pred: a `clinicode.predict.Prediction` made with threshold 0 and top_k None (scores for every code).
+        pred: a `clinicode.predict.Prediction` made with top_k None (scores for every code); its `code_evidence`
+            holds the evidence of (at least) the predicted codes.
         threshold: the threshold chosen in the app.
         run: the run (model) name.
         note_id: id of a test-split note, if any.
         gold: its gold codes, if known.
-        single_label: the model's prediction is its top code (already the only one in `pred.predicted`).
+        single_label: the model's prediction is its top code.
+        predicted: the codes predicted at the threshold, when the caller has them (else from the scores).
+        descriptions: code -> title (else the titles carried by `pred.predicted`).
     """
     scores = dict(pred.scores)
+    descs = {**{c.code: c.description for c in pred.predicted}, **(descriptions or {})}
+    if predicted is None:
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        predicted = [ranked[0][0]] if single_label and ranked else [c for c, s in ranked if is_predicted(s, threshold)]
     predicted = [
-        {"code": c.code, "description": c.description, "score": round(float(c.score), 6)}
-        for c in pred.predicted
-        if single_label or is_predicted(c.score, threshold)
+        {"code": c, "description": descs.get(c, ""), "score": round(float(scores[c]), 6)}
+        for c in predicted
     ]
     rec: dict[str, Any] = {
         "id": note_id if note_id is not None else pred.id,

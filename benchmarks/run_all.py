@@ -18,6 +18,7 @@ SCRIPTS = [
     ("bench_prepare_mimic4.py", [], ["--extra", "1000"]),
     ("bench_predict.py", [], ["--notes", "600", "--repeat", "2"]),
     ("bench_train.py", [], ["--quick", "--steps", "3"]),
+    ("bench_scale.py", [], ["--codes", "50", "--no-w2v"]),
     ("bench_accuracy.py", [], None),
     ("bench_app.py", [], ["--repeat", "1", "--notes", "5"]),
     ("bench_app_load.py", [], None),

@@ -25,7 +25,7 @@ from clinicode.config import PREDICT
 from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
 from clinicode.errors import ConfigError
 from clinicode.memory import MemoryPlan, plan
-from clinicode.metrics import is_predicted
+from clinicode.metrics import binarize
 from clinicode.runtime import pick_device
 
 log = logging.getLogger(__name__)
@@ -98,16 +98,31 @@ class Prediction:
             return {"id": self.id, "error": self.error}
         out: dict[str, Any] = {
             "id": self.id,
-            "predicted": [asdict(c) for c in self.predicted],
+            "predicted": [{"code": c.code, "description": c.description, "score": c.score} for c in self.predicted],
             "scores": self.scores,
             "truncated": self.truncated,
         }
         if self.evidence is not None:
             out["evidence"] = {
-                "spans": [asdict(s) for s in self.evidence],
-                "codes": {c: [asdict(s) for s in spans] for c, spans in (self.code_evidence or {}).items()},
+                "spans": [_span(s) for s in self.evidence],
+                "codes": {c: [_span(s) for s in spans] for c, spans in (self.code_evidence or {}).items()},
             }
         return out
+
+
+def _span(s: Span) -> dict[str, Any]:
+    return {"start": s.start, "end": s.end, "weight": s.weight}
+
+
+@dataclass
+class Prepared:
+    """Notes checked and tokenised by `Predictor.prepare`, waiting for `Predictor.finish`."""
+
+    ids: list[str]
+    errors: dict[int, str]          # position -> the record's error
+    good: list[int]                 # positions of the notes to score
+    texts: list[str]                # their texts
+    encs: list[Any] | None          # their encodings (LEAM)
 
 
 class Predictor:
@@ -260,37 +275,62 @@ class Predictor:
         Returns:
             one Prediction per note, in input order.
         """
+        return self.finish(self.prepare(texts, ids=ids, explain=explain), top_k=top_k, threshold=threshold,
+                           explain=explain, attention=attention)
+
+    def prepare(self, texts: Sequence[str], *, ids: Sequence[str] | None = None, explain: int = PREDICT.explain) -> "Prepared":
+        """The first half of `predict`: check every note and tokenise the good ones (no model; thread-safe).
+
+        Batch scoring runs it on the next chunk of notes while `finish` scores the current one.
+        """
         texts = list(texts)
         ids = [str(i) for i in range(len(texts))] if ids is None else [str(i) for i in ids]
         if len(ids) != len(texts):
             raise ConfigError(f"predict: {len(texts)} notes but {len(ids)} ids; give one id per note.")
+        errors: dict[int, str] = {}
+        good = []
+        for i, text in enumerate(texts):
+            err = text_error(ids[i], text)
+            if err:
+                errors[i] = err
+            else:
+                good.append(i)
+        good_texts = [texts[i] for i in good]
+        encs = self.checkpoint.tokenizer.encode(good_texts, offsets=explain > 0) if self.kind == "leam" and good else None
+        return Prepared(ids, errors, good, good_texts, encs)
+
+    def finish(self, prepared: "Prepared", *, top_k: int | None = PREDICT.top_k, threshold: float | None = None,
+               explain: int = PREDICT.explain, attention: bool = True) -> list[Prediction]:
+        """The second half of `predict`: score the prepared notes and build their records (see `predict`)."""
         t = self.threshold if threshold is None else float(threshold)
         if not 0.0 <= t <= 1.0:
             raise ConfigError(f"--threshold must be in [0, 1], got {t}.")
         K = len(self.labels)
         k_keep = K if top_k is None else max(0, min(int(top_k), K))
-        out: list[Prediction | None] = [None] * len(texts)
-        good = []
-        for i, text in enumerate(texts):
-            err = text_error(ids[i], text)
-            if err:
-                out[i] = Prediction(ids[i], error=err)
-            else:
-                good.append(i)
+        ids, good, encs = prepared.ids, prepared.good, prepared.encs
+        out: list[Prediction | None] = [None] * len(ids)
+        for i, err in prepared.errors.items():
+            out[i] = Prediction(ids[i], error=err)
         if not good:
             return out  # type: ignore[return-value]
-        good_texts = [texts[i] for i in good]
+        extras: list[Any] | None = None
         if self.kind == "leam":
-            scores, encs, extras, _ = self._run(good_texts, offsets=explain > 0, attention=explain > 0)
+            scores = np.zeros((len(good), K), dtype=np.float32)
+            extras = [None] * len(good) if explain > 0 else None
+            with _torch_threads(1 if self.device.type == "cpu" else None), torch.inference_mode():
+                self._forward([e.ids for e in encs], 0, scores, extras=extras)
         else:
-            scores, encs, extras = self.score(good_texts), None, None
+            scores = self.score(prepared.texts)
         codes, descs = self.labels.codes, self.labels.descriptions
         for j, i in enumerate(good):
             s = scores[j]
-            order = np.lexsort((np.arange(K), -s))                                          # score desc, then index
-            keep = order[:1] if self.single_label else [k for k in order if is_predicted(s[k], t)]
+            if self.single_label:
+                keep = _top(s, 1)
+            else:
+                above = np.flatnonzero(binarize(s, t))                                     # the one rule, [S > t]
+                keep = above[np.lexsort((above, -s[above]))]                               # score desc, then index
             predicted = [CodeScore(codes[k], descs[k], float(s[k])) for k in keep]
-            top = {codes[k]: float(s[k]) for k in order[:k_keep]}
+            top = {codes[k]: float(s[k]) for k in _top(s, k_keep)} if k_keep else {}
             rec = Prediction(ids[i], predicted=predicted, scores=top)
             if encs is not None:
                 rec.truncated, rec.n_tokens = encs[j].truncated, len(encs[j].ids)
@@ -311,6 +351,21 @@ class Predictor:
                     rec.code_evidence[c.code] = self._phrase_spans(offs, tok_ids, k, row, explain)
             out[i] = rec
         return out  # type: ignore[return-value]
+
+    def explain_codes(self, text: str, codes: Sequence[str], n: int = 5) -> dict[str, list[Span]]:
+        """Each given code's n best phrases in one note (as `predict(..., explain=n)` gives for predicted codes).
+
+        For showing the evidence of any code on demand, without computing it for thousands up front (LEAM only).
+        """
+        if self.kind != "leam":
+            raise ConfigError("phrase evidence exists only for LEAM checkpoints; this one is tfidf-lr.")
+        enc = self.checkpoint.tokenizer.encode([text], offsets=True)[0]
+        if not enc.ids or not codes:
+            return {c: [] for c in codes}
+        tok_ids = np.asarray(enc.ids)
+        ks = [self.labels.index(c) for c in codes]
+        return {c: self._phrase_spans(enc.offsets, tok_ids, k, row, n)
+                for c, k, row in zip(codes, ks, self._phrase_rows(tok_ids, ks))}
 
     def _phrase_rows(self, tok_ids: np.ndarray, codes: list[int]) -> np.ndarray:
         """u[k, :] of one note for the given codes (`LEAM.phrase`): [len(codes), L]."""

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -162,10 +163,8 @@ def predict_file(
     seen: set[str] = set()
     bar = tqdm(desc="notes", unit="note", disable=not progress, file=sys.stderr)
 
-    def flush(chunk: list[Record]) -> None:
-        good = [r for r in chunk if r.error is None]
-        preds = iter(predictor.predict([r.text for r in good], ids=[r.id for r in good], top_k=top_k, threshold=threshold, explain=explain,
-                                           attention=False))
+    def write(chunk: list[Record], preds_list: list) -> None:
+        preds = iter(preds_list)
         for r in chunk:
             rec = {"id": r.id, "error": r.error} if r.error is not None else next(preds).to_dict()
             if "error" in rec:
@@ -181,23 +180,41 @@ def predict_file(
         writer.flush()
         bar.update(len(chunk))
 
-    chunk: list[Record] = []
-    for pos, rec in enumerate(itertools.chain([first], records)):
-        if pos % n_shard != i_shard:
-            continue
-        if rec.id in seen:
-            counts["duplicate_ids"] = counts.get("duplicate_ids", 0) + 1
-        seen.add(rec.id)
-        if done[rec.id] > 0:
-            done[rec.id] -= 1
-            counts["skipped"] += 1
-            continue
-        chunk.append(rec)
-        if len(chunk) >= CHUNK:
-            flush(chunk)
-            chunk = []
-    if chunk:
-        flush(chunk)
+    def chunks():
+        chunk: list[Record] = []
+        for pos, rec in enumerate(itertools.chain([first], records)):
+            if pos % n_shard != i_shard:
+                continue
+            if rec.id in seen:
+                counts["duplicate_ids"] = counts.get("duplicate_ids", 0) + 1
+            seen.add(rec.id)
+            if done[rec.id] > 0:
+                done[rec.id] -= 1
+                counts["skipped"] += 1
+                continue
+            chunk.append(rec)
+            if len(chunk) >= CHUNK:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+    def prepare(chunk: list[Record]):
+        good = [r for r in chunk if r.error is None]
+        return predictor.prepare([r.text for r in good], ids=[r.id for r in good], explain=explain)
+
+    # Reading and tokenising the next chunk (a worker thread; the Rust tokenizer releases the GIL) overlaps scoring and
+    # writing the current one; records still come out in input order.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        source = chunks()
+        current = next(source, None)
+        pending = pool.submit(prepare, current) if current is not None else None
+        while current is not None:
+            prepared = pending.result()
+            upcoming = next(source, None)
+            pending = pool.submit(prepare, upcoming) if upcoming is not None else None
+            write(current, predictor.finish(prepared, top_k=top_k, threshold=threshold, explain=explain, attention=False))
+            current = upcoming
     bar.close()
     writer.finish()
     if to_file:

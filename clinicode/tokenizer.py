@@ -51,6 +51,7 @@ def _build(vocab: dict[str, int] | None, max_len: int | None) -> Tokenizer:
     return tok
 
 
+_ENCODE_CHUNK = 512     # notes per batched encode when only ids are kept
 _W2V_MAX_WORDS = 10_000  # gensim silently truncates longer "sentences"; notes are cut into pieces below this
 
 
@@ -131,7 +132,9 @@ class ClinicalTokenizer:
         trainer = trainers.WordLevelTrainer(vocab_size=2**31 - 1, min_frequency=0, show_progress=False,
                                             special_tokens=[PAD_TOKEN, UNK_TOKEN])
         every.train_from_iterator(texts, trainer, length=len(texts))
-        notes = [np.asarray(e.ids, dtype=np.int32) for e in every.encode_batch_fast(texts, add_special_tokens=False)]
+        notes = [np.asarray(e.ids, dtype=np.int32)                    # a chunk at a time: an Encoding holds ~80
+                 for i in range(0, len(texts), _ENCODE_CHUNK)         # bytes per token (strings, offsets, masks)
+                 for e in every.encode_batch_fast(texts[i:i + _ENCODE_CHUNK], add_special_tokens=False)]
         n_words = every.get_vocab_size()
         df = np.zeros(n_words, dtype=np.int64)                        # notes each word occurs in
         for a in notes:
@@ -199,5 +202,8 @@ class ClinicalTokenizer:
         return [Encoded(e.ids, [], bool(e.overflowing)) for e in encs]
 
     def encode_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Token ids of each note (int32 arrays: a tenth of the memory of lists of Python ints)."""
-        return [np.asarray(e.ids, dtype=np.int32) for e in self.encode(texts)]
+        """Token ids of each note (int32 arrays: a tenth of the memory of lists of Python ints), encoded a chunk of
+        notes at a time so the Rust-side encodings never pile up."""
+        texts = list(texts)
+        return [np.asarray(e.ids, dtype=np.int32) for i in range(0, len(texts), _ENCODE_CHUNK)
+                for e in self.encode(texts[i:i + _ENCODE_CHUNK])]

@@ -298,9 +298,12 @@ def _finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[floa
         test = ds.split("test")
         y = ds.labels.multi_hot(test["labels"])
         s = pred.score(test["text"].tolist())
+        per_code = per_label_metrics(y, s, list(ds.labels.codes), threshold=t, single_label=one)
+        train_counts = ds.labels.multi_hot(ds.split("train")["labels"]).sum(axis=0)  # frequency bands in the app
+        for row, n in zip(per_code, train_counts):
+            row["train_count"] = int(n)
         metrics_test = {**all_metrics(y, s, threshold=t, single_label=one),
-                        "threshold_0.5": all_metrics(y, s, threshold=0.5, single_label=one),
-                        "per_code": per_label_metrics(y, s, list(ds.labels.codes), threshold=t, single_label=one)}
+                        "threshold_0.5": all_metrics(y, s, threshold=0.5, single_label=one), "per_code": per_code}
         buf = run / f".{SCORES_TEST_FILE}.tmp.npz"
         np.savez_compressed(buf, ids=np.asarray(test["id"].astype(str).tolist()), y_true=y, scores=s)
         buf.replace(run / SCORES_TEST_FILE)

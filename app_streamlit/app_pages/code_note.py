@@ -59,8 +59,9 @@ else:
 clicked = st.button("Predict codes", key="predict", type="primary")
 
 # The result is kept in session state (memory only), keyed by run and a hash of the note, so moving the
-# threshold or the highlight choice never re-scores. One scoring at threshold 0 gives every code's
-# probability and every code's evidence spans, so the slider can move codes in and out freely.
+# threshold or the highlight choice never re-scores. One scoring gives every code's probability and the attention;
+# a code's phrase evidence is computed when it is first shown or exported (models can have thousands of codes),
+# then kept with the result.
 key = hashlib.sha256(f"{run}\x00{text or ''}".encode()).hexdigest() if text else None
 if clicked:
     if not text or not text.strip():
@@ -68,7 +69,7 @@ if clicked:
         st.stop()
     pred = state.current_predictor()  # the model (and torch) load on first use, not on the first render
     with st.spinner("Scoring…"):
-        (p,) = pred.predict([text], ids=[note_id or "note"], top_k=None, threshold=0.0, explain=EXPLAIN)
+        (p,) = pred.predict([text], ids=[note_id or "note"], top_k=None, threshold=1.0, explain=EXPLAIN)
     st.session_state["note_result"] = {"key": key, "pred": p}
 
 res = st.session_state.get("note_result")
@@ -84,6 +85,16 @@ if p.error:
     st.stop()
 
 descs = dict(zip(pred.labels.codes, pred.labels.descriptions))
+if p.code_evidence is None:
+    p.code_evidence = {}
+
+
+def with_evidence(codes: list[str]) -> None:
+    """Compute the phrase evidence of codes not explained yet (LEAM only), into the kept result."""
+    missing = [c for c in codes if c not in p.code_evidence]
+    if missing and pred.kind == "leam":
+        p.code_evidence.update(pred.explain_codes(text, missing, EXPLAIN))
+
 tuned = float(pred.threshold)
 if pred.single_label:
     thr = tuned
@@ -122,19 +133,42 @@ with left:
             "outcome": st.column_config.TextColumn("Outcome", width="small"),
         },
     )
+    with_evidence(predicted)                                   # the export holds every predicted code's evidence
     record = render.prediction_record(p, threshold=thr, run=run.name, note_id=note_id, gold=gold,
-                                      single_label=pred.single_label)
+                                      single_label=pred.single_label, predicted=predicted, descriptions=descs)
     st.download_button(
         "Download predictions (JSON)", render.json_bytes(record), file_name=f"{note_id or 'note'}_codes.json",
         mime="application/json", key="dl_json", on_click="ignore", icon=":material/download:",
     )
 
+    query = st.text_input(f"Search all {len(descs):,} codes", key="code_search",
+                          placeholder="a code (428, 428.0) or words of its title (heart failure)")
+    found = []
+    if query.strip():
+        hits, n_hits = render.search_codes(p.scores, descs, query, thr, gold=gold, single_label=pred.single_label)
+        found = hits["code"].tolist()
+        st.caption(f"{n_hits:,} code{'s' * (n_hits != 1)} match" + (f"; the {len(hits)} most probable are shown" if n_hits > len(hits) else ""))
+        if n_hits:
+            st.dataframe(
+                render.style_outcomes(hits), hide_index=True, width="stretch", key="search_table",
+                column_order=[c for c in ("code", "outcome", "description", "probability", "above_threshold", "gold") if c in hits],
+                column_config={
+                    "code": st.column_config.TextColumn("Code", width="small"),
+                    "description": st.column_config.TextColumn("Description", width="large"),
+                    "probability": st.column_config.ProgressColumn("Probability", min_value=0.0, max_value=1.0, format="%.3f", width="small"),
+                    "above_threshold": st.column_config.CheckboxColumn("Predicted", width="small"),
+                    "gold": st.column_config.CheckboxColumn("Gold", width="small"),
+                    "outcome": st.column_config.TextColumn("Outcome", width="small"),
+                },
+            )
+
 with right:
     st.subheader("Evidence")
     attn = "Attention β (shared by all codes)"
-    choices = [attn] + [c for c in predicted if c in (p.code_evidence or {})]
+    choices = [attn] + predicted
     if gold is not None:  # missed gold codes can be inspected too
-        choices += [c for c in gold if c not in predicted and c in (p.code_evidence or {})]
+        choices += [c for c in gold if c not in predicted]
+    choices += [c for c in found if c not in choices]           # and any code found by the search
     pick = st.selectbox(
         "Highlight", choices, key="hl_code",
         format_func=lambda c: c if c == attn else f"{c} — {descs.get(c, '')}",
@@ -151,6 +185,7 @@ with right:
             text, p.attention or [], rgb=render.ATTENTION_RGB, css_class="attn", min_alpha=0.15, scale="range"
         )
     else:
+        with_evidence([pick])
         st.caption(
             f"Green: the {EXPLAIN} phrases with the highest compatibility u[k, l] for **{pick}** (per code, after the "
             "ReLU, before the max over codes), each shown as the window's strongest word with one word either side; "

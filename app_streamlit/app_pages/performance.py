@@ -1,4 +1,5 @@
-"""Model performance on the run's test split: headline metrics, per-code bars, F1 vs threshold, ROC/PR."""
+"""Model performance on the run's test split: headline metrics, per code (bars for a few codes; for thousands, groups
+by training frequency and ICD chapter, best and worst codes, a searchable table), F1 vs threshold, ROC/PR."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from sklearn.metrics import precision_recall_curve, roc_curve
 
 import render
 import state
-from clinicode.metrics import f1_by_threshold
+
+BARS_UP_TO = 60   # codes drawn as one bar each; beyond, groups, best/worst and the searchable table carry the page
+RANKED, MIN_SUPPORT = 15, 5
 
 run = state.current_run()
 card = state.read_card(str(run))
@@ -33,32 +36,81 @@ for title, m in ((f"At the dev-tuned threshold {tuned:.3f}", mt), ("At threshold
     for col, (label, value) in zip(cols, render.headline_metrics(m).items()):
         col.metric(label, "—" if value is None else f"{value:.3f}", border=True)
 
-# ---------------------------------------------------------------- per-code F1 / AUC with support
-per = pd.DataFrame(mt.get("per_code") or [])
+# ---------------------------------------------------------------- per code: groups, best and worst, search
+pred = state.current_predictor()
+descs = dict(zip(pred.labels.codes, pred.labels.descriptions))
+per = render.per_code_frame(mt.get("per_code") or [], descs)
 if not per.empty:
     st.subheader("Per code")
-    sort_by = st.segmented_control(
-        "Sort by", ["f1", "auc", "support"], default="f1", key="perf_sort",
-        format_func={"f1": "F1", "auc": "AUC", "support": "Support"}.get,
-    ) or "f1"
-    per["auc"] = pd.to_numeric(per["auc"], errors="coerce")
-    order = per.sort_values([sort_by, "code"], ascending=[False, True])["code"].tolist()
-    y = alt.Y("code:N", sort=order, title=None, axis=alt.Axis(labelOverlap=False, labelFontSize=10))
-    height = max(200, 16 * len(per))
-    tip = ["code", "support", alt.Tooltip("precision:Q", format=".3f"), alt.Tooltip("recall:Q", format=".3f"),
-           alt.Tooltip("f1:Q", format=".3f"), alt.Tooltip("auc:Q", format=".3f")]
-    base = alt.Chart(per).properties(height=height)
-    f1_bars = base.mark_bar(color="#4c78a8").properties(width=280).encode(
-        y=y, x=alt.X("f1:Q", title="F1", scale=alt.Scale(domain=[0, 1])), tooltip=tip
-    )
-    auc_bars = base.mark_bar(color="#f58518").properties(width=280).encode(
-        y=alt.Y("code:N", sort=order, axis=None), x=alt.X("auc:Q", title="ROC AUC", scale=alt.Scale(domain=[0, 1])), tooltip=tip
-    )
-    sup_bars = base.mark_bar(color="#9d9d9d").properties(width=180).encode(
-        y=alt.Y("code:N", sort=order, axis=None), x=alt.X("support:Q", title="Support (test notes)"), tooltip=tip
-    )
-    st.altair_chart(alt.hconcat(f1_bars, auc_bars, sup_bars, spacing=10), width="content")
-    st.caption(f"F1 at the tuned threshold {tuned:.3f}; AUC is undefined (missing bar) for codes without both classes in test.")
+    n_codes = len(per)
+    tip = ["code", "description", "support", alt.Tooltip("precision:Q", format=".3f"),
+           alt.Tooltip("recall:Q", format=".3f"), alt.Tooltip("f1:Q", format=".3f"), alt.Tooltip("auc:Q", format=".3f")]
+    if n_codes <= BARS_UP_TO:  # one bar per code still reads well
+        sort_by = st.segmented_control(
+            "Sort by", ["f1", "auc", "support"], default="f1", key="perf_sort",
+            format_func={"f1": "F1", "auc": "AUC", "support": "Support"}.get,
+        ) or "f1"
+        order = per.sort_values([sort_by, "code"], ascending=[False, True])["code"].tolist()
+        y = alt.Y("code:N", sort=order, title=None, axis=alt.Axis(labelOverlap=False, labelFontSize=10))
+        base = alt.Chart(per).properties(height=max(200, 16 * n_codes))
+        f1_bars = base.mark_bar(color="#4c78a8").properties(width=280).encode(
+            y=y, x=alt.X("f1:Q", title="F1", scale=alt.Scale(domain=[0, 1])), tooltip=tip
+        )
+        auc_bars = base.mark_bar(color="#f58518").properties(width=280).encode(
+            y=alt.Y("code:N", sort=order, axis=None), x=alt.X("auc:Q", title="ROC AUC", scale=alt.Scale(domain=[0, 1])), tooltip=tip
+        )
+        sup_bars = base.mark_bar(color="#9d9d9d").properties(width=180).encode(
+            y=alt.Y("code:N", sort=order, axis=None), x=alt.X("support:Q", title="Support (test notes)"), tooltip=tip
+        )
+        st.altair_chart(alt.hconcat(f1_bars, auc_bars, sup_bars, spacing=10), width="content")
+        st.caption(f"F1 at the tuned threshold {tuned:.3f}; AUC is undefined (missing bar) for codes without both classes in test.")
+    else:
+        st.caption(f"{n_codes:,} codes: grouped below, with the best and worst codes and a searchable table of all of "
+                   f"them. F1 at the tuned threshold {tuned:.3f}; AUC only where a code has positive and negative test notes.")
+
+    group_tabs = st.tabs(["By frequency band", "By ICD chapter"])
+    for tab, by, title in ((group_tabs[0], "band", f"Codes seen in this many {per.attrs['band_source']}"),
+                           (group_tabs[1], "chapter", "ICD chapter")):
+        g = render.group_summary(per, by)
+        long = g.melt([by, "codes", "test_notes"], ["mean_f1", "mean_auc"], var_name="metric", value_name="value")
+        long["metric"] = long["metric"].map({"mean_f1": "mean F1", "mean_auc": "mean AUC"})
+        sort = g[by].tolist() if by == "band" else "-x"
+        chart = alt.Chart(long).mark_bar().encode(
+            y=alt.Y(f"{by}:N", sort=sort, title=title, axis=alt.Axis(labelLimit=380)),
+            x=alt.X("value:Q", title=None, scale=alt.Scale(domain=[0, 1])),
+            yOffset="metric:N", color=alt.Color("metric:N", title=None),
+            tooltip=[by, "codes", "test_notes", "metric", alt.Tooltip("value:Q", format=".3f")],
+        ).properties(height=max(160, 34 * len(g)))
+        tab.altair_chart(chart, width="stretch")
+        tab.dataframe(g, hide_index=True, width="stretch", column_config={
+            by: st.column_config.TextColumn(title), "codes": st.column_config.NumberColumn("Codes"),
+            "mean_f1": st.column_config.NumberColumn("Mean F1", format="%.3f"),
+            "mean_auc": st.column_config.NumberColumn("Mean AUC", format="%.3f"),
+            "test_notes": st.column_config.NumberColumn("Test notes (sum of code supports)")})
+
+    code_cols = {"code": st.column_config.TextColumn("Code", width="small"),
+                 "description": st.column_config.TextColumn("Description", width="large"),
+                 "support": st.column_config.NumberColumn("Test notes"),
+                 "precision": st.column_config.NumberColumn("Precision", format="%.3f"),
+                 "recall": st.column_config.NumberColumn("Recall", format="%.3f"),
+                 "f1": st.column_config.NumberColumn("F1", format="%.3f"),
+                 "auc": st.column_config.NumberColumn("AUC", format="%.3f"),
+                 "band": st.column_config.TextColumn("Frequency band"),
+                 "chapter": st.column_config.TextColumn("Chapter")}
+    shown = [c for c in ("code", "description", "support", "precision", "recall", "f1", "auc", "band", "chapter") if c in per]
+    if n_codes > BARS_UP_TO:
+        best_col, worst_col = st.columns(2)
+        for col, best, label in ((best_col, True, "Best"), (worst_col, False, "Worst")):
+            col.markdown(f"**{label} {RANKED} codes** (F1, then AUC; codes with at least {MIN_SUPPORT} test notes)")
+            col.dataframe(render.rank_codes(per, best=best, n=RANKED, min_support=MIN_SUPPORT), hide_index=True,
+                          width="stretch", column_order=["code", "description", "support", "f1", "auc"],
+                          column_config=code_cols, key=f"rank_{label}")
+    query = st.text_input(f"Search the {n_codes:,} codes", key="perf_search",
+                          placeholder="a code (428, 428.0), words of its title, or a chapter")
+    table = render.filter_codes(per, query).sort_values(["support", "code"], ascending=[False, True])
+    st.caption(f"{len(table):,} of {n_codes:,} codes" + (f" match {query.strip()!r}" if query.strip() else "")
+               + "; click a column to sort.")
+    st.dataframe(table, hide_index=True, width="stretch", column_order=shown, column_config=code_cols, key="perf_table")
 
 # ---------------------------------------------------------------- curves from scores_test.npz
 sc = state.read_scores_test(str(run))
@@ -72,7 +124,7 @@ y_true, scores = sc["y_true"], sc["scores"]
 
 st.subheader("F1 against threshold")
 grid = np.round(np.linspace(0.0, 1.0, 101), 4)
-curve = f1_by_threshold(y_true, scores, grid)
+curve = state.threshold_curve(str(run), tuple(grid.tolist()))
 cdf = pd.DataFrame({"threshold": curve["threshold"], "micro-F1": curve["f1_micro"], "macro-F1": curve["f1_macro"]})
 long = cdf.melt("threshold", var_name="metric", value_name="F1")
 lines = alt.Chart(long).mark_line().encode(
@@ -85,13 +137,12 @@ rules = alt.Chart(pd.DataFrame({"threshold": [tuned, 0.5], "which": [f"tuned {tu
 st.altair_chart((lines + rules).properties(height=300), width="stretch")
 
 st.subheader("One code")
-pred = state.current_predictor()
 all_codes = list(pred.labels.codes)
-valid = [c for i, c in enumerate(all_codes) if 0 < y_true[:, i].sum() < len(y_true)]
+n_pos = y_true.sum(axis=0)
+valid = [all_codes[i] for i in np.argsort(-n_pos, kind="stable") if 0 < n_pos[i] < len(y_true)]  # most test notes first
 if not valid:
     st.info("No code has both positive and negative test notes.")
     st.stop()
-descs = dict(zip(pred.labels.codes, pred.labels.descriptions))
 c1, c2 = st.columns([3, 2])
 code = c1.selectbox("Code", valid, key="perf_code", format_func=lambda c: f"{c} — {descs.get(c, '')}")
 kind = c2.radio("Curve", ["ROC", "Precision-recall"], horizontal=True, key="perf_curve")

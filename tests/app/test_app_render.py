@@ -251,3 +251,63 @@ def test_style_outcomes_colours_only_outcome_cells():
     assert render.OUTCOME_COLOURS["TP"] in styled and render.OUTCOME_COLOURS["FN"] in styled
     plain = render.code_table(SCORES, DESCS, 0.5, top_k=0)
     assert render.style_outcomes(plain) is plain
+
+
+# ------------------------------------------------------------------------------------------ many codes
+def test_search_codes_by_code_prefix_or_every_title_word():
+    scores = {"428.0": 0.9, "428.1": 0.2, "402.91": 0.6, "I50.9": 0.7, "96.04": 0.1}
+    descs = {"428.0": "Congestive heart failure, unspecified", "428.1": "Left heart failure",
+             "402.91": "Hypertensive heart disease with heart failure", "I50.9": "Heart failure, unspecified",
+             "96.04": "Insertion of endotracheal tube"}
+    table, n = render.search_codes(scores, descs, "heart FAIL", 0.5, gold=["428.1"])
+    assert n == 4 and table["code"].tolist() == ["428.0", "I50.9", "402.91", "428.1"]   # most probable first
+    assert table["outcome"].tolist() == ["FP", "FP", "FP", "FN"]
+    assert render.search_codes(scores, descs, "428", 0.5)[0]["code"].tolist() == ["428.0", "428.1"]
+    assert render.search_codes(scores, descs, "9604", 0.5)[0]["code"].tolist() == ["96.04"]  # the dot is optional
+    limited, n_all = render.search_codes(scores, descs, "heart", 0.5, limit=2)
+    assert n_all == 4 and len(limited) == 2
+    assert render.search_codes(scores, descs, "   ", 0.5)[1] == 0
+
+
+def test_frequency_bands_cover_every_count():
+    assert [render.frequency_band(n) for n in (0, 1, 9, 10, 49, 50, 99, 100, 499, 500, 10**6)] == [
+        "never in training", "1-9", "1-9", "10-49", "10-49", "50-99", "50-99", "100-499", "100-499", "500+", "500+"]
+
+
+def _per_code(n=120):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    codes = [f"{400 + k // 10}.{k % 10}" for k in range(n // 2)] + [f"I{10 + k:02d}.{k % 10}" for k in range(n - n // 2)]
+    return [{"code": c, "support": int(rng.integers(0, 30)), "precision": float(rng.random()), "recall": float(rng.random()),
+             "f1": float(rng.random()), "auc": None if k % 7 == 0 else float(rng.random()), "train_count": int(rng.integers(0, 900))}
+            for k, c in enumerate(codes)]
+
+
+def test_per_code_frame_groups_by_band_and_chapter():
+    rows = _per_code()
+    descs = {r["code"]: f"title {r['code']}" for r in rows}
+    df = render.per_code_frame(rows, descs)
+    assert df.attrs["band_source"] == "training notes"
+    assert set(df["chapter"]) == {"ICD-9 dx: Circulatory system", "ICD-10-CM: Circulatory system"}
+    bands = render.group_summary(df, "band")
+    assert bands["codes"].sum() == len(rows)
+    order = [name for _, name in render.FREQUENCY_BANDS]
+    assert bands["band"].tolist() == [b for b in order if b in set(df["band"])]   # in band order, not alphabetical
+    one = bands.iloc[0]
+    members = df[df["band"] == one["band"]]
+    assert one["mean_f1"] == pytest.approx(members["f1"].mean()) and one["test_notes"] == members["support"].sum()
+    assert one["mean_auc"] == pytest.approx(members["auc"].mean())              # codes without an AUC are left out
+    no_train = render.per_code_frame([{k: v for k, v in r.items() if k != "train_count"} for r in rows], descs)
+    assert no_train.attrs["band_source"] == "test notes"
+
+
+def test_best_and_worst_codes_need_support_and_the_table_filters():
+    df = render.per_code_frame(_per_code(), {})
+    best, worst = render.rank_codes(df, best=True, n=5, min_support=10), render.rank_codes(df, best=False, n=5, min_support=10)
+    assert (best["support"] >= 10).all() and (worst["support"] >= 10).all()
+    assert best["f1"].is_monotonic_decreasing and worst["f1"].is_monotonic_increasing
+    assert best["f1"].min() >= df[df["support"] >= 10]["f1"].nlargest(5).min()
+    assert set(render.filter_codes(df, "40")["code"]) == {c for c in df["code"] if c.startswith("40")}
+    assert set(render.filter_codes(df, "icd-10-cm circulatory")["code"]) == {c for c in df["code"] if c.startswith("I")}
+    assert len(render.filter_codes(df, "")) == len(df)

@@ -281,3 +281,16 @@ def test_every_memory_plan_scores_and_explains_like_the_plain_model(predictor, t
         for code, spans in a.code_evidence.items():
             assert [(s.start, s.end) for s in spans] == [(s.start, s.end) for s in b.code_evidence[code]], code
     np.testing.assert_allclose(fast.score(texts), plain.score(texts), rtol=1e-5, atol=1e-6)
+
+
+def test_evidence_on_demand_equals_the_evidence_predict_gives(predictor, test_split):
+    """The app explains a code when it is shown: the same spans as predict(..., explain=n) for a predicted code."""
+    text = test_split["text"].iloc[0]
+    [p] = predictor.predict([text], top_k=None, threshold=0.0, explain=4)
+    codes = [c.code for c in p.predicted][:6] + [predictor.codes[-1]]
+    got = predictor.explain_codes(text, codes, 4)
+    assert list(got) == codes
+    for code in codes:
+        assert [(s.start, s.end) for s in got[code]] == [(s.start, s.end) for s in p.code_evidence[code]], code
+        np.testing.assert_allclose([s.weight for s in got[code]], [s.weight for s in p.code_evidence[code]], rtol=1e-5)
+    assert predictor.explain_codes("123 456", codes[:2], 4) == {codes[0]: [], codes[1]: []}  # no words: no evidence

@@ -476,3 +476,46 @@ def headline_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float | Non
         v = m.get(key)
         out[label] = None if v is None or (isinstance(v, float) and v != v) else float(v)
     return out
+
+
+# ------------------------------------------------------------------------------------------ seeds and rare codes
+SEED_METRICS = (("f1_micro", "Micro F1"), ("auc_macro", "Macro AUC"), ("f1_macro", "Macro F1"), ("prec_at_5", "P@5"),
+                ("rare.auc_macro", "Rare codes: macro AUC"), ("rare.f1_macro", "Rare codes: macro F1"))
+
+
+def _metric(m: Mapping[str, Any], key: str) -> float | None:
+    if key.startswith("rare."):
+        v = ((m.get("slices") or {}).get("rare") or {}).get(key[5:])
+    else:
+        v = m.get(key)
+    return None if v is None or (isinstance(v, float) and v != v) else float(v)
+
+
+def seed_spread(metrics: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Per metric over runs that differ only in their seed: mean, sd (n-1), worst, best and the worst's gap to the mean.
+
+    `metrics`: each run's test metrics (metrics_test.json). A metric no run has is left out.
+    """
+    rows = []
+    for key, label in SEED_METRICS:
+        vals = [v for v in (_metric(m, key) for m in metrics) if v is not None]
+        if not vals:
+            continue
+        s = pd.Series(vals)
+        rows.append({"metric": label, "runs": len(vals), "mean": s.mean(), "sd": s.std(ddof=1) if len(vals) > 1 else None,
+                     "worst": s.min(), "best": s.max(), "worst below mean": s.mean() - s.min()})
+    return pd.DataFrame(rows, columns=["metric", "runs", "mean", "sd", "worst", "best", "worst below mean"])
+
+
+def slice_table(metrics: Mapping[str, Any]) -> pd.DataFrame | None:
+    """The rare/frequent slice of one run's test metrics as a table, or None when the run did not record it."""
+    sl = metrics.get("slices")
+    if not sl:
+        return None
+    below = sl.get("rare_below", 20)
+    rows = []
+    for name, title in (("rare", f"rare (< {below} training notes)"), ("frequent", f"frequent (>= {below})")):
+        part = sl.get(name) or {}
+        rows.append({"codes": title, "in the label set": part.get("n_codes"), "present in test": part.get("n_present"),
+                     "macro AUC": part.get("auc_macro"), "macro F1": part.get("f1_macro")})
+    return pd.DataFrame(rows)

@@ -227,3 +227,44 @@ def test_embeddings(run_dir: str, data_dir: str) -> dict[str, Any]:
     Z = pred.embed(checkpoint.read_split_texts(Path(data_dir), "test", df["id"].tolist()))  # [N, P]
     C = pred.label_embeddings()                                                            # [K, P]
     return {"Z": Z, "C": C, "labels": [list(x) for x in df["labels"]], "n_total": len(codes)}
+
+
+_SEED_FREE = ("seed", "device", "memory_mb")  # options that say where a run ran, not what it learnt
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def seed_siblings(root: str, run_dir: str, names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Runs under ROOT trained like RUN except for the seed (same data fingerprint, same options), RUN included:
+    [{run, seed, metrics}] with each run's test metrics, in name order. Unreadable runs are skipped.
+
+    `names`: `list_runs(root)` now, so a run trained while the app is open is seen (it is part of the cache key)."""
+    def key(run: Path) -> tuple | None:
+        ck = run / checkpoint.CHECKPOINT_DIR
+        tc, mc = _read_json(ck / checkpoint.TRAIN_CONFIG_FILE), _read_json(ck / checkpoint.MODEL_CONFIG_FILE)
+        manifest = _read_json(ck / checkpoint.MANIFEST_FILE)
+        if not isinstance(tc, dict) or not isinstance(manifest, dict):
+            return None
+        fingerprint = (manifest.get("data") or {}).get("fingerprint")
+        if fingerprint is None:
+            return None
+        options = {k: v for k, v in tc.items() if k not in _SEED_FREE}
+        return json.dumps([options, mc, fingerprint], sort_keys=True), tc.get("seed")
+
+    here = key(Path(run_dir))
+    if here is None:
+        return []
+    out = []
+    for name in names:
+        run = (Path(root) / name).resolve()
+        k = key(run)
+        metrics = _read_json(run / checkpoint.CHECKPOINT_DIR / checkpoint.METRICS_TEST_FILE)
+        if k is not None and k[0] == here[0] and isinstance(metrics, dict) and metrics:
+            out.append({"run": name, "seed": k[1], "metrics": metrics})
+    return out

@@ -183,6 +183,9 @@ def train_cli(
     top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None,
     epochs: Annotated[Optional[int], _opt("Maximum epochs.", default_of(_T, "epochs"))] = None,
     patience: Annotated[Optional[int], _opt("Stop when more than this many epochs in a row bring no dev micro-F1 gain.", default_of(_T, "patience"))] = None,
+    lr_schedule: Annotated[Optional[str], _opt("plateau (multiply lr by --lr-decay after each --lr-patience epochs without a dev gain) or constant.", default_of(_T, "lr_schedule"))] = None,
+    lr_decay: Annotated[Optional[float], _opt("plateau schedule: factor applied to the learning rate at each decay.", default_of(_T, "lr_decay"))] = None,
+    lr_patience: Annotated[Optional[int], _opt("plateau schedule: epochs in a row without a dev gain before each decay.", default_of(_T, "lr_patience"))] = None,
     embed_dim: Annotated[Optional[int], _opt("Word and code vector size P.", default_of(_M, "embed_dim"))] = None,
     window: Annotated[Optional[int], _opt("Phrase radius r (the window spans 2r+1 tokens).", default_of(_M, "radius"))] = None,
     hidden_dim: Annotated[Optional[int], _opt("Hidden units of the MLP head.", default_of(_M, "hidden_dim"))] = None,
@@ -220,6 +223,7 @@ def train_cli(
                                weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight, decay_scope=decay_scope,
                                ema_decay=ema_decay, w2v_epochs=w2v_epochs, min_doc_freq=min_doc_freq,
                                eval_batch_size=eval_batch_size, patience=patience, seed=seed, device=device,
+                               lr_schedule=lr_schedule, lr_decay=lr_decay, lr_patience=lr_patience,
                                memory_mb=memory_budget, top_k=None if mimic_dir is not None else top_k))
     # Every model option is passed, given or default, so --resume compares them all with the run's.
     options = {k: default_of(_M, k) for k in ("embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight", "compat")}

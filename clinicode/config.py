@@ -58,7 +58,7 @@ class TrainConfig:
     """Training options; saved as train_config.json beside the weights."""
 
     model: str = "leam"             # "leam" or "tfidf-lr"
-    epochs: int = 30
+    epochs: int = 50                # a cap only: the plateau schedule and patience end runs (small sets: 15-32 epochs)
     batch_size: int = 16
     lr: float = 1e-2                # tuned on hoc/mtsamples/cmc2007 dev (BENCHMARKS.md); was 2e-3
     optimizer: str = "adamw"        # "adamw" (decoupled weight decay) or "adam" (weight_decay as L2 in the gradient)
@@ -70,6 +70,9 @@ class TrainConfig:
     embeddings: str = "w2v"         # "w2v" (trained on the train split), "random", or a path to a text vector file
     w2v_epochs: int = 0             # 0 = auto: ceil(30M / training tokens) clamped to [5, 30]; CAML used 5
     patience: int = 5               # stop once more than this many epochs in a row bring no dev micro-F1 gain
+    lr_schedule: str = "plateau"    # "plateau": lr *= lr_decay after every lr_patience epochs without a dev gain; "constant"
+    lr_decay: float = 0.5           # plateau: the factor applied to the learning rate at each decay
+    lr_patience: int = 2            # plateau: epochs in a row without a dev gain before each decay (1 decays on noise)
     ema_decay: float = 0.99         # weight moving average (decay warmed up as (1+t)/(10+t)) for dev scoring and the checkpoint; 0 = off
     seed: int = 1337
     device: str = "auto"
@@ -98,6 +101,12 @@ class TrainConfig:
             raise ConfigError(f"--pos-weight must be in [0, 1] (an exponent on n_neg / n_pos), got {self.pos_weight}.")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ConfigError(f"--ema-decay must be in [0, 1), got {self.ema_decay}.")
+        if self.lr_schedule not in ("plateau", "constant"):
+            raise ConfigError(f"--lr-schedule must be 'plateau' or 'constant', got {self.lr_schedule!r}.")
+        if not 0.0 < self.lr_decay < 1.0:
+            raise ConfigError(f"--lr-decay must be in (0, 1) (the factor applied at each decay), got {self.lr_decay}.")
+        if self.lr_patience < 1:
+            raise ConfigError(f"--lr-patience must be >= 1, got {self.lr_patience}.")
         if self.patience < 0:
             raise ConfigError(f"--patience must be >= 0, got {self.patience}.")
         if not self.lr > 0:

@@ -675,3 +675,32 @@ def per_label_metrics(
         }
         for k, code in enumerate(codes)
     ]
+
+
+RARE_BELOW = 20  # a code with fewer training notes than this is "rare" (the accuracy issue's rare-code slice)
+
+
+def frequency_slices(per_code: Sequence[dict[str, Any]], *, rare_below: int = RARE_BELOW) -> dict[str, dict[str, Any]]:
+    """Macro AUC and macro F1 of the rare codes (fewer than `rare_below` training notes) and of the frequent ones.
+
+    Args:
+        per_code: `per_label_metrics` rows, each with the code's number of training notes as `train_count`.
+        rare_below: the training-note count from which a code is frequent.
+    Returns:
+        {"rare": {...}, "frequent": {...}}, each with n_codes (of the label set), n_present (with a gold note in the
+        split), auc_macro (mean per-code AUC over codes with a positive and a negative note; None when there is none)
+        and f1_macro (mean per-code F1 over the codes present; None when none is), plus "rare_below".
+    Raises:
+        ValueError: when a row has no train_count (runs from before it was recorded).
+    """
+    if any("train_count" not in r for r in per_code):
+        raise ValueError("per-code rows need train_count (the code's training notes); this run did not record it.")
+    out: dict[str, Any] = {"rare_below": int(rare_below)}
+    for name, keep in (("rare", lambda n: n < rare_below), ("frequent", lambda n: n >= rare_below)):
+        rows = [r for r in per_code if keep(r["train_count"])]
+        aucs = [r["auc"] for r in rows if r["auc"] is not None]
+        f1s = [r["f1"] for r in rows if r["support"] > 0]
+        out[name] = {"n_codes": len(rows), "n_present": len(f1s),
+                     "auc_macro": float(np.mean(aucs)) if aucs else None,
+                     "f1_macro": float(np.mean(f1s)) if f1s else None}
+    return out

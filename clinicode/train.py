@@ -33,7 +33,7 @@ from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_d
 from clinicode.embeddings import initial_vectors
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.memory import plan
-from clinicode.metrics import HEADLINE, all_metrics, binarize, per_label_metrics, tune_threshold
+from clinicode.metrics import HEADLINE, all_metrics, binarize, frequency_slices, per_label_metrics, tune_threshold
 from clinicode.model import LEAM
 from clinicode.predict import Predictor
 from clinicode.runtime import barrier, init_distributed, pick_device, seed_everything, world
@@ -258,7 +258,12 @@ class _Trainer:
                 self.state["bad_epochs"] += 1
             if self.average is not None:
                 self.average.swap()
-            row = {"epoch": epoch, "train_loss": round(loss, 6), "dev_threshold": t, "seconds": round(time.perf_counter() - t0, 2),
+            lr_now = self.opt.param_groups[0]["lr"]
+            if not improved and cfg.lr_schedule == "plateau" and self.state["bad_epochs"] % cfg.lr_patience == 0:
+                for group in self.opt.param_groups:  # saved with the optimiser, so --resume continues at this rate
+                    group["lr"] *= cfg.lr_decay
+            row = {"epoch": epoch, "train_loss": round(loss, 6), "lr": lr_now, "dev_threshold": t,
+                   "seconds": round(time.perf_counter() - t0, 2),
                    "best": improved, **{f"dev_{k}": v for k, v in _metric_view(m).items()}}
             self.state["history"].append(row)
             if self.rank == 0:
@@ -271,6 +276,11 @@ class _Trainer:
             if self.state["bad_epochs"] > cfg.patience:
                 log.info("early stop after epoch %d (best %d)", epoch, self.state["best_epoch"])
                 break
+        self.manifest_extra["stopped"] = self.stopped()
+
+    def stopped(self) -> str:
+        """How training ended: "patience" (dev stopped improving), or "epochs" (the --epochs cap came first)."""
+        return "patience" if self.state["bad_epochs"] > self.cfg.patience else "epochs"
 
 
 def _finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float, dict, dict], None],
@@ -303,7 +313,8 @@ def _finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[floa
         for row, n in zip(per_code, train_counts):
             row["train_count"] = int(n)
         metrics_test = {**all_metrics(y, s, threshold=t, single_label=one),
-                        "threshold_0.5": all_metrics(y, s, threshold=0.5, single_label=one), "per_code": per_code}
+                        "threshold_0.5": all_metrics(y, s, threshold=0.5, single_label=one), "per_code": per_code,
+                        "slices": frequency_slices(per_code)}
         buf = run / f".{SCORES_TEST_FILE}.tmp.npz"
         np.savez_compressed(buf, ids=np.asarray(test["id"].astype(str).tolist()), y_true=y, scores=s)
         buf.replace(run / SCORES_TEST_FILE)
@@ -411,6 +422,13 @@ def train(
     trainer = _Trainer(ds, run, config, model_options or {}, resume=resume, progress=progress, on_epoch=on_epoch,
                        report=report, manifest_extra={**extra, "world_size": world()[1]})
     trainer.fit()
+    if trainer.stopped() == "epochs" and trainer.state["bad_epochs"] == 0 and trainer.rank == 0:
+        note = (f"training reached --epochs {config.epochs} while dev was still improving (best at epoch "
+                f"{trainer.state['best_epoch']}); a larger --epochs would probably do better.")
+        if report is not None:
+            report(note)
+        else:
+            log.warning("%s", note)
     if trainer.world > 1:
         import torch.distributed as dist
 
@@ -432,4 +450,5 @@ def train(
         import torch.distributed as dist
 
         dist.destroy_process_group()
-    return {**result, "run": str(run), "best_epoch": trainer.state["best_epoch"], "history": trainer.state["history"]}
+    return {**result, "run": str(run), "best_epoch": trainer.state["best_epoch"], "history": trainer.state["history"],
+            "stopped": trainer.stopped()}

@@ -49,6 +49,30 @@ if mt:
 else:
     st.caption("No test metrics (trained without a test split).")
 
+st.subheader("Rare codes and seeds")
+slices = render.slice_table(mt) if mt else None
+if slices is not None:
+    st.dataframe(slices, hide_index=True, width="stretch",
+                 column_config={k: st.column_config.NumberColumn(format="%.3f") for k in ("macro AUC", "macro F1")})
+    st.caption("Test metrics by how many training notes a code had. Rare codes are where a model is weakest and "
+               "where a coder's completeness is decided; a slice with few codes present in test moves a lot with "
+               "single notes.")
+else:
+    st.caption("This run did not record its codes' training counts (trained with an older clinicode).")
+root = state.runs_root()
+siblings = state.seed_siblings(str(root), str(run), tuple(state.list_runs(root)))
+if len(siblings) > 1:
+    spread = render.seed_spread([s["metrics"] for s in siblings])
+    st.dataframe(spread, hide_index=True, width="stretch",
+                 column_config={k: st.column_config.NumberColumn(format="%.4f")
+                                for k in ("mean", "sd", "worst", "best", "worst below mean")})
+    st.caption(f"{len(siblings)} runs in the runs folder were trained like this one, on the same data, with seeds "
+               f"{', '.join(str(s['seed']) for s in siblings)}: what a retraining can move (test metrics).")
+else:
+    st.caption("No other seed of this training is in the runs folder. Train the same command with other `--seed` "
+               "values into sibling run folders to see how much a retraining moves these numbers "
+               "(docs/training.md, \"Seeds\").")
+
 hist = state.read_history(str(run))
 if not hist.empty and "epoch" in hist:
     st.subheader("Training history")

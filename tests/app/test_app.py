@@ -312,3 +312,39 @@ def test_many_codes_performance_page_groups_ranks_and_searches(many_codes_runs, 
     _ok(at)
     (hits,) = [d.value for d in at.dataframe if "chapter" in d.value.columns and len(d.value) == 10]
     assert set(hits["code"]) == {f"412.{k}" for k in range(10)}
+
+
+@pytest.fixture(scope="module")
+def seed_runs(demo_data, tmp_path_factory) -> Path:
+    """Two runs that differ only in their seed, and one trained with another learning rate."""
+    from clinicode.config import TrainConfig
+    from clinicode.train import train
+
+    from conftest import TINY_MODEL
+
+    root = tmp_path_factory.mktemp("app_runs_seeds")
+    for name, seed, lr in (("s7", 7, 2e-2), ("s8", 8, 2e-2), ("other-lr", 9, 1e-2)):
+        cfg = TrainConfig(epochs=2, batch_size=16, lr=lr, w2v_epochs=1, seed=seed, device="cpu", embeddings="random")
+        train(out_dir=root / name, config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False)
+    return root
+
+
+def test_model_card_shows_rare_codes_and_the_spread_over_seeds(seed_runs, monkeypatch):
+    monkeypatch.setenv("CLINICODE_RUNS", str(seed_runs))
+    at = _ok(_app().run())
+    at.sidebar.selectbox(key="run_name").set_value("s7").run()
+    _ok(at.switch_page("app_pages/about_model.py").run())
+    frames = [d.value for d in at.dataframe]
+    (slices,) = [f for f in frames if "present in test" in f.columns]
+    saved = json.loads((seed_runs / "s7" / "checkpoint" / "metrics_test.json").read_text())["slices"]
+    assert list(slices["in the label set"]) == [saved["rare"]["n_codes"], saved["frequent"]["n_codes"]]
+    (spread,) = [f for f in frames if "worst below mean" in f.columns]
+    micro = spread.set_index("metric").loc["Micro F1"]
+    values = [json.loads((seed_runs / r / "checkpoint" / "metrics_test.json").read_text())["f1_micro"] for r in ("s7", "s8")]
+    assert micro["runs"] == 2                                      # the other learning rate is not a seed sibling
+    assert micro["worst"] == pytest.approx(min(values)) and micro["mean"] == pytest.approx(sum(values) / 2)
+    assert any("seeds 7, 8" in c.value for c in at.caption)
+    at.sidebar.selectbox(key="run_name").set_value("other-lr").run()
+    _ok(at.switch_page("app_pages/about_model.py").run())
+    assert not [d for d in at.dataframe if "worst below mean" in d.value.columns]
+    assert any("No other seed of this training" in c.value for c in at.caption)

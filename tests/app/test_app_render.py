@@ -311,3 +311,20 @@ def test_best_and_worst_codes_need_support_and_the_table_filters():
     assert set(render.filter_codes(df, "40")["code"]) == {c for c in df["code"] if c.startswith("40")}
     assert set(render.filter_codes(df, "icd-10-cm circulatory")["code"]) == {c for c in df["code"] if c.startswith("I")}
     assert len(render.filter_codes(df, "")) == len(df)
+
+
+def test_seed_spread_and_slice_table():
+    runs = [{"f1_micro": 0.5, "auc_macro": 0.9, "slices": {"rare": {"auc_macro": 0.8, "f1_macro": None}}},
+            {"f1_micro": 0.6, "auc_macro": float("nan"), "slices": {"rare": {"auc_macro": 0.7, "f1_macro": None}}},
+            {"f1_micro": 0.7}]
+    df = render.seed_spread(runs).set_index("metric")
+    assert df.loc["Micro F1", "runs"] == 3 and df.loc["Micro F1", "worst"] == 0.5
+    assert df.loc["Micro F1", "mean"] == pytest.approx(0.6) and df.loc["Micro F1", "sd"] == pytest.approx(0.1)
+    assert df.loc["Micro F1", "worst below mean"] == pytest.approx(0.1)
+    assert df.loc["Macro AUC", "runs"] == 1 and pd.isna(df.loc["Macro AUC", "sd"])     # NaN is not a value
+    assert df.loc["Rare codes: macro AUC", "worst"] == 0.7
+    assert "Rare codes: macro F1" not in df.index and "P@5" not in df.index           # no run has them
+    assert render.slice_table({"f1_micro": 0.5}) is None
+    t = render.slice_table({"slices": {"rare_below": 20, "rare": {"n_codes": 3, "n_present": 2, "auc_macro": 0.8, "f1_macro": 0.4},
+                                       "frequent": {"n_codes": 1, "n_present": 1, "auc_macro": 0.9, "f1_macro": 0.7}}})
+    assert list(t["codes"]) == ["rare (< 20 training notes)", "frequent (>= 20)"] and list(t["macro F1"]) == [0.4, 0.7]

@@ -102,3 +102,24 @@ def test_every_relative_link_in_the_docs_resolves():
             if "://" not in target and not (doc.parent / target).exists():
                 broken.append(f"{doc.name} -> {target}")
     assert broken == []
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_anchor_in_the_docs_names_a_heading():
+    broken = []
+    for doc in DOCS:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", doc.read_text(encoding="utf-8")):
+            if "://" in target:
+                continue
+            page = (doc.parent / target) if target else doc
+            if page.suffix != ".md" or not page.is_file():
+                continue
+            text = page.read_text(encoding="utf-8")
+            headings = {_slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+            if anchor not in headings:
+                broken.append(f"{doc.name} -> {target}#{anchor}")
+    assert broken == []

@@ -69,3 +69,24 @@ def test_a_published_protocol_is_reproduced_at_full_size(tmp_path):
     assert summary["protocol"] == "nguyen-mimic4-icd10-top50" and summary["comparable"] is True
     assert summary["splits"] == {"train": 104_077, "dev": 3_805, "test": 7_368} == by_name(summary["protocol"]).counts
     assert summary["n_labels"] == 50 and summary["missing_from_data"] == {s: 0 for s in SPLITS}
+
+
+# Options that say where or how fast a run goes, not what it learns; a recipe need not pin them.
+_UNPINNED = {"device", "memory_mb", "eval_batch_size", "top_k", "single_label"}
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_each_leam_recipe_pins_every_learning_option(recipe):
+    """A recipe is a fixed run: a later change of a library default (e.g. the learning-rate schedule) must not
+    change what it trains."""
+    import dataclasses
+
+    from clinicode.config import TrainConfig
+
+    config = load_recipe(recipe)
+    if config["train"].get("model") != "leam":
+        pytest.skip("tfidf-lr recipe")
+    missing = {f.name for f in dataclasses.fields(TrainConfig)} - _UNPINNED - set(config["train"])
+    if config["train"].get("lr_schedule") == "constant":
+        missing -= {"lr_decay", "lr_patience"}                   # they only act on the plateau schedule
+    assert not missing, f"{recipe} does not pin {sorted(missing)}"

@@ -510,3 +510,24 @@ def test_macro_f1_over_present_codes_is_the_mean_over_codes_with_gold_notes() ->
 def test_float32_scores_are_not_copied_to_float64() -> None:
     s = np.zeros((3, 4), dtype=np.float32)
     assert M._check_scores(s) is s
+
+
+def test_frequency_slices_split_codes_by_training_notes():
+    y = np.array([[1, 0, 1, 0], [0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]])
+    s = np.array([[0.9, 0.2, 0.8, 0.1], [0.3, 0.7, 0.4, 0.2], [0.6, 0.1, 0.2, 0.3], [0.1, 0.8, 0.9, 0.4]])
+    rows = M.per_label_metrics(y, s, ["a", "b", "c", "d"], threshold=0.5)
+    for row, n in zip(rows, (25, 3, 19, 2)):
+        row["train_count"] = n
+    out = M.frequency_slices(rows, rare_below=20)
+    assert out["rare_below"] == 20
+    assert (out["rare"]["n_codes"], out["frequent"]["n_codes"]) == (3, 1)
+    # rare: b, c present (d has no gold note: no AUC, not in macro-F1)
+    assert out["rare"]["n_present"] == 2
+    assert out["rare"]["auc_macro"] == pytest.approx((rows[1]["auc"] + rows[2]["auc"]) / 2)
+    assert out["rare"]["f1_macro"] == pytest.approx((rows[1]["f1"] + rows[2]["f1"]) / 2)
+    assert out["frequent"]["auc_macro"] == pytest.approx(rows[0]["auc"])
+    none = M.frequency_slices(rows, rare_below=1)
+    assert none["rare"] == {"n_codes": 0, "n_present": 0, "auc_macro": None, "f1_macro": None}
+    del rows[0]["train_count"]
+    with pytest.raises(ValueError, match="train_count"):
+        M.frequency_slices(rows)

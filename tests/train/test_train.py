@@ -233,3 +233,62 @@ def test_icd10_cm_codes_without_descriptions_get_the_cms_titles(tmp_path):
     labels = {x["code"]: x["description"] for x in json.loads((tmp_path / "run" / "checkpoint" / "labels.json").read_text())}
     assert labels == {"E11.9": "Type 2 diabetes mellitus without complications", "I10": "Essential (primary) hypertension",
                       "J18.9": "Pneumonia, unspecified organism"}
+
+
+def _rows(res):
+    return [(h["epoch"], h["lr"], h["best"]) for h in res["history"]]
+
+
+def test_plateau_schedule_decays_after_each_epoch_without_a_dev_gain_and_resume_keeps_the_rate(demo_data, tmp_path):
+    # lr 1e-9: the weights barely move, so dev micro-F1 only improves at epoch 1 and every later epoch is a stall
+    cfg = _cfg(epochs=4, lr=1e-9, lr_decay=0.5, lr_patience=1, patience=10)
+    full = train(out_dir=tmp_path / "full", config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False)
+    assert _rows(full) == [(1, 1e-9, True), (2, 1e-9, False), (3, 5e-10, False), (4, 2.5e-10, False)]
+
+    class Boom(Exception):
+        pass
+
+    def stop_after_second(row):
+        if row["epoch"] == 2:
+            raise Boom
+
+    with pytest.raises(Boom):
+        train(out_dir=tmp_path / "cut", config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False,
+              on_epoch=stop_after_second)
+    resumed = train(out_dir=tmp_path / "cut", config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False,
+                    resume=True)
+    assert _rows(resumed) == _rows(full)  # the decayed rate lives in the optimiser's saved state
+
+
+def test_lr_patience_waits_and_constant_never_decays(demo_data, tmp_path):
+    two = train(out_dir=tmp_path / "two", config=_cfg(epochs=4, lr=1e-9, lr_patience=2, patience=10), data_dir=demo_data,
+                model_options=TINY_MODEL, progress=False)
+    assert [r[1] for r in _rows(two)] == [1e-9, 1e-9, 1e-9, 5e-10]   # decayed once, after epochs 2 and 3 stalled
+    flat = train(out_dir=tmp_path / "flat", config=_cfg(epochs=3, lr=1e-9, lr_schedule="constant", patience=10),
+                 data_dir=demo_data, model_options=TINY_MODEL, progress=False)
+    assert [r[1] for r in _rows(flat)] == [1e-9] * 3
+
+
+def test_training_says_how_it_ended(demo_data, tmp_path):
+    quiet = []
+    stalled = train(out_dir=tmp_path / "p", config=_cfg(epochs=6, lr=1e-9, patience=1), data_dir=demo_data,
+                    model_options=TINY_MODEL, progress=False, report=quiet.append)
+    assert stalled["stopped"] == "patience" and len(stalled["history"]) == 3
+    assert not any("still improving" in line for line in quiet)
+    lines = []
+    capped = train(out_dir=tmp_path / "c", config=_cfg(epochs=1), data_dir=demo_data, model_options=TINY_MODEL,
+                   progress=False, report=lines.append)
+    assert capped["stopped"] == "epochs"
+    assert any("reached --epochs 1 while dev was still improving" in line for line in lines)
+    manifest = json.loads((tmp_path / "c" / "checkpoint" / "manifest.json").read_text())
+    assert manifest["stopped"] == "epochs"
+
+
+def test_test_metrics_carry_the_rare_and_frequent_slices(tiny_run):
+    m = json.loads((tiny_run / "checkpoint" / "metrics_test.json").read_text())
+    sl = m["slices"]
+    assert sl["rare"]["n_codes"] + sl["frequent"]["n_codes"] == len(m["per_code"])
+    rare = [r for r in m["per_code"] if r["train_count"] < sl["rare_below"]]
+    assert sl["rare"]["n_codes"] == len(rare)
+    aucs = [r["auc"] for r in rare if r["auc"] is not None]
+    assert sl["rare"]["auc_macro"] == (pytest.approx(sum(aucs) / len(aucs)) if aucs else None)

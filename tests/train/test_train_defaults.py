@@ -14,13 +14,15 @@ def test_library_defaults_are_the_tuned_ones():
     cfg = TrainConfig()
     assert (cfg.lr, cfg.optimizer, cfg.weight_decay, cfg.pos_weight, cfg.w2v_epochs) == (1e-2, "adamw", 0.3, 0.25, 0)
     assert (cfg.decay_scope, cfg.ema_decay) == ("embeddings", 0.99)
+    assert (cfg.lr_schedule, cfg.lr_decay, cfg.lr_patience, cfg.patience, cfg.epochs) == ("plateau", 0.5, 2, 5, 50)
     lc = LEAMConfig(vocab_size=10, n_labels=2)
     assert (lc.phrase_init, lc.hidden_dim) == (1.0, 1000)
 
 
 CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "patience", "batch_size", "max_len", "lr", "embeddings",
                                                   "seed", "weight_decay", "optimizer", "pos_weight", "decay_scope", "ema_decay",
-                                                  "w2v_epochs", "min_doc_freq", "eval_batch_size", "device")},
+                                                  "w2v_epochs", "min_doc_freq", "eval_batch_size", "device",
+                                                  "lr_schedule", "lr_decay", "lr_patience")},
                  "embed_dim": (LEAMConfig, "embed_dim"), "window": (LEAMConfig, "radius"), "hidden_dim": (LEAMConfig, "hidden_dim"),
                  "dropout": (LEAMConfig, "dropout"), "label_reg": (LEAMConfig, "label_reg_weight"), "compat": (LEAMConfig, "compat")}
 
@@ -115,3 +117,12 @@ def test_weight_decay_reaches_only_the_scoped_parameters():
     assert decayed("embeddings") == {"word_emb.weight", "label_emb"}
     assert decayed("matrices") == {"word_emb.weight", "label_emb", "head.1.weight", "head.4.weight"}
     assert decayed("all") == set(names.values())
+
+
+@pytest.mark.parametrize("bad, match", [(dict(lr_schedule="cosine"), "--lr-schedule must be 'plateau' or 'constant'"),
+                                        (dict(lr_decay=1.0), r"--lr-decay must be in \(0, 1\)"),
+                                        (dict(lr_decay=0.0), r"--lr-decay must be in \(0, 1\)"),
+                                        (dict(lr_patience=0), "--lr-patience must be >= 1")])
+def test_schedule_options_are_range_checked(bad, match):
+    with pytest.raises(ConfigError, match=match):
+        TrainConfig(**bad)

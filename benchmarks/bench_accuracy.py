@@ -27,6 +27,7 @@ benchmarks/wink_to_glove.py); that is not the default setting, so it only prints
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import statistics
@@ -90,12 +91,16 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
     from clinicode.config import TrainConfig
     from clinicode.train import train
 
+    from clinicode.config import LEAMConfig
+
+    model_fields = {f.name for f in dataclasses.fields(LEAMConfig)}
     extra = dict(options or {}) if model == "leam" else {}
+    model_options = {k: extra.pop(k) for k in list(extra) if k in model_fields}
     cfg = TrainConfig(model=model, seed=seed, top_k=top_k, device="cpu", **extra)
     desc = DESCRIPTIONS if dataset.startswith("cmc2007") and DESCRIPTIONS.is_file() else None
     t0 = time.perf_counter()
     res = train(out_dir=work / f"{dataset}-{model}-{seed}", config=cfg, data_dir=data_dir,
-                descriptions_path=desc, progress=False)
+                descriptions_path=desc, progress=False, model_options=model_options or None)
     secs = time.perf_counter() - t0
     row = {k: float(res["test"][k]) for k, _ in METRICS}
     row.update({f"dev_{k}": float(res["dev"][k]) for k in ("f1_micro", "auc_macro")})  # for screening on dev
@@ -220,20 +225,25 @@ def write_section(text: str, path: Path) -> None:
 
 
 def _parse_sets(pairs: list[str]) -> dict:
-    """KEY=VALUE pairs as TrainConfig fields, each value parsed as its field's type."""
-    import dataclasses
+    """KEY=VALUE pairs as TrainConfig or LEAMConfig fields (training or model options), each value parsed as its
+    field's type."""
+    from clinicode.config import LEAMConfig, TrainConfig
 
-    from clinicode.config import TrainConfig
-
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    model_fields = {f.name: f for f in dataclasses.fields(LEAMConfig) if f.name not in ("vocab_size", "n_labels")}
+    fields = {**{f.name: f for f in dataclasses.fields(TrainConfig)}, **model_fields}
     out: dict = {}
     for pair in pairs:
         key, _, value = pair.partition("=")
         if key not in fields or not value:
             sys.exit(f"--set {pair}: expected KEY=VALUE with KEY one of {', '.join(sorted(fields))}.")
         kind = type(fields[key].default)
-        out[key] = value if kind is str or fields[key].default is None else kind(value)
-    TrainConfig(**out)  # range checks now, not after an hour of training
+        if kind is bool:
+            out[key] = value.lower() in ("1", "true", "yes")
+        else:
+            out[key] = value if kind is str or fields[key].default is None else kind(value)
+    # range checks now, not after an hour of training
+    TrainConfig(**{k: v for k, v in out.items() if k not in model_fields})
+    LEAMConfig(vocab_size=3, n_labels=1, **{k: v for k, v in out.items() if k in model_fields})
     return out
 
 
@@ -247,7 +257,8 @@ def main() -> None:
     ap.add_argument("--embeddings", default=None, metavar="FILE",
                     help="LEAM word vectors from this word2vec/GloVe text file instead of word2vec (implies --no-write).")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="change one LEAM training option (a TrainConfig field), e.g. lr_schedule=constant; repeatable; "
+                    help="change one LEAM training or model option (a TrainConfig or LEAMConfig field), e.g. "
+                         "lr_schedule=constant or label_reg_weight=0; repeatable; "
                          "implies --no-write.")
     args = ap.parse_args()
     options = _parse_sets(args.set)

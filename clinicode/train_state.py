@@ -15,7 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from clinicode.artifacts import atomic_dir, read_json, sha256_file, write_json_atomic, write_safetensors_atomic
-from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict
+from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict, saved_train_config
 from clinicode.errors import CheckpointError, ConfigError
 from clinicode.tokenizer import ClinicalTokenizer
 
@@ -199,7 +199,7 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
         if name not in files:
             raise CheckpointError(f"{path} lists no {name}; the run cannot resume from it. {RESTART}")
 
-    saved_cfg = config_from_dict(TrainConfig, state["train_config"], source="state/state.json")
+    saved_cfg = saved_train_config(state["train_config"], source="state/state.json")
     free = {k: getattr(train_config, k) for k in RESUME_MAY_CHANGE}  # where and how long, not what is learnt
     if replace(saved_cfg, **free) != replace(train_config, **free):
         da, db = asdict(saved_cfg), asdict(train_config)

@@ -46,9 +46,12 @@ def test_rare_code_proxy_has_the_shape_of_a_small_coding_team(tmp_path):
 def test_set_options_are_typed_and_checked():
     assert bench._parse_sets(["lr_schedule=constant", "lr_decay=0.3", "lr_patience=2"]) == \
         {"lr_schedule": "constant", "lr_decay": 0.3, "lr_patience": 2}
+    assert bench._parse_sets(["label_reg_weight=0", "multilabel=false"]) == {"label_reg_weight": 0.0, "multilabel": False}
     with pytest.raises(SystemExit, match="expected KEY=VALUE"):
         bench._parse_sets(["no_such_option=1"])
     from clinicode.errors import ConfigError
 
     with pytest.raises(ConfigError):
         bench._parse_sets(["lr_decay=2"])
+    with pytest.raises(ConfigError):
+        bench._parse_sets(["dropout=1.5"])

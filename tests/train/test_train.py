@@ -292,3 +292,43 @@ def test_test_metrics_carry_the_rare_and_frequent_slices(tiny_run):
     assert sl["rare"]["n_codes"] == len(rare)
     aucs = [r["auc"] for r in rare if r["auc"] is not None]
     assert sl["rare"]["auc_macro"] == (pytest.approx(sum(aucs) / len(aucs)) if aucs else None)
+
+
+def test_runs_saved_before_the_schedule_existed_read_as_constant_rate(tiny_run, demo_data, tmp_path):
+    """A checkpoint or run state written before `lr_schedule` existed trained at a constant rate: it must not be
+    described (model card) or resumed as if it had used today's default."""
+    import shutil
+
+    ck = tmp_path / "old" / "checkpoint"
+    shutil.copytree(tiny_run / "checkpoint", ck)
+    path = ck / "train_config.json"
+    saved = json.loads(path.read_text())
+    for key in ("lr_schedule", "lr_decay", "lr_patience"):
+        saved.pop(key)
+    path.write_text(json.dumps(saved))
+    assert load_checkpoint(ck, verify=False).train_config.lr_schedule == "constant"
+    assert TrainConfig().lr_schedule == "plateau"
+
+    class Boom(Exception):
+        pass
+
+    def stop(row):
+        raise Boom
+
+    cfg = _cfg(epochs=2)
+    with pytest.raises(Boom):
+        train(out_dir=tmp_path / "cut", config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False,
+              on_epoch=stop)
+    state_file = tmp_path / "cut" / "state" / "state.json"
+    state = json.loads(state_file.read_text())
+    for key in ("lr_schedule", "lr_decay", "lr_patience"):
+        state["train_config"].pop(key)
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(ConfigError, match="lr_schedule"):
+        train(out_dir=tmp_path / "cut", config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False,
+              resume=True)
+    from dataclasses import replace
+
+    resumed = train(out_dir=tmp_path / "cut", config=replace(cfg, lr_schedule="constant"), data_dir=demo_data,
+                    model_options=TINY_MODEL, progress=False, resume=True)
+    assert [h["epoch"] for h in resumed["history"]] == [1, 2]

@@ -126,3 +126,24 @@ def test_weight_decay_reaches_only_the_scoped_parameters():
 def test_schedule_options_are_range_checked(bad, match):
     with pytest.raises(ConfigError, match=match):
         TrainConfig(**bad)
+
+
+def test_cli_docs_state_the_config_defaults():
+    """docs/cli.md's train table shows each option's default; it must be config.py's (a test, not a promise)."""
+    import re
+    from pathlib import Path
+
+    from clinicode.config import default_of
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = text.split("## `train`", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `--([a-z0-9-]+)[^`]*` \| ([^|]*) \|", section, flags=re.M))
+    checked = 0
+    for cli_name, (cls, field) in CLI_TO_CONFIG.items():
+        doc = rows.get(cli_name.replace("_", "-"))
+        if doc is None:
+            continue
+        want = default_of(cls, field)
+        assert doc.strip().strip("`") == str(want), f"--{cli_name}: docs say {doc.strip()}, config.py says {want}"
+        checked += 1
+    assert checked >= 20

@@ -86,8 +86,9 @@ def top_k_for(data_dir: Path) -> int | None:
 
 def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | None, work: Path,
             options: dict | None = None) -> dict:
-    """Train one model with default settings (LEAM: optionally with OPTIONS, TrainConfig fields, changed); return its
-    test metrics, the rare-code slice, how training ended, wall-clock seconds and the run folder."""
+    """Train one model with default settings (LEAM: optionally with OPTIONS, TrainConfig or LEAMConfig fields,
+    changed); return its test metrics, the rare-code slice, how training ended, wall-clock seconds and the run
+    folder."""
     from clinicode.config import TrainConfig
     from clinicode.train import train
 

@@ -181,7 +181,7 @@ def train_cli(
     min_code_count: Annotated[Optional[int], _opt("With --mimic-dir and --label-set full: the code-count cut.", default_of(_P, "min_code_count"))] = None,
     model: Annotated[Optional[str], _opt("leam or tfidf-lr (the bag-of-words baseline).", default_of(_T, "model"))] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None,
-    epochs: Annotated[Optional[int], _opt("Maximum epochs.", default_of(_T, "epochs"))] = None,
+    epochs: Annotated[Optional[int], _opt("Maximum epochs (a cap: the schedule and --patience end runs first).", default_of(_T, "epochs"))] = None,
     patience: Annotated[Optional[int], _opt("Stop when more than this many epochs in a row bring no dev micro-F1 gain.", default_of(_T, "patience"))] = None,
     lr_schedule: Annotated[Optional[str], _opt("plateau (multiply lr by --lr-decay after each --lr-patience epochs without a dev gain) or constant.", default_of(_T, "lr_schedule"))] = None,
     lr_decay: Annotated[Optional[float], _opt("plateau schedule: factor applied to the learning rate at each decay.", default_of(_T, "lr_decay"))] = None,

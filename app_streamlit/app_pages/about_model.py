@@ -57,7 +57,7 @@ if slices is not None:
     st.caption("Test metrics by how many training notes a code had. Rare codes are where a model is weakest and "
                "where a coder's completeness is decided; a slice with few codes present in test moves a lot with "
                "single notes.")
-else:
+elif mt:
     st.caption("This run did not record its codes' training counts (trained with an older clinicode).")
 root = state.runs_root()
 siblings = state.seed_siblings(str(root), str(run), tuple(state.list_runs(root)))

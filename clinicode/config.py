@@ -209,17 +209,19 @@ def save_config(cfg: Any, path: Path) -> None:
     write_json_atomic(path, config_to_dict(cfg))
 
 
-# A saved TrainConfig (a checkpoint's train_config.json, a run's state/state.json) written before a field existed
-# meant the behaviour of its time, not today's default: runs before the plateau schedule kept the rate constant.
-SAVED_TRAIN_ABSENT: dict[str, Any] = {"lr_schedule": "constant"}
+# A configuration saved with a run or checkpoint (train_config.json, model_config.json, state/state.json) before a
+# field existed meant the behaviour of its time, not today's default: runs before the plateau schedule kept the
+# learning rate constant.
+SAVED_ABSENT: dict[type, dict[str, Any]] = {TrainConfig: {"lr_schedule": "constant"}}
 
 
-def saved_train_config(data: dict[str, Any], *, source: str) -> TrainConfig:
-    """A TrainConfig as saved with a run or checkpoint; fields it predates take their value of that time."""
-    return config_from_dict(TrainConfig, {**SAVED_TRAIN_ABSENT, **data}, source=source)
+def saved_config(cls: type[T], data: dict[str, Any], *, source: str) -> T:
+    """`cls` as saved with a run or checkpoint; fields the saved file predates take their value of that time."""
+    return config_from_dict(cls, {**SAVED_ABSENT.get(cls, {}), **data}, source=source)
 
 
 def load_config(cls: type[T], path: Path) -> T:
+    """A configuration file saved with a run or checkpoint (see `saved_config`), with one-line errors."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -227,6 +229,4 @@ def load_config(cls: type[T], path: Path) -> T:
         raise ConfigError(f"{path}: cannot read configuration ({err}).") from err
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}.")
-    if cls is TrainConfig:
-        return saved_train_config(data, source=str(Path(path).name))  # type: ignore[return-value]
-    return config_from_dict(cls, data, source=str(Path(path).name))
+    return saved_config(cls, data, source=str(Path(path).name))

@@ -15,7 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from clinicode.artifacts import atomic_dir, read_json, sha256_file, write_json_atomic, write_safetensors_atomic
-from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict, saved_train_config
+from clinicode.config import LEAMConfig, TrainConfig, config_to_dict, saved_config
 from clinicode.errors import CheckpointError, ConfigError
 from clinicode.tokenizer import ClinicalTokenizer
 
@@ -199,14 +199,14 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
         if name not in files:
             raise CheckpointError(f"{path} lists no {name}; the run cannot resume from it. {RESTART}")
 
-    saved_cfg = saved_train_config(state["train_config"], source="state/state.json")
+    saved_cfg = saved_config(TrainConfig, state["train_config"], source="state/state.json")
     free = {k: getattr(train_config, k) for k in RESUME_MAY_CHANGE}  # where and how long, not what is learnt
     if replace(saved_cfg, **free) != replace(train_config, **free):
         da, db = asdict(saved_cfg), asdict(train_config)
         diff = ", ".join(f"{k}: {da[k]} then {db[k]}" for k in da if da[k] != db[k] and k not in RESUME_MAY_CHANGE)
         raise ConfigError(f"--resume: {run} was started with different options ({diff}); "
                           "repeat the original options or start a new --out folder.")
-    model_config = config_from_dict(LEAMConfig, state["model_config"], source="state/state.json")
+    model_config = saved_config(LEAMConfig, state["model_config"], source="state/state.json")
     changed = [f"{k}: {getattr(model_config, k)} then {v}" for k, v in model_options.items() if getattr(model_config, k) != v]
     if changed:
         raise ConfigError(f"--resume: {run} was started with other model options ({', '.join(changed)}); "

@@ -319,9 +319,11 @@ def _padded_discharge(padder: _Padder, summaries: list[tuple], mean_chars: int) 
 _COURSE, _MEDS_HEAD = "\n\nBrief Hospital Course:", "\n\nDischarge Medications:"
 
 
-def _insert_padding(text: str, corpus: str, span: tuple[int, int, int, int]) -> str:
+def _insert_padding(text: str, corpus: str, span: tuple[int, int, int, int],
+                    heads: tuple[str, str] = (_COURSE, _MEDS_HEAD)) -> str:
+    """Insert the two padding spans before the course and the medication headers (`heads`); addenda get them appended."""
     b1, e1, b2, e2 = span
-    i, j = text.find(_COURSE), text.find(_MEDS_HEAD)
+    i, j = text.find(heads[0]), text.find(heads[1])
     if i < 0 or j < 0:  # addendum: append
         return f"{text}\n{corpus[b1:e1]}{corpus[b2:e2]}".rstrip() if e1 > b1 or e2 > b2 else text
     return f"{text[:i]}{corpus[b1:e1].rstrip()}{text[i:j]}\n{corpus[b2:e2].rstrip()}{text[j:]}"

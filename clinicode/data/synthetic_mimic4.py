@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from clinicode.data.synthetic import CODE_INFO, _csv_field, _Padder
+from clinicode.data.synthetic import CODE_INFO, _csv_field, _insert_padding, _Padder
 from clinicode.config import DEMO
 from clinicode.data.splits import read_id_list, read_split_file
 from clinicode.errors import ConfigError, DataFormatError
@@ -828,14 +828,6 @@ class _Padder4(_Padder):
         self.starts = np.concatenate([[0], np.cumsum([len(u) for u in units])]).astype(np.int64)
 
 
-def _insert_padding4(text: str, corpus: str, span: tuple[int, int, int, int]) -> str:
-    b1, e1, b2, e2 = span
-    i, j = text.find(_COURSE_HEAD), text.find(_MEDS_HEAD)
-    if i < 0 or j < 0:  # addendum: append
-        return f"{text}\n{corpus[b1:e1]}{corpus[b2:e2]}".rstrip() if e1 > b1 or e2 > b2 else text
-    return f"{text[:i]}{corpus[b1:e1].rstrip()}{text[i:j]}\n{corpus[b2:e2].rstrip()}{text[j:]}"
-
-
 @dataclass
 class _Pool:
     """Code indices into the catalogue with cumulative Zipf-like weights, for one version and table."""
@@ -1312,7 +1304,8 @@ def _write_demo_mimic4(
                 b1, e1 = padder.spans(0.7 * pad, at_header=True)
                 b2, e2 = padder.spans(0.3 * pad, at_header=False)
                 corpus = padder.corpus
-                texts = [_insert_padding4(t, corpus, sp) for t, sp in zip(texts, zip(b1, e1, b2, e2))]
+                texts = [_insert_padding(t, corpus, sp, heads=(_COURSE_HEAD, _MEDS_HEAD))
+                         for t, sp in zip(texts, zip(b1, e1, b2, e2))]
             counts.discharge_text_chars += sum(map(len, texts))
             counts.discharge_texts += len(texts)
             fields = [_csv_field(t) for t in texts]

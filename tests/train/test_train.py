@@ -66,6 +66,17 @@ def test_test_metrics_equal_evaluate(tiny_run, demo_data):
         assert m[k] == pytest.approx(saved[k], abs=1e-12)
 
 
+class Interrupted(Exception):
+    """Raised from on_epoch to cut a run as a crash would, after its state is saved."""
+
+
+def _stop_after(epoch: int):
+    def on_epoch(row):
+        if row["epoch"] == epoch:
+            raise Interrupted
+    return on_epoch
+
+
 def _cfg(**kw):
     return TrainConfig(**{**dict(epochs=3, batch_size=16, lr=5e-3, w2v_epochs=1, patience=5, seed=3, device="cpu",
                                  embeddings="random"), **kw})
@@ -83,16 +94,9 @@ def test_seeded_runs_repeat_exactly(demo_data, tmp_path):
 def test_resume_after_interruption_matches_uninterrupted(demo_data, tmp_path):
     full = train(out_dir=tmp_path / "full", config=_cfg(), data_dir=demo_data, model_options=TINY_MODEL, progress=False)
 
-    class Boom(Exception):
-        pass
-
-    def stop_after_first(row):
-        if row["epoch"] == 1:
-            raise Boom
-
-    with pytest.raises(Boom):
+    with pytest.raises(Interrupted):
         train(out_dir=tmp_path / "cut", config=_cfg(), data_dir=demo_data, model_options=TINY_MODEL, progress=False,
-              on_epoch=stop_after_first)
+              on_epoch=_stop_after(1))
     # the interrupted run already has a loadable checkpoint
     assert load_checkpoint(tmp_path / "cut").kind == "leam"
     with pytest.raises(ConfigError, match="already holds a run; pass --resume"):
@@ -245,16 +249,9 @@ def test_plateau_schedule_decays_after_each_epoch_without_a_dev_gain_and_resume_
     full = train(out_dir=tmp_path / "full", config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False)
     assert _rows(full) == [(1, 1e-9, True), (2, 1e-9, False), (3, 5e-10, False), (4, 2.5e-10, False)]
 
-    class Boom(Exception):
-        pass
-
-    def stop_after_second(row):
-        if row["epoch"] == 2:
-            raise Boom
-
-    with pytest.raises(Boom):
+    with pytest.raises(Interrupted):
         train(out_dir=tmp_path / "cut", config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False,
-              on_epoch=stop_after_second)
+              on_epoch=_stop_after(2))
     resumed = train(out_dir=tmp_path / "cut", config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False,
                     resume=True)
     assert _rows(resumed) == _rows(full)  # the decayed rate lives in the optimiser's saved state
@@ -309,16 +306,10 @@ def test_runs_saved_before_the_schedule_existed_read_as_constant_rate(tiny_run, 
     assert load_checkpoint(ck, verify=False).train_config.lr_schedule == "constant"
     assert TrainConfig().lr_schedule == "plateau"
 
-    class Boom(Exception):
-        pass
-
-    def stop(row):
-        raise Boom
-
     cfg = _cfg(epochs=2)
-    with pytest.raises(Boom):
+    with pytest.raises(Interrupted):
         train(out_dir=tmp_path / "cut", config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False,
-              on_epoch=stop)
+              on_epoch=_stop_after(1))
     state_file = tmp_path / "cut" / "state" / "state.json"
     state = json.loads(state_file.read_text())
     for key in ("lr_schedule", "lr_decay", "lr_patience"):

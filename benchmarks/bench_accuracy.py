@@ -11,10 +11,15 @@ Whether LEAM "matches" is judged by a paired bootstrap over test notes (`clinico
 the seed mean of LEAM minus tfidf-lr on 2,000 resamples of the same notes, with its 95% interval.
 The table is printed and written between the bench:accuracy markers of BENCHMARKS.md.
 
-Beside the three sets, a rare-code proxy: `mtsamples-rare` keeps mtsamples' dev and test but only part of its
-training notes (in a fixed shuffled order, a note is kept while one of its labels has fewer than 20 kept notes), so
-most of its 40 labels have 5-30 training notes, the shape of a real coding team's few hundred notes. It is built in
-a temporary folder on every run (never copied into the repo). Every set gets the worst seed, the spread, how runs
+Beside the three sets, two rare-code proxies, built in a temporary folder on every run (never copied into the repo):
+- `mtsamples-rare` keeps mtsamples' dev and test but only part of its training notes (in a fixed shuffled order, a
+  note is kept while one of its labels has fewer than 20 kept notes), so most of its 40 labels have 5-30 training
+  notes, the shape of a real coding team's few hundred notes.
+- `mtsamples-keywords` keeps every mtsamples note but labels it with its page's keywords instead of its specialties:
+  the 300 keywords most often given in training (each in 10 to 258 training notes, 221 of them in fewer than 20).
+  Like ICD codes, each keyword is a specific concept written in the note (98% of them verbatim), so this has the
+  shape of the many-specific-codes problem: hundreds of labels, most with 5-30 training notes.
+Neither proxy gets `--top-k 50`: its label set is the point. Every set gets the worst seed, the spread, how runs
 ended, and the rare-code slice: macro-AUC and macro-F1 over the codes with fewer than 20 training notes.
 
     python benchmarks/bench_accuracy.py [--seeds 5] [--threads 2] [--datasets hoc,mtsamples,...] [--no-write]
@@ -40,8 +45,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 DESCRIPTIONS = DATA / "caml-mimic-ids" / "ICD9_descriptions.tsv"
-DATASETS = ("hoc", "cmc2007-radiology-icd9", "mtsamples", "mtsamples-rare")
-PROXIES = {"mtsamples-rare": ("mtsamples", 20, 0)}  # name: (source set, cap of kept training notes per label, shuffle seed)
+DATASETS = ("hoc", "cmc2007-radiology-icd9", "mtsamples", "mtsamples-rare", "mtsamples-keywords")
+# name: (source set, how it is built, its number): "cut" keeps a note while one of its labels has fewer than the
+# number of kept training notes; "keywords" relabels every note with that many of the most frequent training keywords.
+PROXIES = {"mtsamples-rare": ("mtsamples", "cut", 20), "mtsamples-keywords": ("mtsamples", "keywords", 300)}
+KEYWORD_MIN_NOTES = 5   # a keyword proxy label is given in at least this many training notes
 START, END = "<!-- bench:accuracy:start -->", "<!-- bench:accuracy:end -->"
 METRICS = (("f1_micro", "micro-F1"), ("f1_macro", "macro-F1"), ("auc_macro", "macro-AUC"),
            ("auc_micro", "micro-AUC"), ("prec_at_5", "P@5"))
@@ -50,16 +58,34 @@ N_BOOT = 2000
 
 
 def make_proxy(name: str, out: Path) -> Path:
-    """Build the rare-code proxy NAME under OUT from its source set: dev and test as they are, training notes cut
-    so that (in a fixed shuffled order) a note is kept only while one of its labels has fewer than `cap` kept notes."""
-    import random
-
-    source, cap, seed = PROXIES[name]
+    """Build the rare-code proxy NAME under OUT from its source set (see the module docstring); the same bytes on
+    every run."""
+    source, kind, number = PROXIES[name]
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
-    rows = [json.loads(line) for line in (DATA / source / "train.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    splits = {part: [json.loads(line) for line in (DATA / source / f"{part}.jsonl").read_text(encoding="utf-8").splitlines()
+                     if line] for part in ("train", "dev", "test")}
+    if kind == "cut":                                   # dev and test (and labels.tsv) as they are, byte for byte
+        splits = {"train": _cut(splits["train"], number)}
+        for part in ("dev.jsonl", "test.jsonl", "labels.tsv"):
+            if (DATA / source / part).is_file():
+                (folder / part).write_bytes((DATA / source / part).read_bytes())
+    else:
+        splits = _keyword_labels(splits, number)
+    for part, rows in splits.items():
+        with open(folder / f"{part}.jsonl", "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+    return folder
+
+
+def _cut(rows: list[dict], cap: int) -> list[dict]:
+    """In a fixed shuffled order, keep a note only while one of its labels has fewer than CAP kept notes (file order
+    kept)."""
+    import random
+
     order = list(range(len(rows)))
-    random.Random(seed).shuffle(order)
+    random.Random(0).shuffle(order)
     kept, counts = [], {}
     for i in order:
         labels = rows[i]["labels"]
@@ -67,20 +93,34 @@ def make_proxy(name: str, out: Path) -> Path:
             kept.append(i)
             for c in labels:
                 counts[c] = counts.get(c, 0) + 1
-    with open(folder / "train.jsonl", "w", encoding="utf-8") as f:
-        for i in sorted(kept):
-            f.write(json.dumps(rows[i]) + "\n")
-    for part in ("dev.jsonl", "test.jsonl", "labels.tsv"):
-        if (DATA / source / part).is_file():
-            (folder / part).write_bytes((DATA / source / part).read_bytes())
-    return folder
+    return [rows[i] for i in sorted(kept)]
 
 
-def top_k_for(data_dir: Path) -> int | None:
-    """`--top-k 50` only for a set with more than 50 training labels: on smaller sets it would keep every label
-    but still drop the notes that have none (hoc: 50 of 355 test notes), which makes the task easier."""
+def _keyword_labels(splits: dict[str, list[dict]], n_labels: int) -> dict[str, list[dict]]:
+    """Every note relabelled with its keywords (lower-cased, spaces collapsed) among the N_LABELS given most often in
+    training (at least KEYWORD_MIN_NOTES notes; ties by name). A note with none of them keeps an empty label list.
+    Only id, text and labels are written: the specialties and the page's description would give the labels away."""
+    def keywords(row: dict) -> set[str]:
+        return {" ".join(k.lower().split()) for k in row.get("keywords") or []} - {""}
+
+    counts: dict[str, int] = {}
+    for row in splits["train"]:
+        for k in keywords(row):
+            counts[k] = counts.get(k, 0) + 1
+    ranked = sorted((k for k, n in counts.items() if n >= KEYWORD_MIN_NOTES), key=lambda k: (-counts[k], k))
+    keep = set(ranked[:n_labels])
+    return {part: [{"id": r["id"], "text": r["text"], "labels": sorted(keywords(r) & keep)} for r in rows]
+            for part, rows in splits.items()}
+
+
+def top_k_for(name: str, data_dir: Path) -> int | None:
+    """`--top-k 50` only for a public set with more than 50 training labels: on smaller sets it would keep every label
+    but still drop the notes that have none (hoc: 50 of 355 test notes), which makes the task easier. Never for a
+    proxy: its label set is what it measures."""
     from clinicode.data.prepared import load_dataset
 
+    if name in PROXIES:
+        return None
     return TOP_K if len(load_dataset(data_dir).labels) > TOP_K else None
 
 
@@ -286,7 +326,7 @@ def main() -> None:
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="clinicode-bench-acc-") as tmp:
         dirs = {d: make_proxy(d, Path(tmp) / "data") if d in PROXIES else DATA / d for d in datasets}
-        top_ks = {d: top_k_for(dirs[d]) for d in datasets}
+        top_ks = {d: top_k_for(d, dirs[d]) for d in datasets}
         for dataset in datasets:
             lr = results[(dataset, "tfidf-lr")] = [run_one(dataset, dirs[dataset], "tfidf-lr", 1337, top_ks[dataset], Path(tmp))]
             leam = results[(dataset, "leam")] = [run_one(dataset, dirs[dataset], "leam", 1337 + i, top_ks[dataset], Path(tmp),

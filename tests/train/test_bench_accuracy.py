@@ -33,7 +33,7 @@ def test_rare_code_proxy_has_the_shape_of_a_small_coding_team(tmp_path):
     assert {r["id"] for r in kept} < {r["id"] for r in full}
     before, after = _counts(full), _counts(kept)
     assert set(after) == set(before)                              # every label keeps some training notes
-    cap = bench.PROXIES["mtsamples-rare"][1]
+    cap = bench.PROXIES["mtsamples-rare"][2]
     for code, n in before.items():                                # a label already below the cap keeps all its notes
         if n <= cap:
             assert after[code] == n, code
@@ -41,6 +41,45 @@ def test_rare_code_proxy_has_the_shape_of_a_small_coding_team(tmp_path):
     assert len(kept) < 0.4 * len(full)
     assert bench.make_proxy("mtsamples-rare", tmp_path / "again").joinpath("train.jsonl").read_bytes() == \
         (folder / "train.jsonl").read_bytes()                     # the same proxy on every run
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "mtsamples" / "train.jsonl").is_file(), reason="needs ../shared/data/mtsamples")
+def test_keyword_proxy_has_hundreds_of_specific_mostly_rare_labels(tmp_path):
+    folder = bench.make_proxy("mtsamples-keywords", tmp_path)
+    source = SHARED_DATA / "mtsamples"
+    n_labels = bench.PROXIES["mtsamples-keywords"][2]
+    counts = _counts(_read(folder / "train.jsonl"))
+    assert len(counts) == n_labels == 300
+    assert min(counts.values()) >= bench.KEYWORD_MIN_NOTES
+    assert sum(n < 20 for n in counts.values()) >= 0.66 * n_labels          # most labels are rare codes
+    assert sum(5 <= n <= 30 for n in counts.values()) >= 0.8 * n_labels
+    for part in ("train", "dev", "test"):
+        src, out = _read(source / f"{part}.jsonl"), _read(folder / f"{part}.jsonl")
+        assert [(r["id"], r["text"]) for r in out] == [(r["id"], r["text"]) for r in src]   # every note, unchanged
+        for s, o in zip(src, out):
+            assert set(o) == {"id", "text", "labels"}                        # no specialty or description leaks in
+            assert set(o["labels"]) <= {" ".join(k.lower().split()) for k in s["keywords"]}
+            assert set(o["labels"]) <= set(counts)                           # dev/test use the training label set
+        assert sum(1 for r in out if r["labels"]) >= 0.85 * len(out)
+    # the most frequent keywords are labels and a keyword given in 4 training notes is not
+    full = collections.Counter(" ".join(k.lower().split()) for r in _read(source / "train.jsonl") for k in set(r["keywords"]))
+    assert full.most_common(1)[0][0] in counts
+    assert not any(full[k] < bench.KEYWORD_MIN_NOTES for k in counts)
+    again = bench.make_proxy("mtsamples-keywords", tmp_path / "again")
+    for part in ("train.jsonl", "dev.jsonl", "test.jsonl"):
+        assert (again / part).read_bytes() == (folder / part).read_bytes()   # the same proxy on every run
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "mtsamples" / "train.jsonl").is_file(), reason="needs ../shared/data/mtsamples")
+def test_proxies_keep_their_label_sets_and_big_public_sets_get_top_50(tmp_path):
+    assert bench.top_k_for("mtsamples-keywords", bench.make_proxy("mtsamples-keywords", tmp_path)) is None
+    assert bench.top_k_for("mtsamples", SHARED_DATA / "mtsamples") is None       # 40 labels: no cut
+    many = tmp_path / "many"                                                     # a public set with 60 labels
+    many.mkdir()
+    for part in ("train", "dev", "test"):
+        rows = [{"id": f"{part}{i}", "text": f"note {i} word{i % 60}", "labels": [f"L{i % 60}"]} for i in range(120)]
+        (many / f"{part}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert bench.top_k_for("many", many) == bench.TOP_K
 
 
 def test_set_options_are_typed_and_checked():

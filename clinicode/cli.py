@@ -192,6 +192,7 @@ def train_cli(
     dropout: Annotated[Optional[float], _opt("Dropout in the MLP head.", default_of(_M, "dropout"))] = None,
     label_reg: Annotated[Optional[float], _opt("Weight lambda of the label-embedding regulariser.", default_of(_M, "label_reg_weight"))] = None,
     compat: Annotated[Optional[str], _opt("cosine (LEAM) or linear (the paper's ablation).", default_of(_M, "compat"))] = None,
+    code_evidence: Annotated[Optional[bool], _opt("Not the paper's model: each code's score also counts its best phrase match in the note (for many specific or rare codes; docs/training.md).", default_of(_M, "code_evidence"), "--code-evidence/--no-code-evidence")] = None,
     batch_size: Annotated[Optional[int], _opt("Notes per batch.", default_of(_T, "batch_size"))] = None,
     max_len: Annotated[Optional[int], _opt("Tokens kept per note.", default_of(_T, "max_len"))] = None,
     lr: Annotated[Optional[float], _opt("AdamW learning rate.", default_of(_T, "lr"))] = None,
@@ -226,9 +227,10 @@ def train_cli(
                                lr_schedule=lr_schedule, lr_decay=lr_decay, lr_patience=lr_patience,
                                memory_mb=memory_budget, top_k=None if mimic_dir is not None else top_k))
     # Every model option is passed, given or default, so --resume compares them all with the run's.
-    options = {k: default_of(_M, k) for k in ("embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight", "compat")}
+    options = {k: default_of(_M, k)
+               for k in ("embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight", "compat", "code_evidence")}
     options.update(_given(embed_dim=embed_dim, radius=window, hidden_dim=hidden_dim, dropout=dropout,
-                          label_reg_weight=label_reg, compat=compat))
+                          label_reg_weight=label_reg, compat=compat, code_evidence=code_evidence))
 
     def on_epoch(row: dict[str, Any]) -> None:
         typer.echo(f"epoch {row['epoch']:>3}  loss {row['train_loss']:.4f}  dev micro-F1 {row.get('dev_f1_micro', 0):.4f}  "

@@ -7,7 +7,9 @@ forward, and in training its backward, create and free again) and the stored wor
 - one block of code scores, [rows, codes] floats: `kernels.code_max` never holds all [B, L, K] of them;
 - the weights, dominated by the V x P word vectors and the head's H x K output layer; training keeps four more
   copies (gradients, Adam's two moments, the moving average);
-- at inference with few codes, the [V, K] word-code table (the paper's "store G offline"), when it fits and pays.
+- at inference with few codes, the [V, K] word-code table (the paper's "store G offline"), when it fits and pays;
+- with `code_evidence`, each code's winning windowed word vector, [B, K, P] floats, and one block of its position
+  scores (`EVIDENCE_BLOCK` floats).
 
 The weights are not in the budget (they are the model), and neither is the data: [N, K] score matrices of the
 notes being evaluated are the caller's. The plan is an estimate from shapes (float32), checked against measured peak
@@ -22,6 +24,7 @@ from clinicode.config import LEAMConfig
 from clinicode.errors import ConfigError
 
 MB = 1 << 20
+EVIDENCE_BLOCK = 1 << 21  # scores per block when LEAM finds each code's best position (model._evidence; 8 MB)
 CPU_BLOCK = (256, 2048)   # rows x codes of one score block on the CPU: 2 MB, cache-sized (bigger blocks were slower)
 TABLE_MAX_CODES_PER_DIM = 4  # the table pays up to K = 4P at inference (measured: beyond it, the product is faster)
 
@@ -66,7 +69,7 @@ def plan(cfg: LEAMConfig, *, batch_size: int, max_len: int, budget_mb: int, devi
     B, L, P, K, V, H = batch_size, max_len, cfg.embed_dim, cfg.n_labels, cfg.vocab_size, cfg.hidden_dim
     N, f = B * L, 4 / MB                                                  # positions per batch; MB per float32
     cpu, cosine = device == "cpu", cfg.compat == "cosine"
-    n_params = V * P + K * P + 2 * cfg.radius + 1 + K + P * H + H + H * K + K
+    n_params = V * P + K * P + 2 * cfg.radius + 1 + K + P * H + H + H * K + K + (K if cfg.code_evidence else 0)
     weights = n_params * f * (5 if training else 1)
     reg = min(K, cfg.label_reg_codes) * (H + K) * f * 3 if training else 0.0  # f(c_k) for the regulariser's codes
     table = V * K * f
@@ -89,6 +92,9 @@ def plan(cfg: LEAMConfig, *, batch_size: int, max_len: int, budget_mb: int, devi
             room = budget_mb - word
             block = (N, max(1, min(K, int(room / (2 * N * f))) if room > 0 else 1))
         scratch = word + 2 * block[0] * block[1] * f
+    if cfg.code_evidence:  # [B, K, P] winners (with gradients in training), a score block and its copy; S where not made
+        windowed = 0 if order == "many codes" else (4 if training else 2) * N * P
+        scratch += ((3 if training else 1) * B * K * P + 2 * B * K + 2 * EVIDENCE_BLOCK + windowed) * f
     if scratch > budget_mb:
         raise ConfigError(
             f"one batch of {B} notes of up to {L:,} tokens needs about {scratch:,.0f} MB with {K:,} codes, over "

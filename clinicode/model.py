@@ -14,6 +14,13 @@ Design decisions (stated here, as the domain notes ask):
   lost dev micro-F1 on cmc2007 and mtsamples, docs/accuracy-tuning.md). `compat="linear"` is the paper's ablation
   "LEAM (linear)": m_l = max_k G_kl, no window, no ReLU.
 - **Output:** sigmoid + BCE for multi-label notes; softmax + CE for one label per note (the paper's topic tasks).
+- **Code evidence (`code_evidence=True`; off by default, not the paper's model):** logit_k = f(z)_k + a_k e_k with
+  e_k = max_l window(G)_lk, the code's best phrase match anywhere in the note (u before b1 and the ReLU), and
+  a_k = softplus(rho_k) >= 0, starting at log 2. With hundreds of codes the max over codes finds some code near almost
+  every word, the one attention spreads over half the note, and z no longer carries a rare code's word; e_k is the
+  model's own per-code compatibility, which the max over codes throws away. e reads the attention's W1 but does not
+  train it (nor b1), and a_k cannot go below 0: both failure modes were seen (docs/accuracy-tuning.md, round 9).
+  It is still one attention per note; per-code evidence is a max-pooled score, not a per-code attended vector.
 - **Label regulariser:** the same head f classifies each code vector c_k as its own class (softmax cross-entropy
   against the identity), weight lambda (paper: 1). With more than `label_reg_codes` codes (256) each step averages it
   over that many codes drawn at random, each scored against all K: an unbiased estimate of the same mean whose cost
@@ -55,9 +62,10 @@ from torch import nn
 
 from clinicode import kernels
 from clinicode.config import LEAMConfig
-from clinicode.memory import CPU_BLOCK
+from clinicode.memory import CPU_BLOCK, EVIDENCE_BLOCK
 
 _EPS = 1e-8
+EVIDENCE_RHO0 = 0.0       # code_evidence: a_k = softplus(rho_k) starts at log 2 = 0.69 (docs/accuracy-tuning.md, round 9)
 
 
 @dataclass
@@ -94,6 +102,8 @@ class LEAM(nn.Module):
             nn.Dropout(config.dropout),
             nn.Linear(config.hidden_dim, K),
         )
+        if config.code_evidence:                                                      # a_k = softplus(rho_k) >= 0 (not the paper)
+            self.evidence_rho = nn.Parameter(torch.full((K,), EVIDENCE_RHO0))
 
     @property
     def many_codes(self) -> bool:
@@ -131,13 +141,13 @@ class LEAM(nn.Module):
                 m = (G if linear else F.relu(_window(G, W1) + b1)).amax(dim=-1)       # [B, L]
         elif not self.fast:                                                           # the plain reference
             G = _cosine(V, Cn, mask)                                                  # [B, L, K]
-            m = (G if linear else F.relu(_window(G, W1) + b1)).amax(dim=-1)           # [B, L]
+            u = G if linear else F.relu(_window(G, W1) + b1)                          # [B, L, K]
+            m = u.amax(dim=-1)                                                        # [B, L]
         elif cpu and not self.many_codes and not linear:                              # few codes: G is small
             G = kernels.cosine_compat(V, Cn, mask)                                    # [B, L, K]
             m = kernels.phrase_max(G, W1, b1)                                         # [B, L] u never written
         else:                                                                         # window(G) = window(v^) C^T
-            Vn = V * (maskf / (V.norm(dim=-1, keepdim=True) + _EPS))                  # [B, L, P] v^, 0 on padding
-            S = Vn if linear else (kernels.phrase_window(Vn, W1) if cpu else _window(Vn, W1))  # [B, L, P]
+            S = self._windowed(V, mask, W1)                                           # [B, L, P]
             m = kernels.code_max(S.reshape(-1, S.shape[-1]), Cn, None if linear else b1, relu=not linear,
                                  block=block).view(mask.shape)                   # [B, L]
 
@@ -152,9 +162,55 @@ class LEAM(nn.Module):
 
         # (6) f: dropout -> Linear(P, H) -> ReLU -> dropout -> Linear(H, K).
         logits = self.head(z)                                                         # [B, K]
+
+        # (7) optional, not the paper: e_k = max_l window(G)_lk, each code's best phrase match in the note, a_k >= 0.
+        if cfg.code_evidence:
+            if table is None and not self.fast:
+                W = G if linear else _window(G, W1.detach())                          # [B, L, K] before b1 and ReLU
+                e = W.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)   # [B, K]
+            else:
+                V = F.embedding(ids, E, padding_idx=0) if V is None else V
+                e = self._evidence(self._windowed(V, mask, W1.detach()), mask, Cn)   # [B, K]
+            logits = logits + self.evidence_weight() * e
         if not return_attention:
             return LEAMOutput(logits=logits)
         return LEAMOutput(logits=logits, beta=beta, doc=z)
+
+    def _windowed(self, V: torch.Tensor, mask: torch.Tensor, W1: torch.Tensor) -> torch.Tensor:
+        """S = window(v^), [B, L, P]: the unit word vectors (0 on padding) through the phrase window W1 (v^ itself for
+        "linear"), so that S_l . c^_k = window(G)_lk."""
+        Vn = V * (mask.unsqueeze(-1).to(V.dtype) / (V.norm(dim=-1, keepdim=True) + _EPS))  # [B, L, P] v^
+        if self.config.compat == "linear":
+            return Vn
+        return kernels.phrase_window(Vn, W1) if V.device.type == "cpu" else _window(Vn, W1)
+
+    def evidence_weight(self) -> torch.Tensor:
+        """a = softplus(rho), [K]: each code's weight on its best phrase match, never negative (a match can only count
+        for its code; unconstrained weights of rare codes were driven below 0 in the first steps and stayed there)."""
+        return F.softplus(self.evidence_rho)
+
+    def _evidence(self, S: torch.Tensor, mask: torch.Tensor, Cn: torch.Tensor) -> torch.Tensor:
+        """e[b, k] = max over the note's positions l of window(G)_lk (G_lk for "linear"), without a [B, L, K] tensor
+        in the graph.
+
+        window(G)_lk = S_l . c^_k with S = window(v^) (`_windowed`, with W1 detached): u before the paper's b1 and
+        ReLU. The evidence reads the attention's window but does not train it, nor b1: in the first steps, when every
+        code scores 0.5 and few are positive, lowering every negative's evidence through the one shared W1 drove it to
+        0 or below within 20 steps and took the attention with it.
+        Each code's best position is found without gradients, a block of codes at a time (about 8 MB of scores); then
+        only the winning dot products are recomputed with gradients, [B, K, P], which is the gradient of the max
+        (ties go to the first position, as `torch.max`).
+        """
+        B, L, P = S.shape
+        K = Cn.shape[0]
+        step = max(1, EVIDENCE_BLOCK // max(1, B * L))                                # codes per block
+        best = torch.empty(B, K, dtype=torch.long, device=S.device)
+        with torch.no_grad():
+            for k0 in range(0, K, step):
+                scores = S @ Cn[k0:k0 + step].T                                       # [B, L, k]
+                best[:, k0:k0 + step] = scores.masked_fill_(~mask.unsqueeze(-1), float("-inf")).argmax(dim=1)
+        win = S.gather(1, best.unsqueeze(-1).expand(B, K, P))                         # [B, K, P] each code's best S_l
+        return (win * Cn).sum(-1)                                                     # [B, K]
 
     @torch.no_grad()
     def phrase(self, ids: torch.Tensor, mask: torch.Tensor, codes: torch.Tensor | None = None) -> torch.Tensor:

@@ -16,7 +16,7 @@ def test_library_defaults_are_the_tuned_ones():
     assert (cfg.decay_scope, cfg.ema_decay) == ("embeddings", 0.99)
     assert (cfg.lr_schedule, cfg.lr_decay, cfg.lr_patience, cfg.patience, cfg.epochs) == ("plateau", 0.5, 2, 5, 50)
     lc = LEAMConfig(vocab_size=10, n_labels=2)
-    assert (lc.phrase_init, lc.hidden_dim) == (1.0, 1000)
+    assert (lc.phrase_init, lc.hidden_dim, lc.code_evidence) == (1.0, 1000, False)   # the paper's model by default
 
 
 CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "patience", "batch_size", "max_len", "lr", "embeddings",
@@ -24,7 +24,8 @@ CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "patience",
                                                   "w2v_epochs", "min_doc_freq", "eval_batch_size", "device",
                                                   "lr_schedule", "lr_decay", "lr_patience")},
                  "embed_dim": (LEAMConfig, "embed_dim"), "window": (LEAMConfig, "radius"), "hidden_dim": (LEAMConfig, "hidden_dim"),
-                 "dropout": (LEAMConfig, "dropout"), "label_reg": (LEAMConfig, "label_reg_weight"), "compat": (LEAMConfig, "compat")}
+                 "dropout": (LEAMConfig, "dropout"), "label_reg": (LEAMConfig, "label_reg_weight"), "compat": (LEAMConfig, "compat"),
+                 "code_evidence": (LEAMConfig, "code_evidence")}
 
 
 def test_cli_repeats_no_default_and_its_help_shows_config_defaults():

@@ -50,6 +50,10 @@ DATASETS = ("hoc", "cmc2007-radiology-icd9", "mtsamples", "mtsamples-rare", "mts
 # number of kept training notes; "keywords" relabels every note with that many of the most frequent training keywords.
 PROXIES = {"mtsamples-rare": ("mtsamples", "cut", 20), "mtsamples-keywords": ("mtsamples", "keywords", 300)}
 KEYWORD_MIN_NOTES = 5   # a keyword proxy label is given in at least this many training notes
+# LEAM rows run beside the defaults on every set: name -> the LEAMConfig/TrainConfig fields it changes. "leam" is the
+# paper's model with the library defaults; "leam+evidence" adds each code's best phrase match to its score
+# (`train --code-evidence`, not the paper's model; docs/training.md).
+VARIANTS = {"leam+evidence": {"code_evidence": True}}
 START, END = "<!-- bench:accuracy:start -->", "<!-- bench:accuracy:end -->"
 METRICS = (("f1_micro", "micro-F1"), ("f1_macro", "macro-F1"), ("auc_macro", "macro-AUC"),
            ("auc_micro", "micro-AUC"), ("prec_at_5", "P@5"))
@@ -125,10 +129,10 @@ def top_k_for(name: str, data_dir: Path) -> int | None:
 
 
 def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | None, work: Path,
-            options: dict | None = None) -> dict:
+            options: dict | None = None, name: str | None = None) -> dict:
     """Train one model with default settings (LEAM: optionally with OPTIONS, TrainConfig or LEAMConfig fields,
-    changed); return its test metrics, the rare-code slice, how training ended, wall-clock seconds and the run
-    folder."""
+    changed) into WORK/DATASET-NAME-SEED (NAME: the row's name, default MODEL); return its test metrics, the rare-code
+    slice, how training ended, wall-clock seconds and the run folder."""
     from clinicode.config import TrainConfig
     from clinicode.train import train
 
@@ -140,7 +144,7 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
     cfg = TrainConfig(model=model, seed=seed, top_k=top_k, device="cpu", **extra)
     desc = DESCRIPTIONS if dataset.startswith("cmc2007") and DESCRIPTIONS.is_file() else None
     t0 = time.perf_counter()
-    res = train(out_dir=work / f"{dataset}-{model}-{seed}", config=cfg, data_dir=data_dir,
+    res = train(out_dir=work / f"{dataset}-{name or model}-{seed}", config=cfg, data_dir=data_dir,
                 descriptions_path=desc, progress=False, model_options=model_options or None)
     secs = time.perf_counter() - t0
     row = {k: float(res["test"][k]) for k, _ in METRICS}
@@ -156,7 +160,7 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
                # how far the last epoch's training loss sits above the run's lowest (0 = still at its lowest)
                loss_rise=(losses[-1] / min(losses) - 1.0) if losses and min(losses) > 0 else 0.0,
                at_cap_improving=bool(history) and res.get("stopped") == "epochs" and bool(history[-1].get("best")))
-    print(json.dumps({"dataset": dataset, "model": model, "seed": seed, **row}), file=sys.stderr, flush=True)
+    print(json.dumps({"dataset": dataset, "model": name or model, "seed": seed, **row}), file=sys.stderr, flush=True)
     return {**row, "run": res["run"]}
 
 
@@ -206,7 +210,7 @@ def robustness_table(results: dict[tuple[str, str], list[dict]]) -> str:
             "| last loss above its lowest |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for (dataset, model), rows in results.items():
-        leam = model == "leam"
+        leam = model != "tfidf-lr"
         lines.append(" | ".join([
             f"| {dataset}", model, _worst([r["f1_micro"] for r in rows]), _worst([r["auc_macro"] for r in rows]),
             str(rows[0]["rare_n"]), _mean([r["rare_auc_macro"] for r in rows]), _worst([r["rare_auc_macro"] for r in rows]),
@@ -222,34 +226,35 @@ def robustness_table(results: dict[tuple[str, str], list[dict]]) -> str:
 def goals(results: dict[tuple[str, str], list[dict]], datasets: list[str]) -> list[str]:
     """The accuracy issue's goals, each with its numbers and whether it holds."""
     out = []
-    for d in datasets:
-        leam, lr = results[(d, "leam")], results[(d, "tfidf-lr")][0]
+    for (d, name), leam in results.items():
+        lr = results[(d, "tfidf-lr")][0]
         f1 = [r["f1_micro"] for r in leam]
-        if len(f1) < 2:
+        if name == "tfidf-lr" or d not in datasets or len(f1) < 2:
             continue
         sd, mean, worst = statistics.stdev(f1), statistics.mean(f1), min(f1)
         if d in PROXIES:
             auc = [r["auc_macro"] for r in leam]
             ok = min(f1) >= lr["f1_micro"] and min(auc) >= lr["auc_macro"]
-            out.append(f"- {d} (rare-code proxy): LEAM at least tfidf-lr, seed mean and worst seed: micro-F1 mean "
+            out.append(f"- {d}, {name} (rare-code proxy): at least tfidf-lr, seed mean and worst seed: micro-F1 mean "
                        f"{mean:.4f}, worst {worst:.4f} vs {lr['f1_micro']:.4f}; macro-AUC mean {statistics.mean(auc):.4f}, "
                        f"worst {min(auc):.4f} vs {lr['auc_macro']:.4f}: {'met' if ok else 'not met'}")
         ok = sd <= 0.01 and mean - worst <= 0.02
-        out.append(f"- {d}: micro-F1 sd {sd:.4f} (goal <= 0.01), worst seed {mean - worst:.4f} below the mean (goal <= 0.02): "
+        out.append(f"- {d}, {name}: micro-F1 sd {sd:.4f} (goal <= 0.01), worst seed {mean - worst:.4f} below the mean (goal <= 0.02): "
                    f"{'met' if ok else 'not met'}")
     return out
 
 
-def verdict(gaps: dict[str, dict]) -> list[str]:
-    """One line per set: LEAM's mean minus tfidf-lr on micro-F1 and macro-AUC, with a paired-bootstrap interval."""
+def verdict(gaps: dict[tuple[str, str], dict]) -> list[str]:
+    """One line per set and LEAM row: its mean minus tfidf-lr on micro-F1 and macro-AUC, with a paired-bootstrap
+    interval."""
     out = []
-    for dataset, c in gaps.items():
+    for (dataset, name), c in gaps.items():
         parts = []
-        for key, name in (("f1_micro", "micro-F1"), ("auc_macro", "macro-AUC")):
+        for key, metric in (("f1_micro", "micro-F1"), ("auc_macro", "macro-AUC")):
             b = c[key]
-            parts.append(f"{name} {b['diff']:+.4f} [{b['lo']:+.4f}, {b['hi']:+.4f}], "
-                         f"LEAM below in {100 * b['p_a_below_b']:.0f}% of resamples")
-        out.append(f"- {dataset}: LEAM − tfidf-lr: " + "; ".join(parts))
+            parts.append(f"{metric} {b['diff']:+.4f} [{b['lo']:+.4f}, {b['hi']:+.4f}], "
+                         f"below in {100 * b['p_a_below_b']:.0f}% of resamples")
+        out.append(f"- {dataset}: {name} − tfidf-lr: " + "; ".join(parts))
     return out
 
 
@@ -322,21 +327,23 @@ def main() -> None:
     if missing:
         sys.exit(f"no data for {', '.join(missing)} under {DATA}; expected {{train,dev,test}}.jsonl per set.")
     results: dict[tuple[str, str], list[dict]] = {}
-    gaps: dict[str, dict] = {}
+    gaps: dict[tuple[str, str], dict] = {}
+    rows = {"leam": options} if options else {"leam": {}, **VARIANTS}   # screening runs one LEAM row
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="clinicode-bench-acc-") as tmp:
         dirs = {d: make_proxy(d, Path(tmp) / "data") if d in PROXIES else DATA / d for d in datasets}
         top_ks = {d: top_k_for(d, dirs[d]) for d in datasets}
         for dataset in datasets:
             lr = results[(dataset, "tfidf-lr")] = [run_one(dataset, dirs[dataset], "tfidf-lr", 1337, top_ks[dataset], Path(tmp))]
-            leam = results[(dataset, "leam")] = [run_one(dataset, dirs[dataset], "leam", 1337 + i, top_ks[dataset], Path(tmp),
-                                                         options) for i in range(args.seeds)]
-            gaps[dataset] = gap(dirs[dataset], leam, lr)
+            for name, opts in rows.items():
+                leam = results[(dataset, name)] = [run_one(dataset, dirs[dataset], "leam", 1337 + i, top_ks[dataset],
+                                                           Path(tmp), opts, name) for i in range(args.seeds)]
+                gaps[(dataset, name)] = gap(dirs[dataset], leam, lr)
     from clinicode.config import LEAMConfig, TrainConfig
 
     d = TrainConfig()
     text = "\n".join([
-        "## accuracy: LEAM (defaults) vs tfidf-lr (`benchmarks/bench_accuracy.py`)" if not options else
+        "## accuracy: LEAM (defaults), LEAM + code evidence and tfidf-lr (`benchmarks/bench_accuracy.py`)" if not options else
         f"## accuracy: LEAM (defaults, but {', '.join(f'{k}={v}' for k, v in options.items())}) vs tfidf-lr "
         f"(`benchmarks/bench_accuracy.py`, screening)",
         "",
@@ -345,6 +352,10 @@ def main() -> None:
         f"where a set has more than 50 labels (here: {', '.join(d for d in datasets if top_ks[d]) or 'none'}) and, "
         "for cmc2007 only, `--descriptions ../shared/data/caml-mimic-ids/"
         "ICD9_descriptions.tsv` (LEAM's label vectors start from the ICD-9 descriptions; tfidf-lr ignores them). "
+        + ("`leam` is the paper's model with the library defaults; `leam+evidence` is the same with `--code-evidence` "
+           "(each code's score also counts its best phrase match in the note, max over positions of u_kl; not the "
+           "paper's model, docs/training.md). " if not options else "")
+        +
         f"LEAM: mean ± sd over seeds {', '.join(str(1337 + i) for i in range(args.seeds))}; tfidf-lr is deterministic. "
         "P@5 is bounded by the few gold labels per note (1.2-2.1 on average). train s = wall time of `train()` "
         "(word2vec, training with dev evaluation each epoch, final scoring) on a shared 2-core CPU. "
@@ -353,7 +364,7 @@ def main() -> None:
         "",
         table(results),
         "",
-        f"Gaps: LEAM's seed mean minus tfidf-lr on the test notes, then a 95% interval from a paired bootstrap ({N_BOOT:,} "
+        f"Gaps: each LEAM row's seed mean minus tfidf-lr on the test notes, then a 95% interval from a paired bootstrap ({N_BOOT:,} "
         "resamples of the test notes, both models scored on the same draw, so seed spread and test-sample noise are "
         "both in it) and the share of resamples in which LEAM comes out below. An interval that contains 0 means this "
         "test set cannot tell the two models apart on that metric.",
@@ -363,8 +374,8 @@ def main() -> None:
         "Worst seed, rare codes and how runs ended. Rare codes: fewer than 20 training notes (frequent: the others); "
         "rare/frequent macro-AUC averages per-code AUC over the codes of the slice with a positive and a negative test "
         "note, macro-F1 averages per-code F1 over the codes of the slice present in test (so single test notes swing "
-        "them: read them beside the code count). `mtsamples-rare` is the rare-code proxy built from mtsamples (see the "
-        "script's docstring). Last column: the last epoch's training loss above the run's lowest, the largest over seeds.",
+        "them: read them beside the code count). `mtsamples-rare` and `mtsamples-keywords` are the rare-code proxies built "
+        "from mtsamples (see the script's docstring). Last column: the last epoch's training loss above the run's lowest, the largest over seeds.",
         "",
         robustness_table(results),
         "",

@@ -94,3 +94,21 @@ def test_set_options_are_typed_and_checked():
         bench._parse_sets(["lr_decay=2"])
     with pytest.raises(ConfigError):
         bench._parse_sets(["dropout=1.5"])
+
+
+def test_goals_are_judged_for_every_leam_row_and_proxies_against_tfidf_lr():
+    def rows(*f1, auc=0.97):
+        return [{"f1_micro": v, "auc_macro": auc} for v in f1]
+    results = {("hoc", "tfidf-lr"): rows(0.77), ("hoc", "leam"): rows(0.78, 0.775, 0.785),
+               ("hoc", "leam+evidence"): rows(0.78, 0.74, 0.80),
+               ("mtsamples-keywords", "tfidf-lr"): rows(0.50, auc=0.975),
+               ("mtsamples-keywords", "leam"): rows(0.52, 0.51, auc=0.96),
+               ("mtsamples-keywords", "leam+evidence"): rows(0.57, 0.56, auc=0.985)}
+    lines = bench.goals(results, ["hoc", "mtsamples-keywords"])
+    text = "\n".join(lines)
+    assert len(lines) == 6 and "tfidf-lr" not in [line.split(",")[1].split(":")[0].strip() for line in lines]
+    assert "- hoc, leam: micro-F1 sd 0.0050" in text and [l for l in lines if l.startswith("- hoc, leam:")][0].endswith(": met")
+    assert [l for l in lines if l.startswith("- hoc, leam+evidence:")][0].endswith("not met")     # sd 0.03
+    proxy = {l.split(" (")[0]: l for l in lines if "(rare-code proxy)" in l}
+    assert proxy["- mtsamples-keywords, leam"].endswith("not met")      # macro-AUC below tfidf-lr's
+    assert proxy["- mtsamples-keywords, leam+evidence"].endswith(": met")

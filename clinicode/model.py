@@ -170,7 +170,7 @@ class LEAM(nn.Module):
                 e = W.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)   # [B, K]
             else:
                 V = F.embedding(ids, E, padding_idx=0) if V is None else V
-                e = self._evidence(self._windowed(V, mask, W1.detach()), mask, Cn)   # [B, K]
+                e = self._evidence(self._windowed(V, mask, W1.detach()), mask, Cn, block)  # [B, K]
             logits = logits + self.evidence_weight() * e
         if not return_attention:
             return LEAMOutput(logits=logits)
@@ -189,7 +189,8 @@ class LEAM(nn.Module):
         for its code; unconstrained weights of rare codes were driven below 0 in the first steps and stayed there)."""
         return F.softplus(self.evidence_rho)
 
-    def _evidence(self, S: torch.Tensor, mask: torch.Tensor, Cn: torch.Tensor) -> torch.Tensor:
+    def _evidence(self, S: torch.Tensor, mask: torch.Tensor, Cn: torch.Tensor,
+                  block: tuple[int, int] = CPU_BLOCK) -> torch.Tensor:
         """e[b, k] = max over the note's positions l of window(G)_lk (G_lk for "linear"), without a [B, L, K] tensor
         in the graph.
 
@@ -197,13 +198,15 @@ class LEAM(nn.Module):
         ReLU. The evidence reads the attention's window but does not train it, nor b1: in the first steps, when every
         code scores 0.5 and few are positive, lowering every negative's evidence through the one shared W1 drove it to
         0 or below within 20 steps and took the attention with it.
-        Each code's best position is found without gradients, a block of codes at a time (about 8 MB of scores); then
-        only the winning dot products are recomputed with gradients, [B, K, P], which is the gradient of the max
-        (ties go to the first position, as `torch.max`).
+        Each code's best position is found without gradients, a block of codes at a time (8 MB of scores on the CPU;
+        on a GPU as large as the plan's `block` of code_max, which is freed by then); then only the winning dot
+        products are recomputed with gradients, [B, K, P], which is the gradient of the max (ties go to the first
+        position, as `torch.max`).
         """
         B, L, P = S.shape
         K = Cn.shape[0]
-        step = max(1, EVIDENCE_BLOCK // max(1, B * L))                                # codes per block
+        per_block = EVIDENCE_BLOCK if S.device.type == "cpu" else max(EVIDENCE_BLOCK, block[0] * block[1])
+        step = max(1, per_block // max(1, B * L))                                     # codes per block
         best = torch.empty(B, K, dtype=torch.long, device=S.device)
         with torch.no_grad():
             for k0 in range(0, K, step):

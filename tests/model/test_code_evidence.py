@@ -154,10 +154,15 @@ def test_the_memory_plan_counts_it():
 
 @pytest.mark.gpu
 def test_cuda_computes_the_same_evidence():
+    """The same code on CUDA, with the default blocks and with the plan's (which size the evidence's blocks there)."""
     fast, ref = _pair(23)
     ids, mask = pad_batch(NOTES)
-    got = fast.cuda()(ids.cuda(), mask.cuda()).logits.cpu()
-    torch.testing.assert_close(got, ref(ids, mask).logits, rtol=1e-4, atol=1e-5)
+    want = ref(ids, mask).logits
+    gpu = fast.cuda()
+    block = plan(gpu.config, batch_size=len(NOTES), max_len=ids.shape[1], budget_mb=64, device="cuda",
+                 training=False).block
+    for kw in ({}, {"block": block}, {"block": (1, 1)}):
+        torch.testing.assert_close(gpu(ids.cuda(), mask.cuda(), **kw).logits.cpu(), want, rtol=1e-4, atol=1e-5)
 
 
 def _marked_notes(seed: int, n: int, K: int = 60, V: int = 400, L: int = 150):

@@ -17,7 +17,6 @@ import pandas as pd
 import streamlit as st
 
 import clinicode.checkpoint as checkpoint  # no torch: run layout, artefact names and the test-split readers
-from clinicode.config import LEAMConfig, config_to_dict, saved_config
 from clinicode.errors import ConfigError
 
 RUNS_ENV = "CLINICODE_RUNS"
@@ -258,7 +257,7 @@ def seed_siblings(root: str, run_dir: str, names: tuple[str, ...]) -> list[dict[
             return None
         if isinstance(mc, dict):  # as read back: a key saved before it existed means what it meant then
             try:
-                mc = config_to_dict(saved_config(LEAMConfig, mc, source=checkpoint.MODEL_CONFIG_FILE))
+                mc = checkpoint.model_options_as_saved(mc)
             except ConfigError:
                 return None
         options = {k: v for k, v in tc.items() if k not in _SEED_FREE}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from clinicode import __version__
 from clinicode.artifacts import atomic_dir, make_manifest, manifest_kind, read_json, sha256_file, write_json_atomic, write_safetensors_atomic
-from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict, load_config, save_config
+from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict, load_config, save_config, saved_config
 from clinicode.constants import (  # noqa: F401  (artefact names are re-exported: the app takes them from here)
     CHECKPOINT_DIR,
     HISTORY_FILE,
@@ -72,6 +72,16 @@ class Checkpoint:
         if self.kind == "leam":
             return not self.model.config.multilabel
         return bool(getattr(getattr(self.model, "config", None), "softmax", False))
+
+
+def model_options_as_saved(data: dict[str, Any]) -> dict[str, Any]:
+    """A run's model_config.json read back as LEAMConfig reads it: every field, those it predates with the value of
+    its time (so runs from before a field existed compare equal to runs that spell the same model out).
+
+    Raises:
+        ConfigError: not a model configuration.
+    """
+    return config_to_dict(saved_config(LEAMConfig, data, source=MODEL_CONFIG_FILE))
 
 
 def test_data_dir(run: Path, manifest: dict[str, Any]) -> Path | None:

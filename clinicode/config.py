@@ -33,7 +33,7 @@ class LEAMConfig:
     compat: str = "cosine"          # "cosine" (the paper's model) or "linear" (its ablation: no phrase window)
     multilabel: bool = True         # sigmoid + BCE; False: softmax + CE (one label per note)
     phrase_init: float = 1.0        # initial sum of W1: every tap starts at phrase_init / (2r+1) (1.0 = a local mean)
-    code_evidence: bool = False     # not the paper: each code's logit also gets a_k * max_l u_kl (its best phrase match)
+    code_evidence: bool = False     # not the paper: each code's logit also gets a_k * max_l window(G)_lk (its best phrase match)
 
     def __post_init__(self) -> None:
         if self.vocab_size < 3:

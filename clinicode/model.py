@@ -205,15 +205,17 @@ class LEAM(nn.Module):
         """
         B, L, P = S.shape
         K = Cn.shape[0]
+        if S.dtype in (torch.float16, torch.bfloat16):                                # as code_max: a max over thousands
+            S, Cn = S.float(), Cn.float()                                             # of cosines needs float32
         per_block = EVIDENCE_BLOCK if S.device.type == "cpu" else max(EVIDENCE_BLOCK, block[0] * block[1])
         step = max(1, per_block // max(1, B * L))                                     # codes per block
         best = torch.empty(B, K, dtype=torch.long, device=S.device)
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(S.device.type, enabled=False):
             for k0 in range(0, K, step):
                 scores = S @ Cn[k0:k0 + step].T                                       # [B, L, k]
                 best[:, k0:k0 + step] = scores.masked_fill_(~mask.unsqueeze(-1), float("-inf")).argmax(dim=1)
         win = S.gather(1, best.unsqueeze(-1).expand(B, K, P))                         # [B, K, P] each code's best S_l
-        return (win * Cn).sum(-1)                                                     # [B, K]
+        return (win * Cn.to(win.dtype)).sum(-1)                                       # [B, K]
 
     @torch.no_grad()
     def phrase(self, ids: torch.Tensor, mask: torch.Tensor, codes: torch.Tensor | None = None) -> torch.Tensor:

@@ -452,11 +452,12 @@ def batch_jsonl_bytes(results: pd.DataFrame) -> bytes:
 
 # ------------------------------------------------------------------------------------------ model card
 def model_name(card: Mapping[str, Any]) -> str:
-    """The model a card describes, as a person reads it: "LEAM" (the paper's), "LEAM + code evidence", "tfidf-lr"."""
+    """The model a card describes, as a person reads it: "LEAM" (the paper's), "LEAM + evidence" (trained with
+    `--code-evidence`) or "tfidf-lr"."""
     kind = str(card.get("model", "?"))
     if kind != "leam":
         return kind
-    return "LEAM + code evidence" if (card.get("model_config") or {}).get("code_evidence") else "LEAM"
+    return "LEAM + evidence" if (card.get("model_config") or {}).get("code_evidence") else "LEAM"
 
 
 def flat_items(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:

@@ -16,7 +16,7 @@ manifest = card.get("manifest") or {}
 data = manifest.get("data") or {}
 
 st.title(f"Model card: {run.name}")
-c = st.columns(4)
+c = st.columns([2, 1, 1, 1])  # room for the model's name ("LEAM + evidence"); the caption below spells it out
 c[0].metric("Model", render.model_name(card), border=True)
 c[1].metric("Codes", card.get("n_labels", len(pred.labels)), border=True)
 c[2].metric("Tuned threshold", f"{float(card['threshold']):.3f}", border=True)

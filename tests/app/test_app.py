@@ -358,6 +358,6 @@ def test_model_card_shows_rare_codes_and_the_spread_over_seeds(seed_runs, monkey
     assert any("No other seed of this training" in c.value for c in at.caption)
     at.sidebar.selectbox(key="run_name").set_value("evidence").run()
     _ok(at.switch_page("app_pages/about_model.py").run())
-    assert [m.value for m in at.metric][0] == "LEAM + code evidence"
+    assert [m.value for m in at.metric][0] == "LEAM + evidence"
     assert any("Not the paper's LEAM" in c.value for c in at.caption)
     assert not [d for d in at.dataframe if "worst below mean" in d.value.columns]

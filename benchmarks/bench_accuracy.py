@@ -16,7 +16,7 @@ Beside the three sets, two rare-code proxies, built in a temporary folder on eve
   note is kept while one of its labels has fewer than 20 kept notes), so most of its 40 labels have 5-30 training
   notes, the shape of a real coding team's few hundred notes.
 - `mtsamples-keywords` keeps every mtsamples note but labels it with its page's keywords instead of its specialties:
-  the 300 keywords most often given in training (each in 10 to 258 training notes, 221 of them in fewer than 20).
+  the 300 keywords most often given in training (each in 10 to 67 training notes, 221 of them in fewer than 20).
   Like ICD codes, each keyword is a specific concept written in the note (98% of them verbatim), so this has the
   shape of the many-specific-codes problem: hundreds of labels, most with 5-30 training notes.
 Neither proxy gets `--top-k 50`: its label set is the point. Every set gets the worst seed, the spread, how runs

@@ -353,7 +353,7 @@ def main() -> None:
         "for cmc2007 only, `--descriptions ../shared/data/caml-mimic-ids/"
         "ICD9_descriptions.tsv` (LEAM's label vectors start from the ICD-9 descriptions; tfidf-lr ignores them). "
         + ("`leam` is the paper's model with the library defaults; `leam+evidence` is the same with `--code-evidence` "
-           "(each code's score also counts its best phrase match in the note, max over positions of u_kl; not the "
+           "(each code's score also counts its best phrase match in the note, max over positions of window(G)_lk; not the "
            "paper's model, docs/training.md). " if not options else "")
         +
         f"LEAM: mean ± sd over seeds {', '.join(str(1337 + i) for i in range(args.seeds))}; tfidf-lr is deterministic. "

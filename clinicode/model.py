@@ -141,8 +141,7 @@ class LEAM(nn.Module):
                 m = (G if linear else F.relu(_window(G, W1) + b1)).amax(dim=-1)       # [B, L]
         elif not self.fast:                                                           # the plain reference
             G = _cosine(V, Cn, mask)                                                  # [B, L, K]
-            u = G if linear else F.relu(_window(G, W1) + b1)                          # [B, L, K]
-            m = u.amax(dim=-1)                                                        # [B, L]
+            m = (G if linear else F.relu(_window(G, W1) + b1)).amax(dim=-1)           # [B, L]
         elif cpu and not self.many_codes and not linear:                              # few codes: G is small
             G = kernels.cosine_compat(V, Cn, mask)                                    # [B, L, K]
             m = kernels.phrase_max(G, W1, b1)                                         # [B, L] u never written

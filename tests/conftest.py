@@ -50,6 +50,9 @@ def demo_data(demo_mimic, tmp_path_factory) -> Path:
 
 
 TINY_MODEL = dict(embed_dim=32, radius=3, hidden_dim=64, dropout=0.2)
+# `tiny_run`'s options as `clinicode train` flags: a run trained with them is tiny_run's twin, so --resume accepts them.
+TINY_CLI = ["--embed-dim", "32", "--window", "3", "--hidden-dim", "64", "--dropout", "0.2", "--epochs", "8",
+            "--lr", "0.02", "--w2v-epochs", "2", "--patience", "3", "--seed", "7", "--device", "cpu", "--no-progress"]
 
 
 @pytest.fixture(scope="session")

@@ -19,11 +19,10 @@ import pandas as pd
 import pytest
 
 from clinicode.data.synthetic import write_demo_mimic
+from conftest import TINY_CLI
 from helpers import fails, snapshot, succeeds
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY_CLI = ["--embed-dim", "32", "--window", "3", "--hidden-dim", "64", "--dropout", "0.2", "--epochs", "8",
-            "--lr", "0.02", "--w2v-epochs", "2", "--patience", "3", "--seed", "7", "--device", "cpu", "--no-progress"]
 
 
 def _jsonl(path: Path, rows) -> None:

@@ -13,16 +13,15 @@ from clinicode.batching import pad_batch
 from clinicode.checkpoint import load_checkpoint
 from clinicode.evaluate import evaluate
 from clinicode.predict import Predictor
+from conftest import TINY_CLI
 from helpers import fails, snapshot, succeeds
 
-TINY = ["--embed-dim", "32", "--window", "3", "--hidden-dim", "64", "--dropout", "0.2", "--epochs", "4", "--lr", "0.02",
-        "--w2v-epochs", "1", "--patience", "3", "--seed", "7", "--device", "cpu", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
 def evidence_run(demo_data, tmp_path_factory):
     run = tmp_path_factory.mktemp("ev") / "run"
-    succeeds(["train", "--data", demo_data, "--out", run, "--code-evidence", *TINY])
+    succeeds(["train", "--data", demo_data, "--out", run, "--code-evidence", *TINY_CLI])
     return run
 
 
@@ -65,7 +64,7 @@ def test_resume_will_not_switch_it(evidence_run, demo_data, tmp_path, flag, mess
     run = tmp_path / "run"
     shutil.copytree(evidence_run, run)
     before = snapshot(run)
-    fails(["train", "--data", demo_data, "--out", run, "--resume", flag, *TINY], message)
+    fails(["train", "--data", demo_data, "--out", run, "--resume", flag, *TINY_CLI], message)
     assert snapshot(run) == before
 
 
@@ -73,10 +72,8 @@ def test_a_run_without_it_resumed_with_it_is_refused(tiny_run, demo_data, tmp_pa
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
     assert load_checkpoint(run).model.config.code_evidence is False
-    same = ["--embed-dim", "32", "--window", "3", "--hidden-dim", "64", "--dropout", "0.2", "--epochs", "8", "--lr",
-            "0.02", "--w2v-epochs", "2", "--patience", "3", "--seed", "7", "--device", "cpu", "--no-progress"]  # tiny_run's
     before = snapshot(run)
-    fails(["train", "--data", demo_data, "--out", run, "--resume", "--code-evidence", *same],
+    fails(["train", "--data", demo_data, "--out", run, "--resume", "--code-evidence", *TINY_CLI],
           "code_evidence: False then True")
     assert snapshot(run) == before
 

@@ -3,6 +3,7 @@ resolves, and the README's Python example runs."""
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 from typer.testing import CliRunner
 
@@ -57,6 +58,22 @@ def test_run_all_runs_every_benchmark_script():
     spec.loader.exec_module(run_all)
     listed = {s for s, _, _ in run_all.SCRIPTS}
     assert listed == {p.name for p in (ROOT / "benchmarks").glob("bench_*.py")}
+
+
+def test_run_all_skips_a_missing_script_with_a_message(monkeypatch, capsys):
+    """A benchmark script missing from the checkout is skipped by name; the others still run and the exit is 0."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_all", ROOT / "benchmarks" / "run_all.py")
+    run_all = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_all)
+    ran = []
+    monkeypatch.setattr(run_all, "SCRIPTS", [("bench_gone.py", [], []), ("bench_app.py", ["--x"], ["--y"])])
+    monkeypatch.setattr(run_all.subprocess, "run", lambda cmd: ran.append(cmd) or SimpleNamespace(returncode=0))
+    monkeypatch.setattr(run_all.sys, "argv", ["run_all.py"])
+    assert run_all.main() == 0
+    assert [c[1:] for c in ran] == [[str(ROOT / "benchmarks" / "bench_app.py"), "--x"]]
+    assert "skipped bench_gone.py: not found" in capsys.readouterr().err
 
 
 def test_the_readme_python_example_runs(tiny_run, capsys):

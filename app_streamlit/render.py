@@ -138,7 +138,7 @@ def per_code_frame(per_code: Sequence[Mapping[str, Any]], descriptions: Mapping[
     The band uses the code's training notes (`train_count`) when the run recorded them, else its test notes
     (`support`); `band_source` says which.
     """
-    from clinicode.data.chapters import chapter
+    from clinicode.codes.chapters import chapter
 
     df = pd.DataFrame(list(per_code))
     if df.empty:

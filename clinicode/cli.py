@@ -146,7 +146,7 @@ def demo_data_cli(
     """Write a SYNTHETIC MIMIC-III- or MIMIC-IV-shaped folder (no real patient data) for demos and tests."""
     opts = _given(n_admissions=n_admissions, seed=seed, discharge_chars=discharge_chars)
     if format == "mimic3":
-        from clinicode.data.synthetic import write_demo_mimic
+        from clinicode.synthetic.mimic3 import write_demo_mimic
 
         if n_tail_codes is not None:
             raise ConfigError("--n-tail-codes is for --format mimic4.")
@@ -155,7 +155,7 @@ def demo_data_cli(
         info = write_demo_mimic(out, n_other_notes=n_other_notes, hadm_ids_from=hadm_ids_from[0] if hadm_ids_from else None,
                                 gzip=gzip, **opts)
     elif format == "mimic4":
-        from clinicode.data.synthetic_mimic4 import write_demo_mimic4
+        from clinicode.synthetic.mimic4 import write_demo_mimic4
 
         if n_other_notes is not None:
             raise ConfigError("--n-other-notes is for --format mimic3.")

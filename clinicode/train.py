@@ -26,8 +26,8 @@ from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict
 from clinicode.constants import HISTORY_FILE, RUN_FILE, SCORES_TEST_FILE, WEIGHTS_FILE
-from clinicode.data.icd9 import load_descriptions_tsv
-from clinicode.data.icd10 import icd10_cm_titles
+from clinicode.codes.icd9 import load_descriptions_tsv
+from clinicode.codes.icd10 import icd10_cm_titles
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.embeddings import initial_vectors

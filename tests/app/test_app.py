@@ -174,7 +174,7 @@ def test_batch_page_reports_a_bad_file_without_crashing(app_env):
 # ------------------------------------------------------------------------------------------ import boundary
 ALLOWED = {"clinicode.predict", "clinicode.metrics", "clinicode.errors", "clinicode.checkpoint",
            "clinicode.predict_io",      # the output records' one writer and chunked scorer, shared with `clinicode predict`
-           "clinicode.data.chapters"}  # chapters: pure code-to-title tables, no torch, no data
+           "clinicode.codes"}  # code systems: pure code-to-title tables, no torch, no data
 
 
 def test_app_modules_import_only_predict_metrics_checkpoint_errors_statically():

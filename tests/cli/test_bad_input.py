@@ -19,7 +19,7 @@ import pytest
 
 from clinicode.artifacts import sha256_file
 from clinicode.data.labels import LabelSet
-from clinicode.data.synthetic import write_demo_mimic
+from clinicode.synthetic.mimic3 import write_demo_mimic
 
 from helpers import SECRET, fails, succeeds  # noqa: E402  (the CLI's one-line failure contract)
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clinicode.data.synthetic import write_demo_mimic
+from clinicode.synthetic.mimic3 import write_demo_mimic
 from conftest import TINY_CLI
 from helpers import fails, snapshot, succeeds
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from clinicode.constants import CAML_TOP50
-from clinicode.data.synthetic import CODE_HEADER, NOTE_HEADER, TITLE_HEADER, write_demo_mimic
+from clinicode.synthetic.mimic3 import CODE_HEADER, NOTE_HEADER, TITLE_HEADER, write_demo_mimic
 from clinicode.errors import ConfigError
 
 
@@ -138,7 +138,7 @@ def test_padding_is_deterministic_and_valid_csv(padded, tmp_path):
 def test_padding_carries_no_code_phrases():
     import re
 
-    from clinicode.data import synthetic as syn
+    from clinicode.synthetic import mimic3 as syn
 
     phrases = [p for *_, ps in syn.CODE_INFO + syn.EXTRA_CODE_INFO for p in ps]
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, phrases)) + r")\b")

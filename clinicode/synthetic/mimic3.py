@@ -19,6 +19,7 @@ from clinicode.config import DEMO
 from clinicode.constants import CAML_TOP50, SPLITS
 from clinicode.data.splits import read_splits
 from clinicode.errors import ConfigError
+from clinicode.synthetic.code_tables import CODE_INFO, EXTRA_CODE_INFO
 
 log = logging.getLogger(__name__)
 
@@ -27,81 +28,8 @@ NOTE_HEADER = ("ROW_ID", "SUBJECT_ID", "HADM_ID", "CHARTDATE", "CHARTTIME", "STO
 CODE_HEADER = ("ROW_ID", "SUBJECT_ID", "HADM_ID", "SEQ_NUM", "ICD9_CODE")
 TITLE_HEADER = ("ROW_ID", "ICD9_CODE", "SHORT_TITLE", "LONG_TITLE")
 
-# Public ICD-9-CM long titles (as in CAML's ICD9_descriptions) and clinical phrases that signal each code.
-# (dotted code, is_diagnosis, long title, phrases)
-CODE_INFO: tuple[tuple[str, bool, str, tuple[str, ...]], ...] = (
-    ("401.9", True, "Unspecified essential hypertension", ("essential hypertension", "htn", "elevated blood pressure")),
-    ("38.93", False, "Venous catheterization, not elsewhere classified", ("central venous catheter placed", "right internal jugular line", "venous catheterization")),
-    ("428.0", True, "Congestive heart failure, unspecified", ("congestive heart failure", "chf exacerbation", "volume overload diuresed with lasix")),
-    ("427.31", True, "Atrial fibrillation", ("atrial fibrillation", "afib with rapid ventricular response", "irregularly irregular rhythm")),
-    ("414.01", True, "Coronary atherosclerosis of native coronary artery", ("coronary artery disease", "coronary atherosclerosis", "cad with prior stenting")),
-    ("96.04", False, "Insertion of endotracheal tube", ("intubated for airway protection", "endotracheal tube placed", "insertion of endotracheal tube")),
-    ("96.6", False, "Enteral infusion of concentrated nutritional substances", ("tube feeds via ngt", "enteral nutrition started", "enteral infusion of feeds")),
-    ("584.9", True, "Acute renal failure, unspecified", ("acute kidney injury", "acute renal failure", "creatinine rose from baseline")),
-    ("250.00", True, "Diabetes mellitus type II without mention of complication, not stated as uncontrolled", ("type 2 diabetes mellitus", "dm2 on metformin", "diabetes without complication")),
-    ("96.71", False, "Continuous mechanical ventilation for less than 96 consecutive hours", ("mechanical ventilation less than 96 hours", "extubated on day two", "briefly ventilated")),
-    ("272.4", True, "Other and unspecified hyperlipidemia", ("hyperlipidemia", "hld on statin", "elevated lipids")),
-    ("518.81", True, "Acute respiratory failure", ("acute respiratory failure", "hypoxic respiratory failure", "respiratory distress requiring support")),
-    ("99.04", False, "Transfusion of packed cells", ("transfusion of packed red cells", "transfused prbc", "received two units of blood")),
-    ("39.61", False, "Extracorporeal circulation auxiliary to open heart surgery", ("cardiopulmonary bypass", "extracorporeal circulation", "pump run during surgery")),
-    ("599.0", True, "Urinary tract infection, site not specified", ("urinary tract infection", "uti", "positive urine culture")),
-    ("530.81", True, "Esophageal reflux", ("gastroesophageal reflux", "gerd", "esophageal reflux on ppi")),
-    ("96.72", False, "Continuous mechanical ventilation for 96 consecutive hours or more", ("prolonged mechanical ventilation", "ventilated more than 96 hours", "failed multiple extubation trials")),
-    ("272.0", True, "Pure hypercholesterolemia", ("hypercholesterolemia", "high cholesterol", "elevated ldl")),
-    ("285.9", True, "Anemia, unspecified", ("anemia unspecified", "low hematocrit", "chronic anemia")),
-    ("88.56", False, "Coronary arteriography using two catheters", ("coronary arteriography", "coronary angiogram with two catheters", "angiography of coronaries")),
-    ("244.9", True, "Unspecified hypothyroidism", ("hypothyroidism", "on levothyroxine", "elevated tsh")),
-    ("486", True, "Pneumonia, organism unspecified", ("pneumonia", "right lower lobe infiltrate", "community acquired pneumonia")),
-    ("38.91", False, "Arterial catheterization", ("arterial line placed", "arterial catheterization", "radial a line")),
-    ("285.1", True, "Acute posthemorrhagic anemia", ("acute blood loss anemia", "posthemorrhagic anemia", "hematocrit drop after bleeding")),
-    ("36.15", False, "Single internal mammary-coronary artery bypass", ("lima to lad graft", "internal mammary artery bypass", "cabg with lima")),
-    ("276.2", True, "Acidosis", ("metabolic acidosis", "acidosis", "low bicarbonate with anion gap")),
-    ("496", True, "Chronic airway obstruction, not elsewhere classified", ("copd", "chronic obstructive pulmonary disease", "chronic airway obstruction")),
-    ("99.15", False, "Parenteral infusion of concentrated nutritional substances", ("tpn started", "parenteral nutrition", "total parenteral nutrition via picc")),
-    ("995.92", True, "Severe sepsis", ("severe sepsis", "septic shock requiring pressors", "sepsis with organ dysfunction")),
-    ("V58.61", True, "Encounter for long-term (current) use of anticoagulants", ("long term anticoagulation", "on coumadin", "chronic warfarin therapy")),
-    ("507.0", True, "Pneumonitis due to inhalation of food or vomitus", ("aspiration pneumonitis", "aspiration pneumonia", "inhalation of food or vomitus")),
-    ("038.9", True, "Unspecified septicemia", ("septicemia", "bacteremia", "blood cultures positive")),
-    ("88.72", False, "Diagnostic ultrasound of heart", ("transthoracic echocardiogram", "echo showed", "diagnostic ultrasound of heart")),
-    ("585.9", True, "Chronic kidney disease, unspecified", ("chronic kidney disease", "ckd", "chronic renal insufficiency")),
-    ("403.90", True, "Hypertensive chronic kidney disease, unspecified, without mention of renal failure", ("hypertensive kidney disease", "hypertensive nephropathy", "renal disease due to hypertension")),
-    ("311", True, "Depressive disorder, not elsewhere classified", ("depression", "depressive disorder", "on sertraline for mood")),
-    ("305.1", True, "Tobacco use disorder", ("tobacco use", "current smoker", "smokes one pack per day")),
-    ("37.22", False, "Left heart cardiac catheterization", ("left heart catheterization", "left heart cath", "lv gram")),
-    ("412", True, "Old myocardial infarction", ("old myocardial infarction", "prior mi", "history of heart attack")),
-    ("33.24", False, "Closed [endoscopic] biopsy of bronchus", ("bronchoscopy with biopsy", "endobronchial biopsy", "bronchial biopsy")),
-    ("39.95", False, "Hemodialysis", ("hemodialysis", "hd session", "dialysis via tunneled catheter")),
-    ("287.5", True, "Thrombocytopenia, unspecified", ("thrombocytopenia", "low platelets", "platelet count decreased")),
-    ("410.71", True, "Acute myocardial infarction, subendocardial infarction, initial episode of care", ("nstemi", "subendocardial infarction", "non st elevation myocardial infarction")),
-    ("276.1", True, "Hyposmolality and/or hyponatremia", ("hyponatremia", "low sodium", "hyposmolality")),
-    ("V45.81", True, "Postsurgical aortocoronary bypass status", ("status post cabg", "aortocoronary bypass status", "prior bypass surgery")),
-    ("424.0", True, "Mitral valve disorders", ("mitral regurgitation", "mitral valve disorder", "mitral stenosis")),
-    ("45.13", False, "Other endoscopy of small intestine", ("egd", "upper endoscopy", "endoscopy of small intestine")),
-    ("V15.82", True, "History of tobacco use", ("former smoker", "history of tobacco use", "quit smoking years ago")),
-    ("511.9", True, "Unspecified pleural effusion", ("pleural effusion", "effusion on chest x ray", "blunting of costophrenic angle")),
-    ("37.23", False, "Combined right and left heart cardiac catheterization", ("right and left heart catheterization", "combined heart cath", "swan ganz and coronary study")),
-)
-# Codes outside the top 50: E and V codes, a procedure with leading zeros (0040 -> 00.40), etc.
-EXTRA_CODE_INFO: tuple[tuple[str, bool, str, tuple[str, ...]], ...] = (
-    ("250.60", True, "Diabetes mellitus type II with neurological manifestations, not stated as uncontrolled", ("diabetic neuropathy",)),
-    ("707.03", True, "Decubitus ulcer, lower back", ("sacral decubitus ulcer",)),
-    ("278.00", True, "Obesity, unspecified", ("obesity",)),
-    ("345.90", True, "Epilepsy, unspecified, without mention of intractable epilepsy", ("seizure disorder",)),
-    ("493.90", True, "Asthma, unspecified type, without mention of status asthmaticus", ("asthma",)),
-    ("562.10", True, "Diverticulosis of colon (without mention of hemorrhage)", ("diverticulosis",)),
-    ("E849.7", True, "Accidents occurring in residential institution", ("fall at nursing home",)),
-    ("E878.8", True, "Other specified surgical operations and procedures causing abnormal patient reaction", ("postoperative complication",)),
-    ("E934.2", True, "Anticoagulants causing adverse effects in therapeutic use", ("supratherapeutic inr",)),
-    ("V58.67", True, "Encounter for long-term (current) use of insulin", ("insulin dependent",)),
-    ("V45.82", True, "Percutaneous transluminal coronary angioplasty status", ("prior ptca",)),
-    ("V10.46", True, "Personal history of malignant neoplasm of prostate", ("history of prostate cancer",)),
-    ("00.40", False, "Adjunct vascular system procedure on single vessel", ("single vessel intervention",)),
-    ("00.66", False, "Percutaneous transluminal coronary angioplasty [PTCA] or coronary atherectomy", ("ptca performed",)),
-    ("00.45", False, "Adjunct vascular system procedure, insertion of one vascular stent", ("one stent deployed",)),
-    ("93.90", False, "Continuous positive airway pressure [CPAP]", ("cpap overnight",)),
-    ("54.91", False, "Percutaneous abdominal drainage", ("paracentesis",)),
-    ("87.44", False, "Routine chest x-ray, so described", ("routine chest film",)),
-)
+# Public ICD-9-CM long titles (as in CAML's ICD9_descriptions) and clinical phrases that signal each code, as
+# (dotted code, is_diagnosis, long title, phrases); data files of the package (synthetic/tables/mimic3_codes.json).
 assert tuple(c for c, *_ in CODE_INFO) == CAML_TOP50
 
 _FILLER = (

@@ -359,8 +359,41 @@ def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | 
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     ext = ".csv.gz" if gzip else ".csv"
+    # One generator pair, drawn from in this order by each step: the order is part of the output.
+    hadm_ids, subjects, kinds, years = _admissions(nrng, n_admissions, hadm_ids_from)
+    dx_rows, px_rows, summaries = _codes_and_summaries(rng, nrng, hadm_ids, subjects, kinds, years)
+    files = {name: _write_code_table(out_dir / f"{name}{ext}", rows, gzip=gzip)
+             for name, rows in (("DIAGNOSES_ICD", dx_rows), ("PROCEDURES_ICD", px_rows))}
+    for name, want_dx in (("D_ICD_DIAGNOSES", True), ("D_ICD_PROCEDURES", False)):
+        files[name] = _write_title_table(out_dir / f"{name}{ext}", diagnoses=want_dx, gzip=gzip)
+    n_other = 3 * len(hadm_ids) if n_other_notes is None else n_other_notes
+    path = out_dir / f"NOTEEVENTS{ext}"
+    n_rows = _write_noteevents(path, nrng, summaries, hadm_ids, subjects, n_other=n_other, seed=seed,
+                               discharge_chars=discharge_chars, other_chars=other_chars, gzip=gzip)
+    files["NOTEEVENTS"] = str(path)
+    (out_dir / "README.txt").write_text(README.format(seed=seed), encoding="utf-8")
+    summary = {
+        "out_dir": str(out_dir),
+        "synthetic": True,
+        "seed": seed,
+        "n_admissions": len(hadm_ids),
+        "n_labelled": sum(k == "L" for k in kinds),
+        "noteevents_rows": n_rows,
+        "discharge_summary_rows": len(summaries),
+        "discharge_chars": discharge_chars,
+        "other_chars": other_chars,
+        "files": files,
+    }
+    log.info("synthetic MIMIC folder %s: %d admissions, %d notes", out_dir, len(hadm_ids), n_rows)
+    return summary
 
-    # --- admissions: ids, subjects, kinds ---------------------------------------------------------
+
+def _admissions(nrng: np.random.Generator, n_admissions: int,
+                hadm_ids_from: Path | None) -> tuple[list[int], list[int], list[str], list[int]]:
+    """Admission ids (listed ones first drawn in), their subjects, kinds and years, in file order.
+
+    Kinds: L labelled (>= 1 top-50 code), O other codes only, N no discharge summary, C no codes at all.
+    """
     listed: list[int] = []
     if hadm_ids_from is not None:
         split_ids = read_splits(hadm_ids_from)
@@ -371,7 +404,6 @@ def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | 
     listed_set = set(listed)
     pool = np.setdiff1d(np.arange(100_001, 200_000), np.fromiter(listed_set, dtype=np.int64, count=len(listed_set)))
     extra = nrng.choice(pool, size=n_extra, replace=False).astype(int).tolist()
-    # Kinds: L labelled (>=1 top-50 code), O other codes only, N no discharge summary, C no codes at all.
     if listed:
         extra_kinds = nrng.choice(list("LONC"), size=n_extra, p=[0.4, 0.25, 0.25, 0.1]).tolist()
     else:
@@ -385,7 +417,13 @@ def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | 
     n_subjects = max(1, int(n_total * 0.8))  # some patients have several admissions
     subjects = (nrng.integers(0, n_subjects, size=n_total) + 10_000).tolist()
     years = nrng.integers(2100, 2200, size=n_total).tolist()
+    return hadm_ids, subjects, kinds, years
 
+
+def _codes_and_summaries(rng: random.Random, nrng: np.random.Generator, hadm_ids: list[int], subjects: list[int],
+                         kinds: list[str], years: list[int]) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    """Each admission's code rows (diagnoses, procedures) and discharge summaries (reports and addenda)."""
+    n_total = len(hadm_ids)
     top = [c for c, *_ in CODE_INFO]
     extra_codes = [c for c, *_ in EXTRA_CODE_INFO]
     is_dx = {c: d for c, d, *_ in CODE_INFO + EXTRA_CODE_INFO}
@@ -437,25 +475,31 @@ def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | 
     rng.shuffle(summaries)
     for rows in (dx_rows, px_rows):
         rng.shuffle(rows)
+    return dx_rows, px_rows, summaries
 
-    # --- code tables ------------------------------------------------------------------------------
-    files = {}
-    for name, rows in (("DIAGNOSES_ICD", dx_rows), ("PROCEDURES_ICD", px_rows)):
-        path = out_dir / f"{name}{ext}"
-        with _csv_writer(path, gzip=gzip) as w:
-            w.writerow(CODE_HEADER)
-            w.writerows((row_id, *r) for row_id, r in enumerate(rows, 1))
-        files[name] = str(path)
-    for name, want_dx in (("D_ICD_DIAGNOSES", True), ("D_ICD_PROCEDURES", False)):
-        path = out_dir / f"{name}{ext}"
-        with _csv_writer(path, gzip=gzip) as w:
-            w.writerow(TITLE_HEADER)
-            info = [x for x in CODE_INFO + EXTRA_CODE_INFO if x[1] == want_dx]
-            w.writerows((i, _raw(c), title[:24], title) for i, (c, _, title, _) in enumerate(info, 1))
-        files[name] = str(path)
 
-    # --- NOTEEVENTS, streamed in chunks ------------------------------------------------------------
-    n_other = 3 * n_total if n_other_notes is None else n_other_notes
+def _write_code_table(path: Path, rows: list[tuple], *, gzip: bool) -> str:
+    """DIAGNOSES_ICD or PROCEDURES_ICD: ROW_ID then the code rows."""
+    with _csv_writer(path, gzip=gzip) as w:
+        w.writerow(CODE_HEADER)
+        w.writerows((row_id, *r) for row_id, r in enumerate(rows, 1))
+    return str(path)
+
+
+def _write_title_table(path: Path, *, diagnoses: bool, gzip: bool) -> str:
+    """D_ICD_DIAGNOSES or D_ICD_PROCEDURES: the public titles of the demo's codes."""
+    with _csv_writer(path, gzip=gzip) as w:
+        w.writerow(TITLE_HEADER)
+        info = [x for x in CODE_INFO + EXTRA_CODE_INFO if x[1] == diagnoses]
+        w.writerows((i, _raw(c), title[:24], title) for i, (c, _, title, _) in enumerate(info, 1))
+    return str(path)
+
+
+def _write_noteevents(path: Path, nrng: np.random.Generator, summaries: list[tuple], hadm_ids: list[int],
+                      subjects: list[int], *, n_other: int, seed: int, discharge_chars: int | None,
+                      other_chars: int | None, gzip: bool) -> int:
+    """NOTEEVENTS, streamed in chunks: the discharge summaries spread over the chunks of other notes; returns its rows."""
+    n_total = len(hadm_ids)
     chunk = 100_000
     n_chunks = max(1, -(-n_other // chunk))
     per_chunk = -(-len(summaries) // n_chunks)
@@ -468,7 +512,6 @@ def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | 
     ds_spans = _padded_discharge(padder, summaries, discharge_chars) if padder is not None and discharge_chars else None
     heads = [f"{_csv_field(category)},{_csv_field(desc)}" for category, desc in _OTHER_CATEGORIES]
     row_id = 0
-    path = out_dir / f"NOTEEVENTS{ext}"
     with _open_text(path, gzip=gzip) as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(NOTE_HEADER)
@@ -513,19 +556,4 @@ def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | 
                 rows.append((row_id, subj_col[j], None if h < 0 else h, "2150-01-01", "2150-01-01 08:00:00",
                              "2150-01-01 09:00:00", category, desc, 17000 + j % 500, None, texts[j]))
             w.writerows(rows)
-    files["NOTEEVENTS"] = str(path)
-    (out_dir / "README.txt").write_text(README.format(seed=seed), encoding="utf-8")
-    summary = {
-        "out_dir": str(out_dir),
-        "synthetic": True,
-        "seed": seed,
-        "n_admissions": n_total,
-        "n_labelled": sum(k == "L" for k in kinds),
-        "noteevents_rows": row_id,
-        "discharge_summary_rows": len(summaries),
-        "discharge_chars": discharge_chars,
-        "other_chars": other_chars,
-        "files": files,
-    }
-    log.info("synthetic MIMIC folder %s: %d admissions, %d notes", out_dir, n_total, row_id)
-    return summary
+    return row_id

@@ -628,40 +628,10 @@ def _write_demo_mimic4(
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
 
-    # --- label pools: per version and table, top and tail, rank-weighted -------------------------------
-    pools: dict[tuple[int, bool, bool], _Pool] = {}
-    for ver in (9, 10):
-        for is_dx in (True, False):
-            top = [i for i, c in enumerate(cat) if c.version == ver and c.is_diagnosis == is_dx and c.top]
-            tail = [i for i, c in enumerate(cat) if c.version == ver and c.is_diagnosis == is_dx and not c.top]
-            pools[ver, is_dx, True] = _Pool.of(top, 3.0, 0.9)
-            pools[ver, is_dx, False] = _Pool.of(tail, 1.0, 1.0)  # Zipf: rank 1 common, the last ones rare
-    same_version = {v: [i for i, c in enumerate(cat) if c.version == v] for v in (9, 10)}
+    pools, same_version = _pools(cat)
 
-    # --- admissions: ids, versions, kinds, subjects, sorted like the real tables ---------------------------
-    listed_ids = np.fromiter(listed, dtype=np.int64, count=len(listed))
-    listed_ver = np.fromiter(listed.values(), dtype=np.int64, count=len(listed))
-    taken = set(listed)
-    extra: list[int] = []
-    while len(extra) < n_admissions:
-        for h in (nrng.integers(20_000_000, 30_000_000, size=n_admissions - len(extra) + 16)).tolist():
-            if h not in taken and len(extra) < n_admissions:
-                taken.add(h)
-                extra.append(h)
-    hadm = np.concatenate([listed_ids, np.asarray(extra, dtype=np.int64)])
-    version = np.concatenate([listed_ver, np.where(nrng.random(n_admissions) < _P_ICD9, 9, 10)])
-    kind = np.concatenate([np.zeros(len(listed), dtype=np.int64),
-                           nrng.choice(len(_KINDS), size=n_admissions, p=_KIND_P_WITH_LISTS if listed else _KIND_P)])
-    is_listed = np.arange(n_total) < len(listed)
-    n_subjects = max(1, int(round(n_total * 0.8)))  # some patients have several admissions
-    subject_ids = np.sort(nrng.choice(10_000_000, size=n_subjects, replace=False) + 10_000_000)
-    subject = subject_ids[nrng.integers(0, n_subjects, size=n_total)]
-    order = np.lexsort((hadm, subject))
-    n_rad = 2 * n_total if n_radiology is None else n_radiology
-    rad_adm = nrng.integers(0, n_total, size=n_rad)
-    rad_no_hadm = nrng.random(n_rad) < _P_RAD_NO_HADM
-    rad_with = np.bincount(rad_adm[~rad_no_hadm], minlength=n_total)
-    rad_without = np.bincount(rad_adm[rad_no_hadm], minlength=n_total)
+    adm = _Admissions.draw(nrng, listed, n_admissions, n_radiology)
+    hadm, version, kind, subject = adm.hadm, adm.version, adm.kind, adm.subject
 
     ext = ".csv.gz" if gzip else ".csv"
     files = {name: out_dir / sub / f"{name}{ext}" for name, (sub, _) in TABLES.items()}
@@ -682,7 +652,7 @@ def _write_demo_mimic4(
             texts: list[str] = []
             is_ad: list[bool] = []
             rad_lines: list[str] = []
-            for a in order[lo:lo + _CHUNK].tolist():
+            for a in adm.order[lo:lo + _CHUNK].tolist():
                 h, s, v, k = int(hadm[a]), int(subject[a]), int(version[a]), _KINDS[kind[a]]
                 if s != prev_subject:  # note_seq counts per subject, as in MIMIC-IV-Note
                     prev_subject, seqs.note, seqs.rad = s, rng.randint(1, 20), rng.randint(1, 30)
@@ -695,7 +665,7 @@ def _write_demo_mimic4(
                     # Listed in both an ICD-9 and an ICD-10 list (7 real ids are): coded in both versions.
                     for vv in ((9, 10) if v == _BOTH else (v,)):
                         vdx, vpx = _draw_codes(rng, pools, vv)
-                        if is_listed[a] and not any(cat[i].top for i in vdx + vpx):
+                        if adm.is_listed[a] and not any(cat[i].top for i in vdx + vpx):
                             vdx.insert(0, pools[vv, True, True].draw(rng, 1)[0])  # listed ids keep a top-50 code
                         dx += vdx
                         px += vpx
@@ -717,21 +687,11 @@ def _write_demo_mimic4(
                     counts.distractor_notes += distractor is not None
                     ds, ad = _discharge_texts(rng, cat, dx, px, ad_codes, distractor, sex)
                     note_rows += _discharge_rows(rng, s, h, disch, ds, ad, seqs, counts, texts, is_ad)
-                rad_lines += _radiology_rows(rng, s, h, int(rad_with[a]), int(rad_without[a]), admit, disch, sex,
-                                             seqs, counts)
+                rad_lines += _radiology_rows(rng, s, h, int(adm.rad_with[a]), int(adm.rad_without[a]), admit, disch,
+                                             sex, seqs, counts)
 
             if padder is not None and texts:
-                # Padding draws from the padder's own generator: ids, codes and phrases match the unpadded run.
-                ad_arr = np.asarray(is_ad, dtype=bool)
-                base = np.fromiter(map(len, texts), dtype=np.float64, count=len(texts))
-                report_mean = discharge_chars / (1 - (1 - _ADDENDUM_SHARE4) * ad_arr.mean())
-                total = padder.lengths(np.where(ad_arr, _ADDENDUM_SHARE4 * report_mean, report_mean), 0.5, 80_000)
-                pad = np.maximum(total - base - 4, 0)
-                b1, e1 = padder.spans(0.7 * pad, at_header=True)
-                b2, e2 = padder.spans(0.3 * pad, at_header=False)
-                corpus = padder.corpus
-                texts = [_insert_padding(t, corpus, sp, heads=(_COURSE_HEAD, _MEDS_HEAD))
-                         for t, sp in zip(texts, zip(b1, e1, b2, e2))]
+                texts = _pad_discharge(padder, texts, is_ad, discharge_chars)
             counts.discharge_text_chars += sum(map(len, texts))
             counts.discharge_texts += len(texts)
             fields = [_csv_field(t) for t in texts]
@@ -747,15 +707,8 @@ def _write_demo_mimic4(
         for f in handles.values():
             f.close()
 
-    # --- title tables: every code of the catalogue, sorted like MIMIC-IV's (code, version) ---------------
-    title_rows = {}
-    for name, want_dx in (("d_icd_diagnoses", True), ("d_icd_procedures", False)):
-        rows = sorted((c.code, c.version, c.title) for c in cat if c.is_diagnosis == want_dx)
-        with _open_text4(files[name], gzip=gzip) as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(TITLES_HEADER)
-            w.writerows(rows)
-        title_rows[name] = len(rows)
+    title_rows = {name: _write_title_table4(files[name], cat, diagnoses=want_dx, gzip=gzip)
+                  for name, want_dx in (("d_icd_diagnoses", True), ("d_icd_procedures", False))}
     (out_dir / "README.txt").write_text(README4.format(seed=seed), encoding="utf-8")
 
     n_tail = {v: sum(1 for c in cat if c.version == v and not c.top) for v in (9, 10)}
@@ -785,3 +738,85 @@ def _write_demo_mimic4(
     }
     log.info("synthetic MIMIC-IV folder %s: %d admissions, %d discharge rows", out_dir, n_total, counts.discharge)
     return summary
+
+
+def _pools(cat: tuple[CodeInfo, ...]) -> tuple[dict[tuple[int, bool, bool], "_Pool"], dict[int, list[int]]]:
+    """Label pools per (version, is_diagnosis, top), rank-weighted; and every catalogue index per version."""
+    pools: dict[tuple[int, bool, bool], _Pool] = {}
+    for ver in (9, 10):
+        for is_dx in (True, False):
+            top = [i for i, c in enumerate(cat) if c.version == ver and c.is_diagnosis == is_dx and c.top]
+            tail = [i for i, c in enumerate(cat) if c.version == ver and c.is_diagnosis == is_dx and not c.top]
+            pools[ver, is_dx, True] = _Pool.of(top, 3.0, 0.9)
+            pools[ver, is_dx, False] = _Pool.of(tail, 1.0, 1.0)  # Zipf: rank 1 common, the last ones rare
+    same_version = {v: [i for i, c in enumerate(cat) if c.version == v] for v in (9, 10)}
+    return pools, same_version
+
+
+@dataclass(frozen=True)
+class _Admissions:
+    """Every admission's id, ICD version, kind, subject and radiology counts; `order` sorts them as the tables are."""
+
+    hadm: np.ndarray
+    version: np.ndarray
+    kind: np.ndarray
+    is_listed: np.ndarray
+    subject: np.ndarray
+    order: np.ndarray
+    rad_with: np.ndarray
+    rad_without: np.ndarray
+
+    @classmethod
+    def draw(cls, nrng: np.random.Generator, listed: dict[int, int], n_admissions: int,
+             n_radiology: int | None) -> "_Admissions":
+        n_total = len(listed) + n_admissions
+        listed_ids = np.fromiter(listed, dtype=np.int64, count=len(listed))
+        listed_ver = np.fromiter(listed.values(), dtype=np.int64, count=len(listed))
+        taken = set(listed)
+        extra: list[int] = []
+        while len(extra) < n_admissions:
+            for h in (nrng.integers(20_000_000, 30_000_000, size=n_admissions - len(extra) + 16)).tolist():
+                if h not in taken and len(extra) < n_admissions:
+                    taken.add(h)
+                    extra.append(h)
+        hadm = np.concatenate([listed_ids, np.asarray(extra, dtype=np.int64)])
+        version = np.concatenate([listed_ver, np.where(nrng.random(n_admissions) < _P_ICD9, 9, 10)])
+        p_kind = _KIND_P_WITH_LISTS if listed else _KIND_P
+        kind = np.concatenate([np.zeros(len(listed), dtype=np.int64), nrng.choice(len(_KINDS), size=n_admissions, p=p_kind)])
+        is_listed = np.arange(n_total) < len(listed)
+        n_subjects = max(1, int(round(n_total * 0.8)))  # some patients have several admissions
+        subject_ids = np.sort(nrng.choice(10_000_000, size=n_subjects, replace=False) + 10_000_000)
+        subject = subject_ids[nrng.integers(0, n_subjects, size=n_total)]
+        order = np.lexsort((hadm, subject))
+        n_rad = 2 * n_total if n_radiology is None else n_radiology
+        rad_adm = nrng.integers(0, n_total, size=n_rad)
+        rad_no_hadm = nrng.random(n_rad) < _P_RAD_NO_HADM
+        rad_with = np.bincount(rad_adm[~rad_no_hadm], minlength=n_total)
+        rad_without = np.bincount(rad_adm[rad_no_hadm], minlength=n_total)
+        return cls(hadm, version, kind, is_listed, subject, order, rad_with, rad_without)
+
+
+def _pad_discharge(padder: "_Padder4", texts: list[str], is_ad: list[bool], discharge_chars: int) -> list[str]:
+    """DS and AD texts padded to a mean of `discharge_chars` with label-free filler (the padder's own generator, so
+    ids, codes and phrases match the unpadded run)."""
+    ad_arr = np.asarray(is_ad, dtype=bool)
+    base = np.fromiter(map(len, texts), dtype=np.float64, count=len(texts))
+    report_mean = discharge_chars / (1 - (1 - _ADDENDUM_SHARE4) * ad_arr.mean())
+    total = padder.lengths(np.where(ad_arr, _ADDENDUM_SHARE4 * report_mean, report_mean), 0.5, 80_000)
+    pad = np.maximum(total - base - 4, 0)
+    b1, e1 = padder.spans(0.7 * pad, at_header=True)
+    b2, e2 = padder.spans(0.3 * pad, at_header=False)
+    corpus = padder.corpus
+    return [_insert_padding(t, corpus, sp, heads=(_COURSE_HEAD, _MEDS_HEAD))
+            for t, sp in zip(texts, zip(b1, e1, b2, e2))]
+
+
+def _write_title_table4(path: Path, cat: tuple[CodeInfo, ...], *, diagnoses: bool, gzip: bool) -> int:
+    """d_icd_diagnoses or d_icd_procedures: every catalogue code of that table, sorted like MIMIC-IV's (code,
+    version); returns its rows."""
+    rows = sorted((c.code, c.version, c.title) for c in cat if c.is_diagnosis == diagnoses)
+    with _open_text4(path, gzip=gzip) as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(TITLES_HEADER)
+        w.writerows(rows)
+    return len(rows)

@@ -57,11 +57,11 @@ def code_table(
         single_label: the model gives one code per note (softmax scores).
         predicted: the predicted codes when `scores` holds only some codes (a search's hits); else from `scores`.
     Returns:
-        DataFrame sorted by probability (desc, then code) with columns code, description, probability,
+        DataFrame sorted by probability (desc, then the order of `scores`) with columns code, description, probability,
         above_threshold and, with gold, gold (bool) and outcome ("TP"/"FP"/"FN"/"").
     """
     gold_set = set(gold) if gold is not None else None
-    position = {c: i for i, c in enumerate(scores)}                      # ties go by label order, as in `predicted_codes`
+    position = {c: i for i, c in enumerate(scores)}  # ties go by label order, as in `predicted_codes`
     order = lambda c: (-scores.get(c, 0.0), position.get(c, len(position)), c)  # noqa: E731
     chosen = set(predicted_codes(scores, threshold, single_label=single_label) if predicted is None else predicted)
     keep = set(sorted(scores, key=order)[: max(0, top_k)]) | (chosen & position.keys())
@@ -110,7 +110,7 @@ def search_codes(
             if c.lower().startswith(q) or c.lower().replace(".", "").startswith(q.replace(".", ""))
             or all(w in (d or "").lower() for w in words)}
     top = dict(sorted(hits.items(), key=lambda kv: (-kv[1], kv[0]))[:limit])
-    chosen = predicted_codes(scores, threshold, single_label=single_label)  # over every code, wherever the search landed
+    chosen = predicted_codes(scores, threshold, single_label=single_label)  # over every code, not just the hits
     table = code_table(top, descriptions, threshold, top_k=len(top), predicted=chosen)
     if gold is not None:
         gold_set = set(gold)
@@ -312,7 +312,8 @@ def prediction_record(
         scores={c: float(s) for c, s in scores.items()}, truncated=bool(pred.truncated), n_tokens=int(pred.n_tokens),
         evidence=pred.evidence, code_phrases={c: phrases[c] for c in predicted if c in phrases},
     )
-    rec: dict[str, Any] = {**at_threshold.to_dict(), "run": run, "threshold": float(threshold), "n_tokens": at_threshold.n_tokens}
+    rec: dict[str, Any] = {**at_threshold.to_dict(), "run": run, "threshold": float(threshold),
+                           "n_tokens": at_threshold.n_tokens}
     if gold is not None:
         rec["gold"] = list(gold)
     return rec

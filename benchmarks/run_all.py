@@ -32,7 +32,8 @@ def main() -> int:
     failed = []
     for script, full, quick in SCRIPTS:
         if not (HERE / script).is_file():  # a checkout without one benchmark still regenerates the others
-            print(f"skipped {script}: not found in {HERE}; its section of BENCHMARKS.md is left as it is", file=sys.stderr)
+            print(f"skipped {script}: not found in {HERE}; its section of BENCHMARKS.md is left as it is",
+                  file=sys.stderr)
             continue
         if args.quick and quick is None:
             continue

@@ -108,7 +108,8 @@ def is_predicted(score: float, threshold: float) -> bool:
     return score > threshold
 
 
-def predicted_indices(scores: np.ndarray, threshold: float = DEFAULT_THRESHOLD, *, single_label: bool = False) -> np.ndarray:
+def predicted_indices(scores: np.ndarray, threshold: float = DEFAULT_THRESHOLD, *,
+                      single_label: bool = False) -> np.ndarray:
     """THE definition of one note's predicted codes, as label indices, highest score first.
 
     Multi-label: every code scoring strictly above `threshold` (`is_predicted`). Single-label (softmax scores, where no

@@ -1,7 +1,7 @@
 """Batch scoring of files: notes in (read by `clinicode.records`), one output record per note out.
 
 The output record is `Prediction.to_dict()`; `record_line`, `csv_row` and `records_bytes` are its only writers
-(the CLI's files, the app's downloads), and `score_records` the only chunked scorer (`predict_file`, the app's batch page).
+(the CLI's files, the app's downloads), and `score_records` the only chunked scorer (`predict_file`, the app).
 
 Output goes to OUT.partial, flushed per chunk, and is renamed to OUT at the end: a killed run leaves no
 half-written OUT, and `resume=True` continues from the ids already in OUT.partial. OUT.partial.json records the

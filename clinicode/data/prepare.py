@@ -599,7 +599,8 @@ def _summary(source: _Source, plan: _Plan, n_docs: dict[str, int], labels: Label
     return summary
 
 
-def _manifest(source: _Source, plan: _Plan, summary: dict[str, Any], n_docs: dict[str, int], n_codes: int) -> dict[str, Any]:
+def _manifest(source: _Source, plan: _Plan, summary: dict[str, Any], n_docs: dict[str, int],
+              n_codes: int) -> dict[str, Any]:
     """manifest.json of the prepared dataset: the summary, the options, the counts and every input's hash."""
     cfg, protocol, pinned = plan.cfg, plan.protocol, plan.pinned
     comparable = summary["comparable"]

@@ -36,7 +36,8 @@ TOP50_ICD9: tuple[str, ...] = tuple(_M4["top50_icd9"])
 TOP50_ICD10: tuple[str, ...] = tuple(_M4["top50_icd10"])
 TOP_ICD9_PROCEDURES: frozenset[str] = frozenset(_M4["top_icd9_procedures"])
 # ICD-9 top-50 codes missing from CODE_INFO: official CMS long title and invented signal phrases.
-ICD9_TOP_EXTRA: dict[str, tuple[str, tuple[str, ...]]] = {c: (t, tuple(p)) for c, (t, p) in _M4["icd9_top_extra"].items()}
+ICD9_TOP_EXTRA: dict[str, tuple[str, tuple[str, ...]]] = {
+    c: (t, tuple(p)) for c, (t, p) in _M4["icd9_top_extra"].items()}
 # ICD-10 top-50: invented signal phrases (titles of the CM codes come from simple_icd_10_cm).
 ICD10_TOP_PHRASES: dict[str, tuple[str, ...]] = {c: tuple(p) for c, p in _M4["icd10_top_phrases"].items()}
 # ICD-10-PCS: official CMS long titles (the top-50 code first, then tail codes).

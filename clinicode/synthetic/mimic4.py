@@ -782,7 +782,8 @@ class _Admissions:
         hadm = np.concatenate([listed_ids, np.asarray(extra, dtype=np.int64)])
         version = np.concatenate([listed_ver, np.where(nrng.random(n_admissions) < _P_ICD9, 9, 10)])
         p_kind = _KIND_P_WITH_LISTS if listed else _KIND_P
-        kind = np.concatenate([np.zeros(len(listed), dtype=np.int64), nrng.choice(len(_KINDS), size=n_admissions, p=p_kind)])
+        kind = np.concatenate([np.zeros(len(listed), dtype=np.int64),
+                               nrng.choice(len(_KINDS), size=n_admissions, p=p_kind)])
         is_listed = np.arange(n_total) < len(listed)
         n_subjects = max(1, int(round(n_total * 0.8)))  # some patients have several admissions
         subject_ids = np.sort(nrng.choice(10_000_000, size=n_subjects, replace=False) + 10_000_000)

@@ -112,8 +112,10 @@ def test_every_app_table_breaks_a_single_label_tie_like_predict():
     assert hits.loc[hits["above_threshold"], "code"].tolist() == ["V45.81"]
     only_other, _ = render.search_codes(tied, descs, "038", 0.5, single_label=True)
     assert only_other["code"].tolist() == ["038.9"] and not only_other["above_threshold"].any()
-    fake = SimpleNamespace(id="n", predicted=[], scores=tied, truncated=False, n_tokens=3, evidence=None, code_phrases=None)
-    assert [p["code"] for p in render.prediction_record(fake, threshold=0.5, run="r", single_label=True)["predicted"]] == ["V45.81"]
+    fake = SimpleNamespace(id="n", predicted=[], scores=tied, truncated=False, n_tokens=3, evidence=None,
+                           code_phrases=None)
+    export = render.prediction_record(fake, threshold=0.5, run="r", single_label=True)
+    assert [p["code"] for p in export["predicted"]] == ["V45.81"]
 
 
 @pytest.mark.parametrize("pred,gold,want", [(True, True, "TP"), (True, False, "FP"), (False, True, "FN"), (False, False, "")])

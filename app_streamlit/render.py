@@ -6,16 +6,14 @@ Nothing is logged or written to disk: note text only flows from the arguments to
 
 from __future__ import annotations
 
-import csv
 import html
-import io
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from clinicode.metrics import METRIC_LABELS, SUMMARY, is_predicted
+from clinicode.metrics import METRIC_LABELS, SUMMARY, predicted_codes
 
 ATTENTION_RGB = (255, 179, 0)   # amber: beta, one distribution shared by all codes
 EVIDENCE_RGB = (46, 160, 67)    # green: one code's own phrase compatibility u[k, l]
@@ -42,11 +40,12 @@ def code_table(
     gold: Iterable[str] | None = None,
     top_k: int = 10,
     single_label: bool = False,
+    predicted: Iterable[str] | None = None,
 ) -> pd.DataFrame:
     """The note's code table: its top-k codes, every predicted code and every gold code.
 
-    A code is predicted when its probability is strictly above the threshold (`clinicode.metrics.is_predicted`, as
-    in `Predictor.predict` and the metrics); for a single-label model, the top code is, whatever the threshold.
+    Which codes are predicted is `clinicode.metrics.predicted_codes` (strictly above the threshold; for a single-label
+    model, the top code; ties by label order), as in `Predictor.predict` and the metrics.
 
     Args:
         scores: code -> probability for (ideally) every code of the label set.
@@ -56,18 +55,20 @@ def code_table(
             and gold codes scored below the threshold appear as FN rows.
         top_k: codes always shown, highest probability first.
         single_label: the model gives one code per note (softmax scores).
+        predicted: the predicted codes when `scores` holds only some codes (a search's hits); else from `scores`.
     Returns:
-        DataFrame sorted by probability (desc, then code) with columns code, description, probability,
+        DataFrame sorted by probability (desc, then the order of `scores`) with columns code, description, probability,
         above_threshold and, with gold, gold (bool) and outcome ("TP"/"FP"/"FN"/"").
     """
     gold_set = set(gold) if gold is not None else None
-    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
-    chosen = {ranked[0][0]} if single_label and ranked else {c for c, s in ranked if is_predicted(s, threshold)}
-    keep = {c for c, _ in ranked[: max(0, top_k)]} | chosen
+    position = {c: i for i, c in enumerate(scores)}  # ties go by label order, as in `predicted_codes`
+    order = lambda c: (-scores.get(c, 0.0), position.get(c, len(position)), c)  # noqa: E731
+    chosen = set(predicted_codes(scores, threshold, single_label=single_label) if predicted is None else predicted)
+    keep = set(sorted(scores, key=order)[: max(0, top_k)]) | (chosen & position.keys())
     if gold_set:
         keep |= gold_set
     rows = []
-    for code in sorted(keep, key=lambda c: (-scores.get(c, 0.0), c)):
+    for code in sorted(keep, key=order):
         p = float(scores.get(code, 0.0))
         row: dict[str, Any] = {
             "code": code,
@@ -109,10 +110,8 @@ def search_codes(
             if c.lower().startswith(q) or c.lower().replace(".", "").startswith(q.replace(".", ""))
             or all(w in (d or "").lower() for w in words)}
     top = dict(sorted(hits.items(), key=lambda kv: (-kv[1], kv[0]))[:limit])
-    table = code_table(top, descriptions, threshold, top_k=len(top), single_label=single_label)
-    if single_label and len(table):  # the model's top code is the prediction, wherever the search landed
-        best = max(scores, key=lambda c: (scores[c], c)) if scores else None
-        table["above_threshold"] = table["code"] == best
+    chosen = predicted_codes(scores, threshold, single_label=single_label)  # over every code, not just the hits
+    table = code_table(top, descriptions, threshold, top_k=len(top), predicted=chosen)
     if gold is not None:
         gold_set = set(gold)
         table["gold"] = table["code"].isin(gold_set)
@@ -139,7 +138,7 @@ def per_code_frame(per_code: Sequence[Mapping[str, Any]], descriptions: Mapping[
     The band uses the code's training notes (`train_count`) when the run recorded them, else its test notes
     (`support`); `band_source` says which.
     """
-    from clinicode.data.chapters import chapter
+    from clinicode.codes.chapters import chapter
 
     df = pd.DataFrame(list(per_code))
     if df.empty:
@@ -286,51 +285,38 @@ def prediction_record(
     pred: Any, *, threshold: float, run: str, note_id: str | None = None, gold: Sequence[str] | None = None,
     single_label: bool = False, predicted: Sequence[str] | None = None, descriptions: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One note's JSON export (no note text): codes at the threshold, all scores and the evidence spans.
+    """One note's JSON export (no note text): the output record of `clinicode predict` (`Prediction.to_dict()`) at the
+    app's threshold, plus "run", "threshold", "n_tokens" and, when known, "gold".
 
     Args:
-        pred: a `clinicode.predict.Prediction` made with top_k None (scores for every code); its `code_evidence`
+        pred: a `clinicode.predict.Prediction` made with top_k None (scores for every code); its `code_phrases`
             holds the evidence of (at least) the predicted codes.
         threshold: the threshold chosen in the app.
         run: the run (model) name.
         note_id: id of a test-split note, if any.
         gold: its gold codes, if known.
         single_label: the model's prediction is its top code.
-        predicted: the codes predicted at the threshold, when the caller has them (else from the scores).
+        predicted: the codes predicted at the threshold, when the caller has them (else `predicted_codes`).
         descriptions: code -> title (else the titles carried by `pred.predicted`).
     """
+    from clinicode.predict import CodeScore, Prediction
+
     scores = dict(pred.scores)
     descs = {**{c.code: c.description for c in pred.predicted}, **(descriptions or {})}
     if predicted is None:
-        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
-        predicted = [ranked[0][0]] if single_label and ranked else [c for c, s in ranked if is_predicted(s, threshold)]
-    predicted = [
-        {"code": c, "description": descs.get(c, ""), "score": round(float(scores[c]), 6)}
-        for c in predicted
-    ]
-    rec: dict[str, Any] = {
-        "id": note_id if note_id is not None else pred.id,
-        "run": run,
-        "threshold": round(float(threshold), 6),
-        "predicted": predicted,
-        "scores": {c: round(float(s), 6) for c, s in sorted(scores.items(), key=lambda kv: -kv[1])},
-        "truncated": bool(pred.truncated),
-        "n_tokens": int(pred.n_tokens),
-    }
+        predicted = predicted_codes(scores, threshold, single_label=single_label)
+    phrases = pred.code_phrases or {}
+    at_threshold = Prediction(
+        note_id if note_id is not None else pred.id,
+        predicted=[CodeScore(c, descs.get(c, ""), float(scores[c])) for c in predicted],
+        scores={c: float(s) for c, s in scores.items()}, truncated=bool(pred.truncated), n_tokens=int(pred.n_tokens),
+        evidence=pred.evidence, code_phrases={c: phrases[c] for c in predicted if c in phrases},
+    )
+    rec: dict[str, Any] = {**at_threshold.to_dict(), "run": run, "threshold": float(threshold),
+                           "n_tokens": at_threshold.n_tokens}
     if gold is not None:
         rec["gold"] = list(gold)
-    if pred.evidence is not None:
-        keep = {p["code"] for p in predicted}
-        rec["evidence"] = {
-            "attention": [_span_dict(s) for s in pred.evidence],
-            "codes": {c: [_span_dict(s) for s in spans] for c, spans in (pred.code_evidence or {}).items() if c in keep},
-        }
     return rec
-
-
-def _span_dict(s: Any) -> dict[str, Any]:
-    a, b, w = _weight(s)
-    return {"start": a, "end": b, "weight": round(w, 6)}
 
 
 def json_bytes(obj: Any) -> bytes:
@@ -382,72 +368,60 @@ def score_batch(
     threshold: float,
     chunk: int = 32,
     on_progress: Callable[[int, int], None] | None = None,
-) -> pd.DataFrame:
-    """Score parsed rows in chunks; a row that cannot be scored keeps an error and never stops the rest.
+) -> list[dict[str, Any]]:
+    """Score parsed rows with the CLI's scorer (`clinicode.predict_io.score_records`) into the CLI's output records.
+
+    A row that cannot be read keeps its error; if scoring itself fails, the rows not yet scored get an error record
+    ("could not score (...)") and the page goes on.
 
     Args:
         predictor: a `clinicode.predict.Predictor`.
         rows: [id, text, error] from `parse_batch`.
         threshold: codes scoring above it are predicted (a single-label model predicts its top code).
-        chunk: notes per `predict` call (and per progress step).
+        chunk: notes per scoring step (and per progress step).
         on_progress: called with (done, total) after each chunk.
     Returns:
-        DataFrame with columns id, codes (";"-joined predicted codes, best first), n_codes, top_code,
-        top_score, scores (JSON of code -> probability for the predicted codes) and error (None when fine).
-        No note text.
+        One `Prediction.to_dict()` record per row, in row order (no note text).
     """
+    from clinicode.predict_io import score_records
+    from clinicode.predict import Record
+
+    recs = [Record(str(r["id"]), r["text"], r["error"] if isinstance(r["error"], str) else None)
+            for r in rows.to_dict("records")]
     out: list[dict[str, Any]] = []
-    total = len(rows)
-    recs = rows.to_dict("records")
-    for lo in range(0, total, chunk):
-        part = recs[lo : lo + chunk]
-        todo = [r for r in part if not isinstance(r["error"], str)]
-        preds: dict[int, Any] = {}
-        if todo:
-            try:
-                res = predictor.predict([r["text"] for r in todo], ids=[r["id"] for r in todo], top_k=1, threshold=threshold)
-                preds = {id(r): p for r, p in zip(todo, res)}
-            except Exception as err:  # noqa: BLE001 - one bad chunk must not crash the page
-                preds = {id(r): f"could not score ({type(err).__name__})" for r in todo}
-        for r in part:
-            p = preds.get(id(r))
-            err_msg = (r["error"] if isinstance(r["error"], str) else None) if p is None else (p if isinstance(p, str) else p.error)
-            if err_msg is not None:
-                out.append({"id": r["id"], "codes": "", "n_codes": 0, "top_code": None, "top_score": None, "scores": "{}", "error": err_msg})
-                continue
-            top_code, top_score = next(iter(p.scores.items()), (None, None))
-            out.append({
-                "id": r["id"],
-                "codes": ";".join(c.code for c in p.predicted),
-                "n_codes": len(p.predicted),
-                "top_code": top_code,
-                "top_score": None if top_score is None else float(top_score),
-                "scores": json.dumps({c.code: round(float(c.score), 6) for c in p.predicted}),
-                "error": None,
-            })
+    try:
+        for _, preds in score_records(predictor, recs, threshold=threshold, explain=0, chunk=chunk):
+            out.extend(p.to_dict() for p in preds)
+            if on_progress is not None:
+                on_progress(len(out), len(recs))
+    except Exception as err:  # noqa: BLE001 - a failing scorer must not crash the page
+        out.extend({"id": r.id, "error": r.error or f"could not score ({type(err).__name__})"} for r in recs[len(out):])
         if on_progress is not None:
-            on_progress(min(lo + chunk, total), total)
-    df = pd.DataFrame(out, columns=["id", "codes", "n_codes", "top_code", "top_score", "scores", "error"])
-    df["error"] = pd.Series([r["error"] for r in out], dtype=object, index=df.index)  # None stays None
+            on_progress(len(out), len(recs))
+    return out
+
+
+def batch_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """The batch page's view of output records: id, codes (";"-joined, best first), n_codes, top_code, top_score,
+    scores (JSON of the predicted codes' probabilities) and error (None when fine)."""
+    rows = []
+    for r in records:
+        predicted = r.get("predicted", [])
+        top_code, top_score = next(iter((r.get("scores") or {}).items()), (None, None))
+        rows.append({"id": r["id"], "codes": ";".join(p["code"] for p in predicted), "n_codes": len(predicted),
+                     "top_code": top_code, "top_score": None if top_score is None else float(top_score),
+                     "scores": json.dumps({p["code"]: round(float(p["score"]), 6) for p in predicted}),
+                     "error": r.get("error")})
+    df = pd.DataFrame(rows, columns=["id", "codes", "n_codes", "top_code", "top_score", "scores", "error"])
+    df["error"] = pd.Series([r["error"] for r in rows], dtype=object, index=df.index)  # None stays None
     return df
 
 
-def batch_csv_bytes(results: pd.DataFrame) -> bytes:
-    """The scored table as UTF-8 CSV."""
-    return results.to_csv(index=False).encode("utf-8")
+def batch_bytes(records: Sequence[Mapping[str, Any]], fmt: str) -> bytes:
+    """The records as the file `clinicode predict --output x.jsonl` (fmt "jsonl") or `x.csv` ("csv") writes."""
+    from clinicode.predict_io import records_bytes
 
-
-def batch_jsonl_bytes(results: pd.DataFrame) -> bytes:
-    """One JSON object per scored note: {id, predicted: [{code, score}], error?}."""
-    lines = []
-    for r in results.to_dict("records"):
-        err = r.get("error")
-        if isinstance(err, str):
-            lines.append(json.dumps({"id": r["id"], "error": err}, ensure_ascii=False))
-            continue
-        scores = json.loads(r["scores"]) if r.get("scores") else {}
-        lines.append(json.dumps({"id": r["id"], "predicted": [{"code": c, "score": s} for c, s in scores.items()]}, ensure_ascii=False))
-    return ("\n".join(lines) + ("\n" if lines else "")).encode("utf-8")
+    return records_bytes(records, fmt=fmt)
 
 
 # ------------------------------------------------------------------------------------------ model card

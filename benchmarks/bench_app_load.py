@@ -48,7 +48,7 @@ def build_demo_run(runs: Path) -> None:
         return
     from clinicode.config import TrainConfig
     from clinicode.data.prepare import prepare_mimic
-    from clinicode.data.synthetic import write_demo_mimic
+    from clinicode.synthetic.mimic3 import write_demo_mimic
     from clinicode.train import train
 
     base = runs.parent

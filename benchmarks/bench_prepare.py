@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from clinicode import __version__
-from clinicode.data.synthetic import REAL_DISCHARGE_CHARS, REAL_OTHER_CHARS, write_demo_mimic
+from clinicode.synthetic.mimic3 import REAL_DISCHARGE_CHARS, REAL_OTHER_CHARS, write_demo_mimic
 
 ROOT = Path(__file__).resolve().parents[1]
 CAML_IDS = ROOT.parent / "shared" / "data" / "caml-mimic-ids"

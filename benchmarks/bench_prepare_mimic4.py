@@ -38,7 +38,7 @@ PROTOCOLS = (  # (label, options) run against the same folder
 
 
 def ensure_data(work: Path, extra: int, regenerate: bool) -> tuple[Path, dict]:
-    from clinicode.data.synthetic_mimic4 import write_demo_mimic4
+    from clinicode.synthetic.mimic4 import write_demo_mimic4
 
     folder = work / f"clinicode-bench-mimic4-extra{extra}"
     marker = folder / "GENERATED.json"

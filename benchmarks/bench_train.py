@@ -171,7 +171,7 @@ def main() -> None:
              "Every row runs with `keep_freed_memory()` (glibc keeps freed blocks instead of unmapping them, as "
              "`clinicode train` sets it) except the one named otherwise. "
              "Goal: >= 300 notes/s at B = 16, L = 2,500, P = 100, r = 10, K = 50 (the straightforward model does ~75). "
-             "`tests/test_model.py::test_training_with_the_fast_kernels_follows_the_reference_loss_curve` checks that "
+             "`tests/model/test_model.py::test_training_with_the_fast_kernels_follows_the_reference_loss_curve` checks that "
              "the fast path's losses and weights follow the plain-autograd model step by step.", "",
              "| implementation | B | L | P | K | r | s/step | notes/s | ratio | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
 

@@ -261,6 +261,11 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
             f"{folder}: tokenizer.json has {tokenizer.vocab_size} words but the model has {model_config.vocab_size} "
             "embedding rows; the pieces come from different runs, retrain with `clinicode train`."
         )
+    if tokenizer.max_len != train_config.max_len:  # both are written by one `train`; the tokenizer is what truncates
+        raise CheckpointError(
+            f"{folder}: tokenizer.json truncates notes at {tokenizer.max_len} tokens but train_config.json says max_len "
+            f"{train_config.max_len}; the pieces come from different runs, retrain with `clinicode train`."
+        )
     try:
         state = load_file(str(folder / WEIGHTS_FILE), device="cpu")
     except (SafetensorError, OSError) as err:

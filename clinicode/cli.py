@@ -146,7 +146,7 @@ def demo_data_cli(
     """Write a SYNTHETIC MIMIC-III- or MIMIC-IV-shaped folder (no real patient data) for demos and tests."""
     opts = _given(n_admissions=n_admissions, seed=seed, discharge_chars=discharge_chars)
     if format == "mimic3":
-        from clinicode.data.synthetic import write_demo_mimic
+        from clinicode.synthetic.mimic3 import write_demo_mimic
 
         if n_tail_codes is not None:
             raise ConfigError("--n-tail-codes is for --format mimic4.")
@@ -155,7 +155,7 @@ def demo_data_cli(
         info = write_demo_mimic(out, n_other_notes=n_other_notes, hadm_ids_from=hadm_ids_from[0] if hadm_ids_from else None,
                                 gzip=gzip, **opts)
     elif format == "mimic4":
-        from clinicode.data.synthetic_mimic4 import write_demo_mimic4
+        from clinicode.synthetic.mimic4 import write_demo_mimic4
 
         if n_other_notes is not None:
             raise ConfigError("--n-other-notes is for --format mimic3.")
@@ -187,7 +187,7 @@ def train_cli(
     lr_decay: Annotated[Optional[float], _opt("plateau schedule: factor applied to the learning rate at each decay.", default_of(_T, "lr_decay"))] = None,
     lr_patience: Annotated[Optional[int], _opt("plateau schedule: epochs in a row without a dev gain before each decay.", default_of(_T, "lr_patience"))] = None,
     embed_dim: Annotated[Optional[int], _opt("Word and code vector size P.", default_of(_M, "embed_dim"))] = None,
-    window: Annotated[Optional[int], _opt("Phrase radius r (the window spans 2r+1 tokens).", default_of(_M, "radius"))] = None,
+    radius: Annotated[Optional[int], _opt("Phrase radius r (the window spans 2r+1 tokens); --window is its old name, still accepted.", default_of(_M, "radius"), "--radius", "--window")] = None,
     hidden_dim: Annotated[Optional[int], _opt("Hidden units of the MLP head.", default_of(_M, "hidden_dim"))] = None,
     dropout: Annotated[Optional[float], _opt("Dropout in the MLP head.", default_of(_M, "dropout"))] = None,
     label_reg: Annotated[Optional[float], _opt("Weight lambda of the label-embedding regulariser.", default_of(_M, "label_reg_weight"))] = None,
@@ -229,7 +229,7 @@ def train_cli(
     # Every model option is passed, given or default, so --resume compares them all with the run's.
     options = {k: default_of(_M, k)
                for k in ("embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight", "compat", "code_evidence")}
-    options.update(_given(embed_dim=embed_dim, radius=window, hidden_dim=hidden_dim, dropout=dropout,
+    options.update(_given(embed_dim=embed_dim, radius=radius, hidden_dim=hidden_dim, dropout=dropout,
                           label_reg_weight=label_reg, compat=compat, code_evidence=code_evidence))
 
     def on_epoch(row: dict[str, Any]) -> None:

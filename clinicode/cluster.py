@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from clinicode.config import PREDICT
-from clinicode.predict import Predictor
+from clinicode.predict import Prediction, Predictor
 from clinicode.records import frame_records
 
 OUTPUT_COLUMNS = ("id", "record")
@@ -56,5 +56,5 @@ def score_partition(
     good = [r for r in records if r.error is None]
     scored = iter(pred.predict([r.text for r in good], ids=[r.id for r in good], top_k=top_k, threshold=threshold,
                                explain=explain, attention=False))
-    out = [{"id": r.id, "error": r.error} if r.error else next(scored).to_dict() for r in records]
+    out = [(Prediction(r.id, error=r.error) if r.error else next(scored)).to_dict() for r in records]  # the one record
     return pd.DataFrame({"id": [r.id for r in records], "record": [json.dumps(o, ensure_ascii=False) for o in out]})

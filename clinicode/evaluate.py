@@ -15,7 +15,7 @@ from clinicode.config import COMPARE
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import read_split
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
-from clinicode.metrics import HEADLINE, REPORTED, all_metrics, paired_bootstrap, per_label_metrics
+from clinicode.metrics import HEADLINE, REPORTED, all_metrics, metrics_report, paired_bootstrap
 from clinicode.predict import Predictor
 
 EVALUATION_KIND = "evaluation"
@@ -111,14 +111,8 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
     s = pred.score(df["text"].tolist())
     t = pred.threshold
     one = pred.single_label
-    result = {
-        "kind": EVALUATION_KIND,
-        **all_metrics(y, s, threshold=t, single_label=one),
-        "threshold_0.5": all_metrics(y, s, threshold=0.5, single_label=one),
-        "split": split,
-        **report,
-        "per_code": per_label_metrics(y, s, list(labels.codes), threshold=t, single_label=one),
-    }
+    result = {"kind": EVALUATION_KIND, **metrics_report(y, s, threshold=t, single_label=one, codes=list(labels.codes)),
+              "split": split, **report}
     if output is not None:
         write_json_atomic(Path(output), result)
     return result

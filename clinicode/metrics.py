@@ -17,7 +17,7 @@ a positive and a negative note, so `auc_macro` averages over those (`n_auc_label
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -102,22 +102,63 @@ def _check_grid(grid: Any) -> np.ndarray:
 def is_predicted(score: float, threshold: float) -> bool:
     """The one rule for "this code is predicted" of a multi-label model: score **strictly greater** than t.
 
-    CAML's `np.round` sends exactly 0.5 to 0; this keeps that behaviour for every threshold. `binarize`, `predict`,
-    `evaluate` and the app all decide through this rule (or `binarize`, which applies it to arrays).
+    CAML's `np.round` sends exactly 0.5 to 0; this keeps that behaviour for every threshold. `predicted_indices`,
+    `predicted_codes` and `binarize` apply it; every user (metrics, `predict`, `evaluate`, the app) goes through them.
     """
     return score > threshold
 
 
-def binarize(scores: np.ndarray, threshold: float = DEFAULT_THRESHOLD, *, single_label: bool = False) -> np.ndarray:
-    """Predicted labels Ŷ = [S > t] (`is_predicted`); for a single-label model, the top-scored code of each row.
+def predicted_indices(scores: np.ndarray, threshold: float = DEFAULT_THRESHOLD, *,
+                      single_label: bool = False) -> np.ndarray:
+    """THE definition of one note's predicted codes, as label indices, highest score first.
 
-    A single-label model's scores are a softmax over codes, so no threshold fits them: its prediction is the code
-    with the highest score (ties: the lowest label index), whatever `threshold` is.
+    Multi-label: every code scoring strictly above `threshold` (`is_predicted`). Single-label (softmax scores, where no
+    threshold fits): the top-scored code alone, whatever `threshold` is. **Tie rule, the one everywhere:** equal
+    scores go by label index, the lower first; so among tied top scores a single-label model predicts the lowest
+    label index (as `np.argmax`, `binarize` and `accuracy` do).
+
+    Args:
+        scores: [n_labels] one note's probabilities.
+        threshold: the cut-off t.
+        single_label: one code per note, the arg-max.
+    Returns:
+        [n_predicted] int64 label indices, by score descending, then index ascending.
+    """
+    s = np.asarray(scores)
+    if s.ndim != 1:
+        raise ValueError(f"scores must be 1-D [n_labels] (one note), got shape {s.shape}; use binarize for a matrix.")
+    if single_label:
+        return np.asarray([s.argmax()] if s.size else [], dtype=np.int64)
+    above = np.flatnonzero(s > threshold)
+    return above[np.lexsort((above, -s[above]))].astype(np.int64)
+
+
+def predicted_codes(scores: Mapping[str, float], threshold: float = DEFAULT_THRESHOLD, *,
+                    single_label: bool = False) -> list[str]:
+    """`predicted_indices` over a code -> score mapping whose iteration order is the label order.
+
+    A `Prediction.scores` of every code (top_k=None) is ordered by score, ties by label index, so its order among
+    tied codes is the label order, and the tie rule gives the same codes as on the checkpoint's score vector.
+
+    Args:
+        scores: code -> probability, in label order (or in `Prediction.scores` order).
+        threshold: the cut-off t.
+        single_label: one code per note, the top-scored.
+    Returns:
+        The predicted codes, highest score first (ties: earlier in `scores` first).
+    """
+    codes = list(scores)
+    s = np.fromiter((float(v) for v in scores.values()), dtype=np.float64, count=len(codes))
+    return [codes[i] for i in predicted_indices(s, threshold, single_label=single_label)]
+
+
+def binarize(scores: np.ndarray, threshold: float = DEFAULT_THRESHOLD, *, single_label: bool = False) -> np.ndarray:
+    """`predicted_indices` for a whole matrix, as a mask: Ŷ = [S > t], or each row's top code when single-label.
 
     Args:
         scores: [n_docs, n_labels] probabilities (any shape is accepted when not single_label).
         threshold: the cut-off t.
-        single_label: one code per row, the arg-max.
+        single_label: one code per row, the arg-max (ties: the lowest label index, the rule of `predicted_indices`).
     Returns:
         Bool array with the shape of `scores`.
     """
@@ -703,4 +744,39 @@ def frequency_slices(per_code: Sequence[dict[str, Any]], *, rare_below: int = RA
         out[name] = {"n_codes": len(rows), "n_present": len(f1s),
                      "auc_macro": float(np.mean(aucs)) if aucs else None,
                      "f1_macro": float(np.mean(f1s)) if f1s else None}
+    return out
+
+
+def metrics_report(
+    y_true: np.ndarray,
+    scores: np.ndarray,
+    *,
+    threshold: float,
+    single_label: bool = False,
+    codes: Sequence[str] | None = None,
+    train_counts: Sequence[int] | np.ndarray | None = None,
+) -> dict[str, Any]:
+    """THE metrics report of a scored split: what `train` writes (metrics_dev.json, metrics_test.json) and `evaluate`.
+
+    Args:
+        y_true: [n_docs, n_labels] multi-hot gold labels.
+        scores: [n_docs, n_labels] probabilities.
+        threshold: the tuned threshold t.
+        single_label: predictions are each row's top code.
+        codes: [n_labels] label codes in column order; adds the per-code rows ("per_code").
+        train_counts: [n_labels] each code's training notes (with `codes`); adds them to the rows ("train_count")
+            and the rare/frequent "slices" (`frequency_slices`).
+    Returns:
+        `all_metrics` at t, the same at 0.5 under "threshold_0.5", then "per_code" and "slices" when asked for.
+    """
+    out: dict[str, Any] = {**all_metrics(y_true, scores, threshold=threshold, single_label=single_label),
+                           "threshold_0.5": all_metrics(y_true, scores, threshold=DEFAULT_THRESHOLD, single_label=single_label)}
+    if codes is not None:
+        per_code = per_label_metrics(y_true, scores, codes, threshold=threshold, single_label=single_label)
+        if train_counts is not None:
+            for row, n in zip(per_code, train_counts, strict=True):
+                row["train_count"] = int(n)
+        out["per_code"] = per_code
+        if train_counts is not None:
+            out["slices"] = frequency_slices(per_code)
     return out

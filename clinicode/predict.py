@@ -25,7 +25,7 @@ from clinicode.config import PREDICT
 from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
 from clinicode.errors import ConfigError
 from clinicode.memory import MemoryPlan, plan
-from clinicode.metrics import binarize
+from clinicode.metrics import predicted_indices
 from clinicode.runtime import pick_device
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class Prediction:
     """One note's result. `error` is set (and scores empty) when the note could not be scored.
 
     evidence: the highest-attention token spans (beta), when explain > 0.
-    code_evidence: for each predicted code, the phrases with the highest per-code compatibility u[k, l]
+    code_phrases: for each predicted code, the phrases with the highest per-code compatibility u[k, l]
         (after the ReLU, before the max over codes), each shown as its strongest word with one word either side.
     attention: every kept token's span with its beta weight (for highlighting), when explain > 0.
     """
@@ -88,7 +88,7 @@ class Prediction:
     truncated: bool = False
     n_tokens: int = 0
     evidence: list[Span] | None = None
-    code_evidence: dict[str, list[Span]] | None = None
+    code_phrases: dict[str, list[Span]] | None = None
     attention: list[Span] | None = None
     error: str | None = None
 
@@ -105,7 +105,7 @@ class Prediction:
         if self.evidence is not None:
             out["evidence"] = {
                 "spans": [_span(s) for s in self.evidence],
-                "codes": {c: [_span(s) for s in spans] for c, spans in (self.code_evidence or {}).items()},
+                "codes": {c: [_span(s) for s in spans] for c, spans in (self.code_phrases or {}).items()},
             }
         return out
 
@@ -324,11 +324,7 @@ class Predictor:
         codes, descs = self.labels.codes, self.labels.descriptions
         for j, i in enumerate(good):
             s = scores[j]
-            if self.single_label:
-                keep = _top(s, 1)
-            else:
-                above = np.flatnonzero(binarize(s, t))                                     # the one rule, [S > t]
-                keep = above[np.lexsort((above, -s[above]))]                               # score desc, then index
+            keep = predicted_indices(s, t, single_label=self.single_label)                # the one rule
             predicted = [CodeScore(codes[k], descs[k], float(s[k])) for k in keep]
             top = {codes[k]: float(s[k]) for k in _top(s, k_keep)} if k_keep else {}
             rec = Prediction(ids[i], predicted=predicted, scores=top)
@@ -343,12 +339,12 @@ class Predictor:
                 if attention:
                     rec.attention = [Span(a, b, float(w)) for (a, b), w in zip(offs, beta)]
                 rec.evidence = [Span(offs[p][0], offs[p][1], float(beta[p])) for p in _top(beta, explain)]
-                rec.code_evidence = {}
+                rec.code_phrases = {}
                 tok_ids = np.asarray(encs[j].ids)
                 ks = [self.labels.index(c.code) for c in predicted]
                 u = self._phrase_rows(tok_ids, ks)                                         # [n, L]
                 for c, k, row in zip(predicted, ks, u):
-                    rec.code_evidence[c.code] = self._phrase_spans(offs, tok_ids, k, row, explain)
+                    rec.code_phrases[c.code] = self._phrase_spans(offs, tok_ids, k, row, explain)
             out[i] = rec
         return out  # type: ignore[return-value]
 

@@ -1,5 +1,8 @@
 """Batch scoring of files: notes in (read by `clinicode.records`), one output record per note out.
 
+The output record is `Prediction.to_dict()`; `record_line`, `csv_row` and `records_bytes` are its only writers
+(the CLI's files, the app's downloads), and `score_records` the only chunked scorer (`predict_file`, the app).
+
 Output goes to OUT.partial, flushed per chunk, and is renamed to OUT at the end: a killed run leaves no
 half-written OUT, and `resume=True` continues from the ids already in OUT.partial. OUT.partial.json records the
 checkpoint and options of the run that wrote it, so a resume with other ones is refused instead of mixing models.
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -17,12 +21,12 @@ import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from clinicode.artifacts import check_output, read_json, write_json_atomic
 from clinicode.config import PREDICT
 from clinicode.errors import ConfigError, DataFormatError
-from clinicode.predict import Predictor
+from clinicode.predict import Prediction, Predictor
 from clinicode.records import Record, read_records
 
 CHUNK = 256
@@ -48,6 +52,89 @@ def is_predict_output(path: Path) -> bool:
     return isinstance(obj, dict) and "id" in obj and bool({"scores", "error", "predicted"} & obj.keys())
 
 
+def record_line(rec: Mapping[str, Any]) -> str:
+    """One output record (`Prediction.to_dict()`) as its JSONL line, newline included."""
+    return json.dumps(rec, ensure_ascii=False) + "\n"
+
+
+def csv_row(rec: Mapping[str, Any]) -> list[Any]:
+    """One output record as the row of the CSV output (columns `CSV_HEADER`)."""
+    pred = ";".join(p["code"] for p in rec.get("predicted", []))
+    return [rec["id"], pred, json.dumps(rec.get("scores", {})), rec.get("truncated", ""), rec.get("error", "")]
+
+
+def records_bytes(records: Iterable[Mapping[str, Any]], *, fmt: str = "jsonl") -> bytes:
+    """Output records as a whole file in memory, byte for byte what `predict_file` writes (for the app's downloads).
+
+    Args:
+        records: `Prediction.to_dict()` records.
+        fmt: "jsonl" or "csv".
+    Returns:
+        UTF-8 bytes.
+    """
+    if fmt not in ("jsonl", "csv"):
+        raise ConfigError(f"output format must be 'jsonl' or 'csv', got {fmt!r}.")
+    buf = io.StringIO(newline="")
+    if fmt == "csv":
+        w = csv.writer(buf)
+        w.writerow(CSV_HEADER)
+        w.writerows(csv_row(r) for r in records)
+    else:
+        buf.writelines(record_line(r) for r in records)
+    return buf.getvalue().encode("utf-8")
+
+
+def score_records(
+    predictor: Predictor,
+    records: Iterable[Record],
+    *,
+    top_k: int | None = PREDICT.top_k,
+    threshold: float | None = None,
+    explain: int = PREDICT.explain,
+    chunk: int | None = None,
+) -> Iterator[tuple[list[Record], list[Prediction]]]:
+    """Score records a chunk at a time: each chunk with one `Prediction` per record, in input order.
+
+    A bad record (one with `error`) gets `Prediction(id, error=...)` and is never scored. Tokenising the next chunk
+    (a worker thread; the Rust tokenizer releases the GIL) overlaps scoring the current one.
+
+    Args:
+        predictor: the loaded model.
+        records: input records (`clinicode.records.read_records`).
+        top_k, threshold, explain: as `Predictor.predict` (attention spans are never computed: records omit them).
+        chunk: records per chunk (default `CHUNK`).
+    Yields:
+        (the chunk's records, their predictions).
+    """
+    size = CHUNK if chunk is None else chunk
+
+    def chunks() -> Iterator[list[Record]]:
+        part: list[Record] = []
+        for rec in records:
+            part.append(rec)
+            if len(part) >= size:
+                yield part
+                part = []
+        if part:
+            yield part
+
+    def prepare(part: list[Record]):
+        good = [r for r in part if r.error is None]
+        return predictor.prepare([r.text for r in good], ids=[r.id for r in good], explain=explain)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        source = chunks()
+        current = next(source, None)
+        pending = pool.submit(prepare, current) if current is not None else None
+        while current is not None:
+            prepared = pending.result()
+            upcoming = next(source, None)
+            pending = pool.submit(prepare, upcoming) if upcoming is not None else None
+            preds = iter(predictor.finish(prepared, top_k=top_k, threshold=threshold, explain=explain, attention=False))
+            yield current, [Prediction(r.id, error=r.error) if r.error is not None else next(preds) for r in current]
+            current = upcoming
+
+
 class _Writer:
     """JSONL or CSV records to OUT.partial; `finish()` renames it to OUT."""
 
@@ -67,10 +154,9 @@ class _Writer:
 
     def write(self, rec: dict[str, Any]) -> None:
         if self.csv is not None:
-            pred = ";".join(p["code"] for p in rec.get("predicted", []))
-            self.csv.writerow([rec["id"], pred, json.dumps(rec.get("scores", {})), rec.get("truncated", ""), rec.get("error", "")])
+            self.csv.writerow(csv_row(rec))
         else:
-            self.f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            self.f.write(record_line(rec))
 
     def flush(self) -> None:
         self.f.flush()
@@ -163,10 +249,9 @@ def predict_file(
     seen: set[str] = set()
     bar = tqdm(desc="notes", unit="note", disable=not progress, file=sys.stderr)
 
-    def write(chunk: list[Record], preds_list: list) -> None:
-        preds = iter(preds_list)
-        for r in chunk:
-            rec = {"id": r.id, "error": r.error} if r.error is not None else next(preds).to_dict()
+    def write(chunk: list[Record], preds: list[Prediction]) -> None:
+        for p in preds:
+            rec = p.to_dict()
             if "error" in rec:
                 counts["errors"] += 1
                 if on_bad:
@@ -180,8 +265,7 @@ def predict_file(
         writer.flush()
         bar.update(len(chunk))
 
-    def chunks():
-        chunk: list[Record] = []
+    def todo() -> Iterator[Record]:
         for pos, rec in enumerate(itertools.chain([first], records)):
             if pos % n_shard != i_shard:
                 continue
@@ -192,29 +276,10 @@ def predict_file(
                 done[rec.id] -= 1
                 counts["skipped"] += 1
                 continue
-            chunk.append(rec)
-            if len(chunk) >= CHUNK:
-                yield chunk
-                chunk = []
-        if chunk:
-            yield chunk
+            yield rec
 
-    def prepare(chunk: list[Record]):
-        good = [r for r in chunk if r.error is None]
-        return predictor.prepare([r.text for r in good], ids=[r.id for r in good], explain=explain)
-
-    # Reading and tokenising the next chunk (a worker thread; the Rust tokenizer releases the GIL) overlaps scoring and
-    # writing the current one; records still come out in input order.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        source = chunks()
-        current = next(source, None)
-        pending = pool.submit(prepare, current) if current is not None else None
-        while current is not None:
-            prepared = pending.result()
-            upcoming = next(source, None)
-            pending = pool.submit(prepare, upcoming) if upcoming is not None else None
-            write(current, predictor.finish(prepared, top_k=top_k, threshold=threshold, explain=explain, attention=False))
-            current = upcoming
+    for chunk, preds in score_records(predictor, todo(), top_k=top_k, threshold=threshold, explain=explain):
+        write(chunk, preds)
     bar.close()
     writer.finish()
     if to_file:

@@ -15,7 +15,8 @@ def seed_everything(seed: int) -> None:
     """Seed Python, numpy and torch so CPU runs repeat exactly.
 
     Python's string-hash seed (PYTHONHASHSEED) is fixed at interpreter start and cannot be set here; nothing in
-    clinicode depends on it (gensim 4 seeds its vectors from `seed`; tests/test_embeddings.py checks across processes).
+    clinicode depends on it (gensim 4 seeds its vectors from `seed`; tests/train/test_embeddings.py checks across
+    processes).
     """
     random.seed(seed)
     np.random.seed(seed % (2**32))

@@ -26,14 +26,14 @@ from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict
 from clinicode.constants import HISTORY_FILE, RUN_FILE, SCORES_TEST_FILE, WEIGHTS_FILE
-from clinicode.data.icd9 import load_descriptions_tsv
-from clinicode.data.icd10 import icd10_cm_titles
+from clinicode.codes.icd9 import load_descriptions_tsv
+from clinicode.codes.icd10 import icd10_cm_titles
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.embeddings import initial_vectors
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.memory import plan
-from clinicode.metrics import HEADLINE, all_metrics, binarize, frequency_slices, per_label_metrics, tune_threshold
+from clinicode.metrics import HEADLINE, all_metrics, binarize, metrics_report, tune_threshold
 from clinicode.model import LEAM
 from clinicode.predict import Predictor
 from clinicode.runtime import barrier, init_distributed, pick_device, seed_everything, world
@@ -301,20 +301,15 @@ def _finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[floa
             f"{run}: the threshold tuned on dev ({t:.2f}) would mark every code on every note, so the model has learnt "
             "nothing usable; check that the dev and train labels are right (the checkpoint keeps its last usable epoch)."
         )
-    metrics_dev = {**all_metrics(y_dev, s_dev, threshold=t, single_label=one),
-                   "threshold_0.5": all_metrics(y_dev, s_dev, threshold=0.5, single_label=one)}
+    metrics_dev = metrics_report(y_dev, s_dev, threshold=t, single_label=one)
     metrics_test: dict[str, Any] = {}
     if "test" in ds.splits and len(ds.split("test")):
         test = ds.split("test")
         y = ds.labels.multi_hot(test["labels"])
         s = pred.score(test["text"].tolist())
-        per_code = per_label_metrics(y, s, list(ds.labels.codes), threshold=t, single_label=one)
         train_counts = ds.labels.multi_hot(ds.split("train")["labels"]).sum(axis=0)  # frequency bands in the app
-        for row, n in zip(per_code, train_counts):
-            row["train_count"] = int(n)
-        metrics_test = {**all_metrics(y, s, threshold=t, single_label=one),
-                        "threshold_0.5": all_metrics(y, s, threshold=0.5, single_label=one), "per_code": per_code,
-                        "slices": frequency_slices(per_code)}
+        metrics_test = metrics_report(y, s, threshold=t, single_label=one, codes=list(ds.labels.codes),
+                                      train_counts=train_counts)
         buf = run / f".{SCORES_TEST_FILE}.tmp.npz"
         np.savez_compressed(buf, ids=np.asarray(test["id"].astype(str).tolist()), y_true=y, scores=s)
         buf.replace(run / SCORES_TEST_FILE)

@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 @pytest.fixture(scope="session")
 def demo_mimic(tmp_path_factory) -> Path:
     """A small synthetic MIMIC-III-shaped folder (no real patient data)."""
-    from clinicode.data.synthetic import write_demo_mimic
+    from clinicode.synthetic.mimic3 import write_demo_mimic
 
     out = tmp_path_factory.mktemp("demo") / "mimic"
     write_demo_mimic(out, n_admissions=600, seed=0)

@@ -1,4 +1,4 @@
-"""Batch scoring: upload CSV or JSONL (id, text) -> scored table with per-row errors -> CSV / JSONL download."""
+"""Batch scoring: upload CSV or JSONL (id, text) -> scored table with per-row errors -> the CLI's CSV / JSONL records."""
 
 from __future__ import annotations
 
@@ -43,14 +43,15 @@ if res is None or res["key"] != key:
         st.error(parsed.error)
         st.stop()
     bar = st.progress(0.0, text=f"Scoring {len(parsed.rows)} notes…")
-    results = render.score_batch(
+    records = render.score_batch(
         pred, parsed.rows, threshold=thr,
         on_progress=lambda done, total: bar.progress(done / max(total, 1), text=f"Scored {done} of {total} notes"),
     )
     bar.empty()
-    res = {"key": key, "results": results}
+    res = {"key": key, "records": records}
     st.session_state["batch_result"] = res
-results = res["results"]
+records = res["records"]
+results = render.batch_table(records)
 
 n_err = int(results["error"].notna().sum())
 c1, c2, c3 = st.columns(3)
@@ -74,10 +75,10 @@ st.dataframe(
 d1, d2, _ = st.columns([1, 1, 3])
 stem = up.name.rsplit(".", 1)[0]
 d1.download_button(
-    "Download CSV", render.batch_csv_bytes(results), file_name=f"{stem}_codes.csv", mime="text/csv",
+    "Download CSV", render.batch_bytes(records, "csv"), file_name=f"{stem}_codes.csv", mime="text/csv",
     key="dl_batch_csv", on_click="ignore", icon=":material/download:",
 )
 d2.download_button(
-    "Download JSONL", render.batch_jsonl_bytes(results), file_name=f"{stem}_codes.jsonl", mime="application/jsonl",
+    "Download JSONL", render.batch_bytes(records, "jsonl"), file_name=f"{stem}_codes.jsonl", mime="application/jsonl",
     key="dl_batch_jsonl", on_click="ignore", icon=":material/download:",
 )

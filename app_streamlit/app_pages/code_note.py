@@ -85,15 +85,15 @@ if p.error:
     st.stop()
 
 descs = dict(zip(pred.labels.codes, pred.labels.descriptions))
-if p.code_evidence is None:
-    p.code_evidence = {}
+if p.code_phrases is None:
+    p.code_phrases = {}
 
 
 def with_evidence(codes: list[str]) -> None:
     """Compute the phrase evidence of codes not explained yet (LEAM only), into the kept result."""
-    missing = [c for c in codes if c not in p.code_evidence]
+    missing = [c for c in codes if c not in p.code_phrases]
     if missing and pred.kind == "leam":
-        p.code_evidence.update(pred.explain_codes(text, missing, EXPLAIN))
+        p.code_phrases.update(pred.explain_codes(text, missing, EXPLAIN))
 
 tuned = float(pred.threshold)
 if pred.single_label:
@@ -191,5 +191,5 @@ with right:
             "ReLU, before the max over codes), each shown as the window's strongest word with one word either side; "
             "overlapping phrases take the larger u; opacity ∝ u."
         )
-        body = render.highlight_html(text, p.code_evidence[pick], rgb=render.EVIDENCE_RGB, css_class="evidence")
+        body = render.highlight_html(text, p.code_phrases[pick], rgb=render.EVIDENCE_RGB, css_class="evidence")
     st.html(body)

@@ -25,8 +25,8 @@ from clinicode.artifacts import atomic_dir, check_output, make_manifest, sha256_
 from clinicode.config import PREPARE, PrepareConfig
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50, LABELS_FILE, SPLITS
 from clinicode.data import mimic, mimic4
-from clinicode.data.icd9 import load_descriptions_tsv
-from clinicode.data.icd10 import format_code, icd10_cm_titles, normalise_code
+from clinicode.codes.icd9 import load_descriptions_tsv
+from clinicode.codes.icd10 import format_code, icd10_cm_titles, normalise_code
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import is_prepared_dataset
 from clinicode.data.protocols import Protocol, find_protocol
@@ -451,8 +451,9 @@ def prepare_mimic(
 
     with atomic_dir(out_dir, replaces=is_prepared_dataset) as tmp:
         source = _mimic3(mimic_dir, splits_dir, cfg) if release == "mimic3" else _mimic4(mimic_dir, note_dir, cfg, tmp)
-        summary, manifest, docs, labels = _assemble(source, cfg, chosen_set, split_ids, split_files, pinned, protocol,
-                                                    matches, check_counts, mimic_dir, splits_dir, splits_file, out_dir)
+        plan = _Plan(cfg, chosen_set, split_ids, split_files, pinned, protocol, matches, check_counts, mimic_dir,
+                     splits_dir, splits_file, out_dir)
+        summary, manifest, docs, labels = _assemble(source, plan)
         _write_splits(tmp, docs, source.texts(docs["HADM_ID"].to_numpy()))
         labels.save(tmp / LABELS_FILE)
         write_manifest(tmp, manifest)
@@ -465,16 +466,41 @@ def prepare_mimic(
     return summary
 
 
-def _assemble(source: _Source, cfg: PrepareConfig, label_set: str, split_ids: dict[str, list[int]] | None,
-              split_files: list[Path], pinned: Path | None, protocol: Protocol | None, matches: bool, check_counts: bool,
-              mimic_dir: Path, splits_dir: Path | None, splits_file: Path | None, out_dir: Path):
+@dataclass(frozen=True)
+class _Plan:
+    """What `prepare_dataset` decided before reading any table: the label set, the splits and the protocol."""
+
+    cfg: PrepareConfig
+    label_set: str
+    split_ids: dict[str, list[int]] | None   # published id lists, or None for a hash split by patient
+    split_files: list[Path]
+    pinned: Path | None                      # top50_codes.txt pinning the label set
+    protocol: Protocol | None
+    matches: bool                            # the files and options are the protocol's
+    check_counts: bool                       # require the protocol's published document counts
+    mimic_dir: Path
+    splits_dir: Path | str | None            # as given (the manifest records them so)
+    splits_file: Path | str | None
+    out_dir: Path
+
+
+def _assemble(source: _Source, plan: _Plan) -> tuple[dict[str, Any], dict[str, Any], pd.DataFrame, LabelSet]:
     """Label set, labels per document, splits and counts: the steps MIMIC-III and MIMIC-IV share."""
-    docs = source.docs
-    has_note = set(docs["HADM_ID"].tolist())
     coded = set(source.codes["HADM_ID"].unique().tolist())
+    has_note = set(source.docs["HADM_ID"].tolist())
     source.drop("admissions_with_codes_but_no_note", len(coded - has_note))
     codes = source.codes[source.codes["HADM_ID"].isin(has_note)]
-    label_codes, counts = _label_codes(cfg, label_set, codes, pinned)
+    labels, n_codes, undescribed = _label_set(source, plan, codes)
+    docs = _labelled_docs(source, labels, codes, coded)
+    docs, missing_from_data = _assign_splits(source, docs, plan.split_ids)
+    n_docs = _check_counts(source, plan, docs, labels, missing_from_data)
+    summary = _summary(source, plan, n_docs, labels, missing_from_data, undescribed)
+    return summary, _manifest(source, plan, summary, n_docs, n_codes), docs.sort_values("HADM_ID"), labels
+
+
+def _label_set(source: _Source, plan: _Plan, codes: pd.DataFrame) -> tuple[LabelSet, int, list[str]]:
+    """The label set with titles; how many codes the admissions with a note carry; the label codes without a title."""
+    label_codes, counts = _label_codes(plan.cfg, plan.label_set, codes, plan.pinned)
     titles = dict(source.titles)
     missing_titles = [c for c in label_codes if not titles.get(c)]
     if missing_titles and source.icd_version == 10:
@@ -484,11 +510,15 @@ def _assemble(source: _Source, cfg: PrepareConfig, label_set: str, split_ids: di
     if undescribed:
         log.warning("%d of %d label codes have no description (e.g. %s); their code vectors start from the code string "
                     "instead.", len(undescribed), len(labels), ", ".join(undescribed[:3]))
+    return labels, len(counts), undescribed
 
+
+def _labelled_docs(source: _Source, labels: LabelSet, codes: pd.DataFrame, coded: set[int]) -> pd.DataFrame:
+    """Admissions with a note, each with its label-set codes (label order) and a SUBJECT_ID; the rest are dropped."""
     index = {c: i for i, c in enumerate(labels.codes)}
     in_set = codes[codes["code"].isin(index)]
     doc_labels = in_set.groupby("HADM_ID")["code"].agg(lambda s: sorted(s, key=index.__getitem__))
-    docs = docs.assign(labels=docs["HADM_ID"].map(doc_labels))
+    docs = source.docs.assign(labels=source.docs["HADM_ID"].map(doc_labels))
     uncoded = ~docs["HADM_ID"].isin(coded)
     source.drop(f"admissions_with_a_note_but_no_icd{source.icd_version}_code", int(uncoded.sum()))
     no_label = docs["labels"].isna()
@@ -499,27 +529,35 @@ def _assemble(source: _Source, cfg: PrepareConfig, label_set: str, split_ids: di
     docs = docs.assign(SUBJECT_ID=docs["SUBJECT_ID"].fillna(docs["HADM_ID"].map(subj_from_codes)))
     no_subject = docs["SUBJECT_ID"].isna()
     source.drop("admissions_without_subject_id", int(no_subject.sum()))
-    docs = docs[~no_subject.to_numpy()]
+    return docs[~no_subject.to_numpy()]
 
-    missing_from_data: dict[str, int] = {}
-    if split_ids is not None:
-        membership = {h: s for s in SPLITS for h in split_ids[s]}
-        docs = docs.assign(split=docs["HADM_ID"].map(membership))
-        unlisted = docs["split"].isna()
-        source.drop("admissions_not_in_split_lists", int(unlisted.sum()))
-        docs = docs[~unlisted.to_numpy()]
-        present = set(docs["HADM_ID"].tolist())
-        missing_from_data = {s: sum(1 for h in split_ids[s] if h not in present) for s in SPLITS}
-    else:
-        docs = docs.assign(split=_hash_split(docs["SUBJECT_ID"]))
+
+def _assign_splits(source: _Source, docs: pd.DataFrame,
+                   split_ids: dict[str, list[int]] | None) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Each document's split (from the id lists, else a hash of SUBJECT_ID); listed ids missing from the data."""
+    if split_ids is None:
+        return docs.assign(split=_hash_split(docs["SUBJECT_ID"])), {}
+    membership = {h: s for s in SPLITS for h in split_ids[s]}
+    docs = docs.assign(split=docs["HADM_ID"].map(membership))
+    unlisted = docs["split"].isna()
+    source.drop("admissions_not_in_split_lists", int(unlisted.sum()))
+    docs = docs[~unlisted.to_numpy()]
+    present = set(docs["HADM_ID"].tolist())
+    return docs, {s: sum(1 for h in split_ids[s] if h not in present) for s in SPLITS}
+
+
+def _check_counts(source: _Source, plan: _Plan, docs: pd.DataFrame, labels: LabelSet,
+                  missing_from_data: dict[str, int]) -> dict[str, int]:
+    """Documents per split; refuses none at all, and a protocol's counts not reproduced when they are required."""
     if not len(docs):
         raise DataFormatError(
-            f"No admission in {mimic_dir} has a note and one of the {len(labels)} label-set codes"
-            + (" and is listed in the split files" if split_ids is not None else "")
+            f"No admission in {plan.mimic_dir} has a note and one of the {len(labels)} label-set codes"
+            + (" and is listed in the split files" if plan.split_ids is not None else "")
             + "; check --mimic-dir, --icd-version and the split files."
         )
     n_docs = {s: int((docs["split"] == s).sum()) for s in SPLITS}
-    if check_counts and protocol is not None and n_docs != protocol.counts:
+    protocol = plan.protocol
+    if plan.check_counts and protocol is not None and n_docs != protocol.counts:
         got = ", ".join(f"{s} {n_docs[s]:,} (expected {protocol.counts[s]:,})" for s in SPLITS)
         cause = ("ICD9_CODE was probably read as numbers or HADM_ID as floats; read codes as strings (docs/domain.md "
                  "section 4) and use MIMIC-III v1.4" if source.release == "mimic3" else
@@ -530,10 +568,15 @@ def _assemble(source: _Source, cfg: PrepareConfig, label_set: str, split_ids: di
         )
     if any(missing_from_data.values()):
         log.warning("split ids missing from the prepared data: %s", missing_from_data)
-    if matches and protocol is not None and protocol.n_labels and protocol.n_labels != len(labels):
+    if plan.matches and protocol is not None and protocol.n_labels and protocol.n_labels != len(labels):
         log.warning("%s reports %d codes; this data gives %d.", protocol.name, protocol.n_labels, len(labels))
+    return n_docs
 
-    comparable = bool(matches)
+
+def _summary(source: _Source, plan: _Plan, n_docs: dict[str, int], labels: LabelSet, missing_from_data: dict[str, int],
+             undescribed: list[str]) -> dict[str, Any]:
+    """`prepare_dataset`'s return value (also in manifest.json), with the reason when it is not a protocol's."""
+    comparable = bool(plan.matches)
     summary: dict[str, Any] = {
         "release": source.release,
         "icd_version": source.icd_version,
@@ -541,38 +584,46 @@ def _assemble(source: _Source, cfg: PrepareConfig, label_set: str, split_ids: di
         "n_labels": len(labels),
         "dropped": source.dropped,
         "missing_from_data": missing_from_data,
-        "label_set": label_set,
-        "protocol": protocol.name if matches and protocol else None,
+        "label_set": plan.label_set,
+        "protocol": plan.protocol.name if plan.matches and plan.protocol else None,
         "comparable": comparable,
         "labels_without_description": undescribed,
-        "out_dir": str(out_dir),
+        "out_dir": str(plan.out_dir),
     }
     if not comparable:
-        why = ("split files and options are not a published protocol's" if split_ids is not None
+        why = ("split files and options are not a published protocol's" if plan.split_ids is not None
                else "no split files (a hash split by patient)")
-        if label_set in ("frequent",) or (label_set == "top50" and pinned is None):
+        if plan.label_set in ("frequent",) or (plan.label_set == "top50" and plan.pinned is None):
             why = "label set recomputed from this data"
         summary["note"] = f"{NOT_COMPARABLE}: {why}"
+    return summary
 
+
+def _manifest(source: _Source, plan: _Plan, summary: dict[str, Any], n_docs: dict[str, int],
+              n_codes: int) -> dict[str, Any]:
+    """manifest.json of the prepared dataset: the summary, the options, the counts and every input's hash."""
+    cfg, protocol, pinned = plan.cfg, plan.protocol, plan.pinned
+    comparable = summary["comparable"]
     inputs = {name: _file_info(p) for name, p in source.inputs.items()}
     for key, path in source.title_sources.items():
         inputs[key] = _file_info(Path(path))
-    for i, p in enumerate(split_files + ([pinned] if pinned else [])):
+    for i, p in enumerate(plan.split_files + ([pinned] if pinned else [])):
         inputs[f"split_file_{i}" if p != pinned else "top50_codes"] = _file_info(p)
-    manifest = make_manifest(
+    return make_manifest(
         "prepared-dataset",
         summary=summary,
         parameters={
-            "release": source.release, "icd_version": source.icd_version, "label_set": label_set, "top_k": cfg.top_k,
-            "min_code_count": cfg.min_code_count, "splits_dir": str(splits_dir) if splits_dir is not None else None,
-            "splits_file": str(splits_file) if splits_file is not None else None,
-            "split_method": ("published id lists" if split_ids is not None else "md5(SUBJECT_ID) buckets 8066:1573:1729"),
-            "chunksize": cfg.chunksize, "note_chunksize": cfg.note_chunksize, "expect_published_counts": check_counts,
+            "release": source.release, "icd_version": source.icd_version, "label_set": plan.label_set,
+            "top_k": cfg.top_k, "min_code_count": cfg.min_code_count,
+            "splits_dir": str(plan.splits_dir) if plan.splits_dir is not None else None,
+            "splits_file": str(plan.splits_file) if plan.splits_file is not None else None,
+            "split_method": ("published id lists" if plan.split_ids is not None else "md5(SUBJECT_ID) buckets 8066:1573:1729"),
+            "chunksize": cfg.chunksize, "note_chunksize": cfg.note_chunksize, "expect_published_counts": plan.check_counts,
         },
         counts={"documents": n_docs, "admissions_with_note": len(source.docs), **source.counts},
-        code_counts={"codes_on_admissions_with_a_note": len(counts)},
+        code_counts={"codes_on_admissions_with_a_note": n_codes},
         dropped=source.dropped,
-        missing_from_data=missing_from_data,
+        missing_from_data=summary["missing_from_data"],
         note_order=source.note_order,
         label_order="codes sorted by code string (CAML's convention)",
         descriptions_from=source.title_sources,
@@ -581,4 +632,3 @@ def _assemble(source: _Source, cfg: PrepareConfig, label_set: str, split_ids: di
         comparable=comparable,
         comparability=f"comparable with {protocol.name} ({protocol.source})" if comparable and protocol else NOT_COMPARABLE,
     )
-    return summary, manifest, docs.sort_values("HADM_ID"), labels

@@ -138,7 +138,7 @@ def test_gold_marks_on_a_test_split_note(app_env):
     assert any("TP" in m.value and "FN" in m.value for m in at.markdown)
 
 
-def test_batch_page_scores_an_uploaded_csv(app_env):
+def test_batch_page_scores_an_uploaded_csv(app_env, tmp_path):
     at = _ok(_app().run())
     at.switch_page("app_pages/batch.py").run()
     csv = b'id,text\nn1,"Hypertension and atrial fibrillation, <b>bold</b>"\nn2,\nn3,"Sepsis, acute kidney failure"\n'
@@ -151,6 +151,16 @@ def test_batch_page_scores_an_uploaded_csv(app_env):
     assert "text" not in res.columns  # results never carry the notes
     assert at.download_button(key="dl_batch_csv").label == "Download CSV"
     assert [m.value for m in at.metric] == ["3", "2", "1"]
+    # one record format: the page's records are, line for line, what `clinicode predict` writes for the same file
+    from clinicode.predict import Predictor
+    from clinicode.predict_io import predict_file
+
+    (tmp_path / "notes.csv").write_bytes(csv)
+    out = tmp_path / "codes.jsonl"
+    predict_file(Predictor.from_checkpoint(app_env / "tiny", device="cpu"), input=tmp_path / "notes.csv", output=out,
+                 threshold=float(at.session_state["batch_result"]["key"].rsplit("|", 1)[1]), explain=0, progress=False)
+    cli = [json.loads(line) for line in out.read_text().splitlines()]
+    assert at.session_state["batch_result"]["records"] == cli
 
 
 def test_batch_page_reports_a_bad_file_without_crashing(app_env):
@@ -163,7 +173,8 @@ def test_batch_page_reports_a_bad_file_without_crashing(app_env):
 
 # ------------------------------------------------------------------------------------------ import boundary
 ALLOWED = {"clinicode.predict", "clinicode.metrics", "clinicode.errors", "clinicode.checkpoint",
-           "clinicode.data.chapters"}  # chapters: pure code-to-title tables, no torch, no data
+           "clinicode.predict_io",      # the output records' one writer and chunked scorer, shared with `clinicode predict`
+           "clinicode.codes"}  # code systems: pure code-to-title tables, no torch, no data
 
 
 def test_app_modules_import_only_predict_metrics_checkpoint_errors_statically():
@@ -282,8 +293,8 @@ def test_many_codes_search_any_code_and_show_its_evidence(many_codes_runs, monke
     at = _ok(_app().run())
     at.text_area(key="note_text").input("admitted with kw007 and kw123, stable, discharged home").run()
     _ok(at.button(key="predict").click().run())
-    assert at.session_state["note_result"]["pred"].code_evidence in ({}, None) or \
-        len(at.session_state["note_result"]["pred"].code_evidence) < N_MANY     # evidence is not computed for all codes
+    assert at.session_state["note_result"]["pred"].code_phrases in ({}, None) or \
+        len(at.session_state["note_result"]["pred"].code_phrases) < N_MANY     # evidence is not computed for all codes
     at.text_input(key="code_search").input("condition number 12").run()        # 12, 112, 120-129, 212
     _ok(at)
     (found,) = [d.value for d in at.dataframe if "probability" in d.value.columns and len(d.value) == 13]
@@ -293,7 +304,7 @@ def test_many_codes_search_any_code_and_show_its_evidence(many_codes_runs, monke
     _ok(at)
     (hl,) = [h.value for h in at.html if 'id="note-hl"' in h.value]
     assert '<mark class="evidence"' in hl
-    assert "412.3" in at.session_state["note_result"]["pred"].code_evidence
+    assert "412.3" in at.session_state["note_result"]["pred"].code_phrases
 
 
 def test_many_codes_performance_page_groups_ranks_and_searches(many_codes_runs, monkeypatch):

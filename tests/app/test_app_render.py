@@ -100,6 +100,24 @@ def test_code_table_threshold_changes_predicted_set_and_no_gold_columns_without_
     assert one.loc[one["above_threshold"], "code"].tolist() == ["401.9"] and len(one) == 3
 
 
+def test_every_app_table_breaks_a_single_label_tie_like_predict():
+    """Two codes share the top score: the code table, the search and the export all predict the earlier one in label
+    order (clinicode.metrics.predicted_codes), not the lower or higher code string."""
+    tied = {"V45.81": 0.4, "038.9": 0.4, "401.9": 0.2}                     # label order: V45.81 before 038.9
+    descs = {c: f"desc {c}" for c in tied}
+    table = render.code_table(tied, descs, 0.5, top_k=3, single_label=True)
+    assert table.loc[table["above_threshold"], "code"].tolist() == ["V45.81"]
+    assert table["code"].tolist() == ["V45.81", "038.9", "401.9"]
+    hits, _ = render.search_codes(tied, descs, "desc", 0.5, single_label=True)
+    assert hits.loc[hits["above_threshold"], "code"].tolist() == ["V45.81"]
+    only_other, _ = render.search_codes(tied, descs, "038", 0.5, single_label=True)
+    assert only_other["code"].tolist() == ["038.9"] and not only_other["above_threshold"].any()
+    fake = SimpleNamespace(id="n", predicted=[], scores=tied, truncated=False, n_tokens=3, evidence=None,
+                           code_phrases=None)
+    export = render.prediction_record(fake, threshold=0.5, run="r", single_label=True)
+    assert [p["code"] for p in export["predicted"]] == ["V45.81"]
+
+
 @pytest.mark.parametrize("pred,gold,want", [(True, True, "TP"), (True, False, "FP"), (False, True, "FN"), (False, False, "")])
 def test_outcome(pred, gold, want):
     assert render.outcome(pred, gold) == want
@@ -110,7 +128,7 @@ def _fake_prediction(text_id="n1"):
     return SimpleNamespace(
         id=text_id, predicted=cs, scores={"401.9": 0.9, "428.0": 0.4, "584.9": 0.1}, truncated=False, n_tokens=12,
         evidence=[SimpleNamespace(start=0, end=5, weight=0.3)],
-        code_evidence={"401.9": [SimpleNamespace(start=0, end=5, weight=0.8)], "428.0": [SimpleNamespace(start=6, end=9, weight=0.2)]},
+        code_phrases={"401.9": [SimpleNamespace(start=0, end=5, weight=0.8)], "428.0": [SimpleNamespace(start=6, end=9, weight=0.2)]},
     )
 
 
@@ -170,20 +188,26 @@ def test_parse_file_level_errors(data, name, msg):
 
 
 class _FakePredictor:
-    """Scores by keyword; raises on a poisoned note to check chunk isolation."""
+    """Scores by keyword through the `prepare`/`finish` halves `score_records` calls; a poisoned note raises."""
 
-    def predict(self, texts, *, ids, top_k, threshold):
-        if any("POISON" in t for t in texts):
+    def prepare(self, texts, *, ids, explain):
+        return list(zip(ids, texts))
+
+    def finish(self, prepared, *, top_k, threshold, explain, attention):
+        from clinicode.predict import CodeScore, Prediction
+
+        if any("POISON" in t for _, t in prepared):
             raise RuntimeError("boom")
         out = []
-        for i, t in zip(ids, texts):
+        for i, t in prepared:
             s = 0.9 if "hypertension" in t.lower() else 0.1
-            pred = [SimpleNamespace(code="401.9", score=s)] if s >= threshold else []
-            out.append(SimpleNamespace(id=i, predicted=pred, scores={"401.9": s}, error=None))
+            out.append(Prediction(i, predicted=[CodeScore("401.9", "HTN", s)] if s > threshold else [], scores={"401.9": s}))
         return out
 
 
-def test_score_batch_keeps_errors_and_reports_progress():
+def test_score_batch_writes_the_clis_records_keeps_errors_and_reports_progress():
+    from clinicode.predict_io import CSV_HEADER, record_line
+
     rows = pd.DataFrame([
         {"id": "a", "text": "Hypertension", "error": None},
         {"id": "b", "text": None, "error": "record 'b': missing text"},
@@ -191,17 +215,20 @@ def test_score_batch_keeps_errors_and_reports_progress():
         {"id": "d", "text": "POISON", "error": None},
     ])
     seen = []
-    res = render.score_batch(_FakePredictor(), rows, threshold=0.5, chunk=3, on_progress=lambda d, n: seen.append((d, n)))
-    assert res["id"].tolist() == ["a", "b", "c", "d"]
-    assert res["codes"].tolist() == ["401.9", "", "", ""]
-    assert res["error"][0] is None and "missing text" in res["error"][1] and res["error"][2] is None
-    assert "could not score" in res["error"][3]
-    assert seen == [(3, 4), (4, 4)]
-    csv_back = pd.read_csv(pd.io.common.BytesIO(render.batch_csv_bytes(res)), dtype=str, keep_default_na=False)
-    assert csv_back["id"].tolist() == ["a", "b", "c", "d"] and csv_back["codes"][0] == "401.9"
-    jl = [json.loads(x) for x in render.batch_jsonl_bytes(res).decode().splitlines()]
-    assert jl[0] == {"id": "a", "predicted": [{"code": "401.9", "score": 0.9}]}
-    assert jl[1]["error"].startswith("record 'b'") and jl[2] == {"id": "c", "predicted": []}
+    recs = render.score_batch(_FakePredictor(), rows, threshold=0.5, chunk=3, on_progress=lambda d, n: seen.append((d, n)))
+    assert [r["id"] for r in recs] == ["a", "b", "c", "d"] and seen == [(3, 4), (4, 4)]
+    assert recs[0] == {"id": "a", "predicted": [{"code": "401.9", "description": "HTN", "score": 0.9}],
+                       "scores": {"401.9": 0.9}, "truncated": False}                  # Prediction.to_dict(), the CLI's record
+    assert recs[1] == {"id": "b", "error": "record 'b': missing text"} and recs[2]["predicted"] == []
+    assert recs[3] == {"id": "d", "error": "could not score (RuntimeError)"}
+    table = render.batch_table(recs)
+    assert table["codes"].tolist() == ["401.9", "", "", ""] and table["top_code"].isna().tolist() == [False, True, False, True]
+    assert table["error"][0] is None and "missing text" in table["error"][1] and table["error"][2] is None
+    jl = render.batch_bytes(recs, "jsonl").decode()
+    assert jl == "".join(record_line(r) for r in recs)
+    csv_back = pd.read_csv(pd.io.common.BytesIO(render.batch_bytes(recs, "csv")), dtype=str, keep_default_na=False)
+    assert tuple(csv_back.columns) == CSV_HEADER and csv_back["id"].tolist() == ["a", "b", "c", "d"]
+    assert csv_back["predicted"][0] == "401.9" and csv_back["error"][1].startswith("record 'b'")
 
 
 def test_headline_metrics_handles_missing_and_nan():

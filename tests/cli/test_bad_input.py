@@ -2,7 +2,7 @@
 
 Every CLI case asserts: exit status 1, exactly one stderr line starting with `error: `, no traceback (the
 command ended through SystemExit, not an uncaught exception), the pinned message, and that no note text
-appears in it. Cases already pinned elsewhere (tests/test_prepared.py, test_mimic_prepare.py,
+appears in it. Cases already pinned elsewhere (tests/data/test_prepared.py, test_mimic_prepare.py,
 test_cli_data.py, test_predict.py, test_app.py) are not repeated here; the report lists the whole matrix.
 """
 
@@ -19,7 +19,7 @@ import pytest
 
 from clinicode.artifacts import sha256_file
 from clinicode.data.labels import LabelSet
-from clinicode.data.synthetic import write_demo_mimic
+from clinicode.synthetic.mimic3 import write_demo_mimic
 
 from helpers import SECRET, fails, succeeds  # noqa: E402  (the CLI's one-line failure contract)
 

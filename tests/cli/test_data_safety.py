@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clinicode.data.synthetic import write_demo_mimic
+from clinicode.synthetic.mimic3 import write_demo_mimic
 from conftest import TINY_CLI
 from helpers import fails, snapshot, succeeds
 
@@ -188,7 +188,8 @@ def resumable(tiny_run, tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("change,message", [
-    (["--window", "5"], "other model options (radius: 3 then 5)"),
+    (["--radius", "5"], "other model options (radius: 3 then 5)"),
+    (["--window", "5"], "other model options (radius: 3 then 5)"),     # the old name of --radius, still accepted
     (["--embed-dim", "48"], "other model options (embed_dim: 32 then 48)"),
     (["--lr", "0.05"], "different options (lr: 0.02 then 0.05)"),
 ])
@@ -196,7 +197,7 @@ def test_resume_with_other_options_is_refused(resumable, demo_data, change, mess
     """A different --window/--embed-dim was silently ignored on --resume."""
     before = snapshot(resumable)
     args = ["train", "--data", demo_data, "--out", resumable, "--resume", *TINY_CLI]
-    i = args.index(change[0])
+    i = args.index("--window" if change[0] == "--radius" else change[0])   # TINY_CLI spells it --window
     fails(args[:i] + change + args[i + 2:], message)
     assert snapshot(resumable) == before
 
@@ -467,3 +468,13 @@ def test_app_pages_explain_a_damaged_side_file_in_one_line(damaged_runs, monkeyp
     at.switch_page(f"app_pages/{page}.py").run()
     found = [m for m in _messages(at) if message in m]
     assert len(found) == 1 and "\n" not in found[0] and str(damaged_runs) not in found[0]
+
+
+def test_radius_is_the_flags_name_and_window_its_old_spelling():
+    from typer.testing import CliRunner
+
+    from clinicode.cli import app
+
+    res = CliRunner().invoke(app, ["train", "--help"], terminal_width=200)
+    assert res.exit_code == 0
+    assert "--radius" in res.output and "--window" in res.output and "old name" in res.output

@@ -76,7 +76,7 @@ def _state_epoch(run: Path) -> int:
 def small_data(tmp_path_factory) -> Path:
     """A small prepared dataset (about 150 training notes), so three epochs take seconds."""
     from clinicode.data.prepare import prepare_mimic
-    from clinicode.data.synthetic import write_demo_mimic
+    from clinicode.synthetic.mimic3 import write_demo_mimic
 
     root = tmp_path_factory.mktemp("small")
     write_demo_mimic(root / "mimic", n_admissions=250, seed=4)
@@ -110,7 +110,7 @@ def test_kill_9_during_training_then_resume(small_data, tmp_path):
 @pytest.fixture(scope="module")
 def big_mimic(tmp_path_factory) -> Path:
     """A synthetic MIMIC folder with many non-discharge notes, so prepare runs for a while."""
-    from clinicode.data.synthetic import write_demo_mimic
+    from clinicode.synthetic.mimic3 import write_demo_mimic
 
     out = tmp_path_factory.mktemp("big") / "mimic"
     write_demo_mimic(out, n_admissions=1500, n_other_notes=100_000, seed=2)

@@ -3,6 +3,7 @@ resolves, and the README's Python example runs."""
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 from typer.testing import CliRunner
 
@@ -57,6 +58,22 @@ def test_run_all_runs_every_benchmark_script():
     spec.loader.exec_module(run_all)
     listed = {s for s, _, _ in run_all.SCRIPTS}
     assert listed == {p.name for p in (ROOT / "benchmarks").glob("bench_*.py")}
+
+
+def test_run_all_skips_a_missing_script_with_a_message(monkeypatch, capsys):
+    """A benchmark script missing from the checkout is skipped by name; the others still run and the exit is 0."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_all", ROOT / "benchmarks" / "run_all.py")
+    run_all = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_all)
+    ran = []
+    monkeypatch.setattr(run_all, "SCRIPTS", [("bench_gone.py", [], []), ("bench_app.py", ["--x"], ["--y"])])
+    monkeypatch.setattr(run_all.subprocess, "run", lambda cmd: ran.append(cmd) or SimpleNamespace(returncode=0))
+    monkeypatch.setattr(run_all.sys, "argv", ["run_all.py"])
+    assert run_all.main() == 0
+    assert [c[1:] for c in ran] == [[str(ROOT / "benchmarks" / "bench_app.py"), "--x"]]
+    assert "skipped bench_gone.py: not found" in capsys.readouterr().err
 
 
 def test_the_readme_python_example_runs(tiny_run, capsys):
@@ -123,3 +140,26 @@ def test_every_anchor_in_the_docs_names_a_heading():
             if anchor not in headings:
                 broken.append(f"{doc.name} -> {target}#{anchor}")
     assert broken == []
+
+
+def test_the_code_map_names_every_module_in_its_contract_layer():
+    """Each module and package of clinicode/ has a row in the README's code map, in the layer the import contract
+    gives it (pyproject.toml), so the map cannot drift from the code."""
+    import pytest
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    layers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]["layers"]
+    contract = {m.strip().removeprefix("clinicode."): i + 1 for i, row in enumerate(layers) for m in row.split("|")}
+    text = README.read_text(encoding="utf-8").split("### Code map", 1)[1].split("\n\n", 2)[2]
+    readme: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.startswith("| ") or line.startswith("| Layer") or line.startswith("|---"):
+            continue
+        layer, names = line.split("|")[1:3]
+        for name in re.findall(r"`([a-z_0-9]+)/?`", names):
+            readme[name] = int(layer.split()[0])
+    modules = {p.stem for p in (ROOT / "clinicode").glob("*.py") if not p.stem.startswith("__")}  # not __main__
+    modules |= {p.name for p in (ROOT / "clinicode").iterdir() if (p / "__init__.py").is_file()}
+    assert modules == set(readme), (sorted(modules - set(readme)), sorted(set(readme) - modules))
+    assert {m: readme[m] for m in contract} == contract

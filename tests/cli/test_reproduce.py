@@ -33,7 +33,7 @@ def test_each_recipe_is_its_protocol_with_its_own_options(recipe):
 
 
 def test_the_runner_chains_prepare_train_evaluate_on_mimic4(tmp_path, capsys):
-    from clinicode.data.synthetic_mimic4 import write_demo_mimic4
+    from clinicode.synthetic.mimic4 import write_demo_mimic4
 
     raw = tmp_path / "mimic4"
     write_demo_mimic4(raw, n_admissions=400, seed=2)
@@ -57,7 +57,7 @@ def test_a_published_protocol_is_reproduced_at_full_size(tmp_path):
     """Synthetic MIMIC-IV holding every id of MIMIC-IV-ICD's ICD-10 lists: prepare with the recipe's options gives
     exactly the published 104,077 / 3,805 / 7,368 documents (and would stop on any other count)."""
     from clinicode.data.prepare import prepare_mimic
-    from clinicode.data.synthetic_mimic4 import write_demo_mimic4
+    from clinicode.synthetic.mimic4 import write_demo_mimic4
 
     folder = SHARED_DATA / "mimic-splits" / "nguyen2023" / "icd10"
     if not folder.is_dir():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from clinicode.data.chapters import OTHER, chapter
+from clinicode.codes.chapters import OTHER, chapter
 
 
 @pytest.mark.parametrize("code,want", [

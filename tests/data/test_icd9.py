@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clinicode.data.icd9 import format_code, format_diagnosis, format_procedure, load_descriptions_tsv
+from clinicode.codes.icd9 import format_code, format_diagnosis, format_procedure, load_descriptions_tsv
 from clinicode.errors import DataFormatError
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from clinicode.constants import SPLITS
 from clinicode.data.prepare import prepare_mimic
-from clinicode.data.synthetic_mimic4 import write_demo_mimic4
+from clinicode.synthetic.mimic4 import write_demo_mimic4
 from clinicode.errors import ConfigError, DataFormatError
 
 

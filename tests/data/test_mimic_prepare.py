@@ -13,11 +13,11 @@ import pytest
 
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50, SPLITS
 from clinicode.data import prepare as prepare_module
-from clinicode.data.icd9 import format_diagnosis, format_procedure
+from clinicode.codes.icd9 import format_diagnosis, format_procedure
 from clinicode.data.mimic import find_table, read_codes, read_discharge_summaries
 from clinicode.data.prepare import NOT_COMPARABLE, prepare_mimic
 from clinicode.data.splits import read_splits
-from clinicode.data.synthetic import write_demo_mimic
+from clinicode.synthetic.mimic3 import write_demo_mimic
 from clinicode.errors import ConfigError, DataFormatError
 
 CAML_IDS = Path(__file__).resolve().parents[3] / "shared" / "data" / "caml-mimic-ids"

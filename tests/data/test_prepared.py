@@ -9,7 +9,7 @@ import pytest
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepare import prepare_mimic
 from clinicode.data.prepared import PreparedDataset, load_dataset
-from clinicode.data.synthetic import write_demo_mimic
+from clinicode.synthetic.mimic3 import write_demo_mimic
 from clinicode.errors import DataFormatError
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from clinicode.constants import CAML_TOP50
-from clinicode.data.synthetic import CODE_HEADER, NOTE_HEADER, TITLE_HEADER, write_demo_mimic
+from clinicode.synthetic.mimic3 import CODE_HEADER, NOTE_HEADER, TITLE_HEADER, write_demo_mimic
 from clinicode.errors import ConfigError
 
 
@@ -138,7 +138,7 @@ def test_padding_is_deterministic_and_valid_csv(padded, tmp_path):
 def test_padding_carries_no_code_phrases():
     import re
 
-    from clinicode.data import synthetic as syn
+    from clinicode.synthetic import mimic3 as syn
 
     phrases = [p for *_, ps in syn.CODE_INFO + syn.EXTRA_CODE_INFO for p in ps]
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, phrases)) + r")\b")
@@ -164,3 +164,20 @@ def test_bad_padding_arguments(tmp_path):
         write_demo_mimic(tmp_path, n_admissions=5, discharge_chars=0)
     with pytest.raises(ConfigError, match=r"other_chars must be a positive integer or None, got 1.5"):
         write_demo_mimic(tmp_path, n_admissions=5, other_chars=1.5)
+
+
+def test_code_tables_are_package_data_that_setuptools_ships():
+    """The generators read their code tables from synthetic/tables/*.json: every one must match pyproject's package-data
+    (or an installed, non-editable clinicode could not write demo data), and each must parse."""
+    import json
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = Path(__file__).resolve().parents[2]
+    package = root / "clinicode" / "synthetic"
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["clinicode.synthetic"]
+    shipped = {p for g in globs for p in package.glob(g)}
+    tables = set((package / "tables").glob("*"))
+    assert tables and tables <= shipped, sorted(p.name for p in tables - shipped)
+    for p in tables:
+        assert isinstance(json.loads(p.read_text(encoding="utf-8")), dict), p.name

@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from clinicode.data.synthetic_mimic4 import (
+from clinicode.synthetic.mimic4 import (
     DIAGNOSES_HEADER, NOTE_HEADER, PROCEDURES_HEADER, TITLES_HEADER, TOP50_ICD9, TOP50_ICD10, code_catalogue,
     write_demo_mimic4,
 )

@@ -1,5 +1,5 @@
 """The CPU kernels compute the model's plain expressions (`clinicode.model._cosine`, `_window`, F.embedding),
-forward and backward, and pass gradcheck. Whole-model checks of the same are in tests/test_model.py."""
+forward and backward, and pass gradcheck. Whole-model checks of the same are in tests/model/test_model.py."""
 
 import pytest
 import torch

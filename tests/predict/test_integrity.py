@@ -73,6 +73,18 @@ def test_labels_from_a_run_with_another_label_count_are_refused(ck):
         load_checkpoint(ck)
 
 
+def test_tokenizer_truncating_at_another_max_len_is_refused_naming_both_files(ck):
+    """max_len is written twice (tokenizer.json truncates, train_config.json sizes the memory plan and the app's
+    message); loading refuses a checkpoint where they disagree."""
+    tok = ClinicalTokenizer.load(ck / "tokenizer.json")
+    other = ClinicalTokenizer(tok._tok, max_len=tok.max_len + 7)
+    other.save(ck / "tokenizer.json")
+    _rehash(ck, "tokenizer.json")
+    want = rf"tokenizer\.json truncates notes at {tok.max_len + 7} tokens but train_config\.json says max_len {tok.max_len};"
+    with pytest.raises(CheckpointError, match=want):
+        load_checkpoint(ck)
+
+
 def test_tokenizer_with_another_vocabulary_size_is_refused(ck):
     n_rows = json.loads((ck / "model_config.json").read_text())["vocab_size"]
     other = ClinicalTokenizer.fit(["chest pain fever", "chest pain cough", "chest pain rash"], min_doc_freq=1)

@@ -40,6 +40,23 @@ CODES = ["401.9", "428.0", "427.31", "V58.61", "038.9"]
 # ----------------------------------------------------------------------------------- thresholded metrics
 
 
+def test_one_tie_rule_decides_the_predicted_codes() -> None:
+    """Equal scores go by label index, lower first: in the order of the predicted codes and in the single-label pick."""
+    s = np.array([0.2, 0.7, 0.4, 0.7, 0.5])
+    assert M.predicted_indices(s, 0.4).tolist() == [1, 3, 4]              # 0.4 itself is not above 0.4
+    assert M.predicted_indices(s, 0.9).tolist() == []
+    assert M.predicted_indices(s, 0.9, single_label=True).tolist() == [1]  # the top score's lowest index
+    assert M.binarize(s[None], 0.9, single_label=True)[0].tolist() == [False, True, False, False, False]
+    assert M.binarize(s[None], 0.4)[0].tolist() == [i in (1, 3, 4) for i in range(5)]
+    # the mapping form: its order is the label order, whatever the codes sort to as strings
+    by_code = dict(zip(["V45.81", "428.0", "038.9", "250.00", "401.9"], [0.2, 0.7, 0.4, 0.7, 0.5]))
+    assert M.predicted_codes(by_code, 0.4) == ["428.0", "250.00", "401.9"]
+    assert M.predicted_codes(by_code, 0.0, single_label=True) == ["428.0"]
+    assert M.predicted_codes({}, 0.5, single_label=True) == []
+    with pytest.raises(ValueError, match="1-D"):
+        M.predicted_indices(np.zeros((2, 3)), 0.5)
+
+
 def test_binarize_is_strictly_greater() -> None:
     assert M.binarize(np.array([[0.5, 0.50001, 0.49999]]), 0.5).tolist() == [[False, True, False]]
     assert M.binarize(S, 0.5)[0, 2] == False  # noqa: E712 - exactly the threshold is negative

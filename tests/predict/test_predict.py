@@ -109,8 +109,8 @@ def test_evidence_offsets_map_back_to_the_note(predictor, test_split):
         for s in p.attention:
             piece = text[s.start:s.end]
             assert piece and piece.replace("_", "a").isalnum(), piece  # a whole \w+ token of the raw note
-        assert set(p.code_evidence) == {c.code for c in p.predicted}
-        for spans in p.code_evidence.values():
+        assert set(p.code_phrases) == {c.code for c in p.predicted}
+        for spans in p.code_phrases.values():
             for s in spans:
                 assert 0 <= s.start < s.end <= len(text)
 
@@ -121,7 +121,7 @@ def test_per_code_evidence_points_at_the_codes_phrase(predictor):
     note = filler + " history of hypertension " + filler
     code = "401.9"
     p = predictor.predict([note], explain=1, threshold=0.0)[0]
-    span = p.code_evidence[code][0]
+    span = p.code_phrases[code][0]
     start = note.index("hypertension")
     assert span.start <= start < span.end, note[span.start:span.end]
     assert len(note[span.start:span.end].split()) <= 3, "the strongest word with one word either side"
@@ -230,8 +230,8 @@ def test_per_code_evidence_lists_distinct_phrases(predictor):
     note = ("Patient with congestive heart failure exacerbation, atrial fibrillation on coumadin, hypertension, "
             "diabetes mellitus, acute kidney injury and pneumonia; " * 3)
     [p] = predictor.predict([note], top_k=None, threshold=0.0, explain=5)
-    assert p.code_evidence
-    for code, spans in p.code_evidence.items():
+    assert p.code_phrases
+    for code, spans in p.code_phrases.items():
         keys = [(s.start, s.end) for s in spans]
         assert len(keys) == len(set(keys)) == 5, code
         assert [s.weight for s in spans] == sorted((s.weight for s in spans), reverse=True)
@@ -278,8 +278,8 @@ def test_every_memory_plan_scores_and_explains_like_the_plain_model(predictor, t
         np.testing.assert_allclose(list(a.scores.values()), list(b.scores.values()), rtol=1e-5, atol=1e-6)
         assert [c.code for c in a.predicted] == [c.code for c in b.predicted] and a.predicted
         assert [(s.start, s.end) for s in a.evidence] == [(s.start, s.end) for s in b.evidence]
-        for code, spans in a.code_evidence.items():
-            assert [(s.start, s.end) for s in spans] == [(s.start, s.end) for s in b.code_evidence[code]], code
+        for code, spans in a.code_phrases.items():
+            assert [(s.start, s.end) for s in spans] == [(s.start, s.end) for s in b.code_phrases[code]], code
     np.testing.assert_allclose(fast.score(texts), plain.score(texts), rtol=1e-5, atol=1e-6)
 
 
@@ -291,6 +291,6 @@ def test_evidence_on_demand_equals_the_evidence_predict_gives(predictor, test_sp
     got = predictor.explain_codes(text, codes, 4)
     assert list(got) == codes
     for code in codes:
-        assert [(s.start, s.end) for s in got[code]] == [(s.start, s.end) for s in p.code_evidence[code]], code
-        np.testing.assert_allclose([s.weight for s in got[code]], [s.weight for s in p.code_evidence[code]], rtol=1e-5)
+        assert [(s.start, s.end) for s in got[code]] == [(s.start, s.end) for s in p.code_phrases[code]], code
+        np.testing.assert_allclose([s.weight for s in got[code]], [s.weight for s in p.code_phrases[code]], rtol=1e-5)
     assert predictor.explain_codes("123 456", codes[:2], 4) == {codes[0]: [], codes[1]: []}  # no words: no evidence

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from clinicode import metrics as M
-from clinicode.data.icd9 import format_code, format_diagnosis, format_procedure
+from clinicode.codes.icd9 import format_code, format_diagnosis, format_procedure
 from clinicode.data.text import tokenize_with_offsets
 from clinicode.errors import DataFormatError
 from clinicode.tokenizer import ClinicalTokenizer

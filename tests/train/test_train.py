@@ -168,6 +168,14 @@ def test_single_label_data_uses_softmax(tmp_path):
     assert res["test"]["accuracy"] > 0.8
     probs = Predictor(ck).score(["brain seizure"])
     assert probs.sum() == pytest.approx(1.0, abs=1e-5)
+    # the predicted sets themselves (not `accuracy`, which has its own arg-max): one code per note, mostly the right
+    # one, and the metrics agree; the bug this pins predicted every code of a softmax model at the tuned threshold
+    test = [json.loads(line) for line in (tmp_path / "data" / "test.jsonl").read_text().splitlines()]
+    preds = Predictor(ck).predict([r["text"] for r in test], ids=[r["id"] for r in test], top_k=None)
+    assert all(len(p.predicted) == 1 for p in preds)
+    right = sum(p.predicted[0].code == r["labels"][0] for p, r in zip(preds, test))
+    assert right / len(test) > 0.8
+    assert res["test"]["f1_micro"] == pytest.approx(right / len(test))   # one predicted and one gold code per note
 
 
 def test_bad_data_or_options_leave_no_run_folder(tmp_path, demo_data):

@@ -19,6 +19,7 @@ from clinicode.config import DEMO
 from clinicode.constants import CAML_TOP50, SPLITS
 from clinicode.data.splits import read_splits
 from clinicode.errors import ConfigError
+from clinicode.synthetic.code_tables import CODE_INFO, EXTRA_CODE_INFO
 
 log = logging.getLogger(__name__)
 
@@ -27,81 +28,8 @@ NOTE_HEADER = ("ROW_ID", "SUBJECT_ID", "HADM_ID", "CHARTDATE", "CHARTTIME", "STO
 CODE_HEADER = ("ROW_ID", "SUBJECT_ID", "HADM_ID", "SEQ_NUM", "ICD9_CODE")
 TITLE_HEADER = ("ROW_ID", "ICD9_CODE", "SHORT_TITLE", "LONG_TITLE")
 
-# Public ICD-9-CM long titles (as in CAML's ICD9_descriptions) and clinical phrases that signal each code.
-# (dotted code, is_diagnosis, long title, phrases)
-CODE_INFO: tuple[tuple[str, bool, str, tuple[str, ...]], ...] = (
-    ("401.9", True, "Unspecified essential hypertension", ("essential hypertension", "htn", "elevated blood pressure")),
-    ("38.93", False, "Venous catheterization, not elsewhere classified", ("central venous catheter placed", "right internal jugular line", "venous catheterization")),
-    ("428.0", True, "Congestive heart failure, unspecified", ("congestive heart failure", "chf exacerbation", "volume overload diuresed with lasix")),
-    ("427.31", True, "Atrial fibrillation", ("atrial fibrillation", "afib with rapid ventricular response", "irregularly irregular rhythm")),
-    ("414.01", True, "Coronary atherosclerosis of native coronary artery", ("coronary artery disease", "coronary atherosclerosis", "cad with prior stenting")),
-    ("96.04", False, "Insertion of endotracheal tube", ("intubated for airway protection", "endotracheal tube placed", "insertion of endotracheal tube")),
-    ("96.6", False, "Enteral infusion of concentrated nutritional substances", ("tube feeds via ngt", "enteral nutrition started", "enteral infusion of feeds")),
-    ("584.9", True, "Acute renal failure, unspecified", ("acute kidney injury", "acute renal failure", "creatinine rose from baseline")),
-    ("250.00", True, "Diabetes mellitus type II without mention of complication, not stated as uncontrolled", ("type 2 diabetes mellitus", "dm2 on metformin", "diabetes without complication")),
-    ("96.71", False, "Continuous mechanical ventilation for less than 96 consecutive hours", ("mechanical ventilation less than 96 hours", "extubated on day two", "briefly ventilated")),
-    ("272.4", True, "Other and unspecified hyperlipidemia", ("hyperlipidemia", "hld on statin", "elevated lipids")),
-    ("518.81", True, "Acute respiratory failure", ("acute respiratory failure", "hypoxic respiratory failure", "respiratory distress requiring support")),
-    ("99.04", False, "Transfusion of packed cells", ("transfusion of packed red cells", "transfused prbc", "received two units of blood")),
-    ("39.61", False, "Extracorporeal circulation auxiliary to open heart surgery", ("cardiopulmonary bypass", "extracorporeal circulation", "pump run during surgery")),
-    ("599.0", True, "Urinary tract infection, site not specified", ("urinary tract infection", "uti", "positive urine culture")),
-    ("530.81", True, "Esophageal reflux", ("gastroesophageal reflux", "gerd", "esophageal reflux on ppi")),
-    ("96.72", False, "Continuous mechanical ventilation for 96 consecutive hours or more", ("prolonged mechanical ventilation", "ventilated more than 96 hours", "failed multiple extubation trials")),
-    ("272.0", True, "Pure hypercholesterolemia", ("hypercholesterolemia", "high cholesterol", "elevated ldl")),
-    ("285.9", True, "Anemia, unspecified", ("anemia unspecified", "low hematocrit", "chronic anemia")),
-    ("88.56", False, "Coronary arteriography using two catheters", ("coronary arteriography", "coronary angiogram with two catheters", "angiography of coronaries")),
-    ("244.9", True, "Unspecified hypothyroidism", ("hypothyroidism", "on levothyroxine", "elevated tsh")),
-    ("486", True, "Pneumonia, organism unspecified", ("pneumonia", "right lower lobe infiltrate", "community acquired pneumonia")),
-    ("38.91", False, "Arterial catheterization", ("arterial line placed", "arterial catheterization", "radial a line")),
-    ("285.1", True, "Acute posthemorrhagic anemia", ("acute blood loss anemia", "posthemorrhagic anemia", "hematocrit drop after bleeding")),
-    ("36.15", False, "Single internal mammary-coronary artery bypass", ("lima to lad graft", "internal mammary artery bypass", "cabg with lima")),
-    ("276.2", True, "Acidosis", ("metabolic acidosis", "acidosis", "low bicarbonate with anion gap")),
-    ("496", True, "Chronic airway obstruction, not elsewhere classified", ("copd", "chronic obstructive pulmonary disease", "chronic airway obstruction")),
-    ("99.15", False, "Parenteral infusion of concentrated nutritional substances", ("tpn started", "parenteral nutrition", "total parenteral nutrition via picc")),
-    ("995.92", True, "Severe sepsis", ("severe sepsis", "septic shock requiring pressors", "sepsis with organ dysfunction")),
-    ("V58.61", True, "Encounter for long-term (current) use of anticoagulants", ("long term anticoagulation", "on coumadin", "chronic warfarin therapy")),
-    ("507.0", True, "Pneumonitis due to inhalation of food or vomitus", ("aspiration pneumonitis", "aspiration pneumonia", "inhalation of food or vomitus")),
-    ("038.9", True, "Unspecified septicemia", ("septicemia", "bacteremia", "blood cultures positive")),
-    ("88.72", False, "Diagnostic ultrasound of heart", ("transthoracic echocardiogram", "echo showed", "diagnostic ultrasound of heart")),
-    ("585.9", True, "Chronic kidney disease, unspecified", ("chronic kidney disease", "ckd", "chronic renal insufficiency")),
-    ("403.90", True, "Hypertensive chronic kidney disease, unspecified, without mention of renal failure", ("hypertensive kidney disease", "hypertensive nephropathy", "renal disease due to hypertension")),
-    ("311", True, "Depressive disorder, not elsewhere classified", ("depression", "depressive disorder", "on sertraline for mood")),
-    ("305.1", True, "Tobacco use disorder", ("tobacco use", "current smoker", "smokes one pack per day")),
-    ("37.22", False, "Left heart cardiac catheterization", ("left heart catheterization", "left heart cath", "lv gram")),
-    ("412", True, "Old myocardial infarction", ("old myocardial infarction", "prior mi", "history of heart attack")),
-    ("33.24", False, "Closed [endoscopic] biopsy of bronchus", ("bronchoscopy with biopsy", "endobronchial biopsy", "bronchial biopsy")),
-    ("39.95", False, "Hemodialysis", ("hemodialysis", "hd session", "dialysis via tunneled catheter")),
-    ("287.5", True, "Thrombocytopenia, unspecified", ("thrombocytopenia", "low platelets", "platelet count decreased")),
-    ("410.71", True, "Acute myocardial infarction, subendocardial infarction, initial episode of care", ("nstemi", "subendocardial infarction", "non st elevation myocardial infarction")),
-    ("276.1", True, "Hyposmolality and/or hyponatremia", ("hyponatremia", "low sodium", "hyposmolality")),
-    ("V45.81", True, "Postsurgical aortocoronary bypass status", ("status post cabg", "aortocoronary bypass status", "prior bypass surgery")),
-    ("424.0", True, "Mitral valve disorders", ("mitral regurgitation", "mitral valve disorder", "mitral stenosis")),
-    ("45.13", False, "Other endoscopy of small intestine", ("egd", "upper endoscopy", "endoscopy of small intestine")),
-    ("V15.82", True, "History of tobacco use", ("former smoker", "history of tobacco use", "quit smoking years ago")),
-    ("511.9", True, "Unspecified pleural effusion", ("pleural effusion", "effusion on chest x ray", "blunting of costophrenic angle")),
-    ("37.23", False, "Combined right and left heart cardiac catheterization", ("right and left heart catheterization", "combined heart cath", "swan ganz and coronary study")),
-)
-# Codes outside the top 50: E and V codes, a procedure with leading zeros (0040 -> 00.40), etc.
-EXTRA_CODE_INFO: tuple[tuple[str, bool, str, tuple[str, ...]], ...] = (
-    ("250.60", True, "Diabetes mellitus type II with neurological manifestations, not stated as uncontrolled", ("diabetic neuropathy",)),
-    ("707.03", True, "Decubitus ulcer, lower back", ("sacral decubitus ulcer",)),
-    ("278.00", True, "Obesity, unspecified", ("obesity",)),
-    ("345.90", True, "Epilepsy, unspecified, without mention of intractable epilepsy", ("seizure disorder",)),
-    ("493.90", True, "Asthma, unspecified type, without mention of status asthmaticus", ("asthma",)),
-    ("562.10", True, "Diverticulosis of colon (without mention of hemorrhage)", ("diverticulosis",)),
-    ("E849.7", True, "Accidents occurring in residential institution", ("fall at nursing home",)),
-    ("E878.8", True, "Other specified surgical operations and procedures causing abnormal patient reaction", ("postoperative complication",)),
-    ("E934.2", True, "Anticoagulants causing adverse effects in therapeutic use", ("supratherapeutic inr",)),
-    ("V58.67", True, "Encounter for long-term (current) use of insulin", ("insulin dependent",)),
-    ("V45.82", True, "Percutaneous transluminal coronary angioplasty status", ("prior ptca",)),
-    ("V10.46", True, "Personal history of malignant neoplasm of prostate", ("history of prostate cancer",)),
-    ("00.40", False, "Adjunct vascular system procedure on single vessel", ("single vessel intervention",)),
-    ("00.66", False, "Percutaneous transluminal coronary angioplasty [PTCA] or coronary atherectomy", ("ptca performed",)),
-    ("00.45", False, "Adjunct vascular system procedure, insertion of one vascular stent", ("one stent deployed",)),
-    ("93.90", False, "Continuous positive airway pressure [CPAP]", ("cpap overnight",)),
-    ("54.91", False, "Percutaneous abdominal drainage", ("paracentesis",)),
-    ("87.44", False, "Routine chest x-ray, so described", ("routine chest film",)),
-)
+# Public ICD-9-CM long titles (as in CAML's ICD9_descriptions) and clinical phrases that signal each code, as
+# (dotted code, is_diagnosis, long title, phrases); data files of the package (synthetic/tables/mimic3_codes.json).
 assert tuple(c for c, *_ in CODE_INFO) == CAML_TOP50
 
 _FILLER = (
@@ -133,7 +61,7 @@ _OTHER_TEXTS = (
 _SERVICES = ("MEDICINE", "CARDIOTHORACIC", "SURGERY", "NEUROLOGY", "CARDIOLOGY")
 README = """SYNTHETIC DATA - NOT MIMIC-III.
 
-This folder was generated by clinicode (clinicode.data.synthetic.write_demo_mimic, seed={seed}).
+This folder was generated by clinicode (clinicode.synthetic.mimic3.write_demo_mimic, seed={seed}).
 It only imitates the column layout of MIMIC-III v1.4 (NOTEEVENTS, DIAGNOSES_ICD, PROCEDURES_ICD,
 D_ICD_DIAGNOSES, D_ICD_PROCEDURES). Every note is invented from templates; no patient data is inside.
 ICD-9 titles are the public ICD-9-CM long titles. Results on this folder are not comparable with
@@ -431,8 +359,41 @@ def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | 
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     ext = ".csv.gz" if gzip else ".csv"
+    # One generator pair, drawn from in this order by each step: the order is part of the output.
+    hadm_ids, subjects, kinds, years = _admissions(nrng, n_admissions, hadm_ids_from)
+    dx_rows, px_rows, summaries = _codes_and_summaries(rng, nrng, hadm_ids, subjects, kinds, years)
+    files = {name: _write_code_table(out_dir / f"{name}{ext}", rows, gzip=gzip)
+             for name, rows in (("DIAGNOSES_ICD", dx_rows), ("PROCEDURES_ICD", px_rows))}
+    for name, want_dx in (("D_ICD_DIAGNOSES", True), ("D_ICD_PROCEDURES", False)):
+        files[name] = _write_title_table(out_dir / f"{name}{ext}", diagnoses=want_dx, gzip=gzip)
+    n_other = 3 * len(hadm_ids) if n_other_notes is None else n_other_notes
+    path = out_dir / f"NOTEEVENTS{ext}"
+    n_rows = _write_noteevents(path, nrng, summaries, hadm_ids, subjects, n_other=n_other, seed=seed,
+                               discharge_chars=discharge_chars, other_chars=other_chars, gzip=gzip)
+    files["NOTEEVENTS"] = str(path)
+    (out_dir / "README.txt").write_text(README.format(seed=seed), encoding="utf-8")
+    summary = {
+        "out_dir": str(out_dir),
+        "synthetic": True,
+        "seed": seed,
+        "n_admissions": len(hadm_ids),
+        "n_labelled": sum(k == "L" for k in kinds),
+        "noteevents_rows": n_rows,
+        "discharge_summary_rows": len(summaries),
+        "discharge_chars": discharge_chars,
+        "other_chars": other_chars,
+        "files": files,
+    }
+    log.info("synthetic MIMIC folder %s: %d admissions, %d notes", out_dir, len(hadm_ids), n_rows)
+    return summary
 
-    # --- admissions: ids, subjects, kinds ---------------------------------------------------------
+
+def _admissions(nrng: np.random.Generator, n_admissions: int,
+                hadm_ids_from: Path | None) -> tuple[list[int], list[int], list[str], list[int]]:
+    """Admission ids (listed ones first drawn in), their subjects, kinds and years, in file order.
+
+    Kinds: L labelled (>= 1 top-50 code), O other codes only, N no discharge summary, C no codes at all.
+    """
     listed: list[int] = []
     if hadm_ids_from is not None:
         split_ids = read_splits(hadm_ids_from)
@@ -443,7 +404,6 @@ def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | 
     listed_set = set(listed)
     pool = np.setdiff1d(np.arange(100_001, 200_000), np.fromiter(listed_set, dtype=np.int64, count=len(listed_set)))
     extra = nrng.choice(pool, size=n_extra, replace=False).astype(int).tolist()
-    # Kinds: L labelled (>=1 top-50 code), O other codes only, N no discharge summary, C no codes at all.
     if listed:
         extra_kinds = nrng.choice(list("LONC"), size=n_extra, p=[0.4, 0.25, 0.25, 0.1]).tolist()
     else:
@@ -457,7 +417,13 @@ def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | 
     n_subjects = max(1, int(n_total * 0.8))  # some patients have several admissions
     subjects = (nrng.integers(0, n_subjects, size=n_total) + 10_000).tolist()
     years = nrng.integers(2100, 2200, size=n_total).tolist()
+    return hadm_ids, subjects, kinds, years
 
+
+def _codes_and_summaries(rng: random.Random, nrng: np.random.Generator, hadm_ids: list[int], subjects: list[int],
+                         kinds: list[str], years: list[int]) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    """Each admission's code rows (diagnoses, procedures) and discharge summaries (reports and addenda)."""
+    n_total = len(hadm_ids)
     top = [c for c, *_ in CODE_INFO]
     extra_codes = [c for c, *_ in EXTRA_CODE_INFO]
     is_dx = {c: d for c, d, *_ in CODE_INFO + EXTRA_CODE_INFO}
@@ -509,25 +475,31 @@ def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | 
     rng.shuffle(summaries)
     for rows in (dx_rows, px_rows):
         rng.shuffle(rows)
+    return dx_rows, px_rows, summaries
 
-    # --- code tables ------------------------------------------------------------------------------
-    files = {}
-    for name, rows in (("DIAGNOSES_ICD", dx_rows), ("PROCEDURES_ICD", px_rows)):
-        path = out_dir / f"{name}{ext}"
-        with _csv_writer(path, gzip=gzip) as w:
-            w.writerow(CODE_HEADER)
-            w.writerows((row_id, *r) for row_id, r in enumerate(rows, 1))
-        files[name] = str(path)
-    for name, want_dx in (("D_ICD_DIAGNOSES", True), ("D_ICD_PROCEDURES", False)):
-        path = out_dir / f"{name}{ext}"
-        with _csv_writer(path, gzip=gzip) as w:
-            w.writerow(TITLE_HEADER)
-            info = [x for x in CODE_INFO + EXTRA_CODE_INFO if x[1] == want_dx]
-            w.writerows((i, _raw(c), title[:24], title) for i, (c, _, title, _) in enumerate(info, 1))
-        files[name] = str(path)
 
-    # --- NOTEEVENTS, streamed in chunks ------------------------------------------------------------
-    n_other = 3 * n_total if n_other_notes is None else n_other_notes
+def _write_code_table(path: Path, rows: list[tuple], *, gzip: bool) -> str:
+    """DIAGNOSES_ICD or PROCEDURES_ICD: ROW_ID then the code rows."""
+    with _csv_writer(path, gzip=gzip) as w:
+        w.writerow(CODE_HEADER)
+        w.writerows((row_id, *r) for row_id, r in enumerate(rows, 1))
+    return str(path)
+
+
+def _write_title_table(path: Path, *, diagnoses: bool, gzip: bool) -> str:
+    """D_ICD_DIAGNOSES or D_ICD_PROCEDURES: the public titles of the demo's codes."""
+    with _csv_writer(path, gzip=gzip) as w:
+        w.writerow(TITLE_HEADER)
+        info = [x for x in CODE_INFO + EXTRA_CODE_INFO if x[1] == diagnoses]
+        w.writerows((i, _raw(c), title[:24], title) for i, (c, _, title, _) in enumerate(info, 1))
+    return str(path)
+
+
+def _write_noteevents(path: Path, nrng: np.random.Generator, summaries: list[tuple], hadm_ids: list[int],
+                      subjects: list[int], *, n_other: int, seed: int, discharge_chars: int | None,
+                      other_chars: int | None, gzip: bool) -> int:
+    """NOTEEVENTS, streamed in chunks: the discharge summaries spread over the chunks of other notes; returns its rows."""
+    n_total = len(hadm_ids)
     chunk = 100_000
     n_chunks = max(1, -(-n_other // chunk))
     per_chunk = -(-len(summaries) // n_chunks)
@@ -540,7 +512,6 @@ def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | 
     ds_spans = _padded_discharge(padder, summaries, discharge_chars) if padder is not None and discharge_chars else None
     heads = [f"{_csv_field(category)},{_csv_field(desc)}" for category, desc in _OTHER_CATEGORIES]
     row_id = 0
-    path = out_dir / f"NOTEEVENTS{ext}"
     with _open_text(path, gzip=gzip) as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(NOTE_HEADER)
@@ -585,19 +556,4 @@ def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | 
                 rows.append((row_id, subj_col[j], None if h < 0 else h, "2150-01-01", "2150-01-01 08:00:00",
                              "2150-01-01 09:00:00", category, desc, 17000 + j % 500, None, texts[j]))
             w.writerows(rows)
-    files["NOTEEVENTS"] = str(path)
-    (out_dir / "README.txt").write_text(README.format(seed=seed), encoding="utf-8")
-    summary = {
-        "out_dir": str(out_dir),
-        "synthetic": True,
-        "seed": seed,
-        "n_admissions": n_total,
-        "n_labelled": sum(k == "L" for k in kinds),
-        "noteevents_rows": row_id,
-        "discharge_summary_rows": len(summaries),
-        "discharge_chars": discharge_chars,
-        "other_chars": other_chars,
-        "files": files,
-    }
-    log.info("synthetic MIMIC folder %s: %d admissions, %d notes", out_dir, n_total, row_id)
-    return summary
+    return row_id

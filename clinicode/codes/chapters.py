@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from clinicode.data.icd9 import is_icd9_diagnosis, is_icd9_procedure
-from clinicode.data.icd10 import is_icd10_cm, is_icd10_pcs
+from clinicode.codes.icd9 import is_icd9_diagnosis, is_icd9_procedure
+from clinicode.codes.icd10 import is_icd10_cm, is_icd10_pcs
 
 OTHER = "Other codes"
 _ICD9_CATEGORY = re.compile(r"[0-9]{3}|V[0-9]{2}|E[0-9]{3}")  # a diagnosis category without decimals ('486', 'V10')

@@ -11,7 +11,7 @@ import re
 import warnings
 from typing import Iterable
 
-from clinicode.data.icd9 import format_diagnosis, format_procedure, is_icd9_diagnosis, is_icd9_procedure
+from clinicode.codes.icd9 import format_diagnosis, format_procedure, is_icd9_diagnosis, is_icd9_procedure
 
 # ICD-10-CM: a letter, a digit, then up to 5 letters/digits (3-7 characters; A00 .. Z99.89); ASCII only.
 _CM = re.compile(r"[A-Z][0-9][0-9A-Z]{1,5}")

@@ -42,7 +42,7 @@ def _child(spec: dict) -> dict:
     if spec.get("threads"):
         torch.set_num_threads(spec["threads"])
     B, L, P, K, r = spec["batch"], spec["length"], spec["dim"], spec["labels"], spec["radius"]
-    cfg = LEAMConfig(vocab_size=VOCAB, n_labels=K, embed_dim=P, radius=r)
+    cfg = LEAMConfig(vocab_size=VOCAB, n_labels=K, embed_dim=P, radius=r, code_evidence=spec.get("evidence", False))
 
     if spec["impl"] == "straightforward":
         model = LEAM(cfg, fast=False)  # the model's plain PyTorch path: the reference

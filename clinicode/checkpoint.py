@@ -31,7 +31,6 @@ from clinicode.constants import (  # noqa: F401  (artefact names are re-exported
     WEIGHTS_FILE,
 )
 from clinicode.data.labels import LabelSet
-from clinicode.data.prepared import read_split_codes, read_split_texts  # noqa: F401  (re-exported for the app)
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.tokenizer import ClinicalTokenizer
 
@@ -287,3 +286,13 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
 
 
 __all__ = ["Checkpoint", "load_checkpoint", "save_checkpoint", "resolve_checkpoint_dir", "config_to_dict", "config_from_dict"]
+
+
+def __getattr__(name: str) -> Any:
+    """`read_split_codes` and `read_split_texts` are re-exported for the app, loaded on first use: they need pandas
+    (a second or more of start-up), which scoring does not."""
+    if name in ("read_split_codes", "read_split_texts"):
+        from clinicode.data import prepared
+
+        return getattr(prepared, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

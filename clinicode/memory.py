@@ -8,8 +8,8 @@ forward, and in training its backward, create and free again) and the stored wor
 - the weights, dominated by the V x P word vectors and the head's H x K output layer; training keeps four more
   copies (gradients, Adam's two moments, the moving average);
 - at inference with few codes, the [V, K] word-code table (the paper's "store G offline"), when it fits and pays;
-- with `code_evidence`, each code's winning windowed word vector, [B, K, P] floats, and one block of its position
-  scores (`EVIDENCE_BLOCK` floats).
+- with `code_evidence`, each code's best score and position per note, [B, K] (found in the attention's own pass), and
+  with many codes in training a second windowed copy of the word vectors ([B, L, P], W1 detached) and its gradient.
 
 The weights are not in the budget (they are the model), and neither is the data: [N, K] score matrices of the
 notes being evaluated are the caller's. The plan is an estimate from shapes (float32), checked against measured peak
@@ -24,7 +24,6 @@ from clinicode.config import LEAMConfig
 from clinicode.errors import ConfigError
 
 MB = 1 << 20
-EVIDENCE_BLOCK = 1 << 21  # scores per block when LEAM finds each code's best position (model._evidence; 8 MB)
 CPU_BLOCK = (256, 2048)   # rows x codes of one score block on the CPU: 2 MB, cache-sized (bigger blocks were slower)
 TABLE_MAX_CODES_PER_DIM = 4  # the table pays up to K = 4P at inference (measured: beyond it, the product is faster)
 
@@ -59,6 +58,28 @@ class MemoryPlan:
         return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
+ORDERS = ("plain", "table", "few codes", "many codes")
+
+
+def order(cfg: LEAMConfig, *, device: str = "cpu", fast: bool = True, table: bool = False) -> str:
+    """Which computation order a forward runs: the one decision, made here (`plan` adds the budget's say on the table;
+    `clinicode.model.LEAM.forward` follows what it is given, or asks this).
+
+    "plain": the reference expressions (`fast=False`), every [B, L, K] tensor stored; "table": G gathered from the
+    stored [V, K] word-code table (inference); "few codes": G computed (K <= P, on the CPU, cosine), window, bias, ReLU
+    and max fused by `kernels.phrase_max`; "many codes": the window on the word vectors, codes scored by blocks
+    (`kernels.code_max`; also every CUDA run and the linear ablation). With `code_evidence`, each order computes the
+    evidence in the same pass (see `clinicode.model`).
+    """
+    if table:
+        return "table"
+    if not fast:
+        return "plain"
+    if device == "cpu" and cfg.compat == "cosine" and cfg.n_labels <= cfg.embed_dim:
+        return "few codes"
+    return "many codes"
+
+
 def plan(cfg: LEAMConfig, *, batch_size: int, max_len: int, budget_mb: int, device: str = "cpu", training: bool,
          fast: bool = True) -> MemoryPlan:
     """The computation order and block sizes for batches of `batch_size` notes of up to `max_len` tokens.
@@ -74,17 +95,15 @@ def plan(cfg: LEAMConfig, *, batch_size: int, max_len: int, budget_mb: int, devi
     reg = min(K, cfg.label_reg_codes) * (H + K) * f * 3 if training else 0.0  # f(c_k) for the regulariser's codes
     table = V * K * f
     block = (N, K)
-    if not fast:
-        order = "plain"
+    path = order(cfg, device=device, fast=fast)
+    if path == "plain":
         scratch = ((6 * N * K + 4 * N * P) if training else (3 * N * K + N * P)) * f + reg
     elif not training and cpu and cosine and K <= TABLE_MAX_CODES_PER_DIM * P and table <= budget_mb / 2:
-        order = "table"
+        path = "table"
         scratch = (8 * (L + 2 * cfg.radius) * K + 2 * N) * f              # a few notes' gathered G at a time
-    elif cpu and cosine and K <= P:
-        order = "few codes"
+    elif path == "few codes":
         scratch = ((5 * N * K + 4 * N * P) if training else (2 * N * K + N * P)) * f + reg
     else:
-        order = "many codes"
         word = (8 if training else 3) * N * P * f + 3 * N * f + reg       # v, v^, S (and gradients); m, its code
         if cpu:
             block = (min(CPU_BLOCK[0], N), min(CPU_BLOCK[1], K))
@@ -92,15 +111,16 @@ def plan(cfg: LEAMConfig, *, batch_size: int, max_len: int, budget_mb: int, devi
             room = budget_mb - word
             block = (N, max(1, min(K, int(room / (2 * N * f))) if room > 0 else 1))
         scratch = word + 2 * block[0] * block[1] * f
-    if cfg.code_evidence:  # [B, K, P] winners (with gradients in training), a score block and its copy; S where not made
-        windowed = 0 if order == "many codes" else (4 if training else 2) * N * P
-        scratch += ((3 if training else 1) * B * K * P + 2 * B * K + 2 * EVIDENCE_BLOCK + windowed) * f
+    if cfg.code_evidence:  # best score and position per note and code; many codes, training: S with W1 detached
+        windowed = 2 * N * P if path == "many codes" and training else 0
+        plain = (3 if training else 2) * N * K if path == "plain" else 0  # window(G) with W1 detached, masked copy
+        scratch += (4 * B * K + 2 * K * P + windowed + plain) * f
     if scratch > budget_mb:
         raise ConfigError(
             f"one batch of {B} notes of up to {L:,} tokens needs about {scratch:,.0f} MB with {K:,} codes, over "
             f"--memory-budget {budget_mb:,} MB; lower --batch-size or --max-len, or raise --memory-budget.")
-    return MemoryPlan(budget_mb=budget_mb, order=order, batch_mb=scratch, weights_mb=weights,
-                      table_mb=table if order == "table" else 0.0, block=block, training=training)
+    return MemoryPlan(budget_mb=budget_mb, order=path, batch_mb=scratch, weights_mb=weights,
+                      table_mb=table if path == "table" else 0.0, block=block, training=training)
 
 
 def _mb(x: float) -> str:

@@ -26,24 +26,31 @@ Design decisions (stated here, as the domain notes ask):
   over that many codes drawn at random, each scored against all K: an unbiased estimate of the same mean whose cost
   grows with K, not K^2 (at K = 9,000 the full f(C) is 9,000 x 9,000 logits through the 1,000-unit head).
 
-One switch selects how the same equations are computed (as nanoGPT's flash-attention flag does):
-- `fast=False` runs the plain PyTorch expressions at the bottom of this file, step by step as in the paper: the
-  reference that the tests and benchmarks compare with. It stores G and u, [B, L, K] each.
-- `fast=True` (default) computes the same numbers in whichever order is cheaper, and never stores [B, L, K]:
-  * few codes (K <= P, e.g. the top 50 with P = 100, on the CPU): G as one [B, L, K] product (no larger than the
+One decision selects how the same equations are computed (`clinicode.memory.order`, and `memory.plan`, which adds the
+memory budget's say on the table; `forward(order=...)` follows what the plan says, as nanoGPT's flash-attention flag):
+- "plain" (`fast=False`) runs the plain PyTorch expressions at the bottom of this file, step by step as in the paper:
+  the reference that the tests and benchmarks compare with. It stores G and u, [B, L, K] each.
+- The fast orders (`fast=True`, the default) compute the same numbers in whichever order is cheaper, and never store
+  [B, L, K] beyond G with few codes:
+  * "few codes" (K <= P, e.g. the top 50 with P = 100, on the CPU): G as one [B, L, K] product (no larger than the
     word vectors) and the window, bias, ReLU and max fused by the kernels of `clinicode.kernels`, so u is never
     written, with hand-written backward passes.
-  * many codes (K > P), and every CUDA run: the window moves onto the word vectors. It is linear and shared by all
-    codes, so window(G)_lk = sum_j W1_j cos(v_{l+j-r}, c_k) = (sum_j W1_j v^_{l+j-r}) . c^_k = S_l . c^_k with
-    v^ = v / |v| (0 on padding) and S = window(v^), [B, L, P]. Then m_l = ReLU(max_k (S_l . c^_k + b1_k)) is one
+  * "many codes" (K > P, every CUDA run, the linear ablation): the window moves onto the word vectors. It is linear and
+    shared by all codes, so window(G)_lk = sum_j W1_j cos(v_{l+j-r}, c_k) = (sum_j W1_j v^_{l+j-r}) . c^_k = S_l . c^_k
+    with v^ = v / |v| (0 on padding) and S = window(v^), [B, L, P]. Then m_l = ReLU(max_k (S_l . c^_k + b1_k)) is one
     product computed a block of codes at a time (`kernels.code_max`), and its backward needs only each position's
     winning code: memory is O(B L P + block) and the backward O(B L P), whatever K is (9,000 codes train on a CPU).
+  * "table" (inference, few codes): G from a stored [V, K] cosine table, the paper's "store G offline"
+    (`word_code_table()`): a note's G is a row gather.
+  With `code_evidence`, each order finds e_k = max_l window(G)_lk in the same pass as m: the window it has just
+  computed for the max over codes is reduced along the other axis too (few codes, table), or the same block of scores
+  is (many codes: row blocks stay inside a note); only each code's winning dot product is recomputed with gradients
+  (`kernels.best_dot`). The evidence costs a reduction, not a second product.
   Each kernel is tested against the plain expression, and a test checks that training with them follows the plain
   model's loss curve step by step (at K = 50 and K = 1,000).
-- `table=model.word_code_table()` (inference, few codes) takes G from a stored [V, K] cosine table, the paper's
-  "store G offline": a note's G is a row gather. `clinicode.memory.plan` decides when it pays and fits.
 - `phrase(ids, mask, codes)` gives u for chosen codes (the per-code evidence of explanations), by the plain
-  expressions: a few codes, never all K.
+  expressions: a few codes, never all K; with `anchors=True` also each window's strongest token (what the
+  explanation shows).
 
 Training details around the model (not in the paper; each is a config value, see clinicode/config.py):
 - `phrase_init` sets the initial W1 to phrase_init / (2r+1) per tap (default 1.0: a local mean of G). It is an
@@ -62,9 +69,10 @@ from torch import nn
 
 from clinicode import kernels
 from clinicode.config import LEAMConfig
-from clinicode.memory import CPU_BLOCK, EVIDENCE_BLOCK
+from clinicode.kernels import EPS
+from clinicode.memory import CPU_BLOCK, ORDERS
+from clinicode.memory import order as compute_order
 
-_EPS = 1e-8
 EVIDENCE_RHO0 = 0.0       # code_evidence: a_k = softplus(rho_k) starts at log 2 = 0.69 (docs/accuracy-tuning.md, round 9)
 
 
@@ -111,44 +119,64 @@ class LEAM(nn.Module):
         return self.config.n_labels > self.config.embed_dim
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, *, return_attention: bool = False,
-                table: torch.Tensor | None = None, block: tuple[int, int] = CPU_BLOCK) -> LEAMOutput:
+                table: torch.Tensor | None = None, block: tuple[int, int] = CPU_BLOCK,
+                order: str | None = None) -> LEAMOutput:
         """Score a batch of notes: G -> u -> m -> beta -> z -> f, the paper's equations in its order.
 
         Args:
             ids: [B, L] int64 token ids, 0 = PAD.
-            mask: [B, L] bool, True for real tokens; every note needs at least one.
+            mask: [B, L] bool, True for real tokens, each note's first (as `pad_batch` makes them); one at least.
             return_attention: also return beta and z (for explanations; u for chosen codes: `phrase`).
             table: [V, K] `word_code_table()`, for inference: G is then looked up, not computed.
             block: (positions, codes) per score block with many codes (`clinicode.memory.plan` sizes it).
+            order: how to compute it, `MemoryPlan.order` ("plain", "table", "few codes", "many codes"); None asks
+                `clinicode.memory.order` (the same decision the plan makes, without the budget).
         Returns:
             LEAMOutput with logits [B, K] (and beta, z when asked for).
         """
         cfg = self.config
+        path = order or compute_order(cfg, device=ids.device.type, fast=self.fast, table=table is not None)
+        if path not in ORDERS or (path == "table") != (table is not None):
+            raise ValueError(f"order {path!r} with{'' if table is not None else 'out'} a table; expected one of "
+                             f"{ORDERS}, and a table exactly when the order is 'table'")
         cpu = ids.device.type == "cpu"
         E, C, W1, b1 = self.word_emb.weight, self.label_emb, self.phrase_w, self.phrase_b
-        maskf = mask.unsqueeze(-1).to(E.dtype)                                        # [B, L, 1]
-        Cn = C / (C.norm(dim=-1, keepdim=True) + _EPS)                                # [K, P]   unit code vectors
-        V = None if table is not None else (kernels.embed(E, ids) if self.fast and cpu else F.embedding(ids, E, padding_idx=0))
+        Cn = C / (C.norm(dim=-1, keepdim=True) + EPS)                                 # [K, P]   unit code vectors
+        linear = cfg.compat == "linear"                                               # the paper's ablation: u = G
+        evidence = cfg.code_evidence
+        V: torch.Tensor | None = None
+        e: torch.Tensor | None = None                                                 # [B, K] evidence, (7) below
 
         # (1) G = cos(c_k, v_l): every code against every word; padded positions are 0.
         # (2) u = ReLU(G[l-r : l+r] W1 + b1), phrase-level compatibility; (3) m_l = max_k u_kl.
-        linear = cfg.compat == "linear"                                               # the paper's ablation: u = G
-        if table is not None:                                                         # inference: the stored table
-            if self.fast and cpu and not linear:
-                m = kernels.table_phrase_max(ids, table, W1, b1)                      # [B, L]
+        # With code_evidence, (7)'s e_k = max_l window(G)_lk comes from the same window of the same products.
+        if path == "table":                                                           # inference: the stored table
+            if cpu and not linear:
+                m, e = kernels.table_phrase_max(ids, table, W1, b1, evidence=True) if evidence else \
+                    (kernels.table_phrase_max(ids, table, W1, b1), None)              # [B, L], [B, K]
             else:
-                G = F.embedding(ids, table) * maskf                                   # [B, L, K]
-                m = (G if linear else F.relu(_window(G, W1) + b1)).amax(dim=-1)       # [B, L]
-        elif not self.fast:                                                           # the plain reference
-            G = _cosine(V, Cn, mask)                                                  # [B, L, K]
-            m = (G if linear else F.relu(_window(G, W1) + b1)).amax(dim=-1)           # [B, L]
-        elif cpu and not self.many_codes and not linear:                              # few codes: G is small
+                m, e = _plain_max(F.embedding(ids, table) * mask.unsqueeze(-1).to(table.dtype), W1, b1, mask,
+                                  linear=linear, evidence=evidence)
+        elif path == "plain":                                                         # the reference, step by step
+            V = F.embedding(ids, E, padding_idx=0)                                    # [B, L, P]
+            m, e = _plain_max(_cosine(V, Cn, mask), W1, b1, mask, linear=linear, evidence=evidence)
+        elif path == "few codes":                                                     # G is small: [B, L, K] kernels
+            V = kernels.embed(E, ids)
             G = kernels.cosine_compat(V, Cn, mask)                                    # [B, L, K]
-            m = kernels.phrase_max(G, W1, b1)                                         # [B, L] u never written
+            m, e = kernels.phrase_max_evidence(G, W1, b1, mask) if evidence else \
+                (kernels.phrase_max(G, W1, b1), None)                                 # u never written
         else:                                                                         # window(G) = window(v^) C^T
-            S = self._windowed(V, mask, W1)                                           # [B, L, P]
-            m = kernels.code_max(S.reshape(-1, S.shape[-1]), Cn, None if linear else b1, relu=not linear,
-                                 block=block).view(mask.shape)                   # [B, L]
+            V = kernels.embed(E, ids) if cpu else F.embedding(ids, E, padding_idx=0)
+            Vn = V * (mask.unsqueeze(-1).to(V.dtype) / (V.norm(dim=-1, keepdim=True) + EPS))  # [B, L, P] v^
+            S = self._windowed(Vn, W1)                                                # [B, L, P]
+            bias = None if linear else b1
+            if evidence:                                                              # best positions: same blocks
+                m, best = kernels.code_max_evidence(S, Cn, bias, mask, relu=not linear, block=block)
+                reads_w1 = not linear and torch.is_grad_enabled() and W1.requires_grad
+                e = kernels.best_dot(self._windowed(Vn, W1.detach()) if reads_w1 else S, Cn, best)  # [B, K]
+            else:
+                m = kernels.code_max(S.reshape(-1, S.shape[-1]), Cn, bias, relu=not linear,
+                                     block=block).view(mask.shape)                    # [B, L]
 
         # (4) beta = softmax over positions of m; padding never attended (max-subtracted inside softmax).
         beta = torch.softmax(m.masked_fill(~mask, float("-inf")), dim=-1)            # [B, L]
@@ -163,79 +191,60 @@ class LEAM(nn.Module):
         logits = self.head(z)                                                         # [B, K]
 
         # (7) optional, not the paper: e_k = max_l window(G)_lk, each code's best phrase match in the note, a_k >= 0.
-        if cfg.code_evidence:
-            if table is None and not self.fast:
-                W = G if linear else _window(G, W1.detach())                          # [B, L, K] before b1 and ReLU
-                e = W.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)   # [B, K]
-            else:
-                V = F.embedding(ids, E, padding_idx=0) if V is None else V
-                e = self._evidence(self._windowed(V, mask, W1.detach()), mask, Cn, block)  # [B, K]
-            logits = logits + self.evidence_weight() * e
+        if e is not None:
+            logits = logits + self.evidence_weight() * e.to(logits.dtype)
         if not return_attention:
             return LEAMOutput(logits=logits)
         return LEAMOutput(logits=logits, beta=beta, doc=z)
 
-    def _windowed(self, V: torch.Tensor, mask: torch.Tensor, W1: torch.Tensor) -> torch.Tensor:
+    def _windowed(self, Vn: torch.Tensor, W1: torch.Tensor) -> torch.Tensor:
         """S = window(v^), [B, L, P]: the unit word vectors (0 on padding) through the phrase window W1 (v^ itself for
         "linear"), so that S_l . c^_k = window(G)_lk."""
-        Vn = V * (mask.unsqueeze(-1).to(V.dtype) / (V.norm(dim=-1, keepdim=True) + _EPS))  # [B, L, P] v^
         if self.config.compat == "linear":
             return Vn
-        return kernels.phrase_window(Vn, W1) if V.device.type == "cpu" else _window(Vn, W1)
+        return kernels.phrase_window(Vn, W1) if Vn.device.type == "cpu" else _window(Vn, W1)
 
     def evidence_weight(self) -> torch.Tensor:
         """a = softplus(rho), [K]: each code's weight on its best phrase match, never negative (a match can only count
         for its code; unconstrained weights of rare codes were driven below 0 in the first steps and stayed there)."""
         return F.softplus(self.evidence_rho)
 
-    def _evidence(self, S: torch.Tensor, mask: torch.Tensor, Cn: torch.Tensor,
-                  block: tuple[int, int] = CPU_BLOCK) -> torch.Tensor:
-        """e[b, k] = max over the note's positions l of window(G)_lk (G_lk for "linear"), without a [B, L, K] tensor
-        in the graph.
-
-        window(G)_lk = S_l . c^_k with S = window(v^) (`_windowed`, with W1 detached): u before the paper's b1 and
-        ReLU. The evidence reads the attention's window but does not train it, nor b1: in the first steps, when every
-        code scores 0.5 and few are positive, lowering every negative's evidence through the one shared W1 drove it to
-        0 or below within 20 steps and took the attention with it.
-        Each code's best position is found without gradients, a block of codes at a time (8 MB of scores on the CPU;
-        on a GPU as large as the plan's `block` of code_max, which is freed by then); then only the winning dot
-        products are recomputed with gradients, [B, K, P], which is the gradient of the max (ties go to the first
-        position, as `torch.max`).
-        """
-        B, L, P = S.shape
-        K = Cn.shape[0]
-        if S.dtype in (torch.float16, torch.bfloat16):                                # as code_max: a max over thousands
-            S, Cn = S.float(), Cn.float()                                             # of cosines needs float32
-        per_block = EVIDENCE_BLOCK if S.device.type == "cpu" else max(EVIDENCE_BLOCK, block[0] * block[1])
-        step = max(1, per_block // max(1, B * L))                                     # codes per block
-        best = torch.empty(B, K, dtype=torch.long, device=S.device)
-        with torch.no_grad(), torch.autocast(S.device.type, enabled=False):
-            for k0 in range(0, K, step):
-                scores = S @ Cn[k0:k0 + step].T                                       # [B, L, k]
-                best[:, k0:k0 + step] = scores.masked_fill_(~mask.unsqueeze(-1), float("-inf")).argmax(dim=1)
-        win = S.gather(1, best.unsqueeze(-1).expand(B, K, P))                         # [B, K, P] each code's best S_l
-        return (win * Cn.to(win.dtype)).sum(-1)                                       # [B, K]
-
     @torch.no_grad()
-    def phrase(self, ids: torch.Tensor, mask: torch.Tensor, codes: torch.Tensor | None = None) -> torch.Tensor:
+    def phrase(self, ids: torch.Tensor, mask: torch.Tensor, codes: torch.Tensor | None = None, *,
+               anchors: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """u for the given codes (all when None): [B, n, L], after the ReLU and before the max; G for "linear".
 
-        The per-code evidence of explanations, by the plain expressions; pass a few codes, not thousands.
+        The per-code evidence of explanations, by the plain expressions; pass a few codes, not thousands. With
+        `anchors`, also each window's strongest token: anchor[b, k, l] = the position l' in l-r..l+r (real tokens only)
+        with the largest term W1[l' - l + r] * G[b, l', k] of u[b, k, l] (l itself for "linear"; ties: the first).
         """
         V = F.embedding(ids, self.word_emb.weight, padding_idx=0)                     # [B, L, P]
         C = self.label_emb if codes is None else self.label_emb[codes]                # [n, P]
-        G = _cosine(V, C / (C.norm(dim=-1, keepdim=True) + _EPS), mask)               # [B, L, n]
-        if self.config.compat == "cosine":
+        G = _cosine(V, C / (C.norm(dim=-1, keepdim=True) + EPS), mask)                # [B, L, n]
+        cosine = self.config.compat == "cosine"
+        u = G
+        if cosine:
             b1 = self.phrase_b if codes is None else self.phrase_b[codes]
-            G = F.relu(_window(G, self.phrase_w) + b1)
-        return G.transpose(1, 2)                                                      # [B, n, L]
+            u = F.relu(_window(G, self.phrase_w) + b1)
+        u = u.transpose(1, 2)                                                         # [B, n, L]
+        if not anchors:
+            return u
+        B, L, n = G.shape
+        if not cosine:
+            return u, torch.arange(L, device=ids.device).expand(B, n, L)
+        r = self.config.radius
+        terms = F.pad(G, (0, 0, r, r)).unfold(1, 2 * r + 1, 1) * self.phrase_w        # [B, L, n, 2r+1] W1_j G_(l-r+j)
+        real = F.pad(mask, (r, r), value=False).unfold(1, 2 * r + 1, 1)               # [B, L, 2r+1] tap on a token
+        terms = terms.masked_fill(~real.unsqueeze(2), float("-inf"))
+        anchor = terms.argmax(dim=-1) + torch.arange(L, device=ids.device)[None, :, None] - r  # [B, L, n]
+        return u, anchor.transpose(1, 2)
 
     @torch.no_grad()
     def word_code_table(self) -> torch.Tensor:
         """[V, K] cos(E_word[w], c_k) for every vocabulary word and code, 0 for PAD: G for any note is rows of it."""
         E, C = self.word_emb.weight, self.label_emb
-        En = E / (E.norm(dim=-1, keepdim=True) + _EPS)                                # [V, P]
-        Cn = C / (C.norm(dim=-1, keepdim=True) + _EPS)                                # [K, P]
+        En = E / (E.norm(dim=-1, keepdim=True) + EPS)                                # [V, P]
+        Cn = C / (C.norm(dim=-1, keepdim=True) + EPS)                                # [K, P]
         table = (En @ Cn.T).contiguous()                                              # [V, K]
         table[0] = 0.0
         return table
@@ -270,7 +279,7 @@ class LEAM(nn.Module):
 
 def _cosine(V: torch.Tensor, Cn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """G[b, l, k] = cos(v_bl, c_k), 0 on padding: [B, L, P] words, [K, P] unit code vectors -> [B, L, K]."""
-    Vn = V / (V.norm(dim=-1, keepdim=True) + _EPS)                                    # [B, L, P] unit word vectors
+    Vn = V / (V.norm(dim=-1, keepdim=True) + EPS)                                    # [B, L, P] unit word vectors
     return (Vn @ Cn.T) * mask.unsqueeze(-1).to(V.dtype)                               # [B, L, K]
 
 
@@ -280,3 +289,14 @@ def _window(G: torch.Tensor, W1: torch.Tensor) -> torch.Tensor:
     r = W1.numel() // 2
     u = F.conv1d(G.transpose(1, 2).reshape(B * K, 1, L), W1.view(1, 1, -1), padding=r)  # [B*K, 1, L]
     return u.view(B, K, L).transpose(1, 2)                                            # [B, L, K]
+
+
+def _plain_max(G: torch.Tensor, W1: torch.Tensor, b1: torch.Tensor, mask: torch.Tensor, *, linear: bool,
+               evidence: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """m_l = max_k u_kl (u = G for "linear") and, with `evidence`, e_k = max over real l of window(G)_lk with W1
+    detached (G for "linear"): the plain expressions, [B, L, K] tensors stored. Returns (m [B, L], e [B, K] or None)."""
+    m = (G if linear else F.relu(_window(G, W1) + b1)).amax(dim=-1)                 # [B, L]
+    if not evidence:
+        return m, None
+    W = G if linear else _window(G, W1.detach())                                     # [B, L, K] before b1 and ReLU
+    return m, W.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)          # [B, K]

@@ -150,11 +150,6 @@ class Predictor:
                              device=self.device.type, training=False, fast=model.fast)
             if self.plan.use_table:
                 self._table = model.word_code_table()                                     # [V, K] G, stored offline
-            with torch.no_grad():                                                         # unit vectors, for evidence
-                E, C = model.word_emb.weight.float(), model.label_emb.float()
-                self._words_n = (E / (E.norm(dim=-1, keepdim=True) + 1e-8)).cpu().numpy()  # [V, P]
-                self._codes_n = (C / (C.norm(dim=-1, keepdim=True) + 1e-8)).cpu().numpy()  # [K, P]
-            self._phrase_w_np = model.phrase_w.detach().float().cpu().numpy()             # W1
 
     @classmethod
     def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = PREDICT.batch_size,
@@ -208,7 +203,7 @@ class Predictor:
         for batch in bucketed_batches(lengths, self.batch_size, rng=None):
             ids, mask = pad_batch([id_lists[i] for i in batch])
             out = model(ids.to(self.device), mask.to(self.device), return_attention=extras is not None or docs is not None,
-                        table=self._table, block=self.plan.block)
+                        table=self._table, block=self.plan.block, order=self.plan.order)
             rows = batch + start
             scores[rows] = model.probabilities(out.logits).float().cpu().numpy()
             if docs is not None:
@@ -342,9 +337,9 @@ class Predictor:
                 rec.code_phrases = {}
                 tok_ids = np.asarray(encs[j].ids)
                 ks = [self.labels.index(c.code) for c in predicted]
-                u = self._phrase_rows(tok_ids, ks)                                         # [n, L]
-                for c, k, row in zip(predicted, ks, u):
-                    rec.code_phrases[c.code] = self._phrase_spans(offs, tok_ids, k, row, explain)
+                u, anchors = self._phrase_rows(tok_ids, ks)                                # [n, L] each
+                for c, row, anchor in zip(predicted, u, anchors):
+                    rec.code_phrases[c.code] = self._phrase_spans(offs, row, anchor, explain)
             out[i] = rec
         return out  # type: ignore[return-value]
 
@@ -360,47 +355,39 @@ class Predictor:
             return {c: [] for c in codes}
         tok_ids = np.asarray(enc.ids)
         ks = [self.labels.index(c) for c in codes]
-        return {c: self._phrase_spans(enc.offsets, tok_ids, k, row, n)
-                for c, k, row in zip(codes, ks, self._phrase_rows(tok_ids, ks))}
+        u, anchors = self._phrase_rows(tok_ids, ks)
+        return {c: self._phrase_spans(enc.offsets, row, anchor, n) for c, row, anchor in zip(codes, u, anchors)}
 
-    def _phrase_rows(self, tok_ids: np.ndarray, codes: list[int]) -> np.ndarray:
-        """u[k, :] of one note for the given codes (`LEAM.phrase`): [len(codes), L]."""
+    def _phrase_rows(self, tok_ids: np.ndarray, codes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """u[k, :] of one note for the given codes and each window's strongest token (`LEAM.phrase`): [len(codes), L]
+        floats and ints."""
         if not codes:
-            return np.zeros((0, len(tok_ids)), dtype=np.float32)
+            return np.zeros((0, len(tok_ids)), dtype=np.float32), np.zeros((0, len(tok_ids)), dtype=np.int64)
         ids = torch.as_tensor(tok_ids, dtype=torch.long, device=self.device).unsqueeze(0)
         with _torch_threads(1 if self.device.type == "cpu" else None), torch.inference_mode():
-            u = self.checkpoint.model.phrase(ids, torch.ones_like(ids, dtype=torch.bool),
-                                             torch.as_tensor(codes, device=self.device))
-        return u[0].float().cpu().numpy()
+            u, anchor = self.checkpoint.model.phrase(ids, torch.ones_like(ids, dtype=torch.bool),
+                                                     torch.as_tensor(codes, device=self.device), anchors=True)
+        return u[0].float().cpu().numpy(), anchor[0].cpu().numpy()
 
-    def _phrase_spans(self, offs: list[tuple[int, int]], ids: np.ndarray, k: int, row: np.ndarray, n: int) -> list[Span]:
-        """The n best distinct phrases of code k: neighbouring windows often share their strongest word, and so
+    def _phrase_spans(self, offs: list[tuple[int, int]], row: np.ndarray, anchor: np.ndarray, n: int) -> list[Span]:
+        """The n best distinct phrases of a code: u[k, l] sums W1[j] * G[k, l - r + j] over a 2r+1-token window (21
+        tokens by default, too long to read), so each is shown by its window's strongest token (`anchor[l]`, from
+        `LEAM.phrase`) with one token either side. Neighbouring windows often share their strongest token, and so
         their span; each span is listed once, with its best window's u[k, l]."""
         spans: list[Span] = []
         seen: set[tuple[int, int]] = set()
+        cfg = self.checkpoint.model.config
+        r = cfg.radius if cfg.compat == "cosine" else 0
         for centre in np.argsort(-row, kind="stable"):
-            span = self._phrase_span(offs, ids, k, int(centre), float(row[centre]))
+            a = int(anchor[centre])                                                         # within the window
+            first, last = max(0, centre - r, a - 1), min(len(offs) - 1, centre + r, a + 1)
+            span = Span(offs[first][0], offs[last][1], float(row[centre]))
             if (span.start, span.end) not in seen:
                 seen.add((span.start, span.end))
                 spans.append(span)
                 if len(spans) == n:
                     break
         return spans
-
-    def _phrase_span(self, offs: list[tuple[int, int]], ids: np.ndarray, k: int, centre: int, weight: float) -> Span:
-        """The phrase that u[k, centre] scores, shown by its strongest word with one word either side.
-
-        u[k, l] sums W1[j] * G[k, l - r + j] over the 2r+1-token window; the anchor is the window token with the
-        largest term. The whole window would be 2r+1 tokens (21 by default), too long to read as evidence.
-        `weight` is u[k, centre].
-        """
-        r = self.checkpoint.model.config.radius if self.checkpoint.model.config.compat == "cosine" else 0
-        lo, hi = max(0, centre - r), min(len(offs) - 1, centre + r)
-        w = self._phrase_w_np[lo - centre + r: hi - centre + r + 1] if r else 1.0
-        terms = w * (self._words_n[ids[lo:hi + 1]] @ self._codes_n[k])                     # [window] W1 * G
-        anchor = lo + int(terms.argmax())
-        first, last = max(lo, anchor - 1), min(hi, anchor + 1)
-        return Span(offs[first][0], offs[last][1], weight)
 
     def card(self) -> dict[str, Any]:
         """Model card: manifest, configs and metrics (for the app)."""

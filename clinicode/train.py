@@ -82,12 +82,12 @@ def _single_label(ds: PreparedDataset, cfg: TrainConfig) -> bool:
 class _Objective(torch.nn.Module):
     """Forward plus both losses in one module, so DistributedDataParallel sees every use of the weights."""
 
-    def __init__(self, model: LEAM, pos_weight: torch.Tensor | None, block: tuple[int, int]) -> None:
+    def __init__(self, model: LEAM, pos_weight: torch.Tensor | None, block: tuple[int, int], order: str) -> None:
         super().__init__()
-        self.model, self.pos_weight, self.block = model, pos_weight, block
+        self.model, self.pos_weight, self.block, self.order = model, pos_weight, block, order
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = self.model(ids, mask, block=self.block).logits
+        logits = self.model(ids, mask, block=self.block, order=self.order).logits
         return self.model.loss(logits.float(), y, pos_weight=self.pos_weight)
 
 
@@ -167,7 +167,7 @@ class _Trainer:
         self.y_dev = self.labels.multi_hot(dev_df["labels"])
         self.pos_weight = (_pos_weight(self.y_train, cfg.pos_weight).to(self.device)
                            if self.multilabel and cfg.pos_weight > 0 else None)
-        self.objective: torch.nn.Module = _Objective(self.model, self.pos_weight, self.plan.block)
+        self.objective: torch.nn.Module = _Objective(self.model, self.pos_weight, self.plan.block, self.plan.order)
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 

@@ -42,10 +42,71 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
         decayed = [n in keep or (cfg.decay_scope == "matrices" and p.ndim >= 2) for n, p in model.named_parameters()]
         groups = [{"params": [p for p, d in zip(params, decayed) if d]},
                   {"params": [p for p, d in zip(params, decayed) if not d], "weight_decay": 0.0}]
+    if fused and all(p.device.type == "cpu" for p in params) and hasattr(torch, "_fused_adamw_"):
+        return (_CpuFusedAdamW if cfg.optimizer == "adamw" else _CpuFusedAdam)(
+            groups, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
     try:
         return opt_cls(groups, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
     except (RuntimeError, TypeError):  # an older torch without a fused kernel for this device
         return opt_cls(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+class _CpuFused:
+    """torch's fused Adam/AdamW on the CPU, called directly: the same kernel and state (so the same numbers and
+    RUN/state), without the wrappers that import torch._dynamo on first use (1.3 s or more of every `train`, for a
+    compiler a CPU run never uses). No closure, AMSGrad, maximize, gradient scaling or differentiable steps: the
+    options `make_optimizer` never sets."""
+
+    _decoupled = True
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        if closure is not None:
+            raise ValueError("this optimiser takes no closure")
+        op = torch._fused_adamw_ if self._decoupled else torch._fused_adam_
+        for group in self.param_groups:  # type: ignore[attr-defined]
+            if group["amsgrad"] or group["maximize"] or group["differentiable"]:
+                raise ValueError("amsgrad, maximize and differentiable are not supported here")
+            params, grads, avgs, sqs, steps = [], [], [], [], []
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]  # type: ignore[attr-defined]
+                if not state:  # as torch's Adam initialises it for fused steps
+                    state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                params.append(p)
+                grads.append(p.grad)
+                avgs.append(state["exp_avg"])
+                sqs.append(state["exp_avg_sq"])
+                steps.append(state["step"])
+            if not params:
+                continue
+            torch._foreach_add_(steps, 1)
+            beta1, beta2 = group["betas"]
+            op(params, grads, avgs, sqs, [], steps, amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2,
+               weight_decay=group["weight_decay"], eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:  # type: ignore[override]
+        torch.optim.Optimizer.add_param_group.__wrapped__(self, param_group)  # type: ignore[attr-defined]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:  # type: ignore[override]
+        torch.optim.Optimizer.zero_grad.__wrapped__(self, set_to_none)  # type: ignore[attr-defined]
+
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        return torch.optim.Optimizer.state_dict.__wrapped__(self)  # type: ignore[attr-defined]
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
+        torch.optim.Optimizer.load_state_dict.__wrapped__(self, state_dict)  # type: ignore[attr-defined]
+
+
+class _CpuFusedAdamW(_CpuFused, torch.optim.AdamW):
+    pass
+
+
+class _CpuFusedAdam(_CpuFused, torch.optim.Adam):
+    _decoupled = False
 
 
 class WeightAverage:

@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from clinicode.kernels import code_max, cosine_compat, embed, phrase_max, phrase_window, table_phrase_max
+from clinicode.kernels import (best_dot, code_max, code_max_evidence, cosine_compat, embed, phrase_max, phrase_max_evidence,
+                               phrase_window, table_phrase_max)
 from clinicode.model import _cosine, _window
 
 
@@ -181,3 +182,99 @@ def test_code_max_keeps_float32_under_autocast():
         out = code_max(S, C, torch.zeros(5))
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, F.relu(S @ C.T).amax(1))
+
+
+def _masked_window_max(W, mask):
+    return W.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)  # [B, K] each code's best real position
+
+
+@pytest.mark.parametrize("B,L,K,r", [(1, 1, 1, 0), (5, 13, 4, 2), (9, 40, 6, 10)])
+def test_phrase_max_evidence_is_the_window_max_over_positions_from_the_same_pass(B, L, K, r):
+    """m as phrase_max (on real positions), e = max over real positions of the window before b1; e's gradient reaches
+    G at each code's best position and never w or b1."""
+    torch.manual_seed(11)
+    G = torch.randn(B, L, K, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2 * r + 1, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(K, dtype=torch.float64, requires_grad=True)
+    lengths = torch.randint(1, L + 1, (B,))
+    lengths[0] = L
+    mask = torch.arange(L)[None, :] < lengths[:, None]
+    m, e = phrase_max_evidence(G, w, b, mask)
+    m_ref = F.relu(_window(G, w) + b).amax(2)
+    e_ref = _masked_window_max(_window(G, w.detach()), mask)
+    torch.testing.assert_close(e, e_ref)
+    torch.testing.assert_close(m[mask], m_ref[mask])
+    assert (m[~mask] == 0).all()
+    gm, ge = torch.randn_like(m_ref) * mask, torch.randn_like(e_ref)
+    want = _grads((m_ref * gm).sum() + (e_ref * ge).sum(), (G, w, b), torch.tensor(1.0, dtype=torch.float64))
+    got = _grads((m * gm).sum() + (e * ge).sum(), (G, w, b), torch.tensor(1.0, dtype=torch.float64))
+    for x, y in zip(want, got):
+        torch.testing.assert_close(x, y)
+
+
+def test_phrase_max_evidence_gradcheck():
+    torch.manual_seed(12)
+    G = torch.randn(3, 9, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(3, 9, dtype=torch.bool)
+    mask[1, 6:] = False
+    both = lambda g, ww, bb: tuple(phrase_max_evidence(g, ww, bb, mask))  # noqa: E731
+    assert torch.autograd.gradcheck(lambda g, bb: both(g, w.detach(), bb), (G, b))
+    assert torch.autograd.gradcheck(lambda ww: both(G.detach(), ww, b.detach())[0], (w,))  # e does not train w
+
+
+@pytest.mark.parametrize("B,L,K,r", [(1, 1, 1, 0), (6, 17, 5, 3), (2, 9, 3, 0)])
+def test_table_phrase_max_evidence_is_the_window_max_over_real_positions(B, L, K, r):
+    torch.manual_seed(13)
+    table = torch.randn(20, K, dtype=torch.float64)
+    table[0] = 0.0
+    ids = torch.randint(1, 20, (B, L))
+    ids[0, L // 2 + 1:] = 0
+    mask = ids != 0
+    w, b = torch.randn(2 * r + 1, dtype=torch.float64), torch.randn(K, dtype=torch.float64)
+    W = _window(F.embedding(ids, table), w)
+    m, e = table_phrase_max(ids, table, w, b, evidence=True)
+    torch.testing.assert_close(e, _masked_window_max(W, mask))
+    torch.testing.assert_close(m[mask], F.relu(W + b).amax(-1)[mask])
+
+
+@pytest.mark.parametrize("B,L,K,P,block", [(1, 1, 1, 3, (256, 2048)), (4, 11, 50, 8, (5, 7)), (3, 30, 200, 6, (4, 64)),
+                                           (2, 9, 13, 4, (9, 13)), (3, 6, 20, 5, (1, 1))])
+@pytest.mark.parametrize("relu,bias", [(True, True), (False, False)])
+def test_code_max_evidence_finds_each_codes_best_position_in_the_same_blocks(B, L, K, P, block, relu, bias):
+    """m as code_max on real rows (0 on padding, no gradient there); best = argmax over each note's real positions of
+    S_l . C_k, with row blocks that end inside and at the end of notes; best_dot then equals the plain max with its
+    gradient."""
+    torch.manual_seed(14)
+    S = torch.randn(B, L, P, dtype=torch.float64, requires_grad=True)
+    C = torch.randn(K, P, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(K, dtype=torch.float64, requires_grad=True) if bias else None
+    lengths = torch.randint(1, L + 1, (B,))
+    lengths[-1] = L
+    mask = torch.arange(L)[None, :] < lengths[:, None]
+    full = S @ C.T                                                   # [B, L, K]
+    scored = full + (b if bias else 0)
+    m_ref = (F.relu(scored) if relu else scored).amax(2)
+    m, best = code_max_evidence(S, C, b, mask, relu=relu, block=block)
+    torch.testing.assert_close(m[mask], m_ref[mask])
+    assert (m[~mask] == 0).all()
+    torch.testing.assert_close(best, full.masked_fill(~mask.unsqueeze(-1), float("-inf")).argmax(1))
+    e = best_dot(S, C, best)
+    e_ref = _masked_window_max(full, mask)
+    torch.testing.assert_close(e, e_ref)
+    gm, ge = torch.randn_like(m_ref), torch.randn_like(e_ref)        # any gradient on padding must not leak in
+    inputs = (S, C, b) if bias else (S, C)
+    one = torch.tensor(1.0, dtype=torch.float64)
+    want = _grads((m_ref * gm * mask).sum() + (e_ref * ge).sum(), inputs, one)
+    got = _grads((m * gm).sum() + (e * ge).sum(), inputs, one)
+    for x, y in zip(want, got):
+        torch.testing.assert_close(x, y)
+
+
+def test_best_dot_gradcheck():
+    torch.manual_seed(15)
+    S = torch.randn(3, 5, 4, dtype=torch.float64, requires_grad=True)
+    C = torch.randn(7, 4, dtype=torch.float64, requires_grad=True)
+    pos = torch.randint(0, 5, (3, 7))
+    assert torch.autograd.gradcheck(lambda s, c: best_dot(s, c, pos), (S, C))

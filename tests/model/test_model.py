@@ -213,3 +213,31 @@ def test_label_regulariser_averages_over_random_codes_beyond_label_reg_codes():
     exact = LEAM(LEAMConfig(vocab_size=10, n_labels=40, embed_dim=4, hidden_dim=8, label_reg_codes=40, dropout=0.0))
     exact.load_state_dict(model.state_dict())
     assert abs((exact.loss(logits, y)[0] - exact.loss(logits, y)[1]).item() - full) < 1e-6
+
+
+@pytest.mark.parametrize("compat", ["cosine", "linear"])
+def test_phrase_anchors_are_each_windows_strongest_real_token(compat):
+    """The explanation's anchor of u[k, l]: the token l' of the window l-r..l+r inside the note with the largest
+    W1[l' - l + r] * G[l', k] (first on ties), written out position by position; negative taps included."""
+    from clinicode.batching import pad_batch
+    from clinicode.config import LEAMConfig
+    from clinicode.model import LEAM, _cosine
+
+    torch.manual_seed(21)
+    model = LEAM(LEAMConfig(vocab_size=30, n_labels=6, embed_dim=8, radius=2, hidden_dim=8, compat=compat)).eval()
+    with torch.no_grad():
+        model.phrase_w.copy_(torch.tensor([0.5, -1.0, 0.9, 0.2, -0.3]))
+    ids, mask = pad_batch([[3, 4, 5, 6, 7, 8, 9], [10, 11, 12]])
+    codes = torch.tensor([4, 1])
+    u, anchor = model.phrase(ids, mask, codes, anchors=True)
+    torch.testing.assert_close(u, model.phrase(ids, mask, codes))
+    C = model.label_emb[codes]
+    G = _cosine(model.word_emb(ids), C / C.norm(dim=-1, keepdim=True), mask).detach()   # [B, L, n]
+    r = 2 if compat == "cosine" else 0
+    for b, n_tok in enumerate(mask.sum(1).tolist()):
+        for k in range(len(codes)):
+            for centre in range(n_tok):
+                lo, hi = max(0, centre - r), min(n_tok - 1, centre + r)
+                w = model.phrase_w.detach()[lo - centre + r: hi - centre + r + 1] if r else torch.ones(1)
+                want = lo + int(torch.argmax(w * G[b, lo:hi + 1, k]))
+                assert anchor[b, k, centre] == want, (b, k, centre)

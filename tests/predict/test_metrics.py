@@ -437,6 +437,27 @@ def test_weighted_metrics_equal_the_metrics_of_the_explicitly_resampled_document
         assert auc[r] == pytest.approx(ref["auc_macro"], abs=1e-12)
 
 
+@pytest.mark.parametrize("block_bytes", [1, 8 * 30, 32 << 20])
+def test_the_blocked_weighted_auc_equals_the_sorting_form_on_many_codes(block_bytes, monkeypatch):
+    """The pair-indicator products give the previous per-code sort's numbers (fixed seed, 1e-12): rare codes, codes
+    with more positives than negatives (counted from the other side), codes with no positive or no negative, ties, and
+    blocks of one code up to all of them."""
+    monkeypatch.setattr(M, "_AUC_BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(11)
+    n, k = 60, 40
+    y = rng.random((n, k)) < np.linspace(0.01, 0.95, k)
+    y[:, 0], y[:, 1] = False, True                                      # no positive; no negative
+    y[3, 2] = True                                                      # a code with a single note, maybe more
+    s = np.round(rng.random((n, k)) * 0.6 + 0.4 * y, 1)                 # coarse: many ties
+    w = rng.multinomial(n, np.full(n, 1.0 / n), size=25)
+    w = np.vstack([np.ones((1, n), dtype=w.dtype), w])
+    got, want = M._weighted_auc_macro(y, s, w), M._weighted_auc_macro_by_sorting(y, s, w)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    assert got[0] == pytest.approx(M.auc_macro(y, s)[0], abs=1e-12)    # row 0: the documents as given
+    none = M._weighted_auc_macro(np.zeros((n, 3), dtype=bool), s[:, :3], w)
+    assert np.isnan(none).all()
+
+
 def test_paired_bootstrap_separates_a_clearly_better_model_and_is_reproducible():
     y, good, noise = _two_models(n=200)
     out = M.paired_bootstrap(y, [(good, 0.5)], [(noise, 0.5)], n_boot=300, seed=1)

@@ -185,9 +185,11 @@ def parse_json(body: bytes) -> Any:
     if not body.strip():
         raise BadRequest(400, f"request body is empty; {_EXAMPLE}.")
     try:
-        return json.loads(body)
+        text = body.decode("utf-8-sig")  # JSON over HTTP is UTF-8 (RFC 8259); json.loads would guess UTF-16 from bytes
     except UnicodeDecodeError:
         raise BadRequest(400, f"request body is not UTF-8 text; {_EXAMPLE}.") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as err:  # its message names a position, never the text
         raise BadRequest(400, f"request body is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); "
                               f"{_EXAMPLE}.") from None

@@ -261,3 +261,16 @@ def test_start_up_refuses_open_binds_and_loose_token_files(tmp_path, tiny_run):
     fails(["serve", "--checkpoint", tiny_run, "--token-file", tmp_path / "missing"], "not found")
     fails(["serve", "--checkpoint", tiny_run, "--max-notes", "0"], "--max-notes must be >= 1")
     fails(["serve", "--checkpoint", tmp_path / "no-run"], "")
+
+
+def test_docker_image_serves_a_mounted_run_with_a_token_and_documents_the_app():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    docker = (root / "Dockerfile").read_text(encoding="utf-8")
+    cmd = [line for line in docker.splitlines() if line.startswith("CMD ")][-1]
+    assert "clinicode serve" in cmd and "$CLINICODE_RUN" in cmd and "--token-file" in cmd and "--host 0.0.0.0" in cmd
+    assert "ENV" in docker and "CLINICODE_RUN=/runs/" in docker and "127.0.0.1:8000/health" in docker
+    assert '".[app,serve]"' in docker  # both commands' dependencies are in the image
+    for doc in (root / "docs" / "serve.md", root / "docs" / "app.md"):
+        assert "streamlit run app_streamlit/main.py" in doc.read_text(encoding="utf-8")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -113,14 +114,18 @@ class Batcher:
                     break
                 jobs.append(nxt)
                 n += len(nxt.prepared.ids)
-            self._score(jobs)
+            try:
+                self._score(jobs)
+            except Exception as err:  # never let one batch end the worker: later requests would wait forever
+                log.error("scoring worker: %s (note text is not logged)", type(err).__name__)
             if stop:
                 return
 
     def _score(self, jobs: list[_Job]) -> None:
         groups: dict[tuple[Any, ...], list[_Job]] = {}
         for j in jobs:
-            groups.setdefault(j.key, []).append(j)
+            if j.future.set_running_or_notify_cancel():  # False: its client went away; nothing to score
+                groups.setdefault(j.key, []).append(j)
         for (top_k, threshold, explain), group in groups.items():
             try:
                 merged = _merge([j.prepared for j in group])
@@ -372,6 +377,19 @@ def create_app(predictor: Predictor, *, token: str | None = None, limits: Limits
         return _error(500, "the server failed on this request (a bug, logged without note text); please report it.",
                       fhir=request.url.path.startswith("/fhir/"))
 
+    def guarded(route: Any) -> Any:
+        """An unexpected failure -> a 500 JSON answer and a log line naming only the exception's type (Starlette
+        would re-raise it to uvicorn, whose traceback would print the exception's message)."""
+        @functools.wraps(route)
+        async def wrapper(request: Request) -> Any:
+            try:
+                return await route(request)
+            except BadRequest:
+                raise
+            except Exception as err:
+                return await _bug(request, err)
+        return wrapper
+
     async def score(notes: list[dict[str, Any]], opts: dict[str, Any]) -> list[dict[str, Any]]:
         prepared = await run_in_threadpool(predictor.prepare, [n["text"] for n in notes], ids=[n["id"] for n in notes],
                                            explain=opts["explain"])
@@ -389,6 +407,7 @@ def create_app(predictor: Predictor, *, token: str | None = None, limits: Limits
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": _PREDICT_SCHEMA}}},
                              "parameters": [{"name": "format", "in": "query", "required": False,
                                              "schema": {"type": "string", "enum": ["json", "fhir"], "default": "json"}}]})
+    @guarded
     async def predict(request: Request) -> JSONResponse:
         fmt = request.query_params.get("format", "json")
         if fmt not in ("json", "fhir"):
@@ -405,6 +424,7 @@ def create_app(predictor: Predictor, *, token: str | None = None, limits: Limits
                                                                            "application/json": {"schema": {"type": "object"}}}},
                              "parameters": [{"name": n, "in": "query", "required": False, "schema": {"type": t}}
                                             for n, t in (("top_k", "integer"), ("explain", "integer"), ("threshold", "number"))]})
+    @guarded
     async def analyze(request: Request) -> JSONResponse:
         q = request.query_params
         unknown = sorted(set(q) - {"top_k", "explain", "threshold"})

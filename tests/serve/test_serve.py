@@ -274,3 +274,35 @@ def test_docker_image_serves_a_mounted_run_with_a_token_and_documents_the_app():
     assert '".[app,serve]"' in docker  # both commands' dependencies are in the image
     for doc in (root / "docs" / "serve.md", root / "docs" / "app.md"):
         assert "streamlit run app_streamlit/main.py" in doc.read_text(encoding="utf-8")
+
+
+def test_an_unexpected_failure_is_a_500_without_note_text_and_the_worker_survives(predictor, notes, caplog):
+    import logging
+
+    from clinicode.predict import Predictor as P
+
+    class Broken(P):
+        def prepare(self, texts, **kw):
+            if any(SECRET in t for t in texts):
+                raise ValueError(f"cannot handle {texts[0]}")  # a bug whose message would hold note text
+            return super().prepare(texts, **kw)
+
+    broken = Broken(predictor.checkpoint, device="cpu")
+    with caplog.at_level(logging.INFO), TestClient(create_app(broken), raise_server_exceptions=False) as c:
+        r = c.post("/v1/predict", json={"notes": [{"text": f"pain {SECRET}"}]})
+        assert r.status_code == 500 and "a bug" in r.json()["error"]["message"] and SECRET not in r.text
+        assert c.post("/v1/predict", json={"notes": notes[:1]}).status_code == 200
+        _healthy(c)
+    assert "ValueError" in caplog.text and SECRET not in caplog.text
+
+
+def test_a_request_whose_client_left_is_skipped_and_the_worker_goes_on(predictor, notes):
+    b = Batcher(predictor, max_notes=32, wait_ms=200)
+    try:
+        gone = b.submit(predictor.prepare([notes[0]["text"]], ids=["gone"]), top_k=5, threshold=None, explain=0)
+        assert gone.cancel()  # still waiting in the queue: its client disconnected
+        kept = b.submit(predictor.prepare([notes[1]["text"]], ids=["kept"]), top_k=5, threshold=None, explain=0)
+        assert kept.result(timeout=60)[0]["id"] == "kept"
+        assert b.alive() and b.scored == 1
+    finally:
+        b.stop()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import hashlib
 import hmac
@@ -30,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -71,8 +72,10 @@ class _Job:
 class Batcher:
     """One worker thread scoring the prepared notes of concurrent requests together.
 
-    Jobs with the same options (top_k, threshold, explain) that arrive while the worker is busy, or within
-    `wait_ms` of the first, are merged into one `Predictor.finish` call of up to `max_notes` notes.
+    Jobs with the same options (top_k, threshold, explain) are merged into one `Predictor.finish` call of up to
+    `max_notes` notes: those already queued when the worker takes a job, and those of requests still being
+    tokenised (`arriving`), for which it waits at most `wait_ms`. With nothing else on its way it scores at once,
+    so a lone client pays no wait.
     """
 
     def __init__(self, predictor: Predictor, *, max_notes: int, wait_ms: float) -> None:
@@ -81,11 +84,24 @@ class Batcher:
         self.queue: queue.Queue[_Job | None] = queue.Queue()
         self.batches = 0       # finish calls so far (tests and /health read them)
         self.scored = 0        # notes scored so far
+        self._arriving = 0     # requests between `arriving()` and their submit
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="clinicode-batcher", daemon=True)
         self._thread.start()
 
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+    @contextlib.contextmanager
+    def arriving(self) -> Iterator[None]:
+        """Mark a request whose notes are being tokenised: the worker may wait for its job (up to wait_ms)."""
+        with self._lock:
+            self._arriving += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._arriving -= 1
 
     def submit(self, prepared: Prepared, *, top_k: int | None, threshold: float | None, explain: int) -> concurrent.futures.Future:
         fut: concurrent.futures.Future = concurrent.futures.Future()
@@ -105,10 +121,15 @@ class Batcher:
             deadline = time.monotonic() + self.wait_s
             while n < self.max_notes:
                 try:
-                    nxt = self.queue.get_nowait() if self.wait_s == 0 else \
-                        self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                    nxt = self.queue.get_nowait()
                 except queue.Empty:
-                    break
+                    remaining = deadline - time.monotonic()
+                    if self._arriving == 0 or remaining <= 0:  # nothing on its way, or waited long enough
+                        break
+                    try:
+                        nxt = self.queue.get(timeout=min(remaining, 0.001))
+                    except queue.Empty:
+                        continue
                 if nxt is None:
                     stop = True
                     break
@@ -391,9 +412,11 @@ def create_app(predictor: Predictor, *, token: str | None = None, limits: Limits
         return wrapper
 
     async def score(notes: list[dict[str, Any]], opts: dict[str, Any]) -> list[dict[str, Any]]:
-        prepared = await run_in_threadpool(predictor.prepare, [n["text"] for n in notes], ids=[n["id"] for n in notes],
-                                           explain=opts["explain"])
-        fut = batcher().submit(prepared, top_k=opts["top_k"], threshold=opts["threshold"], explain=opts["explain"])
+        b = batcher()
+        with b.arriving():  # tokenised in a thread meanwhile; the worker may wait for this job to batch it
+            prepared = await run_in_threadpool(predictor.prepare, [n["text"] for n in notes],
+                                               ids=[n["id"] for n in notes], explain=opts["explain"])
+            fut = b.submit(prepared, top_k=opts["top_k"], threshold=opts["threshold"], explain=opts["explain"])
         return await asyncio.wrap_future(fut)
 
     @app.get("/health", summary="Liveness and the loaded model (no token needed)")

@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import threading
+import time
 
 import pandas as pd
 import pytest
@@ -194,8 +195,9 @@ def test_batcher_scores_concurrent_requests_together_in_order(predictor, notes):
     b = Batcher(predictor, max_notes=32, wait_ms=300)
     try:
         parts = [notes[i:i + 2] for i in range(0, 12, 2)]
-        futs = [b.submit(predictor.prepare([n["text"] for n in p], ids=[n["id"] for n in p]), top_k=5, threshold=None,
-                         explain=0) for p in parts]
+        with b.arriving():  # more requests are being tokenised: the worker waits for them (up to wait_ms)
+            futs = [b.submit(predictor.prepare([n["text"] for n in p], ids=[n["id"] for n in p]), top_k=5,
+                             threshold=None, explain=0) for p in parts]
         results = [f.result(timeout=60) for f in futs]
         assert b.batches == 1  # six requests arrived within the wait: one forward batch
         alone = [r.to_dict() for r in predictor.predict([n["text"] for n in notes[:12]], ids=[n["id"] for n in notes[:12]],
@@ -297,12 +299,17 @@ def test_an_unexpected_failure_is_a_500_without_note_text_and_the_worker_survive
 
 
 def test_a_request_whose_client_left_is_skipped_and_the_worker_goes_on(predictor, notes):
-    b = Batcher(predictor, max_notes=32, wait_ms=200)
+    b = Batcher(predictor, max_notes=32, wait_ms=1000)
     try:
-        gone = b.submit(predictor.prepare([notes[0]["text"]], ids=["gone"]), top_k=5, threshold=None, explain=0)
-        assert gone.cancel()  # still waiting in the queue: its client disconnected
+        lone = b.submit(predictor.prepare([notes[2]["text"]], ids=["lone"]), top_k=5, threshold=None, explain=0)
+        t0 = time.perf_counter()
+        assert lone.result(timeout=60)[0]["id"] == "lone"
+        assert time.perf_counter() - t0 < 0.9  # nothing else on its way: scored without waiting 1 s for company
+        with b.arriving():
+            gone = b.submit(predictor.prepare([notes[0]["text"]], ids=["gone"]), top_k=5, threshold=None, explain=0)
+            assert gone.cancel()  # still waiting in the queue: its client disconnected
         kept = b.submit(predictor.prepare([notes[1]["text"]], ids=["kept"]), top_k=5, threshold=None, explain=0)
         assert kept.result(timeout=60)[0]["id"] == "kept"
-        assert b.alive() and b.scored == 1
+        assert b.alive() and b.scored == 2
     finally:
         b.stop()

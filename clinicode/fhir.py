@@ -178,12 +178,6 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
     return out
 
 
-def is_clinicode_bundle(obj: Any) -> bool:
-    """True for a Bundle this module wrote (so `predict` may overwrite its own FHIR output)."""
-    return (isinstance(obj, dict) and obj.get("resourceType") == "Bundle"
-            and MACHINE_TAG in ((obj.get("meta") or {}).get("tag") or []))
-
-
 # ------------------------------------------------------------------ FHIR in
 def note_from_document_reference(doc: Any) -> dict[str, Any]:
     """{'id', 'text', 'subject', 'document'} from a DocumentReference whose first attachment holds the note as base64

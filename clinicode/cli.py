@@ -349,16 +349,26 @@ def predict_cli(
     device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
     memory_budget: Annotated[Optional[int], _opt("MB of scratch memory one batch and the word-code table may use.", default_of(PredictConfig, "memory_mb"))] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    format: Annotated[str, typer.Option("--format", help="records (JSONL, or CSV when --output ends in .csv) or fhir (one FHIR R4 Bundle per note and line; docs/serve.md).")] = "records",
 ) -> None:
     """Score notes in batch: one output record per input record, in input order."""
     from clinicode.predict import Predictor
     from clinicode.predict_io import predict_file
 
+    if format not in ("records", "fhir"):
+        raise ConfigError(f"--format {format!r}: expected records or fhir.")
+
     opts = {**_given(explain=explain), **_parse_top_k(top_k)}  # --top-k all is top_k=None, not "not given"
     PredictConfig(**opts, **_given(memory_mb=memory_budget))  # range checks live there
     pred = Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget))
+    encode = None
+    if format == "fhir":
+        from clinicode.fhir import bundle, code_systems
+
+        systems = code_systems(pred.codes)
+        encode = lambda rec: bundle([rec], systems=systems)  # noqa: E731  (the same builder as `clinicode serve`)
     counts = predict_file(pred, input=input, output=output, threshold=threshold, strict=strict, resume=resume,
-                          shard=_parse_shard(shard), progress=progress and sys.stderr.isatty(), **opts)
+                          shard=_parse_shard(shard), progress=progress and sys.stderr.isatty(), encode=encode, **opts)
     dup = counts.get("duplicate_ids", 0)
     typer.echo(f"scored {counts['scored']:,} notes, {counts['errors']:,} bad records (see their 'error' field), "
                f"{counts['skipped']:,} skipped as already done"
@@ -366,6 +376,36 @@ def predict_cli(
                err=True)
     if pred.plan is not None:
         typer.echo(pred.plan.summary(), err=True)
+
+
+from clinicode.config import ServeConfig as _S  # noqa: E402  (serve's defaults, for its --help)
+
+
+@app.command("serve")
+@_friendly
+def serve_cli(
+    checkpoint: Annotated[Path, typer.Option(help="Run folder (or its checkpoint/) from `clinicode train`.")],
+    host: Annotated[str, typer.Option(help="Address to bind; anything but loopback needs --token-file.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    token_file: Annotated[Optional[Path], typer.Option(help="File (mode 600) holding the bearer token every route but /health requires.")] = None,
+    max_notes: Annotated[Optional[int], _opt("Notes per request (more: 413).", default_of(_S, "max_notes"))] = None,
+    max_text_chars: Annotated[Optional[int], _opt("Characters per note (more: 413).", default_of(_S, "max_text_chars"))] = None,
+    max_body_mb: Annotated[Optional[float], _opt("Request body size in MB (more: 413).", default_of(_S, "max_body_mb"))] = None,
+    batch_notes: Annotated[Optional[int], _opt("Notes of concurrent requests scored together at most.", default_of(_S, "batch_notes"))] = None,
+    batch_wait_ms: Annotated[Optional[float], _opt("How long the scorer waits for more notes to batch (ms).", default_of(_S, "batch_wait_ms"))] = None,
+    device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
+) -> None:
+    """Serve a checkpoint over HTTP: JSON records and FHIR R4 Bundles (docs/serve.md)."""
+    from clinicode.serve import run
+
+    limits = _S(**_given(max_notes=max_notes, max_text_chars=max_text_chars, max_body_mb=max_body_mb,
+                         batch_notes=batch_notes, batch_wait_ms=batch_wait_ms))
+
+    def ready(pred: Any, secured: bool) -> None:
+        typer.echo(f"serving {len(pred.codes):,} codes from {pred.checkpoint.path} on http://{host}:{port} "
+                   f"({'bearer token required' if secured else 'no token: loopback only'}); docs at /docs", err=True)
+
+    run(checkpoint, host=host, port=port, token_file=token_file, limits=limits, on_ready=ready, **_given(device=device))
 
 
 def main() -> None:

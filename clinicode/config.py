@@ -182,6 +182,31 @@ class DemoConfig:
     seed: int = 0
 
 
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    """`clinicode serve`: per-request limits (over them: 413) and the micro-batching bounds (docs/serve.md)."""
+
+    max_notes: int = 64             # notes per request
+    max_text_chars: int = 100_000   # characters per note (about 15,000 words; LEAM keeps the first max_len tokens)
+    max_body_mb: float = 8.0        # request body
+    max_explain: int = 20           # `explain` per request
+    batch_notes: int = 32           # notes of concurrent requests scored together at most (a larger request: alone)
+    batch_wait_ms: float = 5.0      # how long the scorer waits for more notes once it has some
+
+    def __post_init__(self) -> None:
+        for name in ("max_notes", "max_text_chars", "batch_notes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
+        if not self.max_body_mb > 0:
+            raise ConfigError(f"--max-body-mb must be > 0, got {self.max_body_mb}.")
+        if not 0 <= self.batch_wait_ms <= 1000:
+            raise ConfigError(f"--batch-wait-ms must be in [0, 1000], got {self.batch_wait_ms}.")
+
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.max_body_mb * 2**20)
+
+
 PREPARE, PREDICT, COMPARE, DEMO = PrepareConfig(), PredictConfig(), CompareConfig(), DemoConfig()
 
 

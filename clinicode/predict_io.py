@@ -49,6 +49,8 @@ def is_predict_output(path: Path) -> bool:
         obj = json.loads(first)
     except ValueError:
         return False
+    if isinstance(obj, dict) and obj.get("resourceType") == "Bundle":  # `--format fhir` output (clinicode.fhir)
+        return any(isinstance(t, dict) and t.get("code") == "machine-generated" for t in (obj.get("meta") or {}).get("tag", []))
     return isinstance(obj, dict) and "id" in obj and bool({"scores", "error", "predicted"} & obj.keys())
 
 
@@ -200,6 +202,7 @@ def predict_file(
     shard: tuple[int, int] = (0, 1),
     progress: bool = True,
     on_bad: Callable[[str], None] | None = None,
+    encode: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, int]:
     """Score every record of `input` into `output` (JSONL, or CSV when output ends in .csv).
 
@@ -207,6 +210,8 @@ def predict_file(
         shard: (i, n): score only records whose position p satisfies p % n == i (deterministic).
         resume: skip ids already present in OUT.partial (or, when there is none, in OUT) and append to it; an id
             that occurs n times in the input is skipped as often as it already occurs in the output.
+        encode: turns each record into the JSON line written instead (JSONL only; `--format fhir` passes a FHIR
+            Bundle builder); counts and --strict still go by the record.
     Returns:
         counts: {"scored", "errors", "skipped"}, plus "duplicate_ids" (records repeating an earlier id) when there
             are any; such records are scored like any other.
@@ -219,6 +224,9 @@ def predict_file(
     i_shard, n_shard = shard
     if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
         raise ConfigError(f"--threshold must be in [0, 1], got {threshold}.")
+    if encode is not None and (resume or fmt == "csv"):
+        raise ConfigError("--format fhir writes one JSON Bundle per line: give an --output not ending in .csv, and drop "
+                          "--resume (FHIR output is written whole; rerun to replace it).")
     to_file = str(output) != "-"
     if to_file:
         check_output(Path(output), option="--output", command="predict", folder=False, recognise=is_predict_output,
@@ -261,7 +269,7 @@ def predict_file(
                     raise DataFormatError(f"{rec['error']} (--strict stops at the first bad record; drop --strict to skip it)")
             else:
                 counts["scored"] += 1
-            writer.write(rec)
+            writer.write(encode(rec) if encode is not None else rec)
         writer.flush()
         bar.update(len(chunk))
 

@@ -339,3 +339,41 @@ def test_a_full_disk_while_saving_loses_nothing_saved_before(tiny_run, tmp_path,
         assert [n["id"] for n in rdb.notes()] == ["n0", "n1"]
         assert rdb.note("n0")["state"] == {"401.9": "accept"}
         assert rdb.con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+# ------------------------------------------------------------------------------------------------ learning from it
+@pytest.mark.slow
+def test_export_then_train_then_evaluate_on_the_corrections(tiny_run, demo_data, tmp_path):
+    """Coders correct the tiny model to the gold codes; the export trains a new model and evaluates."""
+    import pandas as pd
+
+    from clinicode.data.prepared import read_split
+    from conftest import TINY_CLI
+
+    df = pd.concat([read_split(demo_data, "dev"), read_split(demo_data, "test")]).head(60)
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("".join(json.dumps({"id": str(r.id), "text": r.text}) + "\n" for r in df.itertuples()))
+    gold = {str(r.id): set(r.labels) for r in df.itertuples()}
+    db = tmp_path / "r.sqlite"
+    assert "queued 60 notes" in succeeds(["review", "queue", "--checkpoint", tiny_run, "--input", notes, "--db", db]).stdout
+    with open_db(db) as rdb:
+        for note_id, codes in gold.items():
+            suggested = {s["code"] for s in rdb.note(note_id)["suggestions"]}
+            rdb.decide(note_id, "coder", accept=sorted(suggested & codes), reject=sorted(suggested - codes),
+                       add=sorted(codes - suggested), done=True)
+        s = rdb.stats()["overall"]
+    assert s["notes"] == 60 and s["accepted"] + s["added"] == sum(len(c) for c in gold.values())
+    out = tmp_path / "corrections"
+    succeeds(["review", "export", "--db", db, "--out", out])
+    exported = {}
+    for f in out.glob("*.jsonl"):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            exported[r["id"]] = set(r["labels"])
+    assert exported == gold  # labels = accepted + added = what the coders decided
+    run = tmp_path / "retrained"
+    flags = [a if a != "8" else "1" for a in TINY_CLI]  # --epochs 1
+    succeeds(["train", "--data", out, "--out", run, "--descriptions", out / "descriptions.tsv", "--min-doc-freq", "1",
+              *flags])
+    res = succeeds(["evaluate", "--checkpoint", run, "--data", out, "--split", "dev"])
+    assert "micro" in res.stdout.lower()

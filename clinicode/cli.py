@@ -391,11 +391,17 @@ def review_queue_cli(
 ) -> None:
     """Score notes and queue them for review with the model's suggested codes and evidence."""
     from clinicode.predict import Predictor
-    from clinicode.review import open_db, queue
+    from clinicode.review import db_path, open_db, queue
 
     PredictConfig(explain=explain, **_given(memory_mb=memory_budget))  # range checks live there
-    with open_db(db) as rdb:
-        pred = Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget))
+
+    def load() -> Predictor:
+        return Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget))
+
+    path = db_path(db)
+    pred = None if path.exists() else load()  # a new database is created only once the checkpoint loaded
+    with open_db(path) as rdb:                # an existing one is checked before the model is loaded
+        pred = pred or load()
         counts = queue(rdb, pred, input, explain=explain, on_bad=lambda msg: typer.echo(f"bad record: {msg}", err=True))
     typer.echo(f"queued {counts['queued']:,} notes, {counts['already']:,} already in the queue (left unchanged), "
                f"{counts['errors']:,} bad records (listed above) -> {rdb.path}")
@@ -426,14 +432,15 @@ def review_decide_cli(
 def review_export_cli(
     out: Annotated[Path, typer.Option(help="Coded-notes folder to write (new, empty, or an earlier export).")],
     db: Annotated[Optional[str], _db_opt()] = None,
+    base: Annotated[Optional[Path], typer.Option(help="A prepared dataset (or coded-notes folder) to merge with: its splits are kept, reviewed notes join train (or correct their own note).")] = None,
 ) -> None:
     """Write the finished notes as a coded-notes folder for `clinicode train --data` (labels: accepted + added)."""
     from clinicode.review import export, open_db
 
     with open_db(db, create=False) as rdb:
-        c = export(rdb, out)
-    typer.echo(f"wrote {c['train'] + c['dev'] + c['test']:,} finished notes to {out} (train {c['train']:,}, dev "
-               f"{c['dev']:,}, test {c['test']:,}; {c['codes']:,} codes)")
+        c = export(rdb, out, base=base)
+    typer.echo(f"wrote {c['reviewed']:,} finished notes{' with --base' if base else ''} to {out} (train "
+               f"{c['train']:,}, dev {c['dev']:,}, test {c['test']:,} notes; {c['codes']:,} reviewed codes)")
 
 
 @review_app.command("stats")

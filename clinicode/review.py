@@ -24,7 +24,6 @@ import re
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
@@ -677,27 +676,29 @@ def search_codes(query: str, model_codes: Sequence[tuple[str, str]], *, limit: i
 
     def hit(code: str, title: str) -> bool:
         c = code.lower()
-        return c.startswith(q) or c.replace(".", "").startswith(q.replace(".", "")) or all(w in title.lower() for w in words)
+        return c.startswith(q) or c.replace(".", "").startswith(q.replace(".", "")) or all(w in title for w in words)
 
-    out = [(c, t, "model") for c, t in model_codes if hit(c, t)]
+    out = [(c, t, "model") for c, t in model_codes if hit(c, t.lower())]
     have = {c for c, _, _ in out}
-    for c, t in _icd10_cm_index():
+    for c, t, low in _icd10_cm_index():
         if len(out) >= limit:
             break
-        if c not in have and hit(c, t):
+        if c not in have and hit(c, low):
             out.append((c, t, "ICD-10-CM"))
     return out[:limit]
 
 
-_CM_INDEX: list[tuple[str, str]] | None = None
+_CM_INDEX: list[tuple[str, str, str]] | None = None
 
 
-def _icd10_cm_index() -> list[tuple[str, str]]:
+def _icd10_cm_index() -> list[tuple[str, str, str]]:
+    """(code, title, lower-case title) of every ICD-10-CM category and code, built once per process (~1 s)."""
     global _CM_INDEX
     if _CM_INDEX is None:
         cm = code_titles._cm_module()
-        _CM_INDEX = [(c, cm.get_description(c)) for c in cm.get_all_codes(with_dots=True)
-                     if "-" not in c and not c.isdigit()]  # chapters (numbers) and blocks (ranges) are not codes
+        titles = [(c, cm.get_description(c)) for c in cm.get_all_codes(with_dots=True)
+                  if "-" not in c and not c.isdigit()]  # chapters (numbers) and blocks (ranges) are not codes
+        _CM_INDEX = [(c, t, t.lower()) for c, t in titles]
     return _CM_INDEX
 
 
@@ -711,43 +712,70 @@ def _split_of(note_id: str) -> tuple[int, str]:
     return h, ("test" if h % 10 == 0 else "dev" if h % 10 == 1 else "train")
 
 
-def export(db: ReviewDB, out: str | Path) -> dict[str, int]:
+def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> dict[str, int]:
     """Write the finished notes as a coded-notes folder `clinicode train --data` reads (labels = accepted + added).
 
-    Each note's split comes from a hash of its id (about 80/10/10 train/dev/test, stable across exports; dev and train
-    always get at least one note). The folder is new, empty or an earlier export; it appears atomically, and its
-    files (they hold note text) are owner-only. `descriptions.tsv` holds the codes' titles for `train --descriptions`.
+    Alone (base None): each note's split comes from a hash of its id (about 80/10/10 train/dev/test, stable across
+    exports; train and dev always get at least one note). With `base` (a prepared dataset or coded-notes folder): the
+    base's splits are copied, a reviewed note whose id is in the base replaces that note's codes in its split, and
+    every other reviewed note joins train, so dev and test stay the base's and the new model is measured as the old
+    one was; codes coders added that the base's label set lacks are appended to it.
+    The folder is new, empty or an earlier export; it appears atomically, and its files (they hold note text) are
+    owner-only. `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`.
     """
     out = Path(out)
     check_output(out, option="--out", command="review export", folder=True, recognise=is_review_export,
-                 inputs={"--db": db.path})
+                 inputs={"--db": db.path, "--base": base})
     notes = db.finished()
-    if len(notes) < 2:
-        raise ReviewError(f"{len(notes)} finished note(s) in {db.path}; an export needs at least 2 (a train and a dev "
-                          "note). Finish more notes with `clinicode review decide ... --done` or on the Review page.")
-    ranked = sorted((_split_of(n["id"]) + (n,) for n in notes), key=lambda t: t[0])
+    need = 1 if base is not None else 2
+    if len(notes) < need:
+        raise ReviewError(f"{len(notes)} finished note(s) in {db.path}; an export needs at least {need}"
+                          f"{' (a train and a dev note)' if need == 2 else ''}. Finish notes with `clinicode review "
+                          "decide ... --done` or on the Review page.")
+    titles = dict(db.model_codes())
+    codes = sorted({c for n in notes for c in n["labels"]})
+    titles.update(code_titles.icd10_cm_titles([c for c in codes if c not in titles]))
+    rows = {n["id"]: {"id": n["id"], "text": n["text"], "labels": n["labels"]} for n in notes}
+    labels_json = None
+    if base is None:
+        splits = _hash_splits(list(rows.values()))
+    else:
+        from clinicode.data.prepared import load_dataset
+
+        ds = load_dataset(Path(base))
+        splits = {}
+        for name, df in ds.splits.items():
+            splits[name] = [rows.pop(str(i)) if str(i) in rows else {"id": str(i), "text": t, "labels": list(lab)}
+                            for i, t, lab in zip(df["id"], df["text"], df["labels"])]
+        splits["train"].extend(rows.values())
+        new = [c for c in codes if c not in ds.labels]
+        labels_json = [{"code": c, "description": d} for c, d in zip(ds.labels.codes, ds.labels.descriptions)] + \
+                      [{"code": c, "description": titles.get(c, "")} for c in new]
+    with atomic_dir(out, replaces=is_review_export) as tmp:
+        os.chmod(tmp, 0o700)
+        for name, part in splits.items():
+            if part:
+                _write_private(tmp / f"{name}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part))
+        if labels_json is not None:
+            _write_private(tmp / "labels.json", json.dumps(labels_json, indent=1, ensure_ascii=False) + "\n")
+        _write_private(tmp / "descriptions.tsv", "".join(f"{c}\t{titles[c]}\n" for c in codes if titles.get(c)))
+        counts = {name: len(part) for name, part in splits.items()}
+        counts.setdefault("test", 0)
+        write_manifest(tmp, make_manifest(EXPORT_KIND, counts=counts, codes=len(codes), reviewed=len(notes),
+                                          source=str(db.path), base=None if base is None else str(base)))
+    return {**counts, "codes": len(codes), "reviewed": len(notes)}
+
+
+def _hash_splits(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    ranked = sorted(((_split_of(r["id"]), r) for r in rows), key=lambda t: t[0][0])
     splits: dict[str, list[dict[str, Any]]] = {"train": [], "dev": [], "test": []}
-    for _, name, n in ranked:
-        splits[name].append(n)
+    for (_, name), r in ranked:
+        splits[name].append(r)
     for need in ("train", "dev"):  # tiny exports: borrow from the largest other split
         if not splits[need]:
             donor = max((s for s in splits if s != need), key=lambda s: len(splits[s]) - (s == "train"))
             splits[need].append(splits[donor].pop())
-    titles = dict(db.model_codes())
-    codes = sorted({c for n in notes for c in n["labels"]})
-    missing = [c for c in codes if c not in titles]
-    titles.update(code_titles.icd10_cm_titles(missing))
-    with atomic_dir(out, replaces=is_review_export) as tmp:
-        os.chmod(tmp, 0o700)
-        for name, rows in splits.items():
-            if rows:
-                _write_private(tmp / f"{name}.jsonl", "".join(
-                    json.dumps({"id": n["id"], "text": n["text"], "labels": n["labels"]}, ensure_ascii=False) + "\n"
-                    for n in rows))
-        _write_private(tmp / "descriptions.tsv", "".join(f"{c}\t{titles[c]}\n" for c in codes if titles.get(c)))
-        counts = {name: len(rows) for name, rows in splits.items()}
-        write_manifest(tmp, make_manifest(EXPORT_KIND, counts=counts, codes=len(codes), source=str(db.path)))
-    return {**counts, "codes": len(codes)}
+    return splits
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -756,13 +784,3 @@ def _write_private(path: Path, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
-
-
-@contextmanager
-def opened(db: str | Path | None = None, *, create: bool = True) -> Iterator[ReviewDB]:
-    """`with opened(path) as db:` open_db, closed at the end."""
-    d = open_db(db, create=create)
-    try:
-        yield d
-    finally:
-        d.close()

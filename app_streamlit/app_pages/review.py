@@ -152,8 +152,11 @@ try:
             query = s1.text_input("Add a code: search codes or titles", key="review_search",
                                   placeholder="e.g. 584 or kidney failure", disabled=not can_decide)
             found = [f for f in review.search_codes(query, db.model_codes(note_id)) if f[0] not in suggested] if query else []
+            if st.session_state.get("review_last_search") != query:  # new matches: preselect the best one
+                st.session_state["review_last_search"] = query
+                st.session_state.pop("review_add_pick", None)
             choice = s2.selectbox("Matches", [f"{c} — {t} ({src})" for c, t, src in found], key="review_add_pick",
-                                  disabled=not found, placeholder="type to search")
+                                  index=0 if found else None, disabled=not found, placeholder="type to search")
             s3.markdown("&nbsp;")
             if s3.button("Add", key="review_add", disabled=not (choice and can_decide)):
                 _act(db.decide, note_id, reviewer, add=[choice.split(" — ")[0]])

@@ -296,6 +296,9 @@ def test_a_text_file_or_a_foreign_sqlite_file_is_refused_untouched(tmp_path):
         fails(["review", "stats", "--db", path], msg)
         fails(["review", "queue", "--db", path, "--checkpoint", tmp_path, "--input", text], msg)
         assert path.read_bytes() == before
+    res = runner().invoke(app, ["review", "queue", "--db", str(tmp_path / "new.sqlite"), "--checkpoint", str(tmp_path),
+                                "--input", str(text)])
+    assert res.exit_code == 1 and not (tmp_path / "new.sqlite").exists()  # no database for a checkpoint that failed
 
 
 def test_a_newer_or_damaged_database_is_one_clear_line(tmp_path):
@@ -377,3 +380,25 @@ def test_export_then_train_then_evaluate_on_the_corrections(tiny_run, demo_data,
               *flags])
     res = succeeds(["evaluate", "--checkpoint", run, "--data", out, "--split", "dev"])
     assert "micro" in res.stdout.lower()
+
+
+def test_export_with_base_keeps_its_splits_and_adds_the_reviewed_notes_to_train(demo_data, tmp_path):
+    from clinicode.data.prepared import load_dataset
+
+    db = _fake_db(tmp_path / "r.sqlite", n=3)
+    with open_db(db) as rdb:
+        for i in range(3):
+            rdb.decide(f"n{i}", "ann", accept=["401.9"], reject=["428.0", "427.31"], add=["I50.9"] if i == 0 else [],
+                       done=True)
+    base = load_dataset(demo_data)
+    out = tmp_path / "combined"
+    res = succeeds(["review", "export", "--db", db, "--out", out, "--base", demo_data])
+    assert "wrote 3 finished notes with --base" in res.stdout
+    ds = load_dataset(out)
+    assert len(ds.splits["train"]) == len(base.splits["train"]) + 3
+    for split in ("dev", "test"):
+        assert ds.splits[split]["id"].tolist() == base.splits[split]["id"].tolist()
+    assert ds.labels.codes[:len(base.labels)] == base.labels.codes and "I50.9" in ds.labels
+    train = ds.splits["train"].set_index("id")
+    assert sorted(train.loc["n0", "labels"]) == ["401.9", "I50.9"] and list(train.loc["n1", "labels"]) == ["401.9"]
+    fails(["review", "export", "--db", db, "--out", demo_data / "inside", "--base", demo_data], "inside the input folder")

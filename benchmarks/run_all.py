@@ -22,6 +22,7 @@ SCRIPTS = [
     ("bench_accuracy.py", [], None),
     ("bench_app.py", [], ["--repeat", "1", "--notes", "5"]),
     ("bench_app_load.py", [], None),
+    ("bench_review.py", [], ["--notes", "200", "--repeat", "1"]),
 ]
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 import streamlit as st
 
 import render
-from clinicode import review
+import clinicode.review as review
 from clinicode.errors import ClinicodeError
 
 OPEN = "review_open"      # session key: the id of the note this session has open
@@ -151,7 +151,8 @@ try:
             s1, s2, s3 = st.columns([3, 4, 1])
             query = s1.text_input("Add a code: search codes or titles", key="review_search",
                                   placeholder="e.g. 584 or kidney failure", disabled=not can_decide)
-            found = [f for f in review.search_codes(query, db.model_codes(note_id)) if f[0] not in suggested] if query else []
+            found = [f for f in review.search_codes(query, db.model_codes(note_id))
+                     if f[0] not in suggested and f[0] not in added] if query else []
             if st.session_state.get("review_last_search") != query:  # new matches: preselect the best one
                 st.session_state["review_last_search"] = query
                 st.session_state.pop("review_add_pick", None)

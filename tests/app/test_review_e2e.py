@@ -81,11 +81,14 @@ def test_review_a_note_in_a_real_browser(served, tmp_path):
         expect(add).to_be_enabled(timeout=30_000)
         add.click()
         expect(page.get_by_text("Codes you added")).to_be_visible(timeout=30_000)
+        finish = page.get_by_role("button", name="Finish note")
+        expect(finish).to_be_enabled(timeout=30_000)  # the rerun after Add has drawn the whole page
+        page.wait_for_timeout(500)
         shot = (SHOTS or tmp_path) / "review_page.png"
         shot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
-        page.get_by_role("button", name="Finish note").click()
+        finish.click()
         expect(page.get_by_text("Note e0 finished.")).to_be_visible(timeout=30_000)
         assert page.locator('[data-testid="stException"]').count() == 0
         browser.close()

@@ -57,6 +57,7 @@ pages = [
     st.Page("app_pages/performance.py", title="Model performance", icon=":material/monitoring:"),
     st.Page("app_pages/embeddings.py", title="Label embeddings", icon=":material/scatter_plot:"),
     st.Page("app_pages/batch.py", title="Batch scoring", icon=":material/upload_file:"),
+    st.Page("app_pages/review.py", title="Review queue", icon=":material/fact_check:"),
     st.Page("app_pages/about_model.py", title="Model card", icon=":material/badge:"),
 ]
 st.navigation(pages).run()

@@ -23,6 +23,7 @@ SCRIPTS = [
     ("bench_app.py", [], ["--repeat", "1", "--notes", "5"]),
     ("bench_app_load.py", [], None),
     ("bench_serve.py", [], ["--requests", "64", "--repeat", "1"]),
+    ("bench_review.py", [], ["--notes", "200", "--repeat", "1"]),
 ]
 
 

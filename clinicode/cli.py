@@ -408,6 +408,117 @@ def serve_cli(
     run(checkpoint, host=host, port=port, token_file=token_file, limits=limits, on_ready=ready, **_given(device=device))
 
 
+# ------------------------------------------------------------------------------------------------ review queue
+review_app = typer.Typer(no_args_is_help=True, help="A coder's review queue: queue scored notes, record decisions, "
+                         "export corrections for training, report agreement (docs/review.md).")
+app.add_typer(review_app, name="review")
+_DB_HELP = "Review database file (SQLite; holds note text; created owner-only). Default: $CLINICODE_REVIEW_DB."
+
+
+def _db_opt() -> Any:
+    return typer.Option("--db", help=_DB_HELP, envvar="CLINICODE_REVIEW_DB", show_envvar=False)
+
+
+@review_app.command("queue")
+@_friendly
+def review_queue_cli(
+    checkpoint: Annotated[Path, typer.Option(help="Run folder (or its checkpoint/) from `clinicode train`.")],
+    input: Annotated[str, typer.Option(help="Notes, as `predict` reads them: .jsonl/.csv/.parquet with id and text, a .txt file, a folder of .txt, or -.")],
+    db: Annotated[Optional[str], _db_opt()] = None,
+    explain: Annotated[int, typer.Option(help="Evidence phrases stored per suggested code.")] = 5,
+    device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
+    memory_budget: Annotated[Optional[int], _opt("MB of scratch memory one batch and the word-code table may use.", default_of(PredictConfig, "memory_mb"))] = None,
+) -> None:
+    """Score notes and queue them for review with the model's suggested codes and evidence."""
+    from clinicode.predict import Predictor
+    from clinicode.review import db_path, open_db, queue
+
+    PredictConfig(explain=explain, **_given(memory_mb=memory_budget))  # range checks live there
+
+    def load() -> Predictor:
+        return Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget))
+
+    path = db_path(db)
+    pred = None if path.exists() else load()  # a new database is created only once the checkpoint loaded
+    with open_db(path) as rdb:                # an existing one is checked before the model is loaded
+        pred = pred or load()
+        counts = queue(rdb, pred, input, explain=explain, on_bad=lambda msg: typer.echo(f"bad record: {msg}", err=True))
+    typer.echo(f"queued {counts['queued']:,} notes, {counts['already']:,} already in the queue (left unchanged), "
+               f"{counts['errors']:,} bad records (listed above) -> {rdb.path}")
+
+
+@review_app.command("decide")
+@_friendly
+def review_decide_cli(
+    id: Annotated[str, typer.Option("--id", help="The note's id.")],
+    reviewer: Annotated[str, typer.Option(help="Who decides (stored with every decision).")],
+    db: Annotated[Optional[str], _db_opt()] = None,
+    accept: Annotated[Optional[list[str]], typer.Option(help="A suggested code to keep; repeatable.")] = None,
+    reject: Annotated[Optional[list[str]], typer.Option(help="A suggested (or added) code to remove; repeatable.")] = None,
+    add: Annotated[Optional[list[str]], typer.Option(help="A code the model missed; repeatable.")] = None,
+    done: Annotated[bool, typer.Option("--done", help="Finish the note (every suggestion must have a decision).")] = False,
+) -> None:
+    """Record a coder's decisions on one note (the same code path as the app's Review page)."""
+    from clinicode.review import open_db
+
+    with open_db(db, create=False) as rdb:
+        r = rdb.decide(id, reviewer, accept=accept or [], reject=reject or [], add=add or [], done=done)
+    typer.echo(f"note {r['note']}: accepted {len(r['accepted'])}, rejected {len(r['rejected'])}, added {len(r['added'])}"
+               f"{'; finished' if r['done'] else ''}; codes now: {', '.join(r['codes']) or 'none'}")
+
+
+@review_app.command("export")
+@_friendly
+def review_export_cli(
+    out: Annotated[Path, typer.Option(help="Coded-notes folder to write (new, empty, or an earlier export).")],
+    db: Annotated[Optional[str], _db_opt()] = None,
+    base: Annotated[Optional[Path], typer.Option(help="A prepared dataset (or coded-notes folder) to merge with: its splits are kept, reviewed notes join train (or correct their own note).")] = None,
+) -> None:
+    """Write the finished notes as a coded-notes folder for `clinicode train --data` (labels: accepted + added)."""
+    from clinicode.review import export, open_db
+
+    with open_db(db, create=False) as rdb:
+        c = export(rdb, out, base=base)
+    typer.echo(f"wrote {c['reviewed']:,} finished notes{' with --base' if base else ''} to {out} (train "
+               f"{c['train']:,}, dev {c['dev']:,}, test {c['test']:,} notes; {c['codes']:,} reviewed codes)")
+
+
+@review_app.command("stats")
+@_friendly
+def review_stats_cli(
+    db: Annotated[Optional[str], _db_opt()] = None,
+    by: Annotated[str, typer.Option(help="Period of the over-time table: day or week.")] = "day",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as JSON.")] = False,
+) -> None:
+    """Agreement of the model with coders on finished notes: accepted, rejected, added; precision and recall."""
+    from clinicode.review import open_db
+
+    with open_db(db, create=False) as rdb:
+        s = rdb.stats(by=by)
+    if as_json:
+        typer.echo(json.dumps(s, indent=2))
+        return
+
+    def pct(x: float | None) -> str:
+        return "   -  " if x is None else f"{x:6.1%}"
+
+    def row(name: str, v: dict[str, Any]) -> str:
+        return (f"{name:<12} {v['accepted']:>8,} {v['rejected']:>8,} {v['added']:>8,} {pct(v['precision']):>9} "
+                f"{pct(v['recall']):>7}")
+
+    head = f"{'':<12} {'accepted':>8} {'rejected':>8} {'added':>8} {'precision':>9} {'recall':>7}"
+    o = s["overall"]
+    typer.echo(f"{o['notes']:,} finished notes, {s['open_notes']:,} still open")
+    typer.echo(head)
+    typer.echo(row("overall", o))
+    typer.echo("\nper code")
+    for code, v in s["per_code"].items():
+        typer.echo(row(code, v))
+    typer.echo(f"\nper {by}")
+    for period, v in s["over_time"].items():
+        typer.echo(row(period, v))
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -174,7 +174,8 @@ def test_batch_page_reports_a_bad_file_without_crashing(app_env):
 # ------------------------------------------------------------------------------------------ import boundary
 ALLOWED = {"clinicode.predict", "clinicode.metrics", "clinicode.errors", "clinicode.checkpoint",
            "clinicode.predict_io",      # the output records' one writer and chunked scorer, shared with `clinicode predict`
-           "clinicode.codes"}  # code systems: pure code-to-title tables, no torch, no data
+           "clinicode.codes",  # code systems: pure code-to-title tables, no torch, no data
+           "clinicode.review"}  # the Review page and `clinicode review decide` share one decision path (no torch at import)
 
 
 def test_app_modules_import_only_predict_metrics_checkpoint_errors_statically():

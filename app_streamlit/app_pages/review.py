@@ -1,0 +1,203 @@
+"""Review queue: notes queued by `clinicode review queue`, one at a time, with the model's suggested codes and their
+evidence; the coder accepts, rejects or adds codes and finishes the note. Every action is a `clinicode.review` call,
+the same code path as `clinicode review decide`, so the audit log does not depend on where a decision was made.
+
+Opening a note claims it for the reviewer (review.CLAIM_MINUTES); another session sees it as claimed and cannot
+decide on it until the claim is released, the note finished, or the claim goes stale. The database is the one file
+$CLINICODE_REVIEW_DB (or the path typed here) names; the page never creates one and keeps no note text in caches.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timezone
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+import render
+import clinicode.review as review
+from clinicode.errors import ClinicodeError
+
+OPEN = "review_open"      # session key: the id of the note this session has open
+FLASH = "review_flash"    # session key: a message to show after a rerun
+
+
+def _until(epoch: float | None) -> str:
+    return "" if not epoch else datetime.fromtimestamp(epoch, timezone.utc).strftime("%H:%M UTC")
+
+
+def _act(fn, *args, **kwargs) -> bool:
+    """Run one review call; show its one-line refusal instead of failing the page."""
+    try:
+        fn(*args, **kwargs)
+        return True
+    except ClinicodeError as err:
+        st.session_state[FLASH] = ("error", str(err))
+        return False
+
+
+st.title("Review queue")
+env_db = os.environ.get(review.DB_ENV, "")
+c1, c2 = st.columns([3, 2])
+db_path = env_db or c1.text_input(
+    "Review database", key="review_db", placeholder="reviews.sqlite",
+    help="The SQLite file `clinicode review queue --db FILE` filled (or set CLINICODE_REVIEW_DB before starting the app).")
+if env_db:
+    c1.caption(f"Review database `{env_db}` (from {review.DB_ENV}).")
+reviewer = c2.text_input("Reviewer", key="review_reviewer", placeholder="your name",
+                         help="Stored with every decision; opening a note claims it under this name.").strip()
+if not db_path:
+    st.info("Queue notes with `clinicode review queue --checkpoint RUN --input NOTES --db FILE`, then give that file "
+            f"here or in {review.DB_ENV}.")
+    st.stop()
+try:
+    db = review.open_db(db_path, create=False)
+except ClinicodeError as err:
+    st.error(str(err))
+    st.stop()
+
+try:
+    flash = st.session_state.pop(FLASH, None)
+    if flash:
+        getattr(st, flash[0])(flash[1])
+    queue_tab, stats_tab = st.tabs(["Queue", "Agreement"])
+
+    # ------------------------------------------------------------------------------------------- the queue
+    with queue_tab:
+        everything = db.notes()
+        counts = {s: sum(n["status"] == s for n in everything) for s in review.STATUSES}
+        m = st.columns(3)
+        for col, s in zip(m, review.STATUSES):
+            col.metric(s.capitalize(), counts[s], border=True)
+        f1, f2, f3 = st.columns([2, 1, 1])
+        status = f1.multiselect("Status", list(review.STATUSES), default=["pending", "in progress"], key="review_status")
+        all_codes = sorted({c for n in everything for c in n["codes"]})
+        code = f2.selectbox("Suggested code", ["(any)", *all_codes], key="review_code")
+        min_score = f3.slider("Best score at least", 0.0, 1.0, 0.0, 0.05, key="review_min_score")
+        shown = db.notes(status=status, code=None if code == "(any)" else code, min_score=min_score or None)
+        table = pd.DataFrame([{"id": n["id"], "status": n["status"], "claimed by": n["claimed_by"] or "",
+                               "best score": n["top_score"], "suggested codes": " ".join(n["codes"])} for n in shown],
+                             columns=["id", "status", "claimed by", "best score", "suggested codes"])
+        st.dataframe(table, hide_index=True, width="stretch", key="review_table", column_config={
+            "best score": st.column_config.ProgressColumn("best score", min_value=0.0, max_value=1.0, format="%.2f")})
+        openable = [n["id"] for n in shown if n["status"] != "done"]
+        o1, o2 = st.columns([3, 1])
+        pick = o1.selectbox("Note to review", openable, key="review_pick", index=0 if openable else None,
+                            placeholder="no open note matches the filters")
+        if o2.button("Open note", key="review_open_btn", disabled=not (pick and reviewer), type="primary",
+                     help=None if reviewer else "Type your name first."):
+            previous = st.session_state.get(OPEN)
+            if _act(db.claim, pick, reviewer):
+                if previous and previous != pick:
+                    _act(db.release, previous, reviewer)
+                st.session_state[OPEN] = pick
+            st.rerun()
+
+        # --------------------------------------------------------------------------------------- one note
+        note_id = st.session_state.get(OPEN)
+        if note_id:
+            try:
+                note = db.note(note_id)
+            except ClinicodeError as err:
+                st.session_state.pop(OPEN, None)
+                st.error(str(err))
+                st.stop()
+            st.divider()
+            st.subheader(f"Note {note_id}")
+            now = time.time()
+            holder = note["claimed_by"] if (note["claim_expires"] or 0) > now else None
+            if note["status"] == "done":
+                st.success("This note is finished; its decisions are final.")
+            elif holder and holder != reviewer:
+                st.warning(f"Claimed by {holder} until {_until(note['claim_expires'])}: you can read it, not decide.")
+            elif holder == reviewer:
+                st.caption(f"Claimed by you until {_until(note['claim_expires'])}; every decision renews the claim.")
+            else:
+                st.caption("Your claim on this note expired; deciding claims it again if nobody else has.")
+            sugg = note["suggestions"]
+            state = note["state"]
+            ev_options = ["all suggestions", *[s["code"] for s in sugg]]
+            ev = st.selectbox("Evidence to highlight", ev_options, key="review_ev")
+            spans = [e for s in sugg if ev in ("all suggestions", s["code"]) for e in s["evidence"]]
+            st.html(render.highlight_html(note["text"], spans, rgb=render.EVIDENCE_RGB, css_class="evidence",
+                                          element_id="review-hl"))
+            can_decide = note["status"] != "done" and not (holder and holder != reviewer) and bool(reviewer)
+            st.markdown("**Suggested codes**" if sugg else "_The model suggested no code for this note._")
+            label = {"accept": ":green[accepted]", "reject": ":red[rejected]", None: ":gray[undecided]"}
+            for s in sugg:
+                r1, r2, r3, r4 = st.columns([6, 2, 1, 1])
+                r1.markdown(f"`{s['code']}` {s['description']} · score {s['score']:.2f}")
+                r2.markdown(label.get(state.get(s["code"]), ""))
+                if r3.button("Accept", key=f"review_accept_{s['code']}", disabled=not can_decide):
+                    _act(db.decide, note_id, reviewer, accept=[s["code"]])
+                    st.rerun()
+                if r4.button("Reject", key=f"review_reject_{s['code']}", disabled=not can_decide):
+                    _act(db.decide, note_id, reviewer, reject=[s["code"]])
+                    st.rerun()
+            suggested = {s["code"] for s in sugg}
+            added = [c for c, a in state.items() if a == "add" and c not in suggested]
+            titles = dict(db.model_codes(note_id))
+            if added:
+                st.markdown("**Codes you added**")
+                for c in added:
+                    a1, a2 = st.columns([8, 2])
+                    a1.markdown(f"`{c}` {titles.get(c, '')}")
+                    if a2.button("Remove", key=f"review_remove_{c}", disabled=not can_decide):
+                        _act(db.decide, note_id, reviewer, reject=[c])
+                        st.rerun()
+            s1, s2, s3 = st.columns([3, 4, 1])
+            query = s1.text_input("Add a code: search codes or titles", key="review_search",
+                                  placeholder="e.g. 584 or kidney failure", disabled=not can_decide)
+            found = [f for f in review.search_codes(query, db.model_codes(note_id))
+                     if f[0] not in suggested and f[0] not in added] if query else []
+            if st.session_state.get("review_last_search") != query:  # new matches: preselect the best one
+                st.session_state["review_last_search"] = query
+                st.session_state.pop("review_add_pick", None)
+            choice = s2.selectbox("Matches", [f"{c} — {t} ({src})" for c, t, src in found], key="review_add_pick",
+                                  index=0 if found else None, disabled=not found, placeholder="type to search")
+            s3.markdown("&nbsp;")
+            if s3.button("Add", key="review_add", disabled=not (choice and can_decide)):
+                _act(db.decide, note_id, reviewer, add=[choice.split(" — ")[0]])
+                st.rerun()
+            undecided = [s["code"] for s in sugg if state.get(s["code"]) not in ("accept", "reject")]
+            b1, b2, _ = st.columns([2, 2, 4])
+            if b1.button("Finish note", key="review_finish", type="primary", disabled=not can_decide or bool(undecided),
+                         help=f"Decide {len(undecided)} more suggestion(s) first." if undecided else None):
+                if _act(db.finish, note_id, reviewer):
+                    st.session_state[FLASH] = ("success", f"Note {note_id} finished.")
+                    st.session_state.pop(OPEN, None)
+                st.rerun()
+            if b2.button("Close without finishing", key="review_close"):
+                _act(db.release, note_id, reviewer)
+                st.session_state.pop(OPEN, None)
+                st.rerun()
+
+    # ------------------------------------------------------------------------------------------- agreement
+    with stats_tab:
+        by = st.radio("Over time by", ["day", "week"], horizontal=True, key="review_by")
+        stats = db.stats(by=by)
+        o = stats["overall"]
+        st.caption(f"{o['notes']} finished note(s). Accepted: suggested and kept; rejected: suggested and removed; "
+                   "added: coded but not suggested (the model's misses). Precision = accepted / (accepted + rejected); "
+                   "recall = accepted / (accepted + added).")
+        cols = st.columns(5)
+        for col, (k, lab) in zip(cols, (("accepted", "Accepted"), ("rejected", "Rejected"), ("added", "Added (misses)"))):
+            col.metric(lab, o[k], border=True)
+        for col, k in zip(cols[3:], ("precision", "recall")):
+            col.metric(k.capitalize(), "–" if o[k] is None else f"{o[k]:.1%}", border=True)
+        rows = [{"code": c, **v} for c, v in stats["per_code"].items()]
+        per_code = pd.DataFrame(rows, columns=["code", "accepted", "rejected", "added", "precision", "recall"])
+        st.dataframe(per_code, hide_index=True, width="stretch", key="review_per_code", column_config={
+            "precision": st.column_config.NumberColumn(format="percent"),
+            "recall": st.column_config.NumberColumn(format="percent")})
+        trend = pd.DataFrame([{"period": p, "metric": k, "value": v[k]} for p, v in stats["over_time"].items()
+                              for k in ("precision", "recall") if v[k] is not None])
+        if len(trend):
+            st.altair_chart(alt.Chart(trend).mark_line(point=True).encode(
+                x=alt.X("period:N", title=by), y=alt.Y("value:Q", title=None, scale=alt.Scale(domain=[0, 1])),
+                color=alt.Color("metric:N", title=None)), width="stretch")
+finally:
+    db.close()

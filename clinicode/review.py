@@ -1,0 +1,786 @@
+"""A coder's review queue: notes scored by a checkpoint, the coder's decisions on them, export and agreement stats.
+
+One SQLite file (the path the user chose: `--db` or $CLINICODE_REVIEW_DB) holds everything, note text included:
+`notes` (text, status, who holds the claim and until when), `suggestions` (the model's predicted codes with scores
+and evidence spans, from `Prediction.to_dict()`, and which checkpoint made them), `models` (each checkpoint's code
+list, for adding codes) and `decisions` (an append-only audit log: reviewer, UTC time, note, code, action; triggers
+refuse UPDATE and DELETE on it). The CLI (`clinicode review ...`) and the app's Review page both go through this
+module, so a decision made in one is the same row as one made in the other.
+
+Safety: the file is created owner-only (0600, before SQLite opens it; its -wal and -shm files follow the same
+mode); writes run in `BEGIN IMMEDIATE` transactions with a busy timeout and retries, so two processes deciding at
+once both succeed; a damaged or foreign file, a database from a newer clinicode and a full disk each raise one
+`ReviewError` line, and a failed write rolls back whole, leaving what was saved before intact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import random
+import re
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+
+from clinicode.artifacts import atomic_dir, check_output, make_manifest, manifest_kind, write_manifest
+from clinicode.codes import icd10 as code_titles  # ICD-10-CM titles for adding codes: the one import to repoint
+from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
+from clinicode.records import Record, read_records
+
+if TYPE_CHECKING:  # the app lists the queue without importing torch
+    from clinicode.predict import Predictor
+
+DB_ENV = "CLINICODE_REVIEW_DB"
+APPLICATION_ID = 0x436C5276          # "ClRv" in the SQLite header: this file is a clinicode review database
+SQLITE_MAGIC = b"SQLite format 3\x00"
+CLAIM_MINUTES = 30                   # how long opening a note keeps it for its reviewer
+BUSY_MS = 10_000                     # SQLite waits this long for another writer before reporting busy
+RETRIES = 6                          # then we retry the whole transaction this many times (with jitter)
+CHUNK = 256                          # notes scored and stored per transaction by `queue`
+EXPLAIN = 5                          # evidence phrases stored per suggested code
+EXPORT_KIND = "review-export"
+ACTIONS = ("accept", "reject", "add", "done")
+STATUSES = ("pending", "in progress", "done")
+_CODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,15}$")
+
+
+class ReviewError(ClinicodeError):
+    """A review database problem or a refused decision (one line, no note text)."""
+
+
+class ClaimedError(ReviewError):
+    """The note is being reviewed by someone else (their claim has not expired)."""
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ------------------------------------------------------------------------------------------------ schema
+def _v1(con: sqlite3.Connection) -> None:
+    """Notes, suggestions and the append-only decision log."""
+    con.execute("""CREATE TABLE notes (
+        id TEXT PRIMARY KEY, text TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'in_progress', 'done')),
+        claimed_by TEXT, claim_expires REAL, queued_at TEXT NOT NULL)""")
+    con.execute("""CREATE TABLE suggestions (
+        note TEXT NOT NULL REFERENCES notes(id), checkpoint_sha256 TEXT NOT NULL, checkpoint_path TEXT NOT NULL,
+        code TEXT NOT NULL, description TEXT NOT NULL DEFAULT '', score REAL NOT NULL, evidence TEXT NOT NULL,
+        rank INTEGER NOT NULL, PRIMARY KEY (note, code))""")
+    con.execute("""CREATE TABLE decisions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, note TEXT NOT NULL REFERENCES notes(id), code TEXT,
+        action TEXT NOT NULL CHECK (action IN ('accept', 'reject', 'add', 'done')),
+        reviewer TEXT NOT NULL, at TEXT NOT NULL)""")
+    con.execute("CREATE TRIGGER decisions_no_update BEFORE UPDATE ON decisions "
+                "BEGIN SELECT RAISE(ABORT, 'decisions are append-only'); END")
+    con.execute("CREATE TRIGGER decisions_no_delete BEFORE DELETE ON decisions "
+                "BEGIN SELECT RAISE(ABORT, 'decisions are append-only'); END")
+
+
+def _v2(con: sqlite3.Connection) -> None:
+    """Each checkpoint's full code list (adding a code searches it), and indexes for the queue and the log."""
+    con.execute("""CREATE TABLE models (
+        sha256 TEXT PRIMARY KEY, path TEXT NOT NULL, codes TEXT NOT NULL, first_used TEXT NOT NULL)""")
+    # v1 files knew only the suggested codes of each checkpoint: start from those
+    con.execute("""INSERT INTO models (sha256, path, codes, first_used)
+        SELECT checkpoint_sha256, MIN(checkpoint_path), json_group_array(json_array(code, description)), ?
+        FROM suggestions GROUP BY checkpoint_sha256""", (utc_now(),))
+    con.execute("CREATE INDEX decisions_by_note ON decisions (note, id)")
+    con.execute("CREATE INDEX notes_by_status ON notes (status)")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]   # step i takes a file from version i to i+1
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# ------------------------------------------------------------------------------------------------ errors
+def _code_of(err: sqlite3.Error) -> int | None:
+    code = getattr(err, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF  # primary result code
+
+
+def _busy(err: sqlite3.Error) -> bool:
+    return _code_of(err) in (5, 6) or "locked" in str(err) or "busy" in str(err)
+
+
+def _translate(err: sqlite3.Error, path: Path) -> ReviewError:
+    """One line for an SQLite error (never the SQL, never note text)."""
+    code, text = _code_of(err), str(err)
+    if code == 13 or "disk is full" in text:
+        return ReviewError(f"review database {path}: the disk is full, so this change was not saved (everything saved "
+                           "before is intact); free some space and repeat the command.")
+    if code in (11, 26) or "malformed" in text or "not a database" in text:
+        return ReviewError(f"review database {path} is damaged ({text}); restore it from a copy, or pass a new --db file.")
+    if code == 8 or "readonly" in text:
+        return ReviewError(f"review database {path} cannot be written (read-only file or folder); check its permissions.")
+    if _busy(err):
+        return ReviewError(f"review database {path} stayed busy with another process's changes for over a minute; "
+                           "nothing was saved by this command, repeat it.")
+    if "append-only" in text:
+        return ReviewError(f"review database {path}: decisions are append-only and cannot be changed or removed.")
+    return ReviewError(f"review database {path}: {type(err).__name__}: {text}; check the file, or pass a new --db file.")
+
+
+# ------------------------------------------------------------------------------------------------ opening
+def db_path(db: str | Path | None) -> Path:
+    """--db, else $CLINICODE_REVIEW_DB."""
+    value = db if db not in (None, "") else os.environ.get(DB_ENV)
+    if not value:
+        raise ConfigError(f"no review database given; pass --db FILE or set {DB_ENV}.")
+    return Path(value).expanduser()
+
+
+def _create_owner_only(path: Path) -> None:
+    """Create the empty file 0600 before SQLite touches it (O_EXCL: never an existing file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return  # another process created it a moment ago; it is checked like any existing file
+    os.close(fd)
+
+
+def _check_header(path: Path) -> None:
+    if path.is_dir():
+        raise ConfigError(f"--db {path} is a folder; pass a file name for the review database.")
+    with open(path, "rb") as f:
+        head = f.read(len(SQLITE_MAGIC))
+    if head and head != SQLITE_MAGIC:
+        raise ReviewError(f"{path} is not a clinicode review database (not an SQLite file); pass another --db path "
+                          "(nothing was changed).")
+
+
+class ReviewDB:
+    """An open review database. Use `open_db`; close it (or use it as a context manager) when done."""
+
+    def __init__(self, path: Path, con: sqlite3.Connection) -> None:
+        self.path = path
+        self.con = con
+
+    def __enter__(self) -> "ReviewDB":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.con.close()
+
+    # -------------------------------------------------------------------------------------------- transactions
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        for attempt in range(RETRIES):
+            try:
+                return self.con.execute(sql, params).fetchall()
+            except sqlite3.Error as err:
+                if _busy(err) and attempt + 1 < RETRIES:
+                    time.sleep(random.uniform(0.01, 0.1) * (attempt + 1))
+                    continue
+                raise _translate(err, self.path) from None
+        raise AssertionError("unreachable")
+
+    def write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run fn(con) in one IMMEDIATE transaction: all of it is saved or none; busy databases are retried."""
+        for attempt in range(RETRIES):
+            try:
+                self.con.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as err:
+                if _busy(err) and attempt + 1 < RETRIES:
+                    time.sleep(random.uniform(0.01, 0.2) * (attempt + 1))
+                    continue
+                raise _translate(err, self.path) from None
+            try:
+                result = fn(self.con)
+                self.con.execute("COMMIT")
+                return result
+            except BaseException as exc:
+                if self.con.in_transaction:
+                    try:
+                        self.con.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                if isinstance(exc, sqlite3.Error):
+                    if _busy(exc) and attempt + 1 < RETRIES:
+                        time.sleep(random.uniform(0.01, 0.2) * (attempt + 1))
+                        continue
+                    raise _translate(exc, self.path) from None
+                raise
+        raise AssertionError("unreachable")
+
+    # -------------------------------------------------------------------------------------------- models, queue
+    def add_model(self, sha256: str, path: str, codes: Sequence[tuple[str, str]]) -> None:
+        self.write(lambda con: con.execute(
+            "INSERT OR IGNORE INTO models (sha256, path, codes, first_used) VALUES (?, ?, ?, ?)",
+            (sha256, path, json.dumps([list(c) for c in codes]), utc_now())))
+
+    def known_ids(self, ids: Iterable[str]) -> set[str]:
+        ids = list(ids)
+        out: set[str] = set()
+        for i in range(0, len(ids), 500):
+            part = ids[i:i + 500]
+            rows = self._read(f"SELECT id FROM notes WHERE id IN ({','.join('?' * len(part))})", part)
+            out.update(r[0] for r in rows)
+        return out
+
+    def add_notes(self, items: Sequence[tuple[str, str, dict[str, Any]]], *, sha256: str, checkpoint: str) -> int:
+        """Queue (id, text, Prediction.to_dict()) triples in one transaction; ids already present are left as they
+        are. Returns how many were new."""
+        now = utc_now()
+
+        def run(con: sqlite3.Connection) -> int:
+            added = 0
+            for note_id, text, rec in items:
+                cur = con.execute("INSERT OR IGNORE INTO notes (id, text, status, queued_at) VALUES (?, ?, 'pending', ?)",
+                                  (note_id, text, now))
+                if cur.rowcount != 1:
+                    continue
+                added += 1
+                evidence = (rec.get("evidence") or {}).get("codes") or {}
+                con.executemany(
+                    "INSERT INTO suggestions (note, checkpoint_sha256, checkpoint_path, code, description, score, "
+                    "evidence, rank) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(note_id, sha256, checkpoint, p["code"], p.get("description") or "", float(p["score"]),
+                      json.dumps(evidence.get(p["code"], [])), rank)
+                     for rank, p in enumerate(rec.get("predicted", []), start=1)])
+            return added
+
+        return self.write(run)
+
+    # -------------------------------------------------------------------------------------------- reading
+    def notes(self, *, status: Sequence[str] | None = None, code: str | None = None, min_score: float | None = None,
+              now: float | None = None) -> list[dict[str, Any]]:
+        """The queue without note text: id, status (pending / in progress / done), claim, suggestion codes, top score.
+
+        status: keep these display statuses; code: notes suggesting (or finally coded with) this code;
+        min_score: notes whose best suggestion scores at least this."""
+        now = time.time() if now is None else now
+        rows = self._read("""
+            SELECT n.id, n.status, n.claimed_by, n.claim_expires, n.queued_at,
+                   (SELECT MAX(score) FROM suggestions s WHERE s.note = n.id) AS top,
+                   (SELECT group_concat(code, ' ') FROM (SELECT code FROM suggestions s WHERE s.note = n.id ORDER BY rank))
+                       AS codes,
+                   (SELECT COUNT(*) FROM decisions d WHERE d.note = n.id) AS n_decisions
+            FROM notes n ORDER BY n.queued_at, n.rowid""")
+        out = []
+        for r in rows:
+            claimed = r["claimed_by"] is not None and (r["claim_expires"] or 0) > now and r["status"] != "done"
+            shown = "done" if r["status"] == "done" else ("in progress" if claimed or r["n_decisions"] else "pending")
+            codes = (r["codes"] or "").split()
+            if status is not None and shown not in status:
+                continue
+            if code and code not in codes:
+                continue
+            if min_score is not None and (r["top"] is None or r["top"] < min_score):
+                continue
+            out.append({"id": r["id"], "status": shown, "claimed_by": r["claimed_by"] if claimed else None,
+                        "claim_expires": r["claim_expires"] if claimed else None, "top_score": r["top"],
+                        "codes": codes, "queued_at": r["queued_at"]})
+        return out
+
+    def note(self, note_id: str) -> dict[str, Any]:
+        """One note: text, status, claim, suggestions (with evidence), each code's latest decision, the log."""
+        rows = self._read("SELECT * FROM notes WHERE id = ?", (note_id,))
+        if not rows:
+            raise ReviewError(f"no note {note_id!r} in the review database {self.path}; check the id (see `clinicode review stats`).")
+        n = rows[0]
+        sugg = [{"code": s["code"], "description": s["description"], "score": s["score"], "rank": s["rank"],
+                 "evidence": json.loads(s["evidence"]), "checkpoint": s["checkpoint_path"],
+                 "checkpoint_sha256": s["checkpoint_sha256"]}
+                for s in self._read("SELECT * FROM suggestions WHERE note = ? ORDER BY rank", (note_id,))]
+        log = [dict(r) for r in self._read("SELECT id, code, action, reviewer, at FROM decisions WHERE note = ? ORDER BY id",
+                                           (note_id,))]
+        return {"id": n["id"], "text": n["text"], "status": n["status"], "claimed_by": n["claimed_by"],
+                "claim_expires": n["claim_expires"], "queued_at": n["queued_at"], "suggestions": sugg,
+                "state": _state(log), "log": log}
+
+    def model_codes(self, note_id: str | None = None) -> list[tuple[str, str]]:
+        """(code, description) of the checkpoints that scored NOTE (every queued checkpoint when None)."""
+        if note_id is None:
+            rows = self._read("SELECT codes FROM models ORDER BY first_used")
+        else:
+            rows = self._read("SELECT m.codes FROM models m WHERE m.sha256 IN "
+                              "(SELECT DISTINCT checkpoint_sha256 FROM suggestions WHERE note = ?)", (note_id,))
+        seen: dict[str, str] = {}
+        for r in rows:
+            for code, desc in json.loads(r[0]):
+                seen.setdefault(code, desc or "")
+        return sorted(seen.items())
+
+    # -------------------------------------------------------------------------------------------- claims
+    def claim(self, note_id: str, reviewer: str, *, minutes: float = CLAIM_MINUTES, now: float | None = None) -> float:
+        """Hold NOTE for REVIEWER for `minutes` (renewing their own claim). Returns the expiry (epoch seconds).
+
+        Raises:
+            ClaimedError: someone else holds an unexpired claim. ReviewError: no such note, or it is done.
+        """
+        reviewer = _reviewer(reviewer)
+        now = time.time() if now is None else now
+
+        def run(con: sqlite3.Connection) -> float:
+            n = _open_note(con, self.path, note_id)
+            _check_claim(n, reviewer, now)
+            expires = now + minutes * 60
+            con.execute("UPDATE notes SET claimed_by = ?, claim_expires = ? WHERE id = ?", (reviewer, expires, note_id))
+            return expires
+
+        return self.write(run)
+
+    def release(self, note_id: str, reviewer: str) -> None:
+        """Give up REVIEWER's claim on NOTE (no-op when they do not hold it)."""
+        self.write(lambda con: con.execute(
+            "UPDATE notes SET claimed_by = NULL, claim_expires = NULL WHERE id = ? AND claimed_by = ?", (note_id, reviewer)))
+
+    # -------------------------------------------------------------------------------------------- decisions
+    def decide(self, note_id: str, reviewer: str, *, accept: Sequence[str] = (), reject: Sequence[str] = (),
+               add: Sequence[str] = (), done: bool = False, now: float | None = None) -> dict[str, Any]:
+        """Record REVIEWER's decisions on NOTE as audit rows, all or none (one transaction), and finish it if `done`.
+
+        accept/reject: suggested codes (reject also withdraws a code added earlier); add: a code the model did not
+        suggest (one of a queued checkpoint's codes or an ICD-10-CM code); done: every suggestion must then have a
+        decision. The reviewer's claim on the note is renewed.
+
+        Raises:
+            ClaimedError: another reviewer holds the note. ReviewError: unknown note or code, a finished note, a code
+            given twice, or undecided suggestions at `done`.
+        """
+        reviewer = _reviewer(reviewer)
+        now = time.time() if now is None else now
+        accept, reject, add = ([_norm_code(c) for c in xs] for xs in (accept, reject, add))
+        given = accept + reject + add
+        twice = sorted({c for c in given if given.count(c) > 1})
+        if twice:
+            raise ReviewError(f"note {note_id!r}: code {twice[0]} is given more than once; accept, reject or add each code once.")
+        if not given and not done:
+            raise ReviewError("nothing to record; pass --accept, --reject, --add CODE or --done.")
+        unknown = [c for c in add if not self._known_code(c, note_id)]
+        if unknown:
+            raise ReviewError(f"note {note_id!r}: --add {unknown[0]} is neither one of the model's codes nor an ICD-10-CM "
+                              "code; check the spelling (the Review page searches codes and titles).")
+
+        def run(con: sqlite3.Connection) -> dict[str, Any]:
+            n = _open_note(con, self.path, note_id)
+            _check_claim(n, reviewer, now)
+            suggested = {r[0] for r in con.execute("SELECT code FROM suggestions WHERE note = ?", (note_id,))}
+            state = _state([dict(r) for r in con.execute("SELECT code, action FROM decisions WHERE note = ? ORDER BY id",
+                                                         (note_id,))])
+            for c in accept:
+                if c not in suggested:
+                    raise ReviewError(f"note {note_id!r}: {c} is not a suggested code, so it cannot be accepted; use --add {c}.")
+            for c in reject:
+                if c not in suggested and state.get(c) != "add":
+                    raise ReviewError(f"note {note_id!r}: {c} is neither suggested nor added, so there is nothing to reject.")
+            for c in add:
+                if c in suggested:
+                    raise ReviewError(f"note {note_id!r}: {c} is already suggested; use --accept {c}.")
+            at = utc_now()
+            rows = [(note_id, c, a, reviewer, at) for a, cs in (("accept", accept), ("reject", reject), ("add", add)) for c in cs]
+            for _, c, a, _, _ in rows:
+                state[c] = a
+            if done:
+                undecided = sorted(c for c in suggested if state.get(c) not in ("accept", "reject"))
+                if undecided:
+                    raise ReviewError(f"note {note_id!r}: {len(undecided)} suggested code(s) have no decision yet "
+                                      f"({', '.join(undecided[:5])}); accept or reject each before finishing (nothing was saved).")
+                rows.append((note_id, None, "done", reviewer, at))
+            con.executemany("INSERT INTO decisions (note, code, action, reviewer, at) VALUES (?, ?, ?, ?, ?)", rows)
+            if done:
+                con.execute("UPDATE notes SET status = 'done', claimed_by = NULL, claim_expires = NULL WHERE id = ?", (note_id,))
+            else:
+                con.execute("UPDATE notes SET status = 'in_progress', claimed_by = ?, claim_expires = ? WHERE id = ?",
+                            (reviewer, now + CLAIM_MINUTES * 60, note_id))
+            return {"note": note_id, "accepted": accept, "rejected": reject, "added": add, "done": done,
+                    "codes": sorted(c for c, a in state.items() if a in ("accept", "add"))}
+
+        return self.write(run)
+
+    def finish(self, note_id: str, reviewer: str, *, now: float | None = None) -> dict[str, Any]:
+        """Mark NOTE done (every suggestion needs a decision)."""
+        return self.decide(note_id, reviewer, done=True, now=now)
+
+    def _known_code(self, code: str, note_id: str) -> bool:
+        if code in dict(self.model_codes(note_id)) or code in dict(self.model_codes()):
+            return True
+        return bool(code_titles.icd10_cm_titles([code]))
+
+    # -------------------------------------------------------------------------------------------- results
+    def finished(self) -> list[dict[str, Any]]:
+        """Done notes with text, final codes (accepted + added), suggested codes and when they were finished."""
+        notes = {r["id"]: r["text"] for r in self._read("SELECT id, text FROM notes WHERE status = 'done' ORDER BY rowid")}
+        log: dict[str, list[dict[str, Any]]] = {i: [] for i in notes}
+        for r in self._read("SELECT d.note, d.code, d.action, d.at FROM decisions d JOIN notes n ON n.id = d.note "
+                            "WHERE n.status = 'done' ORDER BY d.id"):
+            log[r["note"]].append(dict(r))
+        suggested: dict[str, set[str]] = {i: set() for i in notes}
+        for r in self._read("SELECT s.note, s.code FROM suggestions s JOIN notes n ON n.id = s.note WHERE n.status = 'done'"):
+            suggested[r[0]].add(r[1])
+        out = []
+        for note_id, text in notes.items():
+            state = _state(log[note_id])
+            done_at = max((r["at"] for r in log[note_id] if r["action"] == "done"), default=None)
+            out.append({"id": note_id, "text": text, "state": state, "suggested": suggested[note_id], "done_at": done_at,
+                        "labels": sorted(c for c, a in state.items() if a in ("accept", "add"))})
+        return out
+
+    def stats(self, *, by: str = "day") -> dict[str, Any]:
+        """Agreement of the model with coders on finished notes: overall, per code and per day or week.
+
+        accepted (suggested, kept: true positives), rejected (suggested, removed: false positives), added (not
+        suggested, coded: misses); precision = accepted / (accepted + rejected), recall = accepted / (accepted + added).
+        """
+        if by not in ("day", "week"):
+            raise ConfigError(f"--by must be day or week, got {by!r}.")
+        overall = _counts()
+        per_code: dict[str, dict[str, Any]] = {}
+        per_time: dict[str, dict[str, Any]] = {}
+        for n in self.finished():
+            period = _period(n["done_at"], by)
+            bucket = per_time.setdefault(period, _counts())
+            bucket["notes"] += 1
+            overall["notes"] += 1
+            for code, action in n["state"].items():
+                kind = {"accept": "accepted", "reject": "rejected", "add": "added"}[action]
+                if kind != "added" and code not in n["suggested"]:
+                    continue  # a withdrawn addition (reject after add) counts for nothing
+                for c in (overall, bucket, per_code.setdefault(code, _counts())):
+                    c[kind] += 1
+        pending = self._read("SELECT COUNT(*) FROM notes WHERE status != 'done'")[0][0]
+        return {"overall": _rates(overall), "per_code": {c: _rates(v) for c, v in sorted(per_code.items())},
+                "over_time": {p: _rates(v) for p, v in sorted(per_time.items())}, "by": by, "open_notes": pending}
+
+
+def _counts() -> dict[str, Any]:
+    return {"notes": 0, "accepted": 0, "rejected": 0, "added": 0}
+
+
+def _rates(c: dict[str, Any]) -> dict[str, Any]:
+    a, r, m = c["accepted"], c["rejected"], c["added"]
+    return {**c, "precision": a / (a + r) if a + r else None, "recall": a / (a + m) if a + m else None}
+
+
+def _period(at: str | None, by: str) -> str:
+    if not at:
+        return "unknown"
+    day = datetime.strptime(at[:10], "%Y-%m-%d")
+    if by == "day":
+        return day.strftime("%Y-%m-%d")
+    year, week, _ = day.isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def _state(log: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """Each code's latest decision (accept, reject or add), in the order the log holds them."""
+    state: dict[str, str] = {}
+    for r in log:
+        if r.get("code") is not None and r["action"] != "done":
+            state[r["code"]] = r["action"]
+    return state
+
+
+def _reviewer(name: Any) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > 100:
+        raise ReviewError("--reviewer must be a name (1-100 characters), so every decision says who made it.")
+    return name.strip()
+
+
+def _norm_code(code: Any) -> str:
+    c = str(code).strip()
+    if not _CODE.match(c):
+        raise ReviewError(f"{c[:20]!r} is not a code; expected letters, digits and dots such as 428.0 or I50.9.")
+    return c
+
+
+def _open_note(con: sqlite3.Connection, path: Path, note_id: str) -> sqlite3.Row:
+    rows = con.execute("SELECT * FROM notes WHERE id = ?", (note_id,)).fetchall()
+    if not rows:
+        raise ReviewError(f"no note {note_id!r} in the review database {path}; check the id.")
+    if rows[0]["status"] == "done":
+        raise ReviewError(f"note {note_id!r} is finished; its decisions are final (see them in `clinicode review stats`).")
+    return rows[0]
+
+
+def _check_claim(n: sqlite3.Row, reviewer: str, now: float) -> None:
+    holder, expires = n["claimed_by"], n["claim_expires"]
+    if holder is not None and holder != reviewer and (expires or 0) > now:
+        until = datetime.fromtimestamp(expires, timezone.utc).strftime("%H:%M UTC")
+        raise ClaimedError(f"note {n['id']!r} is being reviewed by {holder} until {until}; pick another note or wait "
+                           "for the claim to expire.")
+
+
+def _migrate(con: sqlite3.Connection, path: Path, *, target: int = SCHEMA_VERSION) -> None:
+    """Check the file is ours and bring it to `target` (a list of steps, each in the same transaction as its version)."""
+    app_id = con.execute("PRAGMA application_id").fetchone()[0]
+    version = con.execute("PRAGMA user_version").fetchone()[0]
+    if app_id != APPLICATION_ID:
+        tables = con.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]
+        if app_id != 0 or version != 0 or tables:
+            raise ReviewError(f"{path} is an SQLite database of another program, not a clinicode review database; pass "
+                              "another --db path (nothing was changed).")
+    if version > SCHEMA_VERSION:
+        raise ReviewError(f"{path} was written by a newer clinicode (review schema {version}; this one reads up to "
+                          f"{SCHEMA_VERSION}); upgrade clinicode to use it (nothing was changed).")
+    if version >= target:
+        return
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        version = con.execute("PRAGMA user_version").fetchone()[0]  # another process may have migrated meanwhile
+        for step in MIGRATIONS[version:target]:
+            step(con)
+        con.execute(f"PRAGMA user_version = {int(max(version, target))}")
+        con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def open_db(db: str | Path | None = None, *, create: bool = True, _target: int = SCHEMA_VERSION) -> ReviewDB:
+    """Open (creating when `create`, owner-only) and migrate the review database at --db / $CLINICODE_REVIEW_DB.
+
+    Raises:
+        ConfigError: no path given, or a folder. ReviewError: missing (create=False), not ours, damaged, newer.
+    """
+    path = db_path(db)
+    if not path.exists():
+        if not create:
+            raise ReviewError(f"no review database at {path}; queue notes into it first with `clinicode review queue`.")
+        _create_owner_only(path)
+    _check_header(path)
+    old = os.umask(0o077)  # the -wal and -shm files (they hold note text too) are owner-only as well
+    try:
+        con = sqlite3.connect(path, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False)
+        con.row_factory = sqlite3.Row
+        try:
+            con.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+            for attempt in range(RETRIES):
+                try:
+                    _migrate(con, path, target=_target)
+                    if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                        con.execute("PRAGMA journal_mode = WAL")
+                    break
+                except sqlite3.OperationalError as err:
+                    if not _busy(err) or attempt + 1 == RETRIES:
+                        raise
+                    time.sleep(random.uniform(0.01, 0.2) * (attempt + 1))
+            con.execute("PRAGMA synchronous = NORMAL")   # WAL: durable at checkpoints, never corrupt
+            con.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as err:
+            con.close()
+            raise _translate(err, path) from None
+        except BaseException:
+            con.close()
+            raise
+    finally:
+        os.umask(old)
+    return ReviewDB(path, con)
+
+
+# ------------------------------------------------------------------------------------------------ queue
+def checkpoint_sha256(predictor: "Predictor") -> str:
+    """SHA-256 of the checkpoint's manifest (which hashes every file): which model made a suggestion."""
+    manifest = json.dumps(predictor.checkpoint.manifest, sort_keys=True).encode("utf-8")
+    return hashlib.sha256(manifest).hexdigest()
+
+
+def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, explain: int = EXPLAIN, chunk: int = CHUNK,
+          on_bad: Callable[[str], None] | None = None) -> dict[str, int]:
+    """Score every note of INPUT (anything `clinicode predict` reads) and queue it with its suggestions.
+
+    Notes whose id is already queued (or repeats an earlier record) are not scored again and change nothing.
+    Bad records (no text, invalid JSON, nothing left after tokenising) are reported through `on_bad` and counted.
+    Reading and tokenising the next chunk overlaps scoring and storing the current one, as in `predict`.
+
+    Returns:
+        {"queued", "already", "errors"}.
+    Raises:
+        DataFormatError: an unreadable or empty input.
+    """
+    if explain < 1:
+        raise ConfigError(f"--explain must be >= 1 (evidence phrases per suggested code), got {explain}.")
+    records = read_records(input)
+    first = next(records, None)
+    if first is None:
+        raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, CSV/parquet row or .txt file.")
+    sha = checkpoint_sha256(predictor)
+    ck_path = str(predictor.checkpoint.path)
+    labels = predictor.labels
+    db.add_model(sha, ck_path, list(zip(labels.codes, labels.descriptions)))
+    counts = {"queued": 0, "already": 0, "errors": 0}
+    seen: set[str] = set()
+
+    def bad(msg: str) -> None:
+        counts["errors"] += 1
+        if on_bad:
+            on_bad(msg)
+
+    def chunks() -> Iterator[list[Record]]:
+        it = itertools.chain([first], records)
+        while True:
+            raw = list(itertools.islice(it, chunk))
+            if not raw:
+                return
+            known = db.known_ids(r.id for r in raw if r.error is None)
+            keep = []
+            for r in raw:
+                if r.error is not None:
+                    bad(r.error)
+                elif r.id in known or r.id in seen:
+                    counts["already"] += 1
+                else:
+                    seen.add(r.id)
+                    keep.append(r)
+            if keep:
+                yield keep
+
+    def prepare(recs: list[Record]):
+        return predictor.prepare([r.text for r in recs], ids=[r.id for r in recs], explain=explain)
+
+    def store(recs: list[Record], preds: list[Any]) -> None:
+        items = []
+        for r, p in zip(recs, preds):
+            rec = p.to_dict()
+            if "error" in rec:
+                bad(rec["error"])
+            else:
+                items.append((r.id, r.text, rec))
+        if items:
+            added = db.add_notes(items, sha256=sha, checkpoint=ck_path)
+            counts["queued"] += added
+            counts["already"] += len(items) - added  # another process queued them meanwhile
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        source = chunks()
+        current = next(source, None)
+        pending = pool.submit(prepare, current) if current is not None else None
+        while current is not None:
+            prepared = pending.result()
+            upcoming = next(source, None)
+            pending = pool.submit(prepare, upcoming) if upcoming is not None else None
+            store(current, predictor.finish(prepared, top_k=0, explain=explain, attention=False))
+            current = upcoming
+    return counts
+
+
+# ------------------------------------------------------------------------------------------------ codes
+def search_codes(query: str, model_codes: Sequence[tuple[str, str]], *, limit: int = 25) -> list[tuple[str, str, str]]:
+    """(code, title, source) matching QUERY by code prefix or words in the title: the model's codes first, then
+    ICD-10-CM (billable and category codes, from the CMS tables shipped with simple-icd-10-cm)."""
+    q = query.strip().lower()
+    if not q:
+        return []
+    words = q.split()
+
+    def hit(code: str, title: str) -> bool:
+        c = code.lower()
+        return c.startswith(q) or c.replace(".", "").startswith(q.replace(".", "")) or all(w in title for w in words)
+
+    out = [(c, t, "model") for c, t in model_codes if hit(c, t.lower())]
+    have = {c for c, _, _ in out}
+    for c, t, low in _icd10_cm_index():
+        if len(out) >= limit:
+            break
+        if c not in have and hit(c, low):
+            out.append((c, t, "ICD-10-CM"))
+    return out[:limit]
+
+
+_CM_INDEX: list[tuple[str, str, str]] | None = None
+
+
+def _icd10_cm_index() -> list[tuple[str, str, str]]:
+    """(code, title, lower-case title) of every ICD-10-CM category and code, built once per process (~1 s)."""
+    global _CM_INDEX
+    if _CM_INDEX is None:
+        cm = code_titles._cm_module()
+        titles = [(c, cm.get_description(c)) for c in cm.get_all_codes(with_dots=True)
+                  if "-" not in c and not c.isdigit()]  # chapters (numbers) and blocks (ranges) are not codes
+        _CM_INDEX = [(c, t, t.lower()) for c, t in titles]
+    return _CM_INDEX
+
+
+# ------------------------------------------------------------------------------------------------ export
+def is_review_export(folder: Path) -> bool:
+    return manifest_kind(folder) == EXPORT_KIND
+
+
+def _split_of(note_id: str) -> tuple[int, str]:
+    h = int(hashlib.md5(note_id.encode("utf-8")).hexdigest(), 16)
+    return h, ("test" if h % 10 == 0 else "dev" if h % 10 == 1 else "train")
+
+
+def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> dict[str, int]:
+    """Write the finished notes as a coded-notes folder `clinicode train --data` reads (labels = accepted + added).
+
+    Alone (base None): each note's split comes from a hash of its id (about 80/10/10 train/dev/test, stable across
+    exports; train and dev always get at least one note). With `base` (a prepared dataset or coded-notes folder): the
+    base's splits are copied, a reviewed note whose id is in the base replaces that note's codes in its split, and
+    every other reviewed note joins train, so dev and test stay the base's and the new model is measured as the old
+    one was; codes coders added that the base's label set lacks are appended to it.
+    The folder is new, empty or an earlier export; it appears atomically, and its files (they hold note text) are
+    owner-only. `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`.
+    """
+    out = Path(out)
+    check_output(out, option="--out", command="review export", folder=True, recognise=is_review_export,
+                 inputs={"--db": db.path, "--base": base})
+    notes = db.finished()
+    need = 1 if base is not None else 2
+    if len(notes) < need:
+        raise ReviewError(f"{len(notes)} finished note(s) in {db.path}; an export needs at least {need}"
+                          f"{' (a train and a dev note)' if need == 2 else ''}. Finish notes with `clinicode review "
+                          "decide ... --done` or on the Review page.")
+    titles = dict(db.model_codes())
+    codes = sorted({c for n in notes for c in n["labels"]})
+    titles.update(code_titles.icd10_cm_titles([c for c in codes if c not in titles]))
+    rows = {n["id"]: {"id": n["id"], "text": n["text"], "labels": n["labels"]} for n in notes}
+    labels_json = None
+    if base is None:
+        splits = _hash_splits(list(rows.values()))
+    else:
+        from clinicode.data.prepared import load_dataset
+
+        ds = load_dataset(Path(base))
+        splits = {}
+        for name, df in ds.splits.items():
+            splits[name] = [rows.pop(str(i)) if str(i) in rows else {"id": str(i), "text": t, "labels": list(lab)}
+                            for i, t, lab in zip(df["id"], df["text"], df["labels"])]
+        splits["train"].extend(rows.values())
+        new = [c for c in codes if c not in ds.labels]
+        labels_json = [{"code": c, "description": d} for c, d in zip(ds.labels.codes, ds.labels.descriptions)] + \
+                      [{"code": c, "description": titles.get(c, "")} for c in new]
+    with atomic_dir(out, replaces=is_review_export) as tmp:
+        os.chmod(tmp, 0o700)
+        for name, part in splits.items():
+            if part:
+                _write_private(tmp / f"{name}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part))
+        if labels_json is not None:
+            _write_private(tmp / "labels.json", json.dumps(labels_json, indent=1, ensure_ascii=False) + "\n")
+        _write_private(tmp / "descriptions.tsv", "".join(f"{c}\t{titles[c]}\n" for c in codes if titles.get(c)))
+        counts = {name: len(part) for name, part in splits.items()}
+        counts.setdefault("test", 0)
+        write_manifest(tmp, make_manifest(EXPORT_KIND, counts=counts, codes=len(codes), reviewed=len(notes),
+                                          source=str(db.path), base=None if base is None else str(base)))
+    return {**counts, "codes": len(codes), "reviewed": len(notes)}
+
+
+def _hash_splits(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    ranked = sorted(((_split_of(r["id"]), r) for r in rows), key=lambda t: t[0][0])
+    splits: dict[str, list[dict[str, Any]]] = {"train": [], "dev": [], "test": []}
+    for (_, name), r in ranked:
+        splits[name].append(r)
+    for need in ("train", "dev"):  # tiny exports: borrow from the largest other split
+        if not splits[need]:
+            donor = max((s for s in splits if s != need), key=lambda s: len(splits[s]) - (s == "train"))
+            splits[need].append(splits[donor].pop())
+    return splits
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())

@@ -24,6 +24,7 @@ SCRIPTS = [
     ("bench_app_load.py", [], None),
     ("bench_serve.py", [], ["--requests", "64", "--repeat", "1"]),
     ("bench_review.py", [], ["--notes", "200", "--repeat", "1"]),
+    ("bench_compare.py", [], ["--notes", "500", "--codes", "500", "--repeat", "1"]),
 ]
 
 

@@ -23,7 +23,7 @@ CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "patience",
                                                   "seed", "weight_decay", "optimizer", "pos_weight", "decay_scope", "ema_decay",
                                                   "w2v_epochs", "min_doc_freq", "eval_batch_size", "device",
                                                   "lr_schedule", "lr_decay", "lr_patience")},
-                 "embed_dim": (LEAMConfig, "embed_dim"), "window": (LEAMConfig, "radius"), "hidden_dim": (LEAMConfig, "hidden_dim"),
+                 "embed_dim": (LEAMConfig, "embed_dim"), "radius": (LEAMConfig, "radius"), "hidden_dim": (LEAMConfig, "hidden_dim"),
                  "dropout": (LEAMConfig, "dropout"), "label_reg": (LEAMConfig, "label_reg_weight"), "compat": (LEAMConfig, "compat"),
                  "code_evidence": (LEAMConfig, "code_evidence")}
 

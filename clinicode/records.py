@@ -65,8 +65,8 @@ def _jsonl_records(f: BinaryIO, source: str) -> Iterator[Record]:
     is a bad record with its line number (the rest of the file is still read), never a whole-file failure."""
     for n, line in enumerate(read_lines_bounded(f, MAX_LINE_BYTES), start=1):
         if isinstance(line, LineTooLong):
-            yield Record(f"line-{n}", None, f"line {n} of {source}: {line.n_bytes:,} bytes, more than the "
-                                            f"{_size(MAX_LINE_BYTES)} a record may hold; split or shorten the note")
+            yield Record(f"line-{n}", None, f"line {n} of {source}: more than the {_size(MAX_LINE_BYTES)} a record "
+                                            "may hold; split or shorten the note")
             continue
         if n == 1 and line.startswith(codecs.BOM_UTF8):
             line = line[len(codecs.BOM_UTF8):]

@@ -219,17 +219,14 @@ def is_readable_stream(path: Path | str) -> bool:
         return False
 
 
-class LineTooLong(Exception):
-    """A line exceeded the bound given to `read_line_bounded`; the rest of it has been skipped."""
-
-    def __init__(self, n_bytes: int) -> None:
-        super().__init__(n_bytes)
-        self.n_bytes = n_bytes
+class LineTooLong:
+    """Yielded by `read_lines_bounded` in place of a line longer than its bound."""
 
 
 def read_lines_bounded(f: BinaryIO, limit: int) -> Iterator[bytes | LineTooLong]:
     """Lines of a binary stream (with their newline), each at most LIMIT bytes; a longer line is yielded as a
-    LineTooLong (its bytes skipped in chunks, never held), so a file without newlines costs LIMIT bytes of memory."""
+    LineTooLong at once (a caller may stop there: /dev/zero never ends) and, if the caller reads on, skipped in
+    chunks without being held, so a line without end costs LIMIT bytes of memory."""
     while True:
         line = f.readline(limit + 1)
         if not line:
@@ -237,11 +234,9 @@ def read_lines_bounded(f: BinaryIO, limit: int) -> Iterator[bytes | LineTooLong]
         if len(line) <= limit or line.endswith(b"\n"):
             yield line
             continue
-        n = len(line)
         del line
-        while True:  # skip to the end of this line without keeping it
+        yield LineTooLong()
+        while True:  # the caller read on: skip to the end of this line without keeping it
             chunk = f.readline(1 << 20)
-            n += len(chunk)
             if not chunk or chunk.endswith(b"\n"):
                 break
-        yield LineTooLong(n)

@@ -225,12 +225,15 @@ def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
 
 
 def foreign_entries(folder: Path) -> list[str]:
-    """Paths inside FOLDER (an earlier output with a manifest.json) that its manifest does not list as its own.
+    """Paths inside FOLDER (an earlier output with a manifest.json) that its manifest does not list as its own; []
+    for a folder without a manifest.json.
 
     A manifest without an "outputs" list (older versions, or a checkpoint's "files" table) lists its top-level files
     by "files"; with neither, every entry but the manifest counts as foreign, so nothing unknown is ever replaced.
     """
     folder = Path(folder)
+    if not (folder / MANIFEST_FILE).is_file():
+        return []  # not a manifest-described output (a run folder: train writes inside it, never replaces it)
     try:
         data = read_json(folder / MANIFEST_FILE)
     except (OSError, ValueError):

@@ -334,8 +334,10 @@ def test_resume_of_a_partial_without_its_settings_is_refused(predictor, tmp_path
     _write_jsonl(src, _notes(3))
     partial = out.with_name("o.jsonl.partial")
     partial.write_text(json.dumps({"id": "n0", "scores": {}}) + "\n")
-    with pytest.raises(ConfigError, match=r"has no readable record of the run that wrote it \(o\.jsonl\.partial\.json\)"):
+    # without its settings file nothing shows that predict wrote it (#31): refused, and left as it was
+    with pytest.raises(ConfigError, match=r"o\.jsonl\.partial exists and was not written by `clinicode predict`"):
         predict_file(predictor, input=src, output=out, resume=True, progress=False)
+    assert partial.read_text() == json.dumps({"id": "n0", "scores": {}}) + "\n" and not out.exists()
 
 
 def test_resume_with_duplicate_ids_gives_one_record_per_input_record(predictor, tmp_path):

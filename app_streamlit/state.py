@@ -131,9 +131,20 @@ def current_predictor() -> Any:
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def read_card(run_dir: str) -> dict[str, Any]:
-    """The model card as plain JSON data (safe to copy)."""
+def _read_card(run_dir: str) -> dict[str, Any]:
     return json.loads(json.dumps(load_predictor(run_dir).card(), default=str))
+
+
+def read_card(run_dir: str) -> dict[str, Any]:
+    """The model card as plain JSON data (safe to copy); if the run cannot be loaded (damaged since it was listed,
+    or its pieces disagree), say why in one line and stop the page."""
+    from clinicode.errors import ClinicodeError
+
+    try:
+        return _read_card(run_dir)
+    except (ClinicodeError, OSError, ValueError) as err:
+        st.error(f"Run **{Path(run_dir).name}** cannot be loaded: {short_reason(err, Path(run_dir))}")
+        st.stop()
 
 
 @st.cache_data(show_spinner=False, max_entries=8)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Mapping
 from clinicode import __version__
 from clinicode.constants import MANIFEST_FILE, RUN_DATA_DIR, RUN_FILE, SCHEMA_VERSION
 from clinicode.errors import ConfigError
+from clinicode.safe_io import check_output_kind
 
 
 def sha256_file(path: Path, *, chunk: int = 1 << 20) -> str:
@@ -128,6 +129,10 @@ def _check_replaceable(out_dir: Path, replaces: Callable[[Path], bool] | None) -
         raise ConfigError(
             f"{out_dir} already holds files that this command did not write; pass a new or empty folder (nothing was written)."
         )
+    foreign = foreign_entries(out_dir) if any(True for _ in out_dir.iterdir()) else []
+    if foreign:
+        raise ConfigError(f"{out_dir} holds {_names(foreign)}, which the earlier output there did not write; move them "
+                          "out, or pass a new folder (nothing was written).")
 
 
 def _owner() -> str:
@@ -212,7 +217,44 @@ def make_manifest(kind: str, **fields: Any) -> dict[str, Any]:
 
 
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
-    write_json_atomic(Path(folder) / MANIFEST_FILE, manifest)
+    """Write FOLDER/manifest.json, listing under "outputs" every file and folder now in FOLDER (call it last): a
+    later run replacing the folder removes only those (`foreign_entries`)."""
+    folder = Path(folder)
+    listed = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.name != MANIFEST_FILE or p.parent != folder)
+    write_json_atomic(folder / MANIFEST_FILE, {**manifest, "outputs": listed})
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """Paths inside FOLDER (an earlier output with a manifest.json) that its manifest does not list as its own; []
+    for a folder without a manifest.json.
+
+    A manifest without an "outputs" list (older versions, or a checkpoint's "files" table) lists its top-level files
+    by "files"; with neither, every entry but the manifest counts as foreign, so nothing unknown is ever replaced.
+    """
+    folder = Path(folder)
+    if not (folder / MANIFEST_FILE).is_file():
+        return []  # not a manifest-described output (a run folder: train writes inside it, never replaces it)
+    try:
+        data = read_json(folder / MANIFEST_FILE)
+    except (OSError, ValueError):
+        data = {}
+    data = data if isinstance(data, dict) else {}
+    own: set[str] = {MANIFEST_FILE}
+    listed = data.get("outputs")
+    if isinstance(listed, list):
+        own.update(str(x) for x in listed)
+        present = {str(p.relative_to(folder)) for p in folder.rglob("*")}
+    else:
+        files = data.get("files")
+        if isinstance(files, dict):
+            own.update(str(x) for x in files)
+        present = {p.name for p in folder.iterdir()}
+    return sorted(present - own)
+
+
+def _names(paths: list[str]) -> str:
+    shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    return shown
 
 
 # ------------------------------------------------------------------------------------------------ where outputs go
@@ -277,6 +319,7 @@ def check_output(
             raise ConfigError(f"{option} {given} lies inside the input folder {name} {inp}; write outputs outside the input folders.")
     if given.is_symlink() and not given.exists():
         raise ConfigError(f"{option} {given} is a broken symbolic link; pass a new {kind} name.")
+    check_output_kind(given, option)  # a device, FIFO or socket: refused by stat, before anything opens it
     if real.exists():
         if folder and not real.is_dir():
             raise ConfigError(f"{option} {given} is an existing file; pass a new folder name (nothing was written).")
@@ -287,6 +330,10 @@ def check_output(
             what = "holds files that" if folder else "exists and is a file that"
             raise ConfigError(f"{option} {given} already {what} `clinicode {command}` did not write; "
                               f"pass a new {kind} name (nothing was written).")
+        foreign = foreign_entries(real) if folder and not empty else []
+        if foreign:
+            raise ConfigError(f"{option} {given} is an earlier `clinicode {command}` output, but {_names(foreign)} "
+                              "inside it were not written by it; move them out, or pass a new folder (nothing was written).")
     ancestor = real.parent
     while not ancestor.exists():
         ancestor = ancestor.parent
@@ -310,7 +357,7 @@ def is_run_folder(folder: Path) -> bool:
     """A folder written by `clinicode train`: run.json, (older runs) state/state.json or a checkpoint, or a run in
     the making that so far holds only its own prepared dataset in RUN/data."""
     folder = Path(folder)
-    if holds_training(folder):
+    if manifest_kind(folder, RUN_FILE) == "run" or holds_training(folder):
         return True
     try:
         entries = [p.name for p in folder.iterdir() if not p.name.startswith(".")]
@@ -320,10 +367,13 @@ def is_run_folder(folder: Path) -> bool:
 
 
 def holds_training(folder: Path) -> bool:
-    """A run folder in which `train` has started: run.json, or (older runs) state/state.json or a checkpoint."""
+    """A run folder in which training has made progress: a state (an epoch ended) or a checkpoint.
+
+    A run.json alone (a run that failed or was killed before its first epoch ended) is not: a plain re-run may start
+    over there, as it would in a new folder.
+    """
     folder = Path(folder)
-    return (manifest_kind(folder, RUN_FILE) == "run" or (folder / "state" / "state.json").is_file()
-            or manifest_kind(folder / "checkpoint") == "checkpoint")
+    return (folder / "state" / "state.json").is_file() or manifest_kind(folder / "checkpoint") == "checkpoint"
 
 
 def is_run_data(run: Path, data_dir: Path | None) -> bool:

@@ -6,7 +6,10 @@ labels with descriptions, tokenizer, threshold, training config, metrics and a m
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,17 +87,99 @@ def model_options_as_saved(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_data_dir(run: Path, manifest: dict[str, Any]) -> Path | None:
-    """The prepared dataset a run was trained on, if it still holds a test split (manifest's path, else RUN/data)."""
+    """The prepared dataset a run was trained on, if it still holds a test split (manifest's path, else RUN/data).
+
+    The manifest's data.path is not covered by its hashes, so a folder outside the run is used only when its split
+    files and the checkpoint's labels reproduce the manifest's data.fingerprint: an edited path cannot make the app
+    show another folder's notes.
+    """
     cands = []
     data = manifest.get("data") or {}
     if isinstance(data, dict) and data.get("path"):
         p = Path(str(data["path"]))
-        cands.append(p if p.is_absolute() else Path(run) / p)
+        p = p if p.is_absolute() else Path(run) / p
+        inside = os.path.realpath(p).startswith(os.path.realpath(run) + os.sep)
+        if inside or _data_fingerprint(p, Path(run) / CHECKPOINT_DIR / LABELS_FILE) == data.get("fingerprint"):
+            cands.append(p)
     cands.append(Path(run) / RUN_DATA_DIR)
     for p in cands:
         if any((p / f"test.{ext}").is_file() for ext in ("parquet", "jsonl", "csv")):
             return p
     return None
+
+
+def _data_fingerprint(data_dir: Path, labels_file: Path) -> str | None:
+    """What `train` records as the manifest's data.fingerprint, for DATA_DIR and the labels in LABELS_FILE (cached
+    while the files' sizes and modification times stay the same)."""
+    try:
+        stats = tuple((q.name, q.stat().st_size, q.stat().st_mtime_ns) for q in sorted(Path(data_dir).iterdir()) if q.is_file())
+        lst = labels_file.stat()
+    except OSError:
+        return None
+    return _data_fingerprint_cached(str(data_dir), str(labels_file), stats, (lst.st_size, lst.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=32)
+def _data_fingerprint_cached(data_dir: str, labels_file: str, _stats: tuple, _labels_stat: tuple) -> str | None:
+    from clinicode.data.prepared import dataset_fingerprint
+
+    try:
+        labels = LabelSet.load(Path(labels_file)).to_json()
+        return hashlib.sha256((dataset_fingerprint(Path(data_dir)) + json.dumps(labels)).encode()).hexdigest()
+    except (ClinicodeError, OSError, ValueError):
+        return None
+
+
+def leam_weight_shapes(config: LEAMConfig) -> dict[str, tuple[int, ...]]:
+    """The tensor names and shapes a LEAM of CONFIG holds (`LEAM(config).state_dict()`), computed without torch."""
+    P, K, H, V, r = config.embed_dim, config.n_labels, config.hidden_dim, config.vocab_size, config.radius
+    shapes = {"word_emb.weight": (V, P), "label_emb": (K, P), "phrase_w": (2 * r + 1,), "phrase_b": (K,),
+              "head.1.weight": (H, P), "head.1.bias": (H,), "head.4.weight": (K, H), "head.4.bias": (K,)}
+    if config.code_evidence:
+        shapes["evidence_rho"] = (K,)
+    return shapes
+
+
+def weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from a safetensors file's header; no tensor is read (and torch is not needed).
+
+    Raises:
+        CheckpointError: not a readable safetensors file.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({type(err).__name__}); retrain.") from None
+
+
+def check_weight_shapes(folder: Path) -> LEAMConfig:
+    """Compare model_config.json with the weights' header before anything is allocated: an edited config (absurd
+    sizes) is one line instead of gigabytes.
+
+    Returns:
+        the model configuration.
+    Raises:
+        CheckpointError: the configuration is unreadable, or implies other tensors than the weights hold.
+    """
+    try:
+        model_config = load_config(LEAMConfig, folder / MODEL_CONFIG_FILE)
+    except ClinicodeError as err:
+        raise CheckpointError(f"{folder}: {err}") from err
+    held = weight_shapes(folder / WEIGHTS_FILE)
+    implied = leam_weight_shapes(model_config)
+    missing = sorted(set(implied) - set(held))
+    unexpected = sorted(set(held) - set(implied))
+    if missing or unexpected:
+        raise CheckpointError(f"{folder / WEIGHTS_FILE}: missing tensors {missing}, unexpected {unexpected}; retrain.")
+    for name, shape in implied.items():
+        if held[name] != shape:
+            raise CheckpointError(
+                f"{folder}: {MODEL_CONFIG_FILE} implies tensor {name} of shape {shape}, but {WEIGHTS_FILE} holds "
+                f"{held[name]}; the pieces disagree (edited or from different runs), retrain.")
+    return model_config
 
 
 def resolve_checkpoint_dir(path: Path) -> Path:
@@ -205,6 +290,8 @@ def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[st
                 f"{folder}: {name} does not match the hash in manifest.json (changed or damaged after saving); "
                 "restore the original file or retrain."
             )
+    if kind == "leam":
+        check_weight_shapes(folder)  # header only: no torch, no allocation
     return folder, manifest
 
 
@@ -245,10 +332,7 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
     if kind != "leam":
         raise CheckpointError(f"{folder}: unknown model kind {kind!r} in manifest.json; expected 'leam' or 'tfidf-lr'.")
 
-    try:
-        model_config = load_config(LEAMConfig, folder / MODEL_CONFIG_FILE)
-    except ClinicodeError as err:
-        raise CheckpointError(f"{folder}: {err}") from err
+    model_config = check_weight_shapes(folder)  # before anything is built or allocated
     tokenizer = ClinicalTokenizer.load(folder / TOKENIZER_FILE)
     if model_config.n_labels != len(labels):
         raise CheckpointError(

@@ -19,6 +19,7 @@ import typer
 from clinicode import __version__
 from clinicode.config import CompareConfig, DemoConfig, LEAMConfig, PredictConfig, PrepareConfig, TrainConfig, default_of
 from clinicode.errors import ClinicodeError, ConfigError
+from clinicode.safe_io import claim_folder, releases_claims
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Automated ICD coding of clinical notes with LEAM.")
@@ -32,6 +33,21 @@ def os_error_message(err: OSError) -> str:
             "(file or folder) and can be written, and that the disk has room.")
 
 
+EXIT_EPIPE = 141  # 128 + SIGPIPE: what a shell shows for a writer whose reader closed the pipe (`yes | head -1`)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush into a closed pipe raises nothing."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # stdout is not a file descriptor (a test runner's buffer): nothing will be flushed into a pipe
+
+
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """ClinicodeError and expected OS errors -> one line on stderr and status 1; anything else is a bug and keeps
     its traceback."""
@@ -42,6 +58,9 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except ClinicodeError as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(1) from None
+        except BrokenPipeError:
+            _quiet_stdout()  # the reader left (`| head`): no message, and none at exit when Python flushes stdout
+            raise typer.Exit(EXIT_EPIPE) from None
         except OSError as err:
             typer.echo(f"error: {os_error_message(err)}", err=True)
             raise typer.Exit(1) from None
@@ -169,6 +188,7 @@ def demo_data_cli(
 
 @app.command("train")
 @_friendly
+@releases_claims  # the run folder claimed for `train --mimic-dir` is released when the command ends
 def train_cli(
     out: Annotated[Path, typer.Option(help="Run folder to write (checkpoint/, history.jsonl, ...).")],
     data: Annotated[Optional[Path], typer.Option(help="Prepared dataset (or any folder of {train,dev,test}.{parquet,jsonl,csv}).")] = None,
@@ -258,10 +278,12 @@ def _prepare_into_run(out: Path, *, mimic_dir: Path, splits_dir: Path | None, re
     from clinicode.runtime import barrier, init_distributed, pick_device
     from clinicode.train import check_run_folder
 
-    check_run_folder(out, resume=resume, inputs={"--mimic-dir": mimic_dir, "--splits-dir": splits_dir,
-                                                 "--note-dir": prepare.get("note_dir"), "--splits-file": prepare.get("splits_file")})
+    out = check_run_folder(out, resume=resume, inputs={"--mimic-dir": mimic_dir, "--splits-dir": splits_dir,
+                                                       "--note-dir": prepare.get("note_dir"), "--splits-file": prepare.get("splits_file")})
     data = out / RUN_DATA_DIR
     rank, _ = init_distributed(pick_device(device))
+    if rank == 0:
+        claim_folder(out, option="--out")  # before preparing: a second run into the same folder stops here
     if rank == 0 and not (resume and is_prepared_dataset(data)):
         _print_summary(prepare_mimic(mimic_dir, data, splits_dir=splits_dir, **prepare))
     barrier()  # under torchrun the other ranks wait for rank 0's prepared data

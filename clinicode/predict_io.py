@@ -5,7 +5,10 @@ The output record is `Prediction.to_dict()`; `record_line`, `csv_row` and `recor
 
 Output goes to OUT.partial, flushed per chunk, and is renamed to OUT at the end: a killed run leaves no
 half-written OUT, and `resume=True` continues from the ids already in OUT.partial. OUT.partial.json records the
-checkpoint and options of the run that wrote it, so a resume with other ones is refused instead of mixing models.
+checkpoint, options and input (size, modification time, hash of its first MiB) of the run that wrote it, so a
+resume with other ones is refused instead of mixing models or notes. OUT.partial is locked while a run writes it, so
+a second run to the same output refuses. A finished OUT gets a hidden marker, `.OUT.clinicode.json` (run id, size,
+SHA-256): only a file that matches its marker is recognised as predict's own and may be replaced.
 Bad records get an `error` field and are counted; they never stop the run unless `strict`.
 """
 
@@ -17,41 +20,70 @@ import io
 import itertools
 import json
 import os
+import stat
 import sys
+import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from clinicode.artifacts import check_output, read_json, write_json_atomic
+from clinicode.artifacts import check_output, read_json, sha256_file, write_json_atomic
 from clinicode.config import PREDICT
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.predict import Prediction, Predictor
 from clinicode.records import Record, read_records
+from clinicode.safe_io import check_output_kind, input_fingerprint, locked_output
 
 CHUNK = 256
 CSV_HEADER = ("id", "predicted", "scores", "truncated", "error")
 PARTIAL_KIND = "predict-partial"
+OUTPUT_KIND = "predict-output"
+
+
+def output_marker(out: Path) -> Path:
+    """The hidden file beside a finished output that says `clinicode predict` wrote it: `.OUT.clinicode.json`."""
+    out = Path(out)
+    return out.with_name(f".{out.name}.clinicode.json")
 
 
 def is_predict_output(path: Path) -> bool:
-    """True for a file `clinicode predict` wrote (JSONL records or its CSV header), or an empty file."""
+    """True for a file `clinicode predict` wrote, or an empty regular file (nothing to lose).
+
+    Recognised by its marker (`output_marker`), which records the run id and the output's size and SHA-256 when it
+    was written: a file edited or replaced since, or any file without a marker, is not recognised, whatever its
+    records look like.
+    """
+    p = Path(path)
     try:
-        with open(path, encoding="utf-8", newline="") as f:
-            first = f.readline()
-    except (OSError, UnicodeDecodeError):
+        st = os.stat(p)
+    except OSError:
         return False
-    if not first:
-        return True  # empty: nothing to lose
-    if first.rstrip("\r\n") == ",".join(CSV_HEADER):
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    if st.st_size == 0:
         return True
     try:
-        obj = json.loads(first)
-    except ValueError:
+        mark = read_json(output_marker(p))
+    except (OSError, ValueError):
         return False
-    if isinstance(obj, dict) and obj.get("resourceType") == "Bundle":  # `--format fhir` output (clinicode.fhir)
-        return any(isinstance(t, dict) and t.get("code") == "machine-generated" for t in (obj.get("meta") or {}).get("tag", []))
-    return isinstance(obj, dict) and "id" in obj and bool({"scores", "error", "predicted"} & obj.keys())
+    return (isinstance(mark, dict) and mark.get("kind") == OUTPUT_KIND and mark.get("size") == st.st_size
+            and mark.get("sha256") == sha256_file(p))
+
+
+def _own_json(path: Path, kind: str) -> bool | None:
+    """None when PATH is absent; True when it is a regular file holding clinicode's JSON of KIND; else False."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("kind") == kind
 
 
 def record_line(rec: Mapping[str, Any]) -> str:
@@ -138,18 +170,23 @@ def score_records(
 
 
 class _Writer:
-    """JSONL or CSV records to OUT.partial; `finish()` renames it to OUT."""
+    """JSONL or CSV records to OUT.partial (locked while open); `finish()` marks and renames it to OUT."""
 
-    def __init__(self, out: str | Path, *, fmt: str, append: bool) -> None:
+    def __init__(self, out: str | Path, *, fmt: str, append: bool, fd: int | None = None, run_id: str = "") -> None:
         self.stdout = str(out) == "-"
         self.fmt = fmt
+        self.run_id = run_id
         if self.stdout:
             self.f = sys.stdout
         else:
             self.final = Path(out)
             self.partial = self.final.with_name(self.final.name + ".partial")
-            self.final.parent.mkdir(parents=True, exist_ok=True)
-            self.f = open(self.partial, "a" if append else "w", encoding="utf-8", newline="")
+            assert fd is not None  # the locked OUT.partial (`locked_output`)
+            if append:
+                os.lseek(fd, 0, os.SEEK_END)
+            else:
+                os.ftruncate(fd, 0)
+            self.f = open(fd, "w", encoding="utf-8", newline="", closefd=True)
         self.csv = csv.writer(self.f) if fmt == "csv" else None
         if self.csv is not None and not (append and self.partial.stat().st_size > 0):
             self.csv.writerow(CSV_HEADER)
@@ -165,11 +202,21 @@ class _Writer:
         if not self.stdout:
             os.fsync(self.f.fileno())
 
+    def close(self) -> None:
+        """Release the lock without finishing (an error stopped the run; OUT.partial stays for --resume)."""
+        if not self.stdout and not self.f.closed:
+            self.f.close()
+
     def finish(self) -> None:
         self.flush()
         if not self.stdout:
-            self.f.close()
+            # The marker first: a kill between the two steps leaves an output without a matching marker, which is
+            # then refused rather than overwritten (the safe side).
+            write_json_atomic(output_marker(self.final), {
+                "kind": OUTPUT_KIND, "run_id": self.run_id, "size": self.partial.stat().st_size,
+                "sha256": sha256_file(self.partial)})
             os.replace(self.partial, self.final)
+            self.f.close()  # releases the lock, after the rename
 
 
 def _done_ids(p: Path, fmt: str) -> Counter[str]:
@@ -217,11 +264,9 @@ def predict_file(
             are any; such records are scored like any other.
     Raises:
         DataFormatError: an unreadable or empty input; with strict=True, the first bad record.
+        ConfigError: an output that is not a regular file or new, not clinicode's, or being written by another run.
     """
-    from tqdm.auto import tqdm
-
     fmt = "csv" if str(output).endswith(".csv") else "jsonl"
-    i_shard, n_shard = shard
     if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
         raise ConfigError(f"--threshold must be in [0, 1], got {threshold}.")
     if encode is not None and (resume or fmt == "csv"):
@@ -236,23 +281,64 @@ def predict_file(
     if first is None:
         raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, CSV/parquet row or .txt file.")
     done: Counter[str] = Counter()
+    fd: int | None = None
+    run_id = uuid.uuid4().hex
     if to_file:
         out = Path(output)
         partial = out.with_name(out.name + ".partial")
         sidecar = out.with_name(out.name + ".partial.json")
-        settings = _settings(predictor, input=input, fmt=fmt, top_k=top_k, threshold=threshold, explain=explain, shard=shard)
-        if partial.exists() and (partial.is_dir() or not is_predict_output(partial)):
-            raise ConfigError(f"{partial} exists and was not written by `clinicode predict`; move it away or choose another --output.")
-        if resume and partial.is_file():
-            _check_resumable(sidecar, settings, partial)
-            _truncate_torn_tail(partial)
-            done = _done_ids(partial, fmt)
-        elif resume and out.is_file():
+        marker = output_marker(out)
+        settings = _settings(predictor, input=input, fmt=fmt, top_k=top_k, threshold=threshold, explain=explain,
+                             shard=shard, run_id=run_id)
+        for p in (partial, sidecar, marker):
+            check_output_kind(p, "--output")
+        if _own_json(marker, OUTPUT_KIND) is False:
+            raise ConfigError(f"{marker} exists and was not written by `clinicode predict`; move it away or choose another "
+                              "--output (nothing was written).")
+        own_sidecar = _own_json(sidecar, PARTIAL_KIND)
+        if own_sidecar is False:
+            raise ConfigError(f"{sidecar} exists and was not written by `clinicode predict`; move it away or choose another "
+                              "--output (nothing was written).")
+        if (partial.exists() or partial.is_symlink()) and (partial.is_symlink() or not partial.is_file() or not own_sidecar):
+            raise ConfigError(f"{partial} exists and was not written by `clinicode predict`; move it away or choose another "
+                              "--output (nothing was written).")
+        if resume and not partial.is_file() and out.is_file():
             raise ConfigError(f"--resume: {out} is a finished output and there is no {partial.name} to continue; write new "
                               "notes to another --output, or drop --resume to score everything again.")
-        if not done:
-            write_json_atomic(sidecar, settings)  # before the first record, so every OUT.partial has its settings
-    writer = _Writer(output, fmt=fmt, append=resume and bool(done))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        existed = partial.is_file()
+        fd, created = locked_output(partial, what=f"--output {out}")  # a second run to the same output stops here
+        try:
+            if resume and existed:
+                _check_resumable(sidecar, settings, partial)
+                _truncate_torn_tail(partial)
+                done = _done_ids(partial, fmt)
+            if not done:
+                write_json_atomic(sidecar, settings)  # before the first record, so every OUT.partial has its settings
+        except BaseException:
+            os.close(fd)
+            if created:
+                partial.unlink(missing_ok=True)
+            raise
+    writer = _Writer(output, fmt=fmt, append=resume and bool(done), fd=fd, run_id=run_id)
+    try:
+        counts = _score(predictor, writer, first, records, done, shard=shard, top_k=top_k, threshold=threshold,
+                        explain=explain, strict=strict, progress=progress, on_bad=on_bad)
+        writer.finish()
+    finally:
+        writer.close()
+    if to_file:
+        Path(output).with_name(Path(output).name + ".partial.json").unlink(missing_ok=True)
+    return counts
+
+
+def _score(predictor: Predictor, writer: _Writer, first: Record, records: Any, done: Counter[str], *,
+           shard: tuple[int, int], top_k: int | None, threshold: float | None, explain: int, strict: bool,
+           progress: bool, on_bad: Callable[[str], None] | None) -> dict[str, int]:
+    """Score FIRST and RECORDS (skipping the ids in DONE) into WRITER; returns the counts."""
+    from tqdm.auto import tqdm
+
+    i_shard, n_shard = shard
     counts = {"scored": 0, "errors": 0, "skipped": 0}
     seen: set[str] = set()
     bar = tqdm(desc="notes", unit="note", disable=not progress, file=sys.stderr)
@@ -289,14 +375,11 @@ def predict_file(
     for chunk, preds in score_records(predictor, todo(), top_k=top_k, threshold=threshold, explain=explain):
         write(chunk, preds)
     bar.close()
-    writer.finish()
-    if to_file:
-        Path(output).with_name(Path(output).name + ".partial.json").unlink(missing_ok=True)
     return counts
 
 
 def _settings(predictor: Predictor, *, input: str | Path, fmt: str, top_k: int | None, threshold: float | None,
-              explain: int, shard: tuple[int, int]) -> dict[str, Any]:
+              explain: int, shard: tuple[int, int], run_id: str = "") -> dict[str, Any]:
     """What decides the records a run writes: checkpoint (its manifest, which hashes every file) and options."""
     manifest = json.dumps(predictor.checkpoint.manifest, sort_keys=True).encode("utf-8")
     return {
@@ -309,6 +392,8 @@ def _settings(predictor: Predictor, *, input: str | Path, fmt: str, top_k: int |
         "threshold": predictor.threshold if threshold is None else float(threshold),
         "explain": explain,
         "shard": list(shard),
+        "input_file": None if str(input) == "-" else input_fingerprint(input),
+        "run_id": run_id,
     }
 
 
@@ -324,6 +409,12 @@ def _check_resumable(sidecar: Path, settings: dict[str, Any], partial: Path) -> 
     names = {"checkpoint_sha256": "checkpoint", "input": "--input", "format": "output format", "top_k": "--top-k",
              "threshold": "--threshold", "explain": "--explain", "shard": "--shard"}
     diff = [f"{label} {saved.get(k)!r} then {settings[k]!r}" for k, label in names.items() if saved.get(k) != settings[k]]
+    if not diff and (saved.get("input_file") is None or settings["input_file"] is None):
+        raise ConfigError(f"--resume: {partial} was written from a stream (stdin or a pipe), which cannot be checked for "
+                          "changes; drop --resume to score everything again.")
+    if not diff and saved.get("input_file") != settings["input_file"]:
+        raise ConfigError(f"--resume: --input {settings['input']} changed since {partial.name} was written (its size, "
+                          "modification time or first MiB differ); drop --resume to score the new notes from the start.")
     if diff:
         if saved.get("checkpoint_sha256") != settings["checkpoint_sha256"]:
             diff[0] = f"checkpoint {saved.get('checkpoint')} then {settings['checkpoint']}"

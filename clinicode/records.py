@@ -7,6 +7,8 @@ Messages name files, lines, rows and ids, never note text.
 
 from __future__ import annotations
 
+import codecs
+import functools
 import gzip
 import io
 import json
@@ -14,12 +16,14 @@ import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, BinaryIO, Callable, Iterator
 
 from clinicode.data.text import describe_columns
 from clinicode.errors import DataFormatError
+from clinicode.safe_io import LineTooLong, is_readable_stream, read_lines_bounded
 
 BATCH_ROWS = 1024  # rows parsed at a time from CSV and Parquet
+MAX_LINE_BYTES = 64 << 20  # bytes one JSONL line or .txt note may hold; a longer one is a bad record, never loaded whole
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".ndjson", ".csv", ".csv.gz", ".parquet", ".txt")
 
 
@@ -56,12 +60,26 @@ def _record(rid: str, text: Any) -> Record:
     return Record(rid, None if err else text, err)
 
 
-def _jsonl_records(f: TextIO, source: str) -> Iterator[Record]:
-    for n, line in enumerate(f, start=1):
-        if not line.strip():
+def _jsonl_records(f: BinaryIO, source: str) -> Iterator[Record]:
+    """Records of a binary JSONL stream, decoded line by line: a line that is not UTF-8 or longer than MAX_LINE_BYTES
+    is a bad record with its line number (the rest of the file is still read), never a whole-file failure."""
+    for n, line in enumerate(read_lines_bounded(f, MAX_LINE_BYTES), start=1):
+        if isinstance(line, LineTooLong):
+            yield Record(f"line-{n}", None, f"line {n} of {source}: more than the {_size(MAX_LINE_BYTES)} a record "
+                                            "may hold; split or shorten the note")
+            continue
+        if n == 1 and line.startswith(codecs.BOM_UTF8):
+            line = line[len(codecs.BOM_UTF8):]
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as err:
+            yield Record(f"line-{n}", None, f"line {n} of {source}: not UTF-8 text ({err.reason} at byte {err.start + 1} "
+                                            "of the line); re-encode the file as UTF-8")
+            continue
+        if not text.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(text)
         except json.JSONDecodeError:
             yield Record(f"line-{n}", None, f"line {n} of {source}: not valid JSON")
             continue
@@ -73,6 +91,26 @@ def _jsonl_records(f: TextIO, source: str) -> Iterator[Record]:
             yield Record(rid, None, f"record {rid!r} (line {n}): no 'text' field")
             continue
         yield _record(rid, obj["text"])
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n:,} bytes"
+
+
+def _first_bad_line(raw: Callable[[], BinaryIO]) -> int | None:
+    """The number of the first line of a file that is not UTF-8 (for messages; read again, line by line)."""
+    try:
+        with raw() as f:
+            for n, line in enumerate(read_lines_bounded(f, MAX_LINE_BYTES), start=1):
+                if isinstance(line, LineTooLong):
+                    continue
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError:
+                    return n
+    except OSError:
+        return None
+    return None
 
 
 def frame_records(df: Any, source: str, offset: int = 0) -> Iterator[Record]:
@@ -115,8 +153,16 @@ def _parquet_records(src: Any, where: str) -> Iterator[Record]:
         raise DataFormatError(f"{where}: not a readable parquet file ({type(err).__name__}); write it again or use .jsonl/.csv.") from None
     offset = 0
     cols = [c for c in ("id", "text") if c in pf.schema_arrow.names] or None
-    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=cols):
-        df = batch.to_pandas()
+    batches = pf.iter_batches(batch_size=BATCH_ROWS, columns=cols)
+    while True:
+        try:
+            batch = next(batches, None)
+            df = None if batch is None else batch.to_pandas()
+        except (pa.ArrowException, OSError) as err:
+            raise DataFormatError(f"{where}: damaged parquet file after row {offset:,} ({type(err).__name__}); write it "
+                                  "again or use .jsonl/.csv.") from None
+        if df is None:
+            return
         yield from frame_records(df, where, offset)
         offset += len(df)
 
@@ -130,45 +176,55 @@ def read_records(source: str | Path | Upload) -> Iterator[Record]:
     """Stream the records of SOURCE: a file or folder path, '-' (JSONL on stdin), or an in-memory `Upload`.
 
     Formats by name: .jsonl/.ndjson/.json lines (optionally .gz), .csv (optionally .gz), .parquet, .txt (one note; the
-    id is the file name), or a folder of .txt files. A byte-order mark is dropped.
+    id is the file name), or a folder of .txt files (any case: NOTE.TXT too). A pipe (`<(cmd)`) without a known
+    extension is read as JSONL, like stdin. A byte-order mark is dropped. A JSONL line or .txt note of more than
+    MAX_LINE_BYTES, or one that is not UTF-8, is a bad record (with its line number), not a failure.
 
     Raises:
         DataFormatError: a missing path, unknown extension, undecodable bytes, unreadable CSV/Parquet or a table
             without a `text` column (one line naming the file, never its text).
     """
+    stream = False
     if isinstance(source, Upload):
         where, name = source.name, source.name
     elif str(source) == "-":
-        yield from _jsonl_records(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig", errors="strict"), "stdin")
+        try:
+            yield from _jsonl_records(sys.stdin.buffer, "stdin")
+        except OSError as err:
+            raise DataFormatError(f"--input -: stdin could not be read ({err.strerror or type(err).__name__}).") from None
         return
     else:
         p = Path(source)
         where, name = f"--input {p}", p.name
         if p.is_dir():
-            files = sorted(q for q in p.iterdir() if q.suffix == ".txt" and q.is_file())
+            files = sorted(q for q in p.iterdir() if q.suffix.lower() == ".txt" and q.is_file())
             if not files:
                 raise DataFormatError(f"--input {p}: folder holds no .txt files; put one note per .txt file in it.")
             for q in files:
-                yield _txt_record(q.stem, q.read_bytes, q.name)
+                yield _txt_record(q.stem, functools.partial(_read_head, q), q.name)
             return
-        if not p.is_file():
-            raise DataFormatError(f"--input {p}: no such file or folder.")
+        stream = is_readable_stream(p)  # a pipe, e.g. bash's <(cmd) as /dev/fd/N
+        if not p.is_file() and not stream:
+            raise DataFormatError(f"--input {p}: no such file or folder." if not p.exists() else
+                                  f"--input {p}: not a regular file, folder or pipe; pass a notes file or folder.")
     suffix = _suffix(name)
+    if stream and suffix not in SUFFIXES:
+        suffix = ".jsonl"  # a pipe has no file type of its own: JSONL, like stdin
     if suffix not in SUFFIXES:
         raise DataFormatError(f"{where}: unknown file type {suffix or '(none)'!r}; expected .jsonl, .csv, .parquet, .txt "
                               "or a folder of .txt files.")
 
-    def raw():  # a binary file object over the source
+    def raw() -> BinaryIO:  # a binary file object over the source
         return io.BytesIO(source.data) if isinstance(source, Upload) else open(source, "rb")
 
     try:
         if suffix == ".txt":
-            yield _txt_record(Path(name).stem, lambda: raw().read(), name)
+            yield _txt_record(Path(name).stem, lambda: _read_head(raw), name)
         elif suffix == ".parquet":
             with raw() as f:
                 yield from _parquet_records(f, where)
         elif suffix == ".jsonl.gz":
-            with gzip.open(raw(), "rt", encoding="utf-8-sig") as f:
+            with gzip.open(raw(), "rb") as f:
                 yield from _jsonl_records(f, name)
         elif suffix == ".csv.gz":
             with gzip.open(raw()) as f:
@@ -177,16 +233,27 @@ def read_records(source: str | Path | Upload) -> Iterator[Record]:
             with raw() as f:
                 yield from _csv_records(f, where)
         else:
-            with io.TextIOWrapper(raw(), encoding="utf-8-sig", errors="strict") as f:
+            with raw() as f:
                 yield from _jsonl_records(f, name)
     except UnicodeDecodeError as err:
-        raise DataFormatError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start}); re-encode the file as UTF-8.") from None
+        line = None if stream else _first_bad_line(lambda: gzip.open(raw(), "rb") if suffix.endswith(".gz") else raw())
+        at = f"line {line}" if line is not None else f"byte {err.start}"
+        raise DataFormatError(f"{where}: not UTF-8 text ({err.reason} at {at}); re-encode the file as UTF-8.") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise DataFormatError(f"{where}: damaged or truncated file ({type(err).__name__}); write it again.") from None
 
 
+def _read_head(src: Path | Callable[[], BinaryIO]) -> bytes:
+    """A .txt note's bytes, at most MAX_LINE_BYTES + 1 (so an oversized one is told, not loaded whole)."""
+    with (open(src, "rb") if isinstance(src, Path) else src()) as f:
+        return f.read(MAX_LINE_BYTES + 1)
+
+
 def _txt_record(rid: str, read, name: str) -> Record:
+    data = read()
+    if len(data) > MAX_LINE_BYTES:  # _read_head reads one byte more than the bound, to tell
+        return Record(rid, None, f"file {name}: more than the {_size(MAX_LINE_BYTES)} a note may hold; split or shorten it")
     try:
-        return _record(rid, read().decode("utf-8-sig"))
+        return _record(rid, data.decode("utf-8-sig"))
     except UnicodeDecodeError:
         return Record(rid, None, f"file {name}: not UTF-8 text")

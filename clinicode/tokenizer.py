@@ -95,6 +95,9 @@ class _Sentences:
                 yield words[a[i:i + _W2V_MAX_WORDS]].tolist()
 
 
+CHARS_PER_TOKEN = 64  # characters read per kept token at most: a note longer than max_len * 64 is cut before tokenising
+
+
 class ClinicalTokenizer:
     """CAML-style word tokenizer backed by a Rust `tokenizers.Tokenizer`.
 
@@ -195,11 +198,16 @@ class ClinicalTokenizer:
         texts = list(texts)
         if not texts:
             return []
+        # max_len tokens never need more than CHARS_PER_TOKEN characters each: a longer note is cut first (and flagged
+        # truncated), so a 50 MB note costs what its head costs instead of gigabytes of token objects.
+        cap = self.max_len * CHARS_PER_TOKEN
+        cut = [len(t) > cap for t in texts]
+        texts = [t[:cap] if c else t for t, c in zip(texts, cut)]
         if offsets:
             encs = self._tok.encode_batch(texts, add_special_tokens=False)
-            return [Encoded(e.ids, [tuple(o) for o in e.offsets], bool(e.overflowing)) for e in encs]
+            return [Encoded(e.ids, [tuple(o) for o in e.offsets], bool(e.overflowing) or c) for e, c in zip(encs, cut)]
         encs = self._tok.encode_batch_fast(texts, add_special_tokens=False)
-        return [Encoded(e.ids, [], bool(e.overflowing)) for e in encs]
+        return [Encoded(e.ids, [], bool(e.overflowing) or c) for e, c in zip(encs, cut)]
 
     def encode_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each note (int32 arrays: a tenth of the memory of lists of Python ints), encoded a chunk of

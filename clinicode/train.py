@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -37,6 +38,7 @@ from clinicode.metrics import HEADLINE, all_metrics, binarize, metrics_report, t
 from clinicode.model import LEAM
 from clinicode.predict import Predictor
 from clinicode.runtime import barrier, init_distributed, pick_device, seed_everything, world
+from clinicode.safe_io import claim_folder, releases_claims
 from clinicode.tokenizer import ClinicalTokenizer
 from clinicode.train_state import STATE_DIR, WeightAverage, load_state, make_optimizer, save_state
 
@@ -317,28 +319,40 @@ def _finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[floa
     return {"threshold": t, "dev": metrics_dev, "test": metrics_test}
 
 
-def _start_run(run: Path, config: TrainConfig, model_options: dict[str, Any] | None) -> None:
-    """Create RUN with its run.json, which marks it as a run folder from the start (never rewritten)."""
-    run.mkdir(parents=True, exist_ok=True)
-    if world()[0] == 0 and not (run / RUN_FILE).is_file():
+def _start_run(run: Path, config: TrainConfig, model_options: dict[str, Any] | None, *, resume: bool) -> None:
+    """Claim RUN (created atomically and locked until `train` returns: a second run into it stops here) and write its
+    run.json, which marks it as a run folder from the start (kept on --resume; rewritten by a fresh run into a folder
+    whose earlier run never finished an epoch)."""
+    run.parent.mkdir(parents=True, exist_ok=True)
+    if world()[0] != 0:
+        run.mkdir(exist_ok=True)
+        return
+    claim_folder(run, option="--out")
+    if holds_training(run) and not resume:  # another run finished an epoch here between the check and the claim
+        raise ConfigError(f"--out {run} already holds a run; pass --resume to continue it, or choose a new --out folder.")
+    if not resume or not (run / RUN_FILE).is_file():
         write_json_atomic(run / RUN_FILE, make_manifest("run", train_config=config_to_dict(config),
                                                         model_options=model_options or {}))
 
 
-def check_run_folder(run: Path, *, resume: bool, inputs: dict[str, Path | str | None]) -> None:
+def check_run_folder(run: Path, *, resume: bool, inputs: dict[str, Path | str | None]) -> Path:
     """Refuse an --out that holds another run (without --resume) or anything `train` did not write; before any work.
 
     RUN/data, the run's own prepared dataset (`train --mimic-dir`, the pipelines), may sit inside the run folder.
     Under torchrun only rank 0 checks: the others would see the run.json that rank 0 has just written.
+
+    Returns:
+        RUN resolved (links and `..` as the system follows them), the path every later step writes to.
     """
     if world()[0] != 0:
-        return
+        return Path(os.path.realpath(run))
     if holds_training(run) and not resume:
         raise ConfigError(f"--out {run} already holds a run; pass --resume to continue it, or choose a new --out folder.")
-    check_output(run, option="--out", command="train", folder=True, recognise=is_run_folder,
-                 inputs={k: (None if k == "--data" and is_run_data(run, v) else v) for k, v in inputs.items()})
+    return check_output(run, option="--out", command="train", folder=True, recognise=is_run_folder,
+                        inputs={k: (None if k == "--data" and is_run_data(run, v) else v) for k, v in inputs.items()})
 
 
+@releases_claims
 def train(
     *,
     out_dir: Path,
@@ -365,10 +379,10 @@ def train(
     Returns:
         {"threshold", "dev", "test", "run"} with the final metrics.
     """
-    run = Path(out_dir)
-    ck_dir = run / CHECKPOINT_DIR
     vectors = config.embeddings if config.embeddings not in ("w2v", "random") else None
-    check_run_folder(run, resume=resume, inputs={"--data": data_dir, "--descriptions": descriptions_path, "--embeddings": vectors})
+    run = check_run_folder(Path(out_dir), resume=resume,
+                           inputs={"--data": data_dir, "--descriptions": descriptions_path, "--embeddings": vectors})
+    ck_dir = run / CHECKPOINT_DIR
     if config.model == "leam":  # unknown or out-of-range model options fail before anything is written
         config_from_dict(LEAMConfig, {"vocab_size": 3, "n_labels": 1, **(model_options or {})}, source="model options")
     ds = load_dataset(Path(data_dir), top_k=config.top_k)
@@ -396,7 +410,7 @@ def train(
             log.warning("--top-k %d kept %d labels and dropped %d notes that have none of them (%s); they are neither "
                         "trained on nor scored. Leave out --top-k to keep them.", config.top_k, len(ds.labels),
                         sum(dropped.values()), ", ".join(f"{k} {v:,}" for k, v in dropped.items()))
-    _start_run(run, config, model_options)  # only now: bad data or options leave no empty run folder behind
+    _start_run(run, config, model_options, resume=resume)  # only now: bad data or options leave no empty run folder behind
     seed_everything(config.seed)
 
     if config.model == "tfidf-lr":

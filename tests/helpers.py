@@ -47,6 +47,8 @@ def snapshot(root: Path) -> dict[str, str]:
             out[rel] = f"link->{p.readlink()}"
         elif p.is_dir():
             out[rel] = f"dir {oct(p.stat().st_mode & 0o777)}"
+        elif not p.is_file():  # a FIFO, socket or device: its kind and mode, never its "bytes" (reading could block)
+            out[rel] = f"special {oct(p.stat().st_mode)}"
         else:
             out[rel] = f"{hashlib.sha256(p.read_bytes()).hexdigest()} {oct(p.stat().st_mode & 0o777)}"
     return out

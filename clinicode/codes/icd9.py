@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from clinicode.errors import DataFormatError
+from clinicode.safe_io import LineTooLong, read_lines_bounded
 
 # Undotted ICD-9-CM as MIMIC stores them, ASCII digits only (a full-width '４０１９' or 'NA' is not a code):
 # diagnoses 001-999 with up to 2 decimals, V01-V91 with up to 2, E000-E999 with 1; procedures 00-99 with 1-2.
@@ -68,15 +69,25 @@ def format_code(code: str, *, is_diagnosis: bool) -> str:
     return format_diagnosis(code) if is_diagnosis else format_procedure(code)
 
 
+MAX_DESCRIPTION_LINE = 64 << 10  # bytes per line of a descriptions file (real ones are under 300)
+
+
 def load_descriptions_tsv(path: Path) -> dict[str, str]:
     """Read CAML's ICD9_descriptions.tsv (code<TAB>description, no header) into a dict."""
     out: dict[str, str] = {}
     try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                code, _, desc = line.rstrip("\n").partition("\t")
+        with open(path, "rb") as f:
+            for n, raw in enumerate(read_lines_bounded(f, MAX_DESCRIPTION_LINE), start=1):
+                if isinstance(raw, LineTooLong):  # e.g. /dev/zero or a binary file: stop at once, not out of memory
+                    raise DataFormatError(f"{path}: line {n} is longer than {MAX_DESCRIPTION_LINE >> 10} KiB; expected "
+                                          "code<TAB>description lines (a text file).")
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise DataFormatError(f"{path}: line {n} is not UTF-8 text; save the descriptions file as UTF-8.") from None
+                code, _, desc = line.rstrip("\r\n").partition("\t")
                 if code:
                     out[code.strip()] = desc.strip()
     except OSError as err:
-        raise DataFormatError(f"{path}: cannot read code descriptions ({err}).") from err
+        raise DataFormatError(f"{path}: cannot read code descriptions ({err.strerror or type(err).__name__}).") from None
     return out

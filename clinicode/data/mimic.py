@@ -88,6 +88,11 @@ def find_table(mimic_dir: Path, table: str, *, required: bool = True) -> Path | 
     return None
 
 
+def _release(path: Path) -> str:
+    """'MIMIC-IV v2.2' for a table in hosp/ or note/ (MIMIC-IV's layout), else 'MIMIC-III v1.4': for messages."""
+    return "MIMIC-IV v2.2" if Path(path).parent.name in ("hosp", "note") else "MIMIC-III v1.4"
+
+
 def _read_header(path: Path, required: tuple[str, ...]) -> dict[str, str]:
     """Map each required (upper-case) column to its spelling in the file; raise naming what is missing."""
     try:
@@ -104,7 +109,7 @@ def _read_header(path: Path, required: tuple[str, ...]) -> dict[str, str]:
     if missing:
         raise DataFormatError(
             f"{path} has no column {', '.join(missing)}; found {describe_columns(header.columns)}. "
-            "Is this the MIMIC-III v1.4 table?"
+            f"Is this the {_release(path)} table?"
         )
     return {c: by_upper[c] for c in required}
 
@@ -136,12 +141,13 @@ def _wrap_chunks(path: Path, chunks) -> Iterator[pd.DataFrame]:
 def _content_error(path: Path, err: BaseException, columns: tuple[str, ...] | None, what: str) -> DataFormatError:
     """One-line message for a table whose bytes or values do not parse; never quotes the offending value."""
     if isinstance(err, UnicodeDecodeError):
-        return DataFormatError(f"{path} is not valid UTF-8 ({err.reason}); MIMIC-III is UTF-8, re-save or re-extract the file.")
+        return DataFormatError(f"{path} is not valid UTF-8 ({err.reason}); {_release(path).split()[0]} is UTF-8, re-save or "
+                               "re-extract the file.")
     if isinstance(err, ValueError) and not isinstance(err, (UnicodeError, pd.errors.ParserError)):
         cols = ", ".join(c for c in (columns or ("ROW_ID", "SUBJECT_ID", "HADM_ID")) if c.endswith("_ID"))
         return DataFormatError(
             f"{path} {what}: a value in {cols} is not an integer (or the file is damaged); "
-            "expected MIMIC-III v1.4's integer ids. Re-download or re-extract the file."
+            f"expected {_release(path)}'s integer ids. Re-download or re-extract the file."
         )
     return DataFormatError(
         f"{path} {what} ({type(err).__name__}); the file is probably truncated or corrupt. Re-download or re-extract it."

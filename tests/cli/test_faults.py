@@ -289,7 +289,8 @@ def test_resume_of_a_finished_output_is_refused_and_changes_nothing(predictor, t
     _write_jsonl(src, _notes(7))  # more notes arrived
     with pytest.raises(ConfigError, match=r"o\.jsonl is a finished output and there is no o\.jsonl\.partial to continue"):
         predict_file(predictor, input=src, output=out, resume=True, progress=False)
-    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["n.jsonl", "o.jsonl"]
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".o.jsonl.clinicode.json", "n.jsonl", "o.jsonl"]
 
 
 @pytest.mark.parametrize("change,message", [
@@ -333,8 +334,10 @@ def test_resume_of_a_partial_without_its_settings_is_refused(predictor, tmp_path
     _write_jsonl(src, _notes(3))
     partial = out.with_name("o.jsonl.partial")
     partial.write_text(json.dumps({"id": "n0", "scores": {}}) + "\n")
-    with pytest.raises(ConfigError, match=r"has no readable record of the run that wrote it \(o\.jsonl\.partial\.json\)"):
+    # without its settings file nothing shows that predict wrote it (#31): refused, and left as it was
+    with pytest.raises(ConfigError, match=r"o\.jsonl\.partial exists and was not written by `clinicode predict`"):
         predict_file(predictor, input=src, output=out, resume=True, progress=False)
+    assert partial.read_text() == json.dumps({"id": "n0", "scores": {}}) + "\n" and not out.exists()
 
 
 def test_resume_with_duplicate_ids_gives_one_record_per_input_record(predictor, tmp_path):

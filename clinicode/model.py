@@ -14,12 +14,14 @@ Design decisions (stated here, as the domain notes ask):
   lost dev micro-F1 on cmc2007 and mtsamples, docs/accuracy-tuning.md). `compat="linear"` is the paper's ablation
   "LEAM (linear)": m_l = max_k G_kl, no window, no ReLU.
 - **Output:** sigmoid + BCE for multi-label notes; softmax + CE for one label per note (the paper's topic tasks).
-- **Code evidence (`code_evidence=True`; off by default, not the paper's model):** logit_k = f(z)_k + a_k e_k with
+- **Code evidence (`code_evidence=True`; on by default, not the paper's model; `--paper` is without):** logit_k = f(z)_k + a_k e_k with
   e_k = max_l window(G)_lk, the code's best phrase match anywhere in the note (u before b1 and the ReLU), and
   a_k = softplus(rho_k) >= 0, starting at log 2. With hundreds of codes the max over codes finds some code near almost
   every word, the one attention spreads over half the note, and z no longer carries a rare code's word; e_k is the
-  model's own per-code compatibility, which the max over codes throws away. e reads the attention's W1 but does not
-  train it (nor b1), and a_k cannot go below 0: both failure modes were seen (docs/accuracy-tuning.md, round 9).
+  model's own per-code compatibility, which the max over codes throws away. e does not train the attention's W1 (nor
+  b1), and a_k cannot go below 0: both failure modes were seen (docs/accuracy-tuning.md, round 9). By default it reads
+  W1 ("shared"); W1 can change sign in training, and a flipped window makes the max the code's worst-matching phrase
+  (round 10). `evidence_window` "mean" (a fixed local mean) and "positive" (W1's positive taps) are immune to that.
   It is still one attention per note; per-code evidence is a max-pooled score, not a per-code attended vector.
 - **Label regulariser:** the same head f classifies each code vector c_k as its own class (softmax cross-entropy
   against the identity), weight lambda (paper: 1). With more than `label_reg_codes` codes (256) each step averages it
@@ -165,11 +167,11 @@ class LEAM(nn.Module):
         # (7) optional, not the paper: e_k = max_l window(G)_lk, each code's best phrase match in the note, a_k >= 0.
         if cfg.code_evidence:
             if table is None and not self.fast:
-                W = G if linear else _window(G, W1.detach())                          # [B, L, K] before b1 and ReLU
+                W = G if linear else _window(G, self.evidence_taps())                 # [B, L, K] before b1 and ReLU
                 e = W.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)   # [B, K]
             else:
                 V = F.embedding(ids, E, padding_idx=0) if V is None else V
-                e = self._evidence(self._windowed(V, mask, W1.detach()), mask, Cn, block)  # [B, K]
+                e = self._evidence(self._windowed(V, mask, self.evidence_taps()), mask, Cn, block)  # [B, K]
             logits = logits + self.evidence_weight() * e
         if not return_attention:
             return LEAMOutput(logits=logits)
@@ -182,6 +184,24 @@ class LEAM(nn.Module):
         if self.config.compat == "linear":
             return Vn
         return kernels.phrase_window(Vn, W1) if V.device.type == "cpu" else _window(Vn, W1)
+
+    def evidence_taps(self) -> torch.Tensor:
+        """The window code evidence reads: the attention's W1, detached ("shared", the default), a fixed local mean of G
+        over the 2r+1 positions ("mean"), or W1's positive taps ("positive"): the last two cannot be turned into
+        "worst match" by W1 changing sign."""
+        if self.config.evidence_window == "mean":
+            return torch.full_like(self.phrase_w, 1.0 / self.phrase_w.numel()).detach()
+        if self.config.evidence_window == "positive":                               # W1's positive taps; all <= 0: the mean
+            w = self.phrase_w.detach().clamp(min=0.0)
+            return w if float(w.sum()) > 1e-6 else torch.full_like(w, 1.0 / w.numel())
+        return self.phrase_w.detach()
+
+    @torch.no_grad()
+    def constrain(self) -> None:
+        """After each optimiser step: with `window_nonneg`, W1's taps are projected onto >= 0 (a weighting of nearby
+        positions; a free W1 can flip sign, and then max_l window(G) is the phrase that matches a code worst)."""
+        if self.config.window_nonneg and self.config.compat == "cosine":
+            self.phrase_w.clamp_(min=0.0)
 
     def evidence_weight(self) -> torch.Tensor:
         """a = softplus(rho), [K]: each code's weight on its best phrase match, never negative (a match can only count

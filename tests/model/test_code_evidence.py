@@ -1,13 +1,15 @@
 """`code_evidence`: each code's logit also gets a_k * max_l window(G)_lk, its best phrase match in the note, with
-a_k = softplus(rho_k) >= 0 (not the paper's model; off by default). The fast paths must compute the plain expression,
+a_k = softplus(rho_k) >= 0 (not the paper's model; on by default). The fast paths must compute the plain expression,
 values and gradients, at few and many codes; the evidence must not train the attention's window W1 or bias b1."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import clinicode.model
 from clinicode.batching import pad_batch
 from clinicode.config import LEAMConfig
+from clinicode.errors import ConfigError
 from clinicode.memory import plan
 from clinicode.model import LEAM, _cosine, _window
 
@@ -15,8 +17,10 @@ NOTES = [[2, 3, 4, 5, 6, 7, 8, 30, 31, 2, 2], [9, 10, 11], [12], [13, 14, 15, 16
 
 
 def _pair(n_labels=5, **kw):
-    """The same weights twice, every a_k different: the fast paths and the plain reference."""
+    """The same weights twice, every a_k different: the fast paths and the plain reference. The evidence reads the
+    uneven W1 ("shared"), so no two positions tie; the default fixed mean is checked on its own below."""
     torch.manual_seed(0)
+    kw = {"evidence_window": "shared", **kw}
     cfg = LEAMConfig(vocab_size=40, n_labels=n_labels, embed_dim=8, radius=2, hidden_dim=16, code_evidence=True, **kw)
     fast, ref = LEAM(cfg).eval(), LEAM(cfg, fast=False).eval()
     with torch.no_grad():
@@ -31,7 +35,7 @@ def _best_match(model, ids, mask):
     """max over each note's real positions of window(G)_lk (G_lk for "linear"), written out from the paper's G."""
     C = model.label_emb
     G = _cosine(model.word_emb(ids), C / C.norm(dim=-1, keepdim=True), mask)  # [B, L, K]
-    W = G if model.config.compat == "linear" else _window(G, model.phrase_w)
+    W = G if model.config.compat == "linear" else _window(G, model.evidence_taps())
     return W.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)     # [B, K]
 
 
@@ -138,7 +142,7 @@ def test_a_tie_between_positions_is_harmless():
 
 def test_the_memory_plan_counts_it():
     for K, training in ((50, True), (50, False), (9000, True), (9000, False)):
-        base = LEAMConfig(vocab_size=50_000, n_labels=K)
+        base = LEAMConfig(vocab_size=50_000, n_labels=K, code_evidence=False)
         with_it = LEAMConfig(vocab_size=50_000, n_labels=K, code_evidence=True)
         a = plan(base, batch_size=16, max_len=2500, budget_mb=4096, training=training)
         b = plan(with_it, batch_size=16, max_len=2500, budget_mb=4096, training=training)
@@ -148,7 +152,7 @@ def test_the_memory_plan_counts_it():
     with pytest.raises(Exception, match="--memory-budget"):
         plan(LEAMConfig(vocab_size=50_000, n_labels=9000, code_evidence=True), batch_size=16, max_len=2500,
              budget_mb=200, training=True)
-    assert plan(LEAMConfig(vocab_size=50_000, n_labels=9000), batch_size=16, max_len=2500, budget_mb=200,
+    assert plan(LEAMConfig(vocab_size=50_000, n_labels=9000, code_evidence=False), batch_size=16, max_len=2500, budget_mb=200,
                 training=True).batch_mb < 200                                   # the same batch fits without it
 
 
@@ -217,3 +221,40 @@ def test_it_ranks_rare_word_marked_codes_better_than_the_paper_alone():
         if evidence:
             assert model.phrase_w.detach().sum() > 0.5                   # the attention's window kept its shape
     assert result[True] > 0.98 and result[True] > result[False] + 0.02, result
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_evidence_windows_and_what_a_flipped_w1_does_to_each(fast):
+    """evidence_window="mean": e_k = max_l of the plain local mean of G, whatever sign the attention's W1 takes;
+    "positive": W1's positive taps (the mean when none is); "shared" (the default) reads W1 itself, so a flipped W1
+    makes it each code's worst-matching phrase."""
+    torch.manual_seed(0)
+    ids = torch.randint(2, 40, (3, 12))
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    mask[1, 9:] = False
+    taps = torch.tensor([0.1, 0.3, 0.9, 0.2, 0.4])
+    for kind in ("mean", "shared", "positive"):
+        cfg = LEAMConfig(vocab_size=40, n_labels=5, embed_dim=8, radius=2, hidden_dim=16, dropout=0.0,
+                         code_evidence=True, evidence_window=kind)
+        model = LEAM(cfg, fast=fast).eval()
+        with torch.no_grad():
+            model.phrase_w.copy_(torch.tensor([0.1, 0.3, 0.9, 0.2, 0.4]))
+        up = model(ids, mask).logits - model.head(model(ids, mask, return_attention=True).doc)
+        with torch.no_grad():
+            model.phrase_w.mul_(-1.0)                                   # the flip seen in training
+        flipped = model(ids, mask).logits - model.head(model(ids, mask, return_attention=True).doc)
+        G = _cosine(F.embedding(ids, model.word_emb.weight), model.label_emb / model.label_emb.norm(dim=-1, keepdim=True), mask)
+
+        def best(w):
+            return model.evidence_weight() * _window(G, w).masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)
+        if kind == "mean":
+            torch.testing.assert_close(up, flipped, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(up, best(torch.full((5,), 0.2)), rtol=1e-4, atol=1e-5)
+        elif kind == "positive":                                        # W1 >= 0: W1 itself; all taps < 0: the mean
+            torch.testing.assert_close(up, best(taps), rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(flipped, best(torch.full((5,), 0.2)), rtol=1e-4, atol=1e-5)
+        else:
+            torch.testing.assert_close(flipped, best(-taps), rtol=1e-4, atol=1e-5)
+            assert not torch.allclose(up, flipped, atol=1e-3)
+    with pytest.raises(ConfigError, match="evidence_window"):
+        LEAMConfig(vocab_size=40, n_labels=5, evidence_window="own")

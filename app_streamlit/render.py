@@ -426,12 +426,29 @@ def batch_bytes(records: Sequence[Mapping[str, Any]], fmt: str) -> bytes:
 
 # ------------------------------------------------------------------------------------------ model card
 def model_name(card: Mapping[str, Any]) -> str:
-    """The model a card describes, as a person reads it: "LEAM" (the paper's), "LEAM + evidence" (trained with
-    `--code-evidence`) or "tfidf-lr"."""
+    """The model a card describes, as a person reads it: "LEAM + evidence" (clinicode's default: code evidence),
+    "LEAM (paper)" (Wang et al.'s model exactly, `train --paper` or a run from before the default changed),
+    "LEAM (variant)" (neither) or "tfidf-lr"."""
     kind = str(card.get("model", "?"))
     if kind != "leam":
         return kind
-    return "LEAM + evidence" if (card.get("model_config") or {}).get("code_evidence") else "LEAM"
+    mc = card.get("model_config") or {}
+    if mc.get("code_evidence"):
+        return "LEAM + evidence"
+    return "LEAM (variant)" if mc.get("window_nonneg") else "LEAM (paper)"
+
+
+def model_caption(card: Mapping[str, Any]) -> str:
+    """One sentence under the model's name saying which model this run is."""
+    name, mc = model_name(card), card.get("model_config") or {}
+    if name == "LEAM (paper)":
+        return "The paper's model: LEAM exactly as Wang et al. (ACL 2018) describe it (`train --paper`)."
+    parts = (["each code's score also counts its best phrase match anywhere in the note"] if mc.get("code_evidence")
+             else []) + (["the phrase window's weights are kept non-negative"] if mc.get("window_nonneg") else [])
+    if not parts:
+        return ""
+    default = " (clinicode's default; `train --paper` gives the paper's model)" if name == "LEAM + evidence" else ""
+    return "Not the paper's LEAM: " + " and ".join(parts) + default + "; docs/training.md."
 
 
 def flat_items(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:

@@ -17,7 +17,8 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from clinicode import __version__
-from clinicode.config import CompareConfig, DemoConfig, LEAMConfig, PredictConfig, PrepareConfig, TrainConfig, default_of
+from clinicode.config import (PAPER_MODEL, CompareConfig, DemoConfig, LEAMConfig, PredictConfig, PrepareConfig, TrainConfig,
+                              default_of)
 from clinicode.errors import ClinicodeError, ConfigError
 from clinicode.safe_io import claim_folder, releases_claims
 
@@ -212,7 +213,8 @@ def train_cli(
     dropout: Annotated[Optional[float], _opt("Dropout in the MLP head.", default_of(_M, "dropout"))] = None,
     label_reg: Annotated[Optional[float], _opt("Weight lambda of the label-embedding regulariser.", default_of(_M, "label_reg_weight"))] = None,
     compat: Annotated[Optional[str], _opt("cosine (LEAM) or linear (the paper's ablation).", default_of(_M, "compat"))] = None,
-    code_evidence: Annotated[Optional[bool], _opt("Not the paper's model: each code's score also counts its best phrase match in the note (for many specific or rare codes; docs/training.md).", default_of(_M, "code_evidence"), "--code-evidence/--no-code-evidence")] = None,
+    paper: Annotated[bool, typer.Option("--paper", help="Train exactly the paper's model (Wang et al. 2018's LEAM): no code evidence. The default adds it, which codes better on ICD-coded data (docs/training.md).")] = False,
+    code_evidence: Annotated[Optional[bool], _opt("Each code's score also counts its best phrase match in the note (not in the paper; --no-code-evidence removes it; docs/training.md).", default_of(_M, "code_evidence"), "--code-evidence/--no-code-evidence")] = None,
     batch_size: Annotated[Optional[int], _opt("Notes per batch.", default_of(_T, "batch_size"))] = None,
     max_len: Annotated[Optional[int], _opt("Tokens kept per note.", default_of(_T, "max_len"))] = None,
     lr: Annotated[Optional[float], _opt("AdamW learning rate.", default_of(_T, "lr"))] = None,
@@ -247,8 +249,13 @@ def train_cli(
                                lr_schedule=lr_schedule, lr_decay=lr_decay, lr_patience=lr_patience,
                                memory_mb=memory_budget, top_k=None if mimic_dir is not None else top_k))
     # Every model option is passed, given or default, so --resume compares them all with the run's.
-    options = {k: default_of(_M, k)
-               for k in ("embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight", "compat", "code_evidence")}
+    options = {k: default_of(_M, k) for k in ("embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight", "compat",
+                                              "code_evidence", "window_nonneg")}
+    if paper:
+        if code_evidence:
+            raise ConfigError("--paper trains the paper's model, which has no code evidence; give one of --paper or "
+                              "--code-evidence.")
+        options.update(PAPER_MODEL)
     options.update(_given(embed_dim=embed_dim, radius=radius, hidden_dim=hidden_dim, dropout=dropout,
                           label_reg_weight=label_reg, compat=compat, code_evidence=code_evidence))
 

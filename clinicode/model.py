@@ -14,12 +14,14 @@ Design decisions (stated here, as the domain notes ask):
   lost dev micro-F1 on cmc2007 and mtsamples, docs/accuracy-tuning.md). `compat="linear"` is the paper's ablation
   "LEAM (linear)": m_l = max_k G_kl, no window, no ReLU.
 - **Output:** sigmoid + BCE for multi-label notes; softmax + CE for one label per note (the paper's topic tasks).
-- **Code evidence (`code_evidence=True`; off by default, not the paper's model):** logit_k = f(z)_k + a_k e_k with
+- **Code evidence (`code_evidence=True`; on by default, not the paper's model; `--paper` is without):** logit_k = f(z)_k + a_k e_k with
   e_k = max_l window(G)_lk, the code's best phrase match anywhere in the note (u before b1 and the ReLU), and
   a_k = softplus(rho_k) >= 0, starting at log 2. With hundreds of codes the max over codes finds some code near almost
   every word, the one attention spreads over half the note, and z no longer carries a rare code's word; e_k is the
-  model's own per-code compatibility, which the max over codes throws away. e reads the attention's W1 but does not
-  train it (nor b1), and a_k cannot go below 0: both failure modes were seen (docs/accuracy-tuning.md, round 9).
+  model's own per-code compatibility, which the max over codes throws away. e does not train the attention's W1 (nor
+  b1), and a_k cannot go below 0: both failure modes were seen (docs/accuracy-tuning.md, round 9). It reads W1, and
+  comes from the attention's own window pass; W1 can change sign in training, and a flipped window makes the max the
+  code's worst-matching phrase (round 10); `window_nonneg` keeps W1 >= 0 (measured, not adopted).
   It is still one attention per note; per-code evidence is a max-pooled score, not a per-code attended vector.
 - **Label regulariser:** the same head f classifies each code vector c_k as its own class (softmax cross-entropy
   against the identity), weight lambda (paper: 1). With more than `label_reg_codes` codes (256) each step averages it
@@ -203,6 +205,13 @@ class LEAM(nn.Module):
         if self.config.compat == "linear":
             return Vn
         return kernels.phrase_window(Vn, W1) if Vn.device.type == "cpu" else _window(Vn, W1)
+
+    @torch.no_grad()
+    def constrain(self) -> None:
+        """After each optimiser step: with `window_nonneg`, W1's taps are projected onto >= 0 (a weighting of nearby
+        positions; a free W1 can flip sign, and then max_l window(G) is the phrase that matches a code worst)."""
+        if self.config.window_nonneg and self.config.compat == "cosine":
+            self.phrase_w.clamp_(min=0.0)
 
     def evidence_weight(self) -> torch.Tensor:
         """a = softplus(rho), [K]: each code's weight on its best phrase match, never negative (a match can only count

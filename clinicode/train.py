@@ -209,6 +209,7 @@ class _Trainer:
             self.scaler.scale(loss * share if share != 1 else loss).backward()
             self.scaler.step(self.opt)
             self.scaler.update()
+            self.model.constrain()
             step = int(self.state.get("steps", 0))
             self.state["steps"] = step + 1
             if self.average is not None:

@@ -49,10 +49,15 @@ def demo_data(demo_mimic, tmp_path_factory) -> Path:
     return out
 
 
-TINY_MODEL = dict(embed_dim=32, radius=3, hidden_dim=64, dropout=0.2)
+# The paper's model (code_evidence and window_nonneg off, as `train --paper`), as these fixtures were before the
+# defaults changed: the tests built on them test the pipeline around the paper's LEAM; the default model has its own
+# (tests/model/test_code_evidence.py, tests/train/test_code_evidence_run.py).
+TINY_MODEL = dict(embed_dim=32, radius=3, hidden_dim=64, dropout=0.2, code_evidence=False, window_nonneg=False)
 # `tiny_run`'s options as `clinicode train` flags: a run trained with them is tiny_run's twin, so --resume accepts them.
-TINY_CLI = ["--embed-dim", "32", "--window", "3", "--hidden-dim", "64", "--dropout", "0.2", "--epochs", "8",
-            "--lr", "0.02", "--w2v-epochs", "2", "--patience", "3", "--seed", "7", "--device", "cpu", "--no-progress"]
+# TINY_SIZES: the same sizes and training options without the model switch (for runs of the default model).
+TINY_SIZES = ["--embed-dim", "32", "--window", "3", "--hidden-dim", "64", "--dropout", "0.2", "--epochs", "8",
+              "--lr", "0.02", "--w2v-epochs", "2", "--patience", "3", "--seed", "7", "--device", "cpu", "--no-progress"]
+TINY_CLI = ["--paper", *TINY_SIZES]
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,8 @@ c[0].metric("Model", render.model_name(card), border=True)
 c[1].metric("Codes", card.get("n_labels", len(pred.labels)), border=True)
 c[2].metric("Tuned threshold", f"{float(card['threshold']):.3f}", border=True)
 c[3].metric("Max tokens", pred.max_len, border=True)
-if (card.get("model_config") or {}).get("code_evidence"):
-    st.caption("Not the paper's LEAM: each code's score also counts its best phrase match anywhere in the note "
-               "(`train --code-evidence`, for many specific or rare codes; docs/training.md).")
+if render.model_caption(card):
+    st.caption(render.model_caption(card))
 st.caption(
     f"clinicode {manifest.get('clinicode_version', '?')} · created {manifest.get('created', '?')} · "
     f"best epoch {manifest.get('epoch', '?')} · seed {manifest.get('seed', '?')}"

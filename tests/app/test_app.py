@@ -328,8 +328,9 @@ def test_many_codes_performance_page_groups_ranks_and_searches(many_codes_runs, 
 
 @pytest.fixture(scope="module")
 def seed_runs(demo_data, tmp_path_factory) -> Path:
-    """Three runs that differ only in their seed (s9-old as saved before `code_evidence` existed: no such key in its
-    model_config.json), one trained with another learning rate, and one with --code-evidence."""
+    """Three runs of the paper's model that differ only in their seed (s9-old as saved before `code_evidence` and
+    `window_nonneg` existed: no such keys in its model_config.json), one trained with another learning rate, and one
+    with the default model (code evidence, non-negative window)."""
     from clinicode.config import TrainConfig
     from clinicode.train import train
 
@@ -339,10 +340,11 @@ def seed_runs(demo_data, tmp_path_factory) -> Path:
     for name, seed, lr, evidence in (("s7", 7, 2e-2, False), ("s8", 8, 2e-2, False), ("s9-old", 9, 2e-2, False),
                                      ("other-lr", 9, 1e-2, False), ("evidence", 7, 2e-2, True)):
         cfg = TrainConfig(epochs=2, batch_size=16, lr=lr, w2v_epochs=1, seed=seed, device="cpu", embeddings="random")
-        train(out_dir=root / name, config=cfg, data_dir=demo_data, model_options={**TINY_MODEL, "code_evidence": evidence},
-              progress=False)
+        train(out_dir=root / name, config=cfg, data_dir=demo_data,
+              model_options={**TINY_MODEL, "code_evidence": evidence, "window_nonneg": evidence}, progress=False)
     old = root / "s9-old" / "checkpoint" / "model_config.json"
-    old.write_text(json.dumps({k: v for k, v in json.loads(old.read_text()).items() if k != "code_evidence"}))
+    old.write_text(json.dumps({k: v for k, v in json.loads(old.read_text()).items()
+                               if k not in ("code_evidence", "window_nonneg")}))
     return root
 
 
@@ -362,8 +364,9 @@ def test_model_card_shows_rare_codes_and_the_spread_over_seeds(seed_runs, monkey
     assert micro["runs"] == 3                     # neither the other learning rate nor code evidence is a seed sibling
     assert micro["worst"] == pytest.approx(min(values)) and micro["mean"] == pytest.approx(sum(values) / 3)
     assert any("seeds 7, 8, 9" in c.value for c in at.caption)
-    assert [m.value for m in at.metric][0] == "LEAM"
+    assert [m.value for m in at.metric][0] == "LEAM (paper)"
     assert not any("Not the paper's LEAM" in c.value for c in at.caption)
+    assert any("Wang et al." in c.value for c in at.caption)
     at.sidebar.selectbox(key="run_name").set_value("other-lr").run()
     _ok(at.switch_page("app_pages/about_model.py").run())
     assert not [d for d in at.dataframe if "worst below mean" in d.value.columns]

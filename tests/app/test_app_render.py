@@ -355,3 +355,14 @@ def test_seed_spread_and_slice_table():
     t = render.slice_table({"slices": {"rare_below": 20, "rare": {"n_codes": 3, "n_present": 2, "auc_macro": 0.8, "f1_macro": 0.4},
                                        "frequent": {"n_codes": 1, "n_present": 1, "auc_macro": 0.9, "f1_macro": 0.7}}})
     assert list(t["codes"]) == ["rare (< 20 training notes)", "frequent (>= 20)"] and list(t["macro F1"]) == [0.4, 0.7]
+
+
+def test_the_model_card_names_which_model_a_run_is():
+    default = {"model": "leam", "model_config": {"code_evidence": True, "window_nonneg": True}}
+    paper = {"model": "leam", "model_config": {"code_evidence": False, "window_nonneg": False}}
+    variant = {"model": "leam", "model_config": {"code_evidence": False, "window_nonneg": True}}
+    assert [render.model_name(c) for c in (default, paper, variant, {"model": "tfidf-lr"})] == \
+        ["LEAM + evidence", "LEAM (paper)", "LEAM (variant)", "tfidf-lr"]
+    assert "Wang et al." in render.model_caption(paper) and "Not the paper's" not in render.model_caption(paper)
+    assert render.model_caption(default).startswith("Not the paper's LEAM") and "`train --paper`" in render.model_caption(default)
+    assert "best phrase match" not in render.model_caption(variant) and "non-negative" in render.model_caption(variant)

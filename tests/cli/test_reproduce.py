@@ -90,3 +90,21 @@ def test_each_leam_recipe_pins_every_learning_option(recipe):
     if config["train"].get("lr_schedule") == "constant":
         missing -= {"lr_decay", "lr_patience"}                   # they only act on the plateau schedule
     assert not missing, f"{recipe} does not pin {sorted(missing)}"
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_each_leam_recipe_pins_the_papers_model(recipe):
+    """Every recipe reproduces a published LEAM row, so it trains the paper's model whatever the library's default
+    model is (the default adds code evidence and a non-negative window)."""
+    import dataclasses
+
+    from clinicode.config import PAPER_MODEL, LEAMConfig, is_paper_model
+
+    config = load_recipe(recipe)
+    if config["train"].get("model") != "leam":
+        pytest.skip("tfidf-lr recipe")
+    assert {k: config["model"].get(k) for k in PAPER_MODEL} == PAPER_MODEL
+    assert is_paper_model(config["model"])
+    built = LEAMConfig(vocab_size=3, n_labels=1, **config["model"])
+    assert not built.code_evidence and not built.window_nonneg
+    assert set(config["model"]) <= {f.name for f in dataclasses.fields(LEAMConfig)}

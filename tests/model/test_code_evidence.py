@@ -1,9 +1,10 @@
 """`code_evidence`: each code's logit also gets a_k * max_l window(G)_lk, its best phrase match in the note, with
-a_k = softplus(rho_k) >= 0 (not the paper's model; off by default). The fast paths must compute the plain expression,
+a_k = softplus(rho_k) >= 0 (not the paper's model; on by default). The fast paths must compute the plain expression,
 values and gradients, at few and many codes; the evidence must not train the attention's window W1 or bias b1."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import clinicode.model
 from clinicode.batching import pad_batch
@@ -158,7 +159,7 @@ def test_the_memory_plan_counts_it():
     training a second windowed copy of the word vectors), never a [B, K, P] or [B, L, K] tensor."""
     mb = 4 / (1 << 20)
     for K, training in ((50, True), (50, False), (9000, True), (9000, False)):
-        base = LEAMConfig(vocab_size=50_000, n_labels=K)
+        base = LEAMConfig(vocab_size=50_000, n_labels=K, code_evidence=False)
         with_it = LEAMConfig(vocab_size=50_000, n_labels=K, code_evidence=True)
         a = plan(base, batch_size=16, max_len=2500, budget_mb=4096, training=training)
         b = plan(with_it, batch_size=16, max_len=2500, budget_mb=4096, training=training)
@@ -236,3 +237,31 @@ def test_it_ranks_rare_word_marked_codes_better_than_the_paper_alone():
         if evidence:
             assert model.phrase_w.detach().sum() > 0.5                   # the attention's window kept its shape
     assert result[True] > 0.98 and result[True] > result[False] + 0.02, result
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_flipped_w1_turns_the_evidence_into_each_codes_worst_match(fast):
+    """The mechanism behind the collapsed seed in issue 25 (docs/accuracy-tuning.md, round 10): the evidence reads the
+    attention's W1, so when W1's taps change sign, max_l window(G)_lk becomes the max of -window(G), the code's
+    worst-matching phrase. `window_nonneg` (measured, not adopted) is the option that rules this out."""
+    torch.manual_seed(0)
+    ids = torch.randint(2, 40, (3, 12))
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    mask[1, 9:] = False
+    taps = torch.tensor([0.1, 0.3, 0.9, 0.2, 0.4])
+    cfg = LEAMConfig(vocab_size=40, n_labels=5, embed_dim=8, radius=2, hidden_dim=16, dropout=0.0, code_evidence=True)
+    model = LEAM(cfg, fast=fast).eval()
+    with torch.no_grad():
+        model.phrase_w.copy_(taps)
+    up = model(ids, mask).logits - model.head(model(ids, mask, return_attention=True).doc)
+    with torch.no_grad():
+        model.phrase_w.mul_(-1.0)                                       # the flip seen in training
+    flipped = model(ids, mask).logits - model.head(model(ids, mask, return_attention=True).doc)
+    C = model.label_emb
+    G = _cosine(F.embedding(ids, model.word_emb.weight), C / C.norm(dim=-1, keepdim=True), mask)
+
+    def best(w):
+        return model.evidence_weight() * _window(G, w).masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)
+    torch.testing.assert_close(up, best(taps), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(flipped, best(-taps), rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(up, flipped, atol=1e-3)

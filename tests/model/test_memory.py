@@ -3,12 +3,13 @@
 import pytest
 
 from clinicode.config import LEAMConfig
+from clinicode.config import PAPER_MODEL  # these tests pin the paper's model (the default adds code evidence)
 from clinicode.errors import ConfigError
 from clinicode.memory import CPU_BLOCK, plan
 
 
 def _cfg(K, V=50_000, P=100, **kw):
-    return LEAMConfig(vocab_size=V, n_labels=K, embed_dim=P, **kw)
+    return LEAMConfig(vocab_size=V, n_labels=K, embed_dim=P, **{**PAPER_MODEL, **kw})
 
 
 def test_few_codes_use_the_kernels_and_at_inference_the_stored_table():

@@ -112,3 +112,33 @@ def test_goals_are_judged_for_every_leam_row_and_proxies_against_tfidf_lr():
     proxy = {l.split(" (")[0]: l for l in lines if "(rare-code proxy)" in l}
     assert proxy["- mtsamples-keywords, leam"].endswith("not met")      # macro-AUC below tfidf-lr's
     assert proxy["- mtsamples-keywords, leam+evidence"].endswith(": met")
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "mtsamples" / "train.jsonl").is_file(), reason="needs ../shared/data/mtsamples")
+def test_many_codes_proxy_at_50_and_all_labels(tmp_path):
+    few = _counts(_read(bench.make_proxy("mtsamples-keywords-50", tmp_path / "50") / "train.jsonl"))
+    three = _counts(_read(bench.make_proxy("mtsamples-keywords", tmp_path / "300") / "train.jsonl"))
+    every = _counts(_read(bench.make_proxy("mtsamples-keywords-all", tmp_path / "all") / "train.jsonl"))
+    assert len(few) == 50 and set(few) < set(three) < set(every)          # the 50 most given are among the 300
+    assert min(few.values()) >= max(n for k, n in three.items() if k not in few)
+    assert len(every) > 2000 and min(every.values()) == bench.KEYWORD_ALL_MIN
+    assert sum(n <= 10 for n in every.values()) >= 0.85 * len(every)      # most codes have a handful of notes
+    assert set(bench.ISSUE_SCALES) <= set(bench.DATASETS)
+
+
+def test_issue_goals_judge_each_scale_against_tfidf_lr():
+    def rows(*f1, auc=0.9, p8=0.3):
+        return [{"f1_micro": v, "auc_macro": auc, "prec_at_8": p8} for v in f1]
+    results = {("mtsamples-keywords-50", "tfidf-lr"): rows(0.50), ("mtsamples-keywords-50", "leam"): rows(0.62, 0.61, 0.60),
+               ("mtsamples-keywords-50", "leam (paper)"): rows(0.70, 0.70, 0.52),          # mean ok, worst seed not
+               ("mtsamples-keywords", "tfidf-lr"): rows(0.40, auc=0.95, p8=0.30),
+               ("mtsamples-keywords", "leam"): rows(0.51, 0.52, auc=0.96, p8=0.29),           # P@8 below tfidf-lr
+               ("mtsamples-keywords-all", "tfidf-lr"): rows(0.20),
+               ("mtsamples-keywords-all", "leam"): rows(0.25, auc=0.91, p8=0.31), ("hoc", "leam"): rows(0.1)}
+    lines = {l.split(",")[0] + "," + l.split(",")[1]: l for l in bench.issue_goals(results)}
+    assert len(lines) == 4 and not any("hoc" in k for k in lines)
+    assert "NOT met" not in lines["- mtsamples-keywords-50 (50 codes), leam"]
+    assert "worst micro-F1 0.5200 (goal >= 0.5500: NOT met)" in lines["- mtsamples-keywords-50 (50 codes), leam (paper)"]
+    assert "worst P@8 0.2900 (goal >= 0.3000: NOT met)" in lines["- mtsamples-keywords (300 codes), leam"]
+    assert "worst micro-F1 0.5100 (goal >= 0.5000: met)" in lines["- mtsamples-keywords (300 codes), leam"]
+    assert "NOT met" not in lines["- mtsamples-keywords-all (all codes), leam"]

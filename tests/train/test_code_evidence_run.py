@@ -1,4 +1,4 @@
-"""`clinicode train --code-evidence` end to end: the option is recorded and read back, the checkpoint scores the same in
+"""Code evidence (the default model; `--code-evidence` spelled out here) end to end: the option is recorded and read back, the checkpoint scores the same in
 every path (predict, the stored table, evaluate), and --resume will not silently switch it."""
 
 import json
@@ -13,7 +13,7 @@ from clinicode.batching import pad_batch
 from clinicode.checkpoint import load_checkpoint
 from clinicode.evaluate import evaluate
 from clinicode.predict import Predictor
-from conftest import TINY_CLI
+from conftest import TINY_SIZES
 from helpers import fails, snapshot, succeeds
 
 
@@ -21,7 +21,7 @@ from helpers import fails, snapshot, succeeds
 @pytest.fixture(scope="module")
 def evidence_run(demo_data, tmp_path_factory):
     run = tmp_path_factory.mktemp("ev") / "run"
-    succeeds(["train", "--data", demo_data, "--out", run, "--code-evidence", *TINY_CLI])
+    succeeds(["train", "--data", demo_data, "--out", run, "--code-evidence", *TINY_SIZES])
     return run
 
 
@@ -59,12 +59,13 @@ def test_every_scoring_path_gives_the_models_own_scores(evidence_run, demo_data,
 
 @pytest.mark.parametrize("flag,message", [
     ("--no-code-evidence", "code_evidence: True then False"),
+    ("--paper", "code_evidence: True then False"),
 ])
 def test_resume_will_not_switch_it(evidence_run, demo_data, tmp_path, flag, message):
     run = tmp_path / "run"
     shutil.copytree(evidence_run, run)
     before = snapshot(run)
-    fails(["train", "--data", demo_data, "--out", run, "--resume", flag, *TINY_CLI], message)
+    fails(["train", "--data", demo_data, "--out", run, "--resume", flag, *TINY_SIZES], message)
     assert snapshot(run) == before
 
 
@@ -73,7 +74,7 @@ def test_a_run_without_it_resumed_with_it_is_refused(tiny_run, demo_data, tmp_pa
     shutil.copytree(tiny_run, run)
     assert load_checkpoint(run).model.config.code_evidence is False
     before = snapshot(run)
-    fails(["train", "--data", demo_data, "--out", run, "--resume", "--code-evidence", *TINY_CLI],
+    fails(["train", "--data", demo_data, "--out", run, "--resume", "--code-evidence", *TINY_SIZES],
           "code_evidence: False then True")
     assert snapshot(run) == before
 

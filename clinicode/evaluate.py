@@ -15,10 +15,12 @@ from clinicode.config import COMPARE
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import read_split
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
-from clinicode.metrics import HEADLINE, REPORTED, all_metrics, paired_bootstrap, per_label_metrics
+from clinicode.metrics import HEADLINE, REPORTED, all_metrics, frequency_slices, paired_bootstrap, per_label_metrics
 from clinicode.predict import Predictor
 
 EVALUATION_KIND = "evaluation"
+NO_TRAIN_COUNTS = ("no training counts in this checkpoint (trained before clinicode kept them), so no rare/frequent "
+                   "slice; retrain to get one")
 COMPARISON_KIND = "comparison"
 
 
@@ -119,6 +121,14 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
         **report,
         "per_code": per_label_metrics(y, s, list(labels.codes), threshold=t, single_label=one),
     }
+    counts = pred.checkpoint.train_counts
+    if counts is None:  # a checkpoint from before training counts were kept
+        result["slices"] = None
+        result["slices_note"] = NO_TRAIN_COUNTS
+    else:
+        for row in result["per_code"]:
+            row["train_count"] = counts[row["code"]]
+        result["slices"] = frequency_slices(result["per_code"])
     if output is not None:
         write_json_atomic(Path(output), result)
     return result
@@ -144,6 +154,16 @@ def format_table(m: dict[str, Any]) -> str:
             a, b = m[k], half.get(k, float("nan"))
             lines.append(f"{k:<16}{a:>10.4f}{b:>10.4f}")
     lines.append(f"{'n_docs':<16}{m['n_docs']:>10d}")
+    sl = m.get("slices")
+    if sl:
+        below = sl["rare_below"]
+        for name, title in (("rare", f"< {below} train"), ("frequent", f">= {below} train")):
+            part = sl[name]
+            auc, f1 = part.get("auc_macro"), part.get("f1_macro")
+            lines.append(f"{name} codes ({title}): {part.get('n_codes', 0):,} codes, {part.get('n_present', 0):,} in this split, "
+                         f"macro AUC {'n/a' if auc is None else format(auc, '.4f')}, macro F1 {'n/a' if f1 is None else format(f1, '.4f')}")
+    elif m.get("slices_note"):
+        lines.append(m["slices_note"])
     return "\n".join(lines)
 
 

@@ -44,8 +44,11 @@ def median_time(fn: Callable[[], object], *, repeat: int = 5, warmup: int = 1) -
 def machine_line() -> str:
     import torch
 
+    from clinicode.environment import environment_hash
+
     return (f"{time.strftime('%Y-%m-%d')}; Python {platform.python_version()}, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} threads, {platform.machine()}.")
+            f"{torch.get_num_threads()} threads, {platform.machine()}; environment {environment_hash()} "
+            "(ci/requirements-lock.txt when it matches `make lock`'s hash).")
 
 
 def publish(name: str, lines: list[str], *, write: bool = True) -> None:

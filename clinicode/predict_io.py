@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from clinicode.artifacts import check_output, read_json, write_json_atomic
 from clinicode.config import PREDICT
+from clinicode.environment import environment_hash
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.predict import Predictor
 from clinicode.records import Record, read_records
@@ -236,6 +237,7 @@ def _settings(predictor: Predictor, *, input: str | Path, fmt: str, top_k: int |
         "threshold": predictor.threshold if threshold is None else float(threshold),
         "explain": explain,
         "shard": list(shard),
+        "environment": environment_hash(),  # recorded, not compared: a resume may follow an upgrade
     }
 
 

@@ -162,6 +162,33 @@ def group_summary(frame: pd.DataFrame, by: str) -> pd.DataFrame:
     return g
 
 
+GROUP_ROW_PX = 26   # one bar row of a group chart
+GROUP_LABEL_PX = 300
+
+
+def group_bars(g: pd.DataFrame, by: str, order: Sequence[str]) -> Any:
+    """Mean F1 and mean AUC of each group (a `group_summary` frame) as two bar charts side by side, one row per group.
+
+    Rows have a fixed height (`GROUP_ROW_PX`), so the chart grows with the groups instead of squeezing them; group
+    names sit left of the first chart (up to `GROUP_LABEL_PX` wide), the metric names above each chart.
+    """
+    import altair as alt
+
+    tip = [alt.Tooltip(f"{by}:N", title="group"), alt.Tooltip("codes:Q", title="codes"),
+           alt.Tooltip("test_notes:Q", title="test notes"), alt.Tooltip("mean_f1:Q", title="mean F1", format=".3f"),
+           alt.Tooltip("mean_auc:Q", title="mean AUC", format=".3f")]
+    base = alt.Chart(g).properties(width=260, height=alt.Step(GROUP_ROW_PX))
+    f1 = base.mark_bar(color="#4c78a8").encode(
+        y=alt.Y(f"{by}:N", sort=list(order), title=None, axis=alt.Axis(labelLimit=GROUP_LABEL_PX, labelFontSize=12)),
+        x=alt.X("mean_f1:Q", title="mean F1", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(orient="top")),
+        tooltip=tip)
+    auc = base.mark_bar(color="#f58518").encode(
+        y=alt.Y(f"{by}:N", sort=list(order), axis=None),
+        x=alt.X("mean_auc:Q", title="mean AUC (codes with one)", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(orient="top")),
+        tooltip=tip)
+    return alt.hconcat(f1, auc, spacing=16)
+
+
 def rank_codes(frame: pd.DataFrame, *, best: bool, n: int = 15, min_support: int = 5) -> pd.DataFrame:
     """The n best (or worst) codes by F1, then AUC, among codes with at least `min_support` test notes."""
     sure = frame[frame["support"] >= min_support]

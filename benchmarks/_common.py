@@ -44,8 +44,11 @@ def median_time(fn: Callable[[], object], *, repeat: int = 5, warmup: int = 1) -
 def machine_line() -> str:
     import torch
 
+    from clinicode.environment import environment_hash
+
     return (f"{time.strftime('%Y-%m-%d')}; Python {platform.python_version()}, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} threads, {platform.machine()}.")
+            f"{torch.get_num_threads()} threads, {platform.machine()}; environment {environment_hash()} "
+            "(ci/requirements-lock.txt when it matches `make lock`'s hash).")
 
 
 def publish(name: str, lines: list[str], *, write: bool = True) -> None:
@@ -68,3 +71,40 @@ def write_section(name: str, body: str) -> None:
     tmp = BENCHMARKS_MD.with_suffix(".md.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(BENCHMARKS_MD)
+
+
+# ------------------------------------------------------------------------------ what a benchmark may delete
+OWN_MARK = ".clinicode-benchmark-made-this"  # written by a benchmark into (or beside) what it created
+
+
+def mark_own(path: Path) -> None:
+    """Mark PATH (a folder: a file inside it; a file: a file beside it) as created by a benchmark, so a later run may
+    delete it. Call right after the benchmark (or the command it ran) created PATH."""
+    path = Path(path)
+    mark = path / OWN_MARK if path.is_dir() else path.with_name(path.name + OWN_MARK)
+    mark.write_text("created by a clinicode benchmark; it may delete this on its next run\n")
+
+
+def remove_own(path: Path, *, marks: tuple[str, ...] = ()) -> None:
+    """Delete PATH if a benchmark created and marked it; nothing when it does not exist. `marks`: more file names
+    that, inside a folder, mark it as a benchmark's (the data caches' GENERATED.json, written after creating it).
+
+    Raises:
+        SystemExit: PATH exists without the mark: the benchmark never deletes what it did not create (one line: what,
+            why, how to fix).
+    """
+    import shutil
+
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_dir() and not path.is_symlink() and any((path / m).is_file() for m in (OWN_MARK, *marks)):
+        shutil.rmtree(path)
+        return
+    beside = path.with_name(path.name + OWN_MARK)
+    if path.is_file() and beside.is_file():
+        path.unlink()
+        beside.unlink()
+        return
+    raise SystemExit(f"{path} exists and was not created by this benchmark (no {OWN_MARK} mark); it is left alone. "
+                     "Move it away or pass another --work-dir.")

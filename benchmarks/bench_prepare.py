@@ -34,6 +34,8 @@ from clinicode import __version__
 from clinicode.synthetic.mimic3 import REAL_DISCHARGE_CHARS, REAL_OTHER_CHARS, write_demo_mimic
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks._common import mark_own, remove_own  # noqa: E402  (never delete what this script did not create)
 CAML_IDS = ROOT.parent / "shared" / "data" / "caml-mimic-ids"
 START, END = "<!-- bench:prepare:start -->", "<!-- bench:prepare:end -->"
 MAX_RSS_MB = 4096
@@ -83,7 +85,7 @@ def ensure_data(work_dir: Path, n_notes: int, seed: int, regenerate: bool, reali
         info = json.loads(marker.read_text())
         if info.get("params", params) == params and info.get("noteevents_rows") == n_notes:
             return folder, info, False
-    shutil.rmtree(folder, ignore_errors=True)
+    remove_own(folder, marks=("GENERATED.json",))
     if realistic:
         need = 4.1e9 * n_notes / REAL_NOTES * FREE_DISK_MARGIN
         free = shutil.disk_usage(work_dir).free
@@ -207,6 +209,7 @@ def main() -> None:
         out_dir = args.work_dir / f"{folder.name}-prepared"
         summary, wall, peak_mb, phases = run_prepare(folder, out_dir, {
             "chunksize": args.chunksize, "splits_dir": CAML_IDS if CAML_IDS.is_dir() else None})
+        mark_own(out_dir)
         splits = summary["splits"]
         label = "real-size text" if realistic else "short text"
         print(f"{label}: {folder} ({size_gb:.2f} GB, generated in {info.get('generation_seconds', 0):.0f} s"
@@ -229,8 +232,8 @@ def main() -> None:
         if peak_mb >= MAX_RSS_MB:
             failed.append(f"{label}: peak RSS {peak_mb:,.0f} MB exceeds {MAX_RSS_MB:,} MB")
         if not args.keep_data:
-            shutil.rmtree(out_dir, ignore_errors=True)
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_own(out_dir)
+            remove_own(folder, marks=("GENERATED.json",))
 
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     split_note = ("CAML's top-50 id lists as `hadm_ids_from` and `--splits-dir`" if CAML_IDS.is_dir()

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import publish  # noqa: E402
+from benchmarks._common import mark_own, publish, remove_own  # noqa: E402
 from benchmarks.bench_prepare import MAX_RSS_MB, format_phases, run_prepare  # noqa: E402
 from clinicode import __version__  # noqa: E402
 
@@ -44,7 +44,7 @@ def ensure_data(work: Path, extra: int, regenerate: bool) -> tuple[Path, dict]:
     marker = folder / "GENERATED.json"
     if marker.is_file() and not regenerate:
         return folder, json.loads(marker.read_text())
-    shutil.rmtree(folder, ignore_errors=True)
+    remove_own(folder, marks=("GENERATED.json",))
     lists = [SPLITS / "edin2023" / "mimiciv_icd9_split.csv", SPLITS / "edin2023" / "mimiciv_icd10_split.csv",
              SPLITS / "nguyen2023" / "icd9", SPLITS / "nguyen2023" / "icd10"]
     t0 = time.perf_counter()
@@ -70,17 +70,18 @@ def main() -> None:
     rows, failed = [], []
     for label, options in PROTOCOLS:
         out = args.work_dir / f"{folder.name}-prepared"
-        shutil.rmtree(out, ignore_errors=True)
+        remove_own(out)
         summary, wall, peak_mb, phases = run_prepare(folder, out, {**options, "expect_published_counts": True})
+        mark_own(out)
         print(f"{label}: {wall:.1f} s, peak RSS {peak_mb:,.0f} MB\n{format_phases(phases)}", flush=True)
         s = summary["splits"]
         rows.append(f"| {label} | {summary['protocol']} | {s['train']:,} / {s['dev']:,} / {s['test']:,} | "
                     f"{summary['n_labels']:,} | {wall:,.1f} s | {peak_mb:,.0f} MB | {'yes' if peak_mb < MAX_RSS_MB else '**NO**'} |")
         if peak_mb >= MAX_RSS_MB:
             failed.append(f"{label}: peak RSS {peak_mb:,.0f} MB")
-        shutil.rmtree(out, ignore_errors=True)
+        remove_own(out)
     if not args.keep_data:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_own(folder, marks=("GENERATED.json",))
     rows_info = info["rows"]
     lines = [
         "## prepare (synthetic MIMIC-IV, `benchmarks/bench_prepare_mimic4.py`)", "",

@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import machine_line, publish, synthetic_notes  # noqa: E402
+from benchmarks._common import OWN_MARK, machine_line, mark_own, publish, remove_own, synthetic_notes  # noqa: E402
 from clinicode.config import LEAMConfig  # noqa: E402
 from clinicode.memory import plan  # noqa: E402
 
@@ -52,7 +52,11 @@ def make_data(folder: Path, K: int, n_train: int, n_predict: int) -> None:
 
     if (folder / "DONE").is_file():
         return
+    if folder.exists() and not (folder / OWN_MARK).is_file():
+        raise SystemExit(f"{folder} exists and was not created by this benchmark (no {OWN_MARK} mark); it is left alone. "
+                         "Move it away or pass another --work-dir.")
     folder.mkdir(parents=True, exist_ok=True)
+    mark_own(folder)
     rng = np.random.default_rng(K)
     p = 1.0 / np.arange(1, K + 1)
     p /= p.sum()
@@ -155,15 +159,17 @@ def main() -> None:
         data = args.work_dir / f"k{K}"
         make_data(data, K, size["train"], size["predict"])
         run = args.work_dir / f"run-k{K}"
-        subprocess.run(["rm", "-rf", str(run)], check=True)
+        remove_own(run)  # never what this script did not create
         n_train = size["train"]
         steps = -(-n_train // B)
         t_train, rss_train, _ = timed([*py, "train", "--data", str(data), "--out", str(run), "--epochs", "1",
                                        "--embeddings", "random", "--no-progress", "--device", "cpu"])
+        mark_own(run)
         out = args.work_dir / f"pred-k{K}.jsonl"
-        out.unlink(missing_ok=True)
+        remove_own(out)
         t_pred, rss_pred, _ = timed([*py, "predict", "--checkpoint", str(run), "--input", str(data / "notes.jsonl"),
                                      "--output", str(out), "--no-progress", "--device", "cpu"])
+        mark_own(out)
         step_fast, rss_step_fast = one_step(K, "clinicode")
         plain_batch = 64 if K <= 1000 else 8
         n_pred = size["predict"]
@@ -193,11 +199,14 @@ def main() -> None:
                     f"{rate(n_pred, ref_pred['seconds'])} | {ref_pred['seconds'] / t_pred:.1f}x | {rss_pred:,.0f} | "
                     f"{ref_pred_rss:,.0f} |")
         run_ev, out_ev = args.work_dir / f"run-ev-k{K}", args.work_dir / f"pred-ev-k{K}.jsonl"
-        subprocess.run(["rm", "-rf", str(run_ev), str(out_ev)], check=True)
+        remove_own(run_ev)
+        remove_own(out_ev)
         t_ev, rss_ev, _ = timed([*py, "train", "--data", str(data), "--out", str(run_ev), "--epochs", "1", "--code-evidence",
                                  "--embeddings", "random", "--no-progress", "--device", "cpu"])
+        mark_own(run_ev)
         t_pev, rss_pev, _ = timed([*py, "predict", "--checkpoint", str(run_ev), "--input", str(data / "notes.jsonl"),
                                    "--output", str(out_ev), "--no-progress", "--device", "cpu"])
+        mark_own(out_ev)
         rows.append(f"| {K:,} | train with `--code-evidence` ({t_ev:,.1f} s) vs without it ({t_train:,.1f} s) | "
                     f"{rate(n_train, t_ev)} | {rate(n_train, t_train)} (without) | {t_train / t_ev:.2f}x | {rss_ev:,.0f} | "
                     f"{rss_train:,.0f} (without) |")
@@ -207,9 +216,10 @@ def main() -> None:
         print("\n".join(rows[-5:]), flush=True)
         if K == 50 and args.w2v:
             run2 = args.work_dir / "run-k50-w2v"
-            subprocess.run(["rm", "-rf", str(run2)], check=True)
+            remove_own(run2)
             t_w2v, rss_w2v, _ = timed([*py, "train", "--data", str(data), "--out", str(run2), "--epochs", "1",
                                        "--no-progress", "--device", "cpu"])
+            mark_own(run2)
             notes_line.append(f"With the default `--embeddings w2v` the same K = 50 run takes {t_w2v:,.1f} s "
                               f"(peak RSS {rss_w2v:,.0f} MB): word2vec's passes over the training notes (gensim, one "
                               f"thread so a seed repeats exactly) cost {t_w2v - t_train:,.1f} s more.")

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from clinicode import __version__
 from clinicode.constants import MANIFEST_FILE, RUN_DATA_DIR, RUN_FILE, SCHEMA_VERSION
+from clinicode.environment import environment_hash
 from clinicode.errors import ConfigError
 from clinicode.safe_io import check_output_kind
 
@@ -211,6 +212,7 @@ def make_manifest(kind: str, **fields: Any) -> dict[str, Any]:
         "kind": kind,
         "schema_version": SCHEMA_VERSION,
         "clinicode_version": __version__,
+        "environment": environment_hash(),  # installed packages + Python (clinicode.environment); see `make lock`
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **fields,
     }

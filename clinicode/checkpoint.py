@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from clinicode import __version__
 from clinicode.artifacts import atomic_dir, make_manifest, manifest_kind, read_json, sha256_file, write_json_atomic, write_safetensors_atomic
@@ -33,6 +33,7 @@ from clinicode.constants import (  # noqa: F401  (artefact names are re-exported
     TRAIN_CONFIG_FILE,
     WEIGHTS_FILE,
 )
+from clinicode.codes.icd10 import display_titles
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.tokenizer import ClinicalTokenizer
@@ -41,6 +42,9 @@ if TYPE_CHECKING:  # torch and the model load only with the weights: verifying a
     import torch
 
 CHECKPOINT_KIND = "checkpoint"
+# Each code's number of training notes (covered by the manifest's hashes), so every reader can slice rare/frequent.
+# Checkpoints from before it have none: `Checkpoint.train_counts` is then None ("no training counts").
+TRAIN_COUNTS_FILE = "train_counts.json"
 BASELINE_FILES = ("tfidf_lr.safetensors", "tfidf_lr.json")
 _COMMON_FILES = (LABELS_FILE, THRESHOLD_FILE, TRAIN_CONFIG_FILE)
 _REQUIRED_FILES = {
@@ -63,6 +67,7 @@ class Checkpoint:
     tokenizer: ClinicalTokenizer | None = None  # LEAM only
     metrics_dev: dict[str, Any] = field(default_factory=dict)
     metrics_test: dict[str, Any] = field(default_factory=dict)
+    train_counts: dict[str, int] | None = None  # code -> training notes; None for checkpoints from before they were kept
 
     @property
     def max_len(self) -> int:
@@ -182,6 +187,29 @@ def check_weight_shapes(folder: Path) -> LEAMConfig:
     return model_config
 
 
+def _release(version: object) -> tuple[int, ...]:
+    """(0, 2, 0) for "0.2.0" or "0.2.0.dev1": the leading numeric parts of a clinicode version, () when none."""
+    parts = []
+    for piece in str(version or "").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+        if not piece.isdigit():
+            break
+    return tuple(parts)
+
+
+def newer_writer(folder: Path, manifest: dict[str, Any]) -> str | None:
+    """The one-line upgrade message when a newer clinicode (release or checkpoint schema) wrote this folder, else None."""
+    wrote, schema = manifest.get("clinicode_version"), manifest.get("schema_version")
+    newer_schema = isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA_VERSION
+    if not newer_schema and _release(wrote) <= _release(__version__):
+        return None
+    return (f"{folder}: written by clinicode {wrote or '?'} (checkpoint schema {schema}), newer than this clinicode "
+            f"{__version__} (schema {SCHEMA_VERSION}); upgrade clinicode (pip install -U clinicode) to read it.")
+
+
 def resolve_checkpoint_dir(path: Path) -> Path:
     """Accept a run folder (with checkpoint/ inside) or the checkpoint folder itself."""
     path = Path(path)
@@ -209,6 +237,7 @@ def save_checkpoint(
     metrics_dev: dict[str, Any] | None = None,
     metrics_test: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
+    train_counts: Sequence[int] | None = None,
 ) -> Path:
     """Write a checkpoint folder atomically (a crash leaves the previous one intact).
 
@@ -217,6 +246,7 @@ def save_checkpoint(
         kind: "leam" (model is a LEAM; tokenizer required) or "tfidf-lr" (model is a TfidfLR).
         threshold: the dev-tuned global threshold.
         extra: more manifest fields (data description, seed, epoch ...).
+        train_counts: each label's number of training notes, in label order (written to train_counts.json).
     Returns:
         out_dir.
     """
@@ -240,6 +270,10 @@ def save_checkpoint(
         save_config(train_config, tmp / TRAIN_CONFIG_FILE)
         write_json_atomic(tmp / METRICS_DEV_FILE, metrics_dev or {})
         write_json_atomic(tmp / METRICS_TEST_FILE, metrics_test or {})
+        if train_counts is not None:
+            if len(train_counts) != len(labels):
+                raise CheckpointError(f"{len(train_counts)} training counts for {len(labels)} labels; give one count per label.")
+            write_json_atomic(tmp / TRAIN_COUNTS_FILE, {"counts": {c: int(n) for c, n in zip(labels.codes, train_counts)}})
         files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         manifest = make_manifest(CHECKPOINT_KIND, model=kind, n_labels=len(labels), torch_version=torch.__version__,
                                  files=files, **(extra or {}))
@@ -266,6 +300,9 @@ def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[st
     if not isinstance(manifest, dict) or manifest.get("kind") != CHECKPOINT_KIND:
         raise CheckpointError(f"{folder}: manifest.json does not describe a clinicode checkpoint.")
     version = manifest.get("schema_version")
+    upgrade = newer_writer(folder, manifest)
+    if upgrade and version != SCHEMA_VERSION:
+        raise CheckpointError(upgrade)
     if version != SCHEMA_VERSION:
         raise CheckpointError(
             f"{folder}: checkpoint schema version {version} (written by clinicode {manifest.get('clinicode_version', '?')}), "
@@ -295,6 +332,26 @@ def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[st
     return folder, manifest
 
 
+def read_train_counts(folder: Path, manifest: dict[str, Any], labels: LabelSet) -> dict[str, int] | None:
+    """{code: training notes} from train_counts.json, or None when the checkpoint predates it (or lists no hash for it).
+
+    Raises:
+        CheckpointError: the file is there but does not give one non-negative count per label.
+    """
+    if TRAIN_COUNTS_FILE not in (manifest.get("files") or {}):
+        return None  # an older checkpoint: readers say "no training counts"
+    try:
+        raw = read_json(folder / TRAIN_COUNTS_FILE)
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{folder / TRAIN_COUNTS_FILE}: unreadable ({err}); the checkpoint is damaged, retrain it.") from err
+    counts = raw.get("counts") if isinstance(raw, dict) else None
+    if (not isinstance(counts, dict) or set(counts) != set(labels.codes)
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts.values())):
+        raise CheckpointError(f"{folder / TRAIN_COUNTS_FILE}: expected one non-negative training count per code of "
+                              f"labels.json ({len(labels)} codes); the checkpoint is damaged, retrain it.")
+    return {c: int(counts[c]) for c in labels.codes}
+
+
 def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: bool = True) -> Checkpoint:
     """Load and validate a checkpoint folder.
 
@@ -310,6 +367,7 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
     kind = manifest.get("model")
     try:
         labels = LabelSet.load(folder / LABELS_FILE)
+        labels = LabelSet(labels.codes, display_titles(labels.codes, labels.descriptions))  # what readers show
         train_config = load_config(TrainConfig, folder / TRAIN_CONFIG_FILE)
         threshold = float(read_json(folder / THRESHOLD_FILE)["threshold"])
         metrics_dev = read_json(folder / METRICS_DEV_FILE) if (folder / METRICS_DEV_FILE).is_file() else {}
@@ -317,7 +375,8 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
     except CheckpointError:
         raise
     except (ClinicodeError, OSError, KeyError, ValueError, TypeError) as err:
-        raise CheckpointError(f"{folder}: {err}") from err
+        # A newer clinicode's files may hold keys this one does not know: say so rather than name the key.
+        raise CheckpointError(newer_writer(folder, manifest) or f"{folder}: {err}") from err
     if not 0.0 <= threshold <= 1.0:  # also rejects NaN
         raise CheckpointError(f"{folder}: {THRESHOLD_FILE} holds threshold {threshold}, expected a probability in [0, 1]; retrain.")
 
@@ -328,11 +387,15 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
         n_out = model.n_labels
         if n_out != len(labels):
             raise CheckpointError(f"{folder}: labels.json lists {len(labels)} codes but the baseline has {n_out} outputs; retrain.")
-        return Checkpoint(folder, kind, model, labels, threshold, train_config, manifest, None, metrics_dev, metrics_test)
+        return Checkpoint(folder, kind, model, labels, threshold, train_config, manifest, None, metrics_dev, metrics_test,
+                          read_train_counts(folder, manifest, labels))
     if kind != "leam":
         raise CheckpointError(f"{folder}: unknown model kind {kind!r} in manifest.json; expected 'leam' or 'tfidf-lr'.")
 
-    model_config = check_weight_shapes(folder)  # before anything is built or allocated
+    try:
+        model_config = check_weight_shapes(folder)  # before anything is built or allocated
+    except CheckpointError as err:
+        raise CheckpointError(newer_writer(folder, manifest) or str(err)) from err
     tokenizer = ClinicalTokenizer.load(folder / TOKENIZER_FILE)
     if model_config.n_labels != len(labels):
         raise CheckpointError(
@@ -364,12 +427,14 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
             raise CheckpointError(
                 f"{folder / WEIGHTS_FILE}: tensor {k} has shape {tuple(v.shape)}, model_config.json implies {tuple(expected[k].shape)}; retrain."
             )
+    train_counts = read_train_counts(folder, manifest, labels)  # after the label-count checks, which name the cause
     model.load_state_dict(state)
     model.to(device).eval()
-    return Checkpoint(folder, kind, model, labels, threshold, train_config, manifest, tokenizer, metrics_dev, metrics_test)
+    return Checkpoint(folder, kind, model, labels, threshold, train_config, manifest, tokenizer, metrics_dev, metrics_test,
+                      train_counts)
 
 
-__all__ = ["Checkpoint", "load_checkpoint", "save_checkpoint", "resolve_checkpoint_dir", "config_to_dict", "config_from_dict"]
+__all__ = ["Checkpoint", "TRAIN_COUNTS_FILE", "read_train_counts", "load_checkpoint", "save_checkpoint", "resolve_checkpoint_dir", "config_to_dict", "config_from_dict"]
 
 
 def __getattr__(name: str) -> Any:

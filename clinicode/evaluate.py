@@ -19,6 +19,8 @@ from clinicode.metrics import HEADLINE, REPORTED, all_metrics, metrics_report, p
 from clinicode.predict import Predictor
 
 EVALUATION_KIND = "evaluation"
+NO_TRAIN_COUNTS = ("no training counts in this checkpoint (trained before clinicode kept them), so no rare/frequent "
+                   "slice; retrain to get one")
 COMPARISON_KIND = "comparison"
 
 
@@ -111,8 +113,15 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
     s = pred.score(df["text"].tolist())
     t = pred.threshold
     one = pred.single_label
-    result = {"kind": EVALUATION_KIND, **metrics_report(y, s, threshold=t, single_label=one, codes=list(labels.codes)),
+    counts = pred.checkpoint.train_counts
+    codes = list(labels.codes)
+    result = {"kind": EVALUATION_KIND,
+              **metrics_report(y, s, threshold=t, single_label=one, codes=codes,
+                               train_counts=None if counts is None else [counts[c] for c in codes]),
               "split": split, **report}
+    if counts is None:  # a checkpoint from before training counts were kept
+        result["slices"] = None
+        result["slices_note"] = NO_TRAIN_COUNTS
     if output is not None:
         write_json_atomic(Path(output), result)
     return result
@@ -138,6 +147,16 @@ def format_table(m: dict[str, Any]) -> str:
             a, b = m[k], half.get(k, float("nan"))
             lines.append(f"{k:<16}{a:>10.4f}{b:>10.4f}")
     lines.append(f"{'n_docs':<16}{m['n_docs']:>10d}")
+    sl = m.get("slices")
+    if sl:
+        below = sl["rare_below"]
+        for name, title in (("rare", f"< {below} train"), ("frequent", f">= {below} train")):
+            part = sl[name]
+            auc, f1 = part.get("auc_macro"), part.get("f1_macro")
+            lines.append(f"{name} codes ({title}): {part.get('n_codes', 0):,} codes, {part.get('n_present', 0):,} in this split, "
+                         f"macro AUC {'n/a' if auc is None else format(auc, '.4f')}, macro F1 {'n/a' if f1 is None else format(f1, '.4f')}")
+    elif m.get("slices_note"):
+        lines.append(m["slices_note"])
     return "\n".join(lines)
 
 

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from clinicode.artifacts import check_output, read_json, sha256_file, write_json_atomic
 from clinicode.config import PREDICT
+from clinicode.environment import environment_hash
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.predict import Prediction, Predictor
 from clinicode.records import Record, read_records
@@ -394,6 +395,7 @@ def _settings(predictor: Predictor, *, input: str | Path, fmt: str, top_k: int |
         "shard": list(shard),
         "input_file": None if str(input) == "-" else input_fingerprint(input),
         "run_id": run_id,
+        "environment": environment_hash(),  # recorded, not compared: a resume may follow an upgrade
     }
 
 

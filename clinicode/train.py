@@ -234,7 +234,8 @@ class _Trainer:
     def save_best(self, threshold: float, metrics_dev: dict[str, Any], metrics_test: dict[str, Any] | None = None) -> None:
         save_checkpoint(self.run / CHECKPOINT_DIR, kind="leam", model=self.model, labels=self.labels, threshold=threshold,
                         train_config=self.cfg, tokenizer=self.tokenizer, metrics_dev=metrics_dev, metrics_test=metrics_test,
-                        extra={**self.manifest_extra, "epoch": self.state["epoch"], "seed": self.cfg.seed})
+                        extra={**self.manifest_extra, "epoch": self.state["epoch"], "seed": self.cfg.seed},
+                        train_counts=self.labels.counts(self.ds.split("train")["labels"]))
 
     def fit(self) -> None:
         cfg = self.cfg
@@ -424,7 +425,8 @@ def train(
 
         def save(t: float, md: dict, mt: dict) -> None:
             save_checkpoint(ck_dir, kind="tfidf-lr", model=model, labels=ds.labels, threshold=t, train_config=config,
-                            metrics_dev=md, metrics_test=mt, extra={**extra, "seed": config.seed})
+                            metrics_dev=md, metrics_test=mt, extra={**extra, "seed": config.seed},
+                            train_counts=ds.labels.counts(train_df["labels"]))
 
         result = _finish(run, ds, Checkpoint(ck_dir, "tfidf-lr", model, ds.labels, 0.5, config, {}), save)
         return {**result, "run": str(run)}

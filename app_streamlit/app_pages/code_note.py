@@ -108,6 +108,8 @@ table = render.code_table(p.scores, descs, thr, gold=gold, top_k=10, single_labe
 predicted = table.loc[table["above_threshold"], "code"].tolist()
 st.session_state["predicted_codes"] = predicted
 
+# The title goes last: long ICD-10 titles then take the room that is left instead of pushing the probability out of view.
+TABLE_COLUMNS = ("code", "probability", "above_threshold", "outcome", "gold", "description")
 left, right = st.columns([7, 5], gap="large")  # ICD-10 titles are long: the code table gets the wider half
 with left:
     st.subheader(f"{len(predicted)} predicted code{'s' * (len(predicted) != 1)}")
@@ -121,10 +123,10 @@ with left:
         st.caption(f"The note was cut to the model's first {pred.max_len} tokens.")
     st.dataframe(
         render.style_outcomes(table), hide_index=True, width="stretch",
-        column_order=[c for c in ("code", "outcome", "description", "probability", "above_threshold", "gold") if c in table],
+        column_order=[c for c in TABLE_COLUMNS if c in table],
         column_config={
             "code": st.column_config.TextColumn("Code", width="small"),
-            "description": st.column_config.TextColumn("Description", width="large", help="The code's title; hover a cell for all of it."),
+            "description": st.column_config.TextColumn("Description", help="The code's title; hover a cell for all of it."),
             "probability": st.column_config.ProgressColumn(
                 "Probability", min_value=0.0, max_value=1.0, format="%.3f", width="small"
             ),
@@ -151,10 +153,10 @@ with left:
         if n_hits:
             st.dataframe(
                 render.style_outcomes(hits), hide_index=True, width="stretch", key="search_table",
-                column_order=[c for c in ("code", "outcome", "description", "probability", "above_threshold", "gold") if c in hits],
+                column_order=[c for c in TABLE_COLUMNS if c in hits],
                 column_config={
                     "code": st.column_config.TextColumn("Code", width="small"),
-                    "description": st.column_config.TextColumn("Description", width="large"),
+                    "description": st.column_config.TextColumn("Description"),
                     "probability": st.column_config.ProgressColumn("Probability", min_value=0.0, max_value=1.0, format="%.3f", width="small"),
                     "above_threshold": st.column_config.CheckboxColumn("Predicted", width="small"),
                     "gold": st.column_config.CheckboxColumn("Gold", width="small"),

@@ -13,6 +13,7 @@ from sklearn.decomposition import PCA
 import state
 
 N_COLOURED = 10  # codes with their own colour in the map; the rest are grey
+HEAT_MAX = 60    # codes in the cosine heatmap (the ones with the most test notes)
 
 run = state.current_run()
 pred = state.current_predictor()
@@ -59,18 +60,29 @@ st.caption(
     f"A strong diagonal means notes sit near their codes: for {diag_hits} of {len(row_codes)} codes the most similar "
     "code embedding is the code itself."
 )
+# Beyond HEAT_MAX codes a cell per code pair is unreadable (and thousands of codes make millions of cells): the
+# heatmap shows the HEAT_MAX codes with the most test notes; the diagonal count above covers every code.
+shown = codes
+if len(codes) > HEAT_MAX:
+    keep = set(np.argsort(-Y.sum(axis=0), kind="stable")[:HEAT_MAX].tolist())
+    shown = [c for k, c in enumerate(codes) if k in keep]
+    st.caption(f"The map shows the {HEAT_MAX} codes with the most test notes, of {len(codes):,}.")
+on_map = set(shown)
+cols = [(j, c) for j, c in enumerate(codes) if c in on_map]
 heat = pd.DataFrame(
-    [(r, c, float(sim[i, j])) for i, r in enumerate(row_codes) for j, c in enumerate(codes)],
+    [(r, c, float(sim[i, j])) for i, r in enumerate(row_codes) if r in on_map for j, c in cols],
     columns=["notes_with", "code_embedding", "cosine"],
 )
+codes_all, codes = codes, shown
 size = max(300, min(720, 13 * len(codes)))
 hm = alt.Chart(heat).mark_rect().encode(
     x=alt.X("code_embedding:N", sort=codes, title="Code embedding", axis=alt.Axis(labelFontSize=8, labelAngle=-90, labelOverlap=False)),
     y=alt.Y("notes_with:N", sort=codes, title="Mean of notes with code", axis=alt.Axis(labelFontSize=8, labelOverlap=False)),
     color=alt.Color("cosine:Q", scale=alt.Scale(scheme="redblue", reverse=True, domainMid=0), title="cosine"),
     tooltip=["notes_with", "code_embedding", alt.Tooltip("cosine:Q", format=".3f")],
-).properties(width=size, height=size * len(row_codes) / max(1, len(codes)))
+).properties(width=size, height=size * heat["notes_with"].nunique() / max(1, len(codes)))
 st.altair_chart(hm, width="content")
+codes = codes_all
 
 # ---------------------------------------------------------------- joint PCA map
 st.subheader("2-D PCA of note and code embeddings")

@@ -72,16 +72,11 @@ if not per.empty:
     for tab, by, title in ((group_tabs[0], "band", f"Codes seen in this many {per.attrs['band_source']}"),
                            (group_tabs[1], "chapter", "ICD chapter")):
         g = render.group_summary(per, by)
-        long = g.melt([by, "codes", "test_notes"], ["mean_f1", "mean_auc"], var_name="metric", value_name="value")
-        long["metric"] = long["metric"].map({"mean_f1": "mean F1", "mean_auc": "mean AUC"})
-        sort = g[by].tolist() if by == "band" else "-x"
-        chart = alt.Chart(long).mark_bar().encode(
-            y=alt.Y(f"{by}:N", sort=sort, title=title, axis=alt.Axis(labelLimit=380)),
-            x=alt.X("value:Q", title=None, scale=alt.Scale(domain=[0, 1])),
-            yOffset="metric:N", color=alt.Color("metric:N", title=None),
-            tooltip=[by, "codes", "test_notes", "metric", alt.Tooltip("value:Q", format=".3f")],
-        ).properties(height=max(160, 34 * len(g)))
-        tab.altair_chart(chart, width="stretch")
+        # Two plain bar charts side by side (mean F1, mean AUC), one row per group at a fixed step: grouped bars
+        # with yOffset in a fixed-height chart collapsed to a flat line once the groups did not fit (issue #27).
+        order = g[by].tolist() if by == "band" else g.sort_values(["mean_f1", by], ascending=[False, True])[by].tolist()
+        tab.markdown(f"**{title}**")
+        tab.altair_chart(render.group_bars(g, by, order), width="content")
         tab.dataframe(g, hide_index=True, width="stretch", column_config={
             by: st.column_config.TextColumn(title), "codes": st.column_config.NumberColumn("Codes"),
             "mean_f1": st.column_config.NumberColumn("Mean F1", format="%.3f"),

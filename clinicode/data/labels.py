@@ -66,6 +66,14 @@ class LabelSet:
                     y[i, j] = 1.0
         return y
 
+    def counts(self, label_lists: Iterable[Iterable[str]]) -> np.ndarray:
+        """[n_labels] int64: in how many of the lists each code appears (duplicates within a list count once)."""
+        out = np.zeros(len(self.codes), dtype=np.int64)
+        for labels in label_lists:
+            for j in {self._index[c] for c in labels if c in self._index}:
+                out[j] += 1
+        return out
+
     def to_json(self) -> list[dict[str, str]]:
         return [{"code": c, "description": d} for c, d in zip(self.codes, self.descriptions)]
 

@@ -25,7 +25,7 @@ DISCHARGE = "discharge"
 CODE_COLUMNS = ("SUBJECT_ID", "HADM_ID", "ICD_CODE", "ICD_VERSION")
 TITLE_COLUMNS = ("ICD_CODE", "ICD_VERSION", "LONG_TITLE")
 NOTE_COLUMNS = ("NOTE_ID", "SUBJECT_ID", "HADM_ID", "NOTE_TYPE", "NOTE_SEQ", "CHARTTIME", "STORETIME", "TEXT")
-# Everything is read as text: codes keep their leading zeros, and a row's hash (exact-duplicate detection) covers
+# Everything is read as text: codes keep their leading zeros, and a note's text hash (duplicate detection) covers
 # exactly the characters in the file. Ids are converted afterwards, where a bad value can be named.
 _AS_TEXT = {c: str for c in (*CODE_COLUMNS, *TITLE_COLUMNS, *NOTE_COLUMNS)}
 
@@ -121,12 +121,13 @@ def read_titles4(mimic_dir: Path, table: str, *, version: int) -> tuple[dict[str
 def stream_discharge(note_dir: Path, *, chunksize: int = 5_000, stats: ReadStats | None = None) -> Iterator[pd.DataFrame]:
     """Stream note/discharge chunk by chunk, dropping (and counting) rows without hadm_id or without text.
 
-    Each row keeps a 64-bit hash of all its columns as read, so exact duplicate rows can be dropped later without
-    holding the table. Only `chunksize` rows are parsed at a time.
+    Each row keeps a 64-bit hash of its text as read, so a text repeated within an admission can be dropped later
+    without holding the table (Edin et al.'s rule: duplicates by (hadm_id, text); every row has its own note_id, so a
+    hash of all columns would keep a repeated text). Only `chunksize` rows are parsed at a time.
 
     Yields:
         Frames with ROW (position in the file), SUBJECT_ID (Int64), HADM_ID (int64), NOTE_SEQ (int64, -1 when empty),
-        NOTE_TYPE, HASH (uint64) and TEXT (str).
+        NOTE_TYPE, HASH (uint64, of TEXT alone) and TEXT (str).
     Raises:
         DataFormatError: missing file or column, unreadable or truncated file, non-integer ids, or no rows.
     """
@@ -139,7 +140,7 @@ def stream_discharge(note_dir: Path, *, chunksize: int = 5_000, stats: ReadStats
             chunk = chunk.rename(columns=rename)[list(NOTE_COLUMNS)]
             first = stats.rows_read
             stats.rows_read += len(chunk)
-            row_hash = pd.util.hash_pandas_object(chunk, index=False).to_numpy()
+            text_hash = pd.util.hash_pandas_object(chunk["TEXT"], index=False).to_numpy()
             hadm = _ids(chunk["HADM_ID"], path, "HADM_ID")
             text = chunk["TEXT"]
             no_text = text.isna() | (text.fillna("").str.strip() == "")
@@ -157,7 +158,7 @@ def stream_discharge(note_dir: Path, *, chunksize: int = 5_000, stats: ReadStats
                 "HADM_ID": hadm.to_numpy()[keep].astype("int64"),
                 "NOTE_SEQ": seq.to_numpy()[keep].astype("int64"),
                 "NOTE_TYPE": chunk["NOTE_TYPE"].fillna("").to_numpy()[keep],
-                "HASH": row_hash[keep],
+                "HASH": text_hash[keep],
                 "TEXT": text.to_numpy()[keep],
             })
     if stats.rows_read == 0:

@@ -42,7 +42,8 @@ NOTE_ORDER_MIMIC3 = (
 )
 NOTE_ORDER_MIMIC4 = (
     "note/discharge rows of one hadm_id (summaries and addenda) joined with a single space in note_seq order, then "
-    "file order; rows without text and exact duplicate rows dropped; no other note table is read."
+    "file order; rows without text dropped, a text repeated within an admission kept once (first in file order, "
+    "Edin et al.'s (hadm_id, text) rule); no other note table is read."
 )
 NOT_COMPARABLE = "not comparable with published results"
 # Proportions of CAML's top-50 split, used when no split lists are given (8,066 : 1,573 : 1,729).
@@ -215,7 +216,7 @@ def _mimic4(mimic_dir: Path, note_dir: Path, cfg: PrepareConfig, work: Path) -> 
     source.codes = _dedupe_codes(source, parts)
 
     # Notes: one streamed pass. Each kept row goes to the bucket file of its hadm_id range (text never held whole);
-    # the small per-row keys stay in memory to find exact duplicates and to count notes per admission.
+    # the small per-row keys stay in memory to find repeated texts of an admission and to count notes per admission.
     buckets = work / ".notes"
     buckets.mkdir()
     schema = pa.schema([("ROW", pa.int64()), ("HADM_ID", pa.int64()), ("NOTE_SEQ", pa.int64()), ("HASH", pa.uint64()),
@@ -246,7 +247,7 @@ def _mimic4(mimic_dir: Path, note_dir: Path, cfg: PrepareConfig, work: Path) -> 
                               "Is --note-dir the MIMIC-IV-Note v2.2 folder?")
     rows = pd.concat(keys, ignore_index=True)
     dup = rows.duplicated(["HADM_ID", "HASH"])
-    source.drop("discharge.exact_duplicate_row", int(dup.sum()))
+    source.drop("discharge.duplicate_text_of_admission", int(dup.sum()))
     rows = rows[~dup.to_numpy()]
     source.counts.update(discharge_rows_read=stats.rows_read, discharge_rows_kept=len(rows))
     per = rows.groupby("HADM_ID", sort=True)

@@ -21,7 +21,7 @@ import pytest
 
 from clinicode.artifacts import make_manifest, sha256_file, write_json_atomic
 from clinicode.cli import app
-from clinicode.data.synthetic import write_demo_mimic
+from clinicode.synthetic.mimic3 import write_demo_mimic
 from conftest import TINY_CLI
 from helpers import SECRET, fails, runner, snapshot, succeeds
 
@@ -481,7 +481,7 @@ def test_11_predict_into_a_closed_pipe_exits_quietly(place):
 
 
 def test_11_a_mimic4_table_missing_a_column_is_called_mimic4(tmp_path):
-    from clinicode.data.synthetic_mimic4 import write_demo_mimic4
+    from clinicode.synthetic.mimic4 import write_demo_mimic4
 
     write_demo_mimic4(tmp_path / "m4", n_admissions=30, seed=1)
     table = tmp_path / "m4" / "hosp" / "diagnoses_icd.csv"

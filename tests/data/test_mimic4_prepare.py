@@ -8,6 +8,7 @@ the two disagree.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -42,7 +43,8 @@ def _dot(code: str, version: int, is_dx: bool) -> str:
 def _reference(raw: Path, version: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
     """(documents: hadm_id, subject_id, text; codes: hadm_id, code; titles) by the rules, the plain way."""
     notes = _csv(raw / "note" / "discharge.csv")
-    notes = notes[(notes["hadm_id"] != "") & (notes["text"].str.strip() != "")].drop_duplicates()
+    # Edin et al.'s rule (docs/domain.md): a text repeated within an admission is kept once, first in file order.
+    notes = notes[(notes["hadm_id"] != "") & (notes["text"].str.strip() != "")].drop_duplicates(["hadm_id", "text"])
     notes = notes.assign(h=notes["hadm_id"].astype(int), seq=notes["note_seq"].astype(int), row=range(len(notes)))
     notes = notes.sort_values(["h", "seq", "row"])
     docs = notes.groupby("h").agg(text=("text", " ".join), subject_id=("subject_id", "first")).reset_index()
@@ -105,6 +107,35 @@ def test_no_radiology_text_and_no_duplicate_row_reaches_a_document(raw, tmp_path
     assert dup["hadm_id"].nunique() >= 3
     for h, text in dup.drop_duplicates()[["hadm_id", "text"]].itertuples(index=False):
         assert by_id[h].count(text) == 1, h
+
+
+def test_a_text_repeated_under_a_new_note_id_is_kept_once_as_edins_rule_says(raw, tmp_path):
+    """Every MIMIC-IV-Note row has its own note_id: a repeated text (new note_id, note_seq, charttime, storetime) is
+    a duplicate of its admission by (hadm_id, text); the same text in another admission is not."""
+    copy = tmp_path / "raw"
+    shutil.copytree(raw, copy)
+    notes = _csv(copy / "note" / "discharge.csv")
+    ds = notes[(notes["note_type"] == "DS") & (notes["text"].str.strip() != "") & (notes["hadm_id"] != "")]
+    ds = ds.drop_duplicates("hadm_id").head(6)
+    repeats = ds.assign(note_id=ds["note_id"] + "-R", note_seq=(ds["note_seq"].astype(int) + 97).astype(str),
+                        charttime="2190-01-01 00:00:00", storetime="2190-01-02 09:30:00")
+    # Two repeats go before their original in the file with a smaller note_seq: still the first-in-file row is kept.
+    early = repeats.head(2).assign(note_seq="0")
+    other = ds.iloc[[0]].assign(hadm_id=ds["hadm_id"].iloc[1], note_id="X-OTHER", note_seq="999")  # another admission
+    edited = pd.concat([early, notes, repeats.iloc[2:], other], ignore_index=True)
+    edited.to_csv(copy / "note" / "discharge.csv", index=False)
+
+    summary = prepare_mimic(copy, tmp_path / "out", icd_version=10, label_set="full")
+    docs, _, _ = _reference(copy, 10)
+    want = dict(zip(docs["h"].astype(str), docs["text"]))
+    got = _prepared(tmp_path / "out")
+    got_by_id = dict(zip(got["id"].astype(str), got["text"]))
+    assert got_by_id and all(got_by_id[h] == want[h] for h in got_by_id)
+    for h, text in ds[["hadm_id", "text"]].itertuples(index=False):
+        if h in got_by_id:
+            assert got_by_id[h].count(text) == 1, h
+    assert ds["hadm_id"].iloc[1] in got_by_id and got_by_id[ds["hadm_id"].iloc[1]].count(ds["text"].iloc[0]) == 1
+    assert summary["dropped"]["discharge.duplicate_text_of_admission"] >= 6
 
 
 def test_a_pinned_top50_list_is_used_as_given_not_recounted(raw, tmp_path):

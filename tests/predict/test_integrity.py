@@ -147,11 +147,53 @@ def test_manifest_without_files_table_is_refused(ck):
 
 def test_incompatible_schema_version_is_refused_before_the_hashes(ck):
     m = _manifest(ck)
-    m["schema_version"] = 99
+    m["schema_version"] = 0  # an older schema: retrain (a newer one asks for an upgrade, below)
     (ck / "manifest.json").write_text(json.dumps(m))
     (ck / "model.safetensors").write_bytes(b"damaged too")  # the version error comes first
-    with pytest.raises(CheckpointError, match=r"checkpoint schema version 99 \(written by clinicode .*\), but clinicode \S+ reads version 1; retrain"):
+    with pytest.raises(CheckpointError, match=r"checkpoint schema version 0 \(written by clinicode .*\), but clinicode \S+ reads version 1; retrain"):
         load_checkpoint(ck)
+
+
+@pytest.mark.parametrize("piece", ["train_config.json", "model_config.json", "labels.json"])
+def test_a_checkpoint_from_a_newer_clinicode_asks_for_an_upgrade_naming_its_version(ck, piece):
+    """A newer release adds keys without changing the schema: the reader names the writer's version, not a key."""
+    data = json.loads((ck / piece).read_text(encoding="utf-8"))
+    if piece == "labels.json":
+        data = {"format": "from the future", "labels": data}
+    else:
+        data["added_in_a_later_release"] = 1
+    (ck / piece).write_text(json.dumps(data), encoding="utf-8")
+    _rehash(ck, piece)
+    m = _manifest(ck)
+    m["clinicode_version"] = "9.4.0"
+    (ck / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(ck)
+    msg = str(err.value)
+    assert "written by clinicode 9.4.0" in msg and "upgrade clinicode" in msg and "\n" not in msg
+    assert "unknown key" not in msg and "added_in_a_later_release" not in msg
+
+
+def test_a_newer_checkpoint_schema_asks_for_an_upgrade_before_anything_else(ck, tmp_path):
+    from helpers import fails
+
+    m = _manifest(ck)
+    m["schema_version"], m["clinicode_version"] = 2, "0.3.0.dev1"
+    (ck / "manifest.json").write_text(json.dumps(m))
+    (ck / "model.safetensors").write_bytes(b"written differently by then")
+    with pytest.raises(CheckpointError, match=r"written by clinicode 0\.3\.0\.dev1 \(checkpoint schema 2\), newer than "
+                                              r"this clinicode \S+ \(schema 1\); upgrade clinicode"):
+        load_checkpoint(ck)
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text(json.dumps({"id": "a", "text": "chest pain"}) + "\n")
+    fails(["predict", "--checkpoint", ck.parent, "--input", notes, "--output", tmp_path / "pred.jsonl"], "upgrade clinicode")
+
+
+def test_same_or_older_releases_are_not_called_newer():
+    from clinicode.checkpoint import _release
+
+    assert _release("0.1.0") < _release("0.1.1") < _release("0.2.0.dev1") < _release("0.10.0") < _release("1.0")
+    assert _release("0.1.0") == (0, 1, 0) and _release("") == () and _release(None) == ()
 
 
 @pytest.mark.parametrize("value", [1.5, -0.1, "NaN"])

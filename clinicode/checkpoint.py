@@ -328,7 +328,10 @@ def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[st
                 "restore the original file or retrain."
             )
     if kind == "leam":
-        check_weight_shapes(folder)  # header only: no torch, no allocation
+        try:
+            check_weight_shapes(folder)  # header only: no torch, no allocation
+        except CheckpointError as err:  # a newer clinicode's config may hold keys this one does not know
+            raise CheckpointError(upgrade or str(err)) from err
     return folder, manifest
 
 

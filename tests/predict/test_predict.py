@@ -197,14 +197,19 @@ def test_cli_bad_inputs_exit_1_with_one_line(tiny_run, tmp_path):
     ]
     (tmp_path / "bad.xml").write_text("<x/>")
     cases.append((["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path / "bad.xml")], "unknown file type"))
-    (tmp_path / "latin.jsonl").write_bytes(b'{"id": "a", "text": "caf\xe9"}\n')
-    cases.append((["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path / "latin.jsonl")], "not UTF-8"))
     for args, message in cases:
         res = runner.invoke(app, args)
         assert res.exit_code == 1, (args, res.output)
         err = res.stderr.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: "), res.stderr
         assert message in err[0], (message, err[0])
+    # A line that is not UTF-8 is a bad record (reported with its line number), not the end of the run.
+    (tmp_path / "latin.jsonl").write_bytes(b'{"id": "a", "text": "caf\xe9"}\n{"id": "b", "text": "heart failure"}\n')
+    res = runner.invoke(app, ["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path / "latin.jsonl"),
+                              "--output", str(tmp_path / "latin.out.jsonl"), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    recs = [json.loads(line) for line in (tmp_path / "latin.out.jsonl").read_text().splitlines()]
+    assert "not UTF-8" in recs[0]["error"] and "line 1" in recs[0]["error"] and "error" not in recs[1]
 
 
 def test_top_n_equals_a_stable_sort_with_ties():

@@ -1,6 +1,6 @@
 """Property-based tests (hypothesis): ICD-9 formatting, tokenizer offsets on Unicode text, metric invariants.
 
-Complements the properties already in test_icd9.py, test_tokenizer.py and test_metrics.py.
+Complements the properties already in data/test_icd9.py, data/test_tokenizer.py and metrics/test_metrics.py.
 """
 
 from __future__ import annotations

@@ -18,47 +18,90 @@ from clinicode.errors import ConfigError
 T = TypeVar("T")
 
 
+def _check_model_options(o: Any) -> None:
+    """The checks of the options a user chooses (`ModelOptions` and `LEAMConfig` share them, and their messages)."""
+    if o.embed_dim < 1 or o.hidden_dim < 1:
+        raise ConfigError(f"LEAMConfig: embed_dim and hidden_dim must be >= 1, got {o.embed_dim}, {o.hidden_dim}.")
+    if o.radius < 0:
+        raise ConfigError(f"LEAMConfig.radius (r) must be >= 0, got {o.radius}; the window is 2r+1 tokens.")
+    if not 0.0 <= o.dropout < 1.0:
+        raise ConfigError(f"LEAMConfig.dropout must be in [0, 1), got {o.dropout}.")
+    if o.label_reg_codes < 1:
+        raise ConfigError(f"LEAMConfig.label_reg_codes must be >= 1, got {o.label_reg_codes}.")
+    if o.compat not in ("cosine", "linear"):
+        raise ConfigError(f"LEAMConfig.compat must be 'cosine' or 'linear', got {o.compat!r}.")
+    if not 0.0 < o.phrase_init <= 100.0:
+        raise ConfigError(f"LEAMConfig.phrase_init must be in (0, 100], got {o.phrase_init}.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelOptions:
+    """The LEAM options a user chooses (`train`'s model flags); the data adds vocab_size, n_labels and multilabel.
+
+    Saved as given (run.json's `model_options`, checked by --resume); the model's full set is LEAMConfig.
+    """
+
+    embed_dim: int = 100            # CAML's CBOW vectors (docs/domain.md section 6)
+    radius: int = 10                # r: the phrase window over G spans 2r+1 positions
+    hidden_dim: int = 1000          # MLP head (paper's reference code: 300); 1000 tuned on dev (decay_scope embeddings)
+    dropout: float = 0.5
+    label_reg_weight: float = 1.0   # lambda of the label-embedding regulariser (paper: 1)
+    label_reg_codes: int = 256      # the regulariser averages over all codes up to this many, else a random this-many
+    compat: str = "cosine"          # "cosine" (the paper's model) or "linear" (its ablation: no phrase window)
+    phrase_init: float = 1.0        # initial sum of W1: every tap starts at phrase_init / (2r+1) (1.0 = a local mean)
+    code_evidence: bool = True      # not the paper: each code's logit also gets a_k * max_l window(G)_lk
+    window_nonneg: bool = False     # not the paper: W1's taps kept >= 0 after each step; measured, not adopted
+
+    def __post_init__(self) -> None:
+        _check_model_options(self)
+
+    @classmethod
+    def from_dict(cls, options: dict[str, Any] | None) -> ModelOptions:
+        """The options from a dict of some of them (the rest default), naming an unknown key."""
+        return config_from_dict(cls, dict(options or {}), source="model options")
+
+    def leam_config(self, *, vocab_size: int, n_labels: int, multilabel: bool = True) -> LEAMConfig:
+        """The model's constructor arguments: these options plus what the data decides."""
+        return LEAMConfig(vocab_size=vocab_size, n_labels=n_labels, multilabel=multilabel, **dataclasses.asdict(self))
+
+
 @dataclass(frozen=True, kw_only=True)
 class LEAMConfig:
-    """The model's constructor arguments; saved as model_config.json in every checkpoint."""
+    """The model's constructor arguments (`ModelOptions` + what the data decides); saved as model_config.json."""
 
     vocab_size: int
     n_labels: int
-    embed_dim: int = 100            # CAML's CBOW vectors (docs/domain.md section 6)
-    radius: int = 10                # r: the phrase window over G spans 2r+1 positions
-    hidden_dim: int = 1000          # MLP head (paper's reference code: 300); 1000 tuned on dev with decay_scope="embeddings"
-    dropout: float = 0.5
-    label_reg_weight: float = 1.0   # lambda of the label-embedding regulariser (paper: 1)
-    label_reg_codes: int = 256      # the regulariser averages over all codes up to this many, else a random this-many per step
-    compat: str = "cosine"          # "cosine" (the paper's model) or "linear" (its ablation: no phrase window)
+    embed_dim: int = ModelOptions.embed_dim
+    radius: int = ModelOptions.radius
+    hidden_dim: int = ModelOptions.hidden_dim
+    dropout: float = ModelOptions.dropout
+    label_reg_weight: float = ModelOptions.label_reg_weight
+    label_reg_codes: int = ModelOptions.label_reg_codes
+    compat: str = ModelOptions.compat
     multilabel: bool = True         # sigmoid + BCE; False: softmax + CE (one label per note)
-    phrase_init: float = 1.0        # initial sum of W1: every tap starts at phrase_init / (2r+1) (1.0 = a local mean)
-    code_evidence: bool = True      # not the paper: each code's logit also gets a_k * max_l window(G)_lk (its best phrase match)
-    window_nonneg: bool = False     # not the paper: W1's taps kept >= 0 (projected after each step); measured, not adopted (round 10)
+    phrase_init: float = ModelOptions.phrase_init
+    code_evidence: bool = ModelOptions.code_evidence
+    window_nonneg: bool = ModelOptions.window_nonneg
 
     def __post_init__(self) -> None:
         if self.vocab_size < 3:
             raise ConfigError(f"LEAMConfig.vocab_size must be >= 3 (PAD, UNK and a word), got {self.vocab_size}.")
         if self.n_labels < 1:
             raise ConfigError(f"LEAMConfig.n_labels must be >= 1, got {self.n_labels}.")
-        if self.embed_dim < 1 or self.hidden_dim < 1:
-            raise ConfigError(f"LEAMConfig: embed_dim and hidden_dim must be >= 1, got {self.embed_dim}, {self.hidden_dim}.")
-        if self.radius < 0:
-            raise ConfigError(f"LEAMConfig.radius (r) must be >= 0, got {self.radius}; the window is 2r+1 tokens.")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"LEAMConfig.dropout must be in [0, 1), got {self.dropout}.")
-        if self.label_reg_codes < 1:
-            raise ConfigError(f"LEAMConfig.label_reg_codes must be >= 1, got {self.label_reg_codes}.")
-        if self.compat not in ("cosine", "linear"):
-            raise ConfigError(f"LEAMConfig.compat must be 'cosine' or 'linear', got {self.compat!r}.")
-        if not 0.0 < self.phrase_init <= 100.0:
-            raise ConfigError(f"LEAMConfig.phrase_init must be in (0, 100], got {self.phrase_init}.")
+        _check_model_options(self)
+
+    @property
+    def options(self) -> ModelOptions:
+        """The options a user chose, without what the data decided."""
+        return ModelOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ModelOptions)})
 
 
-# The model options that make LEAM exactly Wang et al.'s (ACL 2018) model: `train --paper`, and every pipeline recipe that
-# reproduces a published LEAM row pins them. The default differs (code evidence) because it codes better on ICD-coded
-# data at 50 to thousands of codes (docs/accuracy-tuning.md, round 10).
-PAPER_MODEL: dict[str, Any] = {"code_evidence": False, "window_nonneg": False}
+# The model options that make LEAM exactly Wang et al.'s (ACL 2018) model: `train --paper`, and every pipeline recipe
+# that reproduces a published LEAM row pins them. The default differs (code evidence) because it codes better on
+# ICD-coded data at 50 to thousands of codes (docs/accuracy-tuning.md, round 10).
+PAPER_OPTIONS = ModelOptions(code_evidence=False, window_nonneg=False)
+# The options where the paper's model departs from the default, as a dict (saved-config defaults, `**` in tests).
+PAPER_MODEL: dict[str, Any] = {k: getattr(PAPER_OPTIONS, k) for k in ("code_evidence", "window_nonneg")}
 
 
 def is_paper_model(model_config: dict[str, Any]) -> bool:
@@ -71,22 +114,26 @@ class TrainConfig:
     """Training options; saved as train_config.json beside the weights."""
 
     model: str = "leam"             # "leam" or "tfidf-lr"
-    epochs: int = 200               # a cap only: patience ends runs (small sets: 15-60 epochs; a cap of 50 ended runs still improving)
+    epochs: int = 200               # a cap only: patience ends runs (small sets: 15-60 epochs; a cap of 50 ended
+                                    # runs still improving)
     batch_size: int = 16
     lr: float = 1e-2                # tuned on hoc/mtsamples/cmc2007 dev (BENCHMARKS.md); was 2e-3
     optimizer: str = "adamw"        # "adamw" (decoupled weight decay) or "adam" (weight_decay as L2 in the gradient)
     weight_decay: float = 0.3       # AdamW decay; the main regulariser of the trainable word vectors on small sets
-    decay_scope: str = "embeddings" # parameters decayed: "all", "matrices" (not biases or W1), "embeddings" (word and label vectors)
+    decay_scope: str = "embeddings" # parameters decayed: "all", "matrices" (not biases or W1), "embeddings" (word
+                                    # and label vectors)
     pos_weight: float = 0.25        # label imbalance: BCE positives weighted (n_neg / n_pos) ** pos_weight (0 = off)
     max_len: int = 2500             # tokens kept per note (CAML: first 2,500)
     min_doc_freq: int = 3           # vocabulary: words in >= 3 training notes
     embeddings: str = "w2v"         # "w2v" (trained on the train split), "random", or a path to a text vector file
     w2v_epochs: int = 0             # 0 = auto: ceil(30M / training tokens) clamped to [5, 30]; CAML used 5
     patience: int = 5               # stop once more than this many epochs in a row bring no dev micro-F1 gain
-    lr_schedule: str = "plateau"    # "plateau": lr *= lr_decay after every lr_patience epochs without a dev gain; "constant"
+    lr_schedule: str = "plateau"    # "plateau": lr *= lr_decay after every lr_patience epochs without a dev gain;
+                                    # or "constant"
     lr_decay: float = 0.5           # plateau: the factor applied to the learning rate at each decay
     lr_patience: int = 2            # plateau: epochs in a row without a dev gain before each decay (1 decays on noise)
-    ema_decay: float = 0.99         # weight moving average (decay warmed up as (1+t)/(10+t)) for dev scoring and the checkpoint; 0 = off
+    ema_decay: float = 0.99         # weight moving average (decay warmed up as (1+t)/(10+t)) for dev scoring and the
+                                    # checkpoint; 0 = off
     seed: int = 1337
     device: str = "auto"
     top_k: int | None = None
@@ -140,7 +187,8 @@ class PrepareConfig:
     `label_set` None means the release's usual one: caml50 for MIMIC-III, top50 for MIMIC-IV.
     """
 
-    label_set: str | None = None    # caml50 | top50 (a splits folder's top50_codes.txt, else the 50 most frequent) | frequent | full
+    label_set: str | None = None    # caml50 | top50 (a splits folder's top50_codes.txt, else the 50 most frequent)
+                                    # | frequent | full
     top_k: int = 50                 # K for label_set "frequent"
     min_code_count: int = 1         # label_set "full": keep codes seen in at least this many admissions with a note
     icd_version: int | None = None  # MIMIC-IV: 9 or 10 (required); MIMIC-III is ICD-9

@@ -7,7 +7,7 @@ from clinicode.config import LEAMConfig, TrainConfig
 from clinicode.errors import ConfigError
 from clinicode.model import LEAM
 from clinicode.embeddings import auto_w2v_epochs
-from clinicode.train import _pos_weight
+from clinicode.train_setup import pos_weight as _pos_weight
 
 
 def test_library_defaults_are_the_tuned_ones():

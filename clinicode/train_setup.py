@@ -1,0 +1,335 @@
+"""Training's set-up and finishing around the loop of `train.py`: everything a run does before its first epoch and
+after its last.
+
+Set-up: check RUN and the data, claim RUN, fit the tokenizer and the starting vectors (or load them from RUN/state on
+--resume), plan memory, build the optimiser, the weight average and the DDP wrapper (`TrainingSetup`). Finishing: tune
+the threshold on dev with the inference path, score test once, write the metrics, scores and the final checkpoint
+(`finish`). The tfidf-lr baseline, which has no loop, is set up and finished here whole (`train_tfidf_lr`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from clinicode.artifacts import (
+    check_output,
+    holds_training,
+    is_run_data,
+    is_run_folder,
+    make_manifest,
+    write_json_atomic,
+)
+from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
+from clinicode.codes.icd9 import load_descriptions_tsv
+from clinicode.codes.icd10 import icd10_cm_titles
+from clinicode.config import ModelOptions, TrainConfig, config_to_dict
+from clinicode.constants import RUN_FILE, SCORES_TEST_FILE
+from clinicode.data.labels import LabelSet
+from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
+from clinicode.embeddings import initial_vectors
+from clinicode.errors import ConfigError, DataFormatError
+from clinicode.memory import plan
+from clinicode.metrics import binarize, metrics_report, tune_threshold
+from clinicode.model import LEAM
+from clinicode.predict import Predictor
+from clinicode.runtime import init_distributed, pick_device, seed_everything, world
+from clinicode.safe_io import claim_folder
+from clinicode.tokenizer import ClinicalTokenizer
+from clinicode.train_state import STATE_DIR, WeightAverage, load_state, make_optimizer
+
+log = logging.getLogger("clinicode.train")  # one logger for a run's messages, set-up and loop alike
+
+__all__ = ["TrainingSetup", "check_run_folder", "finish", "marks_everything", "open_run", "train_tfidf_lr"]
+
+
+def with_descriptions(labels: LabelSet, descriptions_path: Path | None) -> LabelSet:
+    """Fill codes without a description from --descriptions, then ICD-10-CM codes from the CMS tables (packaged)."""
+    table = load_descriptions_tsv(descriptions_path) if descriptions_path is not None else {}
+    descs = [d or table.get(c, "") for c, d in zip(labels.codes, labels.descriptions)]
+    cms = icd10_cm_titles([c for c, d in zip(labels.codes, descs) if not d])
+    if cms:
+        log.info("%d codes without a description took their ICD-10-CM title from the CMS tables", len(cms))
+    return LabelSet(labels.codes, tuple(d or cms.get(c, "") for c, d in zip(labels.codes, descs)))
+
+
+def marks_everything(scores: np.ndarray, threshold: float) -> bool:
+    """True when [S > t] holds for every code of every note: a threshold that codes everything."""
+    return bool(binarize(scores, threshold).all())
+
+
+def pos_weight(y: torch.Tensor, alpha: float) -> torch.Tensor:
+    """[K] BCE weights of positives, (n_neg / n_pos) ** alpha per label (alpha 1 = balanced), capped at 100."""
+    n = y.shape[0]
+    n_pos = y.float().sum(0).clamp(min=1.0)
+    return ((n - n_pos).clamp(min=1.0) / n_pos).pow(alpha).clamp(max=100.0)
+
+
+def single_label(ds: PreparedDataset, cfg: TrainConfig) -> bool:
+    """One label per note: softmax + cross-entropy, and the top code is the prediction (decided from train)."""
+    if cfg.single_label is not None:
+        return cfg.single_label
+    train_df = ds.split("train")
+    return bool(len(train_df)) and bool((train_df["labels"].map(len) == 1).all())
+
+
+class Objective(torch.nn.Module):
+    """Forward plus both losses in one module, so DistributedDataParallel sees every use of the weights."""
+
+    def __init__(self, model: LEAM, pos_weight: torch.Tensor | None, block: tuple[int, int], order: str) -> None:
+        super().__init__()
+        self.model, self.pos_weight, self.block, self.order = model, pos_weight, block, order
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.model(ids, mask, block=self.block, order=self.order).logits
+        return self.model.loss(logits.float(), y, pos_weight=self.pos_weight)
+
+
+class TrainingSetup:
+    """One LEAM run's data, model, optimiser and state before its first (or, on --resume, next) epoch.
+
+    Under torchrun (WORLD_SIZE > 1) every process builds the same tokenizer, vectors and batch order (all seeded);
+    the objective is wrapped in DistributedDataParallel. `train._Trainer` adds the loop to this state.
+    """
+
+    def __init__(self, ds: PreparedDataset, run: Path, cfg: TrainConfig, options: ModelOptions,
+                 as_given: dict[str, Any], *, resume: bool, report: Callable[[str], None] | None,
+                 manifest_extra: dict[str, Any]) -> None:
+        self.ds, self.run, self.cfg = ds, run, cfg
+        self.manifest_extra = manifest_extra
+        self.device = pick_device(cfg.device)
+        self.rank, self.world = init_distributed(self.device)
+        self.amp = self.device.type == "cuda"
+        self.state_dir = run / STATE_DIR
+        self.labels = ds.labels
+        train_df, dev_df = ds.split("train"), ds.split("dev")
+        self.multilabel = not single_label(ds, cfg)
+        seed_everything(cfg.seed)
+
+        resumed = (load_state(self.state_dir, run=run, train_config=cfg, model_options=as_given,
+                              data=manifest_extra["data"]) if resume else None)
+        if resumed is not None:
+            self.state, self.tokenizer, self.model_config = resumed.state, resumed.tokenizer, resumed.model_config
+            self.model = LEAM(self.model_config)
+            resumed.load_model(self.model)
+            log.info("resuming %s after epoch %d", run, self.state["epoch"])
+        else:
+            self.state = {"epoch": 0, "best_score": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
+            t0 = time.perf_counter()
+            self.tokenizer, tokens = ClinicalTokenizer.fit_tokens(train_df["text"].tolist(),
+                                                                  min_doc_freq=cfg.min_doc_freq, max_len=cfg.max_len)
+            self.train_ids = tokens.ids()                                 # read once: epochs and word2vec reuse them
+            log.info("vocabulary of %d words from %d training notes in %.1fs", self.tokenizer.vocab_size,
+                     len(train_df), time.perf_counter() - t0)
+            self.model_config = options.leam_config(vocab_size=self.tokenizer.vocab_size, n_labels=len(self.labels),
+                                                    multilabel=self.multilabel)
+            self.model = LEAM(self.model_config)
+            t0 = time.perf_counter()
+            words, codes, info = initial_vectors(
+                cfg.embeddings, tokens, self.tokenizer,
+                [d or c for c, d in zip(self.labels.codes, self.labels.descriptions)],
+                dim=self.model_config.embed_dim, seed=cfg.seed, w2v_epochs=cfg.w2v_epochs)
+            with torch.no_grad():
+                self.model.word_emb.weight.copy_(torch.from_numpy(words))
+                self.model.label_emb.copy_(torch.from_numpy(codes))
+            log.info("embeddings %s in %.1fs; %d/%d codes started from description words", cfg.embeddings,
+                     time.perf_counter() - t0, info["label_init_from_words"], len(self.labels))
+            self.manifest_extra.update(info)
+            del tokens
+        self.plan = plan(self.model_config, batch_size=cfg.batch_size, max_len=cfg.max_len, budget_mb=cfg.memory_mb,
+                         device=self.device.type, training=True, fast=self.model.fast)
+        if self.rank == 0:
+            log.info("%s", self.plan.summary())
+            if report is not None:
+                report(self.plan.summary())
+        self.manifest_extra["memory"] = self.plan.to_dict()
+        self.model.to(self.device)
+        self.opt = make_optimizer(self.model, cfg)
+        if resumed is not None:
+            resumed.load_optimizer(self.opt)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp)
+        self.average = (WeightAverage(self.model, cfg.ema_decay, resumed.average() if resumed else None)
+                        if cfg.ema_decay > 0 else None)
+
+        if resumed is not None:
+            self.train_ids = self.tokenizer.encode_ids(train_df["text"].tolist())
+        self.dev_ids = self.tokenizer.encode_ids(dev_df["text"].tolist())
+        self.y_train = torch.from_numpy(self.labels.multi_hot(train_df["labels"]))
+        self.y_dev = self.labels.multi_hot(dev_df["labels"])
+        self.pos_weight = (pos_weight(self.y_train, cfg.pos_weight).to(self.device)
+                           if self.multilabel and cfg.pos_weight > 0 else None)
+        self.objective: torch.nn.Module = Objective(self.model, self.pos_weight, self.plan.block, self.plan.order)
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.objective = DistributedDataParallel(
+                self.objective, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
+    def checkpoint(self, threshold: float) -> Checkpoint:
+        """The current weights as an (unsaved) checkpoint, for scoring through `Predictor`."""
+        return Checkpoint(self.run / CHECKPOINT_DIR, "leam", self.model, self.labels, threshold, self.cfg, {},
+                          self.tokenizer)
+
+    def save_best(self, threshold: float, metrics_dev: dict[str, Any],
+                  metrics_test: dict[str, Any] | None = None) -> None:
+        save_checkpoint(self.run / CHECKPOINT_DIR, kind="leam", model=self.model, labels=self.labels,
+                        threshold=threshold, train_config=self.cfg, tokenizer=self.tokenizer,
+                        metrics_dev=metrics_dev, metrics_test=metrics_test,
+                        extra={**self.manifest_extra, "epoch": self.state["epoch"], "seed": self.cfg.seed},
+                        train_counts=self.labels.counts(self.ds.split("train")["labels"]))
+
+
+def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float, dict, dict], None],
+           dev_ids: list | None = None) -> dict[str, Any]:
+    """Tune the threshold on dev with the inference path, score test once, save the final checkpoint.
+
+    `dev_ids`: dev as the checkpoint's tokenizer encodes it, when training already has it (LEAM).
+    """
+    pred = Predictor(ck, device=ck.model.word_emb.weight.device if ck.kind == "leam" else "cpu",
+                     batch_size=ck.train_config.eval_batch_size, memory_mb=ck.train_config.memory_mb)
+    one = ck.single_label
+    dev = ds.split("dev")
+    y_dev = ds.labels.multi_hot(dev["labels"])
+    s_dev = pred.score_ids(dev_ids) if dev_ids is not None else pred.score(dev["text"].tolist())
+    t = 0.0 if one else tune_threshold(y_dev, s_dev)
+    if not one and marks_everything(s_dev, t):
+        raise DataFormatError(
+            f"{run}: the threshold tuned on dev ({t:.2f}) would mark every code on every note, so the model has "
+            "learnt nothing usable; check that the dev and train labels are right (the checkpoint keeps its last "
+            "usable epoch)."
+        )
+    metrics_dev = metrics_report(y_dev, s_dev, threshold=t, single_label=one)
+    metrics_test: dict[str, Any] = {}
+    if "test" in ds.splits and len(ds.split("test")):
+        test = ds.split("test")
+        y = ds.labels.multi_hot(test["labels"])
+        s = pred.score(test["text"].tolist())
+        train_counts = ds.labels.multi_hot(ds.split("train")["labels"]).sum(axis=0)  # frequency bands in the app
+        metrics_test = metrics_report(y, s, threshold=t, single_label=one, codes=list(ds.labels.codes),
+                                      train_counts=train_counts)
+        buf = run / f".{SCORES_TEST_FILE}.tmp.npz"
+        np.savez_compressed(buf, ids=np.asarray(test["id"].astype(str).tolist()), y_true=y, scores=s)
+        buf.replace(run / SCORES_TEST_FILE)
+    save(t, metrics_dev, metrics_test)
+    return {"threshold": t, "dev": metrics_dev, "test": metrics_test}
+
+
+def start_run(run: Path, config: TrainConfig, model_options: dict[str, Any] | None, *, resume: bool) -> None:
+    """Claim RUN (created atomically and locked until `train` returns: a second run into it stops here) and write its
+    run.json, which marks it as a run folder from the start (kept on --resume; rewritten by a fresh run into a folder
+    whose earlier run never finished an epoch)."""
+    run.parent.mkdir(parents=True, exist_ok=True)
+    if world()[0] != 0:
+        run.mkdir(exist_ok=True)
+        return
+    claim_folder(run, option="--out")
+    if holds_training(run) and not resume:  # another run finished an epoch here between the check and the claim
+        raise ConfigError(f"--out {run} already holds a run; pass --resume to continue it, or choose a new --out "
+                          "folder.")
+    if not resume or not (run / RUN_FILE).is_file():
+        write_json_atomic(run / RUN_FILE, make_manifest("run", train_config=config_to_dict(config),
+                                                        model_options=model_options or {}))
+
+
+def check_run_folder(run: Path, *, resume: bool, inputs: dict[str, Path | str | None]) -> Path:
+    """Refuse an --out that holds another run (without --resume) or anything `train` did not write; before any work.
+
+    RUN/data, the run's own prepared dataset (`train --mimic-dir`, the pipelines), may sit inside the run folder.
+    Under torchrun only rank 0 checks: the others would see the run.json that rank 0 has just written.
+
+    Returns:
+        RUN resolved (links and `..` as the system follows them), the path every later step writes to.
+    """
+    if world()[0] != 0:
+        return Path(os.path.realpath(run))
+    if holds_training(run) and not resume:
+        raise ConfigError(f"--out {run} already holds a run; pass --resume to continue it, or choose a new --out "
+                          "folder.")
+    return check_output(run, option="--out", command="train", folder=True, recognise=is_run_folder,
+                        inputs={k: (None if k == "--data" and is_run_data(run, v) else v) for k, v in inputs.items()})
+
+
+def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: ModelOptions | dict[str, Any] | None,
+             *, descriptions_path: Path | None,
+             resume: bool) -> tuple[Path, PreparedDataset, dict[str, Any], ModelOptions | None]:
+    """Check RUN, the data and the options, then claim RUN and write run.json; bad input leaves no run folder.
+
+    `model_options`: the LEAM options, or a dict of some of them (the rest default), saved in run.json as given.
+
+    Returns:
+        (RUN resolved, the dataset with descriptions filled, the manifest's extra fields ({"data": ...}), the
+        model options (None for tfidf-lr)).
+    """
+    vectors = config.embeddings if config.embeddings not in ("w2v", "random") else None
+    run = check_run_folder(Path(out_dir), resume=resume,
+                           inputs={"--data": data_dir, "--descriptions": descriptions_path, "--embeddings": vectors})
+    options: ModelOptions | None = None
+    if config.model == "leam":  # unknown or out-of-range model options fail before anything is written
+        options = (model_options if isinstance(model_options, ModelOptions)
+                   else ModelOptions.from_dict(model_options))
+    ds = load_dataset(Path(data_dir), top_k=config.top_k)
+    ds.labels = with_descriptions(ds.labels, descriptions_path)
+    n_train, n_dev = len(ds.split("train")), len(ds.split("dev"))
+    if n_train == 0 or n_dev == 0:
+        raise DataFormatError(f"{data_dir}: the train and dev splits must both hold notes (got {n_train} and "
+                              f"{n_dev}).")
+    for split, why in (("train", "there is nothing to learn"), ("dev", "the threshold cannot be tuned")):
+        if not any(len(row) for row in ds.split(split)["labels"]):
+            raise DataFormatError(f"{data_dir}: no {split} note has a code of the label set ({len(ds.labels)} codes), "
+                                  f"so {why}; check the data's labels (and labels.json).")
+    if options is not None:  # a batch that cannot fit the memory budget fails now, not after the vocabulary
+        plan(options.leam_config(vocab_size=3, n_labels=len(ds.labels)), batch_size=config.batch_size,
+             max_len=config.max_len, budget_mb=config.memory_mb, device=pick_device(config.device).type,
+             training=True)
+    fingerprint = hashlib.sha256((dataset_fingerprint(Path(data_dir))
+                                  + json.dumps(ds.labels.to_json())).encode()).hexdigest()
+    extra: dict[str, Any] = {"data": {
+        "path": str(Path(data_dir).resolve()), "n_train": n_train, "n_dev": n_dev,
+        "n_test": len(ds.splits.get("test", [])), "label_set": ds.manifest.get("label_set"),
+        "fingerprint": fingerprint}}
+    if ds.stats.get("leakage"):
+        extra["data"]["leakage"] = ds.stats["leakage"]
+    dropped = ds.stats.get("documents_without_top_k_label") or {}
+    if sum(dropped.values()):
+        extra["data"]["dropped_without_top_k_label"] = dropped
+        if world()[0] == 0:  # one warning under torchrun, not one per process
+            log.warning("--top-k %d kept %d labels and dropped %d notes that have none of them (%s); they are neither "
+                        "trained on nor scored. Leave out --top-k to keep them.", config.top_k, len(ds.labels),
+                        sum(dropped.values()), ", ".join(f"{k} {v:,}" for k, v in dropped.items()))
+    start_run(run, config, given_options(model_options), resume=resume)  # only now: bad input leaves no run folder
+    return run, ds, extra, options
+
+
+def given_options(model_options: ModelOptions | dict[str, Any] | None) -> dict[str, Any]:
+    """The model options as the user gave them (run.json, --resume's comparison): a dict of some, or all of them."""
+    if isinstance(model_options, ModelOptions):
+        return config_to_dict(model_options)
+    return dict(model_options or {})
+
+
+def train_tfidf_lr(run: Path, ds: PreparedDataset, config: TrainConfig, extra: dict[str, Any]) -> dict[str, Any]:
+    """The tfidf-lr baseline: fit on train, then `finish` (threshold on dev, test, checkpoint); one process only."""
+    from clinicode.baseline import fit_tfidf_lr
+
+    if world()[1] > 1:
+        raise ConfigError("--model tfidf-lr trains in one process; run it without torchrun.")
+    ck_dir = run / CHECKPOINT_DIR
+    train_df = ds.split("train")
+    model = fit_tfidf_lr(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
+                         single_label=single_label(ds, config))
+
+    def save(t: float, md: dict, mt: dict) -> None:
+        save_checkpoint(ck_dir, kind="tfidf-lr", model=model, labels=ds.labels, threshold=t, train_config=config,
+                        metrics_dev=md, metrics_test=mt, extra={**extra, "seed": config.seed},
+                        train_counts=ds.labels.counts(train_df["labels"]))
+
+    result = finish(run, ds, Checkpoint(ck_dir, "tfidf-lr", model, ds.labels, 0.5, config, {}), save)
+    return {**result, "run": str(run)}

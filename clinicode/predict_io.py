@@ -324,7 +324,7 @@ def predict_file(
     writer = _Writer(output, fmt=fmt, append=resume and bool(done), fd=fd, run_id=run_id)
     try:
         counts = _score(predictor, writer, first, records, done, shard=shard, top_k=top_k, threshold=threshold,
-                        explain=explain, strict=strict, progress=progress, on_bad=on_bad)
+                        explain=explain, strict=strict, progress=progress, on_bad=on_bad, encode=encode)
         writer.finish()
     finally:
         writer.close()
@@ -335,7 +335,8 @@ def predict_file(
 
 def _score(predictor: Predictor, writer: _Writer, first: Record, records: Any, done: Counter[str], *,
            shard: tuple[int, int], top_k: int | None, threshold: float | None, explain: int, strict: bool,
-           progress: bool, on_bad: Callable[[str], None] | None) -> dict[str, int]:
+           progress: bool, on_bad: Callable[[str], None] | None,
+           encode: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, int]:
     """Score FIRST and RECORDS (skipping the ids in DONE) into WRITER; returns the counts."""
     from tqdm.auto import tqdm
 

@@ -410,8 +410,8 @@ def score_batch(
     Returns:
         One `Prediction.to_dict()` record per row, in row order (no note text).
     """
-    from clinicode.predict_io import score_records
     from clinicode.predict import Record
+    from clinicode.predict_io import score_records
 
     recs = [Record(str(r["id"]), r["text"], r["error"] if isinstance(r["error"], str) else None)
             for r in rows.to_dict("records")]

@@ -146,10 +146,8 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
     """Train one model with default settings (LEAM: optionally with OPTIONS, TrainConfig or LEAMConfig fields,
     changed) into WORK/DATASET-NAME-SEED (NAME: the row's name, default MODEL); return its test metrics, the rare-code
     slice, how training ended, wall-clock seconds and the run folder."""
-    from clinicode.config import TrainConfig
+    from clinicode.config import LEAMConfig, TrainConfig
     from clinicode.train import train
-
-    from clinicode.config import LEAMConfig
 
     model_fields = {f.name for f in dataclasses.fields(LEAMConfig)}
     extra = dict(options or {}) if model == "leam" else {}

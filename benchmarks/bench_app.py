@@ -28,7 +28,6 @@ sys.path.insert(0, str(ROOT / "app_streamlit"))
 from app_server import CHROMIUM, CHROMIUM_ARGS, serve  # noqa: E402
 
 
-
 def first_page_seconds(runs: Path) -> float:
     from playwright.sync_api import sync_playwright
 

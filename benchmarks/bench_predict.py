@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks._common import machine_line, median_time, synthetic_notes, publish  # noqa: E402
+from benchmarks._common import machine_line, median_time, publish, synthetic_notes  # noqa: E402
 from clinicode.batching import pad_batch  # noqa: E402
 from clinicode.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from clinicode.config import LEAMConfig, TrainConfig  # noqa: E402

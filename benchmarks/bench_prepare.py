@@ -36,6 +36,7 @@ from clinicode.synthetic.mimic3 import REAL_DISCHARGE_CHARS, REAL_OTHER_CHARS, w
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks._common import mark_own, remove_own  # noqa: E402  (never delete what this script did not create)
+
 CAML_IDS = ROOT.parent / "shared" / "data" / "caml-mimic-ids"
 START, END = "<!-- bench:prepare:start -->", "<!-- bench:prepare:end -->"
 MAX_RSS_MB = 4096

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import sys
 import time
 from datetime import datetime, timezone

@@ -15,6 +15,7 @@ Goal: 8 clients x 25 requests with 0 errors, and serve throughput >= 0.8x batch 
 from __future__ import annotations
 
 import argparse
+import functools
 import http.client
 import json
 import os
@@ -143,7 +144,7 @@ def main() -> None:
     from clinicode.predict import Predictor
 
     pred = Predictor.from_checkpoint(ck_dir, device="cpu")
-    t_lib = median_time(lambda: pred.predict(notes, attention=False), repeat=args.repeat, warmup=1)
+    t_lib = median_time(functools.partial(pred.predict, notes, attention=False), repeat=args.repeat, warmup=1)
     del pred
 
     proc, port, t_start = start_server(ck_dir, args.work_dir)

@@ -16,8 +16,7 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 from joblib import Parallel, delayed
-from safetensors.numpy import load as st_load
-from safetensors.numpy import save as st_save
+from safetensors.numpy import load as st_load, save as st_save
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
 

@@ -15,8 +15,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from clinicode import __version__
-from clinicode.artifacts import atomic_dir, make_manifest, manifest_kind, read_json, sha256_file, write_json_atomic, write_safetensors_atomic
-from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict, load_config, save_config, saved_config
+from clinicode.artifacts import (
+    atomic_dir,
+    make_manifest,
+    manifest_kind,
+    read_json,
+    sha256_file,
+    write_json_atomic,
+    write_safetensors_atomic,
+)
+from clinicode.codes.icd10 import display_titles
+from clinicode.config import (
+    LEAMConfig,
+    TrainConfig,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+    save_config,
+    saved_config,
+)
 from clinicode.constants import (  # noqa: F401  (artefact names are re-exported: the app takes them from here)
     CHECKPOINT_DIR,
     HISTORY_FILE,
@@ -33,7 +50,6 @@ from clinicode.constants import (  # noqa: F401  (artefact names are re-exported
     TRAIN_CONFIG_FILE,
     WEIGHTS_FILE,
 )
-from clinicode.codes.icd10 import display_titles
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.tokenizer import ClinicalTokenizer

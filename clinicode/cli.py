@@ -17,8 +17,16 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from clinicode import __version__
-from clinicode.config import (PAPER_MODEL, CompareConfig, DemoConfig, LEAMConfig, PredictConfig, PrepareConfig, TrainConfig,
-                              default_of)
+from clinicode.config import (
+    PAPER_MODEL,
+    CompareConfig,
+    DemoConfig,
+    LEAMConfig,
+    PredictConfig,
+    PrepareConfig,
+    TrainConfig,
+    default_of,
+)
 from clinicode.errors import ClinicodeError, ConfigError
 from clinicode.safe_io import claim_folder, releases_claims
 

@@ -72,8 +72,7 @@ from torch import nn
 from clinicode import kernels
 from clinicode.config import LEAMConfig
 from clinicode.kernels import EPS
-from clinicode.memory import CPU_BLOCK, ORDERS
-from clinicode.memory import order as compute_order
+from clinicode.memory import CPU_BLOCK, ORDERS, order as compute_order
 
 EVIDENCE_RHO0 = 0.0       # code_evidence: a_k = softplus(rho_k) starts at log 2 = 0.69 (docs/accuracy-tuning.md, round 9)
 

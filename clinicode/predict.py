@@ -22,10 +22,10 @@ import torch
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import Checkpoint, load_checkpoint
 from clinicode.config import PREDICT
-from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
 from clinicode.errors import ConfigError
 from clinicode.memory import MemoryPlan, plan
 from clinicode.metrics import predicted_indices
+from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
 from clinicode.runtime import pick_device
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,6 @@ import functools
 import hashlib
 import os
 import stat
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 

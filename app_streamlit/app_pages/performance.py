@@ -7,8 +7,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 import streamlit as st
-from sklearn.metrics import auc as sk_auc
-from sklearn.metrics import precision_recall_curve, roc_curve
+from sklearn.metrics import auc as sk_auc, precision_recall_curve, roc_curve
 
 import render
 import state

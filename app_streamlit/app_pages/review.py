@@ -17,9 +17,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-import render
 import clinicode.review as review
 from clinicode.errors import ClinicodeError
+
+import render
 
 OPEN = "review_open"      # session key: the id of the note this session has open
 FLASH = "review_flash"    # session key: a message to show after a rerun

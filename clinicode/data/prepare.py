@@ -22,11 +22,11 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from clinicode.artifacts import atomic_dir, check_output, make_manifest, sha256_file, write_manifest
+from clinicode.codes.icd9 import load_descriptions_tsv
+from clinicode.codes.icd10 import format_code, icd10_cm_titles, normalise_code
 from clinicode.config import PREPARE, PrepareConfig
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50, LABELS_FILE, SPLITS
 from clinicode.data import mimic, mimic4
-from clinicode.codes.icd9 import load_descriptions_tsv
-from clinicode.codes.icd10 import format_code, icd10_cm_titles, normalise_code
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import is_prepared_dataset
 from clinicode.data.protocols import Protocol, find_protocol

@@ -23,8 +23,18 @@ import numpy as np
 from clinicode.config import DEMO
 from clinicode.data.splits import read_id_list, read_split_file
 from clinicode.errors import ConfigError, DataFormatError
-from clinicode.synthetic.code_tables import (CODE_INFO, ICD9_DX_TAIL, ICD9_PX_TAIL, ICD9_TOP_EXTRA, ICD10_CM_TAIL_FIRST,
-                                             ICD10_PCS, ICD10_TOP_PHRASES, TOP50_ICD9, TOP50_ICD10, TOP_ICD9_PROCEDURES)
+from clinicode.synthetic.code_tables import (
+    CODE_INFO,
+    ICD9_DX_TAIL,
+    ICD9_PX_TAIL,
+    ICD9_TOP_EXTRA,
+    ICD10_CM_TAIL_FIRST,
+    ICD10_PCS,
+    ICD10_TOP_PHRASES,
+    TOP50_ICD9,
+    TOP50_ICD10,
+    TOP_ICD9_PROCEDURES,
+)
 from clinicode.synthetic.mimic3 import _csv_field, _insert_padding, _Padder
 
 log = logging.getLogger(__name__)

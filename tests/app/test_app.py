@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ast
-import re
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys

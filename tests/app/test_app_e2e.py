@@ -80,7 +80,7 @@ def test_other_pages_render_in_a_real_browser(app_url, browser, path, marker):
 
 
 # ------------------------------------------------------------------ every chart of every page at 50, 300, 2,000+ codes
-from coded_runs import PCS, build_coded_run  # noqa: E402  (tests/app is on sys.path below)
+from coded_runs import build_coded_run  # noqa: E402  (tests/app is on sys.path below)
 
 SIZES = (50, 300, 2100)
 PAGES = (("performance", "One code", 4), ("embeddings", "Cosine similarity", 2), ("about_model", "Training settings", 1),

@@ -13,9 +13,9 @@ import pytest
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "app_streamlit"))
-from app_server import CHROMIUM_ARGS as ARGS, serve  # noqa: E402
-
 from clinicode import review  # noqa: E402
+
+from app_server import CHROMIUM_ARGS as ARGS, serve  # noqa: E402
 
 pytestmark = [
     pytest.mark.e2e,

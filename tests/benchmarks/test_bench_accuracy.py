@@ -107,9 +107,9 @@ def test_goals_are_judged_for_every_leam_row_and_proxies_against_tfidf_lr():
     lines = bench.goals(results, ["hoc", "mtsamples-keywords"])
     text = "\n".join(lines)
     assert len(lines) == 6 and "tfidf-lr" not in [line.split(",")[1].split(":")[0].strip() for line in lines]
-    assert "- hoc, leam: micro-F1 sd 0.0050" in text and [l for l in lines if l.startswith("- hoc, leam:")][0].endswith(": met")
-    assert [l for l in lines if l.startswith("- hoc, leam+evidence:")][0].endswith("not met")     # sd 0.03
-    proxy = {l.split(" (")[0]: l for l in lines if "(rare-code proxy)" in l}
+    assert "- hoc, leam: micro-F1 sd 0.0050" in text and [ln for ln in lines if ln.startswith("- hoc, leam:")][0].endswith(": met")
+    assert [ln for ln in lines if ln.startswith("- hoc, leam+evidence:")][0].endswith("not met")     # sd 0.03
+    proxy = {ln.split(" (")[0]: ln for ln in lines if "(rare-code proxy)" in ln}
     assert proxy["- mtsamples-keywords, leam"].endswith("not met")      # macro-AUC below tfidf-lr's
     assert proxy["- mtsamples-keywords, leam+evidence"].endswith(": met")
 
@@ -135,7 +135,7 @@ def test_issue_goals_judge_each_scale_against_tfidf_lr():
                ("mtsamples-keywords", "leam"): rows(0.51, 0.52, auc=0.96, p8=0.29),           # P@8 below tfidf-lr
                ("mtsamples-keywords-all", "tfidf-lr"): rows(0.20),
                ("mtsamples-keywords-all", "leam"): rows(0.25, auc=0.91, p8=0.31), ("hoc", "leam"): rows(0.1)}
-    lines = {l.split(",")[0] + "," + l.split(",")[1]: l for l in bench.issue_goals(results)}
+    lines = {ln.split(",")[0] + "," + ln.split(",")[1]: ln for ln in bench.issue_goals(results)}
     assert len(lines) == 4 and not any("hoc" in k for k in lines)
     assert "NOT met" not in lines["- mtsamples-keywords-50 (50 codes), leam"]
     assert "worst micro-F1 0.5200 (goal >= 0.5500: NOT met)" in lines["- mtsamples-keywords-50 (50 codes), leam (paper)"]

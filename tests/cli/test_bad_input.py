@@ -17,7 +17,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from clinicode.artifacts import sha256_file
 from clinicode.data.labels import LabelSet
 from clinicode.synthetic.mimic3 import write_demo_mimic
 

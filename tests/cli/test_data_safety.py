@@ -14,11 +14,11 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from clinicode.synthetic.mimic3 import write_demo_mimic
+
 from conftest import TINY_CLI
 from helpers import fails, snapshot, succeeds
 
@@ -232,6 +232,7 @@ def other_state(demo_data, tmp_path_factory) -> Path:
     """RUN/state of another (one-epoch) run, for 'a file from another run'."""
     from clinicode.config import TrainConfig
     from clinicode.train import train
+
     from conftest import TINY_MODEL
 
     run = tmp_path_factory.mktemp("other") / "run"

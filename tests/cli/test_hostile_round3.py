@@ -22,6 +22,7 @@ import pytest
 from clinicode.artifacts import make_manifest, sha256_file, write_json_atomic
 from clinicode.cli import app
 from clinicode.synthetic.mimic3 import write_demo_mimic
+
 from conftest import TINY_CLI
 from helpers import SECRET, fails, runner, snapshot, succeeds
 
@@ -157,10 +158,9 @@ def _partial_of_a_running_predict(place, out: Path) -> int:
     partial = out.with_name(out.name + ".partial")
     os.replace(out, partial)
     (place["root"] / f".{out.name}.clinicode.json").unlink()
+    from clinicode.config import PREDICT
     from clinicode.predict import Predictor
     from clinicode.predict_io import _settings
-
-    from clinicode.config import PREDICT
 
     pred = Predictor.from_checkpoint(place["RUN"], device="cpu")
     write_json_atomic(out.with_name(out.name + ".partial.json"),

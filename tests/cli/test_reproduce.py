@@ -10,8 +10,9 @@ import pytest
 
 from clinicode.constants import SPLITS
 from clinicode.data.protocols import by_name
-from conftest import SHARED_DATA
 from pipelines.reproduce import RECIPES, load_recipe, main
+
+from conftest import SHARED_DATA
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))

@@ -1,8 +1,7 @@
 """ICD-9 dot placement (docs/domain.md section 4): the reformatting table, errors, idempotence."""
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from clinicode.codes.icd9 import format_code, format_diagnosis, format_procedure, load_descriptions_tsv
 from clinicode.errors import DataFormatError

@@ -16,8 +16,8 @@ import pytest
 
 from clinicode.constants import SPLITS
 from clinicode.data.prepare import prepare_mimic
-from clinicode.synthetic.mimic4 import write_demo_mimic4
 from clinicode.errors import ConfigError, DataFormatError
+from clinicode.synthetic.mimic4 import write_demo_mimic4
 
 
 @pytest.fixture(scope="module")
@@ -188,8 +188,7 @@ def test_note_dir_may_be_a_separate_folder_and_options_are_checked(raw, tmp_path
 
 def test_a_published_protocols_counts_are_enforced(raw, tmp_path, monkeypatch):
     """With a protocol's own files and options the counts must equal its published ones; else one line names both."""
-    from clinicode.data import prepare as prepare_module
-    from clinicode.data import protocols
+    from clinicode.data import prepare as prepare_module, protocols
 
     docs, codes, _ = _reference(raw, 10)
     ids = sorted(codes["h"].unique())
@@ -214,6 +213,7 @@ def test_a_published_protocols_counts_are_enforced(raw, tmp_path, monkeypatch):
 
 def test_the_shipped_protocol_files_are_recognised():
     from clinicode.data.protocols import PROTOCOLS, find_protocol
+
     from conftest import SHARED_DATA
 
     root = SHARED_DATA / "mimic-splits"

@@ -11,14 +11,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from clinicode.codes.icd9 import format_diagnosis, format_procedure
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50, SPLITS
 from clinicode.data import prepare as prepare_module
-from clinicode.codes.icd9 import format_diagnosis, format_procedure
 from clinicode.data.mimic import find_table, read_codes, read_discharge_summaries
 from clinicode.data.prepare import NOT_COMPARABLE, prepare_mimic
 from clinicode.data.splits import read_splits
-from clinicode.synthetic.mimic3 import write_demo_mimic
 from clinicode.errors import ConfigError, DataFormatError
+from clinicode.synthetic.mimic3 import write_demo_mimic
 
 CAML_IDS = Path(__file__).resolve().parents[3] / "shared" / "data" / "caml-mimic-ids"
 NOTE_HEADER = ["ROW_ID", "SUBJECT_ID", "HADM_ID", "CHARTDATE", "CHARTTIME", "STORETIME", "CATEGORY",

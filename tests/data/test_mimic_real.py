@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50
+
 from conftest import MIMIC_ENV, SHARED_DATA
 
 

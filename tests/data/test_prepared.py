@@ -9,8 +9,8 @@ import pytest
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepare import prepare_mimic
 from clinicode.data.prepared import PreparedDataset, load_dataset
-from clinicode.synthetic.mimic3 import write_demo_mimic
 from clinicode.errors import DataFormatError
+from clinicode.synthetic.mimic3 import write_demo_mimic
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 REAL = {"hoc": (1286, 211, 355), "mtsamples": (1651, 243, 483), "cmc2007-radiology-icd9": (684, 93, 201)}

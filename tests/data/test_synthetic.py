@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from clinicode.constants import CAML_TOP50
-from clinicode.synthetic.mimic3 import CODE_HEADER, NOTE_HEADER, TITLE_HEADER, write_demo_mimic
 from clinicode.errors import ConfigError
+from clinicode.synthetic.mimic3 import CODE_HEADER, NOTE_HEADER, TITLE_HEADER, write_demo_mimic
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_notes_carry_signal(demo):
 def test_deterministic_and_gzip(tmp_path):
     a = write_demo_mimic(tmp_path / "a", n_admissions=50, seed=2)
     b = write_demo_mimic(tmp_path / "b", n_admissions=50, seed=2, gzip=True)
-    c = write_demo_mimic(tmp_path / "c", n_admissions=50, seed=3)
+    write_demo_mimic(tmp_path / "c", n_admissions=50, seed=3)
     assert a["noteevents_rows"] == b["noteevents_rows"]
     raw = (tmp_path / "a" / "NOTEEVENTS.csv").read_bytes()
     assert gzip.decompress((tmp_path / "b" / "NOTEEVENTS.csv.gz").read_bytes()) == raw

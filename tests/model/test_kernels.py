@@ -5,8 +5,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from clinicode.kernels import (best_dot, code_max, code_max_evidence, cosine_compat, embed, phrase_max, phrase_max_evidence,
-                               phrase_window, table_phrase_max)
+from clinicode.kernels import (
+    best_dot,
+    code_max,
+    code_max_evidence,
+    cosine_compat,
+    embed,
+    phrase_max,
+    phrase_max_evidence,
+    phrase_window,
+    table_phrase_max,
+)
 from clinicode.model import _cosine, _window
 
 

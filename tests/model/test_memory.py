@@ -2,8 +2,10 @@
 
 import pytest
 
-from clinicode.config import LEAMConfig
-from clinicode.config import PAPER_MODEL  # these tests pin the paper's model (the default adds code evidence)
+from clinicode.config import (
+    PAPER_MODEL,  # these tests pin the paper's model (the default adds code evidence)
+    LEAMConfig,
+)
 from clinicode.errors import ConfigError
 from clinicode.memory import CPU_BLOCK, plan
 

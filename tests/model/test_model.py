@@ -4,8 +4,10 @@ import pytest
 import torch
 
 from clinicode.batching import pad_batch
-from clinicode.config import LEAMConfig
-from clinicode.config import PAPER_MODEL  # these tests pin the paper's model (the default adds code evidence)
+from clinicode.config import (
+    PAPER_MODEL,  # these tests pin the paper's model (the default adds code evidence)
+    LEAMConfig,
+)
 from clinicode.errors import ConfigError
 from clinicode.model import LEAM
 

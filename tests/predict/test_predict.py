@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from clinicode.artifacts import write_json_atomic
 from clinicode.cli import app
 from clinicode.metrics import all_metrics
 from clinicode.predict import Predictor
-from clinicode.artifacts import write_json_atomic
 from clinicode.predict_io import _settings, predict_file
 
 runner = CliRunner()

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from clinicode import review
-from clinicode.review import ClaimedError, ReviewError, open_db
-from helpers import SECRET, fails, runner, snapshot, succeeds
 from clinicode.cli import app
+from clinicode.review import ClaimedError, ReviewError, open_db
+
+from helpers import SECRET, fails, runner, snapshot, succeeds
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "Patient with hypertension and congestive heart failure; atrial fibrillation on coumadin. " + SECRET
@@ -351,6 +352,7 @@ def test_export_then_train_then_evaluate_on_the_corrections(tiny_run, demo_data,
     import pandas as pd
 
     from clinicode.data.prepared import read_split
+
     from conftest import TINY_CLI
 
     df = pd.concat([read_split(demo_data, "dev"), read_split(demo_data, "test")]).head(60)

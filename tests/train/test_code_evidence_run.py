@@ -13,9 +13,9 @@ from clinicode.batching import pad_batch
 from clinicode.checkpoint import load_checkpoint
 from clinicode.evaluate import evaluate
 from clinicode.predict import Predictor
+
 from conftest import TINY_SIZES
 from helpers import fails, snapshot, succeeds
-
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from clinicode.config import LEAMConfig, TrainConfig
+from clinicode.embeddings import auto_w2v_epochs
 from clinicode.errors import ConfigError
 from clinicode.model import LEAM
-from clinicode.embeddings import auto_w2v_epochs
 from clinicode.train import _pos_weight
 
 
@@ -118,11 +118,10 @@ CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "patience",
 def test_cli_repeats_no_default_and_its_help_shows_config_defaults():
     """config.py is the only home of a default: CLI options are None unless given; --help shows config.py's value."""
     import inspect
+    import typing
 
     from clinicode.cli import train_cli
     from clinicode.config import default_of
-
-    import typing
 
     params = inspect.signature(train_cli).parameters
     hints = typing.get_type_hints(train_cli, include_extras=True)

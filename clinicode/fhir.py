@@ -219,6 +219,7 @@ def note_from_document_reference(doc: Any) -> dict[str, Any]:
     rid = doc.get("id")
     subject = doc.get("subject")
     if subject is not None and not isinstance(subject, dict):
-        raise DataFormatError("DocumentReference.subject must be a Reference object, e.g. {\"reference\": \"Patient/1\"}.")
+        raise DataFormatError("DocumentReference.subject must be a Reference object, e.g. "
+                              "{\"reference\": \"Patient/1\"}.")
     return {"id": str(rid) if rid is not None else "0", "text": text, "subject": subject,
             "document": f"DocumentReference/{rid}" if isinstance(rid, str) and rid else None}

@@ -65,7 +65,8 @@ def check_output_kind(path: Path | str, option: str) -> None:
     """
     kind = output_kind_problem(path)
     if kind is not None:
-        raise ConfigError(f"{option} {path} is a {kind}, not a regular file; outputs must be regular files or new paths "
+        raise ConfigError(f"{option} {path} is a {kind}, not a regular file; outputs must be "
+                          "regular files or new paths "
                           "(nothing was written).")
 
 
@@ -107,7 +108,8 @@ def locked_output(path: Path | str, *, what: str) -> tuple[int, bool]:
             Path(path).unlink(missing_ok=True)
         if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise ConfigError(f"{what} is being written by another running clinicode command ({Path(path).name} is "
-                              "locked); wait for it to finish or choose another output (nothing was written).") from None
+                              "locked); wait for it to finish or choose another "
+                              "output (nothing was written).") from None
         raise
     return fd, created
 

@@ -212,7 +212,8 @@ _INSTRUCTIONS = (
 # Radiology: code-like findings, so a prepare step that wrongly read note/radiology would change documents.
 _RAD_EXAMS = (
     ("CHEST (PA AND LAT)", ("pneumonia", "pleural effusion", "pulmonary edema", "atelectasis", "cardiomegaly",
-                            "no pneumothorax", "consolidation concerning for pneumonia", "small left pleural effusion")),
+                            "no pneumothorax", "consolidation concerning for pneumonia",
+                            "small left pleural effusion")),
     ("CHEST (PORTABLE AP)", ("pleural effusion", "pneumonia", "endotracheal tube in place", "picc line tip in the svc",
                              "interstitial edema", "bibasilar atelectasis")),
     ("CT HEAD W/O CONTRAST", ("no acute intracranial hemorrhage", "chronic small vessel ischemic disease",
@@ -486,7 +487,8 @@ def _discharge_texts(rng: random.Random, cat: tuple[CodeInfo, ...], dx: list[int
     diag_text = f"PRIMARY:\n{diag[0]}\n\nSECONDARY:\n" + "\n".join(diag[1:]) if diag else "see hospital course"
     instructions = " ".join(rng.sample(_INSTRUCTIONS, 2))
     ds = (
-        f" \nName:  ___                     Unit No:   ___\n \nAdmission Date:  ___              Discharge Date:   ___\n"
+        " \nName:  ___                     Unit No:   ___\n \nAdmission Date:  ___            "
+        "  Discharge Date:   ___\n"
         f" \nDate of Birth:  ___             Sex:   {sex}\n \nService: {rng.choice(_SERVICES4)}\n \nAllergies: \n"
         f"{rng.choice(_ALLERGIES)}\n \nAttending: ___.\n \nChief Complaint:\n{cc}\n"
         f" \nMajor Surgical or Invasive Procedure:\n{chr(10).join(procs) or 'None'}\n"

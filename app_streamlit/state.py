@@ -179,7 +179,8 @@ def read_scores_test(run_dir: str) -> dict[str, Any]:
             raise ValueError(f"y_true {out['y_true'].shape} and scores {out['scores'].shape} differ")
         return out
     except Exception as err:  # zipfile, numpy and OS errors alike: a damaged file, never a crash
-        return {"error": f"{checkpoint.SCORES_TEST_FILE} is unreadable ({type(err).__name__}); retrain the run to rewrite it"}
+        return {"error": f"{checkpoint.SCORES_TEST_FILE} is unreadable ({type(err).__name__}); "
+                         "retrain the run to rewrite it"}
 
 
 @st.cache_data(show_spinner="Computing F1 at every threshold…", max_entries=8)

@@ -14,7 +14,8 @@ run = state.current_run()
 
 st.title("Batch scoring")
 st.caption(
-    f"Model **{run.name}**. Upload a CSV with columns `id,text` or a JSONL file with one `{{\"id\", \"text\"}}` object per "
+    f"Model **{run.name}**. Upload a CSV with columns `id,text` or a JSONL file with one "
+    f"`{{\"id\", \"text\"}}` object per "
     f"line (at most {render.MAX_UPLOAD_MB} MB). Files are read in memory and never saved."
 )
 

@@ -83,7 +83,8 @@ def test_other_pages_render_in_a_real_browser(app_url, browser, path, marker):
 from coded_runs import build_coded_run  # noqa: E402  (tests/app is on sys.path below)
 
 SIZES = (50, 300, 2100)
-PAGES = (("performance", "One code", 4), ("embeddings", "Cosine similarity", 2), ("about_model", "Training settings", 1),
+PAGES = (("performance", "One code", 4), ("embeddings", "Cosine similarity", 2), ("about_model", "Training settings",
+                                                                                  1),
          ("batch", "Upload a file", 0))  # page, a text it shows, the charts it draws at least
 # What a person sees of one Vega chart (SVG): its box, its bars/lines/points as drawn, and its axis text and whether
 # each piece lies inside the chart's element (a clipped title or label is outside it).
@@ -191,7 +192,8 @@ def test_every_chart_of_every_page_is_readable_at_this_many_codes(sized_runs, br
 
         # Code a note: with ICD-10 titles the probability column stays in view (its red bars are drawn on screen)
         page.goto(url)
-        page.get_by_label("Clinical note").fill("Abdominal ultrasound and cystoscopy; acute kidney failure, pneumonia. " * 4)
+        page.get_by_label("Clinical note").fill("Abdominal ultrasound and cystoscopy; acute "
+                                                "kidney failure, pneumonia. " * 4)
         page.get_by_role("button", name="Predict codes").click()
         expect(page.locator("#note-hl mark").first).to_be_visible(timeout=120_000)
         table = page.locator('[data-testid="stDataFrame"]').first

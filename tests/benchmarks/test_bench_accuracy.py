@@ -85,7 +85,8 @@ def test_proxies_keep_their_label_sets_and_big_public_sets_get_top_50(tmp_path):
 def test_set_options_are_typed_and_checked():
     assert bench._parse_sets(["lr_schedule=constant", "lr_decay=0.3", "lr_patience=2"]) == \
         {"lr_schedule": "constant", "lr_decay": 0.3, "lr_patience": 2}
-    assert bench._parse_sets(["label_reg_weight=0", "multilabel=false"]) == {"label_reg_weight": 0.0, "multilabel": False}
+    assert bench._parse_sets(["label_reg_weight=0", "multilabel=false"]) == {"label_reg_weight": 0.0,
+                                                                             "multilabel": False}
     with pytest.raises(SystemExit, match="expected KEY=VALUE"):
         bench._parse_sets(["no_such_option=1"])
     from clinicode.errors import ConfigError
@@ -129,7 +130,8 @@ def test_many_codes_proxy_at_50_and_all_labels(tmp_path):
 def test_issue_goals_judge_each_scale_against_tfidf_lr():
     def rows(*f1, auc=0.9, p8=0.3):
         return [{"f1_micro": v, "auc_macro": auc, "prec_at_8": p8} for v in f1]
-    results = {("mtsamples-keywords-50", "tfidf-lr"): rows(0.50), ("mtsamples-keywords-50", "leam"): rows(0.62, 0.61, 0.60),
+    results = {("mtsamples-keywords-50", "tfidf-lr"): rows(0.50), ("mtsamples-keywords-50",
+                                                                   "leam"): rows(0.62, 0.61, 0.60),
                ("mtsamples-keywords-50", "leam (paper)"): rows(0.70, 0.70, 0.52),          # mean ok, worst seed not
                ("mtsamples-keywords", "tfidf-lr"): rows(0.40, auc=0.95, p8=0.30),
                ("mtsamples-keywords", "leam"): rows(0.51, 0.52, auc=0.96, p8=0.29),           # P@8 below tfidf-lr

@@ -74,7 +74,8 @@ def test_prepare_non_utf8_notes(mimic):
 
 def test_prepare_empty_table(mimic):
     (mimic / "DIAGNOSES_ICD.csv").write_text("")
-    fails(["prepare", "--mimic-dir", mimic, "--out", mimic.parent / "p"], "DIAGNOSES_ICD.csv is empty; expected a CSV with header")
+    fails(["prepare", "--mimic-dir", mimic, "--out", mimic.parent / "p"],
+          "DIAGNOSES_ICD.csv is empty; expected a CSV with header")
 
 
 def _split_dir(tmp_path: Path, ids: dict[str, list[int]]) -> Path:
@@ -166,7 +167,8 @@ DATA_CASES = {
 @pytest.mark.parametrize("case", sorted(DATA_CASES))
 def test_train_bad_dataset(tmp_path, case):
     d = _dataset(tmp_path, case)
-    fails(["train", "--data", d, "--out", tmp_path / "run", "--epochs", "1", "--device", "cpu", "--no-progress"], DATA_CASES[case])
+    fails(["train", "--data", d, "--out", tmp_path / "run", "--epochs", "1", "--device", "cpu", "--no-progress"],
+          DATA_CASES[case])
     assert not (tmp_path / "run" / "checkpoint").exists()
 
 
@@ -178,7 +180,8 @@ EVALUATE_CASES = {k: v for k, v in DATA_CASES.items() if k not in ("label_outsid
 @pytest.mark.parametrize("case", sorted(EVALUATE_CASES))
 def test_evaluate_bad_dataset(tiny_run, tmp_path, case):
     d = _dataset(tmp_path, case)
-    fails(["evaluate", "--checkpoint", tiny_run, "--data", d, "--split", "dev", "--device", "cpu"], EVALUATE_CASES[case])
+    fails(["evaluate", "--checkpoint", tiny_run, "--data", d, "--split", "dev", "--device", "cpu"],
+          EVALUATE_CASES[case])
 
 
 def test_evaluate_missing_split(tiny_run, tmp_path):
@@ -190,7 +193,8 @@ def test_evaluate_missing_split(tiny_run, tmp_path):
 def test_evaluate_data_sharing_no_code_with_the_checkpoint(tiny_run, tmp_path):
     d = tmp_path / "other"
     d.mkdir()
-    _jsonl(d / "test.jsonl", [{"id": f"x{i}", "text": "hypertension", "labels": ["Cardiology", "Neurology"]} for i in range(3)])
+    _jsonl(d / "test.jsonl", [{"id": f"x{i}", "text": "hypertension", "labels": ["Cardiology",
+                                                                                 "Neurology"]} for i in range(3)])
     fails(["evaluate", "--checkpoint", tiny_run, "--data", d, "--device", "cpu"],
           "the test split's 6 gold codes share no code with the checkpoint's 50 codes")
 
@@ -275,7 +279,8 @@ def _predict(tiny_run, src, out, *extra) -> list:
     ("empty.parquet", b"", "empty.parquet: not a readable parquet file (ArrowInvalid)"),
     ("junk.parquet", b"PAR1" + SECRET.encode(), "not a readable parquet file"),
     ("latin.csv", b"id,text\na," + SECRET.encode() + b" caf\xe9\n", "latin.csv: not UTF-8 text ("),
-    ("notext.csv", b"id,body\na," + SECRET.encode() + b"\n", "notext.csv: no 'text' column (columns: id, body); add one"),
+    ("notext.csv", b"id,body\na," + SECRET.encode() + b"\n",
+     "notext.csv: no 'text' column (columns: id, body); add one"),
     ("notes.docx", b"PK", "unknown file type '.docx'"),
 ])
 def test_predict_bad_input_file(tiny_run, tmp_path, name, content, message):
@@ -318,7 +323,8 @@ def test_predict_non_utf8_txt_in_a_folder_is_a_bad_record(tiny_run, tmp_path):
 
 def test_predict_record_errors_never_quote_the_note(tiny_run, tmp_path):
     src = tmp_path / "n.jsonl"
-    src.write_text(json.dumps({"id": "a", "text": ["not", SECRET]}) + "\n" + json.dumps({"id": "b", "body": SECRET}) + "\n"
+    src.write_text(json.dumps({"id": "a", "text": ["not", SECRET]}) + "\n" + json.dumps({"id": "b",
+                                                                                         "body": SECRET}) + "\n"
                    + json.dumps({"id": "c", "text": "123 456 ... !!"}) + "\n")
     out = tmp_path / "o.jsonl"
     succeeds(_predict(tiny_run, src, out))
@@ -343,7 +349,8 @@ def test_predict_huge_note_is_scored_and_flagged_truncated(tiny_run, tmp_path):
 
 def test_predict_duplicate_ids_each_get_a_record_and_are_counted(tiny_run, tmp_path):
     src = tmp_path / "n.jsonl"
-    _jsonl(src, [{"id": "a", "text": "hypertension"}, {"id": "b", "text": "sepsis"}, {"id": "a", "text": "heart failure"}])
+    _jsonl(src, [{"id": "a", "text": "hypertension"}, {"id": "b", "text": "sepsis"}, {"id": "a",
+                                                                                      "text": "heart failure"}])
     out = tmp_path / "o.jsonl"
     res = succeeds(_predict(tiny_run, src, out))
     recs = [json.loads(x) for x in out.read_text().splitlines()]

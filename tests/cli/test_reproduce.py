@@ -65,7 +65,8 @@ def test_a_published_protocol_is_reproduced_at_full_size(tmp_path):
         pytest.skip("../shared/data/mimic-splits is not here")
     write_demo_mimic4(tmp_path / "raw", n_admissions=500, hadm_ids_from=[folder], seed=3)
     prep = load_recipe("mimic4-icd10-top50")["prepare"]
-    summary = prepare_mimic(tmp_path / "raw", tmp_path / "data", icd_version=prep["icd_version"], label_set=prep["label_set"],
+    summary = prepare_mimic(tmp_path / "raw", tmp_path / "data", icd_version=prep["icd_version"],
+                            label_set=prep["label_set"],
                             splits_dir=folder, expect_published_counts=True)
     assert summary["protocol"] == "nguyen-mimic4-icd10-top50" and summary["comparable"] is True
     assert summary["splits"] == {"train": 104_077, "dev": 3_805, "test": 7_368} == by_name(summary["protocol"]).counts

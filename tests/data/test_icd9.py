@@ -34,7 +34,8 @@ def test_same_digits_differ_by_table():
 
 @pytest.mark.parametrize("raw", ["40", "4", ""])
 def test_short_procedure_code_is_a_data_error(raw):
-    with pytest.raises(DataFormatError, match=r"procedure code .* characters.*Read PROCEDURES_ICD.ICD9_CODE as strings"):
+    with pytest.raises(DataFormatError,
+                       match=r"procedure code .* characters.*Read PROCEDURES_ICD.ICD9_CODE as strings"):
         format_procedure(raw)
 
 

@@ -52,7 +52,8 @@ def _reference(raw: Path, version: int) -> tuple[pd.DataFrame, pd.DataFrame, dic
     for table, is_dx in (("diagnoses_icd", True), ("procedures_icd", False)):
         c = _csv(raw / "hosp" / f"{table}.csv")
         c = c[c["icd_version"] == str(version)]
-        parts.append(pd.DataFrame({"h": c["hadm_id"].astype(int), "code": [_dot(x, version, is_dx) for x in c["icd_code"]]}))
+        parts.append(pd.DataFrame({"h": c["hadm_id"].astype(int), "code": [_dot(x, version,
+                                                                                is_dx) for x in c["icd_code"]]}))
         t = _csv(raw / "hosp" / f"d_icd_{'diagnoses' if is_dx else 'procedures'}.csv")
         t = t[t["icd_version"] == str(version)]
         titles.update({_dot(x, version, is_dx): title for x, title in zip(t["icd_code"], t["long_title"])})
@@ -73,7 +74,8 @@ def test_full_label_set_and_an_edin_split_file_give_exactly_the_rules_documents(
     ids = sorted(labelled.index)
     split_csv = tmp_path / "split.csv"  # Edin et al.'s format: val is dev; one labelled admission left out of every split
     names = ["train", "val", "test"]
-    split_csv.write_text("hadm_id,split\n" + "".join(f"{h},{names[i % 3]}\n" for i, h in enumerate(ids[1:])) + "99999999,test\n")
+    split_csv.write_text("hadm_id,split\n" + "".join(f"{h},{names[i % 3]}\n" for i,
+                                                     h in enumerate(ids[1:])) + "99999999,test\n")
 
     out = tmp_path / "out"
     summary = prepare_mimic(raw, out, icd_version=version, label_set="full", min_code_count=3, splits_file=split_csv)
@@ -207,7 +209,8 @@ def test_a_published_protocols_counts_are_enforced(raw, tmp_path, monkeypatch):
                                               rf"\(expected {n['train'] + 7:,}\)"):
         prepare_mimic(raw, tmp_path / "bad", icd_version=10, label_set="full", splits_file=split)
     # other options than the protocol's: not enforced, and said to be not comparable
-    other = prepare_mimic(raw, tmp_path / "other", icd_version=10, label_set="full", min_code_count=5, splits_file=split)
+    other = prepare_mimic(raw, tmp_path / "other", icd_version=10, label_set="full", min_code_count=5,
+                          splits_file=split)
     assert other["protocol"] is None and other["comparable"] is False
 
 
@@ -226,5 +229,6 @@ def test_the_shipped_protocol_files_are_recognised():
     assert top is not None and top.counts == {"train": 170_664, "dev": 6_406, "test": 12_405}
     caml = find_protocol([SHARED_DATA / "caml-mimic-ids" / f"{s}_full_hadm_ids.csv" for s in SPLITS])
     assert caml is not None and caml.name == "caml-mimic3-full"
-    assert find_protocol([root / "edin2023" / "mimiciv_icd10_split.csv", root / "edin2023" / "mimiciv_icd9_split.csv"]) is None
+    assert find_protocol([root / "edin2023" / "mimiciv_icd10_split.csv",
+                          root / "edin2023" / "mimiciv_icd9_split.csv"]) is None
     assert len({p.name for p in PROTOCOLS}) == len(PROTOCOLS)

@@ -126,7 +126,8 @@ def test_padding_is_deterministic_and_valid_csv(padded, tmp_path):
     import io
 
     root, _, _ = padded
-    write_demo_mimic(tmp_path / "again", n_admissions=50, n_other_notes=300, seed=5, discharge_chars=4000, other_chars=800)
+    write_demo_mimic(tmp_path / "again", n_admissions=50, n_other_notes=300, seed=5, discharge_chars=4000,
+                     other_chars=800)
     raw = (root / "padded" / "NOTEEVENTS.csv").read_bytes()
     assert (tmp_path / "again" / "NOTEEVENTS.csv").read_bytes() == raw
     # The fast writer for padded notes writes exactly what csv.writer would.
@@ -153,7 +154,10 @@ def test_prepare_on_padded_folder(padded, tmp_path):
     small = prepare_mimic(root / "plain", tmp_path / "plain")
     big = prepare_mimic(root / "padded", tmp_path / "padded")
     assert big["splits"] == small["splits"] and sum(big["splits"].values()) > 0
-    text = lambda d: pd.concat(pd.read_parquet(tmp_path / d / f"{s}.parquet") for s in ("train", "dev", "test"))  # noqa: E731
+
+    def text(d):
+        return pd.concat(pd.read_parquet(tmp_path / d / f"{s}.parquet") for s in ("train", "dev", "test"))
+
     a, b = text("plain"), text("padded")
     assert list(a["id"]) == list(b["id"]) and list(map(list, a["labels"])) == list(map(list, b["labels"]))
     assert b["text"].str.len().mean() > 3 * a["text"].str.len().mean()

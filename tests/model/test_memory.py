@@ -39,7 +39,8 @@ def test_on_a_gpu_the_budget_sizes_the_code_blocks():
     small = plan(_cfg(9000), batch_size=16, max_len=2500, budget_mb=512, device="cuda", training=True)
     assert big.block == (N, 9000) and small.block[0] == N and 1 <= small.block[1] < 9000
     assert small.batch_mb <= 512 and big.order == small.order == "many codes"
-    assert plan(_cfg(50), batch_size=16, max_len=2500, budget_mb=1024, device="cuda", training=True).order == "many codes"
+    assert plan(_cfg(50), batch_size=16, max_len=2500, budget_mb=1024, device="cuda",
+                training=True).order == "many codes"
 
 
 def test_a_batch_that_cannot_fit_is_refused_with_the_fix():

@@ -224,7 +224,8 @@ def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     """Write FOLDER/manifest.json, listing under "outputs" every file and folder now in FOLDER (call it last): a
     later run replacing the folder removes only those (`foreign_entries`)."""
     folder = Path(folder)
-    listed = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.name != MANIFEST_FILE or p.parent != folder)
+    listed = sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                    if p.name != MANIFEST_FILE or p.parent != folder)
     write_json_atomic(folder / MANIFEST_FILE, {**manifest, "outputs": listed})
 
 

@@ -307,8 +307,8 @@ class TfidfLR:
         self._require_fitted()
         folder = Path(folder)
         tensors = {"idf": self.idf, "coef": self.coef, "intercept": self.intercept}
-        write_bytes_atomic(folder / WEIGHTS_NAME, st_save({k: np.ascontiguousarray(v, dtype=np.float32) for k,
-                                                           v in tensors.items()}))
+        write_bytes_atomic(folder / WEIGHTS_NAME, st_save({k: np.ascontiguousarray(v, dtype=np.float32)
+                                                           for k, v in tensors.items()}))
         write_json_atomic(
             folder / META_NAME,
             {
@@ -379,7 +379,8 @@ class TfidfLR:
 
 
 def fit_tfidf_lr(texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> TfidfLR:
-    """The bag-of-words baseline `train --model tfidf-lr` fits: one LR per code, or one softmax LR for single-label data.
+    """The bag-of-words baseline `train --model tfidf-lr` fits: one LR per code, or one softmax LR for single-label
+    data.
 
     Args:
         texts: the training notes.

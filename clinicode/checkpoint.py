@@ -83,8 +83,8 @@ class Checkpoint:
     tokenizer: ClinicalTokenizer | None = None  # LEAM only
     metrics_dev: dict[str, Any] = field(default_factory=dict)
     metrics_test: dict[str, Any] = field(default_factory=dict)
-    train_counts: dict[str,
-                       int] | None = None  # code -> training notes; None for checkpoints from before they were kept
+    # code -> training notes; None for checkpoints from before they were kept
+    train_counts: dict[str, int] | None = None
 
     @property
     def max_len(self) -> int:
@@ -219,7 +219,8 @@ def _release(version: object) -> tuple[int, ...]:
 
 
 def newer_writer(folder: Path, manifest: dict[str, Any]) -> str | None:
-    """The one-line upgrade message when a newer clinicode (release or checkpoint schema) wrote this folder, else None."""
+    """The one-line upgrade message when a newer clinicode (release or checkpoint schema) wrote this folder,
+    else None."""
     wrote, schema = manifest.get("clinicode_version"), manifest.get("schema_version")
     newer_schema = isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA_VERSION
     if not newer_schema and _release(wrote) <= _release(__version__):
@@ -294,8 +295,8 @@ def save_checkpoint(
             if len(train_counts) != len(labels):
                 raise CheckpointError(f"{len(train_counts)} training counts for {len(labels)} labels; "
                                       "give one count per label.")
-            write_json_atomic(tmp / TRAIN_COUNTS_FILE, {"counts": {c: int(n) for c,
-                                                                   n in zip(labels.codes, train_counts)}})
+            write_json_atomic(tmp / TRAIN_COUNTS_FILE, {"counts": {c: int(n)
+                                                                   for c, n in zip(labels.codes, train_counts)}})
         files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         manifest = make_manifest(CHECKPOINT_KIND, model=kind, n_labels=len(labels), torch_version=torch.__version__,
                                  files=files, **(extra or {}))

@@ -122,7 +122,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 
 def _opt(help: str, default: Any = None, *decls: str, **kw: Any) -> Any:
-    """An option that stays None unless given, so the library's default (clinicode/config.py) applies; --help shows it."""
+    """An option that stays None unless given, so the library's default (clinicode/config.py) applies;
+    --help shows it."""
     return typer.Option(*decls, help=help, show_default=False if default is None else str(default), **kw)
 
 

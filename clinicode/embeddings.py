@@ -120,7 +120,8 @@ def label_vectors(
     out = (rng.standard_normal((K, P)) * 0.1).astype(np.float32)
     n_init = 0
     for k, desc in enumerate(descriptions):
-        ids = [i for i in (tokenizer.token_id(w) for w in tokenize(desc or "")) if i is not None and i not in (PAD_ID, UNK_ID)]
+        ids = [i for i in (tokenizer.token_id(w) for w in tokenize(desc or ""))
+               if i is not None and i not in (PAD_ID, UNK_ID)]
         if ids:
             out[k] = word_matrix[ids].mean(axis=0)
             n_init += 1

@@ -34,7 +34,8 @@ ICD9_CM = "http://hl7.org/fhir/sid/icd-9-cm"  # HL7's URI covers all three volum
 NAMESPACE = "https://clinicode.example/fhir"
 EXT_SCORE = f"{NAMESPACE}/StructureDefinition/score"          # valueDecimal: the model's probability for the code
 EXT_NOTE_ID = f"{NAMESPACE}/StructureDefinition/note-id"      # valueString: the id of the note the code came from
-EXT_EVIDENCE = f"{NAMESPACE}/StructureDefinition/evidence"    # complex: start, end (valueInteger), weight (valueDecimal)
+# complex: start, end (valueInteger), weight (valueDecimal)
+EXT_EVIDENCE = f"{NAMESPACE}/StructureDefinition/evidence"
 TAG_SYSTEM = f"{NAMESPACE}/CodeSystem/provenance"
 LOCAL_SYSTEM = f"{NAMESPACE}/CodeSystem/label"                # a checkpoint's own label that is no ICD code
 MACHINE_TAG = {"system": TAG_SYSTEM, "code": "machine-generated",

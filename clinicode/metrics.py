@@ -285,7 +285,8 @@ def _u_auc(sorted_all: np.ndarray, pos: np.ndarray) -> float:
     n_pos, n = pos.size, sorted_all.size
     less = np.searchsorted(sorted_all, pos, side="left")
     leq = np.searchsorted(sorted_all, pos, side="right")
-    u = (less.sum(dtype=np.float64) + (leq - less).sum(dtype=np.float64) / 2.0 + n_pos / 2.0) - n_pos * (n_pos + 1) / 2.0
+    u = ((less.sum(dtype=np.float64) + (leq - less).sum(dtype=np.float64) / 2.0 + n_pos / 2.0)
+         - n_pos * (n_pos + 1) / 2.0)
     return float(u / (n_pos * (n - n_pos)))
 
 
@@ -650,8 +651,8 @@ def paired_bootstrap(
     if n_boot < 1 or not 0.0 < level < 1.0:
         raise ValueError(f"n_boot must be >= 1 and level in (0, 1), got {n_boot} and {level}.")
     y = _check_gold(y_true)
-    checked = [[(_check_pair(y, s, other_name="scores", as_scores=True)[1], None if t is None else float(t)) for s,
-                t in runs]
+    checked = [[(_check_pair(y, s, other_name="scores", as_scores=True)[1], None if t is None else float(t))
+                for s, t in runs]
                for runs in (runs_a, runs_b)]
     n = y.shape[0]
     rng = np.random.default_rng(seed)

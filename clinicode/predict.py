@@ -330,7 +330,8 @@ class Predictor:
             if encs is not None:
                 rec.truncated, rec.n_tokens = encs[j].truncated, len(encs[j].ids)
                 if len(encs[j].ids) == 0:
-                    rec.error = f"note {ids[i]!r}: no words after tokenisation (numbers and punctuation only); nothing to code"
+                    rec.error = (f"note {ids[i]!r}: no words after tokenisation (numbers and punctuation only); "
+                                 "nothing to code")
                     rec.predicted, rec.scores = [], {}
             if explain > 0 and extras is not None and extras[j] is not None and rec.error is None:
                 beta = extras[j]

@@ -304,7 +304,8 @@ def predict_file(
             raise ConfigError(f"{sidecar} exists and was not written by `clinicode predict`; move "
                               "it away or choose another "
                               "--output (nothing was written).")
-        if (partial.exists() or partial.is_symlink()) and (partial.is_symlink() or not partial.is_file() or not own_sidecar):
+        if (partial.exists() or partial.is_symlink()) and (partial.is_symlink() or not partial.is_file()
+                                                           or not own_sidecar):
             raise ConfigError(f"{partial} exists and was not written by `clinicode predict`; move "
                               "it away or choose another "
                               "--output (nothing was written).")
@@ -419,8 +420,8 @@ def _check_resumable(sidecar: Path, settings: dict[str, Any], partial: Path) -> 
                           "cannot be continued safely; drop --resume to score everything again.")
     names = {"checkpoint_sha256": "checkpoint", "input": "--input", "format": "output format", "top_k": "--top-k",
              "threshold": "--threshold", "explain": "--explain", "shard": "--shard"}
-    diff = [f"{label} {saved.get(k)!r} then {settings[k]!r}" for k,
-            label in names.items() if saved.get(k) != settings[k]]
+    diff = [f"{label} {saved.get(k)!r} then {settings[k]!r}"
+            for k, label in names.items() if saved.get(k) != settings[k]]
     if not diff and (saved.get("input_file") is None or settings["input_file"] is None):
         raise ConfigError(f"--resume: {partial} was written from a stream (stdin or a pipe), "
                           "which cannot be checked for "

@@ -23,7 +23,8 @@ from clinicode.errors import DataFormatError
 from clinicode.safe_io import LineTooLong, is_readable_stream, read_lines_bounded
 
 BATCH_ROWS = 1024  # rows parsed at a time from CSV and Parquet
-MAX_LINE_BYTES = 64 << 20  # bytes one JSONL line or .txt note may hold; a longer one is a bad record, never loaded whole
+# bytes one JSONL line or .txt note may hold; a longer one is a bad record, never loaded whole
+MAX_LINE_BYTES = 64 << 20
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".ndjson", ".csv", ".csv.gz", ".parquet", ".txt")
 
 

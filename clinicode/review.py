@@ -266,8 +266,8 @@ class ReviewDB:
         rows = self._read("""
             SELECT n.id, n.status, n.claimed_by, n.claim_expires, n.queued_at,
                    (SELECT MAX(score) FROM suggestions s WHERE s.note = n.id) AS top,
-                   (SELECT group_concat(code, ' ') FROM (SELECT code FROM suggestions s WHERE s.note = n.id ORDER BY rank))
-                       AS codes,
+                   (SELECT group_concat(code, ' ')
+                      FROM (SELECT code FROM suggestions s WHERE s.note = n.id ORDER BY rank)) AS codes,
                    (SELECT COUNT(*) FROM decisions d WHERE d.note = n.id) AS n_decisions
             FROM notes n ORDER BY n.queued_at, n.rowid""")
         out = []
@@ -531,7 +531,8 @@ def _check_claim(n: sqlite3.Row, reviewer: str, now: float) -> None:
 
 
 def _migrate(con: sqlite3.Connection, path: Path, *, target: int = SCHEMA_VERSION) -> None:
-    """Check the file is ours and bring it to `target` (a list of steps, each in the same transaction as its version)."""
+    """Check the file is ours and bring it to `target` (a list of steps, each in the same
+    transaction as its version)."""
     app_id = con.execute("PRAGMA application_id").fetchone()[0]
     version = con.execute("PRAGMA user_version").fetchone()[0]
     if app_id != APPLICATION_ID:

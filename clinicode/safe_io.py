@@ -205,7 +205,8 @@ def input_fingerprint(path: Path | str) -> dict[str, Any] | None:
         for q in sorted(p.iterdir()):
             sub = input_fingerprint(q) if q.is_file() else None
             if sub is not None:
-                h.update(f"{q.name}\0{sub['size']}\0{sub['mtime_ns']}\0{sub['head_sha256']}\n".encode("utf-8", "surrogateescape"))
+                line = f"{q.name}\0{sub['size']}\0{sub['mtime_ns']}\0{sub['head_sha256']}\n"
+                h.update(line.encode("utf-8", "surrogateescape"))
                 size += sub["size"]
                 latest = max(latest, sub["mtime_ns"])
         return {"size": size, "mtime_ns": latest, "head_sha256": h.hexdigest()}

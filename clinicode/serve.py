@@ -449,8 +449,9 @@ def create_app(predictor: Predictor, *, token: str | None = None, limits: Limits
         return JSONResponse({"results": records})
 
     @app.post(ANALYZE, summary="Score a FHIR DocumentReference (base64 text/plain attachment) into a FHIR R4 Bundle",
-              openapi_extra={"requestBody": {"required": True, "content": {FHIR_JSON: {"schema": {"type": "object"}},
-                                                                           "application/json": {"schema": {"type": "object"}}}},
+              openapi_extra={"requestBody": {"required": True,
+                                             "content": {FHIR_JSON: {"schema": {"type": "object"}},
+                                                         "application/json": {"schema": {"type": "object"}}}},
                              "parameters": [{"name": n, "in": "query", "required": False, "schema": {"type": t}}
                                             for n, t in (("top_k", "integer"), ("explain", "integer"),
                                                          ("threshold", "number"))]})

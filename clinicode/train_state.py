@@ -180,8 +180,8 @@ def save_state(state_dir: Path, *, model: torch.nn.Module, opt: torch.optim.Opti
         data: {"fingerprint", "path"} of the training data, checked by `load_state` on resume.
     """
     with atomic_dir(state_dir) as tmp:
-        write_safetensors_atomic(tmp / "last.safetensors", {k: v.detach().cpu().contiguous() for k,
-                                                            v in model.state_dict().items()})
+        write_safetensors_atomic(tmp / "last.safetensors", {k: v.detach().cpu().contiguous()
+                                                            for k, v in model.state_dict().items()})
         tensors, meta = _optim_to_tensors(opt)
         write_safetensors_atomic(tmp / "optim.safetensors", tensors)
         if average is not None:
@@ -271,8 +271,8 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
         raise ConfigError(f"--resume: {run} was started with different options ({diff}); "
                           "repeat the original options or start a new --out folder.")
     model_config = saved_config(LEAMConfig, state["model_config"], source="state/state.json")
-    changed = [f"{k}: {getattr(model_config, k)} then {v}" for k,
-               v in model_options.items() if getattr(model_config, k) != v]
+    changed = [f"{k}: {getattr(model_config, k)} then {v}"
+               for k, v in model_options.items() if getattr(model_config, k) != v]
     if changed:
         raise ConfigError(f"--resume: {run} was started with other model options ({', '.join(changed)}); "
                           "repeat the original options or start a new --out folder.")

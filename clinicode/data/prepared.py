@@ -189,8 +189,8 @@ def _read_split(path: Path) -> pd.DataFrame:
             f"{path}: {len(dup)} duplicate id(s), e.g. {dup.iloc[0]!r}; ids must be unique within a split."
         )
     text = df[TEXT]
-    typed = [i for i, t in enumerate(text) if not (t is None or isinstance(t,
-                                                                           str) or (isinstance(t, float) and t != t))]  # NaN: missing
+    typed = [i for i, t in enumerate(text)
+             if not (t is None or isinstance(t, str) or (isinstance(t, float) and t != t))]  # NaN: missing
     if typed:
         i = typed[0]
         raise DataFormatError(
@@ -211,8 +211,8 @@ def _read_split(path: Path) -> pd.DataFrame:
 def _leaks(splits: dict[str, pd.DataFrame]) -> dict[str, dict[str, int]]:
     """Ids and note texts that occur in more than one split: {"ids": {"train/test": n}, "texts": {...}}."""
     found: dict[str, dict[str, int]] = {"ids": {}, "texts": {}}
-    keys = {name: (set(df[ID]), {hashlib.sha1(t.encode("utf-8")).digest() for t in df[TEXT]}) for name,
-            df in splits.items()}
+    keys = {name: (set(df[ID]), {hashlib.sha1(t.encode("utf-8")).digest() for t in df[TEXT]})
+            for name, df in splits.items()}
     names = list(keys)
     for i, a in enumerate(names):
         for b in names[i + 1:]:

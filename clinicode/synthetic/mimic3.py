@@ -258,7 +258,8 @@ _COURSE, _MEDS_HEAD = "\n\nBrief Hospital Course:", "\n\nDischarge Medications:"
 
 def _insert_padding(text: str, corpus: str, span: tuple[int, int, int, int],
                     heads: tuple[str, str] = (_COURSE, _MEDS_HEAD)) -> str:
-    """Insert the two padding spans before the course and the medication headers (`heads`); addenda get them appended."""
+    """Insert the two padding spans before the course and the medication headers (`heads`); addenda
+    get them appended."""
     b1, e1, b2, e2 = span
     i, j = text.find(heads[0]), text.find(heads[1])
     if i < 0 or j < 0:  # addendum: append
@@ -473,15 +474,15 @@ def _codes_and_summaries(rng: random.Random, nrng: np.random.Generator, hadm_ids
         text_codes = [c for c in codes]
         if rng.random() < 0.2:  # an addendum carrying some of the evidence
             cut = rng.randint(0, len(text_codes))
-            report = (subject, hadm, date, "Report", _discharge_text(rng, text_codes[:cut], phrases, top, date,
-                                                                     "Report"))
-            addendum = (subject, hadm, date, "Addendum", _discharge_text(rng, text_codes[cut:], phrases, top, date,
-                                                                         "Addendum"))
+            report = (subject, hadm, date, "Report",
+                      _discharge_text(rng, text_codes[:cut], phrases, top, date, "Report"))
+            addendum = (subject, hadm, date, "Addendum",
+                        _discharge_text(rng, text_codes[cut:], phrases, top, date, "Addendum"))
             # Half the addenda are stored before their report; clinicode still puts the report first.
             summaries.extend([addendum, report] if rng.random() < 0.5 else [report, addendum])
         else:
-            summaries.append((subject, hadm, date, "Report", _discharge_text(rng, text_codes, phrases, top, date,
-                                                                             "Report")))
+            summaries.append((subject, hadm, date, "Report",
+                              _discharge_text(rng, text_codes, phrases, top, date, "Report")))
     # Discharge summaries without HADM_ID cannot be placed in a split (dropped and counted by prepare).
     for _ in range(max(1, n_total // 500)):
         summaries.append((rng.choice(subjects), None, "2150-01-01", "Report",
@@ -512,7 +513,8 @@ def _write_title_table(path: Path, *, diagnoses: bool, gzip: bool) -> str:
 def _write_noteevents(path: Path, nrng: np.random.Generator, summaries: list[tuple], hadm_ids: list[int],
                       subjects: list[int], *, n_other: int, seed: int, discharge_chars: int | None,
                       other_chars: int | None, gzip: bool) -> int:
-    """NOTEEVENTS, streamed in chunks: the discharge summaries spread over the chunks of other notes; returns its rows."""
+    """NOTEEVENTS, streamed in chunks: the discharge summaries spread over the chunks of other notes; returns
+    its rows."""
     n_total = len(hadm_ids)
     chunk = 100_000
     n_chunks = max(1, -(-n_other // chunk))

@@ -80,8 +80,8 @@ def code_table(
             row["gold"] = code in gold_set
             row["outcome"] = outcome(code in chosen, code in gold_set)
         rows.append(row)
-    cols = ["code", "description", "probability", "above_threshold"] + (["gold",
-                                                                         "outcome"] if gold_set is not None else [])
+    cols = (["code", "description", "probability", "above_threshold"]
+            + (["gold", "outcome"] if gold_set is not None else []))
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -196,7 +196,8 @@ def threshold_curve(run_dir: str, grid: tuple[float, ...]) -> dict[str, Any]:
 def read_manifest(run_dir: str) -> dict[str, Any]:
     """RUN/checkpoint/manifest.json without loading the model (keeps the first page free of torch)."""
     try:
-        return json.loads((Path(run_dir) / checkpoint.CHECKPOINT_DIR / checkpoint.MANIFEST_FILE).read_text(encoding="utf-8"))
+        manifest = Path(run_dir) / checkpoint.CHECKPOINT_DIR / checkpoint.MANIFEST_FILE
+        return json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
 

@@ -26,7 +26,8 @@ Beside the three sets, two rare-code proxies, built in a temporary folder on eve
 No proxy gets `--top-k 50`: its label set is the point. Every set gets the worst seed, the spread, how runs
 ended, and the rare-code slice: macro-AUC and macro-F1 over the codes with fewer than 20 training notes.
 
-    python benchmarks/bench_accuracy.py [--seeds 5] [--threads 2] [--datasets hoc,mtsamples,...] [--no-write] [--no-paper]
+    python benchmarks/bench_accuracy.py [--seeds 5] [--threads 2] [--datasets hoc,mtsamples,...]
+        [--no-write] [--no-paper]
     python benchmarks/bench_accuracy.py --set lr_schedule=constant     # screen a training option (implies --no-write)
 
 `--embeddings FILE` runs LEAM with pretrained word vectors instead of word2vec (e.g. GloVe 6B 100-d, see
@@ -80,8 +81,9 @@ def make_proxy(name: str, out: Path) -> Path:
     source, kind, number = PROXIES[name]
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
-    splits = {part: [json.loads(line) for line in (DATA / source / f"{part}.jsonl").read_text(encoding="utf-8").splitlines()
-                     if line] for part in ("train", "dev", "test")}
+    splits = {part: [json.loads(line)
+                     for line in (DATA / source / f"{part}.jsonl").read_text(encoding="utf-8").splitlines() if line]
+              for part in ("train", "dev", "test")}
     if kind == "cut":                                   # dev and test (and labels.tsv) as they are, byte for byte
         splits = {"train": _cut(splits["train"], number)}
         for part in ("dev.jsonl", "test.jsonl", "labels.tsv"):
@@ -115,7 +117,8 @@ def _cut(rows: list[dict], cap: int) -> list[dict]:
 
 def _keyword_labels(splits: dict[str, list[dict]], n_labels: int) -> dict[str, list[dict]]:
     """Every note relabelled with its keywords (lower-cased, spaces collapsed) among the N_LABELS given most often in
-    training (at least KEYWORD_MIN_NOTES notes; ties by name); N_LABELS 0: every keyword in >= KEYWORD_ALL_MIN. A note with none of them keeps an empty label list.
+    training (at least KEYWORD_MIN_NOTES notes; ties by name); N_LABELS 0: every keyword in >= KEYWORD_ALL_MIN. A note
+    with none of them keeps an empty label list.
     Only id, text and labels are written: the specialties and the page's description would give the labels away."""
     def keywords(row: dict) -> set[str]:
         return {" ".join(k.lower().split()) for k in row.get("keywords") or []} - {""}
@@ -373,8 +376,8 @@ def main() -> None:
 
     datasets = [d for d in args.datasets.split(",") if d]
     missing = [d for d in datasets
-               if not (DATA / PROXIES.get(d, (d,
-                                              ))[0] / "train.jsonl").is_file() and not (DATA / d / "train.parquet").is_file()]
+               if not (DATA / PROXIES.get(d, (d,))[0] / "train.jsonl").is_file()
+               and not (DATA / d / "train.parquet").is_file()]
     if missing:
         sys.exit(f"no data for {', '.join(missing)} under {DATA}; expected {{train,dev,test}}.jsonl per set.")
     results: dict[tuple[str, str], list[dict]] = {}
@@ -385,8 +388,8 @@ def main() -> None:
         dirs = {d: make_proxy(d, Path(tmp) / "data") if d in PROXIES else DATA / d for d in datasets}
         top_ks = {d: top_k_for(d, dirs[d]) for d in datasets}
         for dataset in datasets:
-            lr = results[(dataset, "tfidf-lr")] = [run_one(dataset, dirs[dataset], "tfidf-lr", 1337, top_ks[dataset],
-                                                           Path(tmp))]
+            lr = results[(dataset, "tfidf-lr")] = [
+                run_one(dataset, dirs[dataset], "tfidf-lr", 1337, top_ks[dataset], Path(tmp))]
             for name, opts in rows.items():
                 leam = results[(dataset, name)] = [run_one(dataset, dirs[dataset], "leam", 1337 + i, top_ks[dataset],
                                                            Path(tmp), opts, name) for i in range(args.seeds)]

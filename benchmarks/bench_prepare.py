@@ -76,7 +76,8 @@ def ensure_data(work_dir: Path, n_notes: int, seed: int, regenerate: bool, reali
     Returns (folder, info written to GENERATED.json, whether it was generated now).
     """
     ids = CAML_IDS if CAML_IDS.is_dir() else None
-    folder = work_dir / f"clinicode-bench-mimic-{n_notes}-seed{seed}{'-caml' if ids else ''}{'-realistic' if realistic else ''}"
+    folder = work_dir / (f"clinicode-bench-mimic-{n_notes}-seed{seed}"
+                         f"{'-caml' if ids else ''}{'-realistic' if realistic else ''}")
     params = {"n_admissions": admissions_for(n_notes, realistic, ids), "seed": seed,
               "hadm_ids_from": str(ids) if ids else None,
               "discharge_chars": REAL_DISCHARGE_CHARS if realistic else None,
@@ -156,7 +157,8 @@ def run_prepare(mimic_dir: Path, out_dir: Path, options: dict) -> tuple[dict, fl
 
 
 def phase_log(stderr: str, samples: list[tuple[float, float]]) -> list[tuple[float, float | None, str, str]]:
-    """Each logged step of prepare: (seconds from start, highest sampled RSS since the previous step, previous, step)."""
+    """Each logged step of prepare: (seconds from start, highest sampled RSS since the previous step, previous,
+    step)."""
     events = []
     for line in stderr.splitlines():
         if line.startswith("@"):

@@ -32,9 +32,9 @@ REAL_CHARS = 10_500
 PROTOCOLS = (  # (label, options) run against the same folder
     ("ICD-10 top 50 (MIMIC-IV-ICD)", {"icd_version": 10, "label_set": "top50",
                                       "splits_dir": SPLITS / "nguyen2023" / "icd10"}),
-    ("ICD-9 full, codes in >= 10 admissions (Edin et al.)", {"icd_version": 9, "label_set": "full",
-                                                             "min_code_count": 10,
-                                                              "splits_file": SPLITS / "edin2023" / "mimiciv_icd9_split.csv"}),
+    ("ICD-9 full, codes in >= 10 admissions (Edin et al.)",
+     {"icd_version": 9, "label_set": "full", "min_code_count": 10,
+      "splits_file": SPLITS / "edin2023" / "mimiciv_icd9_split.csv"}),
 )
 
 

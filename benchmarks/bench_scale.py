@@ -179,8 +179,8 @@ def main() -> None:
                         training=True, fast=False).batch_mb
         if plain_mb < PLAIN_TRAIN_LIMIT_MB:
             ref_step, ref_step_rss = one_step(K, "straightforward")
-            ref_train, ref_train_rss = straightforward(dict(what="train", checkpoint=run / "checkpoint", data=data,
-                                                            steps=3))
+            ref_train, ref_train_rss = straightforward(dict(what="train", checkpoint=run / "checkpoint",
+                                                            data=data, steps=3))
             t_ref_epoch = ref_train["sec_per_step"] * steps
         ref_pred, ref_pred_rss = straightforward(dict(what="predict", checkpoint=run / "checkpoint",
                                                       notes=data / "notes.jsonl", batch=plain_batch))

@@ -65,7 +65,8 @@ def _child(spec: dict) -> dict:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if average is not None:  # clinicode train's default weight average (TrainConfig.ema_decay), included in its cost
+        # clinicode train's default weight average (TrainConfig.ema_decay), included in its cost
+        if average is not None:
             with torch.no_grad():
                 torch._foreach_lerp_(average, params, 0.01)
 

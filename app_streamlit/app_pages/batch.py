@@ -1,4 +1,5 @@
-"""Batch scoring: upload CSV or JSONL (id, text) -> scored table with per-row errors -> the CLI's CSV / JSONL records."""
+"""Batch scoring: upload CSV or JSONL (id, text) -> scored table with per-row errors -> the CLI's CSV / JSONL
+records."""
 
 from __future__ import annotations
 

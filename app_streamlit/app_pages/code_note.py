@@ -109,7 +109,8 @@ table = render.code_table(p.scores, descs, thr, gold=gold, top_k=10, single_labe
 predicted = table.loc[table["above_threshold"], "code"].tolist()
 st.session_state["predicted_codes"] = predicted
 
-# The title goes last: long ICD-10 titles then take the room that is left instead of pushing the probability out of view.
+# The title goes last: long ICD-10 titles then take the room that is left instead of pushing the probability out of
+# view.
 TABLE_COLUMNS = ("code", "probability", "above_threshold", "outcome", "gold", "description")
 left, right = st.columns([7, 5], gap="large")  # ICD-10 titles are long: the code table gets the wider half
 with left:

@@ -96,9 +96,12 @@ CHART_JS = """el => {
   const text = q('g.role-axis-label text, g.role-axis-title text, g.role-title-text text').map(t => {
     const r = t.getBoundingClientRect();
     return {text: t.textContent, title: !t.closest('g.role-axis-label'), at: [r.left, r.top, r.right, r.bottom],
-            inside: r.left >= box.left - 4 && r.right <= box.right + 4 && r.top >= box.top - 4 && r.bottom <= box.bottom + 4};
+            inside: r.left >= box.left - 4 && r.right <= box.right + 4
+                    && r.top >= box.top - 4 && r.bottom <= box.bottom + 4};
   });
-  return {canvas: !!el.querySelector('canvas'), w: box.width, h: box.height, box: [box.left, box.top, box.right, box.bottom], bars: q('g.mark-rect.role-mark path').map(size),
+  return {canvas: !!el.querySelector('canvas'), w: box.width, h: box.height,
+          box: [box.left, box.top, box.right, box.bottom],
+          bars: q('g.mark-rect.role-mark path').map(size),
           lines: q('g.mark-line.role-mark path').map(size), points: q('g.mark-symbol.role-mark path').length,
           ylabels: q('g.role-axis-label text').filter(t => (t.closest('g.role-axis').getAttribute('aria-label') || '')
                                                            .startsWith('Y-axis')).map(t => t.textContent),

@@ -164,7 +164,8 @@ def test_parse_jsonl_with_bad_lines():
     assert r["id"].tolist() == ["x1", "line-2", "line-3", "7", "x5"]
     errs = r["error"].tolist()
     assert errs[0] is None and "not valid JSON" in errs[1] and "JSON object" in errs[2]
-    assert errs[3] == "note '7': 'text' is int, expected a string" and errs[4] == "record 'x5' (line 6): no 'text' field"
+    assert errs[3] == "note '7': 'text' is int, expected a string"
+    assert errs[4] == "record 'x5' (line 6): no 'text' field"
 
 
 def test_upload_and_cli_read_notes_the_same_way(tmp_path):
@@ -315,7 +316,8 @@ def _per_code(n=120):
     import numpy as np
 
     rng = np.random.default_rng(0)
-    codes = [f"{400 + k // 10}.{k % 10}" for k in range(n // 2)] + [f"I{10 + k:02d}.{k % 10}" for k in range(n - n // 2)]
+    codes = ([f"{400 + k // 10}.{k % 10}" for k in range(n // 2)]
+             + [f"I{10 + k:02d}.{k % 10}" for k in range(n - n // 2)])
     return [{"code": c, "support": int(rng.integers(0, 30)), "precision": float(rng.random()),
              "recall": float(rng.random()),
              "f1": float(rng.random()), "auc": None if k % 7 == 0 else float(rng.random()),
@@ -378,5 +380,6 @@ def test_the_model_card_names_which_model_a_run_is():
     assert [render.model_name(c) for c in (default, paper, variant, {"model": "tfidf-lr"})] == \
         ["LEAM + evidence", "LEAM (paper)", "LEAM (variant)", "tfidf-lr"]
     assert "Wang et al." in render.model_caption(paper) and "Not the paper's" not in render.model_caption(paper)
-    assert render.model_caption(default).startswith("Not the paper's LEAM") and "`train --paper`" in render.model_caption(default)
+    caption = render.model_caption(default)
+    assert caption.startswith("Not the paper's LEAM") and "`train --paper`" in caption
     assert "best phrase match" not in render.model_caption(variant) and "non-negative" in render.model_caption(variant)

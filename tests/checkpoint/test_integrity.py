@@ -82,7 +82,8 @@ def test_tokenizer_truncating_at_another_max_len_is_refused_naming_both_files(ck
     other = ClinicalTokenizer(tok._tok, max_len=tok.max_len + 7)
     other.save(ck / "tokenizer.json")
     _rehash(ck, "tokenizer.json")
-    want = rf"tokenizer\.json truncates notes at {tok.max_len + 7} tokens but train_config\.json says max_len {tok.max_len};"
+    want = (rf"tokenizer\.json truncates notes at {tok.max_len + 7} tokens "
+            rf"but train_config\.json says max_len {tok.max_len};")
     with pytest.raises(CheckpointError, match=want):
         load_checkpoint(ck)
 

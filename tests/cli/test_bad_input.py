@@ -98,7 +98,8 @@ def test_prepare_split_files_with_some_unknown_ids_are_counted(mimic, tmp_path):
     d = _split_dir(tmp_path, {"train": hadm[:30] + [1, 2], "dev": hadm[30:40] + [3], "test": hadm[40:]})
     res = succeeds(["prepare", "--mimic-dir", mimic, "--out", tmp_path / "p", "--splits-dir", d])
     missing = json.loads((tmp_path / "p" / "manifest.json").read_text())["missing_from_data"]
-    assert missing["train"] >= 2 and missing["dev"] >= 1  # the unknown ids, plus listed admissions without label-set codes
+    # the unknown ids, plus listed admissions without label-set codes
+    assert missing["train"] >= 2 and missing["dev"] >= 1
     line = "split-file ids not found in the data: " + ", ".join(f"{k} {v}" for k, v in missing.items() if v)
     assert line in res.stdout.splitlines()
 

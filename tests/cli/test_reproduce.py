@@ -24,7 +24,8 @@ def test_each_recipe_is_its_protocol_with_its_own_options(recipe):
     assert (protocol.mimic == "mimic4") == ("icd_version" in prep)
     assert prep["label_set"] == protocol.label_set and prep.get("min_code_count", 1) == protocol.min_code_count
     files = ([SHARED_DATA / prep["splits_file"]] if "splits_file" in prep else
-             [SHARED_DATA / prep["splits_dir"] / f"{s}_{'full' if protocol.label_set == 'full' else '50'}_hadm_ids.csv" for s in SPLITS])
+             [SHARED_DATA / prep["splits_dir"] / f"{s}_{'full' if protocol.label_set == 'full' else '50'}_hadm_ids.csv"
+              for s in SPLITS])
     if prep["label_set"] == "top50":
         files.append(SHARED_DATA / prep["splits_dir"] / "top50_codes.txt")
     from clinicode.data.protocols import find_protocol

@@ -72,10 +72,11 @@ def test_full_label_set_and_an_edin_split_file_give_exactly_the_rules_documents(
     kept = set(counts[counts >= 3].index)
     labelled = codes[codes["code"].isin(kept)].groupby("h")["code"].agg(lambda s: sorted(set(s)))
     ids = sorted(labelled.index)
-    split_csv = tmp_path / "split.csv"  # Edin et al.'s format: val is dev; one labelled admission left out of every split
+    # Edin et al.'s format: val is dev; one labelled admission left out of every split
+    split_csv = tmp_path / "split.csv"
     names = ["train", "val", "test"]
-    split_csv.write_text("hadm_id,split\n" + "".join(f"{h},{names[i % 3]}\n" for i,
-                                                     h in enumerate(ids[1:])) + "99999999,test\n")
+    split_csv.write_text("hadm_id,split\n" + "".join(f"{h},{names[i % 3]}\n"
+                                                     for i, h in enumerate(ids[1:])) + "99999999,test\n")
 
     out = tmp_path / "out"
     summary = prepare_mimic(raw, out, icd_version=version, label_set="full", min_code_count=3, splits_file=split_csv)

@@ -179,7 +179,8 @@ def test_code_tables_are_package_data_that_setuptools_ships():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     root = Path(__file__).resolve().parents[2]
     package = root / "clinicode" / "synthetic"
-    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["clinicode.synthetic"]
+    package_data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    globs = package_data["clinicode.synthetic"]
     shipped = {p for g in globs for p in package.glob(g)}
     tables = set((package / "tables").glob("*"))
     assert tables and tables <= shipped, sorted(p.name for p in tables - shipped)

@@ -222,7 +222,7 @@ def test_it_ranks_rare_word_marked_codes_better_than_the_paper_alone():
         torch.manual_seed(0)
         model = LEAM(LEAMConfig(vocab_size=400, n_labels=60, embed_dim=32, radius=2, hidden_dim=64, dropout=0.0,
                                 code_evidence=evidence))
-        with torch.no_grad():                                            # each code starts at its word, as descriptions do
+        with torch.no_grad():                                     # each code starts at its word, as descriptions do
             model.label_emb.copy_(model.word_emb.weight[2:62])
         opt = make_optimizer(model, TrainConfig(lr=1e-2))
         g = torch.Generator().manual_seed(0)

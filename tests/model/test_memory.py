@@ -1,4 +1,5 @@
-"""The memory plan: which computation order fits, how big the score blocks are, and a clear refusal when nothing fits."""
+"""The memory plan: which computation order fits, how big the score blocks are, and a clear refusal
+when nothing fits."""
 
 import pytest
 

@@ -26,8 +26,8 @@ TEXT = "Patient with hypertension and congestive heart failure; atrial fibrillat
 
 def _rec(*codes: str) -> dict:
     """A `Prediction.to_dict()`-shaped record suggesting CODES (scores falling from 0.9)."""
-    return {"predicted": [{"code": c, "description": f"title of {c}", "score": 0.9 - 0.1 * i} for i,
-                          c in enumerate(codes)],
+    return {"predicted": [{"code": c, "description": f"title of {c}", "score": 0.9 - 0.1 * i}
+                          for i, c in enumerate(codes)],
             "evidence": {"spans": [], "codes": {c: [{"start": 13, "end": 25, "weight": 1.0}] for c in codes}}}
 
 

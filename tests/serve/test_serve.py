@@ -102,7 +102,8 @@ def test_document_reference_analyze(client, notes):
     Bundle.model_validate(b)
     plain = client.post("/v1/predict", json={"notes": [{"id": "d7", "text": notes[2]["text"]}],
                                              "threshold": 0.05}).json()
-    assert [e["resource"]["code"]["coding"][0]["code"] for e in b["entry"]] == [p["code"] for p in plain["results"][0]["predicted"]]
+    assert ([e["resource"]["code"]["coding"][0]["code"] for e in b["entry"]]
+            == [p["code"] for p in plain["results"][0]["predicted"]])
     assert all(e["resource"]["subject"] == {"reference": "Patient/5"} for e in b["entry"])
     bad = client.post("/fhir/DocumentReference/$analyze", json={**doc,
                                                                 "content": [{"attachment": {"data": "%%" + SECRET}}]})

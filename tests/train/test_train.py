@@ -249,7 +249,8 @@ def test_icd10_cm_codes_without_descriptions_get_the_cms_titles(tmp_path):
                 for i in range(n)]
         (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     train(out_dir=tmp_path / "run", config=TrainConfig(model="tfidf-lr"), data_dir=d, progress=False)
-    labels = {x["code"]: x["description"] for x in json.loads((tmp_path / "run" / "checkpoint" / "labels.json").read_text())}
+    labels_json = (tmp_path / "run" / "checkpoint" / "labels.json").read_text()
+    labels = {x["code"]: x["description"] for x in json.loads(labels_json)}
     assert labels == {"E11.9": "Type 2 diabetes mellitus without complications",
                       "I10": "Essential (primary) hypertension",
                       "J18.9": "Pneumonia, unspecified organism"}

@@ -80,7 +80,8 @@ def code_table(
             row["gold"] = code in gold_set
             row["outcome"] = outcome(code in chosen, code in gold_set)
         rows.append(row)
-    cols = ["code", "description", "probability", "above_threshold"] + (["gold", "outcome"] if gold_set is not None else [])
+    cols = (["code", "description", "probability", "above_threshold"]
+            + (["gold", "outcome"] if gold_set is not None else []))
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -184,7 +185,8 @@ def group_bars(g: pd.DataFrame, by: str, order: Sequence[str]) -> Any:
         tooltip=tip)
     auc = base.mark_bar(color="#f58518").encode(
         y=alt.Y(f"{by}:N", sort=list(order), axis=None),
-        x=alt.X("mean_auc:Q", title="mean AUC (codes with one)", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(orient="top")),
+        x=alt.X("mean_auc:Q", title="mean AUC (codes with one)", scale=alt.Scale(domain=[0, 1]),
+                axis=alt.Axis(orient="top")),
         tooltip=tip)
     return alt.hconcat(f1, auc, spacing=16)
 
@@ -213,7 +215,8 @@ def style_outcomes(table: pd.DataFrame) -> Any:
     """A pandas Styler colouring the outcome cells (TP green, FP orange, FN red); the table itself if no gold."""
     if "outcome" not in table.columns:
         return table
-    return table.style.map(lambda v: f"background-color: {OUTCOME_COLOURS[v]}" if v in OUTCOME_COLOURS else "", subset=["outcome"])
+    return table.style.map(lambda v: f"background-color: {OUTCOME_COLOURS[v]}" if v in OUTCOME_COLOURS else "",
+                           subset=["outcome"])
 
 
 def outcome_counts(table: pd.DataFrame) -> dict[str, int]:
@@ -284,7 +287,8 @@ def highlight_html(
             a_str = f"{max(alpha, 0.08):.2f}"
             parts.append(
                 f'<mark class="{css_class}" data-start="{lo}" data-end="{hi}" title="{w:.4f}" '
-                f'style="background-color: rgba({r}, {g}, {bl}, {a_str}); color: inherit; padding: 0 1px; border-radius: 2px">'
+                f'style="background-color: rgba({r}, {g}, {bl}, {a_str}); color: inherit; padding: 0 '
+                '1px; border-radius: 2px">'
                 f"{piece}</mark>"
             )
         else:
@@ -379,7 +383,9 @@ def parse_batch(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_MB * 
 
     empty = pd.DataFrame(columns=["id", "text", "error"], dtype=object)
     if len(data) > max_bytes:
-        return BatchInput(empty, f"{filename}: {len(data) / 1e6:.1f} MB is over the {max_bytes / 2**20:.0f} MB limit; split the file.")
+        return BatchInput(empty,
+                          f"{filename}: {len(data) / 1e6:.1f} MB is over the {max_bytes / 2**20:.0f} "
+                          "MB limit; split the file.")
     try:
         rows = [{"id": r.id, "text": r.text, "error": r.error} for r in read_records(Upload(filename, data))]
     except DataFormatError as err:
@@ -410,8 +416,8 @@ def score_batch(
     Returns:
         One `Prediction.to_dict()` record per row, in row order (no note text).
     """
-    from clinicode.predict_io import score_records
     from clinicode.predict import Record
+    from clinicode.predict_io import score_records
 
     recs = [Record(str(r["id"]), r["text"], r["error"] if isinstance(r["error"], str) else None)
             for r in rows.to_dict("records")]
@@ -529,7 +535,8 @@ def seed_spread(metrics: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         if not vals:
             continue
         s = pd.Series(vals)
-        rows.append({"metric": label, "runs": len(vals), "mean": s.mean(), "sd": s.std(ddof=1) if len(vals) > 1 else None,
+        rows.append({"metric": label, "runs": len(vals), "mean": s.mean(),
+                     "sd": s.std(ddof=1) if len(vals) > 1 else None,
                      "worst": s.min(), "best": s.max(), "worst below mean": s.mean() - s.min()})
     return pd.DataFrame(rows, columns=["metric", "runs", "mean", "sd", "worst", "best", "worst below mean"])
 

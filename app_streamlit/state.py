@@ -179,7 +179,8 @@ def read_scores_test(run_dir: str) -> dict[str, Any]:
             raise ValueError(f"y_true {out['y_true'].shape} and scores {out['scores'].shape} differ")
         return out
     except Exception as err:  # zipfile, numpy and OS errors alike: a damaged file, never a crash
-        return {"error": f"{checkpoint.SCORES_TEST_FILE} is unreadable ({type(err).__name__}); retrain the run to rewrite it"}
+        return {"error": f"{checkpoint.SCORES_TEST_FILE} is unreadable ({type(err).__name__}); "
+                         "retrain the run to rewrite it"}
 
 
 @st.cache_data(show_spinner="Computing F1 at every threshold…", max_entries=8)
@@ -195,7 +196,8 @@ def threshold_curve(run_dir: str, grid: tuple[float, ...]) -> dict[str, Any]:
 def read_manifest(run_dir: str) -> dict[str, Any]:
     """RUN/checkpoint/manifest.json without loading the model (keeps the first page free of torch)."""
     try:
-        return json.loads((Path(run_dir) / checkpoint.CHECKPOINT_DIR / checkpoint.MANIFEST_FILE).read_text(encoding="utf-8"))
+        manifest = Path(run_dir) / checkpoint.CHECKPOINT_DIR / checkpoint.MANIFEST_FILE
+        return json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
 

@@ -1,4 +1,5 @@
-"""Shared helpers for the benchmark scripts: synthetic MIMIC-sized notes and checkpoints, timing, BENCHMARKS.md sections."""
+"""Shared helpers for the benchmark scripts: synthetic MIMIC-sized notes and checkpoints, timing, BENCHMARKS.md
+sections."""
 
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ Beside the three sets, two rare-code proxies, built in a temporary folder on eve
 No proxy gets `--top-k 50`: its label set is the point. Every set gets the worst seed, the spread, how runs
 ended, and the rare-code slice: macro-AUC and macro-F1 over the codes with fewer than 20 training notes.
 
-    python benchmarks/bench_accuracy.py [--seeds 5] [--threads 2] [--datasets hoc,mtsamples,...] [--no-write] [--no-paper]
+    python benchmarks/bench_accuracy.py [--seeds 5] [--threads 2] [--datasets hoc,mtsamples,...]
+        [--no-write] [--no-paper]
     python benchmarks/bench_accuracy.py --set lr_schedule=constant     # screen a training option (implies --no-write)
 
 `--embeddings FILE` runs LEAM with pretrained word vectors instead of word2vec (e.g. GloVe 6B 100-d, see
@@ -49,7 +50,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 DESCRIPTIONS = DATA / "caml-mimic-ids" / "ICD9_descriptions.tsv"
-DATASETS = ("hoc", "cmc2007-radiology-icd9", "mtsamples", "mtsamples-rare", "mtsamples-keywords-50", "mtsamples-keywords",
+DATASETS = ("hoc", "cmc2007-radiology-icd9", "mtsamples", "mtsamples-rare", "mtsamples-keywords-50",
+            "mtsamples-keywords",
             "mtsamples-keywords-all")
 # name: (source set, how it is built, its number): "cut" keeps a note while one of its labels has fewer than the
 # number of kept training notes; "keywords" relabels every note with that many of the most frequent training keywords
@@ -79,8 +81,9 @@ def make_proxy(name: str, out: Path) -> Path:
     source, kind, number = PROXIES[name]
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
-    splits = {part: [json.loads(line) for line in (DATA / source / f"{part}.jsonl").read_text(encoding="utf-8").splitlines()
-                     if line] for part in ("train", "dev", "test")}
+    splits = {part: [json.loads(line)
+                     for line in (DATA / source / f"{part}.jsonl").read_text(encoding="utf-8").splitlines() if line]
+              for part in ("train", "dev", "test")}
     if kind == "cut":                                   # dev and test (and labels.tsv) as they are, byte for byte
         splits = {"train": _cut(splits["train"], number)}
         for part in ("dev.jsonl", "test.jsonl", "labels.tsv"):
@@ -114,7 +117,8 @@ def _cut(rows: list[dict], cap: int) -> list[dict]:
 
 def _keyword_labels(splits: dict[str, list[dict]], n_labels: int) -> dict[str, list[dict]]:
     """Every note relabelled with its keywords (lower-cased, spaces collapsed) among the N_LABELS given most often in
-    training (at least KEYWORD_MIN_NOTES notes; ties by name); N_LABELS 0: every keyword in >= KEYWORD_ALL_MIN. A note with none of them keeps an empty label list.
+    training (at least KEYWORD_MIN_NOTES notes; ties by name); N_LABELS 0: every keyword in >= KEYWORD_ALL_MIN. A note
+    with none of them keeps an empty label list.
     Only id, text and labels are written: the specialties and the page's description would give the labels away."""
     def keywords(row: dict) -> set[str]:
         return {" ".join(k.lower().split()) for k in row.get("keywords") or []} - {""}
@@ -146,10 +150,8 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
     """Train one model with default settings (LEAM: optionally with OPTIONS, TrainConfig or LEAMConfig fields,
     changed) into WORK/DATASET-NAME-SEED (NAME: the row's name, default MODEL); return its test metrics, the rare-code
     slice, how training ended, wall-clock seconds and the run folder."""
-    from clinicode.config import TrainConfig
+    from clinicode.config import LEAMConfig, TrainConfig
     from clinicode.train import train
-
-    from clinicode.config import LEAMConfig
 
     model_fields = {f.name for f in dataclasses.fields(LEAMConfig)}
     extra = dict(options or {}) if model == "leam" else {}
@@ -218,15 +220,18 @@ def _mean(values: list[float | None]) -> str:
 
 def robustness_table(results: dict[tuple[str, str], list[dict]]) -> str:
     """Worst seed, rare-code slice and how each run ended, per set and model."""
-    head = ("| dataset | model | micro-F1 worst | macro-AUC worst | rare codes in test | rare macro-AUC | rare macro-AUC "
-            "worst | rare macro-F1 | frequent macro-AUC | frequent macro-F1 | epochs | stopped by the cap while improving "
+    head = ("| dataset | model | micro-F1 worst | macro-AUC worst | rare codes in test | rare "
+            "macro-AUC | rare macro-AUC "
+            "worst | rare macro-F1 | frequent macro-AUC | frequent macro-F1 | epochs | stopped "
+            "by the cap while improving "
             "| last loss above its lowest |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for (dataset, model), rows in results.items():
         leam = model != "tfidf-lr"
         lines.append(" | ".join([
             f"| {dataset}", model, _worst([r["f1_micro"] for r in rows]), _worst([r["auc_macro"] for r in rows]),
-            str(rows[0]["rare_n"]), _mean([r["rare_auc_macro"] for r in rows]), _worst([r["rare_auc_macro"] for r in rows]),
+            str(rows[0]["rare_n"]), _mean([r["rare_auc_macro"] for r in rows]),
+                                 _worst([r["rare_auc_macro"] for r in rows]),
             _mean([r["rare_f1_macro"] for r in rows]), _mean([r["frequent_auc_macro"] for r in rows]),
             _mean([r["frequent_f1_macro"] for r in rows]),
             (f"{min(r['epochs'] for r in rows)}-{max(r['epochs'] for r in rows)}" if leam else "-"),
@@ -249,10 +254,12 @@ def goals(results: dict[tuple[str, str], list[dict]], datasets: list[str]) -> li
             auc = [r["auc_macro"] for r in leam]
             ok = min(f1) >= lr["f1_micro"] and min(auc) >= lr["auc_macro"]
             out.append(f"- {d}, {name} (rare-code proxy): at least tfidf-lr, seed mean and worst seed: micro-F1 mean "
-                       f"{mean:.4f}, worst {worst:.4f} vs {lr['f1_micro']:.4f}; macro-AUC mean {statistics.mean(auc):.4f}, "
+                       f"{mean:.4f}, worst {worst:.4f} vs {lr['f1_micro']:.4f}; macro-AUC mean "
+                       f"{statistics.mean(auc):.4f}, "
                        f"worst {min(auc):.4f} vs {lr['auc_macro']:.4f}: {'met' if ok else 'not met'}")
         ok = sd <= 0.01 and mean - worst <= 0.02
-        out.append(f"- {d}, {name}: micro-F1 sd {sd:.4f} (goal <= 0.01), worst seed {mean - worst:.4f} below the mean (goal <= 0.02): "
+        out.append(f"- {d}, {name}: micro-F1 sd {sd:.4f} (goal <= 0.01), worst seed {mean - worst:.4f} below "
+                   "the mean (goal <= 0.02): "
                    f"{'met' if ok else 'not met'}")
     return out
 
@@ -271,9 +278,11 @@ def issue_goals(results: dict[tuple[str, str], list[dict]]) -> list[str]:
         auc, p8 = [r["auc_macro"] for r in leam], [r["prec_at_8"] for r in leam]
         if scale == "50":
             checks = [("mean micro-F1", statistics.mean(f1), lr["f1_micro"] + 0.10),
-                      ("worst micro-F1", min(f1), lr["f1_micro"] + 0.05), ("worst macro-AUC", min(auc), lr["auc_macro"])]
+                      ("worst micro-F1", min(f1), lr["f1_micro"] + 0.05), ("worst macro-AUC", min(auc),
+                                                                           lr["auc_macro"])]
         elif scale == "300":
-            checks = [("worst micro-F1", min(f1), lr["f1_micro"] + 0.10), ("worst macro-AUC", min(auc), lr["auc_macro"]),
+            checks = [("worst micro-F1", min(f1), lr["f1_micro"] + 0.10), ("worst macro-AUC", min(auc),
+                                                                           lr["auc_macro"]),
                       ("worst P@8", min(p8), lr["prec_at_8"])]
         else:
             checks = [("worst micro-F1", min(f1), lr["f1_micro"]), ("worst P@8", min(p8), lr["prec_at_8"]),
@@ -337,13 +346,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5, help="LEAM seeds per set (tfidf-lr is deterministic: one run).")
     ap.add_argument("--threads", type=int, default=2,
-                    help="torch threads; results repeat exactly only at the same count (default 2, as in BENCHMARKS.md).")
+                    help="torch threads; results repeat exactly only at the same count "
+                         "(default 2, as in BENCHMARKS.md).")
     ap.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated folder names under ../shared/data.")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone.")
     ap.add_argument("--no-paper", action="store_true",
                     help="run only the default LEAM beside tfidf-lr, not the paper's model too (half the compute).")
     ap.add_argument("--embeddings", default=None, metavar="FILE",
-                    help="LEAM word vectors from this word2vec/GloVe text file instead of word2vec (implies --no-write).")
+                    help="LEAM word vectors from this word2vec/GloVe text file instead of "
+                         "word2vec (implies --no-write).")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="change one LEAM training or model option (a TrainConfig or LEAMConfig field), e.g. "
                          "lr_schedule=constant or label_reg_weight=0; repeatable; "
@@ -365,7 +376,8 @@ def main() -> None:
 
     datasets = [d for d in args.datasets.split(",") if d]
     missing = [d for d in datasets
-               if not (DATA / PROXIES.get(d, (d,))[0] / "train.jsonl").is_file() and not (DATA / d / "train.parquet").is_file()]
+               if not (DATA / PROXIES.get(d, (d,))[0] / "train.jsonl").is_file()
+               and not (DATA / d / "train.parquet").is_file()]
     if missing:
         sys.exit(f"no data for {', '.join(missing)} under {DATA}; expected {{train,dev,test}}.jsonl per set.")
     results: dict[tuple[str, str], list[dict]] = {}
@@ -376,7 +388,8 @@ def main() -> None:
         dirs = {d: make_proxy(d, Path(tmp) / "data") if d in PROXIES else DATA / d for d in datasets}
         top_ks = {d: top_k_for(d, dirs[d]) for d in datasets}
         for dataset in datasets:
-            lr = results[(dataset, "tfidf-lr")] = [run_one(dataset, dirs[dataset], "tfidf-lr", 1337, top_ks[dataset], Path(tmp))]
+            lr = results[(dataset, "tfidf-lr")] = [
+                run_one(dataset, dirs[dataset], "tfidf-lr", 1337, top_ks[dataset], Path(tmp))]
             for name, opts in rows.items():
                 leam = results[(dataset, name)] = [run_one(dataset, dirs[dataset], "leam", 1337 + i, top_ks[dataset],
                                                            Path(tmp), opts, name) for i in range(args.seeds)]
@@ -385,7 +398,8 @@ def main() -> None:
 
     d = TrainConfig()
     text = "\n".join([
-        "## accuracy: LEAM (defaults), the paper's LEAM and tfidf-lr (`benchmarks/bench_accuracy.py`)" if not options else
+        "## accuracy: LEAM (defaults), the paper's LEAM and tfidf-lr "
+        "(`benchmarks/bench_accuracy.py`)" if not options else
         f"## accuracy: LEAM (defaults, but {', '.join(f'{k}={v}' for k, v in options.items())}) vs tfidf-lr "
         f"(`benchmarks/bench_accuracy.py`, screening)",
         "",
@@ -407,7 +421,8 @@ def main() -> None:
         "",
         table(results),
         "",
-        f"Gaps: each LEAM row's seed mean minus tfidf-lr on the test notes, then a 95% interval from a paired bootstrap ({N_BOOT:,} "
+        "Gaps: each LEAM row's seed mean minus tfidf-lr on the test notes, then a 95% interval from a "
+        f"paired bootstrap ({N_BOOT:,} "
         "resamples of the test notes, both models scored on the same draw, so seed spread and test-sample noise are "
         "both in it) and the share of resamples in which LEAM comes out below. An interval that contains 0 means this "
         "test set cannot tell the two models apart on that metric.",
@@ -418,7 +433,8 @@ def main() -> None:
         "rare/frequent macro-AUC averages per-code AUC over the codes of the slice with a positive and a negative test "
         "note, macro-F1 averages per-code F1 over the codes of the slice present in test (so single test notes swing "
         "them: read them beside the code count). `mtsamples-rare` and the `mtsamples-keywords` sets (50, 300 and all "
-        "keywords as labels) are the rare-code proxies built from mtsamples (see the script's docstring). Last column: the last epoch's training loss above the run's lowest, the largest over seeds.",
+        "keywords as labels) are the rare-code proxies built from mtsamples (see the script's docstring). Last column: "
+        "the last epoch's training loss above the run's lowest, the largest over seeds.",
         "",
         robustness_table(results),
         "",
@@ -426,14 +442,17 @@ def main() -> None:
         "",
         *goals(results, datasets),
         "",
-        "Goals of issue 25 (held-out ICD-10 data; here their shape on the coded proxies, each LEAM row against tfidf-lr):",
+        "Goals of issue 25 (held-out ICD-10 data; here their shape on the coded proxies, each "
+        "LEAM row against tfidf-lr):",
         "",
         *issue_goals(results),
         "",
         f"LEAM defaults: lr {d.lr} ({d.lr_schedule} schedule: x{d.lr_decay} after every {d.lr_patience} epoch(s) "
         f"without a dev gain), {d.optimizer} weight decay {d.weight_decay} on {d.decay_scope}, weight average (EMA) "
-        f"{d.ema_decay}, {LEAMConfig(vocab_size=3, n_labels=1).hidden_dim}-unit head, batch {d.batch_size}, up to {d.epochs} "
-        f"epochs, patience {d.patience}, word2vec passes {'auto' if d.w2v_epochs == 0 else d.w2v_epochs}, pos_weight {d.pos_weight}.",
+        f"{d.ema_decay}, {LEAMConfig(vocab_size=3, n_labels=1).hidden_dim}-unit head, batch "
+        f"{d.batch_size}, up to {d.epochs} "
+        f"epochs, patience {d.patience}, word2vec passes {'auto' if d.w2v_epochs == 0 else d.w2v_epochs}, "
+        f"pos_weight {d.pos_weight}.",
         "",
         "How these defaults were chosen, the history of the gap, and every setting screened that did not help: "
         "docs/accuracy-tuning.md.",

@@ -110,7 +110,8 @@ async def drive(url: str, n_sessions: int, duration: float) -> dict:
             lat: list[float] = []
             errors: list[str] = []
             t0 = time.monotonic()
-            clicks = await asyncio.gather(*(session(browser, url, i, t0 + duration, lat, errors) for i in range(n_sessions)))
+            clicks = await asyncio.gather(*(session(browser, url, i, t0 + duration, lat,
+                                                    errors) for i in range(n_sessions)))
             wall = time.monotonic() - t0
         finally:
             await browser.close()
@@ -127,7 +128,8 @@ def percentile(xs: list[float], q: float) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=Path, default=None, help="runs folder holding a trained run (default: build a demo run)")
+    ap.add_argument("--runs", type=Path, default=None,
+                    help="runs folder holding a trained run (default: build a demo run)")
     ap.add_argument("--sessions", type=int, default=10)
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of load")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
@@ -149,7 +151,8 @@ def main() -> int:
     n, errs = len(lat), res["errors"]
     p50, p95, mx = percentile(lat, 50), percentile(lat, 95), max(lat, default=float("nan"))
     print(f"{args.sessions} sessions x {res['wall']:.0f} s: {n} predictions ({n / res['wall']:.2f}/s), "
-          f"p50 {p50:.2f} s, p95 {p95:.2f} s, max {mx:.2f} s, mean {statistics.fmean(lat) if lat else float('nan'):.2f} s; "
+          f"p50 {p50:.2f} s, p95 {p95:.2f} s, max {mx:.2f} s, mean "
+          f"{statistics.fmean(lat) if lat else float('nan'):.2f} s; "
           f"{len(errs)} errors; warm-up (model load + first prediction) {res['warmup']:.1f} s")
     for e in errs[:20]:
         print("  " + e)
@@ -160,16 +163,19 @@ def main() -> int:
             "## app under load (`benchmarks/bench_app_load.py`)",
             "",
             f"`streamlit run` on 127.0.0.1, one headless chromium with {args.sessions} browser contexts (Playwright), "
-            f"{args.duration:.0f} s. Each session pastes a ~{len(NOTE) // 100 * 100}-character synthetic note and presses "
+            f"{args.duration:.0f} s. Each session pastes a ~{len(NOTE) // 100 * 100}-character "
+            "synthetic note and presses "
             "*Predict codes* repeatedly; latency is click → that click's codes table and highlighted note on the page. "
             "Browser, server and model share the machine. Errors: Streamlit exception elements or clicks over "
             f"{CLICK_TIMEOUT_MS // 1000} s.",
             "",
             "| sessions | duration | predictions | per second | p50 | p95 | max | errors |",
             "|---|---|---|---|---|---|---|---|",
-            f"| {args.sessions} | {res['wall']:.0f} s | {n:,} | {n / res['wall']:.2f} | {p50:.2f} s | {p95:.2f} s | {mx:.2f} s | {len(errs)} |",
+            f"| {args.sessions} | {res['wall']:.0f} s | {n:,} | {n / res['wall']:.2f} | {p50:.2f} s | {p95:.2f} s | "
+            f"{mx:.2f} s | {len(errs)} |",
             "",
-            f"Run: `{Path(runs).name}/` ({'demo run on synthetic data' if args.runs is None else 'given with --runs'}); "
+            f"Run: `{Path(runs).name}/` "
+            f"({'demo run on synthetic data' if args.runs is None else 'given with --runs'}); "
             f"warm-up (model load + first prediction, not counted) {res['warmup']:.1f} s.",
             f"{machine_line()} streamlit {streamlit.__version__}, {os.cpu_count()} CPUs.",
         ])

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks._common import machine_line, median_time, synthetic_notes, publish  # noqa: E402
+from benchmarks._common import machine_line, median_time, publish, synthetic_notes  # noqa: E402
 from clinicode.batching import pad_batch  # noqa: E402
 from clinicode.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from clinicode.config import LEAMConfig, TrainConfig  # noqa: E402
@@ -40,7 +40,8 @@ def build(work: Path, n_notes: int) -> tuple[Path, list[str], Path]:
         torch.manual_seed(0)
         model = LEAM(LEAMConfig(vocab_size=tok.vocab_size, n_labels=50, embed_dim=100, radius=10)).eval()
         labels = LabelSet.from_codes([f"C{i:02d}" for i in range(50)])
-        save_checkpoint(ck_dir, kind="leam", model=model, labels=labels, threshold=0.5, train_config=TrainConfig(), tokenizer=tok)
+        save_checkpoint(ck_dir, kind="leam", model=model, labels=labels, threshold=0.5, train_config=TrainConfig(),
+                        tokenizer=tok)
     if not notes_file.is_file():
         with open(notes_file, "w") as f:
             for i, t in enumerate(notes):
@@ -89,15 +90,18 @@ def main() -> None:
 
     def whole() -> None:
         out = args.work_dir / "out.jsonl"
-        subprocess.run([sys.executable, "-m", "clinicode", "predict", "--checkpoint", str(ck_dir), "--input", str(notes_file),
+        subprocess.run([sys.executable, "-m", "clinicode", "predict", "--checkpoint", str(ck_dir), "--input",
+                        str(notes_file),
                         "--output", str(out), "--no-progress", "--device", "cpu"], check=True, capture_output=True)
 
-    rows.append(("whole process: `clinicode predict` (start-up and I/O included)", median_time(whole, repeat=args.repeat, warmup=0)))
+    rows.append(("whole process: `clinicode predict` (start-up and I/O included)",
+                 median_time(whole, repeat=args.repeat, warmup=0)))
 
     lines = ["## predict throughput (`benchmarks/bench_predict.py`)", "",
              f"{n:,} synthetic notes of {int(np.median(lengths)):,} tokens; checkpoint with {tok.vocab_size:,} words, "
              f"100-d, 50 codes, r = 10; CPU, {torch.get_num_threads()} threads. Medians of {args.repeat} runs; ratio = "
-             "speed relative to the straightforward forward pass in the same run. Goal: >= 600 notes/s whole process.", "",
+             "speed relative to the straightforward forward pass in the same run. Goal: >= 600 notes/s whole process.",
+             "",
              "| path | seconds | notes/s | ratio |", "|---|---|---|---|"]
     for name, t in rows:
         lines.append(f"| {name} | {t:.2f} | {n / t:,.0f} | {t_naive / t:.2f}x |")

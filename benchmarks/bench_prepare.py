@@ -36,6 +36,7 @@ from clinicode.synthetic.mimic3 import REAL_DISCHARGE_CHARS, REAL_OTHER_CHARS, w
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks._common import mark_own, remove_own  # noqa: E402  (never delete what this script did not create)
+
 CAML_IDS = ROOT.parent / "shared" / "data" / "caml-mimic-ids"
 START, END = "<!-- bench:prepare:start -->", "<!-- bench:prepare:end -->"
 MAX_RSS_MB = 4096
@@ -75,7 +76,8 @@ def ensure_data(work_dir: Path, n_notes: int, seed: int, regenerate: bool, reali
     Returns (folder, info written to GENERATED.json, whether it was generated now).
     """
     ids = CAML_IDS if CAML_IDS.is_dir() else None
-    folder = work_dir / f"clinicode-bench-mimic-{n_notes}-seed{seed}{'-caml' if ids else ''}{'-realistic' if realistic else ''}"
+    folder = work_dir / (f"clinicode-bench-mimic-{n_notes}-seed{seed}"
+                         f"{'-caml' if ids else ''}{'-realistic' if realistic else ''}")
     params = {"n_admissions": admissions_for(n_notes, realistic, ids), "seed": seed,
               "hadm_ids_from": str(ids) if ids else None,
               "discharge_chars": REAL_DISCHARGE_CHARS if realistic else None,
@@ -90,7 +92,8 @@ def ensure_data(work_dir: Path, n_notes: int, seed: int, regenerate: bool, reali
         need = 4.1e9 * n_notes / REAL_NOTES * FREE_DISK_MARGIN
         free = shutil.disk_usage(work_dir).free
         if free < need:
-            raise SystemExit(f"{work_dir} has {free / 2**30:.1f} GiB free; the realistic folder needs ~{need / 2**30:.1f} GiB "
+            raise SystemExit(f"{work_dir} has {free / 2**30:.1f} GiB free; the realistic folder "
+                             f"needs ~{need / 2**30:.1f} GiB "
                              "(use --work-dir elsewhere or --no-realistic)")
     kw = {k: v for k, v in params.items() if k != "hadm_ids_from"} | {"hadm_ids_from": ids}
     # Dry run with neither other notes nor padding: the discharge-summary rows do not depend on them.
@@ -154,7 +157,8 @@ def run_prepare(mimic_dir: Path, out_dir: Path, options: dict) -> tuple[dict, fl
 
 
 def phase_log(stderr: str, samples: list[tuple[float, float]]) -> list[tuple[float, float | None, str, str]]:
-    """Each logged step of prepare: (seconds from start, highest sampled RSS since the previous step, previous, step)."""
+    """Each logged step of prepare: (seconds from start, highest sampled RSS since the previous step, previous,
+    step)."""
     events = []
     for line in stderr.splitlines():
         if line.startswith("@"):
@@ -171,7 +175,8 @@ def phase_log(stderr: str, samples: list[tuple[float, float]]) -> list[tuple[flo
 
 
 def format_phases(phases) -> str:
-    return "\n".join(f"  +{t:7.1f} s  max sampled RSS {'-' if mb is None else f'{mb:,.0f}':>6} MB since previous line | {msg}"
+    return "\n".join(f"  +{t:7.1f} s  max sampled RSS {'-' if mb is None else f'{mb:,.0f}':>6} MB "
+                     f"since previous line | {msg}"
                      for t, mb, _, msg in phases)
 
 
@@ -225,9 +230,12 @@ def main() -> None:
         text = (f"~{REAL_DISCHARGE_CHARS / 1000:g} KB / ~{REAL_OTHER_CHARS / 1000:g} KB" if realistic
                 else "~1 KB / ~50 B (templates)")
         rows.append(
-            f"| {label} | {info['noteevents_rows']:,} | {info['discharge_summary_rows']:,} | {text} | {size_gb:,.2f} GB "
-            f"| {info.get('generation_seconds', 0):,.0f} s | {splits['train']:,} / {splits['dev']:,} / {splits['test']:,} "
-            f"| {args.chunksize:,} | {wall:,.1f} s | {peak_mb:,.0f} MB | {'yes' if peak_mb < MAX_RSS_MB else '**NO**'} |"
+            f"| {label} | {info['noteevents_rows']:,} | {info['discharge_summary_rows']:,} | "
+            f"{text} | {size_gb:,.2f} GB "
+            f"| {info.get('generation_seconds', 0):,.0f} s | {splits['train']:,} / "
+            f"{splits['dev']:,} / {splits['test']:,} "
+            f"| {args.chunksize:,} | {wall:,.1f} s | {peak_mb:,.0f} MB | "
+            f"{'yes' if peak_mb < MAX_RSS_MB else '**NO**'} |"
         )
         if peak_mb >= MAX_RSS_MB:
             failed.append(f"{label}: peak RSS {peak_mb:,.0f} MB exceeds {MAX_RSS_MB:,} MB")

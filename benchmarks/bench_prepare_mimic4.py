@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import sys
 import time
 from datetime import datetime, timezone
@@ -31,9 +30,11 @@ from clinicode import __version__  # noqa: E402
 SPLITS = ROOT.parent / "shared" / "data" / "mimic-splits"
 REAL_CHARS = 10_500
 PROTOCOLS = (  # (label, options) run against the same folder
-    ("ICD-10 top 50 (MIMIC-IV-ICD)", {"icd_version": 10, "label_set": "top50", "splits_dir": SPLITS / "nguyen2023" / "icd10"}),
-    ("ICD-9 full, codes in >= 10 admissions (Edin et al.)", {"icd_version": 9, "label_set": "full", "min_code_count": 10,
-                                                              "splits_file": SPLITS / "edin2023" / "mimiciv_icd9_split.csv"}),
+    ("ICD-10 top 50 (MIMIC-IV-ICD)", {"icd_version": 10, "label_set": "top50",
+                                      "splits_dir": SPLITS / "nguyen2023" / "icd10"}),
+    ("ICD-9 full, codes in >= 10 admissions (Edin et al.)",
+     {"icd_version": 9, "label_set": "full", "min_code_count": 10,
+      "splits_file": SPLITS / "edin2023" / "mimiciv_icd9_split.csv"}),
 )
 
 
@@ -57,7 +58,8 @@ def ensure_data(work: Path, extra: int, regenerate: bool) -> tuple[Path, dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work-dir", type=Path, default=Path("/tmp"))
-    ap.add_argument("--extra", type=int, default=100_000, help="admissions in no split list (MIMIC-IV has ~100k without a note)")
+    ap.add_argument("--extra", type=int, default=100_000,
+                    help="admissions in no split list (MIMIC-IV has ~100k without a note)")
     ap.add_argument("--regenerate", action="store_true")
     ap.add_argument("--keep-data", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--no-write", action="store_true", help="print the table only")
@@ -76,7 +78,8 @@ def main() -> None:
         print(f"{label}: {wall:.1f} s, peak RSS {peak_mb:,.0f} MB\n{format_phases(phases)}", flush=True)
         s = summary["splits"]
         rows.append(f"| {label} | {summary['protocol']} | {s['train']:,} / {s['dev']:,} / {s['test']:,} | "
-                    f"{summary['n_labels']:,} | {wall:,.1f} s | {peak_mb:,.0f} MB | {'yes' if peak_mb < MAX_RSS_MB else '**NO**'} |")
+                    f"{summary['n_labels']:,} | {wall:,.1f} s | {peak_mb:,.0f} MB | "
+                    f"{'yes' if peak_mb < MAX_RSS_MB else '**NO**'} |")
         if peak_mb >= MAX_RSS_MB:
             failed.append(f"{label}: peak RSS {peak_mb:,.0f} MB")
         remove_own(out)
@@ -89,7 +92,8 @@ def main() -> None:
         f"{rows_info['discharge']:,} discharge rows (MIMIC-IV-Note has 331,794) of {info['mean_discharge_chars']:,.0f} "
         f"characters on average, {rows_info['diagnoses_icd']:,} diagnosis rows; {size_gb:.2f} GB of CSV, generated in "
         f"{info['generation_seconds']:,.0f} s. Each protocol's own files and options, so its published counts are "
-        f"enforced (the synthetic code vocabulary is small, so the code counts are not the published ones); prepare in a "
+        "enforced (the synthetic code vocabulary is small, so the code counts are not the "
+        "published ones); prepare in a "
         f"child process, peak RSS its `ru_maxrss`. Limit: < {MAX_RSS_MB:,} MB.", "",
         "| protocol | reproduced | docs train / dev / test | codes | wall time | peak RSS | < 4 GB |",
         "|---|---|---|---|---|---|---|", *rows, "",

@@ -66,7 +66,8 @@ def main() -> None:
     lines = [
         "## review queue throughput (`benchmarks/bench_review.py`)",
         "",
-        f"`python benchmarks/bench_review.py --notes {n} --repeat {args.repeat}`: {n:,} synthetic notes of 2,500 tokens, "
+        f"`python benchmarks/bench_review.py --notes {n} --repeat {args.repeat}`: {n:,} "
+        "synthetic notes of 2,500 tokens, "
         "a 50-code LEAM checkpoint with random weights (bench_predict's), each command a whole process "
         f"(start-up included), medians of {args.repeat} alternating runs. {machine_line()} The machine was shared "
         "with other jobs while this ran, so absolute times are noisy; the ratio is measured side by side.",

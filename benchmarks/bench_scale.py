@@ -53,7 +53,8 @@ def make_data(folder: Path, K: int, n_train: int, n_predict: int) -> None:
     if (folder / "DONE").is_file():
         return
     if folder.exists() and not (folder / OWN_MARK).is_file():
-        raise SystemExit(f"{folder} exists and was not created by this benchmark (no {OWN_MARK} mark); it is left alone. "
+        raise SystemExit(f"{folder} exists and was not created by this benchmark (no {OWN_MARK} "
+                         "mark); it is left alone. "
                          "Move it away or pass another --work-dir.")
     folder.mkdir(parents=True, exist_ok=True)
     mark_own(folder)
@@ -178,7 +179,8 @@ def main() -> None:
                         training=True, fast=False).batch_mb
         if plain_mb < PLAIN_TRAIN_LIMIT_MB:
             ref_step, ref_step_rss = one_step(K, "straightforward")
-            ref_train, ref_train_rss = straightforward(dict(what="train", checkpoint=run / "checkpoint", data=data, steps=3))
+            ref_train, ref_train_rss = straightforward(dict(what="train", checkpoint=run / "checkpoint",
+                                                            data=data, steps=3))
             t_ref_epoch = ref_train["sec_per_step"] * steps
         ref_pred, ref_pred_rss = straightforward(dict(what="predict", checkpoint=run / "checkpoint",
                                                       notes=data / "notes.jsonl", batch=plain_batch))
@@ -188,30 +190,37 @@ def main() -> None:
 
         skip = f"not run: a batch needs ~{plain_mb / 1024:,.0f} GB | - |"
         rows.append(f"| {K:,} | train: one step, B = {B}, L = {L:,} (random ids) | {rate(B, step_fast)} | "
-                    + (f"{rate(B, ref_step)} | {ref_step / step_fast:.1f}x | {rss_step_fast:,.0f} | {ref_step_rss:,.0f} |"
+                    + (f"{rate(B, ref_step)} | {ref_step / step_fast:.1f}x | "
+                       f"{rss_step_fast:,.0f} | {ref_step_rss:,.0f} |"
                        if plain_mb < PLAIN_TRAIN_LIMIT_MB else f"{skip} {rss_step_fast:,.0f} | - |"))
         rows.append(f"| {K:,} | train: whole `clinicode train`, 1 epoch over {n_train:,} notes ({t_train:,.1f} s)"
                     + (f" vs the plain inner loop ({t_ref_epoch:,.1f} s) | {rate(n_train, t_train)} | "
-                       f"{rate(n_train, t_ref_epoch)} | {t_ref_epoch / t_train:.1f}x | {rss_train:,.0f} | {ref_train_rss:,.0f} |"
-                       if plain_mb < PLAIN_TRAIN_LIMIT_MB else f" | {rate(n_train, t_train)} | {skip} {rss_train:,.0f} | - |"))
+                       f"{rate(n_train, t_ref_epoch)} | {t_ref_epoch / t_train:.1f}x | "
+                       f"{rss_train:,.0f} | {ref_train_rss:,.0f} |"
+                       if plain_mb < PLAIN_TRAIN_LIMIT_MB else f" | {rate(n_train, t_train)} | "
+                                                               f"{skip} {rss_train:,.0f} | - |"))
         rows.append(f"| {K:,} | predict: whole `clinicode predict`, {n_pred:,} notes ({t_pred:,.1f} s) vs tokenise + "
-                    f"plain forward, batches of {plain_batch} ({ref_pred['seconds']:,.1f} s) | {rate(n_pred, t_pred)} | "
+                    f"plain forward, batches of {plain_batch} ({ref_pred['seconds']:,.1f} s) | "
+                    f"{rate(n_pred, t_pred)} | "
                     f"{rate(n_pred, ref_pred['seconds'])} | {ref_pred['seconds'] / t_pred:.1f}x | {rss_pred:,.0f} | "
                     f"{ref_pred_rss:,.0f} |")
         run_ev, out_ev = args.work_dir / f"run-ev-k{K}", args.work_dir / f"pred-ev-k{K}.jsonl"
         remove_own(run_ev)
         remove_own(out_ev)
-        t_ev, rss_ev, _ = timed([*py, "train", "--data", str(data), "--out", str(run_ev), "--epochs", "1", "--code-evidence",
+        t_ev, rss_ev, _ = timed([*py, "train", "--data", str(data), "--out", str(run_ev), "--epochs", "1",
+                                 "--code-evidence",
                                  "--embeddings", "random", "--no-progress", "--device", "cpu"])
         mark_own(run_ev)
         t_pev, rss_pev, _ = timed([*py, "predict", "--checkpoint", str(run_ev), "--input", str(data / "notes.jsonl"),
                                    "--output", str(out_ev), "--no-progress", "--device", "cpu"])
         mark_own(out_ev)
         rows.append(f"| {K:,} | train with `--code-evidence` ({t_ev:,.1f} s) vs without it ({t_train:,.1f} s) | "
-                    f"{rate(n_train, t_ev)} | {rate(n_train, t_train)} (without) | {t_train / t_ev:.2f}x | {rss_ev:,.0f} | "
+                    f"{rate(n_train, t_ev)} | {rate(n_train, t_train)} (without) | "
+                    f"{t_train / t_ev:.2f}x | {rss_ev:,.0f} | "
                     f"{rss_train:,.0f} (without) |")
         rows.append(f"| {K:,} | predict with `--code-evidence` ({t_pev:,.1f} s) vs without it ({t_pred:,.1f} s) | "
-                    f"{rate(n_pred, t_pev)} | {rate(n_pred, t_pred)} (without) | {t_pred / t_pev:.2f}x | {rss_pev:,.0f} | "
+                    f"{rate(n_pred, t_pev)} | {rate(n_pred, t_pred)} (without) | "
+                    f"{t_pred / t_pev:.2f}x | {rss_pev:,.0f} | "
                     f"{rss_pred:,.0f} (without) |")
         print("\n".join(rows[-5:]), flush=True)
         if K == 50 and args.w2v:

@@ -15,6 +15,7 @@ Goal: 8 clients x 25 requests with 0 errors, and serve throughput >= 0.8x batch 
 from __future__ import annotations
 
 import argparse
+import functools
 import http.client
 import json
 import os
@@ -67,7 +68,8 @@ def start_server(ck_dir: Path, work: Path) -> tuple[subprocess.Popen, int, float
     port = free_port()
     t0 = time.perf_counter()
     log = open(work / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "clinicode", "serve", "--checkpoint", str(ck_dir), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "clinicode", "serve", "--checkpoint", str(ck_dir), "--port",
+                             str(port),
                              "--device", "cpu"], stdout=log, stderr=subprocess.STDOUT)
     while True:
         try:
@@ -143,7 +145,7 @@ def main() -> None:
     from clinicode.predict import Predictor
 
     pred = Predictor.from_checkpoint(ck_dir, device="cpu")
-    t_lib = median_time(lambda: pred.predict(notes, attention=False), repeat=args.repeat, warmup=1)
+    t_lib = median_time(functools.partial(pred.predict, notes, attention=False), repeat=args.repeat, warmup=1)
     del pred
 
     proc, port, t_start = start_server(ck_dir, args.work_dir)
@@ -165,19 +167,24 @@ def main() -> None:
              "threads of the benchmark process on the same machine); default options (top_k 10, no evidence), "
              f"micro-batches of up to 32 notes, 5 ms wait. Medians of {args.repeat} runs per row; errors summed. "
              f"Server start-up to a healthy /health: {t_start:.1f} s. Ratio = throughput relative to batch "
-             "`clinicode predict` on the same notes (start-up excluded) in the same run. Goal: 8 clients x 25 requests, "
-             "0 errors, >= 0.8x. The start-up-excluded figure is the difference of two whole-process times, so it carries "
+             "`clinicode predict` on the same notes (start-up excluded) in the same run. Goal: "
+             "8 clients x 25 requests, "
+             "0 errors, >= 0.8x. The start-up-excluded figure is the difference of two "
+             "whole-process times, so it carries "
              "the noise of both. **The machine was shared and noisy** (other jobs ran on its 2 cores): "
              "read the ratios rather than the absolute numbers.", "",
              "| path | requests | notes/s | p50 ms | p95 ms | errors | ratio |", "|---|---|---|---|---|---|---|",
              f"| `clinicode predict`, whole process, start-up included | {n} | {batch_incl:,.0f} | | | 0 | "
              f"{batch_incl / batch_excl:.2f}x |",
-             f"| `clinicode predict`, start-up excluded ({t_one:.1f} s for one note subtracted) | {n} | {batch_excl:,.0f} "
+             f"| `clinicode predict`, start-up excluded ({t_one:.1f} s for one note subtracted) "
+             f"| {n} | {batch_excl:,.0f} "
              "| | | 0 | 1.00x |",
-             f"| `Predictor.predict` in one process (no start-up, no files; a steadier reference) | {n} | {n / t_lib:,.0f} "
+             "| `Predictor.predict` in one process (no start-up, no files; a steadier reference) "
+             f"| {n} | {n / t_lib:,.0f} "
              f"| | | 0 | {n / t_lib / batch_excl:.2f}x |"]
     for clients, r in rows.items():
-        lines.append(f"| `clinicode serve`, {clients} client{'s' if clients > 1 else ''} x {r['n'] // clients} requests | "
+        lines.append(f"| `clinicode serve`, {clients} client{'s' if clients > 1 else ''} x "
+                     f"{r['n'] // clients} requests | "
                      f"{r['n']} | {r['rate']:,.0f} | {r['p50']:.0f} | {r['p95']:.0f} | {r['errors']} | "
                      f"{r['rate'] / batch_excl:.2f}x |")
     lines += ["", machine_line()]

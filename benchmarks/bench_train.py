@@ -65,7 +65,8 @@ def _child(spec: dict) -> dict:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if average is not None:  # clinicode train's default weight average (TrainConfig.ema_decay), included in its cost
+        # clinicode train's default weight average (TrainConfig.ema_decay), included in its cost
+        if average is not None:
             with torch.no_grad():
                 torch._foreach_lerp_(average, params, 0.01)
 
@@ -79,7 +80,8 @@ def _child(spec: dict) -> dict:
                 step()
         rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
         total = sum(e.self_cpu_time_total for e in rows)
-        return {"profile": [(e.key, e.self_cpu_time_total / 3 / 1000, 100 * e.self_cpu_time_total / total) for e in rows[:10]],
+        return {"profile": [(e.key, e.self_cpu_time_total / 3 / 1000,
+                             100 * e.self_cpu_time_total / total) for e in rows[:10]],
                 "total_ms": total / 3 / 1000}
     times = []
     for _ in range(spec["steps"]):
@@ -87,11 +89,13 @@ def _child(spec: dict) -> dict:
         step()
         times.append(time.perf_counter() - t0)
     t = statistics.median(times)
-    return {"sec_per_step": t, "notes_per_s": B / t, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"sec_per_step": t, "notes_per_s": B / t,
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def run(spec: dict) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
+                         check=True)
     return {**spec, **json.loads(out.stdout.strip().splitlines()[-1])}  # profile rows come back as lists
 
 
@@ -106,20 +110,25 @@ def svg_plot(rows: list[dict], path: Path) -> None:
     def xy(x: float, y: float) -> str:
         return f"{pad + (W - 2 * pad) * x / xmax:.1f},{H - pad - (H - 2 * pad) * y / ymax:.1f}"
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+             'font-family="sans-serif" font-size="12">',
              f'<rect width="{W}" height="{H}" fill="white"/>',
              f'<line x1="{pad}" y1="{H - pad}" x2="{W - pad}" y2="{H - pad}" stroke="black"/>',
              f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{H - pad}" stroke="black"/>',
-             f'<text x="{W / 2}" y="{H - 12}" text-anchor="middle">tokens per note (B = 16, P = 100, K = 50, r = 10)</text>',
-             f'<text x="14" y="{H / 2}" transform="rotate(-90 14 {H / 2})" text-anchor="middle">training notes/s</text>']
+             f'<text x="{W / 2}" y="{H - 12}" text-anchor="middle">tokens per note (B = 16, P = '
+             '100, K = 50, r = 10)</text>',
+             f'<text x="14" y="{H / 2}" transform="rotate(-90 14 {H / 2})" '
+             'text-anchor="middle">training notes/s</text>']
     for x in sorted({x for pts in series.values() for x, _ in pts}):
         parts.append(f'<text x="{xy(x, 0).split(",")[0]}" y="{H - pad + 16}" text-anchor="middle">{x}</text>')
     for frac in (0, 0.5, 1.0):
         y = ymax / 1.1 * frac
         parts.append(f'<text x="{pad - 6}" y="{xy(0, y).split(",")[1]}" text-anchor="end">{y:.0f}</text>')
     for (impl, pts), colour, dy in zip(series.items(), ("#888888", "#c0392b"), (0, 16)):
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{" ".join(xy(x, y) for x, y in pts)}"/>')
-        parts.extend(f'<circle cx="{xy(x, y).split(",")[0]}" cy="{xy(x, y).split(",")[1]}" r="3" fill="{colour}"/>' for x, y in pts)
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
+                     f'points="{" ".join(xy(x, y) for x, y in pts)}"/>')
+        parts.extend(f'<circle cx="{xy(x, y).split(",")[0]}" '
+                     f'cy="{xy(x, y).split(",")[1]}" r="3" fill="{colour}"/>' for x, y in pts)
         parts.append(f'<text x="{W - pad - 120}" y="{pad + dy}" fill="{colour}">{impl}</text>')
     parts.append("</svg>")
     path.write_text("\n".join(parts) + "\n", encoding="utf-8")
@@ -161,24 +170,29 @@ def main() -> None:
     rows = []
     for name, rs in runs.items():
         mid = sorted(rs, key=lambda r: r["sec_per_step"])[len(rs) // 2]
-        rows.append({**mid, "impl": name, "range": f"{min(r['notes_per_s'] for r in rs):.0f}-{max(r['notes_per_s'] for r in rs):.0f}"})
+        rows.append({**mid, "impl": name,
+                     "range": f"{min(r['notes_per_s'] for r in rs):.0f}-{max(r['notes_per_s'] for r in rs):.0f}"})
     ref = rows[0]["sec_per_step"]
     lines = ["## train throughput (`benchmarks/bench_train.py`)", "",
              "One AdamW step (forward, task + label-regulariser loss, backward, update; for clinicode also the weight "
              "average that `train` keeps by default) on random ids; 50,000-word "
              f"vocabulary; median of {args.steps} steps after 2 warm-up steps, each configuration in its own process. "
-             f"Headline rows: the median of {args.repeats} interleaved processes per variant (notes/s range in brackets). "
+             f"Headline rows: the median of {args.repeats} interleaved processes per variant "
+             "(notes/s range in brackets). "
              "Every row runs with `keep_freed_memory()` (glibc keeps freed blocks instead of unmapping them, as "
              "`clinicode train` sets it) except the one named otherwise. "
              "Goal: >= 300 notes/s at B = 16, L = 2,500, P = 100, r = 10, K = 50 (the straightforward model does ~75). "
-             "`tests/model/test_model.py::test_training_with_the_fast_kernels_follows_the_reference_loss_curve` checks that "
+             "`tests/model/test_model.py::test_training_with_the_fast_kernels_follows_the_reference_loss_curve` "
+             "checks that "
              "the fast path's losses and weights follow the plain-autograd model step by step.", "",
-             "| implementation | B | L | P | K | r | s/step | notes/s | ratio | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| implementation | B | L | P | K | r | s/step | notes/s | ratio | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
 
     def fmt(r: dict) -> str:
         spread = f" ({r['range']})" if "range" in r else ""
         return (f"| {r['impl']} | {r['batch']} | {r['length']} | {r['dim']} | {r['labels']} | {r['radius']} | "
-                f"{r['sec_per_step']:.3f} | {r['notes_per_s']:.0f}{spread} | {ref / r['sec_per_step']:.2f}x | {r['peak_mb']:.0f} |")
+                f"{r['sec_per_step']:.3f} | {r['notes_per_s']:.0f}{spread} | "
+                f"{ref / r['sec_per_step']:.2f}x | {r['peak_mb']:.0f} |")
 
     lines += [fmt(r) for r in rows]
     if not args.quick:
@@ -189,16 +203,21 @@ def main() -> None:
                     continue
                 for impl in ("straightforward", "clinicode"):
                     scaling.append(run({**base, key: v, "impl": impl}))
-        lines += ["", "How cost grows (one parameter changed from the headline row; ratio vs the headline straightforward step):", "",
-                  "| implementation | B | L | P | K | r | s/step | notes/s | ratio | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["",
+                  "How cost grows (one parameter changed from the headline row; ratio vs the "
+                  "headline straightforward step):", "",
+                  "| implementation | B | L | P | K | r | s/step | notes/s | ratio | peak RSS MB |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         lines += [fmt(r) for r in scaling]
         svg_plot(rows + scaling, Path(__file__).resolve().parent / "train_scaling.svg")
         lines += ["", "![training notes/s against note length](benchmarks/train_scaling.svg)"]
     prof = run({**base, "impl": "clinicode", "profile": True})
     lines += ["", f"Where the time goes (clinicode, headline row, torch.profiler self time over 3 steps; "
-              f"{prof['total_ms']:.0f} ms/step of CPU time across threads):", "", "| op | ms/step | share |", "|---|---|---|"]
+              f"{prof['total_ms']:.0f} ms/step of CPU time across threads):", "", "| op | ms/step | share |",
+              "|---|---|---|"]
     lines += [f"| `{name}` | {ms:.1f} | {pct:.0f}% |" for name, ms, pct in prof["profile"]]
-    lines += ["", "What moved it (each step kept the mathematics; see `clinicode/kernels.py`): G as one [B, L, K] matrix "
+    lines += ["",
+              "What moved it (each step kept the mathematics; see `clinicode/kernels.py`): G as one [B, L, K] matrix "
               "product; the phrase window, bias, ReLU and max over codes fused into one pass per 4 notes (shifted "
               "multiply-adds instead of a 1-channel convolution, no [B, L, K] intermediate kept), whose backward keeps "
               "only each position's winning code, so the window and bias gradients are gathers over B*L positions; "
@@ -207,7 +226,9 @@ def main() -> None:
               "fused AdamW; and glibc keeping freed memory, which removes page faults on every step's fresh "
               "buffers. The matrix products are now near the machine's peak; most of the rest is memory-bound "
               "elementwise work on [B, L, K] tensors and the dense 50,000 x 100 word-vector gradient and update."]
-    lines += ["", f"tfidf-lr fit on 400 synthetic notes of 2,500 tokens, 50 labels: {tfidf_fit_rate():.0f} notes/s (for scale).",
+    lines += ["",
+              "tfidf-lr fit on 400 synthetic notes of 2,500 tokens, 50 labels: "
+              f"{tfidf_fit_rate():.0f} notes/s (for scale).",
               "", machine_line()]
     publish("train", lines, write=not args.no_write)
 

@@ -38,7 +38,8 @@ def convert(src: Path, out: Path) -> int:
                 continue  # a GloVe text line is split on spaces
             lines.append(word + " " + " ".join(repr(float(v)) for v in values[:dim]) + "\n")
     except (ValueError, TypeError) as err:  # a vector that is not a list of numbers: nothing is written
-        raise SystemExit(f"{src}: vector {len(lines) + 1} is not a list of numbers ({err}); is the file complete?") from None
+        raise SystemExit(f"{src}: vector {len(lines) + 1} is not a list of numbers "
+                         f"({err}); is the file complete?") from None
     write_bytes_atomic(out, "".join(lines).encode("utf-8"))
     return len(lines)
 

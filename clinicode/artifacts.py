@@ -123,12 +123,14 @@ def atomic_dir(out_dir: Path, *, replaces: Callable[[Path], bool] | None = None)
 
 def _check_replaceable(out_dir: Path, replaces: Callable[[Path], bool] | None) -> None:
     if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
-        raise ConfigError(f"{out_dir} is an existing file or link, not a folder; pass a new folder name (nothing was written).")
+        raise ConfigError(f"{out_dir} is an existing file or link, not a folder; pass a new folder "
+                          "name (nothing was written).")
     if replaces is None or not out_dir.is_dir():
         return
     if any(True for _ in out_dir.iterdir()) and not replaces(out_dir):
         raise ConfigError(
-            f"{out_dir} already holds files that this command did not write; pass a new or empty folder (nothing was written)."
+            f"{out_dir} already holds files that this command did not write; pass a new or empty "
+            "folder (nothing was written)."
         )
     foreign = foreign_entries(out_dir) if any(True for _ in out_dir.iterdir()) else []
     if foreign:
@@ -222,7 +224,8 @@ def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     """Write FOLDER/manifest.json, listing under "outputs" every file and folder now in FOLDER (call it last): a
     later run replacing the folder removes only those (`foreign_entries`)."""
     folder = Path(folder)
-    listed = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.name != MANIFEST_FILE or p.parent != folder)
+    listed = sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                    if p.name != MANIFEST_FILE or p.parent != folder)
     write_json_atomic(folder / MANIFEST_FILE, {**manifest, "outputs": listed})
 
 
@@ -314,11 +317,14 @@ def check_output(
             continue
         src = _real(Path(inp))
         if real == src:
-            raise ConfigError(f"{option} {given} is the input {name} {inp}; pass a new {kind} for the output so the input stays untouched.")
+            raise ConfigError(f"{option} {given} is the input {name} {inp}; pass a new {kind} for the output so "
+                              "the input stays untouched.")
         if _within(src, real):
-            raise ConfigError(f"{option} {given} contains the input {name} {inp}; writing there could replace it. Pass a new {kind} outside the inputs.")
+            raise ConfigError(f"{option} {given} contains the input {name} {inp}; writing there could replace it. Pass "
+                              f"a new {kind} outside the inputs.")
         if src.is_dir() and _within(real, src):
-            raise ConfigError(f"{option} {given} lies inside the input folder {name} {inp}; write outputs outside the input folders.")
+            raise ConfigError(f"{option} {given} lies inside the input folder {name} {inp}; write outputs "
+                              "outside the input folders.")
     if given.is_symlink() and not given.exists():
         raise ConfigError(f"{option} {given} is a broken symbolic link; pass a new {kind} name.")
     check_output_kind(given, option)  # a device, FIFO or socket: refused by stat, before anything opens it
@@ -326,7 +332,8 @@ def check_output(
         if folder and not real.is_dir():
             raise ConfigError(f"{option} {given} is an existing file; pass a new folder name (nothing was written).")
         if not folder and real.is_dir():
-            raise ConfigError(f"{option} {given} is a folder; pass a file name inside it instead (nothing was written).")
+            raise ConfigError(f"{option} {given} is a folder; pass a file name inside it "
+                              "instead (nothing was written).")
         empty = folder and not any(True for _ in real.iterdir())
         if not empty and not (recognise is not None and recognise(real)):
             what = "holds files that" if folder else "exists and is a file that"
@@ -335,7 +342,8 @@ def check_output(
         foreign = foreign_entries(real) if folder and not empty else []
         if foreign:
             raise ConfigError(f"{option} {given} is an earlier `clinicode {command}` output, but {_names(foreign)} "
-                              "inside it were not written by it; move them out, or pass a new folder (nothing was written).")
+                              "inside it were not written by it; move them out, or pass a new "
+                              "folder (nothing was written).")
     ancestor = real.parent
     while not ancestor.exists():
         ancestor = ancestor.parent
@@ -352,7 +360,8 @@ def _probe_writable(folder: Path, option: str, given: Path) -> None:
         os.close(fd)
         os.unlink(tmp)
     except OSError as err:
-        raise ConfigError(f"{option} {given}: cannot write in {folder} ({err.strerror}); pass a writable location.") from None
+        raise ConfigError(f"{option} {given}: cannot write in {folder} ({err.strerror}); "
+                          "pass a writable location.") from None
 
 
 def is_run_folder(folder: Path) -> bool:

@@ -16,8 +16,7 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 from joblib import Parallel, delayed
-from safetensors.numpy import load as st_load
-from safetensors.numpy import save as st_save
+from safetensors.numpy import load as st_load, save as st_save
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
 
@@ -76,7 +75,8 @@ class TfidfLRConfig:
         if self.max_features is not None and (not isinstance(self.max_features, int) or self.max_features < 1):
             raise ConfigError(f"TfidfLRConfig.max_features must be None or an integer >= 1, got {self.max_features!r}.")
         if self.ngram_max not in (1, 2):
-            raise ConfigError(f"TfidfLRConfig.ngram_max must be 1 (unigrams) or 2 (plus bigrams), got {self.ngram_max!r}.")
+            raise ConfigError("TfidfLRConfig.ngram_max must be 1 (unigrams) or 2 (plus "
+                              f"bigrams), got {self.ngram_max!r}.")
         if not isinstance(self.C, (int, float)) or not self.C > 0:
             raise ConfigError(f"TfidfLRConfig.C must be a positive number, got {self.C!r}.")
         if self.class_weight not in (None, "balanced"):
@@ -121,7 +121,8 @@ def _fit_binary(x: sp.csr_matrix, y: np.ndarray, config: TfidfLRConfig) -> tuple
     # (liblinear also regularises the intercept; irrelevant at these sizes). random_state fixes its
     # coordinate shuffling, so fits are reproducible.
     clf = LogisticRegression(
-        C=config.C, class_weight=config.class_weight, solver="liblinear", dual=True, max_iter=config.max_iter, random_state=0
+        C=config.C, class_weight=config.class_weight, solver="liblinear", dual=True, max_iter=config.max_iter,
+                             random_state=0
     )
     clf.fit(x, y)
     return clf.coef_[0], float(clf.intercept_[0])
@@ -153,8 +154,10 @@ class TfidfLR:
     def _count_vectorizer(self, vocabulary: list[str] | None) -> CountVectorizer:
         c = self.config
         if vocabulary is not None:
-            return CountVectorizer(analyzer=_Analyzer(c.ngram_max), vocabulary={t: i for i, t in enumerate(vocabulary)}, dtype=np.float64)
-        return CountVectorizer(analyzer=_Analyzer(c.ngram_max), min_df=c.min_df, max_features=c.max_features, dtype=np.float64)
+            return CountVectorizer(analyzer=_Analyzer(c.ngram_max), vocabulary={t: i for i, t in enumerate(vocabulary)},
+                                   dtype=np.float64)
+        return CountVectorizer(analyzer=_Analyzer(c.ngram_max), min_df=c.min_df, max_features=c.max_features,
+                               dtype=np.float64)
 
     def _tfidf(self, counts: sp.csr_matrix) -> sp.csr_matrix:
         """[N, V] counts -> [N, V] (sublinear) tf * idf with l2-normalised rows (sklearn's TfidfTransformer)."""
@@ -201,7 +204,8 @@ class TfidfLR:
         y = y.astype(np.int8)
         if self.config.softmax and not (y.sum(axis=1) == 1).all():
             bad = int((y.sum(axis=1) != 1).sum())
-            raise ValueError(f"softmax=True needs exactly one label per document, but {bad} of {len(texts)} rows differ; use softmax=False for multi-label data.")
+            raise ValueError(f"softmax=True needs exactly one label per document, but {bad} of {len(texts)} rows "
+                             "differ; use softmax=False for multi-label data.")
 
         t0 = time.perf_counter()
         counter = self._count_vectorizer(None)
@@ -209,7 +213,8 @@ class TfidfLR:
             counts = counter.fit_transform(texts)  # [N, V]
         except ValueError as err:
             raise ValueError(
-                f"no term is left from {len(texts)} training texts with min_df={self.config.min_df}; lower min_df or pass more text."
+                f"no term is left from {len(texts)} training texts with min_df={self.config.min_df}; lower "
+                "min_df or pass more text."
             ) from err
         # Column order = CountVectorizer's (alphabetical); persisted as the vocabulary list.
         vocab = [""] * len(counter.vocabulary_)
@@ -236,7 +241,8 @@ class TfidfLR:
         # Stored in float32 and predicted from float32, so a save/load round trip is bit-identical.
         self.coef = coef.astype(np.float32)
         self.intercept = intercept.astype(np.float32)
-        logger.info("TfidfLR fit: %d docs, %d terms, %d labels in %.1fs", n, len(vocab), self.n_labels, time.perf_counter() - t0)
+        logger.info("TfidfLR fit: %d docs, %d terms, %d labels in %.1fs", n, len(vocab), self.n_labels,
+                    time.perf_counter() - t0)
         return self
 
     def _fit_softmax(self, x: sp.csr_matrix, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -248,7 +254,8 @@ class TfidfLR:
             intercept[:] = _ABSENT_CLASS_LOGIT
             intercept[classes[0]] = 0.0
             return coef, intercept
-        clf = LogisticRegression(C=self.config.C, class_weight=self.config.class_weight, solver="lbfgs", max_iter=self.config.max_iter)
+        clf = LogisticRegression(C=self.config.C, class_weight=self.config.class_weight, solver="lbfgs",
+                                 max_iter=self.config.max_iter)
         clf.fit(x, target)
         if classes.size == 2:  # sklearn keeps one row for two classes: logit of class 1 vs class 0
             coef[classes[1]], intercept[classes[1]] = clf.coef_[0], clf.intercept_[0]
@@ -300,7 +307,8 @@ class TfidfLR:
         self._require_fitted()
         folder = Path(folder)
         tensors = {"idf": self.idf, "coef": self.coef, "intercept": self.intercept}
-        write_bytes_atomic(folder / WEIGHTS_NAME, st_save({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}))
+        write_bytes_atomic(folder / WEIGHTS_NAME, st_save({k: np.ascontiguousarray(v, dtype=np.float32)
+                                                           for k, v in tensors.items()}))
         write_json_atomic(
             folder / META_NAME,
             {
@@ -328,7 +336,8 @@ class TfidfLR:
         folder = Path(folder)
         missing = [name for name in (WEIGHTS_NAME, META_NAME) if not (folder / name).is_file()]
         if missing:
-            raise CheckpointError(f"{folder}: missing {', '.join(missing)}; expected a folder written by TfidfLR.save. Re-fit and save the baseline.")
+            raise CheckpointError(f"{folder}: missing {', '.join(missing)}; expected a folder written by TfidfLR.save. "
+                                  "Re-fit and save the baseline.")
         try:
             meta = json.loads((folder / META_NAME).read_text(encoding="utf-8"))
             config = TfidfLRConfig.from_json(meta["config"])
@@ -342,10 +351,12 @@ class TfidfLR:
         try:
             tensors = st_load((folder / WEIGHTS_NAME).read_bytes())
         except Exception as err:  # safetensors raises its own SafetensorError for corrupt headers
-            raise CheckpointError(f"{folder / WEIGHTS_NAME} is damaged ({type(err).__name__}); re-fit and save the baseline.") from err
+            raise CheckpointError(f"{folder / WEIGHTS_NAME} is damaged ({type(err).__name__}); "
+                                  "re-fit and save the baseline.") from err
         absent = sorted({"idf", "coef", "intercept"} - set(tensors))
         if absent:
-            raise CheckpointError(f"{folder / WEIGHTS_NAME} lacks tensors {absent}; expected idf, coef, intercept. Re-fit and save the baseline.")
+            raise CheckpointError(f"{folder / WEIGHTS_NAME} lacks tensors {absent}; expected idf, coef, intercept. "
+                                  "Re-fit and save the baseline.")
         idf, coef, intercept = tensors["idf"], tensors["coef"], tensors["intercept"]
         v = len(vocab)
         expected = {"idf": (v,), "coef": (n_labels, v), "intercept": (n_labels,)}
@@ -368,7 +379,8 @@ class TfidfLR:
 
 
 def fit_tfidf_lr(texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> TfidfLR:
-    """The bag-of-words baseline `train --model tfidf-lr` fits: one LR per code, or one softmax LR for single-label data.
+    """The bag-of-words baseline `train --model tfidf-lr` fits: one LR per code, or one softmax LR for single-label
+    data.
 
     Args:
         texts: the training notes.

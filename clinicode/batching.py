@@ -30,7 +30,8 @@ def pad_batch(seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor
     return t, mask
 
 
-def bucketed_batches(lengths: Sequence[int], batch_size: int, *, rng: np.random.Generator | None, pool: int = 50) -> list[np.ndarray]:
+def bucketed_batches(lengths: Sequence[int], batch_size: int, *, rng: np.random.Generator | None,
+                     pool: int = 50) -> list[np.ndarray]:
     """Index batches whose notes have similar lengths.
 
     With `rng`, notes are shuffled, cut into pools of `pool` batches, sorted by length inside each pool,

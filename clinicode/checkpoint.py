@@ -15,8 +15,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from clinicode import __version__
-from clinicode.artifacts import atomic_dir, make_manifest, manifest_kind, read_json, sha256_file, write_json_atomic, write_safetensors_atomic
-from clinicode.config import LEAMConfig, TrainConfig, config_from_dict, config_to_dict, load_config, save_config, saved_config
+from clinicode.artifacts import (
+    atomic_dir,
+    make_manifest,
+    manifest_kind,
+    read_json,
+    sha256_file,
+    write_json_atomic,
+    write_safetensors_atomic,
+)
+from clinicode.codes.icd10 import display_titles
+from clinicode.config import (
+    LEAMConfig,
+    TrainConfig,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+    save_config,
+    saved_config,
+)
 from clinicode.constants import (  # noqa: F401  (artefact names are re-exported: the app takes them from here)
     CHECKPOINT_DIR,
     HISTORY_FILE,
@@ -33,7 +50,6 @@ from clinicode.constants import (  # noqa: F401  (artefact names are re-exported
     TRAIN_CONFIG_FILE,
     WEIGHTS_FILE,
 )
-from clinicode.codes.icd10 import display_titles
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.tokenizer import ClinicalTokenizer
@@ -67,7 +83,8 @@ class Checkpoint:
     tokenizer: ClinicalTokenizer | None = None  # LEAM only
     metrics_dev: dict[str, Any] = field(default_factory=dict)
     metrics_test: dict[str, Any] = field(default_factory=dict)
-    train_counts: dict[str, int] | None = None  # code -> training notes; None for checkpoints from before they were kept
+    # code -> training notes; None for checkpoints from before they were kept
+    train_counts: dict[str, int] | None = None
 
     @property
     def max_len(self) -> int:
@@ -117,7 +134,8 @@ def _data_fingerprint(data_dir: Path, labels_file: Path) -> str | None:
     """What `train` records as the manifest's data.fingerprint, for DATA_DIR and the labels in LABELS_FILE (cached
     while the files' sizes and modification times stay the same)."""
     try:
-        stats = tuple((q.name, q.stat().st_size, q.stat().st_mtime_ns) for q in sorted(Path(data_dir).iterdir()) if q.is_file())
+        stats = tuple((q.name, q.stat().st_size,
+                       q.stat().st_mtime_ns) for q in sorted(Path(data_dir).iterdir()) if q.is_file())
         lst = labels_file.stat()
     except OSError:
         return None
@@ -201,7 +219,8 @@ def _release(version: object) -> tuple[int, ...]:
 
 
 def newer_writer(folder: Path, manifest: dict[str, Any]) -> str | None:
-    """The one-line upgrade message when a newer clinicode (release or checkpoint schema) wrote this folder, else None."""
+    """The one-line upgrade message when a newer clinicode (release or checkpoint schema) wrote this folder,
+    else None."""
     wrote, schema = manifest.get("clinicode_version"), manifest.get("schema_version")
     newer_schema = isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA_VERSION
     if not newer_schema and _release(wrote) <= _release(__version__):
@@ -220,7 +239,8 @@ def resolve_checkpoint_dir(path: Path) -> Path:
     if not path.exists():
         raise CheckpointError(f"--checkpoint {path}: no such folder; give a run folder written by `clinicode train`.")
     raise CheckpointError(
-        f"--checkpoint {path}: no {CHECKPOINT_DIR}/{MANIFEST_FILE} inside; give a run folder written by `clinicode train` "
+        f"--checkpoint {path}: no {CHECKPOINT_DIR}/{MANIFEST_FILE} inside; give a run folder "
+        "written by `clinicode train` "
         "(an interrupted run has no checkpoint until its first epoch ends)."
     )
 
@@ -266,14 +286,17 @@ def save_checkpoint(
         else:
             raise CheckpointError(f"unknown model kind {kind!r}; expected 'leam' or 'tfidf-lr'.")
         labels.save(tmp / LABELS_FILE)
-        write_json_atomic(tmp / THRESHOLD_FILE, {"threshold": float(threshold), "default": 0.5, "tuned_on": "dev micro-F1"})
+        write_json_atomic(tmp / THRESHOLD_FILE, {"threshold": float(threshold), "default": 0.5,
+                                                 "tuned_on": "dev micro-F1"})
         save_config(train_config, tmp / TRAIN_CONFIG_FILE)
         write_json_atomic(tmp / METRICS_DEV_FILE, metrics_dev or {})
         write_json_atomic(tmp / METRICS_TEST_FILE, metrics_test or {})
         if train_counts is not None:
             if len(train_counts) != len(labels):
-                raise CheckpointError(f"{len(train_counts)} training counts for {len(labels)} labels; give one count per label.")
-            write_json_atomic(tmp / TRAIN_COUNTS_FILE, {"counts": {c: int(n) for c, n in zip(labels.codes, train_counts)}})
+                raise CheckpointError(f"{len(train_counts)} training counts for {len(labels)} labels; "
+                                      "give one count per label.")
+            write_json_atomic(tmp / TRAIN_COUNTS_FILE, {"counts": {c: int(n)
+                                                                   for c, n in zip(labels.codes, train_counts)}})
         files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         manifest = make_manifest(CHECKPOINT_KIND, model=kind, n_labels=len(labels), torch_version=torch.__version__,
                                  files=files, **(extra or {}))
@@ -296,7 +319,8 @@ def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[st
     try:
         manifest = read_json(folder / MANIFEST_FILE)
     except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{folder / MANIFEST_FILE}: unreadable ({err}); the checkpoint is damaged, retrain it.") from err
+        raise CheckpointError(f"{folder / MANIFEST_FILE}: unreadable ({err}); the "
+                              "checkpoint is damaged, retrain it.") from err
     if not isinstance(manifest, dict) or manifest.get("kind") != CHECKPOINT_KIND:
         raise CheckpointError(f"{folder}: manifest.json does not describe a clinicode checkpoint.")
     version = manifest.get("schema_version")
@@ -305,18 +329,22 @@ def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[st
         raise CheckpointError(upgrade)
     if version != SCHEMA_VERSION:
         raise CheckpointError(
-            f"{folder}: checkpoint schema version {version} (written by clinicode {manifest.get('clinicode_version', '?')}), "
-            f"but clinicode {__version__} reads version {SCHEMA_VERSION}; retrain with this version or install the one that wrote it."
+            f"{folder}: checkpoint schema version {version} (written by clinicode "
+            f"{manifest.get('clinicode_version', '?')}), "
+            f"but clinicode {__version__} reads version {SCHEMA_VERSION}; retrain with this version or "
+            "install the one that wrote it."
         )
     files = manifest.get("files")
     if not isinstance(files, dict):
-        raise CheckpointError(f"{folder}: manifest.json has no 'files' table of SHA-256 hashes; the checkpoint is damaged, retrain it.")
+        raise CheckpointError(f"{folder}: manifest.json has no 'files' table of SHA-256 hashes; the "
+                              "checkpoint is damaged, retrain it.")
     kind = manifest.get("model")
     # Every piece that loading reads must be covered by a hash, or a swapped file would load unchecked.
     unlisted = [n for n in _REQUIRED_FILES.get(kind, ()) if n not in files]
     if unlisted:
         raise CheckpointError(
-            f"{folder}: manifest.json lists no hash for {', '.join(unlisted)}; the checkpoint is damaged or was edited, retrain it."
+            f"{folder}: manifest.json lists no hash for {', '.join(unlisted)}; the checkpoint is damaged "
+            "or was edited, retrain it."
         )
     for name, digest in files.items():
         p = folder / name
@@ -346,7 +374,8 @@ def read_train_counts(folder: Path, manifest: dict[str, Any], labels: LabelSet) 
     try:
         raw = read_json(folder / TRAIN_COUNTS_FILE)
     except (OSError, ValueError) as err:
-        raise CheckpointError(f"{folder / TRAIN_COUNTS_FILE}: unreadable ({err}); the checkpoint is damaged, retrain it.") from err
+        raise CheckpointError(f"{folder / TRAIN_COUNTS_FILE}: unreadable ({err}); the "
+                              "checkpoint is damaged, retrain it.") from err
     counts = raw.get("counts") if isinstance(raw, dict) else None
     if (not isinstance(counts, dict) or set(counts) != set(labels.codes)
             or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts.values())):
@@ -381,7 +410,8 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
         # A newer clinicode's files may hold keys this one does not know: say so rather than name the key.
         raise CheckpointError(newer_writer(folder, manifest) or f"{folder}: {err}") from err
     if not 0.0 <= threshold <= 1.0:  # also rejects NaN
-        raise CheckpointError(f"{folder}: {THRESHOLD_FILE} holds threshold {threshold}, expected a probability in [0, 1]; retrain.")
+        raise CheckpointError(f"{folder}: {THRESHOLD_FILE} holds threshold {threshold}, expected a "
+                              "probability in [0, 1]; retrain.")
 
     if kind == "tfidf-lr":
         from clinicode.baseline import TfidfLR
@@ -389,8 +419,10 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
         model = TfidfLR.load(folder)
         n_out = model.n_labels
         if n_out != len(labels):
-            raise CheckpointError(f"{folder}: labels.json lists {len(labels)} codes but the baseline has {n_out} outputs; retrain.")
-        return Checkpoint(folder, kind, model, labels, threshold, train_config, manifest, None, metrics_dev, metrics_test,
+            raise CheckpointError(f"{folder}: labels.json lists {len(labels)} codes but the baseline has "
+                                  f"{n_out} outputs; retrain.")
+        return Checkpoint(folder, kind, model, labels, threshold, train_config, manifest, None, metrics_dev,
+                          metrics_test,
                           read_train_counts(folder, manifest, labels))
     if kind != "leam":
         raise CheckpointError(f"{folder}: unknown model kind {kind!r} in manifest.json; expected 'leam' or 'tfidf-lr'.")
@@ -412,7 +444,8 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
         )
     if tokenizer.max_len != train_config.max_len:  # both are written by one `train`; the tokenizer is what truncates
         raise CheckpointError(
-            f"{folder}: tokenizer.json truncates notes at {tokenizer.max_len} tokens but train_config.json says max_len "
+            f"{folder}: tokenizer.json truncates notes at {tokenizer.max_len} tokens but "
+            "train_config.json says max_len "
             f"{train_config.max_len}; the pieces come from different runs, retrain with `clinicode train`."
         )
     try:
@@ -428,16 +461,19 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
     for k, v in state.items():
         if v.shape != expected[k].shape:
             raise CheckpointError(
-                f"{folder / WEIGHTS_FILE}: tensor {k} has shape {tuple(v.shape)}, model_config.json implies {tuple(expected[k].shape)}; retrain."
+                f"{folder / WEIGHTS_FILE}: tensor {k} has shape {tuple(v.shape)}, model_config.json implies "
+                f"{tuple(expected[k].shape)}; retrain."
             )
     train_counts = read_train_counts(folder, manifest, labels)  # after the label-count checks, which name the cause
     model.load_state_dict(state)
     model.to(device).eval()
-    return Checkpoint(folder, kind, model, labels, threshold, train_config, manifest, tokenizer, metrics_dev, metrics_test,
+    return Checkpoint(folder, kind, model, labels, threshold, train_config, manifest, tokenizer, metrics_dev,
+                      metrics_test,
                       train_counts)
 
 
-__all__ = ["Checkpoint", "TRAIN_COUNTS_FILE", "read_train_counts", "load_checkpoint", "save_checkpoint", "resolve_checkpoint_dir", "config_to_dict", "config_from_dict"]
+__all__ = ["Checkpoint", "TRAIN_COUNTS_FILE", "read_train_counts", "load_checkpoint", "save_checkpoint",
+           "resolve_checkpoint_dir", "config_to_dict", "config_from_dict"]
 
 
 def __getattr__(name: str) -> Any:

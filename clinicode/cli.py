@@ -17,8 +17,16 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from clinicode import __version__
-from clinicode.config import (PAPER_MODEL, CompareConfig, DemoConfig, LEAMConfig, PredictConfig, PrepareConfig, TrainConfig,
-                              default_of)
+from clinicode.config import (
+    PAPER_MODEL,
+    CompareConfig,
+    DemoConfig,
+    LEAMConfig,
+    PredictConfig,
+    PrepareConfig,
+    TrainConfig,
+    default_of,
+)
 from clinicode.errors import ClinicodeError, ConfigError
 from clinicode.safe_io import claim_folder, releases_claims
 
@@ -30,7 +38,8 @@ def os_error_message(err: OSError) -> str:
     """One line for an operating-system error (a path that is missing, of the wrong kind, unwritable, a full disk)."""
     where = " -> ".join(str(f) for f in (err.filename, err.filename2) if f is not None)
     what = err.strerror or type(err).__name__
-    return (f"{what}{f': {where}' if where else ''} ({type(err).__name__}); check that the path exists, is the right kind "
+    return (f"{what}{f': {where}' if where else ''} ({type(err).__name__}); check that the path "
+            "exists, is the right kind "
             "(file or folder) and can be written, and that the disk has room.")
 
 
@@ -80,10 +89,12 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details to stderr.")] = False,
 ) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -111,7 +122,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 
 def _opt(help: str, default: Any = None, *decls: str, **kw: Any) -> Any:
-    """An option that stays None unless given, so the library's default (clinicode/config.py) applies; --help shows it."""
+    """An option that stays None unless given, so the library's default (clinicode/config.py) applies;
+    --help shows it."""
     return typer.Option(*decls, help=help, show_default=False if default is None else str(default), **kw)
 
 
@@ -123,29 +135,42 @@ def _given(**options: Any) -> dict[str, Any]:
 _T, _M, _P, _C, _D = TrainConfig, LEAMConfig, PrepareConfig, CompareConfig, DemoConfig  # where each default lives
 
 
-_LABEL_SET_HELP = ("caml50 (CAML's pinned MIMIC-III list), top50 (the splits folder's top50_codes.txt, else the 50 most "
-                   "frequent), frequent (--top-k most frequent) or full (every code in >= --min-code-count admissions). "
+_LABEL_SET_HELP = ("caml50 (CAML's pinned MIMIC-III list), top50 (the splits folder's "
+                   "top50_codes.txt, else the 50 most "
+                   "frequent), frequent (--top-k most frequent) or full (every code in >= "
+                   "--min-code-count admissions). "
                    "Default: caml50 for MIMIC-III, top50 for MIMIC-IV.")
 
 
 @app.command("prepare")
 @_friendly
 def prepare_cli(
-    mimic_dir: Annotated[Path, typer.Option(help="MIMIC-III v1.4 tables, or MIMIC-IV v2.2 (the folder holding hosp/); .csv or .csv.gz.")],
+    mimic_dir: Annotated[Path,
+                         typer.Option(help="MIMIC-III v1.4 tables, or MIMIC-IV v2.2 (the folder "
+                                           "holding hosp/); .csv or .csv.gz.")],
     out: Annotated[Path, typer.Option(help="Prepared dataset folder to write (appears atomically).")],
-    note_dir: Annotated[Optional[Path], typer.Option(help="MIMIC-IV-Note v2.2 (the folder holding note/); default --mimic-dir.")] = None,
-    icd_version: Annotated[Optional[int], typer.Option(help="MIMIC-IV: 9 or 10 (required: its tables hold both).")] = None,
-    splits_dir: Annotated[Optional[Path], typer.Option(help="Folder of {train,dev,test}_{50,full}_hadm_ids.csv (CAML, MIMIC-IV-ICD).")] = None,
-    splits_file: Annotated[Optional[Path], typer.Option(help="Edin et al.'s split CSV (hadm_id,split with train/val/test).")] = None,
+    note_dir: Annotated[Optional[Path],
+                        typer.Option(help="MIMIC-IV-Note v2.2 (the folder holding "
+                                          "note/); default --mimic-dir.")] = None,
+    icd_version: Annotated[Optional[int],
+                           typer.Option(help="MIMIC-IV: 9 or 10 (required: its tables hold both).")] = None,
+    splits_dir: Annotated[Optional[Path],
+                          typer.Option(help="Folder of "
+                                            "{train,dev,test}_{50,full}_hadm_ids.csv (CAML, MIMIC-IV-ICD).")] = None,
+    splits_file: Annotated[Optional[Path],
+                           typer.Option(help="Edin et al.'s split CSV (hadm_id,split with train/val/test).")] = None,
     label_set: Annotated[Optional[str], typer.Option(help=_LABEL_SET_HELP)] = None,
     top_k: Annotated[Optional[int], _opt("K for --label-set frequent.", default_of(_P, "top_k"))] = None,
-    min_code_count: Annotated[Optional[int], _opt("--label-set full: keep codes seen in at least this many admissions with a note.", default_of(_P, "min_code_count"))] = None,
+    min_code_count: Annotated[Optional[int],
+                              _opt("--label-set full: keep codes seen in at least this many admissions with a note.",
+                                   default_of(_P, "min_code_count"))] = None,
 ) -> None:
     """Turn MIMIC-III or MIMIC-IV tables into a prepared dataset (one document per admission)."""
     from clinicode.data.prepare import prepare_mimic
 
     summary = prepare_mimic(mimic_dir, out, note_dir=note_dir, icd_version=icd_version, splits_dir=splits_dir,
-                            splits_file=splits_file, **_given(label_set=label_set, top_k=top_k, min_code_count=min_code_count))
+                            splits_file=splits_file, **_given(label_set=label_set, top_k=top_k,
+                                                              min_code_count=min_code_count))
     _print_summary(summary)
     typer.echo(f"wrote {out}")
 
@@ -154,13 +179,26 @@ def prepare_cli(
 @_friendly
 def demo_data_cli(
     out: Annotated[Path, typer.Option(help="Folder to write the synthetic MIMIC-shaped tables into.")],
-    format: Annotated[str, typer.Option(help="mimic3 (NOTEEVENTS, DIAGNOSES_ICD, ...) or mimic4 (hosp/ and note/).")] = "mimic3",
-    n_admissions: Annotated[Optional[int], _opt("Admissions to invent (with --hadm-ids-from: beyond the listed ones).", default_of(_D, "n_admissions"))] = None,
-    n_other_notes: Annotated[Optional[int], typer.Option(help="mimic3: extra non-discharge notes (to reach a full-size NOTEEVENTS).")] = None,
+    format: Annotated[str,
+                      typer.Option(help="mimic3 (NOTEEVENTS, DIAGNOSES_ICD, ...) or "
+                                        "mimic4 (hosp/ and note/).")] = "mimic3",
+    n_admissions: Annotated[Optional[int], _opt("Admissions to invent (with --hadm-ids-from: beyond the listed ones).",
+                                                default_of(_D, "n_admissions"))] = None,
+    n_other_notes: Annotated[Optional[int],
+                             typer.Option(help="mimic3: extra non-discharge notes (to "
+                                               "reach a full-size NOTEEVENTS).")] = None,
     seed: Annotated[Optional[int], _opt("Random seed.", default_of(_D, "seed"))] = None,
-    hadm_ids_from: Annotated[Optional[list[Path]], typer.Option(help="Give every id of these split files (mimic3: a folder of CAML's *_50_hadm_ids.csv; mimic4: published split files or folders, repeatable) a note and a label-set code, so preparing with them reproduces their counts.")] = None,
-    discharge_chars: Annotated[Optional[int], typer.Option(help="Pad discharge notes to this mean length in characters (real size: 10,000 mimic3, 10,500 mimic4).")] = None,
-    n_tail_codes: Annotated[Optional[int], typer.Option(help="mimic4: rarer codes per ICD version beyond the top 50 (for full code sets).")] = None,
+    hadm_ids_from: Annotated[Optional[list[Path]],
+                             typer.Option(help="Give every id of these split files (mimic3: a folder of CAML's "
+                                               "*_50_hadm_ids.csv; mimic4: published split files or folders, "
+                                               "repeatable) a note and a label-set code, so preparing with "
+                                               "them reproduces their counts.")] = None,
+    discharge_chars: Annotated[Optional[int],
+                               typer.Option(help="Pad discharge notes to this mean length in characters (real size: "
+                                                 "10,000 mimic3, 10,500 mimic4).")] = None,
+    n_tail_codes: Annotated[Optional[int],
+                            typer.Option(help="mimic4: rarer codes per ICD version beyond the "
+                                              "top 50 (for full code sets).")] = None,
     gzip: Annotated[bool, typer.Option(help="Write .csv.gz instead of .csv.")] = False,
 ) -> None:
     """Write a SYNTHETIC MIMIC-III- or MIMIC-IV-shaped folder (no real patient data) for demos and tests."""
@@ -172,7 +210,8 @@ def demo_data_cli(
             raise ConfigError("--n-tail-codes is for --format mimic4.")
         if hadm_ids_from and len(hadm_ids_from) > 1:
             raise ConfigError("--format mimic3 takes one --hadm-ids-from folder (CAML's *_50_hadm_ids.csv).")
-        info = write_demo_mimic(out, n_other_notes=n_other_notes, hadm_ids_from=hadm_ids_from[0] if hadm_ids_from else None,
+        info = write_demo_mimic(out, n_other_notes=n_other_notes,
+                                hadm_ids_from=hadm_ids_from[0] if hadm_ids_from else None,
                                 gzip=gzip, **opts)
     elif format == "mimic4":
         from clinicode.synthetic.mimic4 import write_demo_mimic4
@@ -192,43 +231,82 @@ def demo_data_cli(
 @releases_claims  # the run folder claimed for `train --mimic-dir` is released when the command ends
 def train_cli(
     out: Annotated[Path, typer.Option(help="Run folder to write (checkpoint/, history.jsonl, ...).")],
-    data: Annotated[Optional[Path], typer.Option(help="Prepared dataset (or any folder of {train,dev,test}.{parquet,jsonl,csv}).")] = None,
-    mimic_dir: Annotated[Optional[Path], typer.Option(help="MIMIC tables: prepare into RUN/data first (as `prepare`), then train.")] = None,
-    note_dir: Annotated[Optional[Path], typer.Option(help="With a MIMIC-IV --mimic-dir: the folder holding note/.")] = None,
+    data: Annotated[Optional[Path],
+                    typer.Option(help="Prepared dataset (or any folder of "
+                                      "{train,dev,test}.{parquet,jsonl,csv}).")] = None,
+    mimic_dir: Annotated[Optional[Path],
+                         typer.Option(help="MIMIC tables: prepare into RUN/data first "
+                                           "(as `prepare`), then train.")] = None,
+    note_dir: Annotated[Optional[Path],
+                        typer.Option(help="With a MIMIC-IV --mimic-dir: the folder holding note/.")] = None,
     icd_version: Annotated[Optional[int], typer.Option(help="With a MIMIC-IV --mimic-dir: 9 or 10.")] = None,
-    splits_dir: Annotated[Optional[Path], typer.Option(help="With --mimic-dir: a folder of published split id lists.")] = None,
-    splits_file: Annotated[Optional[Path], typer.Option(help="With --mimic-dir: Edin et al.'s hadm_id,split CSV.")] = None,
+    splits_dir: Annotated[Optional[Path],
+                          typer.Option(help="With --mimic-dir: a folder of published split id lists.")] = None,
+    splits_file: Annotated[Optional[Path],
+                           typer.Option(help="With --mimic-dir: Edin et al.'s hadm_id,split CSV.")] = None,
     label_set: Annotated[Optional[str], typer.Option(help="With --mimic-dir: " + _LABEL_SET_HELP)] = None,
-    min_code_count: Annotated[Optional[int], _opt("With --mimic-dir and --label-set full: the code-count cut.", default_of(_P, "min_code_count"))] = None,
-    model: Annotated[Optional[str], _opt("leam or tfidf-lr (the bag-of-words baseline).", default_of(_T, "model"))] = None,
+    min_code_count: Annotated[Optional[int], _opt("With --mimic-dir and --label-set full: the code-count cut.",
+                                                  default_of(_P, "min_code_count"))] = None,
+    model: Annotated[Optional[str], _opt("leam or tfidf-lr (the bag-of-words baseline).",
+                                         default_of(_T, "model"))] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None,
-    epochs: Annotated[Optional[int], _opt("Maximum epochs (a cap: the schedule and --patience end runs first).", default_of(_T, "epochs"))] = None,
-    patience: Annotated[Optional[int], _opt("Stop when more than this many epochs in a row bring no dev micro-F1 gain.", default_of(_T, "patience"))] = None,
-    lr_schedule: Annotated[Optional[str], _opt("plateau (multiply lr by --lr-decay after each --lr-patience epochs without a dev gain) or constant.", default_of(_T, "lr_schedule"))] = None,
-    lr_decay: Annotated[Optional[float], _opt("plateau schedule: factor applied to the learning rate at each decay.", default_of(_T, "lr_decay"))] = None,
-    lr_patience: Annotated[Optional[int], _opt("plateau schedule: epochs in a row without a dev gain before each decay.", default_of(_T, "lr_patience"))] = None,
+    epochs: Annotated[Optional[int], _opt("Maximum epochs (a cap: the schedule and --patience end runs first).",
+                                          default_of(_T, "epochs"))] = None,
+    patience: Annotated[Optional[int], _opt("Stop when more than this many epochs in a row bring no dev micro-F1 gain.",
+                                            default_of(_T, "patience"))] = None,
+    lr_schedule: Annotated[Optional[str],
+                           _opt("plateau (multiply lr by --lr-decay after each --lr-patience epochs "
+                                "without a dev gain) or constant.", default_of(_T, "lr_schedule"))] = None,
+    lr_decay: Annotated[Optional[float], _opt("plateau schedule: factor applied to the learning rate at each decay.",
+                                              default_of(_T, "lr_decay"))] = None,
+    lr_patience: Annotated[Optional[int],
+                           _opt("plateau schedule: epochs in a row without a dev gain before each decay.",
+                                default_of(_T, "lr_patience"))] = None,
     embed_dim: Annotated[Optional[int], _opt("Word and code vector size P.", default_of(_M, "embed_dim"))] = None,
-    radius: Annotated[Optional[int], _opt("Phrase radius r (the window spans 2r+1 tokens); --window is its old name, still accepted.", default_of(_M, "radius"), "--radius", "--window")] = None,
+    radius: Annotated[Optional[int],
+                      _opt("Phrase radius r (the window spans 2r+1 tokens); --window is its old name, still accepted.",
+                           default_of(_M, "radius"), "--radius", "--window")] = None,
     hidden_dim: Annotated[Optional[int], _opt("Hidden units of the MLP head.", default_of(_M, "hidden_dim"))] = None,
     dropout: Annotated[Optional[float], _opt("Dropout in the MLP head.", default_of(_M, "dropout"))] = None,
-    label_reg: Annotated[Optional[float], _opt("Weight lambda of the label-embedding regulariser.", default_of(_M, "label_reg_weight"))] = None,
-    compat: Annotated[Optional[str], _opt("cosine (LEAM) or linear (the paper's ablation).", default_of(_M, "compat"))] = None,
-    paper: Annotated[bool, typer.Option("--paper", help="Train exactly the paper's model (Wang et al. 2018's LEAM): no code evidence. The default adds it, which codes better on ICD-coded data (docs/training.md).")] = False,
-    code_evidence: Annotated[Optional[bool], _opt("Each code's score also counts its best phrase match in the note (not in the paper; --no-code-evidence removes it; docs/training.md).", default_of(_M, "code_evidence"), "--code-evidence/--no-code-evidence")] = None,
+    label_reg: Annotated[Optional[float], _opt("Weight lambda of the label-embedding regulariser.",
+                                               default_of(_M, "label_reg_weight"))] = None,
+    compat: Annotated[Optional[str], _opt("cosine (LEAM) or linear (the paper's ablation).",
+                                          default_of(_M, "compat"))] = None,
+    paper: Annotated[bool, typer.Option("--paper",
+                                        help="Train exactly the paper's model (Wang et al. 2018's LEAM): no code "
+                                             "evidence. The default adds it, which codes better on "
+                                             "ICD-coded data (docs/training.md).")] = False,
+    code_evidence: Annotated[Optional[bool],
+                             _opt("Each code's score also counts its best phrase match in the note (not in the paper; "
+                                  "--no-code-evidence removes it; docs/training.md).", default_of(_M, "code_evidence"),
+                                  "--code-evidence/--no-code-evidence")] = None,
     batch_size: Annotated[Optional[int], _opt("Notes per batch.", default_of(_T, "batch_size"))] = None,
     max_len: Annotated[Optional[int], _opt("Tokens kept per note.", default_of(_T, "max_len"))] = None,
     lr: Annotated[Optional[float], _opt("AdamW learning rate.", default_of(_T, "lr"))] = None,
     weight_decay: Annotated[Optional[float], _opt("AdamW weight decay.", default_of(_T, "weight_decay"))] = None,
     optimizer: Annotated[Optional[str], _opt("adamw or adam.", default_of(_T, "optimizer"))] = None,
-    decay_scope: Annotated[Optional[str], _opt("Parameters that get weight decay: embeddings (word and code vectors), matrices or all.", default_of(_T, "decay_scope"))] = None,
-    ema_decay: Annotated[Optional[float], _opt("Moving average of the weights for dev scoring and the checkpoint; 0 = off.", default_of(_T, "ema_decay"))] = None,
-    pos_weight: Annotated[Optional[float], _opt("Up-weight positives of rare codes: (n_neg/n_pos)**x, 0 = off.", default_of(_T, "pos_weight"))] = None,
-    embeddings: Annotated[Optional[str], _opt("w2v (train on the train split), random, or a word2vec/GloVe text file.", default_of(_T, "embeddings"))] = None,
-    w2v_epochs: Annotated[Optional[int], _opt("word2vec passes over the training notes; 0 = automatic (5-30 by corpus size).", default_of(_T, "w2v_epochs"))] = None,
-    min_doc_freq: Annotated[Optional[int], _opt("Vocabulary: words found in at least this many training notes.", default_of(_T, "min_doc_freq"))] = None,
-    eval_batch_size: Annotated[Optional[int], _opt("Notes per batch when scoring dev and test.", default_of(_T, "eval_batch_size"))] = None,
-    memory_budget: Annotated[Optional[int], _opt("MB of scratch memory one batch may use (decides the score blocks; see docs/training.md).", default_of(_T, "memory_mb"))] = None,
-    descriptions: Annotated[Optional[Path], typer.Option(help="code<TAB>description file for labels without descriptions.")] = None,
+    decay_scope: Annotated[Optional[str],
+                           _opt("Parameters that get weight decay: embeddings (word and code "
+                                "vectors), matrices or all.", default_of(_T, "decay_scope"))] = None,
+    ema_decay: Annotated[Optional[float],
+                         _opt("Moving average of the weights for dev scoring and the checkpoint; 0 = off.",
+                              default_of(_T, "ema_decay"))] = None,
+    pos_weight: Annotated[Optional[float], _opt("Up-weight positives of rare codes: (n_neg/n_pos)**x, 0 = off.",
+                                                default_of(_T, "pos_weight"))] = None,
+    embeddings: Annotated[Optional[str], _opt("w2v (train on the train split), random, or a word2vec/GloVe text file.",
+                                              default_of(_T, "embeddings"))] = None,
+    w2v_epochs: Annotated[Optional[int],
+                          _opt("word2vec passes over the training notes; 0 = automatic (5-30 by corpus size).",
+                               default_of(_T, "w2v_epochs"))] = None,
+    min_doc_freq: Annotated[Optional[int], _opt("Vocabulary: words found in at least this many training notes.",
+                                                default_of(_T, "min_doc_freq"))] = None,
+    eval_batch_size: Annotated[Optional[int], _opt("Notes per batch when scoring dev and test.",
+                                                   default_of(_T, "eval_batch_size"))] = None,
+    memory_budget: Annotated[Optional[int],
+                             _opt("MB of scratch memory one batch may use (decides the score "
+                                  "blocks; see docs/training.md).", default_of(_T, "memory_mb"))] = None,
+    descriptions: Annotated[Optional[Path],
+                            typer.Option(help="code<TAB>description file for labels without descriptions.")] = None,
     device: Annotated[Optional[str], _opt("auto (CUDA when present), cpu or cuda.", default_of(_T, "device"))] = None,
     seed: Annotated[Optional[int], _opt("Random seed (runs repeat exactly on CPU).", default_of(_T, "seed"))] = None,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --out.")] = False,
@@ -242,14 +320,17 @@ def train_cli(
     if (data is None) == (mimic_dir is None):
         raise ConfigError("give exactly one of --data DIR (a prepared dataset) or --mimic-dir DIR (MIMIC-III tables).")
     keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
-    cfg = TrainConfig(**_given(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len, embeddings=embeddings,
-                               weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight, decay_scope=decay_scope,
+    cfg = TrainConfig(**_given(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len,
+                               embeddings=embeddings,
+                               weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight,
+                               decay_scope=decay_scope,
                                ema_decay=ema_decay, w2v_epochs=w2v_epochs, min_doc_freq=min_doc_freq,
                                eval_batch_size=eval_batch_size, patience=patience, seed=seed, device=device,
                                lr_schedule=lr_schedule, lr_decay=lr_decay, lr_patience=lr_patience,
                                memory_mb=memory_budget, top_k=None if mimic_dir is not None else top_k))
     # Every model option is passed, given or default, so --resume compares them all with the run's.
-    options = {k: default_of(_M, k) for k in ("embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight", "compat",
+    options = {k: default_of(_M, k) for k in ("embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight",
+                                              "compat",
                                               "code_evidence", "window_nonneg")}
     if paper:
         if code_evidence:
@@ -260,7 +341,8 @@ def train_cli(
                           label_reg_weight=label_reg, compat=compat, code_evidence=code_evidence))
 
     def on_epoch(row: dict[str, Any]) -> None:
-        typer.echo(f"epoch {row['epoch']:>3}  loss {row['train_loss']:.4f}  dev micro-F1 {row.get('dev_f1_micro', 0):.4f}  "
+        typer.echo(f"epoch {row['epoch']:>3}  loss {row['train_loss']:.4f}  dev micro-F1 "
+                   f"{row.get('dev_f1_micro', 0):.4f}  "
                    f"macro-AUC {row.get('dev_auc_macro', float('nan')):.4f}  P@5 {row.get('dev_prec_at_5', 0):.4f}  "
                    f"{row['seconds']:.1f}s{'  *best' if row['best'] else ''}", err=True)
 
@@ -277,7 +359,8 @@ def train_cli(
     typer.echo(f"checkpoint: {Path(out) / 'checkpoint'}")
 
 
-def _prepare_into_run(out: Path, *, mimic_dir: Path, splits_dir: Path | None, resume: bool, device: str, **prepare: Any) -> Path:
+def _prepare_into_run(out: Path, *, mimic_dir: Path, splits_dir: Path | None, resume: bool, device: str,
+                      **prepare: Any) -> Path:
     """`train --mimic-dir`: prepare the tables into RUN/data (rank 0 under torchrun), then train reads that folder."""
     from clinicode.constants import RUN_DATA_DIR
     from clinicode.data.prepare import prepare_mimic
@@ -286,7 +369,8 @@ def _prepare_into_run(out: Path, *, mimic_dir: Path, splits_dir: Path | None, re
     from clinicode.train_setup import check_run_folder
 
     out = check_run_folder(out, resume=resume, inputs={"--mimic-dir": mimic_dir, "--splits-dir": splits_dir,
-                                                       "--note-dir": prepare.get("note_dir"), "--splits-file": prepare.get("splits_file")})
+                                                       "--note-dir": prepare.get("note_dir"),
+                                                       "--splits-file": prepare.get("splits_file")})
     data = out / RUN_DATA_DIR
     rank, _ = init_distributed(pick_device(device))
     if rank == 0:
@@ -321,8 +405,11 @@ def evaluate_cli(
 @app.command("compare")
 @_friendly
 def compare_cli(
-    a: Annotated[list[Path], typer.Option("--a", metavar="RUN", help="Run folder of model A; repeat for several seeds (their mean is used).")],
-    b: Annotated[list[Path], typer.Option("--b", metavar="RUN", help="Run folder of model B; repeat for several seeds.")],
+    a: Annotated[list[Path], typer.Option("--a", metavar="RUN",
+                                          help="Run folder of model A; repeat for several "
+                                               "seeds (their mean is used).")],
+    b: Annotated[list[Path], typer.Option("--b", metavar="RUN",
+                                          help="Run folder of model B; repeat for several seeds.")],
     data: Annotated[Path, typer.Option(help="Prepared dataset folder.")],
     split: Annotated[str, typer.Option(help="train, dev or test.")] = "test",
     n_boot: Annotated[Optional[int], _opt("Paired bootstrap resamples of the notes.", default_of(_C, "n_boot"))] = None,
@@ -333,7 +420,8 @@ def compare_cli(
     """Compare two models on the same notes: micro-F1 and macro-AUC differences with a paired-bootstrap interval."""
     from clinicode.evaluate import compare, format_comparison, outside_warning
 
-    c = compare(runs_a=a, runs_b=b, data_dir=data, split=split, output=output, **_given(n_boot=n_boot, seed=seed, device=device))
+    c = compare(runs_a=a, runs_b=b, data_dir=data, split=split, output=output, **_given(n_boot=n_boot, seed=seed,
+                                                                                        device=device))
     typer.echo(format_comparison(c))
     warning = outside_warning(c, len(c["codes"]))
     if warning:
@@ -367,18 +455,27 @@ def _parse_top_k(top_k: str | None) -> dict[str, Any]:
 @_friendly
 def predict_cli(
     checkpoint: Annotated[Path, typer.Option(help="Run folder (or its checkpoint/) from `clinicode train`.")],
-    input: Annotated[str, typer.Option(help=".jsonl/.csv/.parquet with id and text, a .txt file, a folder of .txt, or - (JSONL on stdin).")],
+    input: Annotated[str,
+                     typer.Option(help=".jsonl/.csv/.parquet with id and text, a .txt file, a folder of "
+                                       ".txt, or - (JSONL on stdin).")],
     output: Annotated[str, typer.Option(help="JSONL (default) or .csv file, or - for stdout.")] = "-",
-    top_k: Annotated[Optional[str], _opt("Codes listed in `scores`: a number or 'all'.", default_of(PredictConfig, "top_k"))] = None,
+    top_k: Annotated[Optional[str], _opt("Codes listed in `scores`: a number or 'all'.",
+                                         default_of(PredictConfig, "top_k"))] = None,
     threshold: Annotated[Optional[float], typer.Option(help="Override the checkpoint's tuned threshold.")] = None,
-    explain: Annotated[Optional[int], _opt("Add the N highest-attention spans and per-code evidence.", default_of(PredictConfig, "explain"))] = None,
+    explain: Annotated[Optional[int], _opt("Add the N highest-attention spans and per-code evidence.",
+                                           default_of(PredictConfig, "explain"))] = None,
     strict: Annotated[bool, typer.Option(help="Stop at the first bad record instead of reporting it.")] = False,
-    resume: Annotated[bool, typer.Option(help="Continue an interrupted run from OUT.partial (same checkpoint and options).")] = False,
+    resume: Annotated[bool,
+                      typer.Option(help="Continue an interrupted run from OUT.partial "
+                                        "(same checkpoint and options).")] = False,
     shard: Annotated[str, typer.Option(help="i/n: score only records at positions p with p % n == i.")] = "0/1",
     device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
-    memory_budget: Annotated[Optional[int], _opt("MB of scratch memory one batch and the word-code table may use.", default_of(PredictConfig, "memory_mb"))] = None,
+    memory_budget: Annotated[Optional[int], _opt("MB of scratch memory one batch and the word-code table may use.",
+                                                 default_of(PredictConfig, "memory_mb"))] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
-    format: Annotated[str, typer.Option("--format", help="records (JSONL, or CSV when --output ends in .csv) or fhir (one FHIR R4 Bundle per note and line; docs/serve.md).")] = "records",
+    format: Annotated[str, typer.Option("--format",
+                                        help="records (JSONL, or CSV when --output ends in .csv) or fhir (one FHIR R4 "
+                                             "Bundle per note and line; docs/serve.md).")] = "records",
 ) -> None:
     """Score notes in batch: one output record per input record, in input order."""
     from clinicode.predict import Predictor
@@ -401,7 +498,8 @@ def predict_cli(
     dup = counts.get("duplicate_ids", 0)
     typer.echo(f"scored {counts['scored']:,} notes, {counts['errors']:,} bad records (see their 'error' field), "
                f"{counts['skipped']:,} skipped as already done"
-               + (f"; {dup:,} records repeat an earlier id (each has its own output record, in input order)" if dup else ""),
+               + (f"; {dup:,} records repeat an earlier id (each has its own "
+                  "output record, in input order)" if dup else ""),
                err=True)
     if pred.plan is not None:
         typer.echo(pred.plan.summary(), err=True)
@@ -416,12 +514,18 @@ def serve_cli(
     checkpoint: Annotated[Path, typer.Option(help="Run folder (or its checkpoint/) from `clinicode train`.")],
     host: Annotated[str, typer.Option(help="Address to bind; anything but loopback needs --token-file.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    token_file: Annotated[Optional[Path], typer.Option(help="File (mode 600) holding the bearer token every route but /health requires.")] = None,
+    token_file: Annotated[Optional[Path],
+                          typer.Option(help="File (mode 600) holding the bearer token every "
+                                            "route but /health requires.")] = None,
     max_notes: Annotated[Optional[int], _opt("Notes per request (more: 413).", default_of(_S, "max_notes"))] = None,
-    max_text_chars: Annotated[Optional[int], _opt("Characters per note (more: 413).", default_of(_S, "max_text_chars"))] = None,
-    max_body_mb: Annotated[Optional[float], _opt("Request body size in MB (more: 413).", default_of(_S, "max_body_mb"))] = None,
-    batch_notes: Annotated[Optional[int], _opt("Notes of concurrent requests scored together at most.", default_of(_S, "batch_notes"))] = None,
-    batch_wait_ms: Annotated[Optional[float], _opt("How long the scorer waits for more notes to batch (ms).", default_of(_S, "batch_wait_ms"))] = None,
+    max_text_chars: Annotated[Optional[int], _opt("Characters per note (more: 413).",
+                                                  default_of(_S, "max_text_chars"))] = None,
+    max_body_mb: Annotated[Optional[float], _opt("Request body size in MB (more: 413).",
+                                                 default_of(_S, "max_body_mb"))] = None,
+    batch_notes: Annotated[Optional[int], _opt("Notes of concurrent requests scored together at most.",
+                                               default_of(_S, "batch_notes"))] = None,
+    batch_wait_ms: Annotated[Optional[float], _opt("How long the scorer waits for more notes to batch (ms).",
+                                                   default_of(_S, "batch_wait_ms"))] = None,
     device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
 ) -> None:
     """Serve a checkpoint over HTTP: JSON records and FHIR R4 Bundles (docs/serve.md)."""
@@ -452,11 +556,14 @@ def _db_opt() -> Any:
 @_friendly
 def review_queue_cli(
     checkpoint: Annotated[Path, typer.Option(help="Run folder (or its checkpoint/) from `clinicode train`.")],
-    input: Annotated[str, typer.Option(help="Notes, as `predict` reads them: .jsonl/.csv/.parquet with id and text, a .txt file, a folder of .txt, or -.")],
+    input: Annotated[str,
+                     typer.Option(help="Notes, as `predict` reads them: .jsonl/.csv/.parquet with id and text, a .txt "
+                                       "file, a folder of .txt, or -.")],
     db: Annotated[Optional[str], _db_opt()] = None,
     explain: Annotated[int, typer.Option(help="Evidence phrases stored per suggested code.")] = 5,
     device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
-    memory_budget: Annotated[Optional[int], _opt("MB of scratch memory one batch and the word-code table may use.", default_of(PredictConfig, "memory_mb"))] = None,
+    memory_budget: Annotated[Optional[int], _opt("MB of scratch memory one batch and the word-code table may use.",
+                                                 default_of(PredictConfig, "memory_mb"))] = None,
 ) -> None:
     """Score notes and queue them for review with the model's suggested codes and evidence."""
     from clinicode.predict import Predictor
@@ -483,16 +590,19 @@ def review_decide_cli(
     reviewer: Annotated[str, typer.Option(help="Who decides (stored with every decision).")],
     db: Annotated[Optional[str], _db_opt()] = None,
     accept: Annotated[Optional[list[str]], typer.Option(help="A suggested code to keep; repeatable.")] = None,
-    reject: Annotated[Optional[list[str]], typer.Option(help="A suggested (or added) code to remove; repeatable.")] = None,
+    reject: Annotated[Optional[list[str]],
+                      typer.Option(help="A suggested (or added) code to remove; repeatable.")] = None,
     add: Annotated[Optional[list[str]], typer.Option(help="A code the model missed; repeatable.")] = None,
-    done: Annotated[bool, typer.Option("--done", help="Finish the note (every suggestion must have a decision).")] = False,
+    done: Annotated[bool, typer.Option("--done",
+                                       help="Finish the note (every suggestion must have a decision).")] = False,
 ) -> None:
     """Record a coder's decisions on one note (the same code path as the app's Review page)."""
     from clinicode.review import open_db
 
     with open_db(db, create=False) as rdb:
         r = rdb.decide(id, reviewer, accept=accept or [], reject=reject or [], add=add or [], done=done)
-    typer.echo(f"note {r['note']}: accepted {len(r['accepted'])}, rejected {len(r['rejected'])}, added {len(r['added'])}"
+    typer.echo(f"note {r['note']}: accepted {len(r['accepted'])}, rejected "
+               f"{len(r['rejected'])}, added {len(r['added'])}"
                f"{'; finished' if r['done'] else ''}; codes now: {', '.join(r['codes']) or 'none'}")
 
 
@@ -501,7 +611,9 @@ def review_decide_cli(
 def review_export_cli(
     out: Annotated[Path, typer.Option(help="Coded-notes folder to write (new, empty, or an earlier export).")],
     db: Annotated[Optional[str], _db_opt()] = None,
-    base: Annotated[Optional[Path], typer.Option(help="A prepared dataset (or coded-notes folder) to merge with: its splits are kept, reviewed notes join train (or correct their own note).")] = None,
+    base: Annotated[Optional[Path],
+                    typer.Option(help="A prepared dataset (or coded-notes folder) to merge with: its splits are kept, "
+                                      "reviewed notes join train (or correct their own note).")] = None,
 ) -> None:
     """Write the finished notes as a coded-notes folder for `clinicode train --data` (labels: accepted + added)."""
     from clinicode.review import export, open_db

@@ -70,13 +70,15 @@ def read_vector_file(path: Path, tokenizer: ClinicalTokenizer, *, seed: int = 13
                     dim = len(parts) - 1
                 if len(parts) - 1 != dim:
                     raise DataFormatError(
-                        f"{path}: line {n + 1} has {len(parts) - 1} values, earlier lines {dim}; expected one word and {dim} numbers per line."
+                        f"{path}: line {n + 1} has {len(parts) - 1} values, earlier lines {dim}; expected one word "
+                        f"and {dim} numbers per line."
                     )
                 word = parts[0].lower()
                 if word in vocab and word not in found:
                     found[word] = np.asarray(parts[1:], dtype=np.float32)
     except (OSError, ValueError, EOFError) as err:
-        raise DataFormatError(f"{path}: cannot read word vectors ({err}); expected a word2vec/GloVe text file.") from err
+        raise DataFormatError(f"{path}: cannot read word vectors ({err}); expected a "
+                              "word2vec/GloVe text file.") from err
     if dim is None or not found:
         raise DataFormatError(f"{path}: none of the {len(vocab)} vocabulary words has a vector; is it the right file?")
     log.info("read %d of %d vocabulary vectors (%d-d) from %s", len(found), len(vocab), dim, path.name)
@@ -88,7 +90,8 @@ def random_matrix(tokenizer: ClinicalTokenizer, dim: int, *, seed: int = 1337) -
     return _matrix_from_lookup(tokenizer, dim, lambda w: None, seed=seed, scale=0.1)
 
 
-def _matrix_from_lookup(tokenizer: ClinicalTokenizer, dim: int, lookup, *, seed: int, scale: float = 0.01) -> np.ndarray:
+def _matrix_from_lookup(tokenizer: ClinicalTokenizer, dim: int, lookup, *, seed: int,
+                        scale: float = 0.01) -> np.ndarray:
     rng = np.random.default_rng(seed)
     mat = rng.uniform(-scale, scale, size=(tokenizer.vocab_size, dim)).astype(np.float32)
     for word, idx in tokenizer.vocab().items():
@@ -117,7 +120,8 @@ def label_vectors(
     out = (rng.standard_normal((K, P)) * 0.1).astype(np.float32)
     n_init = 0
     for k, desc in enumerate(descriptions):
-        ids = [i for i in (tokenizer.token_id(w) for w in tokenize(desc or "")) if i is not None and i not in (PAD_ID, UNK_ID)]
+        ids = [i for i in (tokenizer.token_id(w) for w in tokenize(desc or ""))
+               if i is not None and i not in (PAD_ID, UNK_ID)]
         if ids:
             out[k] = word_matrix[ids].mean(axis=0)
             n_init += 1
@@ -167,6 +171,7 @@ def initial_vectors(
     else:
         words = read_vector_file(Path(source), tokenizer, seed=seed)
         if words.shape[1] != dim:
-            raise ConfigError(f"--embeddings {source} has {words.shape[1]}-d vectors but --embed-dim is {dim}; make them match.")
+            raise ConfigError(f"--embeddings {source} has {words.shape[1]}-d vectors but --embed-dim "
+                              f"is {dim}; make them match.")
     codes, info["label_init_from_words"] = label_vectors(descriptions, words, tokenizer, seed=seed)
     return words, codes, info

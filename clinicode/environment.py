@@ -51,5 +51,7 @@ def environment_hash() -> str:
 
 
 def lock_hash(path: Path, python: str | None = None) -> str:
-    """The hash `environment_hash` gives in a venv installed exactly from the lock file PATH (this Python by default)."""
-    return _digest(requirement_lines(Path(path).read_text(encoding="utf-8").splitlines()), python or platform.python_version())
+    """The hash `environment_hash` gives in a venv installed exactly from the lock file PATH
+    (this Python by default)."""
+    return _digest(requirement_lines(Path(path).read_text(encoding="utf-8").splitlines()),
+                   python or platform.python_version())

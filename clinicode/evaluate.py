@@ -56,7 +56,8 @@ def scored_split(pred: Predictor, data_dir: Path, split: str) -> tuple[pd.DataFr
     n_gold = sum(len(row) for row in df["labels"])
     if n_gold and sum(outside.values()) == n_gold:
         raise DataFormatError(
-            f"{data_dir}: the {split} split's {n_gold:,} gold codes share no code with the checkpoint's {len(labels)} codes "
+            f"{data_dir}: the {split} split's {n_gold:,} gold codes share no code with the "
+            f"checkpoint's {len(labels)} codes "
             f"(e.g. {', '.join(c for c, _ in outside.most_common(3))} against {', '.join(labels.codes[:3])}); "
             "evaluate on data coded with the checkpoint's code set."
         )
@@ -83,8 +84,10 @@ def outside_warning(report: dict[str, Any], n_labels: int) -> str | None:
     if not n:
         return None
     share = n / max(report.get("n_gold_codes", n), 1)
-    return (f"warning: {n:,} of {report['n_gold_codes']:,} gold codes ({share:.1%}; {report['n_codes_outside_labels']:,} "
-            f"distinct, e.g. {', '.join(report['codes_outside_labels'][:3])}) are not among the checkpoint's {n_labels:,} "
+    return (f"warning: {n:,} of {report['n_gold_codes']:,} gold codes ({share:.1%}; "
+            f"{report['n_codes_outside_labels']:,} "
+            f"distinct, e.g. {', '.join(report['codes_outside_labels'][:3])}) are not among the "
+            f"checkpoint's {n_labels:,} "
             "codes and are not scored: the metrics cover the checkpoint's codes only (n_gold_outside_labels).")
 
 
@@ -153,14 +156,17 @@ def format_table(m: dict[str, Any]) -> str:
         for name, title in (("rare", f"< {below} train"), ("frequent", f">= {below} train")):
             part = sl[name]
             auc, f1 = part.get("auc_macro"), part.get("f1_macro")
-            lines.append(f"{name} codes ({title}): {part.get('n_codes', 0):,} codes, {part.get('n_present', 0):,} in this split, "
-                         f"macro AUC {'n/a' if auc is None else format(auc, '.4f')}, macro F1 {'n/a' if f1 is None else format(f1, '.4f')}")
+            lines.append(f"{name} codes ({title}): {part.get('n_codes', 0):,} codes, "
+                         f"{part.get('n_present', 0):,} in this split, "
+                         f"macro AUC {'n/a' if auc is None else format(auc, '.4f')}, macro F1 "
+                         f"{'n/a' if f1 is None else format(f1, '.4f')}")
     elif m.get("slices_note"):
         lines.append(m["slices_note"])
     return "\n".join(lines)
 
 
-def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, split: str = "test", n_boot: int = COMPARE.n_boot,
+def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, split: str = "test",
+            n_boot: int = COMPARE.n_boot,
             seed: int = COMPARE.seed, output: Path | None = None, device: str = "auto") -> dict[str, Any]:
     """Is model A better than, as good as, or worse than model B on this split? A paired bootstrap over notes.
 
@@ -188,14 +194,16 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
     if output is not None:
         inputs = {"--data": data_dir, **{f"--a {r}": _checkpoint_dir(r, None) for r in runs_a},
                   **{f"--b {r}": _checkpoint_dir(r, None) for r in runs_b}}
-        check_output(output, option="--output", command="compare", folder=False, recognise=is_comparison_output, inputs=inputs)
+        check_output(output, option="--output", command="compare", folder=False, recognise=is_comparison_output,
+                     inputs=inputs)
     preds = [[Predictor.from_checkpoint(r, device=device) for r in runs] for runs in (runs_a, runs_b)]
     first = preds[0][0]
     codes = sorted(first.codes)
     for side, runs in zip(preds, (runs_a, runs_b)):
         for p, r in zip(side, runs):
             if sorted(p.codes) != codes:
-                raise ConfigError(f"{r}: its label set ({len(p.codes)} codes) differs from {runs_a[0]}'s ({len(codes)} codes); "
+                raise ConfigError(f"{r}: its label set ({len(p.codes)} codes) differs from "
+                                  f"{runs_a[0]}'s ({len(codes)} codes); "
                                   "compare runs trained on the same labels.")
     df, y_first, report = scored_split(first, data_dir, split)
     texts = df["text"].tolist()
@@ -211,7 +219,8 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
         ms = [all_metrics(y, s, threshold=0.0 if t is None else t, single_label=t is None) for s, t in runs]
         return {k: float(np.mean([m[k] for m in ms])) for k in HEADLINE if k in ms[0]}
 
-    result = {"kind": COMPARISON_KIND, "split": split, "n_docs": int(len(df)), "n_boot": n_boot, "codes": codes, **report,
+    result = {"kind": COMPARISON_KIND, "split": split, "n_docs": int(len(df)), "n_boot": n_boot, "codes": codes,
+              **report,
               "a": [str(r) for r in runs_a], "b": [str(r) for r in runs_b],
               "metrics_a": mean_metrics(sides[0]), "metrics_b": mean_metrics(sides[1]), **boot}
     if output is not None:
@@ -226,5 +235,6 @@ def format_comparison(c: dict[str, Any]) -> str:
         b = c[k]
         lines.append(f"{k:<12}{c['metrics_a'][k]:>9.4f}{c['metrics_b'][k]:>9.4f}{b['diff']:>+10.4f}   "
                      f"[{b['lo']:+.4f}, {b['hi']:+.4f}]  {100 * b['p_a_below_b']:>8.1f}%")
-    lines.append(f"{c['n_docs']:,} {c['split']} notes, {c['n_boot']:,} paired resamples; A = {len(c['a'])} run(s), B = {len(c['b'])} run(s).")
+    lines.append(f"{c['n_docs']:,} {c['split']} notes, {c['n_boot']:,} paired resamples; A = {len(c['a'])} run(s), "
+                 f"B = {len(c['b'])} run(s).")
     return "\n".join(lines)

@@ -34,7 +34,8 @@ ICD9_CM = "http://hl7.org/fhir/sid/icd-9-cm"  # HL7's URI covers all three volum
 NAMESPACE = "https://clinicode.example/fhir"
 EXT_SCORE = f"{NAMESPACE}/StructureDefinition/score"          # valueDecimal: the model's probability for the code
 EXT_NOTE_ID = f"{NAMESPACE}/StructureDefinition/note-id"      # valueString: the id of the note the code came from
-EXT_EVIDENCE = f"{NAMESPACE}/StructureDefinition/evidence"    # complex: start, end (valueInteger), weight (valueDecimal)
+# complex: start, end (valueInteger), weight (valueDecimal)
+EXT_EVIDENCE = f"{NAMESPACE}/StructureDefinition/evidence"
 TAG_SYSTEM = f"{NAMESPACE}/CodeSystem/provenance"
 LOCAL_SYSTEM = f"{NAMESPACE}/CodeSystem/label"                # a checkpoint's own label that is no ICD code
 MACHINE_TAG = {"system": TAG_SYSTEM, "code": "machine-generated",
@@ -219,6 +220,7 @@ def note_from_document_reference(doc: Any) -> dict[str, Any]:
     rid = doc.get("id")
     subject = doc.get("subject")
     if subject is not None and not isinstance(subject, dict):
-        raise DataFormatError("DocumentReference.subject must be a Reference object, e.g. {\"reference\": \"Patient/1\"}.")
+        raise DataFormatError("DocumentReference.subject must be a Reference object, e.g. "
+                              "{\"reference\": \"Patient/1\"}.")
     return {"id": str(rid) if rid is not None else "0", "text": text, "subject": subject,
             "document": f"DocumentReference/{rid}" if isinstance(rid, str) and rid else None}

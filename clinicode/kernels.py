@@ -98,7 +98,8 @@ class _PhraseWindow(torch.autograd.Function):
                 Y = gp[b, r:r + Lt].view(nb, T, K)                                        # [nb, T, K]
                 X = Gp[b].as_strided((nb, T + 2 * r, K), (T * K, K, 1))                    # [nb, T+2r, K] overlapping
                 acc += torch.bmm(Y, X.transpose(1, 2)).sum(0, dtype=torch.float64)        # [T, T+2r] summed blocks
-            grad_w = acc.as_strided((T, n), (T + 2 * r + 1, 1)).sum(0).to(w.dtype)        # [n] dw[j] = sum_t acc[t, t+j]
+            grad_w = acc.as_strided((T, n), (T + 2 * r + 1,
+                                             1)).sum(0).to(w.dtype)        # [n] dw[j] = sum_t acc[t, t+j]
         return grad_G, grad_w
 
 
@@ -118,7 +119,8 @@ class _Cosine(torch.autograd.Function):
     """G[b, l, k] = mask[b, l] * <v_bl, c_k> / (|v_bl| + eps), for unit-normalised label vectors c_k."""
 
     @staticmethod
-    def forward(ctx, words: torch.Tensor, labels_n: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, words: torch.Tensor, labels_n: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         n = words.norm(dim=-1, keepdim=True)                          # [B, L, 1] |v|
         inv = mask.unsqueeze(-1).to(words.dtype) / (n + EPS)         # [B, L, 1] 0 on padding
         G = torch.matmul(words, labels_n.t()).mul_(inv)               # [B, L, K]
@@ -158,7 +160,8 @@ def cosine_compat(words: torch.Tensor, labels_n: torch.Tensor, mask: torch.Tenso
 
 class _Embed(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, weight: torch.Tensor, ids: torch.Tensor, padding_idx: int) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, weight: torch.Tensor, ids: torch.Tensor,
+                padding_idx: int) -> torch.Tensor:  # type: ignore[override]
         ctx.save_for_backward(ids)
         ctx.rows, ctx.padding_idx = weight.shape[0], padding_idx
         return weight.index_select(0, ids.reshape(-1)).view(*ids.shape, weight.shape[1])  # [..., P]
@@ -214,7 +217,8 @@ class _PhraseMax(torch.autograd.Function):
         g = grad_m * (m > 0)                                          # [B, L] ReLU passes only positive maxima
         grad_G = grad_w = grad_b = None
         if ctx.needs_input_grad[2]:
-            grad_b = torch.zeros(K, dtype=torch.float64).index_add_(0, arg.reshape(-1), g.reshape(-1).double()).to(g.dtype)
+            grad_b = torch.zeros(K, dtype=torch.float64).index_add_(0, arg.reshape(-1),
+                                                                    g.reshape(-1).double()).to(g.dtype)
         if ctx.needs_input_grad[1]:
             # dw[j] = sum_l g[l] * G[l + j - r, arg[l]]: the window of each position's winning code only. The evidence
             # adds nothing here: it reads W1 but does not train it (clinicode.model).

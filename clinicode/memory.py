@@ -46,7 +46,8 @@ class MemoryPlan:
         return self.order == "table"
 
     def summary(self) -> str:
-        parts = [f"memory plan: {self.order}", f"one batch ~{_mb(self.batch_mb)} of --memory-budget {self.budget_mb:,} MB"]
+        parts = [f"memory plan: {self.order}",
+                 f"one batch ~{_mb(self.batch_mb)} of --memory-budget {self.budget_mb:,} MB"]
         if self.use_table:
             parts.append(f"word-code table {_mb(self.table_mb)}")
         if self.order == "many codes":

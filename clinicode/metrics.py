@@ -48,11 +48,13 @@ REPORTED = tuple(METRIC_LABELS)                                             # `e
 def _check_gold(y_true: Any, name: str = "y_true") -> np.ndarray:
     y = np.asarray(y_true)
     if y.ndim != 2:
-        raise ValueError(f"{name} must be 2-D [n_docs, n_labels], got shape {y.shape}; reshape it to one row per document.")
+        raise ValueError(f"{name} must be 2-D [n_docs, n_labels], got shape {y.shape}; reshape "
+                         "it to one row per document.")
     if y.shape[0] == 0 or y.shape[1] == 0:
         raise ValueError(f"{name} has shape {y.shape}; need at least one document and one label.")
     if y.dtype != bool and not np.isin(y, (0, 1)).all():
-        raise ValueError(f"{name} must hold only 0/1 values, got values such as {np.unique(y)[:5].tolist()}; pass a multi-hot matrix.")
+        raise ValueError(f"{name} must hold only 0/1 values, got values such as "
+                         f"{np.unique(y)[:5].tolist()}; pass a multi-hot matrix.")
     return y.astype(bool, copy=False)
 
 
@@ -65,9 +67,11 @@ def _check_scores(scores: Any, name: str = "scores") -> np.ndarray:
     if s.dtype not in (np.float32, np.float64):  # float32 stays float32: 1 GB, not 2, at 30,000 x 9,000
         s = s.astype(np.float64)
     if s.ndim != 2:
-        raise ValueError(f"{name} must be 2-D [n_docs, n_labels], got shape {s.shape}; reshape it to one row per document.")
+        raise ValueError(f"{name} must be 2-D [n_docs, n_labels], got shape {s.shape}; reshape "
+                         "it to one row per document.")
     if not all(np.isfinite(s[i:i + _ROWS]).all() for i in range(0, len(s), _ROWS)):
-        raise ValueError(f"{name} contains {int((~np.isfinite(s)).sum())} NaN or infinite values; every score must be finite.")
+        raise ValueError(f"{name} contains {int((~np.isfinite(s)).sum())} NaN or infinite values; "
+                         "every score must be finite.")
     return s
 
 
@@ -76,7 +80,8 @@ def _check_pair(y_true: Any, other: Any, *, other_name: str, as_scores: bool) ->
     o = _check_scores(other, other_name) if as_scores else _check_gold(other, other_name)
     if y.shape != o.shape:
         raise ValueError(
-            f"y_true has shape {y.shape} but {other_name} has shape {o.shape}; both must be [n_docs, n_labels] with the same label order."
+            f"y_true has shape {y.shape} but {other_name} has shape {o.shape}; both must be [n_docs, n_labels] "
+            "with the same label order."
         )
     return y, o
 
@@ -280,7 +285,8 @@ def _u_auc(sorted_all: np.ndarray, pos: np.ndarray) -> float:
     n_pos, n = pos.size, sorted_all.size
     less = np.searchsorted(sorted_all, pos, side="left")
     leq = np.searchsorted(sorted_all, pos, side="right")
-    u = (less.sum(dtype=np.float64) + (leq - less).sum(dtype=np.float64) / 2.0 + n_pos / 2.0) - n_pos * (n_pos + 1) / 2.0
+    u = ((less.sum(dtype=np.float64) + (leq - less).sum(dtype=np.float64) / 2.0 + n_pos / 2.0)
+         - n_pos * (n_pos + 1) / 2.0)
     return float(u / (n_pos * (n - n_pos)))
 
 
@@ -468,7 +474,8 @@ def _counts_by_threshold(y: np.ndarray, s: np.ndarray, grid: np.ndarray) -> tupl
     return tp, pp, gp
 
 
-def f1_by_threshold(y_true: np.ndarray, scores: np.ndarray, grid: Sequence[float] | np.ndarray) -> dict[str, np.ndarray]:
+def f1_by_threshold(y_true: np.ndarray, scores: np.ndarray,
+                    grid: Sequence[float] | np.ndarray) -> dict[str, np.ndarray]:
     """Micro and macro F1 at every threshold of `grid` (for the app's threshold plot and for tuning).
 
     Args:
@@ -494,7 +501,8 @@ def f1_by_threshold(y_true: np.ndarray, scores: np.ndarray, grid: Sequence[float
     }
 
 
-def tune_threshold(y_true: np.ndarray, scores: np.ndarray, *, grid: Sequence[float] | np.ndarray | None = None) -> float:
+def tune_threshold(y_true: np.ndarray, scores: np.ndarray, *,
+                   grid: Sequence[float] | np.ndarray | None = None) -> float:
     """The global threshold that maximises micro-F1 on (dev) data; never call this on test.
 
     Args:
@@ -643,7 +651,8 @@ def paired_bootstrap(
     if n_boot < 1 or not 0.0 < level < 1.0:
         raise ValueError(f"n_boot must be >= 1 and level in (0, 1), got {n_boot} and {level}.")
     y = _check_gold(y_true)
-    checked = [[(_check_pair(y, s, other_name="scores", as_scores=True)[1], None if t is None else float(t)) for s, t in runs]
+    checked = [[(_check_pair(y, s, other_name="scores", as_scores=True)[1], None if t is None else float(t))
+                for s, t in runs]
                for runs in (runs_a, runs_b)]
     n = y.shape[0]
     rng = np.random.default_rng(seed)
@@ -713,7 +722,8 @@ def all_metrics(
         "rec_macro": float(r_ma),
         "f1_macro": float(f_ma),
         "f1_macro_mean": float(_f1_mean_from_counts(tp, pp, gp)),
-        "f1_macro_present": float(_f1_mean_from_counts(tp[present], pp[present], gp[present])) if present.any() else 0.0,
+        "f1_macro_present": float(_f1_mean_from_counts(tp[present], pp[present],
+                                                       gp[present])) if present.any() else 0.0,
         "n_codes_present": int(present.sum()),
         "auc_macro": a_ma,
         "auc_micro": auc_micro(y, s),
@@ -759,7 +769,8 @@ def per_label_metrics(
     """
     y, s = _check_pair(y_true, scores, other_name="scores", as_scores=True)
     if len(codes) != y.shape[1]:
-        raise ValueError(f"codes has {len(codes)} entries but the arrays have {y.shape[1]} label columns; pass one code per column.")
+        raise ValueError(f"codes has {len(codes)} entries but the arrays have {y.shape[1]} label columns; "
+                         "pass one code per column.")
     tp, pp, gp = _counts(y, binarize(s, threshold, single_label=single_label))
     prec, rec, f1 = _safe_div(tp, pp), _safe_div(tp, gp), _safe_div(2 * tp, pp + gp)  # each [K]
     aucs = label_aucs(y, s)
@@ -828,7 +839,8 @@ def metrics_report(
         `all_metrics` at t, the same at 0.5 under "threshold_0.5", then "per_code" and "slices" when asked for.
     """
     out: dict[str, Any] = {**all_metrics(y_true, scores, threshold=threshold, single_label=single_label),
-                           "threshold_0.5": all_metrics(y_true, scores, threshold=DEFAULT_THRESHOLD, single_label=single_label)}
+                           "threshold_0.5": all_metrics(y_true, scores, threshold=DEFAULT_THRESHOLD,
+                                                        single_label=single_label)}
     if codes is not None:
         per_code = per_label_metrics(y_true, scores, codes, threshold=threshold, single_label=single_label)
         if train_counts is not None:

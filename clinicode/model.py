@@ -14,15 +14,15 @@ Design decisions (stated here, as the domain notes ask):
   lost dev micro-F1 on cmc2007 and mtsamples, docs/accuracy-tuning.md). `compat="linear"` is the paper's ablation
   "LEAM (linear)": m_l = max_k G_kl, no window, no ReLU.
 - **Output:** sigmoid + BCE for multi-label notes; softmax + CE for one label per note (the paper's topic tasks).
-- **Code evidence (`code_evidence=True`; on by default, not the paper's model; `--paper` is without):** logit_k = f(z)_k + a_k e_k with
-  e_k = max_l window(G)_lk, the code's best phrase match anywhere in the note (u before b1 and the ReLU), and
-  a_k = softplus(rho_k) >= 0, starting at log 2. With hundreds of codes the max over codes finds some code near almost
-  every word, the one attention spreads over half the note, and z no longer carries a rare code's word; e_k is the
-  model's own per-code compatibility, which the max over codes throws away. e does not train the attention's W1 (nor
-  b1), and a_k cannot go below 0: both failure modes were seen (docs/accuracy-tuning.md, round 9). It reads W1, and
-  comes from the attention's own window pass; W1 can change sign in training, and a flipped window makes the max the
-  code's worst-matching phrase (round 10); `window_nonneg` keeps W1 >= 0 (measured, not adopted).
-  It is still one attention per note; per-code evidence is a max-pooled score, not a per-code attended vector.
+- **Code evidence (`code_evidence=True`; on by default, not the paper's model; `--paper` is without):**
+  logit_k = f(z)_k + a_k e_k with e_k = max_l window(G)_lk, the code's best phrase match anywhere in the note (u before
+  b1 and the ReLU), and a_k = softplus(rho_k) >= 0, starting at log 2. With hundreds of codes the max over codes finds
+  some code near almost every word, the one attention spreads over half the note, and z no longer carries a rare code's
+  word; e_k is the model's own per-code compatibility, which the max over codes throws away. e does not train the
+  attention's W1 (nor b1), and a_k cannot go below 0: both failure modes were seen (docs/accuracy-tuning.md, round 9).
+  It reads W1, and comes from the attention's own window pass; W1 can change sign in training, and a flipped window
+  makes the max the code's worst-matching phrase (round 10); `window_nonneg` keeps W1 >= 0 (measured, not adopted). It
+  is still one attention per note; per-code evidence is a max-pooled score, not a per-code attended vector.
 - **Label regulariser:** the same head f classifies each code vector c_k as its own class (softmax cross-entropy
   against the identity), weight lambda (paper: 1). With more than `label_reg_codes` codes (256) each step averages it
   over that many codes drawn at random, each scored against all K: an unbiased estimate of the same mean whose cost
@@ -57,8 +57,8 @@ memory budget's say on the table; `forward(order=...)` follows what the plan say
 Training details around the model (not in the paper; each is a config value, see clinicode/config.py):
 - `phrase_init` sets the initial W1 to phrase_init / (2r+1) per tap (default 1.0: a local mean of G). It is an
   initialisation only; W1 stays a free, trained parameter, so the model is unchanged.
-- `loss(..., pos_weight=w)` weights positive BCE terms per code (label imbalance): (n_neg / n_pos) ** TrainConfig.pos_weight,
-  0.25 by default; pos_weight 0 gives the paper's plain mean BCE.
+- `loss(..., pos_weight=w)` weights positive BCE terms per code (label imbalance):
+  (n_neg / n_pos) ** TrainConfig.pos_weight, 0.25 by default; pos_weight 0 gives the paper's plain mean BCE.
 """
 
 from __future__ import annotations
@@ -72,10 +72,9 @@ from torch import nn
 from clinicode import kernels
 from clinicode.config import LEAMConfig
 from clinicode.kernels import EPS
-from clinicode.memory import CPU_BLOCK, ORDERS
-from clinicode.memory import order as compute_order
+from clinicode.memory import CPU_BLOCK, ORDERS, order as compute_order
 
-EVIDENCE_RHO0 = 0.0       # code_evidence: a_k = softplus(rho_k) starts at log 2 = 0.69 (docs/accuracy-tuning.md, round 9)
+EVIDENCE_RHO0 = 0.0       # code_evidence: a_k = softplus(rho_k) starts at log 2 (docs/accuracy-tuning.md, round 9)
 
 
 @dataclass
@@ -112,7 +111,7 @@ class LEAM(nn.Module):
             nn.Dropout(config.dropout),
             nn.Linear(config.hidden_dim, K),
         )
-        if config.code_evidence:                                                      # a_k = softplus(rho_k) >= 0 (not the paper)
+        if config.code_evidence:                                           # a_k = softplus(rho_k) >= 0 (not the paper)
             self.evidence_rho = nn.Parameter(torch.full((K,), EVIDENCE_RHO0))
 
     @property

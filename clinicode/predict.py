@@ -22,10 +22,10 @@ import torch
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import Checkpoint, load_checkpoint
 from clinicode.config import PREDICT
-from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
 from clinicode.errors import ConfigError
 from clinicode.memory import MemoryPlan, plan
 from clinicode.metrics import predicted_indices
+from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
 from clinicode.runtime import pick_device
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,8 @@ class Predictor:
         device: torch device for LEAM.
     """
 
-    def __init__(self, checkpoint: Checkpoint, *, device: torch.device | str = "cpu", batch_size: int = PREDICT.batch_size,
+    def __init__(self, checkpoint: Checkpoint, *, device: torch.device | str = "cpu",
+                 batch_size: int = PREDICT.batch_size,
                  memory_mb: int = PREDICT.memory_mb) -> None:
         self.checkpoint = checkpoint
         self.labels = checkpoint.labels
@@ -202,7 +203,8 @@ class Predictor:
         lengths = [len(x) for x in id_lists]
         for batch in bucketed_batches(lengths, self.batch_size, rng=None):
             ids, mask = pad_batch([id_lists[i] for i in batch])
-            out = model(ids.to(self.device), mask.to(self.device), return_attention=extras is not None or docs is not None,
+            out = model(ids.to(self.device), mask.to(self.device),
+                        return_attention=extras is not None or docs is not None,
                         table=self._table, block=self.plan.block, order=self.plan.order)
             rows = batch + start
             scores[rows] = model.probabilities(out.logits).float().cpu().numpy()
@@ -273,7 +275,8 @@ class Predictor:
         return self.finish(self.prepare(texts, ids=ids, explain=explain), top_k=top_k, threshold=threshold,
                            explain=explain, attention=attention)
 
-    def prepare(self, texts: Sequence[str], *, ids: Sequence[str] | None = None, explain: int = PREDICT.explain) -> "Prepared":
+    def prepare(self, texts: Sequence[str], *, ids: Sequence[str] | None = None,
+                explain: int = PREDICT.explain) -> "Prepared":
         """The first half of `predict`: check every note and tokenise the good ones (no model; thread-safe).
 
         Batch scoring runs it on the next chunk of notes while `finish` scores the current one.
@@ -291,7 +294,8 @@ class Predictor:
             else:
                 good.append(i)
         good_texts = [texts[i] for i in good]
-        encs = self.checkpoint.tokenizer.encode(good_texts, offsets=explain > 0) if self.kind == "leam" and good else None
+        encs = self.checkpoint.tokenizer.encode(good_texts,
+                                                offsets=explain > 0) if self.kind == "leam" and good else None
         return Prepared(ids, errors, good, good_texts, encs)
 
     def finish(self, prepared: "Prepared", *, top_k: int | None = PREDICT.top_k, threshold: float | None = None,
@@ -326,7 +330,8 @@ class Predictor:
             if encs is not None:
                 rec.truncated, rec.n_tokens = encs[j].truncated, len(encs[j].ids)
                 if len(encs[j].ids) == 0:
-                    rec.error = f"note {ids[i]!r}: no words after tokenisation (numbers and punctuation only); nothing to code"
+                    rec.error = (f"note {ids[i]!r}: no words after tokenisation (numbers and punctuation only); "
+                                 "nothing to code")
                     rec.predicted, rec.scores = [], {}
             if explain > 0 and extras is not None and extras[j] is not None and rec.error is None:
                 beta = extras[j]

@@ -271,7 +271,8 @@ def predict_file(
     if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
         raise ConfigError(f"--threshold must be in [0, 1], got {threshold}.")
     if encode is not None and (resume or fmt == "csv"):
-        raise ConfigError("--format fhir writes one JSON Bundle per line: give an --output not ending in .csv, and drop "
+        raise ConfigError("--format fhir writes one JSON Bundle per line: give an --output not "
+                          "ending in .csv, and drop "
                           "--resume (FHIR output is written whole; rerun to replace it).")
     to_file = str(output) != "-"
     if to_file:
@@ -280,7 +281,8 @@ def predict_file(
     records = read_records(input)
     first = next(records, None)  # file-level input errors surface here, before OUT.partial is created
     if first is None:
-        raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, CSV/parquet row or .txt file.")
+        raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, "
+                              "CSV/parquet row or .txt file.")
     done: Counter[str] = Counter()
     fd: int | None = None
     run_id = uuid.uuid4().hex
@@ -294,17 +296,22 @@ def predict_file(
         for p in (partial, sidecar, marker):
             check_output_kind(p, "--output")
         if _own_json(marker, OUTPUT_KIND) is False:
-            raise ConfigError(f"{marker} exists and was not written by `clinicode predict`; move it away or choose another "
+            raise ConfigError(f"{marker} exists and was not written by `clinicode predict`; move "
+                              "it away or choose another "
                               "--output (nothing was written).")
         own_sidecar = _own_json(sidecar, PARTIAL_KIND)
         if own_sidecar is False:
-            raise ConfigError(f"{sidecar} exists and was not written by `clinicode predict`; move it away or choose another "
+            raise ConfigError(f"{sidecar} exists and was not written by `clinicode predict`; move "
+                              "it away or choose another "
                               "--output (nothing was written).")
-        if (partial.exists() or partial.is_symlink()) and (partial.is_symlink() or not partial.is_file() or not own_sidecar):
-            raise ConfigError(f"{partial} exists and was not written by `clinicode predict`; move it away or choose another "
+        if (partial.exists() or partial.is_symlink()) and (partial.is_symlink() or not partial.is_file()
+                                                           or not own_sidecar):
+            raise ConfigError(f"{partial} exists and was not written by `clinicode predict`; move "
+                              "it away or choose another "
                               "--output (nothing was written).")
         if resume and not partial.is_file() and out.is_file():
-            raise ConfigError(f"--resume: {out} is a finished output and there is no {partial.name} to continue; write new "
+            raise ConfigError(f"--resume: {out} is a finished output and there is no "
+                              f"{partial.name} to continue; write new "
                               "notes to another --output, or drop --resume to score everything again.")
         out.parent.mkdir(parents=True, exist_ok=True)
         existed = partial.is_file()
@@ -355,7 +362,8 @@ def _score(predictor: Predictor, writer: _Writer, first: Record, records: Any, d
                     on_bad(rec["error"])
                 if strict:
                     writer.flush()
-                    raise DataFormatError(f"{rec['error']} (--strict stops at the first bad record; drop --strict to skip it)")
+                    raise DataFormatError(f"{rec['error']} (--strict stops at the first bad record; "
+                                          "drop --strict to skip it)")
             else:
                 counts["scored"] += 1
             writer.write(encode(rec) if encode is not None else rec)
@@ -408,21 +416,26 @@ def _check_resumable(sidecar: Path, settings: dict[str, Any], partial: Path) -> 
     except (OSError, ValueError):
         saved = None
     if not isinstance(saved, dict) or saved.get("kind") != PARTIAL_KIND:
-        raise ConfigError(f"--resume: {partial} has no readable record of the run that wrote it ({sidecar.name}), so it "
+        raise ConfigError(f"--resume: {partial} has no readable record of the run that wrote "
+                          f"it ({sidecar.name}), so it "
                           "cannot be continued safely; drop --resume to score everything again.")
     names = {"checkpoint_sha256": "checkpoint", "input": "--input", "format": "output format", "top_k": "--top-k",
              "threshold": "--threshold", "explain": "--explain", "shard": "--shard"}
-    diff = [f"{label} {saved.get(k)!r} then {settings[k]!r}" for k, label in names.items() if saved.get(k) != settings[k]]
+    diff = [f"{label} {saved.get(k)!r} then {settings[k]!r}"
+            for k, label in names.items() if saved.get(k) != settings[k]]
     if not diff and (saved.get("input_file") is None or settings["input_file"] is None):
-        raise ConfigError(f"--resume: {partial} was written from a stream (stdin or a pipe), which cannot be checked for "
+        raise ConfigError(f"--resume: {partial} was written from a stream (stdin or a pipe), "
+                          "which cannot be checked for "
                           "changes; drop --resume to score everything again.")
     if not diff and saved.get("input_file") != settings["input_file"]:
         raise ConfigError(f"--resume: --input {settings['input']} changed since {partial.name} was written (its size, "
-                          "modification time or first MiB differ); drop --resume to score the new notes from the start.")
+                          "modification time or first MiB differ); drop --resume to score the "
+                          "new notes from the start.")
     if diff:
         if saved.get("checkpoint_sha256") != settings["checkpoint_sha256"]:
             diff[0] = f"checkpoint {saved.get('checkpoint')} then {settings['checkpoint']}"
-        raise ConfigError(f"--resume: {partial} was written with other settings ({'; '.join(diff)}); repeat the original "
+        raise ConfigError(f"--resume: {partial} was written with other settings "
+                          f"({'; '.join(diff)}); repeat the original "
                           "options, or drop --resume to score everything again.")
 
 

@@ -23,7 +23,8 @@ from clinicode.errors import DataFormatError
 from clinicode.safe_io import LineTooLong, is_readable_stream, read_lines_bounded
 
 BATCH_ROWS = 1024  # rows parsed at a time from CSV and Parquet
-MAX_LINE_BYTES = 64 << 20  # bytes one JSONL line or .txt note may hold; a longer one is a bad record, never loaded whole
+# bytes one JSONL line or .txt note may hold; a longer one is a bad record, never loaded whole
+MAX_LINE_BYTES = 64 << 20
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".ndjson", ".csv", ".csv.gz", ".parquet", ".txt")
 
 
@@ -73,7 +74,8 @@ def _jsonl_records(f: BinaryIO, source: str) -> Iterator[Record]:
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as err:
-            yield Record(f"line-{n}", None, f"line {n} of {source}: not UTF-8 text ({err.reason} at byte {err.start + 1} "
+            yield Record(f"line-{n}", None,
+                         f"line {n} of {source}: not UTF-8 text ({err.reason} at byte {err.start + 1} "
                                             "of the line); re-encode the file as UTF-8")
             continue
         if not text.strip():
@@ -120,7 +122,8 @@ def frame_records(df: Any, source: str, offset: int = 0) -> Iterator[Record]:
         DataFormatError: the frame has no `text` column.
     """
     if "text" not in df.columns:
-        raise DataFormatError(f"{source}: no 'text' column (columns: {describe_columns(df.columns)}); add one holding the notes.")
+        raise DataFormatError(f"{source}: no 'text' column (columns: {describe_columns(df.columns)}); "
+                              "add one holding the notes.")
     has_id = "id" in df.columns
     for i, (rid, text) in enumerate(zip(df["id"] if has_id else range(len(df)), df["text"])):
         n = offset + i + 1
@@ -137,9 +140,11 @@ def _csv_records(src: Any, where: str) -> Iterator[Record]:
             yield from frame_records(chunk, where, offset)
             offset += len(chunk)
     except pd.errors.EmptyDataError:
-        raise DataFormatError(f"{where}: empty file; expected a CSV header with columns id,text and one row per note.") from None
+        raise DataFormatError(f"{where}: empty file; expected a CSV header with columns "
+                              "id,text and one row per note.") from None
     except pd.errors.ParserError as err:
-        raise DataFormatError(f"{where}: not a readable CSV after row {offset:,} ({type(err).__name__}); expected columns "
+        raise DataFormatError(f"{where}: not a readable CSV after row {offset:,} "
+                              f"({type(err).__name__}); expected columns "
                               "id,text with the note text quoted.") from None
 
 
@@ -150,7 +155,8 @@ def _parquet_records(src: Any, where: str) -> Iterator[Record]:
     try:
         pf = pq.ParquetFile(src)
     except (pa.ArrowException, OSError) as err:
-        raise DataFormatError(f"{where}: not a readable parquet file ({type(err).__name__}); write it again or use .jsonl/.csv.") from None
+        raise DataFormatError(f"{where}: not a readable parquet file ({type(err).__name__}); write it "
+                              "again or use .jsonl/.csv.") from None
     offset = 0
     cols = [c for c in ("id", "text") if c in pf.schema_arrow.names] or None
     batches = pf.iter_batches(batch_size=BATCH_ROWS, columns=cols)
@@ -159,7 +165,8 @@ def _parquet_records(src: Any, where: str) -> Iterator[Record]:
             batch = next(batches, None)
             df = None if batch is None else batch.to_pandas()
         except (pa.ArrowException, OSError) as err:
-            raise DataFormatError(f"{where}: damaged parquet file after row {offset:,} ({type(err).__name__}); write it "
+            raise DataFormatError(f"{where}: damaged parquet file after row {offset:,} "
+                                  f"({type(err).__name__}); write it "
                                   "again or use .jsonl/.csv.") from None
         if df is None:
             return
@@ -191,7 +198,8 @@ def read_records(source: str | Path | Upload) -> Iterator[Record]:
         try:
             yield from _jsonl_records(sys.stdin.buffer, "stdin")
         except OSError as err:
-            raise DataFormatError(f"--input -: stdin could not be read ({err.strerror or type(err).__name__}).") from None
+            raise DataFormatError("--input -: stdin could not be read "
+                                  f"({err.strerror or type(err).__name__}).") from None
         return
     else:
         p = Path(source)
@@ -211,7 +219,8 @@ def read_records(source: str | Path | Upload) -> Iterator[Record]:
     if stream and suffix not in SUFFIXES:
         suffix = ".jsonl"  # a pipe has no file type of its own: JSONL, like stdin
     if suffix not in SUFFIXES:
-        raise DataFormatError(f"{where}: unknown file type {suffix or '(none)'!r}; expected .jsonl, .csv, .parquet, .txt "
+        raise DataFormatError(f"{where}: unknown file type {suffix or '(none)'!r}; expected "
+                              ".jsonl, .csv, .parquet, .txt "
                               "or a folder of .txt files.")
 
     def raw() -> BinaryIO:  # a binary file object over the source
@@ -252,7 +261,8 @@ def _read_head(src: Path | Callable[[], BinaryIO]) -> bytes:
 def _txt_record(rid: str, read, name: str) -> Record:
     data = read()
     if len(data) > MAX_LINE_BYTES:  # _read_head reads one byte more than the bound, to tell
-        return Record(rid, None, f"file {name}: more than the {_size(MAX_LINE_BYTES)} a note may hold; split or shorten it")
+        return Record(rid, None,
+                      f"file {name}: more than the {_size(MAX_LINE_BYTES)} a note may hold; split or shorten it")
     try:
         return _record(rid, data.decode("utf-8-sig"))
     except UnicodeDecodeError:

@@ -116,15 +116,18 @@ def _translate(err: sqlite3.Error, path: Path) -> ReviewError:
         return ReviewError(f"review database {path}: the disk is full, so this change was not saved (everything saved "
                            "before is intact); free some space and repeat the command.")
     if code in (11, 26) or "malformed" in text or "not a database" in text:
-        return ReviewError(f"review database {path} is damaged ({text}); restore it from a copy, or pass a new --db file.")
+        return ReviewError(f"review database {path} is damaged ({text}); restore it from a "
+                           "copy, or pass a new --db file.")
     if code == 8 or "readonly" in text:
-        return ReviewError(f"review database {path} cannot be written (read-only file or folder); check its permissions.")
+        return ReviewError(f"review database {path} cannot be written (read-only file or "
+                           "folder); check its permissions.")
     if _busy(err):
         return ReviewError(f"review database {path} stayed busy with another process's changes for over a minute; "
                            "nothing was saved by this command, repeat it.")
     if "append-only" in text:
         return ReviewError(f"review database {path}: decisions are append-only and cannot be changed or removed.")
-    return ReviewError(f"review database {path}: {type(err).__name__}: {text}; check the file, or pass a new --db file.")
+    return ReviewError(f"review database {path}: {type(err).__name__}: {text}; check the "
+                       "file, or pass a new --db file.")
 
 
 # ------------------------------------------------------------------------------------------------ opening
@@ -235,7 +238,8 @@ class ReviewDB:
         def run(con: sqlite3.Connection) -> int:
             added = 0
             for note_id, text, rec in items:
-                cur = con.execute("INSERT OR IGNORE INTO notes (id, text, status, queued_at) VALUES (?, ?, 'pending', ?)",
+                cur = con.execute("INSERT OR IGNORE INTO notes (id, text, status, queued_at) "
+                                  "VALUES (?, ?, 'pending', ?)",
                                   (note_id, text, now))
                 if cur.rowcount != 1:
                     continue
@@ -262,8 +266,8 @@ class ReviewDB:
         rows = self._read("""
             SELECT n.id, n.status, n.claimed_by, n.claim_expires, n.queued_at,
                    (SELECT MAX(score) FROM suggestions s WHERE s.note = n.id) AS top,
-                   (SELECT group_concat(code, ' ') FROM (SELECT code FROM suggestions s WHERE s.note = n.id ORDER BY rank))
-                       AS codes,
+                   (SELECT group_concat(code, ' ')
+                      FROM (SELECT code FROM suggestions s WHERE s.note = n.id ORDER BY rank)) AS codes,
                    (SELECT COUNT(*) FROM decisions d WHERE d.note = n.id) AS n_decisions
             FROM notes n ORDER BY n.queued_at, n.rowid""")
         out = []
@@ -286,13 +290,15 @@ class ReviewDB:
         """One note: text, status, claim, suggestions (with evidence), each code's latest decision, the log."""
         rows = self._read("SELECT * FROM notes WHERE id = ?", (note_id,))
         if not rows:
-            raise ReviewError(f"no note {note_id!r} in the review database {self.path}; check the id (see `clinicode review stats`).")
+            raise ReviewError(f"no note {note_id!r} in the review database {self.path}; check the id (see "
+                              "`clinicode review stats`).")
         n = rows[0]
         sugg = [{"code": s["code"], "description": s["description"], "score": s["score"], "rank": s["rank"],
                  "evidence": json.loads(s["evidence"]), "checkpoint": s["checkpoint_path"],
                  "checkpoint_sha256": s["checkpoint_sha256"]}
                 for s in self._read("SELECT * FROM suggestions WHERE note = ? ORDER BY rank", (note_id,))]
-        log = [dict(r) for r in self._read("SELECT id, code, action, reviewer, at FROM decisions WHERE note = ? ORDER BY id",
+        log = [dict(r) for r in self._read("SELECT id, code, action, reviewer, at FROM decisions "
+                                           "WHERE note = ? ORDER BY id",
                                            (note_id,))]
         return {"id": n["id"], "text": n["text"], "status": n["status"], "claimed_by": n["claimed_by"],
                 "claim_expires": n["claim_expires"], "queued_at": n["queued_at"], "suggestions": sugg,
@@ -333,7 +339,8 @@ class ReviewDB:
     def release(self, note_id: str, reviewer: str) -> None:
         """Give up REVIEWER's claim on NOTE (no-op when they do not hold it)."""
         self.write(lambda con: con.execute(
-            "UPDATE notes SET claimed_by = NULL, claim_expires = NULL WHERE id = ? AND claimed_by = ?", (note_id, reviewer)))
+            "UPDATE notes SET claimed_by = NULL, claim_expires = NULL WHERE id = ? AND claimed_by = ?",
+                                           (note_id, reviewer)))
 
     # -------------------------------------------------------------------------------------------- decisions
     def decide(self, note_id: str, reviewer: str, *, accept: Sequence[str] = (), reject: Sequence[str] = (),
@@ -354,42 +361,50 @@ class ReviewDB:
         given = accept + reject + add
         twice = sorted({c for c in given if given.count(c) > 1})
         if twice:
-            raise ReviewError(f"note {note_id!r}: code {twice[0]} is given more than once; accept, reject or add each code once.")
+            raise ReviewError(f"note {note_id!r}: code {twice[0]} is given more than once; accept, "
+                              "reject or add each code once.")
         if not given and not done:
             raise ReviewError("nothing to record; pass --accept, --reject, --add CODE or --done.")
         unknown = [c for c in add if not self._known_code(c, note_id)]
         if unknown:
-            raise ReviewError(f"note {note_id!r}: --add {unknown[0]} is neither one of the model's codes nor an ICD-10-CM "
+            raise ReviewError(f"note {note_id!r}: --add {unknown[0]} is neither one of the "
+                              "model's codes nor an ICD-10-CM "
                               "code; check the spelling (the Review page searches codes and titles).")
 
         def run(con: sqlite3.Connection) -> dict[str, Any]:
             n = _open_note(con, self.path, note_id)
             _check_claim(n, reviewer, now)
             suggested = {r[0] for r in con.execute("SELECT code FROM suggestions WHERE note = ?", (note_id,))}
-            state = _state([dict(r) for r in con.execute("SELECT code, action FROM decisions WHERE note = ? ORDER BY id",
+            state = _state([dict(r) for r in con.execute("SELECT code, action FROM decisions "
+                                                         "WHERE note = ? ORDER BY id",
                                                          (note_id,))])
             for c in accept:
                 if c not in suggested:
-                    raise ReviewError(f"note {note_id!r}: {c} is not a suggested code, so it cannot be accepted; use --add {c}.")
+                    raise ReviewError(f"note {note_id!r}: {c} is not a suggested code, so it cannot "
+                                      f"be accepted; use --add {c}.")
             for c in reject:
                 if c not in suggested and state.get(c) != "add":
-                    raise ReviewError(f"note {note_id!r}: {c} is neither suggested nor added, so there is nothing to reject.")
+                    raise ReviewError(f"note {note_id!r}: {c} is neither suggested nor added, so "
+                                      "there is nothing to reject.")
             for c in add:
                 if c in suggested:
                     raise ReviewError(f"note {note_id!r}: {c} is already suggested; use --accept {c}.")
             at = utc_now()
-            rows = [(note_id, c, a, reviewer, at) for a, cs in (("accept", accept), ("reject", reject), ("add", add)) for c in cs]
+            rows = [(note_id, c, a, reviewer, at) for a, cs in (("accept", accept), ("reject", reject),
+                                                                ("add", add)) for c in cs]
             for _, c, a, _, _ in rows:
                 state[c] = a
             if done:
                 undecided = sorted(c for c in suggested if state.get(c) not in ("accept", "reject"))
                 if undecided:
                     raise ReviewError(f"note {note_id!r}: {len(undecided)} suggested code(s) have no decision yet "
-                                      f"({', '.join(undecided[:5])}); accept or reject each before finishing (nothing was saved).")
+                                      f"({', '.join(undecided[:5])}); accept or reject each before "
+                                      "finishing (nothing was saved).")
                 rows.append((note_id, None, "done", reviewer, at))
             con.executemany("INSERT INTO decisions (note, code, action, reviewer, at) VALUES (?, ?, ?, ?, ?)", rows)
             if done:
-                con.execute("UPDATE notes SET status = 'done', claimed_by = NULL, claim_expires = NULL WHERE id = ?", (note_id,))
+                con.execute("UPDATE notes SET status = 'done', claimed_by = NULL, claim_expires = NULL WHERE id = ?",
+                            (note_id,))
             else:
                 con.execute("UPDATE notes SET status = 'in_progress', claimed_by = ?, claim_expires = ? WHERE id = ?",
                             (reviewer, now + CLAIM_MINUTES * 60, note_id))
@@ -410,19 +425,22 @@ class ReviewDB:
     # -------------------------------------------------------------------------------------------- results
     def finished(self) -> list[dict[str, Any]]:
         """Done notes with text, final codes (accepted + added), suggested codes and when they were finished."""
-        notes = {r["id"]: r["text"] for r in self._read("SELECT id, text FROM notes WHERE status = 'done' ORDER BY rowid")}
+        notes = {r["id"]: r["text"] for r in self._read("SELECT id, text FROM notes WHERE "
+                                                        "status = 'done' ORDER BY rowid")}
         log: dict[str, list[dict[str, Any]]] = {i: [] for i in notes}
         for r in self._read("SELECT d.note, d.code, d.action, d.at FROM decisions d JOIN notes n ON n.id = d.note "
                             "WHERE n.status = 'done' ORDER BY d.id"):
             log[r["note"]].append(dict(r))
         suggested: dict[str, set[str]] = {i: set() for i in notes}
-        for r in self._read("SELECT s.note, s.code FROM suggestions s JOIN notes n ON n.id = s.note WHERE n.status = 'done'"):
+        for r in self._read("SELECT s.note, s.code FROM suggestions s JOIN notes n ON n.id = "
+                            "s.note WHERE n.status = 'done'"):
             suggested[r[0]].add(r[1])
         out = []
         for note_id, text in notes.items():
             state = _state(log[note_id])
             done_at = max((r["at"] for r in log[note_id] if r["action"] == "done"), default=None)
-            out.append({"id": note_id, "text": text, "state": state, "suggested": suggested[note_id], "done_at": done_at,
+            out.append({"id": note_id, "text": text, "state": state, "suggested": suggested[note_id],
+                        "done_at": done_at,
                         "labels": sorted(c for c, a in state.items() if a in ("accept", "add"))})
         return out
 
@@ -499,7 +517,8 @@ def _open_note(con: sqlite3.Connection, path: Path, note_id: str) -> sqlite3.Row
     if not rows:
         raise ReviewError(f"no note {note_id!r} in the review database {path}; check the id.")
     if rows[0]["status"] == "done":
-        raise ReviewError(f"note {note_id!r} is finished; its decisions are final (see them in `clinicode review stats`).")
+        raise ReviewError(f"note {note_id!r} is finished; its decisions are final (see them in "
+                          "`clinicode review stats`).")
     return rows[0]
 
 
@@ -512,7 +531,8 @@ def _check_claim(n: sqlite3.Row, reviewer: str, now: float) -> None:
 
 
 def _migrate(con: sqlite3.Connection, path: Path, *, target: int = SCHEMA_VERSION) -> None:
-    """Check the file is ours and bring it to `target` (a list of steps, each in the same transaction as its version)."""
+    """Check the file is ours and bring it to `target` (a list of steps, each in the same
+    transaction as its version)."""
     app_id = con.execute("PRAGMA application_id").fetchone()[0]
     version = con.execute("PRAGMA user_version").fetchone()[0]
     if app_id != APPLICATION_ID:
@@ -604,7 +624,8 @@ def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, expl
     records = read_records(input)
     first = next(records, None)
     if first is None:
-        raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, CSV/parquet row or .txt file.")
+        raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, "
+                              "CSV/parquet row or .txt file.")
     sha = checkpoint_sha256(predictor)
     ck_path = str(predictor.checkpoint.path)
     labels = predictor.labels

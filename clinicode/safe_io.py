@@ -18,7 +18,6 @@ import functools
 import hashlib
 import os
 import stat
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
@@ -66,7 +65,8 @@ def check_output_kind(path: Path | str, option: str) -> None:
     """
     kind = output_kind_problem(path)
     if kind is not None:
-        raise ConfigError(f"{option} {path} is a {kind}, not a regular file; outputs must be regular files or new paths "
+        raise ConfigError(f"{option} {path} is a {kind}, not a regular file; outputs must be "
+                          "regular files or new paths "
                           "(nothing was written).")
 
 
@@ -108,7 +108,8 @@ def locked_output(path: Path | str, *, what: str) -> tuple[int, bool]:
             Path(path).unlink(missing_ok=True)
         if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise ConfigError(f"{what} is being written by another running clinicode command ({Path(path).name} is "
-                              "locked); wait for it to finish or choose another output (nothing was written).") from None
+                              "locked); wait for it to finish or choose another "
+                              "output (nothing was written).") from None
         raise
     return fd, created
 
@@ -204,7 +205,8 @@ def input_fingerprint(path: Path | str) -> dict[str, Any] | None:
         for q in sorted(p.iterdir()):
             sub = input_fingerprint(q) if q.is_file() else None
             if sub is not None:
-                h.update(f"{q.name}\0{sub['size']}\0{sub['mtime_ns']}\0{sub['head_sha256']}\n".encode("utf-8", "surrogateescape"))
+                line = f"{q.name}\0{sub['size']}\0{sub['mtime_ns']}\0{sub['head_sha256']}\n"
+                h.update(line.encode("utf-8", "surrogateescape"))
                 size += sub["size"]
                 latest = max(latest, sub["mtime_ns"])
         return {"size": size, "mtime_ns": latest, "head_sha256": h.hexdigest()}

@@ -103,7 +103,8 @@ class Batcher:
             with self._lock:
                 self._arriving -= 1
 
-    def submit(self, prepared: Prepared, *, top_k: int | None, threshold: float | None, explain: int) -> concurrent.futures.Future:
+    def submit(self, prepared: Prepared, *, top_k: int | None, threshold: float | None,
+               explain: int) -> concurrent.futures.Future:
         fut: concurrent.futures.Future = concurrent.futures.Future()
         self.queue.put(_Job((top_k, threshold, explain), prepared, fut))
         return fut
@@ -226,7 +227,8 @@ def _kind(v: Any) -> str:
             type(None): "null"}.get(type(v), type(v).__name__)
 
 
-def parse_options(top_k: Any, explain: Any, threshold: Any, limits: Limits, *, from_query: bool = False) -> dict[str, Any]:
+def parse_options(top_k: Any, explain: Any, threshold: Any, limits: Limits, *,
+                  from_query: bool = False) -> dict[str, Any]:
     """top_k (a positive integer or "all"), explain (0..max_explain) and threshold ([0, 1]) checked, as `predict` takes
     them; absent ones take `predict`'s defaults."""
     def as_number(name: str, v: Any, kind: type) -> Any:
@@ -284,7 +286,8 @@ def parse_predict(obj: Any, limits: Limits) -> tuple[list[dict[str, Any]], dict[
             raise BadRequest(422, f"notes[{i}] is {_kind(note)}; expected an object {{\"id\": ..., \"text\": ...}}.")
         unknown = sorted(set(note) - _NOTE_KEYS)
         if unknown:
-            raise BadRequest(422, f"notes[{i}] has an unknown field {unknown[0][:40]!r}; a note has id, text and subject.")
+            raise BadRequest(422,
+                             f"notes[{i}] has an unknown field {unknown[0][:40]!r}; a note has id, text and subject.")
         if "text" not in note or note["text"] is None:
             raise BadRequest(422, f"notes[{i}] has no 'text'; give each note its text as a string.")
         if not isinstance(note["text"], str):
@@ -298,7 +301,8 @@ def parse_predict(obj: Any, limits: Limits) -> tuple[list[dict[str, Any]], dict[
         subject = note.get("subject")
         if subject is not None and not (isinstance(subject, str) or
                                         (isinstance(subject, dict) and all(isinstance(k, str) for k in subject))):
-            raise BadRequest(422, f"notes[{i}].subject is {_kind(subject)}; expected a reference such as \"Patient/123\" "
+            raise BadRequest(422,
+                             f"notes[{i}].subject is {_kind(subject)}; expected a reference such as \"Patient/123\" "
                                   "or a FHIR Reference object.")
         out.append({"id": str(rid), "text": note["text"], "subject": subject})
     return out, parse_options(obj.get("top_k"), obj.get("explain"), obj.get("threshold"), limits)
@@ -427,9 +431,11 @@ def create_app(predictor: Predictor, *, token: str | None = None, limits: Limits
         return JSONResponse({**info, "notes_scored": b.scored if b else 0, "batches": b.batches if b else 0})
 
     @app.post("/v1/predict", summary="Score notes: predict's JSON records, or a FHIR R4 Bundle with ?format=fhir",
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": _PREDICT_SCHEMA}}},
+              openapi_extra={"requestBody": {"required": True,
+                                             "content": {"application/json": {"schema": _PREDICT_SCHEMA}}},
                              "parameters": [{"name": "format", "in": "query", "required": False,
-                                             "schema": {"type": "string", "enum": ["json", "fhir"], "default": "json"}}]})
+                                             "schema": {"type": "string", "enum": ["json", "fhir"],
+                                                        "default": "json"}}]})
     @guarded
     async def predict(request: Request) -> JSONResponse:
         fmt = request.query_params.get("format", "json")
@@ -443,23 +449,28 @@ def create_app(predictor: Predictor, *, token: str | None = None, limits: Limits
         return JSONResponse({"results": records})
 
     @app.post(ANALYZE, summary="Score a FHIR DocumentReference (base64 text/plain attachment) into a FHIR R4 Bundle",
-              openapi_extra={"requestBody": {"required": True, "content": {FHIR_JSON: {"schema": {"type": "object"}},
-                                                                           "application/json": {"schema": {"type": "object"}}}},
+              openapi_extra={"requestBody": {"required": True,
+                                             "content": {FHIR_JSON: {"schema": {"type": "object"}},
+                                                         "application/json": {"schema": {"type": "object"}}}},
                              "parameters": [{"name": n, "in": "query", "required": False, "schema": {"type": t}}
-                                            for n, t in (("top_k", "integer"), ("explain", "integer"), ("threshold", "number"))]})
+                                            for n, t in (("top_k", "integer"), ("explain", "integer"),
+                                                         ("threshold", "number"))]})
     @guarded
     async def analyze(request: Request) -> JSONResponse:
         q = request.query_params
         unknown = sorted(set(q) - {"top_k", "explain", "threshold"})
         if unknown:
-            raise BadRequest(422, f"unknown query parameter {unknown[0][:40]!r}; the parameters are top_k, explain and threshold.")
+            raise BadRequest(422,
+                             f"unknown query parameter {unknown[0][:40]!r}; the parameters are "
+                             "top_k, explain and threshold.")
         opts = parse_options(q.get("top_k"), q.get("explain"), q.get("threshold"), limits, from_query=True)
         try:
             note = note_from_document_reference(parse_json(await read_body(request, limits.max_body_bytes)))
         except DataFormatError as err:
             raise BadRequest(422, str(err)) from None
         if len(note["text"]) > limits.max_text_chars:
-            raise BadRequest(413, f"the note has {len(note['text']):,} characters; the limit is {limits.max_text_chars:,} "
+            raise BadRequest(413,
+                             f"the note has {len(note['text']):,} characters; the limit is {limits.max_text_chars:,} "
                                   "(--max-text-chars); shorten or split the note.")
         records = await score([note], opts)
         return JSONResponse(bundle(records, systems=systems, subjects=[note["subject"]], documents=[note["document"]]),
@@ -472,7 +483,8 @@ def create_app(predictor: Predictor, *, token: str | None = None, limits: Limits
 _NOTE_SCHEMA = {"type": "object", "required": ["text"], "additionalProperties": False, "properties": {
     "id": {"type": "string", "description": "Your id for the note (default: its position)."},
     "text": {"type": "string", "description": "The note's text."},
-    "subject": {"description": "FHIR subject, e.g. \"Patient/123\" or a Reference object; carried into the FHIR output.",
+    "subject": {"description": "FHIR subject, e.g. \"Patient/123\" or a Reference object; "
+                               "carried into the FHIR output.",
                 "oneOf": [{"type": "string"}, {"type": "object"}]}}}
 _PREDICT_SCHEMA = {"type": "object", "required": ["notes"], "additionalProperties": False, "properties": {
     "notes": {"type": "array", "minItems": 1, "items": _NOTE_SCHEMA},
@@ -500,7 +512,8 @@ def read_token(path: Path) -> str:
         st = os.stat(path)
     except OSError:
         raise ConfigError(f"--token-file {path}: not found; write a long random token into it (e.g. "
-                          f"`python -c 'import secrets; print(secrets.token_urlsafe(32))' > {path}; chmod 600 {path}`).") from None
+                          "`python -c 'import secrets; print(secrets.token_urlsafe(32))' > "
+                          f"{path}; chmod 600 {path}`).") from None
     if not stat.S_ISREG(st.st_mode):
         raise ConfigError(f"--token-file {path}: not a regular file; give the file holding the token.")
     if os.name == "posix" and st.st_mode & 0o077:

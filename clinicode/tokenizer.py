@@ -43,7 +43,8 @@ class Encoded:
 
 
 def _build(vocab: dict[str, int] | None, max_len: int | None) -> Tokenizer:
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK_TOKEN) if vocab else models.WordLevel(unk_token=UNK_TOKEN))
+    tok = Tokenizer(models.WordLevel(vocab=vocab,
+                                     unk_token=UNK_TOKEN) if vocab else models.WordLevel(unk_token=UNK_TOKEN))
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Split(_SPLIT, behavior="removed")
     if max_len is not None:
@@ -164,11 +165,13 @@ class ClinicalTokenizer:
         try:
             tok = Tokenizer.from_file(str(path))
         except Exception as err:  # the Rust side raises a plain Exception
-            raise CheckpointError(f"{path}: not a readable tokenizer.json ({err}); re-create it with `clinicode train`.") from err
+            raise CheckpointError(f"{path}: not a readable tokenizer.json ({err}); re-create "
+                                  "it with `clinicode train`.") from err
         trunc = tok.truncation
         max_len = int(trunc["max_length"]) if trunc else DEFAULT_MAX_LEN
         if tok.token_to_id(PAD_TOKEN) != PAD_ID or tok.token_to_id(UNK_TOKEN) != 1:
-            raise CheckpointError(f"{path}: expected {PAD_TOKEN}=0 and {UNK_TOKEN}=1 in the vocabulary; not a clinicode tokenizer.")
+            raise CheckpointError(f"{path}: expected {PAD_TOKEN}=0 and {UNK_TOKEN}=1 in the vocabulary; "
+                                  "not a clinicode tokenizer.")
         return cls(tok, max_len=max_len)
 
     def save(self, path: Path) -> None:

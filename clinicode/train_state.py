@@ -180,7 +180,8 @@ def save_state(state_dir: Path, *, model: torch.nn.Module, opt: torch.optim.Opti
         data: {"fingerprint", "path"} of the training data, checked by `load_state` on resume.
     """
     with atomic_dir(state_dir) as tmp:
-        write_safetensors_atomic(tmp / "last.safetensors", {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()})
+        write_safetensors_atomic(tmp / "last.safetensors", {k: v.detach().cpu().contiguous()
+                                                            for k, v in model.state_dict().items()})
         tensors, meta = _optim_to_tensors(opt)
         write_safetensors_atomic(tmp / "optim.safetensors", tensors)
         if average is not None:
@@ -214,7 +215,8 @@ class Resumed:
         try:
             _optim_from_tensors(opt, self.tensors["optim.safetensors"], self.state["optim"])
         except (KeyError, ValueError, RuntimeError, TypeError) as err:
-            raise CheckpointError(f"state/optim.safetensors does not fit this model ({type(err).__name__}); the run cannot "
+            raise CheckpointError("state/optim.safetensors does not fit this model "
+                                  f"({type(err).__name__}); the run cannot "
                                   f"resume from it. {RESTART}") from None
 
     def average(self) -> dict[str, torch.Tensor] | None:
@@ -249,7 +251,8 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
         if not p.is_file():
             raise CheckpointError(f"{p} is missing; the run cannot resume from it. {RESTART}")
         if sha256_file(p) != digest:
-            raise CheckpointError(f"{p} does not match the hash in state.json (damaged, truncated or from another run); "
+            raise CheckpointError(f"{p} does not match the hash in state.json (damaged, "
+                                  "truncated or from another run); "
                                   f"the run cannot resume from it. {RESTART}")
         if name.endswith(".safetensors"):
             try:
@@ -268,7 +271,8 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
         raise ConfigError(f"--resume: {run} was started with different options ({diff}); "
                           "repeat the original options or start a new --out folder.")
     model_config = saved_config(LEAMConfig, state["model_config"], source="state/state.json")
-    changed = [f"{k}: {getattr(model_config, k)} then {v}" for k, v in model_options.items() if getattr(model_config, k) != v]
+    changed = [f"{k}: {getattr(model_config, k)} then {v}"
+               for k, v in model_options.items() if getattr(model_config, k) != v]
     if changed:
         raise ConfigError(f"--resume: {run} was started with other model options ({', '.join(changed)}); "
                           "repeat the original options or start a new --out folder.")

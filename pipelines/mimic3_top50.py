@@ -20,9 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mimic-dir", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--splits-dir", type=Path, default=None, help="CAML's split-id folder (needed for comparable numbers)")
+    ap.add_argument("--splits-dir", type=Path, default=None,
+                    help="CAML's split-id folder (needed for comparable numbers)")
     ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a train option, e.g. --set epochs=2")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a train option, e.g. --set epochs=2")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 

@@ -48,7 +48,8 @@ def load_recipe(recipe: str | Path) -> dict[str, Any]:
         raise ConfigError(f"recipe {recipe}: cannot read {path} ({err}); choose one of {', '.join(RECIPES)}.") from err
     unknown = sorted(set(config) - _TOP)
     if unknown:
-        raise ConfigError(f"unknown top-level key {unknown[0]!r} in the pipeline config; known: {', '.join(sorted(_TOP))}.")
+        raise ConfigError(f"unknown top-level key {unknown[0]!r} in the pipeline config; known: "
+                          f"{', '.join(sorted(_TOP))}.")
     return config
 
 
@@ -68,7 +69,8 @@ def run_pipeline(config: dict[str, Any], *, mimic_dir: Path, out: Path, splits_r
     if splits_dir is not None:
         prep.pop("splits_file", None)
         prep["splits_dir"] = splits_dir
-    train_cfg = config_from_dict(TrainConfig, {**config.get("train", {}), **(overrides or {})}, source="pipeline config 'train'")
+    train_cfg = config_from_dict(TrainConfig, {**config.get("train", {}), **(overrides or {})},
+                                 source="pipeline config 'train'")
     out.mkdir(parents=True, exist_ok=True)
     data = out / "data"
     summary = prepare_mimic(mimic_dir, data, note_dir=note_dir, **prep)
@@ -78,7 +80,8 @@ def run_pipeline(config: dict[str, Any], *, mimic_dir: Path, out: Path, splits_r
     keys = [k for k in KEYS if k in metrics]
     report = {
         "config": config, "overrides": overrides or {}, "prepare": summary,
-        "protocol": ({"name": protocol.name, "source": protocol.source, "counts": protocol.counts} if protocol else None),
+        "protocol": ({"name": protocol.name, "source": protocol.source,
+                      "counts": protocol.counts} if protocol else None),
         "test": {k: metrics[k] for k in keys}, "test_threshold_0.5": {k: metrics["threshold_0.5"][k] for k in keys},
         "paper": config.get("paper", {}), "comparable": bool(summary.get("comparable")),
     }
@@ -129,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--splits-root", type=Path, default=Path("../shared/data"),
                     help="folder the recipe's split files are relative to (default ../shared/data)")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a train option, e.g. --set epochs=2")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a train option, e.g. --set epochs=2")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     return run_and_print(lambda: load_recipe(args.recipe), args.out, mimic_dir=args.mimic_dir, note_dir=args.note_dir,

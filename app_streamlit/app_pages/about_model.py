@@ -34,7 +34,8 @@ if data:
     st.markdown(
         f"Prepared dataset `{data.get('path', '?')}` "
         f"({'still present' if present else 'no longer on disk'}): "
-        f"**{data.get('n_train', '?')}** train · **{data.get('n_dev', '?')}** dev · **{data.get('n_test', '?')}** test notes"
+        f"**{data.get('n_train', '?')}** train · **{data.get('n_dev', '?')}** dev · "
+        f"**{data.get('n_test', '?')}** test notes"
         + (f" · label set `{data['label_set']}`" if data.get("label_set") else "")
     )
 else:
@@ -44,7 +45,8 @@ mt = card.get("metrics_test") or {}
 st.subheader("Test metrics")
 if mt:
     rows = []
-    for name, m in ((f"tuned ({float(mt.get('threshold', card['threshold'])):.3f})", mt), ("0.5", mt.get("threshold_0.5") or {})):
+    for name, m in ((f"tuned ({float(mt.get('threshold', card['threshold'])):.3f})", mt),
+                    ("0.5", mt.get("threshold_0.5") or {})):
         rows.append({"threshold": name, **{k: v for k, v in render.headline_metrics(m).items()}})
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
                  column_config={k: st.column_config.NumberColumn(format="%.3f") for k, _ in render.HEADLINE})

@@ -1,4 +1,5 @@
-"""Batch scoring: upload CSV or JSONL (id, text) -> scored table with per-row errors -> the CLI's CSV / JSONL records."""
+"""Batch scoring: upload CSV or JSONL (id, text) -> scored table with per-row errors -> the CLI's CSV / JSONL
+records."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ run = state.current_run()
 
 st.title("Batch scoring")
 st.caption(
-    f"Model **{run.name}**. Upload a CSV with columns `id,text` or a JSONL file with one `{{\"id\", \"text\"}}` object per "
+    f"Model **{run.name}**. Upload a CSV with columns `id,text` or a JSONL file with one "
+    f"`{{\"id\", \"text\"}}` object per "
     f"line (at most {render.MAX_UPLOAD_MB} MB). Files are read in memory and never saved."
 )
 

@@ -35,7 +35,8 @@ if source == "Paste text":
         "Clinical note", key="note_text", height=220, placeholder="Paste a discharge summary (free text)…"
     )
 elif source == "Upload .txt":
-    up = st.file_uploader("Note file (.txt, UTF-8)", type=["txt"], key="note_file", max_upload_size=render.MAX_UPLOAD_MB)
+    up = st.file_uploader("Note file (.txt, UTF-8)", type=["txt"], key="note_file",
+                          max_upload_size=render.MAX_UPLOAD_MB)
     if up is not None:
         if up.size > render.MAX_UPLOAD_MB * 1024 * 1024:
             st.error(f"{up.name} is {up.size / 1e6:.1f} MB; the limit is {render.MAX_UPLOAD_MB} MB.")
@@ -108,7 +109,8 @@ table = render.code_table(p.scores, descs, thr, gold=gold, top_k=10, single_labe
 predicted = table.loc[table["above_threshold"], "code"].tolist()
 st.session_state["predicted_codes"] = predicted
 
-# The title goes last: long ICD-10 titles then take the room that is left instead of pushing the probability out of view.
+# The title goes last: long ICD-10 titles then take the room that is left instead of pushing the probability out of
+# view.
 TABLE_COLUMNS = ("code", "probability", "above_threshold", "outcome", "gold", "description")
 left, right = st.columns([7, 5], gap="large")  # ICD-10 titles are long: the code table gets the wider half
 with left:
@@ -126,11 +128,14 @@ with left:
         column_order=[c for c in TABLE_COLUMNS if c in table],
         column_config={
             "code": st.column_config.TextColumn("Code", width="small"),
-            "description": st.column_config.TextColumn("Description", help="The code's title; hover a cell for all of it."),
+            "description": st.column_config.TextColumn("Description",
+                                                       help="The code's title; hover a cell for all of it."),
             "probability": st.column_config.ProgressColumn(
                 "Probability", min_value=0.0, max_value=1.0, format="%.3f", width="small"
             ),
-            "above_threshold": st.column_config.CheckboxColumn("Predicted", width="small", help="Above the threshold (a single-label model: its top code)."),
+            "above_threshold": st.column_config.CheckboxColumn("Predicted", width="small",
+                                                               help="Above the threshold (a "
+                                                                    "single-label model: its top code)."),
             "gold": st.column_config.CheckboxColumn("Gold", width="small"),
             "outcome": st.column_config.TextColumn("Outcome", width="small"),
         },
@@ -149,7 +154,8 @@ with left:
     if query.strip():
         hits, n_hits = render.search_codes(p.scores, descs, query, thr, gold=gold, single_label=pred.single_label)
         found = hits["code"].tolist()
-        st.caption(f"{n_hits:,} code{'s' * (n_hits != 1)} match" + (f"; the {len(hits)} most probable are shown" if n_hits > len(hits) else ""))
+        st.caption(f"{n_hits:,} code{'s' * (n_hits != 1)} match"
+                   + (f"; the {len(hits)} most probable are shown" if n_hits > len(hits) else ""))
         if n_hits:
             st.dataframe(
                 render.style_outcomes(hits), hide_index=True, width="stretch", key="search_table",
@@ -157,7 +163,8 @@ with left:
                 column_config={
                     "code": st.column_config.TextColumn("Code", width="small"),
                     "description": st.column_config.TextColumn("Description"),
-                    "probability": st.column_config.ProgressColumn("Probability", min_value=0.0, max_value=1.0, format="%.3f", width="small"),
+                    "probability": st.column_config.ProgressColumn("Probability", min_value=0.0, max_value=1.0,
+                                                                   format="%.3f", width="small"),
                     "above_threshold": st.column_config.CheckboxColumn("Predicted", width="small"),
                     "gold": st.column_config.CheckboxColumn("Gold", width="small"),
                     "outcome": st.column_config.TextColumn("Outcome", width="small"),

@@ -76,8 +76,10 @@ heat = pd.DataFrame(
 codes_all, codes = codes, shown
 size = max(300, min(720, 13 * len(codes)))
 hm = alt.Chart(heat).mark_rect().encode(
-    x=alt.X("code_embedding:N", sort=codes, title="Code embedding", axis=alt.Axis(labelFontSize=8, labelAngle=-90, labelOverlap=False)),
-    y=alt.Y("notes_with:N", sort=codes, title="Mean of notes with code", axis=alt.Axis(labelFontSize=8, labelOverlap=False)),
+    x=alt.X("code_embedding:N", sort=codes, title="Code embedding", axis=alt.Axis(labelFontSize=8, labelAngle=-90,
+                                                                                  labelOverlap=False)),
+    y=alt.Y("notes_with:N", sort=codes, title="Mean of notes with code", axis=alt.Axis(labelFontSize=8,
+                                                                                       labelOverlap=False)),
     color=alt.Color("cosine:Q", scale=alt.Scale(scheme="redblue", reverse=True, domainMid=0), title="cosine"),
     tooltip=["notes_with", "code_embedding", alt.Tooltip("cosine:Q", format=".3f")],
 ).properties(width=size, height=size * heat["notes_with"].nunique() / max(1, len(codes)))
@@ -105,7 +107,8 @@ code_pts = pd.DataFrame({
 })
 code_pts["description"] = [descs.get(c, "") for c in codes]
 domain = top + ["other"]
-TABLEAU10 = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#79706e"]
+TABLEAU10 = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+             "#79706e"]
 colour = alt.Color(
     "code:N", scale=alt.Scale(domain=domain, range=TABLEAU10[: len(top)] + ["#c8c8c8"]),
     title="Code (notes: most frequent gold code)",

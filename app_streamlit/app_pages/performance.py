@@ -7,8 +7,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 import streamlit as st
-from sklearn.metrics import auc as sk_auc
-from sklearn.metrics import precision_recall_curve, roc_curve
+from sklearn.metrics import auc as sk_auc, precision_recall_curve, roc_curve
 
 import render
 import state
@@ -57,16 +56,19 @@ if not per.empty:
             y=y, x=alt.X("f1:Q", title="F1", scale=alt.Scale(domain=[0, 1])), tooltip=tip
         )
         auc_bars = base.mark_bar(color="#f58518").properties(width=280).encode(
-            y=alt.Y("code:N", sort=order, axis=None), x=alt.X("auc:Q", title="ROC AUC", scale=alt.Scale(domain=[0, 1])), tooltip=tip
+            y=alt.Y("code:N", sort=order, axis=None), x=alt.X("auc:Q", title="ROC AUC", scale=alt.Scale(domain=[0, 1])),
+                                                                               tooltip=tip
         )
         sup_bars = base.mark_bar(color="#9d9d9d").properties(width=180).encode(
             y=alt.Y("code:N", sort=order, axis=None), x=alt.X("support:Q", title="Support (test notes)"), tooltip=tip
         )
         st.altair_chart(alt.hconcat(f1_bars, auc_bars, sup_bars, spacing=10), width="content")
-        st.caption(f"F1 at the tuned threshold {tuned:.3f}; AUC is undefined (missing bar) for codes without both classes in test.")
+        st.caption(f"F1 at the tuned threshold {tuned:.3f}; AUC is undefined (missing bar) for codes "
+                   "without both classes in test.")
     else:
         st.caption(f"{n_codes:,} codes: grouped below, with the best and worst codes and a searchable table of all of "
-                   f"them. F1 at the tuned threshold {tuned:.3f}; AUC only where a code has positive and negative test notes.")
+                   f"them. F1 at the tuned threshold {tuned:.3f}; AUC only where a code has "
+                   "positive and negative test notes.")
 
     group_tabs = st.tabs(["By frequency band", "By ICD chapter"])
     for tab, by, title in ((group_tabs[0], "band", f"Codes seen in this many {per.attrs['band_source']}"),
@@ -92,7 +94,8 @@ if not per.empty:
                  "auc": st.column_config.NumberColumn("AUC", format="%.3f"),
                  "band": st.column_config.TextColumn("Frequency band"),
                  "chapter": st.column_config.TextColumn("Chapter")}
-    shown = [c for c in ("code", "description", "support", "precision", "recall", "f1", "auc", "band", "chapter") if c in per]
+    shown = [c for c in ("code", "description", "support", "precision", "recall", "f1", "auc", "band",
+                         "chapter") if c in per]
     if n_codes > BARS_UP_TO:
         best_col, worst_col = st.columns(2)
         for col, best, label in ((best_col, True, "Best"), (worst_col, False, "Worst")):
@@ -124,7 +127,8 @@ cdf = pd.DataFrame({"threshold": curve["threshold"], "micro-F1": curve["f1_micro
 long = cdf.melt("threshold", var_name="metric", value_name="F1")
 lines = alt.Chart(long).mark_line().encode(
     x=alt.X("threshold:Q", title="Threshold"), y=alt.Y("F1:Q", scale=alt.Scale(domain=[0, 1])),
-    color=alt.Color("metric:N", title=None), tooltip=["metric", alt.Tooltip("threshold:Q", format=".2f"), alt.Tooltip("F1:Q", format=".3f")],
+    color=alt.Color("metric:N", title=None), tooltip=["metric", alt.Tooltip("threshold:Q", format=".2f"),
+                                                      alt.Tooltip("F1:Q", format=".3f")],
 )
 rules = alt.Chart(pd.DataFrame({"threshold": [tuned, 0.5], "which": [f"tuned {tuned:.3f}", "0.5"]})).mark_rule(
     strokeDash=[4, 4], color="gray"
@@ -147,7 +151,8 @@ if kind == "ROC":
     fpr, tpr, _ = roc_curve(yk, sk)
     df = pd.DataFrame({"x": fpr, "y": tpr})
     xt, yt, area = "False positive rate", "True positive rate", f"AUC {sk_auc(fpr, tpr):.3f}"
-    diag = alt.Chart(pd.DataFrame({"x": [0, 1], "y": [0, 1]})).mark_line(strokeDash=[4, 4], color="gray").encode(x="x:Q", y="y:Q")
+    diag = alt.Chart(pd.DataFrame({"x": [0, 1], "y": [0, 1]})).mark_line(strokeDash=[4, 4],
+                                                                         color="gray").encode(x="x:Q", y="y:Q")
 else:
     prec, rec, _ = precision_recall_curve(yk, sk)
     df = pd.DataFrame({"x": rec, "y": prec})
@@ -157,4 +162,5 @@ line = alt.Chart(df).mark_line(interpolate="step-after" if kind != "ROC" else "l
     x=alt.X("x:Q", title=xt, scale=alt.Scale(domain=[0, 1])), y=alt.Y("y:Q", title=yt, scale=alt.Scale(domain=[0, 1]))
 )
 chart = (line + diag) if diag is not None else line
-st.altair_chart(chart.properties(height=320, title=f"{code}: {area} · {int(yk.sum())} positive test notes"), width="stretch")
+st.altair_chart(chart.properties(height=320, title=f"{code}: {area} · {int(yk.sum())} positive test notes"),
+                width="stretch")

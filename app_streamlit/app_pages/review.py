@@ -17,9 +17,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-import render
 import clinicode.review as review
 from clinicode.errors import ClinicodeError
+
+import render
 
 OPEN = "review_open"      # session key: the id of the note this session has open
 FLASH = "review_flash"    # session key: a message to show after a rerun
@@ -44,7 +45,8 @@ env_db = os.environ.get(review.DB_ENV, "")
 c1, c2 = st.columns([3, 2])
 db_path = env_db or c1.text_input(
     "Review database", key="review_db", placeholder="reviews.sqlite",
-    help="The SQLite file `clinicode review queue --db FILE` filled (or set CLINICODE_REVIEW_DB before starting the app).")
+    help="The SQLite file `clinicode review queue --db FILE` filled (or set CLINICODE_REVIEW_DB "
+         "before starting the app).")
 if env_db:
     c1.caption(f"Review database `{env_db}` (from {review.DB_ENV}).")
 reviewer = c2.text_input("Reviewer", key="review_reviewer", placeholder="your name",
@@ -73,7 +75,8 @@ try:
         for col, s in zip(m, review.STATUSES):
             col.metric(s.capitalize(), counts[s], border=True)
         f1, f2, f3 = st.columns([2, 1, 1])
-        status = f1.multiselect("Status", list(review.STATUSES), default=["pending", "in progress"], key="review_status")
+        status = f1.multiselect("Status", list(review.STATUSES), default=["pending", "in progress"],
+                                key="review_status")
         all_codes = sorted({c for n in everything for c in n["codes"]})
         code = f2.selectbox("Suggested code", ["(any)", *all_codes], key="review_code")
         min_score = f3.slider("Best score at least", 0.0, 1.0, 0.0, 0.05, key="review_min_score")
@@ -184,7 +187,8 @@ try:
                    "added: coded but not suggested (the model's misses). Precision = accepted / (accepted + rejected); "
                    "recall = accepted / (accepted + added).")
         cols = st.columns(5)
-        for col, (k, lab) in zip(cols, (("accepted", "Accepted"), ("rejected", "Rejected"), ("added", "Added (misses)"))):
+        for col, (k, lab) in zip(cols, (("accepted", "Accepted"), ("rejected", "Rejected"),
+                                        ("added", "Added (misses)"))):
             col.metric(lab, o[k], border=True)
         for col, k in zip(cols[3:], ("precision", "recall")):
             col.metric(k.capitalize(), "–" if o[k] is None else f"{o[k]:.1%}", border=True)

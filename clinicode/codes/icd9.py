@@ -84,10 +84,12 @@ def load_descriptions_tsv(path: Path) -> dict[str, str]:
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError:
-                    raise DataFormatError(f"{path}: line {n} is not UTF-8 text; save the descriptions file as UTF-8.") from None
+                    raise DataFormatError(f"{path}: line {n} is not UTF-8 text; save the "
+                                          "descriptions file as UTF-8.") from None
                 code, _, desc = line.rstrip("\r\n").partition("\t")
                 if code:
                     out[code.strip()] = desc.strip()
     except OSError as err:
-        raise DataFormatError(f"{path}: cannot read code descriptions ({err.strerror or type(err).__name__}).") from None
+        raise DataFormatError(f"{path}: cannot read code descriptions "
+                              f"({err.strerror or type(err).__name__}).") from None
     return out

@@ -29,7 +29,8 @@ class LabelSet:
     def __post_init__(self) -> None:
         if len(self.codes) != len(self.descriptions):
             raise DataFormatError(
-                f"LabelSet: {len(self.codes)} codes but {len(self.descriptions)} descriptions; give one description per code."
+                f"LabelSet: {len(self.codes)} codes but {len(self.descriptions)} descriptions; give "
+                "one description per code."
             )
         if len(set(self.codes)) != len(self.codes):
             dup = sorted({c for c in self.codes if self.codes.count(c) > 1})
@@ -87,9 +88,11 @@ class LabelSet:
             with open(path, encoding="utf-8") as f:
                 raw = json.load(f)
         except (OSError, json.JSONDecodeError) as err:
-            raise DataFormatError(f"{path}: cannot read labels ({err}); expected a JSON list of {{'code', 'description'}}.") from err
+            raise DataFormatError(f"{path}: cannot read labels ({err}); expected a JSON list of "
+                                  f"{{'code', 'description'}}.") from err
         if not isinstance(raw, list):
-            raise DataFormatError(f"{path}: expected a JSON list of {{'code', 'description'}} objects, got {type(raw).__name__}.")
+            raise DataFormatError(f"{path}: expected a JSON list of {{'code', 'description'}} objects, "
+                                  f"got {type(raw).__name__}.")
         codes, descs = [], []
         for i, item in enumerate(raw):
             if isinstance(item, str):
@@ -99,5 +102,6 @@ class LabelSet:
                 codes.append(item["code"])
                 descs.append(str(item.get("description") or ""))
             else:
-                raise DataFormatError(f"{path}: entry {i} has no string 'code'; expected {{'code': ..., 'description': ...}}.")
+                raise DataFormatError(f"{path}: entry {i} has no string 'code'; expected "
+                                      f"{{'code': ..., 'description': ...}}.")
         return cls(tuple(codes), tuple(descs))

@@ -77,7 +77,8 @@ def find_table(mimic_dir: Path, table: str, *, required: bool = True) -> Path | 
             f"MIMIC folder {mimic_dir} does not exist or is not a folder; pass --mimic-dir pointing at MIMIC-III v1.4."
         )
     wanted = {f"{table.lower()}.csv": 0, f"{table.lower()}.csv.gz": 1}
-    hits = sorted((wanted[p.name.lower()], p.name, p) for p in mimic_dir.iterdir() if p.name.lower() in wanted and p.is_file())
+    hits = sorted((wanted[p.name.lower()], p.name,
+                   p) for p in mimic_dir.iterdir() if p.name.lower() in wanted and p.is_file())
     if hits:
         return hits[0][2]
     if required:
@@ -98,7 +99,8 @@ def _read_header(path: Path, required: tuple[str, ...]) -> dict[str, str]:
     try:
         header = pd.read_csv(path, nrows=0, encoding="utf-8")
     except pd.errors.EmptyDataError as err:
-        raise DataFormatError(f"{path} is empty; expected a CSV with header {','.join(required)}. Re-extract the file.") from err
+        raise DataFormatError(f"{path} is empty; expected a CSV with header "
+                              f"{','.join(required)}. Re-extract the file.") from err
     except _READ_ERRORS as err:
         raise DataFormatError(
             f"{path} cannot be read as CSV ({type(err).__name__}); the file is probably truncated or not gzip/CSV. "
@@ -141,7 +143,8 @@ def _wrap_chunks(path: Path, chunks) -> Iterator[pd.DataFrame]:
 def _content_error(path: Path, err: BaseException, columns: tuple[str, ...] | None, what: str) -> DataFormatError:
     """One-line message for a table whose bytes or values do not parse; never quotes the offending value."""
     if isinstance(err, UnicodeDecodeError):
-        return DataFormatError(f"{path} is not valid UTF-8 ({err.reason}); {_release(path).split()[0]} is UTF-8, re-save or "
+        return DataFormatError(f"{path} is not valid UTF-8 ({err.reason}); "
+                               f"{_release(path).split()[0]} is UTF-8, re-save or "
                                "re-extract the file.")
     if isinstance(err, ValueError) and not isinstance(err, (UnicodeError, pd.errors.ParserError)):
         cols = ", ".join(c for c in (columns or ("ROW_ID", "SUBJECT_ID", "HADM_ID")) if c.endswith("_ID"))
@@ -150,7 +153,8 @@ def _content_error(path: Path, err: BaseException, columns: tuple[str, ...] | No
             f"expected {_release(path)}'s integer ids. Re-download or re-extract the file."
         )
     return DataFormatError(
-        f"{path} {what} ({type(err).__name__}); the file is probably truncated or corrupt. Re-download or re-extract it."
+        f"{path} {what} ({type(err).__name__}); the file is probably truncated or corrupt. "
+        "Re-download or re-extract it."
     )
 
 
@@ -171,7 +175,8 @@ def read_codes(mimic_dir: Path, table: str) -> tuple[pd.DataFrame, ReadStats]:
     df = df.rename(columns={v: k for k, v in names.items()})
     stats = ReadStats(table, str(path), rows_read=len(df))
     if not len(df):
-        raise DataFormatError(f"{path} has a header but no rows; expected one row per assigned code. Re-extract the file.")
+        raise DataFormatError(f"{path} has a header but no rows; expected one row per assigned "
+                              "code. Re-extract the file.")
     codes = df["ICD9_CODE"].str.strip()
     no_code = codes.isna() | (codes == "")
     no_hadm = df["HADM_ID"].isna()
@@ -203,7 +208,8 @@ def read_titles(mimic_dir: Path, table: str) -> tuple[dict[str, str], Path | Non
     return titles, path
 
 
-def iter_discharge_summaries(mimic_dir: Path, *, chunksize: int = 20_000, stats: ReadStats | None = None) -> Iterator[pd.DataFrame]:
+def iter_discharge_summaries(mimic_dir: Path, *, chunksize: int = 20_000,
+                             stats: ReadStats | None = None) -> Iterator[pd.DataFrame]:
     """Stream NOTEEVENTS and yield only its discharge-summary rows (Report and Addendum), chunk by chunk.
 
     Never holds more than `chunksize` raw rows; only the needed columns are parsed.
@@ -241,7 +247,8 @@ def iter_discharge_summaries(mimic_dir: Path, *, chunksize: int = 20_000, stats:
                 "TEXT": chunk["TEXT"].fillna(""),
             })
     if stats.rows_read == 0:
-        raise DataFormatError(f"{path} has a header but no rows; expected MIMIC-III's 2,083,180 notes. Re-extract the file.")
+        raise DataFormatError(f"{path} has a header but no rows; expected MIMIC-III's 2,083,180 "
+                              "notes. Re-extract the file.")
     log.info("%s: %d rows read, %d discharge-summary rows kept", NOTEEVENTS, stats.rows_read, stats.rows_kept)
 
 

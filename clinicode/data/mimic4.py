@@ -45,7 +45,8 @@ def find_table4(folder: Path, sub: str, table: str, *, required: bool = True) ->
     if required:
         option = "--note-dir" if sub == NOTE else "--mimic-dir"
         raise DataFormatError(
-            f"{sub}/{table}.csv(.gz) not found in {folder}; expected MIMIC-IV's {sub}/{table} table there. Pass {option} "
+            f"{sub}/{table}.csv(.gz) not found in {folder}; expected MIMIC-IV's {sub}/{table} "
+            f"table there. Pass {option} "
             "pointing at the folder that holds it (PhysioNet ships hosp/ in MIMIC-IV and note/ in MIMIC-IV-Note)."
         )
     return None
@@ -65,7 +66,8 @@ def _ids(series: pd.Series, path: Path, column: str) -> pd.Series:
                               "expected MIMIC-IV's integer ids. Re-download or re-extract the file.") from None
 
 
-def read_codes4(mimic_dir: Path, table: str, *, version: int, chunksize: int = 500_000) -> tuple[pd.DataFrame, ReadStats]:
+def read_codes4(mimic_dir: Path, table: str, *, version: int,
+                chunksize: int = 500_000) -> tuple[pd.DataFrame, ReadStats]:
     """Rows of hosp/diagnoses_icd or hosp/procedures_icd of one ICD version, codes as stored (strings, undotted).
 
     Args:
@@ -100,10 +102,13 @@ def read_codes4(mimic_dir: Path, table: str, *, version: int, chunksize: int = 5
                                        "HADM_ID": hadm[keep].astype("int64").to_numpy(),
                                        "ICD_CODE": codes[keep].astype(str).to_numpy()}))
     if stats.rows_read == 0:
-        raise DataFormatError(f"{path} has a header but no rows; expected one row per assigned code. Re-extract the file.")
-    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"SUBJECT_ID": [], "HADM_ID": [], "ICD_CODE": []})
+        raise DataFormatError(f"{path} has a header but no rows; expected one row per assigned "
+                              "code. Re-extract the file.")
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"SUBJECT_ID": [], "HADM_ID": [],
+                                                                          "ICD_CODE": []})
     stats.rows_kept = len(out)
-    log.info("%s (ICD-%d): %d rows read, %d kept, dropped %s", table, version, stats.rows_read, stats.rows_kept, stats.dropped)
+    log.info("%s (ICD-%d): %d rows read, %d kept, dropped %s", table, version, stats.rows_read, stats.rows_kept,
+             stats.dropped)
     return out, stats
 
 
@@ -118,7 +123,8 @@ def read_titles4(mimic_dir: Path, table: str, *, version: int) -> tuple[dict[str
     return dict(zip(df["ICD_CODE"].str.strip(), df["LONG_TITLE"].fillna("").str.strip())), path
 
 
-def stream_discharge(note_dir: Path, *, chunksize: int = 5_000, stats: ReadStats | None = None) -> Iterator[pd.DataFrame]:
+def stream_discharge(note_dir: Path, *, chunksize: int = 5_000,
+                     stats: ReadStats | None = None) -> Iterator[pd.DataFrame]:
     """Stream note/discharge chunk by chunk, dropping (and counting) rows without hadm_id or without text.
 
     Each row keeps a 64-bit hash of its text as read, so a text repeated within an admission can be dropped later
@@ -162,7 +168,8 @@ def stream_discharge(note_dir: Path, *, chunksize: int = 5_000, stats: ReadStats
                 "TEXT": text.to_numpy()[keep],
             })
     if stats.rows_read == 0:
-        raise DataFormatError(f"{path} has a header but no rows; expected MIMIC-IV-Note's 331,794 discharge notes. Re-extract it.")
+        raise DataFormatError(f"{path} has a header but no rows; expected MIMIC-IV-Note's 331,794 "
+                              "discharge notes. Re-extract it.")
     log.info("%s: %d rows read, %d kept", DISCHARGE, stats.rows_read, stats.rows_kept)
 
 

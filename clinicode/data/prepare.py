@@ -22,11 +22,11 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from clinicode.artifacts import atomic_dir, check_output, make_manifest, sha256_file, write_manifest
+from clinicode.codes.icd9 import load_descriptions_tsv
+from clinicode.codes.icd10 import format_code, icd10_cm_titles, normalise_code
 from clinicode.config import PREPARE, PrepareConfig
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50, LABELS_FILE, SPLITS
 from clinicode.data import mimic, mimic4
-from clinicode.codes.icd9 import load_descriptions_tsv
-from clinicode.codes.icd10 import format_code, icd10_cm_titles, normalise_code
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import is_prepared_dataset
 from clinicode.data.protocols import Protocol, find_protocol
@@ -63,7 +63,8 @@ class _Source:
     docs: pd.DataFrame             # HADM_ID (sorted, unique), SUBJECT_ID, n_notes: admissions with a note with text
     titles: dict[str, str]         # dotted code -> title
     title_sources: dict[str, str]
-    texts: Callable[[np.ndarray], Iterator[tuple[np.ndarray, pa.Array]]]  # kept hadm ids -> (ids, joined texts), id order
+    texts: Callable[[np.ndarray], Iterator[tuple[np.ndarray,
+                                                 pa.Array]]]  # kept hadm ids -> (ids, joined texts), id order
     note_order: str
     inputs: dict[str, Path]
     dropped: dict[str, int] = field(default_factory=dict)
@@ -83,7 +84,8 @@ def _dotted(raw: pd.Series, *, version: int, is_diagnosis: bool, path: str) -> p
     return raw.map(mapping).astype(str)
 
 
-def _coded(source: _Source, table: str, raw: pd.DataFrame, column: str, *, is_diagnosis: bool, path: str) -> pd.DataFrame:
+def _coded(source: _Source, table: str, raw: pd.DataFrame, column: str, *, is_diagnosis: bool,
+           path: str) -> pd.DataFrame:
     dotted = _dotted(raw[column], version=source.icd_version, is_diagnosis=is_diagnosis, path=path)
     malformed = dotted == ""
     source.drop(f"{table}.malformed_code", int(malformed.sum()))  # e.g. 'NA', '401.90000', full-width digits
@@ -243,7 +245,8 @@ def _mimic4(mimic_dir: Path, note_dir: Path, cfg: PrepareConfig, work: Path) -> 
     for reason, n in stats.dropped.items():
         source.drop(f"discharge.{reason}", n)
     if not keys:
-        raise DataFormatError(f"No discharge note with text in {paths[mimic4.DISCHARGE]} (read {stats.rows_read:,} rows). "
+        raise DataFormatError(f"No discharge note with text in {paths[mimic4.DISCHARGE]} (read "
+                              f"{stats.rows_read:,} rows). "
                               "Is --note-dir the MIMIC-IV-Note v2.2 folder?")
     rows = pd.concat(keys, ignore_index=True)
     dup = rows.duplicated(["HADM_ID", "HASH"])
@@ -298,14 +301,17 @@ def _read_pinned(path: Path, known: set[str]) -> list[str]:
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as err:
-        raise DataFormatError(f"{path} cannot be read as UTF-8 text ({type(err).__name__}); expected one code per line.") from err
+        raise DataFormatError(f"{path} cannot be read as UTF-8 text ({type(err).__name__}); "
+                              "expected one code per line.") from err
     codes = [normalise_code(c, known) for c in (line.strip() for line in lines) if c]
     if len(set(codes)) != len(codes) or not codes:
-        raise DataFormatError(f"{path}: expected distinct codes, one per line; got {len(codes)} lines, {len(set(codes))} distinct.")
+        raise DataFormatError(f"{path}: expected distinct codes, one per line; got {len(codes)} lines, "
+                              f"{len(set(codes))} distinct.")
     return codes
 
 
-def _label_codes(cfg: PrepareConfig, label_set: str, codes: pd.DataFrame, pinned: Path | None) -> tuple[list[str], pd.DataFrame]:
+def _label_codes(cfg: PrepareConfig, label_set: str, codes: pd.DataFrame,
+                 pinned: Path | None) -> tuple[list[str], pd.DataFrame]:
     """The label set's codes (sorted by code string, CAML's convention) and the code counts they came from."""
     counts = _code_counts(codes)
     if label_set == "caml50":
@@ -317,7 +323,8 @@ def _label_codes(cfg: PrepareConfig, label_set: str, codes: pd.DataFrame, pinned
     else:  # full
         chosen = counts.loc[counts["n"] >= cfg.min_code_count, "code"].tolist()
     if not chosen:
-        raise DataFormatError("No code is left for the label set (no coded admission has a note, or --min-code-count is "
+        raise DataFormatError("No code is left for the label set (no coded admission has a "
+                              "note, or --min-code-count is "
                               "higher than any code's count); check --mimic-dir, --icd-version and --min-code-count.")
     return sorted(chosen), counts
 
@@ -326,7 +333,8 @@ def _file_info(path: Path) -> dict[str, Any]:
     return {"path": str(path), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
-_SCHEMA = pa.schema([("id", pa.string()), ("subject_id", pa.int64()), ("text", pa.string()), ("labels", pa.list_(pa.string()))])
+_SCHEMA = pa.schema([("id", pa.string()), ("subject_id", pa.int64()), ("text", pa.string()),
+                     ("labels", pa.list_(pa.string()))])
 
 
 def _write_splits(out: Path, docs: pd.DataFrame, texts: Iterator[tuple[np.ndarray, pa.Array]]) -> None:
@@ -360,7 +368,8 @@ def detect_release(mimic_dir: Path) -> str:
     """
     mimic_dir = Path(mimic_dir)
     if not mimic_dir.is_dir():
-        raise DataFormatError(f"MIMIC folder {mimic_dir} does not exist or is not a folder; pass --mimic-dir pointing at "
+        raise DataFormatError(f"MIMIC folder {mimic_dir} does not exist or is not a folder; "
+                              "pass --mimic-dir pointing at "
                               "MIMIC-III v1.4 or MIMIC-IV v2.2.")
     if mimic4.is_mimic4(mimic_dir):
         return "mimic4"
@@ -414,20 +423,23 @@ def prepare_mimic(
     cfg = PrepareConfig(label_set=label_set, top_k=top_k, min_code_count=min_code_count, icd_version=icd_version,
                         chunksize=chunksize, note_chunksize=note_chunksize)  # range checks live there
     if splits_dir is not None and splits_file is not None:
-        raise ConfigError("give --splits-dir (CAML/MIMIC-IV-ICD id lists) or --splits-file (hadm_id,split CSV), not both.")
+        raise ConfigError("give --splits-dir (CAML/MIMIC-IV-ICD id lists) or --splits-file "
+                          "(hadm_id,split CSV), not both.")
     release = detect_release(mimic_dir)
     if release == "mimic4" and icd_version is None:
         raise ConfigError(f"{mimic_dir} is MIMIC-IV, which codes in ICD-9 and ICD-10: pass --icd-version 9 or 10.")
     if release == "mimic3" and icd_version not in (None, 9):
         raise ConfigError(f"{mimic_dir} is MIMIC-III, which is coded in ICD-9 only; drop --icd-version 10.")
     if release == "mimic3" and note_dir is not None:
-        raise ConfigError("--note-dir is for MIMIC-IV (note/discharge); MIMIC-III's notes are in NOTEEVENTS in --mimic-dir.")
+        raise ConfigError("--note-dir is for MIMIC-IV (note/discharge); MIMIC-III's notes are in "
+                          "NOTEEVENTS in --mimic-dir.")
     chosen_set = cfg.label_set or ("caml50" if release == "mimic3" else "top50")
     if chosen_set == "caml50" and release == "mimic4":
         raise ConfigError("--label-set caml50 is CAML's MIMIC-III list; for MIMIC-IV use top50, frequent or full.")
     note_dir = Path(note_dir) if note_dir is not None else mimic_dir
     check_output(out_dir, option="--out", command="prepare", folder=True, recognise=is_prepared_dataset,
-                 inputs={"--mimic-dir": mimic_dir, "--note-dir": note_dir, "--splits-dir": splits_dir, "--splits-file": splits_file})
+                 inputs={"--mimic-dir": mimic_dir, "--note-dir": note_dir, "--splits-dir": splits_dir,
+                         "--splits-file": splits_file})
 
     # Split lists first: a bad file fails before the long read of the notes.
     kind = "full" if chosen_set == "full" else "50"
@@ -443,7 +455,8 @@ def prepare_mimic(
     pinned = Path(splits_dir) / TOP50_CODES_FILE if splits_dir is not None and chosen_set == "top50" else None
     pinned = pinned if pinned is not None and pinned.is_file() else None
     protocol = find_protocol(split_files + ([pinned] if pinned else []))
-    matches = protocol is not None and (protocol.mimic, protocol.icd_version, protocol.label_set, protocol.min_code_count) == (
+    matches = protocol is not None and (protocol.mimic, protocol.icd_version, protocol.label_set,
+                                        protocol.min_code_count) == (
         release, cfg.icd_version or 9, chosen_set, cfg.min_code_count if chosen_set == "full" else 1)
     if expect_published_counts and not matches:
         raise ConfigError("expect_published_counts=True needs a published protocol's split files with its options "
@@ -618,8 +631,10 @@ def _manifest(source: _Source, plan: _Plan, summary: dict[str, Any], n_docs: dic
             "top_k": cfg.top_k, "min_code_count": cfg.min_code_count,
             "splits_dir": str(plan.splits_dir) if plan.splits_dir is not None else None,
             "splits_file": str(plan.splits_file) if plan.splits_file is not None else None,
-            "split_method": ("published id lists" if plan.split_ids is not None else "md5(SUBJECT_ID) buckets 8066:1573:1729"),
-            "chunksize": cfg.chunksize, "note_chunksize": cfg.note_chunksize, "expect_published_counts": plan.check_counts,
+            "split_method": ("published id lists" if plan.split_ids is not None else "md5(SUBJECT_ID) "
+                                                                                     "buckets 8066:1573:1729"),
+            "chunksize": cfg.chunksize, "note_chunksize": cfg.note_chunksize,
+                    "expect_published_counts": plan.check_counts,
         },
         counts={"documents": n_docs, "admissions_with_note": len(source.docs), **source.counts},
         code_counts={"codes_on_admissions_with_a_note": n_codes},
@@ -631,5 +646,6 @@ def _manifest(source: _Source, plan: _Plan, summary: dict[str, Any], n_docs: dic
         inputs=inputs,
         protocol=(protocol.name if protocol else None),
         comparable=comparable,
-        comparability=f"comparable with {protocol.name} ({protocol.source})" if comparable and protocol else NOT_COMPARABLE,
+        comparability="comparable with "
+                      f"{protocol.name} ({protocol.source})" if comparable and protocol else NOT_COMPARABLE,
     )

@@ -90,13 +90,15 @@ def _check_utf8(path: Path) -> None:
                 decoder.decode(block)
             except UnicodeDecodeError as err:
                 raise DataFormatError(
-                    f"{path} is not valid UTF-8 (bad byte near offset {offset + err.start:,}); re-save the file as UTF-8."
+                    f"{path} is not valid UTF-8 (bad byte near offset {offset + err.start:,}); "
+                    "re-save the file as UTF-8."
                 ) from None
             offset += len(block)
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError:
-            raise DataFormatError(f"{path} is not valid UTF-8 (truncated character at the end); re-save the file as UTF-8.") from None
+            raise DataFormatError(f"{path} is not valid UTF-8 (truncated character at the end); "
+                                  "re-save the file as UTF-8.") from None
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
@@ -108,9 +110,11 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as err:
-                raise DataFormatError(f"{path} line {lineno}: not valid JSON ({err.msg}); expected one JSON object per line.") from None
+                raise DataFormatError(f"{path} line {lineno}: not valid JSON ({err.msg}); expected "
+                                      "one JSON object per line.") from None
             if not isinstance(obj, dict):
-                raise DataFormatError(f"{path} line {lineno}: expected a JSON object with id, text, labels, got {type(obj).__name__}.")
+                raise DataFormatError(f"{path} line {lineno}: expected a JSON object with id, text, labels, "
+                                      f"got {type(obj).__name__}.")
             rows.append({k: obj.get(k) for k in (ID, TEXT, LABELS, SUBJECT_ID) if k in obj})
     return pd.DataFrame(rows)
 
@@ -121,7 +125,8 @@ def _read_csv(path: Path) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise DataFormatError(f"{path} is empty; expected a header with columns id, text, labels.") from None
     except (pd.errors.ParserError, ValueError) as err:
-        raise DataFormatError(f"{path} cannot be parsed as CSV ({type(err).__name__}); expected columns id, text, labels.") from err
+        raise DataFormatError(f"{path} cannot be parsed as CSV ({type(err).__name__}); expected "
+                              "columns id, text, labels.") from err
     if LABELS in df.columns:
         comma = next((i for i, s in enumerate(df[LABELS]) if "," in s), None)
         if comma is not None:
@@ -138,7 +143,8 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     try:
         return pd.read_parquet(path)
     except Exception as err:  # pyarrow raises several unrelated types for damaged files
-        raise DataFormatError(f"{path} cannot be read as parquet ({type(err).__name__}); re-run `clinicode prepare`.") from err
+        raise DataFormatError(f"{path} cannot be read as parquet ({type(err).__name__}); "
+                              "re-run `clinicode prepare`.") from err
 
 
 def _column(values: list, index: pd.Index) -> pd.Series:
@@ -183,7 +189,8 @@ def _read_split(path: Path) -> pd.DataFrame:
             f"{path}: {len(dup)} duplicate id(s), e.g. {dup.iloc[0]!r}; ids must be unique within a split."
         )
     text = df[TEXT]
-    typed = [i for i, t in enumerate(text) if not (t is None or isinstance(t, str) or (isinstance(t, float) and t != t))]  # NaN: missing
+    typed = [i for i, t in enumerate(text)
+             if not (t is None or isinstance(t, str) or (isinstance(t, float) and t != t))]  # NaN: missing
     if typed:
         i = typed[0]
         raise DataFormatError(
@@ -204,7 +211,8 @@ def _read_split(path: Path) -> pd.DataFrame:
 def _leaks(splits: dict[str, pd.DataFrame]) -> dict[str, dict[str, int]]:
     """Ids and note texts that occur in more than one split: {"ids": {"train/test": n}, "texts": {...}}."""
     found: dict[str, dict[str, int]] = {"ids": {}, "texts": {}}
-    keys = {name: (set(df[ID]), {hashlib.sha1(t.encode("utf-8")).digest() for t in df[TEXT]}) for name, df in splits.items()}
+    keys = {name: (set(df[ID]), {hashlib.sha1(t.encode("utf-8")).digest() for t in df[TEXT]})
+            for name, df in splits.items()}
     names = list(keys)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
@@ -229,7 +237,8 @@ def read_split(path: Path, split: str) -> pd.DataFrame:
     if file is None:
         present = [s for s in SPLITS if _find_split_file(path, s) is not None]
         raise DataFormatError(
-            f"split {split!r} not in {path}; available splits: {', '.join(present) or 'none'}. Add {split}.parquet/.jsonl/.csv to the folder."
+            f"split {split!r} not in {path}; available splits: {', '.join(present) or 'none'}. Add "
+            f"{split}.parquet/.jsonl/.csv to the folder."
         )
     return _read_split(file)
 
@@ -244,7 +253,8 @@ def read_split_codes(path: Path, split: str) -> pd.DataFrame:
         try:
             df = pq.read_table(file, columns=[ID, LABELS]).to_pandas()
         except Exception as err:  # pyarrow raises several unrelated types for damaged files
-            raise DataFormatError(f"{file} cannot be read as parquet ({type(err).__name__}); re-run `clinicode prepare`.") from err
+            raise DataFormatError(f"{file} cannot be read as parquet ({type(err).__name__}); "
+                                  "re-run `clinicode prepare`.") from err
         df[ID] = df[ID].astype(str)
         df[LABELS] = _column([_as_label_list(v, file, i) for v, i in zip(df[LABELS], df[ID])], df.index)
         return df
@@ -263,7 +273,8 @@ def read_split_texts(path: Path, split: str, note_ids: Sequence[str]) -> list[st
         try:
             table = pq.read_table(file, columns=[ID, TEXT], filters=[(ID, "in", wanted)])
         except Exception as err:  # pyarrow raises several unrelated types for damaged files
-            raise DataFormatError(f"{file} cannot be read as parquet ({type(err).__name__}); re-run `clinicode prepare`.") from err
+            raise DataFormatError(f"{file} cannot be read as parquet ({type(err).__name__}); "
+                                  "re-run `clinicode prepare`.") from err
         found = dict(zip(map(str, table.column(ID).to_pylist()), table.column(TEXT).to_pylist()))
     else:
         df = read_split(path, split)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Protocol:
-    """One published benchmark: its split files, the options that reproduce it, and its counts under clinicode's rules."""
+    """One published benchmark: its split files, the options that reproduce it, and its counts
+    under clinicode's rules."""
 
     name: str
     source: str

@@ -35,7 +35,8 @@ def read_id_list(path: Path) -> list[int]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
-        raise DataFormatError(f"{path} cannot be read as UTF-8 text ({type(err).__name__}); expected one HADM_ID per line.") from err
+        raise DataFormatError(f"{path} cannot be read as UTF-8 text ({type(err).__name__}); "
+                              "expected one HADM_ID per line.") from err
     ids: list[int] = []
     seen: set[int] = set()
     for lineno, line in enumerate(lines, 1):
@@ -46,7 +47,8 @@ def read_id_list(path: Path) -> list[int]:
             hadm = int(s)
         except ValueError:
             raise DataFormatError(
-                f"{path} line {lineno}: {s[:20]!r} is not an integer HADM_ID; expected one integer per line (after an optional hadm_id header)."
+                f"{path} line {lineno}: {s[:20]!r} is not an integer HADM_ID; expected one integer per line (after an "
+                "optional hadm_id header)."
             ) from None
         if hadm in seen:
             raise DataFormatError(f"{path} line {lineno}: HADM_ID {hadm} is listed twice; each id must appear once.")
@@ -85,7 +87,8 @@ def read_splits(splits_dir: Path, kind: str = "50") -> dict[str, list[int]]:
     splits_dir = Path(splits_dir)
     if not splits_dir.is_dir():
         raise DataFormatError(
-            f"splits folder {splits_dir} does not exist; pass --splits-dir pointing at a folder of *_{kind}_hadm_ids.csv files."
+            f"splits folder {splits_dir} does not exist; pass --splits-dir pointing at a folder of "
+            f"*_{kind}_hadm_ids.csv files."
         )
     splits = {s: read_id_list(split_file(splits_dir, s, kind)) for s in SPLITS}
     check_disjoint(splits)
@@ -104,7 +107,8 @@ def read_split_file(path: Path) -> dict[str, list[int]]:
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as err:
-        raise DataFormatError(f"{path} cannot be read as UTF-8 text ({type(err).__name__}); expected hadm_id,split rows.") from err
+        raise DataFormatError(f"{path} cannot be read as UTF-8 text ({type(err).__name__}); "
+                              "expected hadm_id,split rows.") from err
     if not lines or [c.strip().lower() for c in lines[0].split(",")] != ["hadm_id", "split"]:
         raise DataFormatError(f"{path}: the first line must be the header hadm_id,split (Edin et al.'s format).")
     splits: dict[str, list[int]] = {s: [] for s in SPLITS}

@@ -34,7 +34,8 @@ def describe_columns(columns, *, limit: int = 12) -> str:
     names (longer than 32 characters, more than three words, or unusual characters) are shown by length only.
     """
     cols = [str(c) for c in columns]
-    shown = [c if _COLUMN_NAME.fullmatch(c) and len(c.split()) <= 3 else f"<{len(c)}-character name>" for c in cols[:limit]]
+    shown = [c if _COLUMN_NAME.fullmatch(c) and len(c.split()) <= 3 else f"<{len(c)}-character name>"
+             for c in cols[:limit]]
     text = ", ".join(shown) + (f" and {len(cols) - limit} more" if len(cols) > limit else "") if cols else "none"
     if any(s.startswith("<") for s in shown):
         text += "; is the header row missing?"

@@ -39,7 +39,8 @@ _FILLER = (
     "Pain was controlled with oral medications.", "Family meeting held on [**2150-1-3**] with the daughter.",
     "Social work was consulted for discharge planning.", "Medications were reconciled, see list below.",
     "The patient was transferred from [**Hospital1 18**] for further care.", "Code status: full code.",
-    "Follow up with PCP Dr. [**First Name (STitle) 2343**] in 1-2 weeks.", "Creatinine 1.2, potassium 4.1, glucose 112.",
+    "Follow up with PCP Dr. [**First Name (STitle) 2343**] in 1-2 weeks.",
+           "Creatinine 1.2, potassium 4.1, glucose 112.",
     "Exam: alert, oriented x3, lungs with scattered crackles, abdomen soft, non-tender.",
     "Patient stated \"I feel better today\" on morning rounds.", "Discharged to home with services, VNA to follow.",
     "Blood pressure 128/76, heart rate 82, O2 sat 96% on RA.", "Repeat labs in 1 week, call with results.",
@@ -50,7 +51,8 @@ _MEDS = ("Aspirin 81 mg PO DAILY", "Metoprolol tartrate 25 mg PO BID", "Atorvast
          "Acetaminophen 650 mg PO Q6H:PRN pain", "Heparin 5000 unit SC TID")
 _OTHER_CATEGORIES = (("Nursing/other", "Report"), ("Radiology", "CHEST (PORTABLE AP)"), ("ECG", "Report"),
                      ("Nursing", "Nursing Progress Note"), ("Physician ", "Physician Resident Progress Note"),
-                     ("Echo", "Report"), ("Respiratory ", "Respiratory Care Shift Note"), ("Nutrition", "Nutrition Note"))
+                     ("Echo", "Report"), ("Respiratory ", "Respiratory Care Shift Note"),
+                     ("Nutrition", "Nutrition Note"))
 _OTHER_TEXTS = (
     "Sinus rhythm. Normal ECG. Rate {a}.", "Pt resting comfortably, VSS, HR {a}, will cont to monitor.",
     "PORTABLE CHEST: lines and tubes in place, no pneumothorax. [**Hospital1 18**]",
@@ -114,11 +116,15 @@ def _discharge_text(rng: random.Random, codes: list[str], phrases: dict[str, tup
     meds = "\n".join(f"{i}. {m}" for i, m in enumerate(rng.sample(_MEDS, k=rng.randint(2, 5)), 1))
     return (
         f"Admission Date:  [**{date}**]              Discharge Date:   [**{date}**]\n\n"
-        f"Date of Birth:  [**2080-{rng.randint(1, 12)}-{rng.randint(1, 28)}**]             Sex:   {rng.choice('MF')}\n\n"
-        f"Service: {rng.choice(_SERVICES)}\n\nChief Complaint:\n{rng.choice(['dyspnea', 'chest pain', 'fever, weakness', 'altered mental status'])}\n\n"
-        f"History of Present Illness:\n{rng.randint(40, 90)} yo with history of {', '.join(mentions[:half]) or 'no significant illness'}, "
+        f"Date of Birth:  [**2080-{rng.randint(1, 12)}-{rng.randint(1, 28)}**]             "
+        f"Sex:   {rng.choice('MF')}\n\n"
+        f"Service: {rng.choice(_SERVICES)}\n\nChief "
+        f"Complaint:\n{rng.choice(['dyspnea', 'chest pain', 'fever, weakness', 'altered mental status'])}\n\n"
+        f"History of Present Illness:\n{rng.randint(40, 90)} yo with history of "
+        f"{', '.join(mentions[:half]) or 'no significant illness'}, "
         f"presenting from [**Hospital1 18**]. {filler(2)}\n\n"
-        f"Brief Hospital Course:\n{filler(3)} Hospital course notable for {', '.join(mentions[half:]) or 'an uneventful stay'}. {filler(2)}\n\n"
+        f"Brief Hospital Course:\n{filler(3)} Hospital course notable for "
+        f"{', '.join(mentions[half:]) or 'an uneventful stay'}. {filler(2)}\n\n"
         f"Discharge Medications:\n{meds}\n\nDischarge Diagnosis:\n{'; '.join(mentions) or 'see above'}\n\n"
         f"Discharge Condition:\nstable, {rng.randint(1, 3)} day follow up, \"ambulatory\".\n"
     )
@@ -147,7 +153,8 @@ _PAD_SENTENCES = _FILLER + (
     "HEENT: NCAT, PERRL, EOMI, MMM, oropharynx clear.", "Neck: supple, JVP not elevated, no LAD.",
     "Ext: warm, well perfused, 1+ pitting edema bilaterally.", "Neuro: CN II-XII intact, strength 5/5 throughout.",
     "Skin: intact, no rashes noted.", "Abd: soft, NT/ND, normoactive bowel sounds.",
-    "Alert and oriented, follows commands, MAE.", "NSR 70s-80s, no ectopy noted.", "Voiding via foley, clear yellow urine.",
+    "Alert and oriented, follows commands, MAE.", "NSR 70s-80s, no ectopy noted.",
+                            "Voiding via foley, clear yellow urine.",
     "Tolerating clears, advance diet as tolerated.", "Lung sounds clear upper lobes, diminished at the bases.",
     "Will continue to monitor and update the team with any changes.", "Electrolytes repleted per sliding scale.",
     "Seen and discussed with the attending, agree with the plan as outlined above.", "No acute events overnight.",
@@ -159,7 +166,8 @@ _PAD_SENTENCES = _FILLER + (
 )
 _PAD_TEMPLATES = (
     "[**{d}**] {h:02d}:{mi:02d}AM BLOOD WBC-{f1:.1f} RBC-{f2:.2f} Hgb-{f3:.1f} Hct-{f4:.1f} MCV-{n1} Plt Ct-{n2}",
-    "[**{d}**] {h:02d}:{mi:02d}AM BLOOD Glucose-{n2} UreaN-{n3} Creat-{f1:.1f} Na-{n4} K-{f2:.1f} Cl-{n1} HCO3-{n3} AnGap-{n5}",
+    "[**{d}**] {h:02d}:{mi:02d}AM BLOOD Glucose-{n2} UreaN-{n3} Creat-{f1:.1f} Na-{n4} K-{f2:.1f} "
+    "Cl-{n1} HCO3-{n3} AnGap-{n5}",
     "[**{d}**] {h:02d}:{mi:02d}PM BLOOD PT-{f3:.1f} PTT-{n3}.{n5} INR(PT)-{f2:.1f}",
     "VS: T {t:.1f} HR {n1} BP {n2}/{n3} RR {n5} O2 sat {s}% on {l}L NC.",
     "I/O: {n2}0 in, {n1}0 out over the last 24 hours.",
@@ -237,7 +245,8 @@ def _padded_discharge(padder: _Padder, summaries: list[tuple], mean_chars: int) 
     is_add = np.fromiter((s[3] == "Addendum" for s in summaries), dtype=bool, count=len(summaries))
     base = np.fromiter((len(s[4]) for s in summaries), dtype=np.float64, count=len(summaries))
     report_mean = mean_chars / (1 - (1 - _ADDENDUM_SHARE) * is_add.mean()) if len(summaries) else mean_chars
-    total = padder.lengths(np.where(is_add, _ADDENDUM_SHARE * report_mean, report_mean), _PAD_SIGMA_DISCHARGE, _PAD_MAX_DISCHARGE)
+    total = padder.lengths(np.where(is_add, _ADDENDUM_SHARE * report_mean, report_mean), _PAD_SIGMA_DISCHARGE,
+                           _PAD_MAX_DISCHARGE)
     pad = np.maximum(total - base - 4, 0)
     b1, e1 = padder.spans(0.7 * pad, at_header=True)
     b2, e2 = padder.spans(0.3 * pad, at_header=False)
@@ -249,7 +258,8 @@ _COURSE, _MEDS_HEAD = "\n\nBrief Hospital Course:", "\n\nDischarge Medications:"
 
 def _insert_padding(text: str, corpus: str, span: tuple[int, int, int, int],
                     heads: tuple[str, str] = (_COURSE, _MEDS_HEAD)) -> str:
-    """Insert the two padding spans before the course and the medication headers (`heads`); addenda get them appended."""
+    """Insert the two padding spans before the course and the medication headers (`heads`); addenda
+    get them appended."""
     b1, e1, b2, e2 = span
     i, j = text.find(heads[0]), text.find(heads[1])
     if i < 0 or j < 0:  # addendum: append
@@ -309,7 +319,8 @@ def write_demo_mimic(
     return summary
 
 
-def _check_options(n_admissions: int, n_other_notes: int | None, discharge_chars: int | None, other_chars: int | None) -> None:
+def _check_options(n_admissions: int, n_other_notes: int | None, discharge_chars: int | None,
+                   other_chars: int | None) -> None:
     if not isinstance(n_admissions, int) or n_admissions < 1:
         raise ConfigError(f"n_admissions must be a positive integer, got {n_admissions!r}.")
     if n_other_notes is not None and (not isinstance(n_other_notes, int) or n_other_notes < 0):
@@ -319,7 +330,8 @@ def _check_options(n_admissions: int, n_other_notes: int | None, discharge_chars
             raise ConfigError(f"{name} must be a positive integer or None, got {value!r}.")
 
 
-def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | None, seed: int, hadm_ids_from: Path | None,
+def _write_demo_mimic(out_dir: Path, *, n_admissions: int, n_other_notes: int | None, seed: int,
+                      hadm_ids_from: Path | None,
                       gzip: bool, discharge_chars: int | None, other_chars: int | None) -> dict:
     """Write a synthetic MIMIC-III-shaped folder (clearly labelled as synthetic by a README.txt).
 
@@ -462,12 +474,15 @@ def _codes_and_summaries(rng: random.Random, nrng: np.random.Generator, hadm_ids
         text_codes = [c for c in codes]
         if rng.random() < 0.2:  # an addendum carrying some of the evidence
             cut = rng.randint(0, len(text_codes))
-            report = (subject, hadm, date, "Report", _discharge_text(rng, text_codes[:cut], phrases, top, date, "Report"))
-            addendum = (subject, hadm, date, "Addendum", _discharge_text(rng, text_codes[cut:], phrases, top, date, "Addendum"))
+            report = (subject, hadm, date, "Report",
+                      _discharge_text(rng, text_codes[:cut], phrases, top, date, "Report"))
+            addendum = (subject, hadm, date, "Addendum",
+                        _discharge_text(rng, text_codes[cut:], phrases, top, date, "Addendum"))
             # Half the addenda are stored before their report; clinicode still puts the report first.
             summaries.extend([addendum, report] if rng.random() < 0.5 else [report, addendum])
         else:
-            summaries.append((subject, hadm, date, "Report", _discharge_text(rng, text_codes, phrases, top, date, "Report")))
+            summaries.append((subject, hadm, date, "Report",
+                              _discharge_text(rng, text_codes, phrases, top, date, "Report")))
     # Discharge summaries without HADM_ID cannot be placed in a split (dropped and counted by prepare).
     for _ in range(max(1, n_total // 500)):
         summaries.append((rng.choice(subjects), None, "2150-01-01", "Report",
@@ -498,12 +513,14 @@ def _write_title_table(path: Path, *, diagnoses: bool, gzip: bool) -> str:
 def _write_noteevents(path: Path, nrng: np.random.Generator, summaries: list[tuple], hadm_ids: list[int],
                       subjects: list[int], *, n_other: int, seed: int, discharge_chars: int | None,
                       other_chars: int | None, gzip: bool) -> int:
-    """NOTEEVENTS, streamed in chunks: the discharge summaries spread over the chunks of other notes; returns its rows."""
+    """NOTEEVENTS, streamed in chunks: the discharge summaries spread over the chunks of other notes; returns
+    its rows."""
     n_total = len(hadm_ids)
     chunk = 100_000
     n_chunks = max(1, -(-n_other // chunk))
     per_chunk = -(-len(summaries) // n_chunks)
-    variants = [t.format(a=a, b=b, c=c) for t in _OTHER_TEXTS for a, b, c in zip(range(60, 110, 5), range(1, 11), range(88, 98))]
+    variants = [t.format(a=a, b=b, c=c) for t in _OTHER_TEXTS for a, b, c in zip(range(60, 110, 5), range(1, 11),
+                                                                                 range(88, 98))]
     hadm_arr = np.asarray(hadm_ids, dtype=np.int64)
     subj_arr = np.asarray(subjects, dtype=np.int64)
     # Padding draws from its own generator, so the unpadded tables (ids, codes, template text) stay the same.
@@ -544,7 +561,8 @@ def _write_noteevents(path: Path, nrng: np.random.Generator, summaries: list[tup
                 for b0 in range(0, m, 10_000):
                     f.write("".join(
                         f"{row_id + j + 1},{subj_col[j]},{'' if hadm_col[j] < 0 else hadm_col[j]},2150-01-01,"
-                        f"2150-01-01 08:00:00,2150-01-01 09:00:00,{heads[cat_l[j]]},{17000 + j % 500},,{_csv_field(texts[j])}\n"
+                        "2150-01-01 08:00:00,2150-01-01 "
+                        f"09:00:00,{heads[cat_l[j]]},{17000 + j % 500},,{_csv_field(texts[j])}\n"
                         for j in range(b0, min(m, b0 + 10_000))))
                 row_id += m
                 continue

@@ -23,8 +23,18 @@ import numpy as np
 from clinicode.config import DEMO
 from clinicode.data.splits import read_id_list, read_split_file
 from clinicode.errors import ConfigError, DataFormatError
-from clinicode.synthetic.code_tables import (CODE_INFO, ICD9_DX_TAIL, ICD9_PX_TAIL, ICD9_TOP_EXTRA, ICD10_CM_TAIL_FIRST,
-                                             ICD10_PCS, ICD10_TOP_PHRASES, TOP50_ICD9, TOP50_ICD10, TOP_ICD9_PROCEDURES)
+from clinicode.synthetic.code_tables import (
+    CODE_INFO,
+    ICD9_DX_TAIL,
+    ICD9_PX_TAIL,
+    ICD9_TOP_EXTRA,
+    ICD10_CM_TAIL_FIRST,
+    ICD10_PCS,
+    ICD10_TOP_PHRASES,
+    TOP50_ICD9,
+    TOP50_ICD10,
+    TOP_ICD9_PROCEDURES,
+)
 from clinicode.synthetic.mimic3 import _csv_field, _insert_padding, _Padder
 
 log = logging.getLogger(__name__)
@@ -202,7 +212,8 @@ _INSTRUCTIONS = (
 # Radiology: code-like findings, so a prepare step that wrongly read note/radiology would change documents.
 _RAD_EXAMS = (
     ("CHEST (PA AND LAT)", ("pneumonia", "pleural effusion", "pulmonary edema", "atelectasis", "cardiomegaly",
-                            "no pneumothorax", "consolidation concerning for pneumonia", "small left pleural effusion")),
+                            "no pneumothorax", "consolidation concerning for pneumonia",
+                            "small left pleural effusion")),
     ("CHEST (PORTABLE AP)", ("pleural effusion", "pneumonia", "endotracheal tube in place", "picc line tip in the svc",
                              "interstitial edema", "bibasilar atelectasis")),
     ("CT HEAD W/O CONTRAST", ("no acute intracranial hemorrhage", "chronic small vessel ischemic disease",
@@ -476,7 +487,8 @@ def _discharge_texts(rng: random.Random, cat: tuple[CodeInfo, ...], dx: list[int
     diag_text = f"PRIMARY:\n{diag[0]}\n\nSECONDARY:\n" + "\n".join(diag[1:]) if diag else "see hospital course"
     instructions = " ".join(rng.sample(_INSTRUCTIONS, 2))
     ds = (
-        f" \nName:  ___                     Unit No:   ___\n \nAdmission Date:  ___              Discharge Date:   ___\n"
+        " \nName:  ___                     Unit No:   ___\n \nAdmission Date:  ___            "
+        "  Discharge Date:   ___\n"
         f" \nDate of Birth:  ___             Sex:   {sex}\n \nService: {rng.choice(_SERVICES4)}\n \nAllergies: \n"
         f"{rng.choice(_ALLERGIES)}\n \nAttending: ___.\n \nChief Complaint:\n{cc}\n"
         f" \nMajor Surgical or Invasive Procedure:\n{chr(10).join(procs) or 'None'}\n"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ast
-import re
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,7 +20,8 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "app_streamlit" / "main.py"
 PAGES = ["code_note", "performance", "embeddings", "batch", "about_model"]
-NOTE = "Patient with hypertension and congestive heart failure, atrial fibrillation. <script>alert(1)</script> on coumadin."
+NOTE = ("Patient with hypertension and congestive heart failure, atrial fibrillation. <script>alert(1)</script> "
+        "on coumadin.")
 
 
 @pytest.fixture(scope="module")
@@ -173,9 +174,11 @@ def test_batch_page_reports_a_bad_file_without_crashing(app_env):
 
 # ------------------------------------------------------------------------------------------ import boundary
 ALLOWED = {"clinicode.predict", "clinicode.metrics", "clinicode.errors", "clinicode.checkpoint",
-           "clinicode.predict_io",      # the output records' one writer and chunked scorer, shared with `clinicode predict`
+           # the output records' one writer and chunked scorer, shared with `clinicode predict`
+           "clinicode.predict_io",
            "clinicode.codes",  # code systems: pure code-to-title tables, no torch, no data
-           "clinicode.review"}  # the Review page and `clinicode review decide` share one decision path (no torch at import)
+           # the Review page and `clinicode review decide` share one decision path (no torch at import)
+           "clinicode.review"}
 
 
 def test_app_modules_import_only_predict_metrics_checkpoint_errors_statically():
@@ -213,7 +216,8 @@ def test_running_app_never_loads_train_or_data_preparation(runs_dir):
     assert out.returncode == 0, out.stderr[-3000:]
     mods = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert "clinicode.predict" in mods
-    for banned in ("clinicode.train", "clinicode.data.prepare", "clinicode.data.mimic", "clinicode.evaluate", "clinicode.embeddings"):
+    for banned in ("clinicode.train", "clinicode.data.prepare", "clinicode.data.mimic", "clinicode.evaluate",
+                   "clinicode.embeddings"):
         assert banned not in mods
 
 
@@ -273,7 +277,8 @@ def many_codes_runs(tmp_path_factory) -> Path:
     rng = random.Random(0)
     data = tmp_path_factory.mktemp("many_codes_data")
     codes = [f"{400 + k // 10}.{k % 10}" for k in range(N_MANY)]
-    (data / "labels.json").write_text(json.dumps([{"code": c, "description": f"condition number {k}"} for k, c in enumerate(codes)]))
+    (data / "labels.json").write_text(json.dumps([{"code": c, "description": f"condition number {k}"}
+                                                  for k, c in enumerate(codes)]))
     filler = "patient seen stable discharged follow up clinic home".split()
     for split, n in (("train", 400), ("dev", 80), ("test", 80)):
         with open(data / f"{split}.jsonl", "w") as f:
@@ -281,7 +286,8 @@ def many_codes_runs(tmp_path_factory) -> Path:
                 ks = rng.sample(range(N_MANY), 4)
                 words = [f"kw{k:03d}" for k in ks] + rng.choices(filler, k=25)
                 rng.shuffle(words)
-                f.write(json.dumps({"id": f"{split}{i}", "text": " ".join(words), "labels": [codes[k] for k in ks]}) + "\n")
+                f.write(json.dumps({"id": f"{split}{i}", "text": " ".join(words),
+                                    "labels": [codes[k] for k in ks]}) + "\n")
     root = tmp_path_factory.mktemp("app_runs_many")
     cfg = TrainConfig(epochs=4, batch_size=16, lr=2e-2, embeddings="random", min_doc_freq=1, seed=3, device="cpu")
     train(out_dir=root / "many", config=cfg, data_dir=data,

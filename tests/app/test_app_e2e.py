@@ -80,10 +80,11 @@ def test_other_pages_render_in_a_real_browser(app_url, browser, path, marker):
 
 
 # ------------------------------------------------------------------ every chart of every page at 50, 300, 2,000+ codes
-from coded_runs import PCS, build_coded_run  # noqa: E402  (tests/app is on sys.path below)
+from coded_runs import build_coded_run  # noqa: E402  (tests/app is on sys.path below)
 
 SIZES = (50, 300, 2100)
-PAGES = (("performance", "One code", 4), ("embeddings", "Cosine similarity", 2), ("about_model", "Training settings", 1),
+PAGES = (("performance", "One code", 4), ("embeddings", "Cosine similarity", 2), ("about_model", "Training settings",
+                                                                                  1),
          ("batch", "Upload a file", 0))  # page, a text it shows, the charts it draws at least
 # What a person sees of one Vega chart (SVG): its box, its bars/lines/points as drawn, and its axis text and whether
 # each piece lies inside the chart's element (a clipped title or label is outside it).
@@ -95,9 +96,12 @@ CHART_JS = """el => {
   const text = q('g.role-axis-label text, g.role-axis-title text, g.role-title-text text').map(t => {
     const r = t.getBoundingClientRect();
     return {text: t.textContent, title: !t.closest('g.role-axis-label'), at: [r.left, r.top, r.right, r.bottom],
-            inside: r.left >= box.left - 4 && r.right <= box.right + 4 && r.top >= box.top - 4 && r.bottom <= box.bottom + 4};
+            inside: r.left >= box.left - 4 && r.right <= box.right + 4
+                    && r.top >= box.top - 4 && r.bottom <= box.bottom + 4};
   });
-  return {canvas: !!el.querySelector('canvas'), w: box.width, h: box.height, box: [box.left, box.top, box.right, box.bottom], bars: q('g.mark-rect.role-mark path').map(size),
+  return {canvas: !!el.querySelector('canvas'), w: box.width, h: box.height,
+          box: [box.left, box.top, box.right, box.bottom],
+          bars: q('g.mark-rect.role-mark path').map(size),
           lines: q('g.mark-line.role-mark path').map(size), points: q('g.mark-symbol.role-mark path').length,
           ylabels: q('g.role-axis-label text').filter(t => (t.closest('g.role-axis').getAttribute('aria-label') || '')
                                                            .startsWith('Y-axis')).map(t => t.textContent),
@@ -191,7 +195,8 @@ def test_every_chart_of_every_page_is_readable_at_this_many_codes(sized_runs, br
 
         # Code a note: with ICD-10 titles the probability column stays in view (its red bars are drawn on screen)
         page.goto(url)
-        page.get_by_label("Clinical note").fill("Abdominal ultrasound and cystoscopy; acute kidney failure, pneumonia. " * 4)
+        page.get_by_label("Clinical note").fill("Abdominal ultrasound and cystoscopy; acute "
+                                                "kidney failure, pneumonia. " * 4)
         page.get_by_role("button", name="Predict codes").click()
         expect(page.locator("#note-hl mark").first).to_be_visible(timeout=120_000)
         table = page.locator('[data-testid="stDataFrame"]').first

@@ -118,17 +118,20 @@ def test_every_app_table_breaks_a_single_label_tie_like_predict():
     assert [p["code"] for p in export["predicted"]] == ["V45.81"]
 
 
-@pytest.mark.parametrize("pred,gold,want", [(True, True, "TP"), (True, False, "FP"), (False, True, "FN"), (False, False, "")])
+@pytest.mark.parametrize("pred,gold,want", [(True, True, "TP"), (True, False, "FP"), (False, True, "FN"),
+                                            (False, False, "")])
 def test_outcome(pred, gold, want):
     assert render.outcome(pred, gold) == want
 
 
 def _fake_prediction(text_id="n1"):
-    cs = [SimpleNamespace(code="401.9", description="HTN", score=0.9), SimpleNamespace(code="428.0", description="CHF", score=0.4)]
+    cs = [SimpleNamespace(code="401.9", description="HTN", score=0.9), SimpleNamespace(code="428.0", description="CHF",
+                                                                                       score=0.4)]
     return SimpleNamespace(
         id=text_id, predicted=cs, scores={"401.9": 0.9, "428.0": 0.4, "584.9": 0.1}, truncated=False, n_tokens=12,
         evidence=[SimpleNamespace(start=0, end=5, weight=0.3)],
-        code_phrases={"401.9": [SimpleNamespace(start=0, end=5, weight=0.8)], "428.0": [SimpleNamespace(start=6, end=9, weight=0.2)]},
+        code_phrases={"401.9": [SimpleNamespace(start=0, end=5, weight=0.8)],
+                      "428.0": [SimpleNamespace(start=6, end=9, weight=0.2)]},
     )
 
 
@@ -153,21 +156,24 @@ def test_parse_csv_with_bad_rows():
 
 
 def test_parse_jsonl_with_bad_lines():
-    lines = [json.dumps({"id": "x1", "text": "Hypertension"}), "{not json", json.dumps([1, 2]), json.dumps({"id": 7, "text": 5}),
+    lines = [json.dumps({"id": "x1", "text": "Hypertension"}), "{not json", json.dumps([1, 2]),
+             json.dumps({"id": 7, "text": 5}),
              "", json.dumps({"id": "x5"})]
     parsed = render.parse_batch("\n".join(lines).encode(), "notes.jsonl")
     r = parsed.rows
     assert r["id"].tolist() == ["x1", "line-2", "line-3", "7", "x5"]
     errs = r["error"].tolist()
     assert errs[0] is None and "not valid JSON" in errs[1] and "JSON object" in errs[2]
-    assert errs[3] == "note '7': 'text' is int, expected a string" and errs[4] == "record 'x5' (line 6): no 'text' field"
+    assert errs[3] == "note '7': 'text' is int, expected a string"
+    assert errs[4] == "record 'x5' (line 6): no 'text' field"
 
 
 def test_upload_and_cli_read_notes_the_same_way(tmp_path):
     """The app's upload and `clinicode predict --input` go through one reader: same ids, texts and errors."""
     from clinicode.records import read_records
 
-    data = (json.dumps({"id": "a", "text": "chf"}) + "\n{bad\n" + json.dumps({"id": None, "text": "  "}) + "\n").encode()
+    data = (json.dumps({"id": "a", "text": "chf"}) + "\n{bad\n" + json.dumps({"id": None,
+                                                                              "text": "  "}) + "\n").encode()
     (tmp_path / "n.jsonl").write_bytes(data)
     via_app = render.parse_batch(data, "n.jsonl").rows.to_dict("records")
     via_cli = [{"id": r.id, "text": r.text, "error": r.error} for r in read_records(tmp_path / "n.jsonl")]
@@ -179,7 +185,8 @@ def test_upload_and_cli_read_notes_the_same_way(tmp_path):
 
 @pytest.mark.parametrize(
     "data,name,msg",
-    [(b"a,b\n1,2\n", "x.csv", "no 'text' column"), (b"\xff\xfe\x00bad", "x.csv", "not UTF-8"), (b"id,text\n", "x.xlsx", "unknown file type"),
+    [(b"a,b\n1,2\n", "x.csv", "no 'text' column"), (b"\xff\xfe\x00bad", "x.csv", "not UTF-8"),
+     (b"id,text\n", "x.xlsx", "unknown file type"),
      (b"x" * 2048, "x.csv", "over the")],
 )
 def test_parse_file_level_errors(data, name, msg):
@@ -201,7 +208,8 @@ class _FakePredictor:
         out = []
         for i, t in prepared:
             s = 0.9 if "hypertension" in t.lower() else 0.1
-            out.append(Prediction(i, predicted=[CodeScore("401.9", "HTN", s)] if s > threshold else [], scores={"401.9": s}))
+            out.append(Prediction(i, predicted=[CodeScore("401.9", "HTN", s)] if s > threshold else [],
+                                  scores={"401.9": s}))
         return out
 
 
@@ -215,14 +223,17 @@ def test_score_batch_writes_the_clis_records_keeps_errors_and_reports_progress()
         {"id": "d", "text": "POISON", "error": None},
     ])
     seen = []
-    recs = render.score_batch(_FakePredictor(), rows, threshold=0.5, chunk=3, on_progress=lambda d, n: seen.append((d, n)))
+    recs = render.score_batch(_FakePredictor(), rows, threshold=0.5, chunk=3, on_progress=lambda d,
+                              n: seen.append((d, n)))
     assert [r["id"] for r in recs] == ["a", "b", "c", "d"] and seen == [(3, 4), (4, 4)]
     assert recs[0] == {"id": "a", "predicted": [{"code": "401.9", "description": "HTN", "score": 0.9}],
-                       "scores": {"401.9": 0.9}, "truncated": False}                  # Prediction.to_dict(), the CLI's record
+                       "scores": {"401.9": 0.9},
+                       "truncated": False}                  # Prediction.to_dict(), the CLI's record
     assert recs[1] == {"id": "b", "error": "record 'b': missing text"} and recs[2]["predicted"] == []
     assert recs[3] == {"id": "d", "error": "could not score (RuntimeError)"}
     table = render.batch_table(recs)
-    assert table["codes"].tolist() == ["401.9", "", "", ""] and table["top_code"].isna().tolist() == [False, True, False, True]
+    assert table["codes"].tolist() == ["401.9", "", "",
+                                       ""] and table["top_code"].isna().tolist() == [False, True, False, True]
     assert table["error"][0] is None and "missing text" in table["error"][1] and table["error"][2] is None
     jl = render.batch_bytes(recs, "jsonl").decode()
     assert jl == "".join(record_line(r) for r in recs)
@@ -305,9 +316,12 @@ def _per_code(n=120):
     import numpy as np
 
     rng = np.random.default_rng(0)
-    codes = [f"{400 + k // 10}.{k % 10}" for k in range(n // 2)] + [f"I{10 + k:02d}.{k % 10}" for k in range(n - n // 2)]
-    return [{"code": c, "support": int(rng.integers(0, 30)), "precision": float(rng.random()), "recall": float(rng.random()),
-             "f1": float(rng.random()), "auc": None if k % 7 == 0 else float(rng.random()), "train_count": int(rng.integers(0, 900))}
+    codes = ([f"{400 + k // 10}.{k % 10}" for k in range(n // 2)]
+             + [f"I{10 + k:02d}.{k % 10}" for k in range(n - n // 2)])
+    return [{"code": c, "support": int(rng.integers(0, 30)), "precision": float(rng.random()),
+             "recall": float(rng.random()),
+             "f1": float(rng.random()), "auc": None if k % 7 == 0 else float(rng.random()),
+             "train_count": int(rng.integers(0, 900))}
             for k, c in enumerate(codes)]
 
 
@@ -331,7 +345,8 @@ def test_per_code_frame_groups_by_band_and_chapter():
 
 def test_best_and_worst_codes_need_support_and_the_table_filters():
     df = render.per_code_frame(_per_code(), {})
-    best, worst = render.rank_codes(df, best=True, n=5, min_support=10), render.rank_codes(df, best=False, n=5, min_support=10)
+    best, worst = render.rank_codes(df, best=True, n=5,
+                                    min_support=10), render.rank_codes(df, best=False, n=5, min_support=10)
     assert (best["support"] >= 10).all() and (worst["support"] >= 10).all()
     assert best["f1"].is_monotonic_decreasing and worst["f1"].is_monotonic_increasing
     assert best["f1"].min() >= df[df["support"] >= 10]["f1"].nlargest(5).min()
@@ -352,7 +367,8 @@ def test_seed_spread_and_slice_table():
     assert df.loc["Rare codes: macro AUC", "worst"] == 0.7
     assert "Rare codes: macro F1" not in df.index and "P@5" not in df.index           # no run has them
     assert render.slice_table({"f1_micro": 0.5}) is None
-    t = render.slice_table({"slices": {"rare_below": 20, "rare": {"n_codes": 3, "n_present": 2, "auc_macro": 0.8, "f1_macro": 0.4},
+    t = render.slice_table({"slices": {"rare_below": 20, "rare": {"n_codes": 3, "n_present": 2, "auc_macro": 0.8,
+                                                                  "f1_macro": 0.4},
                                        "frequent": {"n_codes": 1, "n_present": 1, "auc_macro": 0.9, "f1_macro": 0.7}}})
     assert list(t["codes"]) == ["rare (< 20 training notes)", "frequent (>= 20)"] and list(t["macro F1"]) == [0.4, 0.7]
 
@@ -364,5 +380,6 @@ def test_the_model_card_names_which_model_a_run_is():
     assert [render.model_name(c) for c in (default, paper, variant, {"model": "tfidf-lr"})] == \
         ["LEAM + evidence", "LEAM (paper)", "LEAM (variant)", "tfidf-lr"]
     assert "Wang et al." in render.model_caption(paper) and "Not the paper's" not in render.model_caption(paper)
-    assert render.model_caption(default).startswith("Not the paper's LEAM") and "`train --paper`" in render.model_caption(default)
+    caption = render.model_caption(default)
+    assert caption.startswith("Not the paper's LEAM") and "`train --paper`" in caption
     assert "best phrase match" not in render.model_caption(variant) and "non-negative" in render.model_caption(variant)

@@ -13,9 +13,9 @@ import pytest
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "app_streamlit"))
-from app_server import CHROMIUM_ARGS as ARGS, serve  # noqa: E402
-
 from clinicode import review  # noqa: E402
+
+from app_server import CHROMIUM_ARGS as ARGS, serve  # noqa: E402
 
 pytestmark = [
     pytest.mark.e2e,
@@ -70,10 +70,12 @@ def test_review_a_note_in_a_real_browser(served, tmp_path):
         assert page.evaluate("() => typeof window.__pwned") == "undefined"
         # accept the first suggestion, reject the others (each click reruns the page)
         page.get_by_role("button", name="Accept", exact=True).first.click()
-        expect(page.locator("[data-testid=stMarkdownContainer]").get_by_text("accepted", exact=True)).to_have_count(1, timeout=30_000)
+        expect(page.locator("[data-testid=stMarkdownContainer]").get_by_text("accepted", exact=True)
+               ).to_have_count(1, timeout=30_000)
         for n in range(1, len(sugg)):
             page.get_by_role("button", name="Reject", exact=True).nth(n).click()
-            expect(page.locator("[data-testid=stMarkdownContainer]").get_by_text("rejected", exact=True)).to_have_count(n, timeout=30_000)
+            expect(page.locator("[data-testid=stMarkdownContainer]").get_by_text("rejected", exact=True)
+                   ).to_have_count(n, timeout=30_000)
         search = page.get_by_label("Add a code: search codes or titles", exact=True)
         search.fill("kidney failure")
         search.press("Enter")

@@ -62,7 +62,8 @@ def test_keyword_proxy_has_hundreds_of_specific_mostly_rare_labels(tmp_path):
             assert set(o["labels"]) <= set(counts)                           # dev/test use the training label set
         assert sum(1 for r in out if r["labels"]) >= 0.85 * len(out)
     # the most frequent keywords are labels and a keyword given in 4 training notes is not
-    full = collections.Counter(" ".join(k.lower().split()) for r in _read(source / "train.jsonl") for k in set(r["keywords"]))
+    full = collections.Counter(" ".join(k.lower().split())
+                               for r in _read(source / "train.jsonl") for k in set(r["keywords"]))
     assert full.most_common(1)[0][0] in counts
     assert not any(full[k] < bench.KEYWORD_MIN_NOTES for k in counts)
     again = bench.make_proxy("mtsamples-keywords", tmp_path / "again")
@@ -85,7 +86,8 @@ def test_proxies_keep_their_label_sets_and_big_public_sets_get_top_50(tmp_path):
 def test_set_options_are_typed_and_checked():
     assert bench._parse_sets(["lr_schedule=constant", "lr_decay=0.3", "lr_patience=2"]) == \
         {"lr_schedule": "constant", "lr_decay": 0.3, "lr_patience": 2}
-    assert bench._parse_sets(["label_reg_weight=0", "multilabel=false"]) == {"label_reg_weight": 0.0, "multilabel": False}
+    assert bench._parse_sets(["label_reg_weight=0", "multilabel=false"]) == {"label_reg_weight": 0.0,
+                                                                             "multilabel": False}
     with pytest.raises(SystemExit, match="expected KEY=VALUE"):
         bench._parse_sets(["no_such_option=1"])
     from clinicode.errors import ConfigError
@@ -107,9 +109,10 @@ def test_goals_are_judged_for_every_leam_row_and_proxies_against_tfidf_lr():
     lines = bench.goals(results, ["hoc", "mtsamples-keywords"])
     text = "\n".join(lines)
     assert len(lines) == 6 and "tfidf-lr" not in [line.split(",")[1].split(":")[0].strip() for line in lines]
-    assert "- hoc, leam: micro-F1 sd 0.0050" in text and [l for l in lines if l.startswith("- hoc, leam:")][0].endswith(": met")
-    assert [l for l in lines if l.startswith("- hoc, leam+evidence:")][0].endswith("not met")     # sd 0.03
-    proxy = {l.split(" (")[0]: l for l in lines if "(rare-code proxy)" in l}
+    assert "- hoc, leam: micro-F1 sd 0.0050" in text
+    assert [ln for ln in lines if ln.startswith("- hoc, leam:")][0].endswith(": met")
+    assert [ln for ln in lines if ln.startswith("- hoc, leam+evidence:")][0].endswith("not met")     # sd 0.03
+    proxy = {ln.split(" (")[0]: ln for ln in lines if "(rare-code proxy)" in ln}
     assert proxy["- mtsamples-keywords, leam"].endswith("not met")      # macro-AUC below tfidf-lr's
     assert proxy["- mtsamples-keywords, leam+evidence"].endswith(": met")
 
@@ -129,16 +132,18 @@ def test_many_codes_proxy_at_50_and_all_labels(tmp_path):
 def test_issue_goals_judge_each_scale_against_tfidf_lr():
     def rows(*f1, auc=0.9, p8=0.3):
         return [{"f1_micro": v, "auc_macro": auc, "prec_at_8": p8} for v in f1]
-    results = {("mtsamples-keywords-50", "tfidf-lr"): rows(0.50), ("mtsamples-keywords-50", "leam"): rows(0.62, 0.61, 0.60),
+    results = {("mtsamples-keywords-50", "tfidf-lr"): rows(0.50), ("mtsamples-keywords-50",
+                                                                   "leam"): rows(0.62, 0.61, 0.60),
                ("mtsamples-keywords-50", "leam (paper)"): rows(0.70, 0.70, 0.52),          # mean ok, worst seed not
                ("mtsamples-keywords", "tfidf-lr"): rows(0.40, auc=0.95, p8=0.30),
                ("mtsamples-keywords", "leam"): rows(0.51, 0.52, auc=0.96, p8=0.29),           # P@8 below tfidf-lr
                ("mtsamples-keywords-all", "tfidf-lr"): rows(0.20),
                ("mtsamples-keywords-all", "leam"): rows(0.25, auc=0.91, p8=0.31), ("hoc", "leam"): rows(0.1)}
-    lines = {l.split(",")[0] + "," + l.split(",")[1]: l for l in bench.issue_goals(results)}
+    lines = {ln.split(",")[0] + "," + ln.split(",")[1]: ln for ln in bench.issue_goals(results)}
     assert len(lines) == 4 and not any("hoc" in k for k in lines)
     assert "NOT met" not in lines["- mtsamples-keywords-50 (50 codes), leam"]
-    assert "worst micro-F1 0.5200 (goal >= 0.5500: NOT met)" in lines["- mtsamples-keywords-50 (50 codes), leam (paper)"]
+    paper_50 = lines["- mtsamples-keywords-50 (50 codes), leam (paper)"]
+    assert "worst micro-F1 0.5200 (goal >= 0.5500: NOT met)" in paper_50
     assert "worst P@8 0.2900 (goal >= 0.3000: NOT met)" in lines["- mtsamples-keywords (300 codes), leam"]
     assert "worst micro-F1 0.5100 (goal >= 0.5000: met)" in lines["- mtsamples-keywords (300 codes), leam"]
     assert "NOT met" not in lines["- mtsamples-keywords-all (all codes), leam"]

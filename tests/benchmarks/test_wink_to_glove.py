@@ -45,7 +45,8 @@ def test_a_file_that_is_not_the_wink_json_is_refused_in_one_line(tmp_path):
 
 def test_a_damaged_vector_is_refused_and_leaves_no_partial_file(tmp_path):
     src, out = tmp_path / "wink.json", tmp_path / "glove.txt"
-    src.write_text(json.dumps({"dimensions": 2, "vectors": {"heart": [1.0, 2.0, 2.2, 0], "failure": ["x", 1.0, 1.4, 1]}}))
+    src.write_text(json.dumps({"dimensions": 2, "vectors": {"heart": [1.0, 2.0, 2.2, 0],
+                                                            "failure": ["x", 1.0, 1.4, 1]}}))
     with pytest.raises(SystemExit, match="vector 2 is not a list of numbers"):
         wink.convert(src, out)
     assert [f.name for f in tmp_path.iterdir()] == ["wink.json"], "nothing is written, not even a partial file"

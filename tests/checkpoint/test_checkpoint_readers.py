@@ -99,7 +99,8 @@ def test_predict_output_gives_pcs_codes_a_title_not_a_blank(ck, tmp_path):
     notes = tmp_path / "notes.jsonl"
     notes.write_text(json.dumps({"id": "n1", "text": "abdominal ultrasound and cystoscopy were done"}) + "\n")
     out = tmp_path / "pred.jsonl"
-    succeeds(["predict", "--checkpoint", ck.parent, "--input", notes, "--output", out, "--threshold", "0.0", "--device", "cpu"])
+    succeeds(["predict", "--checkpoint", ck.parent, "--input", notes, "--output", out, "--threshold", "0.0", "--device",
+              "cpu"])
     rec = json.loads(out.read_text().splitlines()[0])
     titles = {p["code"]: p["description"] for p in rec["predicted"]}
     assert titles["BW40ZZZ"] == PCS_NO_TITLE and titles["0TJB8ZZ"] == PCS_NO_TITLE

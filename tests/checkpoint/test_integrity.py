@@ -56,7 +56,8 @@ def test_flipped_byte_in_weights_is_refused_naming_the_file(ck):
         load_checkpoint(ck)
 
 
-@pytest.mark.parametrize("name", ["labels.json", "tokenizer.json", "threshold.json", "model_config.json", "train_config.json"])
+@pytest.mark.parametrize("name", ["labels.json", "tokenizer.json", "threshold.json", "model_config.json",
+                                  "train_config.json"])
 def test_any_edited_piece_fails_its_hash(ck, name):
     p = ck / name
     p.write_bytes(p.read_bytes() + b" ")
@@ -69,7 +70,8 @@ def test_labels_from_a_run_with_another_label_count_are_refused(ck):
     other = LabelSet(labels.codes[:10], labels.descriptions[:10])  # what a top-10 run would have written
     other.save(ck / "labels.json")
     _rehash(ck, "labels.json")
-    with pytest.raises(CheckpointError, match=r"labels\.json lists 10 codes but the model has 50 outputs; .*different runs"):
+    with pytest.raises(CheckpointError,
+                       match=r"labels\.json lists 10 codes but the model has 50 outputs; .*different runs"):
         load_checkpoint(ck)
 
 
@@ -80,7 +82,8 @@ def test_tokenizer_truncating_at_another_max_len_is_refused_naming_both_files(ck
     other = ClinicalTokenizer(tok._tok, max_len=tok.max_len + 7)
     other.save(ck / "tokenizer.json")
     _rehash(ck, "tokenizer.json")
-    want = rf"tokenizer\.json truncates notes at {tok.max_len + 7} tokens but train_config\.json says max_len {tok.max_len};"
+    want = (rf"tokenizer\.json truncates notes at {tok.max_len + 7} tokens "
+            rf"but train_config\.json says max_len {tok.max_len};")
     with pytest.raises(CheckpointError, match=want):
         load_checkpoint(ck)
 
@@ -91,16 +94,20 @@ def test_tokenizer_with_another_vocabulary_size_is_refused(ck):
     assert other.vocab_size != n_rows
     other.save(ck / "tokenizer.json")
     _rehash(ck, "tokenizer.json")
-    with pytest.raises(CheckpointError, match=rf"tokenizer\.json has {other.vocab_size} words but the model has {n_rows} embedding rows"):
+    with pytest.raises(CheckpointError,
+                       match=rf"tokenizer\.json has {other.vocab_size} words but the model "
+                             rf"has {n_rows} embedding rows"):
         load_checkpoint(ck)
 
 
 def test_foreign_tokenizer_json_is_refused(ck):
     from tokenizers import Tokenizer, models
 
-    Tokenizer(models.WordLevel(vocab={"[UNK]": 0, "[PAD]": 1, "a": 2}, unk_token="[UNK]")).save(str(ck / "tokenizer.json"))
+    Tokenizer(models.WordLevel(vocab={"[UNK]": 0, "[PAD]": 1, "a": 2},
+                               unk_token="[UNK]")).save(str(ck / "tokenizer.json"))
     _rehash(ck, "tokenizer.json")
-    with pytest.raises(CheckpointError, match=r"tokenizer\.json: expected \[PAD\]=0 and \[UNK\]=1 .*not a clinicode tokenizer"):
+    with pytest.raises(CheckpointError,
+                       match=r"tokenizer\.json: expected \[PAD\]=0 and \[UNK\]=1 .*not a clinicode tokenizer"):
         load_checkpoint(ck)
 
 
@@ -109,7 +116,8 @@ def test_weights_that_disagree_with_model_config_are_refused(ck):
     cfg["hidden_dim"] += 1
     (ck / "model_config.json").write_text(json.dumps(cfg))
     _rehash(ck, "model_config.json")
-    with pytest.raises(CheckpointError, match=r"model_config\.json implies tensor head\.\S+ of shape .*model\.safetensors holds"):
+    with pytest.raises(CheckpointError,
+                       match=r"model_config\.json implies tensor head\.\S+ of shape .*model\.safetensors holds"):
         load_checkpoint(ck)
 
 
@@ -150,7 +158,9 @@ def test_incompatible_schema_version_is_refused_before_the_hashes(ck):
     m["schema_version"] = 0  # an older schema: retrain (a newer one asks for an upgrade, below)
     (ck / "manifest.json").write_text(json.dumps(m))
     (ck / "model.safetensors").write_bytes(b"damaged too")  # the version error comes first
-    with pytest.raises(CheckpointError, match=r"checkpoint schema version 0 \(written by clinicode .*\), but clinicode \S+ reads version 1; retrain"):
+    with pytest.raises(CheckpointError,
+                       match=r"checkpoint schema version 0 \(written by clinicode .*\), but clinicode "
+                             r"\S+ reads version 1; retrain"):
         load_checkpoint(ck)
 
 
@@ -186,7 +196,8 @@ def test_a_newer_checkpoint_schema_asks_for_an_upgrade_before_anything_else(ck, 
         load_checkpoint(ck)
     notes = tmp_path / "notes.jsonl"
     notes.write_text(json.dumps({"id": "a", "text": "chest pain"}) + "\n")
-    fails(["predict", "--checkpoint", ck.parent, "--input", notes, "--output", tmp_path / "pred.jsonl"], "upgrade clinicode")
+    fails(["predict", "--checkpoint", ck.parent, "--input", notes, "--output", tmp_path / "pred.jsonl"],
+          "upgrade clinicode")
 
 
 def test_same_or_older_releases_are_not_called_newer():

@@ -17,7 +17,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from clinicode.artifacts import sha256_file
 from clinicode.data.labels import LabelSet
 from clinicode.synthetic.mimic3 import write_demo_mimic
 
@@ -75,7 +74,8 @@ def test_prepare_non_utf8_notes(mimic):
 
 def test_prepare_empty_table(mimic):
     (mimic / "DIAGNOSES_ICD.csv").write_text("")
-    fails(["prepare", "--mimic-dir", mimic, "--out", mimic.parent / "p"], "DIAGNOSES_ICD.csv is empty; expected a CSV with header")
+    fails(["prepare", "--mimic-dir", mimic, "--out", mimic.parent / "p"],
+          "DIAGNOSES_ICD.csv is empty; expected a CSV with header")
 
 
 def _split_dir(tmp_path: Path, ids: dict[str, list[int]]) -> Path:
@@ -98,7 +98,8 @@ def test_prepare_split_files_with_some_unknown_ids_are_counted(mimic, tmp_path):
     d = _split_dir(tmp_path, {"train": hadm[:30] + [1, 2], "dev": hadm[30:40] + [3], "test": hadm[40:]})
     res = succeeds(["prepare", "--mimic-dir", mimic, "--out", tmp_path / "p", "--splits-dir", d])
     missing = json.loads((tmp_path / "p" / "manifest.json").read_text())["missing_from_data"]
-    assert missing["train"] >= 2 and missing["dev"] >= 1  # the unknown ids, plus listed admissions without label-set codes
+    # the unknown ids, plus listed admissions without label-set codes
+    assert missing["train"] >= 2 and missing["dev"] >= 1
     line = "split-file ids not found in the data: " + ", ".join(f"{k} {v}" for k, v in missing.items() if v)
     assert line in res.stdout.splitlines()
 
@@ -167,7 +168,8 @@ DATA_CASES = {
 @pytest.mark.parametrize("case", sorted(DATA_CASES))
 def test_train_bad_dataset(tmp_path, case):
     d = _dataset(tmp_path, case)
-    fails(["train", "--data", d, "--out", tmp_path / "run", "--epochs", "1", "--device", "cpu", "--no-progress"], DATA_CASES[case])
+    fails(["train", "--data", d, "--out", tmp_path / "run", "--epochs", "1", "--device", "cpu", "--no-progress"],
+          DATA_CASES[case])
     assert not (tmp_path / "run" / "checkpoint").exists()
 
 
@@ -179,7 +181,8 @@ EVALUATE_CASES = {k: v for k, v in DATA_CASES.items() if k not in ("label_outsid
 @pytest.mark.parametrize("case", sorted(EVALUATE_CASES))
 def test_evaluate_bad_dataset(tiny_run, tmp_path, case):
     d = _dataset(tmp_path, case)
-    fails(["evaluate", "--checkpoint", tiny_run, "--data", d, "--split", "dev", "--device", "cpu"], EVALUATE_CASES[case])
+    fails(["evaluate", "--checkpoint", tiny_run, "--data", d, "--split", "dev", "--device", "cpu"],
+          EVALUATE_CASES[case])
 
 
 def test_evaluate_missing_split(tiny_run, tmp_path):
@@ -191,7 +194,8 @@ def test_evaluate_missing_split(tiny_run, tmp_path):
 def test_evaluate_data_sharing_no_code_with_the_checkpoint(tiny_run, tmp_path):
     d = tmp_path / "other"
     d.mkdir()
-    _jsonl(d / "test.jsonl", [{"id": f"x{i}", "text": "hypertension", "labels": ["Cardiology", "Neurology"]} for i in range(3)])
+    _jsonl(d / "test.jsonl", [{"id": f"x{i}", "text": "hypertension", "labels": ["Cardiology",
+                                                                                 "Neurology"]} for i in range(3)])
     fails(["evaluate", "--checkpoint", tiny_run, "--data", d, "--device", "cpu"],
           "the test split's 6 gold codes share no code with the checkpoint's 50 codes")
 
@@ -276,7 +280,8 @@ def _predict(tiny_run, src, out, *extra) -> list:
     ("empty.parquet", b"", "empty.parquet: not a readable parquet file (ArrowInvalid)"),
     ("junk.parquet", b"PAR1" + SECRET.encode(), "not a readable parquet file"),
     ("latin.csv", b"id,text\na," + SECRET.encode() + b" caf\xe9\n", "latin.csv: not UTF-8 text ("),
-    ("notext.csv", b"id,body\na," + SECRET.encode() + b"\n", "notext.csv: no 'text' column (columns: id, body); add one"),
+    ("notext.csv", b"id,body\na," + SECRET.encode() + b"\n",
+     "notext.csv: no 'text' column (columns: id, body); add one"),
     ("notes.docx", b"PK", "unknown file type '.docx'"),
 ])
 def test_predict_bad_input_file(tiny_run, tmp_path, name, content, message):
@@ -319,7 +324,8 @@ def test_predict_non_utf8_txt_in_a_folder_is_a_bad_record(tiny_run, tmp_path):
 
 def test_predict_record_errors_never_quote_the_note(tiny_run, tmp_path):
     src = tmp_path / "n.jsonl"
-    src.write_text(json.dumps({"id": "a", "text": ["not", SECRET]}) + "\n" + json.dumps({"id": "b", "body": SECRET}) + "\n"
+    src.write_text(json.dumps({"id": "a", "text": ["not", SECRET]}) + "\n" + json.dumps({"id": "b",
+                                                                                         "body": SECRET}) + "\n"
                    + json.dumps({"id": "c", "text": "123 456 ... !!"}) + "\n")
     out = tmp_path / "o.jsonl"
     succeeds(_predict(tiny_run, src, out))
@@ -344,7 +350,8 @@ def test_predict_huge_note_is_scored_and_flagged_truncated(tiny_run, tmp_path):
 
 def test_predict_duplicate_ids_each_get_a_record_and_are_counted(tiny_run, tmp_path):
     src = tmp_path / "n.jsonl"
-    _jsonl(src, [{"id": "a", "text": "hypertension"}, {"id": "b", "text": "sepsis"}, {"id": "a", "text": "heart failure"}])
+    _jsonl(src, [{"id": "a", "text": "hypertension"}, {"id": "b", "text": "sepsis"}, {"id": "a",
+                                                                                      "text": "heart failure"}])
     out = tmp_path / "o.jsonl"
     res = succeeds(_predict(tiny_run, src, out))
     recs = [json.loads(x) for x in out.read_text().splitlines()]

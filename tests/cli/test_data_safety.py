@@ -14,11 +14,11 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from clinicode.synthetic.mimic3 import write_demo_mimic
+
 from conftest import TINY_CLI
 from helpers import fails, snapshot, succeeds
 
@@ -45,35 +45,44 @@ def world(tmp_path_factory, tiny_run) -> dict[str, Path]:
     _jsonl(root / "notes.jsonl", [{"id": f"n{i}", "text": f"hypertension and heart failure {i}"} for i in range(3)])
     (root / "txt").mkdir()
     (root / "txt" / "a.txt").write_text("atrial fibrillation on coumadin")
-    return {"root": root, "M": root / "mimic", "D": root / "prepared", "S": root / "splits", "RUN": root / "runs" / "tiny",
+    return {"root": root, "M": root / "mimic", "D": root / "prepared", "S": root / "splits",
+            "RUN": root / "runs" / "tiny",
             "W": root / "work", "F": root / "file.txt", "N": root / "notes.jsonl", "T": root / "txt"}
 
 
 # (case id, command line with {NAME} placeholders, the message's pinned part)
 BAD_PATHS = [
     # prepare --out: the fault round found it emptying whatever it was pointed at
-    ("prepare-out-is-user-folder", "prepare --mimic-dir {M} --out {W}", "already holds files that `clinicode prepare` did not write"),
+    ("prepare-out-is-user-folder", "prepare --mimic-dir {M} --out {W}",
+     "already holds files that `clinicode prepare` did not write"),
     ("prepare-out-is-mimic-dir", "prepare --mimic-dir {M} --out {M}", "is the input --mimic-dir"),
     ("prepare-out-is-parent-of-input", "prepare --mimic-dir {M} --out {root}", "contains the input --mimic-dir"),
-    ("prepare-out-inside-input", "prepare --mimic-dir {M} --out {M}/prepared", "lies inside the input folder --mimic-dir"),
+    ("prepare-out-inside-input", "prepare --mimic-dir {M} --out {M}/prepared",
+     "lies inside the input folder --mimic-dir"),
     ("prepare-out-is-splits-dir", "prepare --mimic-dir {M} --splits-dir {S} --out {S}", "is the input --splits-dir"),
     ("prepare-out-is-a-file", "prepare --mimic-dir {M} --out {F}", "is an existing file; pass a new folder name"),
     ("prepare-out-below-a-file", "prepare --mimic-dir {M} --out {F}/data", "is a file, not a folder"),
     ("prepare-out-unwritable", "prepare --mimic-dir {M} --out /proc/clinicode-out", "cannot write in /proc"),
-    ("prepare-out-is-a-run", "prepare --mimic-dir {M} --out {RUN}", "already holds files that `clinicode prepare` did not write"),
+    ("prepare-out-is-a-run", "prepare --mimic-dir {M} --out {RUN}",
+     "already holds files that `clinicode prepare` did not write"),
     # demo-data --out
-    ("demo-out-is-user-folder", "demo-data --out {W} --n-admissions 20", "already holds files that `clinicode demo-data` did not write"),
-    ("demo-out-is-prepared-data", "demo-data --out {D} --n-admissions 20", "already holds files that `clinicode demo-data` did not write"),
+    ("demo-out-is-user-folder", "demo-data --out {W} --n-admissions 20",
+     "already holds files that `clinicode demo-data` did not write"),
+    ("demo-out-is-prepared-data", "demo-data --out {D} --n-admissions 20",
+     "already holds files that `clinicode demo-data` did not write"),
     ("demo-out-is-a-file", "demo-data --out {F} --n-admissions 20", "is an existing file"),
     ("demo-out-below-a-file", "demo-data --out {F}/x --n-admissions 20", "is a file, not a folder"),
     ("demo-out-unwritable", "demo-data --out /proc/clinicode-demo --n-admissions 20", "cannot write in /proc"),
-    ("demo-out-is-hadm-ids-folder", "demo-data --out {S} --hadm-ids-from {S} --n-admissions 20", "is the input --hadm-ids-from"),
+    ("demo-out-is-hadm-ids-folder", "demo-data --out {S} --hadm-ids-from {S} --n-admissions 20",
+     "is the input --hadm-ids-from"),
     # train --out
     ("train-out-is-data", "train --data {D} --out {D}", "is the input --data"),
     ("train-out-is-parent-of-data", "train --data {D} --out {root}", "contains the input --data"),
     ("train-out-inside-data", "train --data {D} --out {D}/run", "lies inside the input folder --data"),
-    ("train-out-is-user-folder", "train --data {D} --out {W}", "already holds files that `clinicode train` did not write"),
-    ("train-resume-into-user-folder", "train --data {D} --out {W} --resume", "already holds files that `clinicode train` did not write"),
+    ("train-out-is-user-folder", "train --data {D} --out {W}",
+     "already holds files that `clinicode train` did not write"),
+    ("train-resume-into-user-folder", "train --data {D} --out {W} --resume",
+     "already holds files that `clinicode train` did not write"),
     ("train-out-is-a-file", "train --data {D} --out {F}", "is an existing file"),
     ("train-out-below-a-file", "train --data {D} --out {F}/run", "is a file, not a folder"),
     ("train-out-unwritable", "train --data {D} --out /proc/clinicode-run", "cannot write in /proc"),
@@ -81,20 +90,35 @@ BAD_PATHS = [
     ("train-out-holds-a-run", "train --data {D} --out {RUN}", "already holds a run; pass --resume"),
     # predict --output: the fault round found it overwriting the notes
     ("predict-output-is-input", "predict --checkpoint {RUN} --input {N} --output {N}", "is the input --input"),
-    ("predict-output-inside-input-folder", "predict --checkpoint {RUN} --input {T} --output {T}/codes.jsonl", "lies inside the input folder --input"),
-    ("predict-output-inside-checkpoint", "predict --checkpoint {RUN} --input {N} --output {RUN}/checkpoint/codes.jsonl", "lies inside the input folder --checkpoint"),
-    ("predict-output-is-a-folder", "predict --checkpoint {RUN} --input {N} --output {W}", "is a folder; pass a file name"),
-    ("predict-output-is-user-file", "predict --checkpoint {RUN} --input {N} --output {F}", "is a file that `clinicode predict` did not write"),
-    ("predict-output-below-a-file", "predict --checkpoint {RUN} --input {N} --output {F}/codes.jsonl", "is a file, not a folder"),
-    ("predict-output-unwritable", "predict --checkpoint {RUN} --input {N} --output /proc/codes.jsonl", "cannot write in /proc"),
+    ("predict-output-inside-input-folder", "predict --checkpoint {RUN} --input {T} --output {T}/codes.jsonl",
+     "lies inside the input folder --input"),
+    ("predict-output-inside-checkpoint", "predict --checkpoint {RUN} --input {N} --output {RUN}/checkpoint/codes.jsonl",
+     "lies inside the input folder --checkpoint"),
+    ("predict-output-is-a-folder", "predict --checkpoint {RUN} --input {N} --output {W}",
+     "is a folder; pass a file name"),
+    ("predict-output-is-user-file", "predict --checkpoint {RUN} --input {N} --output {F}",
+     "is a file that `clinicode predict` did not write"),
+    ("predict-output-below-a-file", "predict --checkpoint {RUN} --input {N} --output {F}/codes.jsonl",
+     "is a file, not a folder"),
+    ("predict-output-unwritable", "predict --checkpoint {RUN} --input {N} --output /proc/codes.jsonl",
+     "cannot write in /proc"),
     # evaluate --output: no guard at all before
-    ("evaluate-output-is-a-split", "evaluate --checkpoint {RUN} --data {D} --output {D}/test.parquet", "lies inside the input folder --data"),
-    ("evaluate-output-inside-checkpoint", "evaluate --checkpoint {RUN} --data {D} --output {RUN}/checkpoint/metrics_test.json", "lies inside the input folder --checkpoint"),
-    ("evaluate-output-is-user-file", "evaluate --checkpoint {RUN} --data {D} --output {F}", "is a file that `clinicode evaluate` did not write"),
-    ("evaluate-output-is-a-folder", "evaluate --checkpoint {RUN} --data {D} --output {W}", "is a folder; pass a file name"),
-    ("evaluate-output-unwritable", "evaluate --checkpoint {RUN} --data {D} --output /proc/m.json", "cannot write in /proc"),
-    ("compare-output-is-user-file", "compare --a {RUN} --b {RUN} --data {D} --output {F}", "is a file that `clinicode compare` did not write"),
-    ("compare-output-is-checkpoint-file", "compare --a {RUN} --b {RUN} --data {D} --output {RUN}/checkpoint/labels.json", "lies inside the input folder --a"),
+    ("evaluate-output-is-a-split", "evaluate --checkpoint {RUN} --data {D} --output {D}/test.parquet",
+     "lies inside the input folder --data"),
+    ("evaluate-output-inside-checkpoint",
+     "evaluate --checkpoint {RUN} --data {D} --output {RUN}/checkpoint/metrics_test.json",
+     "lies inside the input folder --checkpoint"),
+    ("evaluate-output-is-user-file", "evaluate --checkpoint {RUN} --data {D} --output {F}",
+     "is a file that `clinicode evaluate` did not write"),
+    ("evaluate-output-is-a-folder", "evaluate --checkpoint {RUN} --data {D} --output {W}",
+     "is a folder; pass a file name"),
+    ("evaluate-output-unwritable", "evaluate --checkpoint {RUN} --data {D} --output /proc/m.json",
+     "cannot write in /proc"),
+    ("compare-output-is-user-file", "compare --a {RUN} --b {RUN} --data {D} --output {F}",
+     "is a file that `clinicode compare` did not write"),
+    ("compare-output-is-checkpoint-file",
+     "compare --a {RUN} --b {RUN} --data {D} --output {RUN}/checkpoint/labels.json",
+     "lies inside the input folder --a"),
 ]
 
 
@@ -122,13 +146,15 @@ def test_predict_and_evaluate_replace_their_own_outputs(world, tmp_path):
     codes, metrics = tmp_path / "new" / "codes.jsonl", tmp_path / "other" / "m.json"  # missing parents are created
     for _ in range(2):
         succeeds(["predict", "--checkpoint", world["RUN"], "--input", world["N"], "--output", codes, "--device", "cpu"])
-        succeeds(["evaluate", "--checkpoint", world["RUN"], "--data", world["D"], "--output", metrics, "--device", "cpu"])
+        succeeds(["evaluate", "--checkpoint", world["RUN"], "--data", world["D"], "--output", metrics, "--device",
+                  "cpu"])
     assert [json.loads(x)["id"] for x in codes.read_text().splitlines()] == ["n0", "n1", "n2"]
     assert json.loads(metrics.read_text())["kind"] == "evaluation"
     # an evaluate output inside the run folder (beside, not inside, its checkpoint) is a normal place for it
     run = tmp_path / "run"
     shutil.copytree(world["RUN"], run, ignore=shutil.ignore_patterns("state"))
-    succeeds(["evaluate", "--checkpoint", run, "--data", world["D"], "--output", run / "metrics.json", "--device", "cpu"])
+    succeeds(["evaluate", "--checkpoint", run, "--data", world["D"], "--output", run / "metrics.json", "--device",
+              "cpu"])
 
 
 def test_predict_output_folder_leaves_no_partial_behind(world):
@@ -157,7 +183,8 @@ def test_evaluate_scores_gold_codes_the_folders_own_train_split_lacks(tiny_run, 
     _jsonl(d / "test.jsonl", [{"id": r.id, "text": r.text, "labels": list(r.labels)} for r in test.itertuples()])
     m = evaluate(checkpoint=tiny_run, data_dir=d, device="cpu")
     pred = Predictor.from_checkpoint(tiny_run, device="cpu")
-    truth = all_metrics(pred.labels.multi_hot(test["labels"]), pred.score(test["text"].tolist()), threshold=pred.threshold)
+    truth = all_metrics(pred.labels.multi_hot(test["labels"]), pred.score(test["text"].tolist()),
+                        threshold=pred.threshold)
     assert m["f1_micro"] == pytest.approx(truth["f1_micro"]) and m["auc_macro"] == pytest.approx(truth["auc_macro"])
     assert m["n_gold_outside_labels"] == 0 and m["n_docs"] == len(test)
 
@@ -232,10 +259,12 @@ def other_state(demo_data, tmp_path_factory) -> Path:
     """RUN/state of another (one-epoch) run, for 'a file from another run'."""
     from clinicode.config import TrainConfig
     from clinicode.train import train
+
     from conftest import TINY_MODEL
 
     run = tmp_path_factory.mktemp("other") / "run"
-    train(out_dir=run, config=TrainConfig(epochs=1, lr=2e-2, w2v_epochs=1, min_doc_freq=2, top_k=40, seed=8, device="cpu"), data_dir=demo_data,
+    train(out_dir=run, config=TrainConfig(epochs=1, lr=2e-2, w2v_epochs=1, min_doc_freq=2, top_k=40, seed=8,
+                                          device="cpu"), data_dir=demo_data,
           model_options=dict(TINY_MODEL, hidden_dim=48), progress=False)
     return run / "state"
 
@@ -263,7 +292,8 @@ def test_training_on_data_without_any_positive_label_is_refused(tmp_path):
     d.mkdir()
     LabelSet.from_codes(["401.9", "428.0"]).save(d / "labels.json")
     for split in ("train", "dev"):
-        _jsonl(d / f"{split}.jsonl", [{"id": f"{split}{i}", "text": "chest pain and fever", "labels": []} for i in range(6)])
+        _jsonl(d / f"{split}.jsonl", [{"id": f"{split}{i}", "text": "chest pain and fever",
+                                       "labels": []} for i in range(6)])
     fails(["train", "--data", d, "--out", tmp_path / "run", "--device", "cpu", "--no-progress"],
           "no train note has a code of the label set (2 codes), so there is nothing to learn")
     assert not (tmp_path / "run").exists()
@@ -315,13 +345,15 @@ def test_frequent_label_set_never_turns_junk_into_codes(world, tmp_path):
 def test_the_same_notes_in_train_and_test_are_warned_about(tmp_path, caplog):
     d = tmp_path / "data"
     d.mkdir()
-    rows = [{"id": f"n{i}", "text": f"note number {i} with chest pain", "labels": ["A" if i % 2 else "B"]} for i in range(12)]
+    rows = [{"id": f"n{i}", "text": f"note number {i} with chest pain",
+             "labels": ["A" if i % 2 else "B"]} for i in range(12)]
     _jsonl(d / "train.jsonl", rows)
     _jsonl(d / "dev.jsonl", [dict(r, id=f"d{i}") for i, r in enumerate(rows[:4])])  # same texts, other ids
     _jsonl(d / "test.jsonl", rows[:3])  # same ids and texts
     with caplog.at_level("WARNING", logger="clinicode"):
         succeeds(["train", "--data", d, "--out", tmp_path / "run", "--model", "tfidf-lr", "--no-progress"])
-    assert any("the same notes are in more than one split (ids: train/test 3; identical texts: train/dev 4, train/test 3"
+    assert any("the same notes are in more than one split (ids: train/test 3; identical texts: "
+               "train/dev 4, train/test 3"
                in r.getMessage() for r in caplog.records)
     manifest = json.loads((tmp_path / "run" / "checkpoint" / "manifest.json").read_text())
     assert manifest["data"]["leakage"]["ids"] == {"train/test": 3}
@@ -361,7 +393,8 @@ def test_os_errors_become_one_line(world, tmp_path):
     line = os_error_message(err)
     assert line.startswith(f"Permission denied: {tmp_path / 'x'} (PermissionError);") and "\n" not in line
     missing = tmp_path / "nope.jsonl"
-    fails(["predict", "--checkpoint", world["RUN"], "--input", missing, "--output", tmp_path / "o.jsonl", "--device", "cpu"],
+    fails(["predict", "--checkpoint", world["RUN"], "--input", missing, "--output", tmp_path / "o.jsonl", "--device",
+           "cpu"],
           "no such file or folder")
     assert not (tmp_path / "o.jsonl").exists() and not (tmp_path / "o.jsonl.partial.json").exists()
 
@@ -384,7 +417,8 @@ def test_damaged_checkpoint_file_is_one_line(world, other_checkpoint, tmp_path, 
     shutil.copytree(world["RUN"] / "checkpoint", run / "checkpoint")
     _damage(run / "checkpoint" / name, damage, other_checkpoint / name)
     before = snapshot(tmp_path)
-    args = (["predict", "--checkpoint", run, "--input", world["N"], "--output", tmp_path / "o.jsonl"] if command == "predict"
+    args = (["predict", "--checkpoint", run, "--input", world["N"], "--output",
+             tmp_path / "o.jsonl"] if command == "predict"
             else ["evaluate", "--checkpoint", run, "--data", world["D"]])
     message = (f"{name} does not match the hash in manifest.json" if name != "manifest.json"
                else "manifest.json" if damage != "from another run" else "does not match the hash in manifest.json")
@@ -407,7 +441,8 @@ def damaged_runs(tiny_run, tmp_path_factory) -> Path:
     m.write_bytes(m.read_bytes()[:40])
     (root / "bad_scores" / "scores_test.npz").write_bytes(b"PK\x03\x04 not really a zip")
     split_dir = root / "bad_split" / "data"
-    shutil.copytree(Path(json.loads((root / "bad_split" / "checkpoint" / "manifest.json").read_text())["data"]["path"]), split_dir)
+    shutil.copytree(Path(json.loads((root / "bad_split" / "checkpoint" / "manifest.json").read_text())["data"]["path"]),
+                    split_dir)
     (split_dir / "test.parquet").write_bytes(b"PAR1 damaged")
     manifest = root / "bad_split" / "checkpoint" / "manifest.json"
     # point the run at its own (damaged) copy of the data; the manifest's hash table is not about this field

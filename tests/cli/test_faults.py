@@ -287,7 +287,8 @@ def test_resume_of_a_finished_output_is_refused_and_changes_nothing(predictor, t
     predict_file(predictor, input=src, output=out, progress=False)
     before = out.read_bytes()
     _write_jsonl(src, _notes(7))  # more notes arrived
-    with pytest.raises(ConfigError, match=r"o\.jsonl is a finished output and there is no o\.jsonl\.partial to continue"):
+    with pytest.raises(ConfigError,
+                       match=r"o\.jsonl is a finished output and there is no o\.jsonl\.partial to continue"):
         predict_file(predictor, input=src, output=out, resume=True, progress=False)
     assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [".o.jsonl.clinicode.json", "n.jsonl", "o.jsonl"]

@@ -22,6 +22,7 @@ import pytest
 from clinicode.artifacts import make_manifest, sha256_file, write_json_atomic
 from clinicode.cli import app
 from clinicode.synthetic.mimic3 import write_demo_mimic
+
 from conftest import TINY_CLI
 from helpers import SECRET, fails, runner, snapshot, succeeds
 
@@ -59,7 +60,8 @@ def place(tmp_path, tiny_run) -> dict[str, Path]:
 
 # ------------------------------------------------------------------------------ 1. outputs are regular files or new
 def test_1_predict_to_a_device_is_refused_and_the_device_stays(place):
-    refused(place["root"], _predict(place["RUN"], place["N"], "/dev/null"), "--output /dev/null is a device, not a regular file")
+    refused(place["root"], _predict(place["RUN"], place["N"], "/dev/null"),
+            "--output /dev/null is a device, not a regular file")
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)  # still the device, not a file of predictions
 
 
@@ -84,7 +86,8 @@ def test_1_a_fifo_output_is_refused_without_reading_it(place, where):
                           capture_output=True, text=True, timeout=120, env=ENV, cwd=ROOT)
     assert proc.returncode == 1, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "is a FIFO (named pipe), not a regular file" in lines[0] and "Traceback" not in proc.stderr
+    assert len(lines) == 1 and "is a FIFO (named pipe), not a regular file" in lines[0]
+    assert "Traceback" not in proc.stderr
     assert snapshot(place["root"]) == before
 
 
@@ -130,7 +133,8 @@ def test_4_rerunning_demo_data_keeps_a_users_files(tmp_path):
     succeeds(["demo-data", "--out", out, "--n-admissions", "20"])
     succeeds(["demo-data", "--out", out, "--n-admissions", "20"])  # its own output alone: replaced
     (out / "my_notes.md").write_text("my notes")
-    refused(tmp_path, ["demo-data", "--out", out, "--n-admissions", "20"], "my_notes.md inside it were not written by it")
+    refused(tmp_path, ["demo-data", "--out", out, "--n-admissions", "20"],
+            "my_notes.md inside it were not written by it")
 
 
 def test_4_rerunning_demo_data_mimic4_keeps_a_file_in_a_subfolder(tmp_path):
@@ -147,7 +151,8 @@ def test_4_rerunning_prepare_keeps_a_users_files(tmp_path):
     succeeds(["prepare", "--mimic-dir", tmp_path / "m", "--out", out])
     succeeds(["prepare", "--mimic-dir", tmp_path / "m", "--out", out])
     (out / "analysis.ipynb").write_text("{}")
-    refused(tmp_path, ["prepare", "--mimic-dir", tmp_path / "m", "--out", out], "analysis.ipynb inside it were not written")
+    refused(tmp_path, ["prepare", "--mimic-dir", tmp_path / "m", "--out", out],
+            "analysis.ipynb inside it were not written")
 
 
 # ----------------------------------------------------------------------- 5. two predicts to one output: one refuses
@@ -157,10 +162,9 @@ def _partial_of_a_running_predict(place, out: Path) -> int:
     partial = out.with_name(out.name + ".partial")
     os.replace(out, partial)
     (place["root"] / f".{out.name}.clinicode.json").unlink()
+    from clinicode.config import PREDICT
     from clinicode.predict import Predictor
     from clinicode.predict_io import _settings
-
-    from clinicode.config import PREDICT
 
     pred = Predictor.from_checkpoint(place["RUN"], device="cpu")
     write_json_atomic(out.with_name(out.name + ".partial.json"),
@@ -234,7 +238,8 @@ def test_7_a_second_train_into_a_claimed_fresh_folder_is_refused(tmp_path, demo_
 def test_7_two_train_processes_racing_for_one_folder(tmp_path, demo_data):
     """Two real processes: exactly one trains, the other refuses in one line; run.json and the checkpoint agree."""
     out = tmp_path / "run"
-    args = ["train", "--data", str(demo_data), "--out", str(out), *TINY_CLI, "--epochs", "2"]  # the last --epochs counts
+    args = ["train", "--data", str(demo_data), "--out", str(out), *TINY_CLI, "--epochs",
+            "2"]  # the last --epochs counts
     procs = [subprocess.Popen([sys.executable, "-m", "clinicode", *args, "--seed", str(seed)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
              for seed in (1, 2)]
@@ -264,7 +269,8 @@ def test_8_non_utf8_bytes_on_stdin_are_bad_records_not_a_traceback(place):
     assert [r["id"] for r in recs] == ["a", "line-2", "c"]
     assert recs[1]["error"].startswith("line 2 of stdin: not UTF-8 text")
     assert SECRET not in out.read_text() + res.stderr
-    res = runner().invoke(app, [str(a) for a in _predict(place["RUN"], "-", place["root"] / "s.jsonl", "--strict")], input=data)
+    res = runner().invoke(app, [str(a) for a in _predict(place["RUN"], "-", place["root"] / "s.jsonl", "--strict")],
+                          input=data)
     assert res.exit_code == 1 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "line 2 of stdin: not UTF-8 text" in res.stderr
 
@@ -357,7 +363,8 @@ def test_9_pages_show_one_line_when_the_model_cannot_be_loaded(tiny_run, tmp_pat
 
 # ------------------------------------------------------------------------ 10. bounded reads per line and per note
 def test_10_descriptions_from_dev_zero_fail_fast_in_one_line(tmp_path, demo_data):
-    refused(tmp_path, ["train", "--data", demo_data, "--out", tmp_path / "run", "--descriptions", "/dev/zero", *TINY_CLI],
+    refused(tmp_path, ["train", "--data", demo_data, "--out", tmp_path / "run", "--descriptions", "/dev/zero",
+                       *TINY_CLI],
             "/dev/zero: line 1 is longer than 64 KiB; expected code<TAB>description lines")
     assert not (tmp_path / "run").exists()
 
@@ -367,11 +374,13 @@ def test_10_a_jsonl_line_over_the_bound_is_a_bad_record_and_never_held(place, mo
 
     monkeypatch.setattr(records, "MAX_LINE_BYTES", 4096)
     src, out = place["root"] / "in.jsonl", place["root"] / "codes.jsonl"
-    _jsonl(src, [{"id": "a", "text": "hypertension"}, {"id": "big", "text": "x " * 10_000}, {"id": "c", "text": "sepsis"}])
+    _jsonl(src, [{"id": "a", "text": "hypertension"}, {"id": "big", "text": "x " * 10_000},
+                 {"id": "c", "text": "sepsis"}])
     succeeds(_predict(place["RUN"], src, out))
     recs = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["id"] for r in recs] == ["a", "line-2", "c"]
-    assert recs[1]["error"] == "line 2 of in.jsonl: more than the 4,096 bytes a record may hold; split or shorten the note"
+    assert recs[1]["error"] == ("line 2 of in.jsonl: more than the 4,096 bytes a record may hold; "
+                                "split or shorten the note")
 
 
 def test_10_a_huge_note_is_cut_by_characters_before_tokenising(tiny_run):
@@ -404,7 +413,8 @@ def test_11_train_out_through_a_link_and_dotdot_is_checked_where_it_lands(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "w"]  # nothing at the textual tmp/x
     # and a resolved place inside an input is refused, whatever the spelling
     os.symlink(demo_data, tmp_path / "w" / "d")
-    refused(tmp_path, ["train", "--data", demo_data, "--out", f"{tmp_path}/w/d/x", *TINY_CLI], "lies inside the input folder --data")
+    refused(tmp_path, ["train", "--data", demo_data, "--out", f"{tmp_path}/w/d/x", *TINY_CLI],
+            "lies inside the input folder --data")
 
 
 def test_11_a_failed_runs_run_json_does_not_block_a_plain_rerun(tmp_path, demo_data):
@@ -416,7 +426,8 @@ def test_11_a_failed_runs_run_json_does_not_block_a_plain_rerun(tmp_path, demo_d
 
 
 def test_11_bad_options_leave_no_run_folder(tmp_path, demo_data):
-    refused(tmp_path, ["train", "--data", demo_data, "--out", tmp_path / "run", *TINY_CLI, "--embed-dim", "0"], "embed_dim")
+    refused(tmp_path, ["train", "--data", demo_data, "--out", tmp_path / "run", *TINY_CLI, "--embed-dim", "0"],
+            "embed_dim")
     assert not (tmp_path / "run").exists()
 
 
@@ -448,7 +459,8 @@ def test_11_a_corrupt_parquet_is_named(place):
     data = bytearray(src.read_bytes())
     data[200:4200] = b"\xff" * 4000  # the footer stays readable; the first data page does not
     src.write_bytes(bytes(data))
-    res = refused(place["root"], _predict(place["RUN"], src, place["root"] / "o.jsonl"), f"--input {src}: damaged parquet file")
+    res = refused(place["root"], _predict(place["RUN"], src, place["root"] / "o.jsonl"),
+                  f"--input {src}: damaged parquet file")
     assert "disk has room" not in res.stderr
 
 

@@ -15,7 +15,8 @@ def test_pipeline_runs_on_synthetic_mimic(demo_mimic, tmp_path, capsys):
     report = json.loads((out / "pipeline_report.json").read_text())
     assert report["paper"]["f1_micro"] == 0.619
     assert report["comparable"] is False  # synthetic data without CAML's split files
-    assert set(report["test"]) == {"auc_macro", "auc_micro", "f1_macro", "f1_micro", "prec_at_5", "prec_at_8", "prec_at_15"}
+    assert set(report["test"]) == {"auc_macro", "auc_micro", "f1_macro", "f1_micro", "prec_at_5", "prec_at_8",
+                                   "prec_at_15"}
     assert (out / "checkpoint" / "manifest.json").is_file() and (out / "data" / "train.parquet").is_file()
     printed = capsys.readouterr().out
     assert "not comparable" in printed and "paper" in printed

@@ -110,7 +110,8 @@ def test_every_docs_command_and_option_exists():
                 n = 2 if rest[0] in SUB_APPS and len(rest) > 1 else 1  # `review queue` is one command
                 command = " ".join(rest[:n])
                 for opt in re.findall(r"--[a-z][a-z0-9-]*", " ".join(rest[n:])):
-                    assert opt in options_of(command), f"{doc.name} shows {opt} which `clinicode {command}` does not have"
+                    assert opt in options_of(command), \
+                        f"{doc.name} shows {opt} which `clinicode {command}` does not have"
             seen += 1
     assert seen >= 20
 

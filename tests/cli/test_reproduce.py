@@ -10,8 +10,9 @@ import pytest
 
 from clinicode.constants import SPLITS
 from clinicode.data.protocols import by_name
-from conftest import SHARED_DATA
 from pipelines.reproduce import RECIPES, load_recipe, main
+
+from conftest import SHARED_DATA
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
@@ -23,7 +24,8 @@ def test_each_recipe_is_its_protocol_with_its_own_options(recipe):
     assert (protocol.mimic == "mimic4") == ("icd_version" in prep)
     assert prep["label_set"] == protocol.label_set and prep.get("min_code_count", 1) == protocol.min_code_count
     files = ([SHARED_DATA / prep["splits_file"]] if "splits_file" in prep else
-             [SHARED_DATA / prep["splits_dir"] / f"{s}_{'full' if protocol.label_set == 'full' else '50'}_hadm_ids.csv" for s in SPLITS])
+             [SHARED_DATA / prep["splits_dir"] / f"{s}_{'full' if protocol.label_set == 'full' else '50'}_hadm_ids.csv"
+              for s in SPLITS])
     if prep["label_set"] == "top50":
         files.append(SHARED_DATA / prep["splits_dir"] / "top50_codes.txt")
     from clinicode.data.protocols import find_protocol
@@ -64,7 +66,8 @@ def test_a_published_protocol_is_reproduced_at_full_size(tmp_path):
         pytest.skip("../shared/data/mimic-splits is not here")
     write_demo_mimic4(tmp_path / "raw", n_admissions=500, hadm_ids_from=[folder], seed=3)
     prep = load_recipe("mimic4-icd10-top50")["prepare"]
-    summary = prepare_mimic(tmp_path / "raw", tmp_path / "data", icd_version=prep["icd_version"], label_set=prep["label_set"],
+    summary = prepare_mimic(tmp_path / "raw", tmp_path / "data", icd_version=prep["icd_version"],
+                            label_set=prep["label_set"],
                             splits_dir=folder, expect_published_counts=True)
     assert summary["protocol"] == "nguyen-mimic4-icd10-top50" and summary["comparable"] is True
     assert summary["splits"] == {"train": 104_077, "dev": 3_805, "test": 7_368} == by_name(summary["protocol"]).counts

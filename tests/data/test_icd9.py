@@ -1,8 +1,7 @@
 """ICD-9 dot placement (docs/domain.md section 4): the reformatting table, errors, idempotence."""
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from clinicode.codes.icd9 import format_code, format_diagnosis, format_procedure, load_descriptions_tsv
 from clinicode.errors import DataFormatError
@@ -35,7 +34,8 @@ def test_same_digits_differ_by_table():
 
 @pytest.mark.parametrize("raw", ["40", "4", ""])
 def test_short_procedure_code_is_a_data_error(raw):
-    with pytest.raises(DataFormatError, match=r"procedure code .* characters.*Read PROCEDURES_ICD.ICD9_CODE as strings"):
+    with pytest.raises(DataFormatError,
+                       match=r"procedure code .* characters.*Read PROCEDURES_ICD.ICD9_CODE as strings"):
         format_procedure(raw)
 
 

@@ -16,8 +16,8 @@ import pytest
 
 from clinicode.constants import SPLITS
 from clinicode.data.prepare import prepare_mimic
-from clinicode.synthetic.mimic4 import write_demo_mimic4
 from clinicode.errors import ConfigError, DataFormatError
+from clinicode.synthetic.mimic4 import write_demo_mimic4
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,8 @@ def _reference(raw: Path, version: int) -> tuple[pd.DataFrame, pd.DataFrame, dic
     for table, is_dx in (("diagnoses_icd", True), ("procedures_icd", False)):
         c = _csv(raw / "hosp" / f"{table}.csv")
         c = c[c["icd_version"] == str(version)]
-        parts.append(pd.DataFrame({"h": c["hadm_id"].astype(int), "code": [_dot(x, version, is_dx) for x in c["icd_code"]]}))
+        parts.append(pd.DataFrame({"h": c["hadm_id"].astype(int), "code": [_dot(x, version,
+                                                                                is_dx) for x in c["icd_code"]]}))
         t = _csv(raw / "hosp" / f"d_icd_{'diagnoses' if is_dx else 'procedures'}.csv")
         t = t[t["icd_version"] == str(version)]
         titles.update({_dot(x, version, is_dx): title for x, title in zip(t["icd_code"], t["long_title"])})
@@ -71,9 +72,11 @@ def test_full_label_set_and_an_edin_split_file_give_exactly_the_rules_documents(
     kept = set(counts[counts >= 3].index)
     labelled = codes[codes["code"].isin(kept)].groupby("h")["code"].agg(lambda s: sorted(set(s)))
     ids = sorted(labelled.index)
-    split_csv = tmp_path / "split.csv"  # Edin et al.'s format: val is dev; one labelled admission left out of every split
+    # Edin et al.'s format: val is dev; one labelled admission left out of every split
+    split_csv = tmp_path / "split.csv"
     names = ["train", "val", "test"]
-    split_csv.write_text("hadm_id,split\n" + "".join(f"{h},{names[i % 3]}\n" for i, h in enumerate(ids[1:])) + "99999999,test\n")
+    split_csv.write_text("hadm_id,split\n" + "".join(f"{h},{names[i % 3]}\n"
+                                                     for i, h in enumerate(ids[1:])) + "99999999,test\n")
 
     out = tmp_path / "out"
     summary = prepare_mimic(raw, out, icd_version=version, label_set="full", min_code_count=3, splits_file=split_csv)
@@ -188,8 +191,7 @@ def test_note_dir_may_be_a_separate_folder_and_options_are_checked(raw, tmp_path
 
 def test_a_published_protocols_counts_are_enforced(raw, tmp_path, monkeypatch):
     """With a protocol's own files and options the counts must equal its published ones; else one line names both."""
-    from clinicode.data import prepare as prepare_module
-    from clinicode.data import protocols
+    from clinicode.data import prepare as prepare_module, protocols
 
     docs, codes, _ = _reference(raw, 10)
     ids = sorted(codes["h"].unique())
@@ -208,12 +210,14 @@ def test_a_published_protocols_counts_are_enforced(raw, tmp_path, monkeypatch):
                                               rf"\(expected {n['train'] + 7:,}\)"):
         prepare_mimic(raw, tmp_path / "bad", icd_version=10, label_set="full", splits_file=split)
     # other options than the protocol's: not enforced, and said to be not comparable
-    other = prepare_mimic(raw, tmp_path / "other", icd_version=10, label_set="full", min_code_count=5, splits_file=split)
+    other = prepare_mimic(raw, tmp_path / "other", icd_version=10, label_set="full", min_code_count=5,
+                          splits_file=split)
     assert other["protocol"] is None and other["comparable"] is False
 
 
 def test_the_shipped_protocol_files_are_recognised():
     from clinicode.data.protocols import PROTOCOLS, find_protocol
+
     from conftest import SHARED_DATA
 
     root = SHARED_DATA / "mimic-splits"
@@ -226,5 +230,6 @@ def test_the_shipped_protocol_files_are_recognised():
     assert top is not None and top.counts == {"train": 170_664, "dev": 6_406, "test": 12_405}
     caml = find_protocol([SHARED_DATA / "caml-mimic-ids" / f"{s}_full_hadm_ids.csv" for s in SPLITS])
     assert caml is not None and caml.name == "caml-mimic3-full"
-    assert find_protocol([root / "edin2023" / "mimiciv_icd10_split.csv", root / "edin2023" / "mimiciv_icd9_split.csv"]) is None
+    assert find_protocol([root / "edin2023" / "mimiciv_icd10_split.csv",
+                          root / "edin2023" / "mimiciv_icd9_split.csv"]) is None
     assert len({p.name for p in PROTOCOLS}) == len(PROTOCOLS)

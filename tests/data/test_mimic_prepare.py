@@ -11,14 +11,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from clinicode.codes.icd9 import format_diagnosis, format_procedure
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50, SPLITS
 from clinicode.data import prepare as prepare_module
-from clinicode.codes.icd9 import format_diagnosis, format_procedure
 from clinicode.data.mimic import find_table, read_codes, read_discharge_summaries
 from clinicode.data.prepare import NOT_COMPARABLE, prepare_mimic
 from clinicode.data.splits import read_splits
-from clinicode.synthetic.mimic3 import write_demo_mimic
 from clinicode.errors import ConfigError, DataFormatError
+from clinicode.synthetic.mimic3 import write_demo_mimic
 
 CAML_IDS = Path(__file__).resolve().parents[3] / "shared" / "data" / "caml-mimic-ids"
 NOTE_HEADER = ["ROW_ID", "SUBJECT_ID", "HADM_ID", "CHARTDATE", "CHARTTIME", "STORETIME", "CATEGORY",
@@ -58,10 +58,13 @@ def make_tiny(folder: Path) -> Path:
         (1, 1, 100, 1, "9604"), (2, 2, 200, 1, "0040"), (3, 2, 200, 2, "3893"), (4, 6, 600, 1, "966"),
     ])
     _write(folder / "D_ICD_DIAGNOSES.csv", ["ROW_ID", "ICD9_CODE", "SHORT_TITLE", "LONG_TITLE"], [
-        (1, "4019", "Hypertension NOS", "Unspecified essential hypertension"), (2, "0389", "Septicemia NOS", "Unspecified septicemia"),
+        (1, "4019", "Hypertension NOS", "Unspecified essential hypertension"), (2, "0389", "Septicemia NOS",
+                                                                                "Unspecified septicemia"),
     ])
     _write(folder / "D_ICD_PROCEDURES.csv", ["ROW_ID", "ICD9_CODE", "SHORT_TITLE", "LONG_TITLE"], [
-        (1, "9604", "Insert endotracheal tube", "Insertion of endotracheal tube"), (2, "0040", "Proc-one vessel", "Adjunct vascular system procedure on single vessel"),
+        (1, "9604", "Insert endotracheal tube", "Insertion of endotracheal tube"), (2, "0040", "Proc-one vessel",
+                                                                                    "Adjunct vascular system "
+                                                                                    "procedure on single vessel"),
     ])
     return folder
 
@@ -248,7 +251,8 @@ def test_failure_keeps_previous_out_dir(synthetic, tmp_path, monkeypatch):
     out = tmp_path / "out"
     prepare_mimic(synthetic, out)  # an earlier output of prepare: the only kind of folder it may replace
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    monkeypatch.setattr(prepare_module, "_write_splits", lambda out, docs, texts: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(prepare_module, "_write_splits", lambda out, docs,
+                        texts: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError):
         prepare_mimic(synthetic, out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
@@ -308,7 +312,8 @@ def test_real_caml_split_files_give_exact_counts(tmp_path):
 
 @pytest.mark.skipif(not CAML_IDS.is_dir(), reason="CAML split files not available")
 def test_real_caml_split_files_wrong_counts_raise(synthetic, tmp_path):
-    with pytest.raises(DataFormatError, match=r"train \d+ \(expected 8,066\), dev \d+ \(expected 1,573\).*read as numbers"):
+    with pytest.raises(DataFormatError,
+                       match=r"train \d+ \(expected 8,066\), dev \d+ \(expected 1,573\).*read as numbers"):
         prepare_mimic(synthetic, tmp_path / "out", splits_dir=CAML_IDS)
     assert not (tmp_path / "out").exists()
     summary = prepare_mimic(synthetic, tmp_path / "out", splits_dir=CAML_IDS, expect_published_counts=False)

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50
+
 from conftest import MIMIC_ENV, SHARED_DATA
 
 
@@ -16,7 +17,8 @@ from conftest import MIMIC_ENV, SHARED_DATA
 def test_caml_top50_counts_on_real_mimic(tmp_path):
     from clinicode.data.prepare import prepare_mimic
 
-    summary = prepare_mimic(Path(os.environ[MIMIC_ENV]), tmp_path / "mimic50", splits_dir=SHARED_DATA / "caml-mimic-ids")
+    summary = prepare_mimic(Path(os.environ[MIMIC_ENV]), tmp_path / "mimic50",
+                            splits_dir=SHARED_DATA / "caml-mimic-ids")
     assert summary["splits"] == CAML50_SPLIT_COUNTS and summary["comparable"] is True
     assert summary["labels_without_description"] == []
     for split, n in CAML50_SPLIT_COUNTS.items():

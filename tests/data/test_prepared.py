@@ -9,8 +9,8 @@ import pytest
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepare import prepare_mimic
 from clinicode.data.prepared import PreparedDataset, load_dataset
-from clinicode.synthetic.mimic3 import write_demo_mimic
 from clinicode.errors import DataFormatError
+from clinicode.synthetic.mimic3 import write_demo_mimic
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 REAL = {"hoc": (1286, 211, 355), "mtsamples": (1651, 243, 483), "cmc2007-radiology-icd9": (684, 93, 201)}
@@ -69,7 +69,8 @@ def test_top_k_ties_by_code_string(tmp_path):
         {"id": "1", "text": "t", "labels": ["c", "b"]}, {"id": "2", "text": "t", "labels": ["c", "a"]},
         {"id": "3", "text": "t", "labels": ["d"]},
     ])
-    _jsonl(tmp_path / "dev.jsonl", [{"id": "4", "text": "t", "labels": ["d"]}, {"id": "5", "text": "t", "labels": ["a"]}])
+    _jsonl(tmp_path / "dev.jsonl", [{"id": "4", "text": "t", "labels": ["d"]}, {"id": "5", "text": "t",
+                                                                                "labels": ["a"]}])
     ds = load_dataset(tmp_path, top_k=2)
     assert ds.labels.codes == ("a", "c")
     assert ds.split("train")["id"].tolist() == ["1", "2"]
@@ -99,7 +100,8 @@ def test_prepared_mimic_roundtrip(tmp_path):
 
 def test_labels_json_rejects_unknown_code(folder):
     LabelSet.from_codes(["a", "b"]).save(folder / "labels.json")
-    with pytest.raises(DataFormatError, match=r"dev split of .*: 1 label\(s\) of 1 code\(s\) not in labels.json, e.g. 'z'; add"):
+    with pytest.raises(DataFormatError,
+                       match=r"dev split of .*: 1 label\(s\) of 1 code\(s\) not in labels.json, e.g. 'z'; add"):
         load_dataset(folder)
 
 
@@ -134,7 +136,8 @@ def test_empty_file(folder):
 
 
 def test_duplicate_ids_named_without_text(folder):
-    _jsonl(folder / "dev.jsonl", [{"id": 7, "text": "SECRET NOTE", "labels": []}, {"id": "7", "text": "x", "labels": []}])
+    _jsonl(folder / "dev.jsonl", [{"id": 7, "text": "SECRET NOTE", "labels": []}, {"id": "7", "text": "x",
+                                                                                   "labels": []}])
     with pytest.raises(DataFormatError, match=r"dev.jsonl: 1 duplicate id\(s\), e.g. '7'") as exc:
         load_dataset(folder)
     assert "SECRET" not in str(exc.value)

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from clinicode.constants import CAML_TOP50
-from clinicode.synthetic.mimic3 import CODE_HEADER, NOTE_HEADER, TITLE_HEADER, write_demo_mimic
 from clinicode.errors import ConfigError
+from clinicode.synthetic.mimic3 import CODE_HEADER, NOTE_HEADER, TITLE_HEADER, write_demo_mimic
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_notes_carry_signal(demo):
 def test_deterministic_and_gzip(tmp_path):
     a = write_demo_mimic(tmp_path / "a", n_admissions=50, seed=2)
     b = write_demo_mimic(tmp_path / "b", n_admissions=50, seed=2, gzip=True)
-    c = write_demo_mimic(tmp_path / "c", n_admissions=50, seed=3)
+    write_demo_mimic(tmp_path / "c", n_admissions=50, seed=3)
     assert a["noteevents_rows"] == b["noteevents_rows"]
     raw = (tmp_path / "a" / "NOTEEVENTS.csv").read_bytes()
     assert gzip.decompress((tmp_path / "b" / "NOTEEVENTS.csv.gz").read_bytes()) == raw
@@ -126,7 +126,8 @@ def test_padding_is_deterministic_and_valid_csv(padded, tmp_path):
     import io
 
     root, _, _ = padded
-    write_demo_mimic(tmp_path / "again", n_admissions=50, n_other_notes=300, seed=5, discharge_chars=4000, other_chars=800)
+    write_demo_mimic(tmp_path / "again", n_admissions=50, n_other_notes=300, seed=5, discharge_chars=4000,
+                     other_chars=800)
     raw = (root / "padded" / "NOTEEVENTS.csv").read_bytes()
     assert (tmp_path / "again" / "NOTEEVENTS.csv").read_bytes() == raw
     # The fast writer for padded notes writes exactly what csv.writer would.
@@ -153,7 +154,10 @@ def test_prepare_on_padded_folder(padded, tmp_path):
     small = prepare_mimic(root / "plain", tmp_path / "plain")
     big = prepare_mimic(root / "padded", tmp_path / "padded")
     assert big["splits"] == small["splits"] and sum(big["splits"].values()) > 0
-    text = lambda d: pd.concat(pd.read_parquet(tmp_path / d / f"{s}.parquet") for s in ("train", "dev", "test"))  # noqa: E731
+
+    def text(d):
+        return pd.concat(pd.read_parquet(tmp_path / d / f"{s}.parquet") for s in ("train", "dev", "test"))
+
     a, b = text("plain"), text("padded")
     assert list(a["id"]) == list(b["id"]) and list(map(list, a["labels"])) == list(map(list, b["labels"]))
     assert b["text"].str.len().mean() > 3 * a["text"].str.len().mean()
@@ -175,7 +179,8 @@ def test_code_tables_are_package_data_that_setuptools_ships():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     root = Path(__file__).resolve().parents[2]
     package = root / "clinicode" / "synthetic"
-    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["clinicode.synthetic"]
+    package_data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    globs = package_data["clinicode.synthetic"]
     shipped = {p for g in globs for p in package.glob(g)}
     tables = set((package / "tables").glob("*"))
     assert tables and tables <= shipped, sorted(p.name for p in tables - shipped)

@@ -8,11 +8,17 @@ import re
 import pandas as pd
 import pytest
 
+from clinicode.errors import ConfigError, DataFormatError
 from clinicode.synthetic.mimic4 import (
-    DIAGNOSES_HEADER, NOTE_HEADER, PROCEDURES_HEADER, TITLES_HEADER, TOP50_ICD9, TOP50_ICD10, code_catalogue,
+    DIAGNOSES_HEADER,
+    NOTE_HEADER,
+    PROCEDURES_HEADER,
+    TITLES_HEADER,
+    TOP50_ICD9,
+    TOP50_ICD10,
+    code_catalogue,
     write_demo_mimic4,
 )
-from clinicode.errors import ConfigError, DataFormatError
 
 HEADERS = {
     "hosp/diagnoses_icd": DIAGNOSES_HEADER, "hosp/procedures_icd": PROCEDURES_HEADER,
@@ -191,9 +197,9 @@ def test_every_code_has_its_phrase_in_its_discharge_rows(demo):
 def test_deterministic_bytes_and_gzip(tmp_path):
     a = write_demo_mimic4(tmp_path / "a", n_admissions=60, seed=3)
     b = write_demo_mimic4(tmp_path / "b", n_admissions=60, seed=3)
-    c = write_demo_mimic4(tmp_path / "c", n_admissions=60, seed=4)
+    write_demo_mimic4(tmp_path / "c", n_admissions=60, seed=4)
     g1 = write_demo_mimic4(tmp_path / "g1", n_admissions=60, seed=3, gzip=True)
-    g2 = write_demo_mimic4(tmp_path / "g2", n_admissions=60, seed=3, gzip=True)
+    write_demo_mimic4(tmp_path / "g2", n_admissions=60, seed=3, gzip=True)
     assert a["rows"] == b["rows"] == g1["rows"]
     for t in HEADERS:
         raw = (tmp_path / "a" / f"{t}.csv").read_bytes()
@@ -216,9 +222,9 @@ def test_padding_to_real_length_keeps_codes_and_ids(tmp_path):
     assert abs(long["mean_discharge_chars"] - 6000) < 900
     for t in ("hosp/diagnoses_icd", "hosp/procedures_icd", "note/radiology"):
         assert (tmp_path / "s" / f"{t}.csv").read_bytes() == (tmp_path / "l" / f"{t}.csv").read_bytes()
-    s, l = _read(tmp_path / "s", "note/discharge"), _read(tmp_path / "l", "note/discharge")
-    assert list(s["note_id"]) == list(l["note_id"]) and len(_read(tmp_path / "l", "note/radiology")) == 50
-    assert l["text"].str.count("___").mean() > s["text"].str.count("___").mean()
+    s, lg = _read(tmp_path / "s", "note/discharge"), _read(tmp_path / "l", "note/discharge")
+    assert list(s["note_id"]) == list(lg["note_id"]) and len(_read(tmp_path / "l", "note/radiology")) == 50
+    assert lg["text"].str.count("___").mean() > s["text"].str.count("___").mean()
 
 
 def test_hadm_ids_from_split_files(tmp_path):

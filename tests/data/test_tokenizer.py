@@ -2,8 +2,7 @@
 
 import string
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from clinicode.constants import PAD_ID, UNK_ID
 from clinicode.data.text import tokenize, tokenize_with_offsets

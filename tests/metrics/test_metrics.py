@@ -7,8 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from clinicode import metrics as M
@@ -494,7 +493,8 @@ def _random_case(seed: int, n: int, k: int, *, ties: bool):
     return y, s
 
 
-@pytest.mark.parametrize("seed,n,k,ties", [(0, 50, 7, True), (1, 300, 40, False), (2, 120, 600, True), (3, 5000, 3, True)])
+@pytest.mark.parametrize("seed,n,k,ties", [(0, 50, 7, True), (1, 300, 40, False), (2, 120, 600, True),
+                                           (3, 5000, 3, True)])
 def test_aucs_equal_sklearn_per_code_and_micro(seed, n, k, ties) -> None:
     from sklearn.metrics import roc_auc_score
 

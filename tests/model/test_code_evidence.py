@@ -130,7 +130,8 @@ def test_the_evidence_does_not_train_the_attentions_window_or_bias(fast, n_label
     paper = LEAM(LEAMConfig(**{**model.config.__dict__, "code_evidence": False}), fast=fast).eval()
     paper.load_state_dict({k: v for k, v in model.state_dict().items() if k != "evidence_rho"})
     ids, mask = pad_batch(NOTES)
-    grads = [torch.autograd.grad(m(ids, mask).logits.sum(), [m.phrase_w, m.phrase_b, m.label_emb]) for m in (model, paper)]
+    grads = [torch.autograd.grad(m(ids, mask).logits.sum(), [m.phrase_w, m.phrase_b,
+                                                             m.label_emb]) for m in (model, paper)]
     torch.testing.assert_close(grads[0][0], grads[1][0], rtol=1e-6, atol=1e-7, msg="W1")
     torch.testing.assert_close(grads[0][1], grads[1][1], rtol=1e-6, atol=1e-7, msg="b1")
     assert (grads[0][2] - grads[1][2]).abs().max() > 1e-3                # the codes' vectors do learn from it
@@ -221,7 +222,7 @@ def test_it_ranks_rare_word_marked_codes_better_than_the_paper_alone():
         torch.manual_seed(0)
         model = LEAM(LEAMConfig(vocab_size=400, n_labels=60, embed_dim=32, radius=2, hidden_dim=64, dropout=0.0,
                                 code_evidence=evidence))
-        with torch.no_grad():                                            # each code starts at its word, as descriptions do
+        with torch.no_grad():                                     # each code starts at its word, as descriptions do
             model.label_emb.copy_(model.word_emb.weight[2:62])
         opt = make_optimizer(model, TrainConfig(lr=1e-2))
         g = torch.Generator().manual_seed(0)

@@ -5,8 +5,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from clinicode.kernels import (best_dot, code_max, code_max_evidence, cosine_compat, embed, phrase_max, phrase_max_evidence,
-                               phrase_window, table_phrase_max)
+from clinicode.kernels import (
+    best_dot,
+    code_max,
+    code_max_evidence,
+    cosine_compat,
+    embed,
+    phrase_max,
+    phrase_max_evidence,
+    phrase_window,
+    table_phrase_max,
+)
 from clinicode.model import _cosine, _window
 
 
@@ -95,7 +104,8 @@ def test_keep_freed_memory_takes_effect_on_glibc():
     import subprocess
     import sys
 
-    code = "from clinicode.runtime import keep_freed_memory; import torch; ok = keep_freed_memory(); torch.ones(10**7).sum(); print(ok)"
+    code = ("from clinicode.runtime import keep_freed_memory; import torch; ok = keep_freed_memory(); "
+            "torch.ones(10**7).sum(); print(ok)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
     assert out == str(glibc)

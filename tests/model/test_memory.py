@@ -1,9 +1,12 @@
-"""The memory plan: which computation order fits, how big the score blocks are, and a clear refusal when nothing fits."""
+"""The memory plan: which computation order fits, how big the score blocks are, and a clear refusal
+when nothing fits."""
 
 import pytest
 
-from clinicode.config import LEAMConfig
-from clinicode.config import PAPER_MODEL  # these tests pin the paper's model (the default adds code evidence)
+from clinicode.config import (
+    PAPER_MODEL,  # these tests pin the paper's model (the default adds code evidence)
+    LEAMConfig,
+)
 from clinicode.errors import ConfigError
 from clinicode.memory import CPU_BLOCK, plan
 
@@ -37,7 +40,8 @@ def test_on_a_gpu_the_budget_sizes_the_code_blocks():
     small = plan(_cfg(9000), batch_size=16, max_len=2500, budget_mb=512, device="cuda", training=True)
     assert big.block == (N, 9000) and small.block[0] == N and 1 <= small.block[1] < 9000
     assert small.batch_mb <= 512 and big.order == small.order == "many codes"
-    assert plan(_cfg(50), batch_size=16, max_len=2500, budget_mb=1024, device="cuda", training=True).order == "many codes"
+    assert plan(_cfg(50), batch_size=16, max_len=2500, budget_mb=1024, device="cuda",
+                training=True).order == "many codes"
 
 
 def test_a_batch_that_cannot_fit_is_refused_with_the_fix():

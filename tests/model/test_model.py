@@ -4,8 +4,10 @@ import pytest
 import torch
 
 from clinicode.batching import pad_batch
-from clinicode.config import LEAMConfig
-from clinicode.config import PAPER_MODEL  # these tests pin the paper's model (the default adds code evidence)
+from clinicode.config import (
+    PAPER_MODEL,  # these tests pin the paper's model (the default adds code evidence)
+    LEAMConfig,
+)
 from clinicode.errors import ConfigError
 from clinicode.model import LEAM
 
@@ -91,7 +93,8 @@ def test_label_regulariser_adds_to_loss():
 @pytest.mark.parametrize("multilabel", [True, False])
 def test_tiny_batch_overfits(multilabel):
     torch.manual_seed(0)
-    cfg = LEAMConfig(vocab_size=40, n_labels=3, embed_dim=16, radius=1, hidden_dim=32, dropout=0.0, multilabel=multilabel, **PAPER_MODEL)
+    cfg = LEAMConfig(vocab_size=40, n_labels=3, embed_dim=16, radius=1, hidden_dim=32, dropout=0.0,
+                     multilabel=multilabel, **PAPER_MODEL)
     model = LEAM(cfg)
     ids, mask = pad_batch([[2, 3, 4], [5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15]])
     y = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0], [1.0, 0, 0]])
@@ -175,7 +178,8 @@ def test_training_with_the_fast_kernels_follows_the_reference_loss_curve(n_label
     from clinicode.train import make_optimizer
 
     torch.manual_seed(0)
-    cfg = LEAMConfig(vocab_size=200, n_labels=n_labels, embed_dim=embed_dim, radius=3, hidden_dim=16, dropout=0.0, **PAPER_MODEL)
+    cfg = LEAMConfig(vocab_size=200, n_labels=n_labels, embed_dim=embed_dim, radius=3, hidden_dim=16, dropout=0.0,
+                     **PAPER_MODEL)
     fast, ref = LEAM(cfg), LEAM(cfg, fast=False)
     assert fast.many_codes == (n_labels > embed_dim)
     ref.load_state_dict(fast.state_dict())
@@ -204,14 +208,16 @@ def test_label_regulariser_averages_over_random_codes_beyond_label_reg_codes():
     import torch.nn.functional as F
 
     torch.manual_seed(0)
-    cfg = LEAMConfig(vocab_size=10, n_labels=40, embed_dim=4, hidden_dim=8, label_reg_codes=8, dropout=0.0, **PAPER_MODEL)
+    cfg = LEAMConfig(vocab_size=10, n_labels=40, embed_dim=4, hidden_dim=8, label_reg_codes=8, dropout=0.0,
+                     **PAPER_MODEL)
     model = LEAM(cfg)
     logits, y = torch.zeros(1, 40), torch.zeros(1, 40)
     full = F.cross_entropy(model.head(model.label_emb), torch.arange(40)).item()
     draws = [(model.loss(logits, y)[0] - model.loss(logits, y)[1]).item() for _ in range(400)]
     assert len(set(round(d, 6) for d in draws)) > 10                  # it samples
     assert abs(sum(draws) / len(draws) - full) < 0.02 * full
-    exact = LEAM(LEAMConfig(vocab_size=10, n_labels=40, embed_dim=4, hidden_dim=8, label_reg_codes=40, dropout=0.0, **PAPER_MODEL))
+    exact = LEAM(LEAMConfig(vocab_size=10, n_labels=40, embed_dim=4, hidden_dim=8, label_reg_codes=40, dropout=0.0,
+                            **PAPER_MODEL))
     exact.load_state_dict(model.state_dict())
     assert abs((exact.loss(logits, y)[0] - exact.loss(logits, y)[1]).item() - full) < 1e-6
 

@@ -31,7 +31,8 @@ def test_dask_local_cluster_scores_every_note_in_order(tiny_run, demo_data):
     from distributed import Client, LocalCluster
 
     notes = pd.read_parquet(demo_data / "test.parquet")[["id", "text"]].reset_index(drop=True)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, Client(cluster):
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster):
         ddf = dd.from_pandas(notes, npartitions=4)
         meta = pd.DataFrame({"id": pd.Series([], dtype=str), "record": pd.Series([], dtype=str)})
         scored = ddf.map_partitions(score_partition, checkpoint=str(tiny_run), top_k=5, meta=meta).compute()

@@ -59,14 +59,16 @@ def test_compare_cli_prints_the_table_and_writes_json(tiny_run, lr_run, demo_dat
 def test_compare_refuses_runs_with_different_label_sets(tiny_run, demo_data, tmp_path):
     other = tmp_path / "top5"
     train(out_dir=other, config=TrainConfig(model="tfidf-lr", top_k=5), data_dir=demo_data, progress=False)
-    res = _runner().invoke(app, ["compare", "--a", str(tiny_run), "--b", str(other), "--data", str(demo_data), "--device", "cpu"])
+    res = _runner().invoke(app, ["compare", "--a", str(tiny_run), "--b", str(other), "--data", str(demo_data),
+                                 "--device", "cpu"])
     assert res.exit_code == 1 and isinstance(res.exception, SystemExit)
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "label set" in lines[0] and "compare runs trained on the same labels" in lines[0]
 
 
 def test_compare_with_a_missing_run_folder_fails_in_one_line(lr_run, demo_data, tmp_path):
-    res = _runner().invoke(app, ["compare", "--a", str(tmp_path / "nope"), "--b", str(lr_run), "--data", str(demo_data)])
+    res = _runner().invoke(app, ["compare", "--a", str(tmp_path / "nope"), "--b", str(lr_run), "--data",
+                                 str(demo_data)])
     assert res.exit_code == 1 and isinstance(res.exception, SystemExit)
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "nope" in lines[0]

@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from clinicode.artifacts import write_json_atomic
 from clinicode.cli import app
 from clinicode.metrics import all_metrics
 from clinicode.predict import Predictor
-from clinicode.artifacts import write_json_atomic
 from clinicode.predict_io import _settings, predict_file
 
 runner = CliRunner()
@@ -38,7 +38,8 @@ def test_output_schema_and_order(predictor, test_split, tmp_path):
         for rid, text in zip(rows["id"], rows["text"]):
             f.write(json.dumps({"id": rid, "text": text}) + "\n")
     out = tmp_path / "pred.jsonl"
-    res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(src), "--output", str(out),
+    res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(src), "--output",
+                              str(out),
                               "--top-k", "5", "--device", "cpu"])
     assert res.exit_code == 0, res.output
     recs = _lines(out)
@@ -62,7 +63,8 @@ def test_bad_records_are_reported_not_dropped(predictor, tmp_path):
     src.write_text('{"id": "ok1", "text": "hypertension and heart failure"}\nnot json\n{"id": "nt"}\n'
                    '{"id": "empty", "text": "   "}\n{"id": "num", "text": 42}\n{"id": "ok2", "text": "sepsis"}\n')
     out = tmp_path / "out.jsonl"
-    res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(src), "--output", str(out)])
+    res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(src), "--output",
+                              str(out)])
     assert res.exit_code == 0
     recs = _lines(out)
     assert [r["id"] for r in recs] == ["ok1", "line-2", "nt", "empty", "num", "ok2"]
@@ -84,14 +86,16 @@ def test_csv_parquet_txt_and_folder_inputs(predictor, tmp_path):
     outs = []
     for src in ("n.csv", "n.parquet", "notes"):
         out = tmp_path / f"{src}.out.jsonl"
-        res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(tmp_path / src),
+        res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input",
+                                  str(tmp_path / src),
                                   "--output", str(out), "--top-k", "all"])
         assert res.exit_code == 0, res.output
         outs.append(_lines(out))
     assert outs[0] == outs[1] == outs[2]
     assert len(outs[0][0]["scores"]) == len(predictor.labels)
     csv_out = tmp_path / "o.csv"
-    res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(tmp_path / "n.csv"),
+    res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input",
+                              str(tmp_path / "n.csv"),
                               "--output", str(csv_out)])
     assert res.exit_code == 0
     back = pd.read_csv(csv_out)
@@ -136,7 +140,8 @@ def test_predict_scores_equal_evaluate(tiny_run, demo_data, test_split, tmp_path
     assert runner.invoke(app, ["predict", "--checkpoint", str(tiny_run), "--input", str(src), "--output", str(out),
                                "--top-k", "all"]).exit_code == 0
     m_file = tmp_path / "m.json"
-    res = runner.invoke(app, ["evaluate", "--checkpoint", str(tiny_run), "--data", str(demo_data), "--output", str(m_file)])
+    res = runner.invoke(app, ["evaluate", "--checkpoint", str(tiny_run), "--data", str(demo_data), "--output",
+                              str(m_file)])
     assert res.exit_code == 0, res.output
     evaluated = json.loads(m_file.read_text())
     pred = Predictor.from_checkpoint(tiny_run, device="cpu")
@@ -182,21 +187,26 @@ def test_shards_partition_the_input(predictor, tmp_path):
         ids.append([r["id"] for r in _lines(out)])
     assert ids[0] == ["n0", "n3", "n6"]
     assert sorted(sum(ids, [])) == sorted(f"n{i}" for i in range(9))
-    res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(src), "--shard", "3/3"])
+    res = runner.invoke(app, ["predict", "--checkpoint", str(tinyrun_path(predictor)), "--input", str(src), "--shard",
+                              "3/3"])
     assert res.exit_code == 1 and "--shard '3/3': expected i/n" in res.stderr
 
 
 def test_cli_bad_inputs_exit_1_with_one_line(tiny_run, tmp_path):
     cases = [
         (["predict", "--checkpoint", str(tmp_path / "nope"), "--input", "x.jsonl"], "no such folder"),
-        (["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path / "missing.jsonl")], "no such file or folder"),
-        (["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path), "--top-k", "many"], "expected a number or 'all'"),
+        (["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path / "missing.jsonl")],
+         "no such file or folder"),
+        (["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path), "--top-k", "many"],
+         "expected a number or 'all'"),
         (["evaluate", "--checkpoint", str(tiny_run), "--data", str(tmp_path / "nodata")], ""),
         (["train", "--out", str(tmp_path / "r")], "give exactly one of --data"),
-        (["train", "--out", str(tmp_path / "r"), "--data", str(tmp_path), "--model", "svm"], "--model must be 'leam' or 'tfidf-lr'"),
+        (["train", "--out", str(tmp_path / "r"), "--data", str(tmp_path), "--model", "svm"],
+         "--model must be 'leam' or 'tfidf-lr'"),
     ]
     (tmp_path / "bad.xml").write_text("<x/>")
-    cases.append((["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path / "bad.xml")], "unknown file type"))
+    cases.append((["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path / "bad.xml")],
+                  "unknown file type"))
     for args, message in cases:
         res = runner.invoke(app, args)
         assert res.exit_code == 1, (args, res.output)
@@ -260,7 +270,8 @@ def _variant(predictor, *, n_labels=None, fast=True, seed=0):
         cfg = ck.model.config
         model = LEAM(type(cfg)(**{**cfg.__dict__, "n_labels": n_labels}), fast=fast)
         with torch.no_grad():
-            model.label_emb.copy_(model.word_emb.weight[torch.randint(2, cfg.vocab_size, (n_labels,))])  # codes near words
+            model.label_emb.copy_(model.word_emb.weight[torch.randint(2, cfg.vocab_size, (n_labels,
+                                                                                          ))])  # codes near words
         ck.labels = LabelSet(tuple(f"C{k:04d}" for k in range(n_labels)), tuple(f"code {k}" for k in range(n_labels)))
     ck.model = model.eval()
     return ck

@@ -9,8 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import assume, given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from clinicode import metrics as M
@@ -109,7 +108,8 @@ def test_offsets_on_unicode_letters_are_the_reference_tokens(text):
 
 
 @pytest.mark.xfail(strict=True, reason="known: a token made only of letters Python calls numeric (U+5EFE, a CJK "
-                   "numeral) is dropped by CAML's reference and kept by the Rust tokenizer as [UNK]; rare in English notes")
+                   "numeral) is dropped by CAML's reference and kept by the Rust tokenizer as "
+                   "[UNK]; rare in English notes")
 def test_a_cjk_numeral_letter_alone_is_dropped_like_the_reference(tokenizer):
     text = "a \u5efe b"
     assert tokenizer.encode([text], offsets=True)[0].offsets == [(a, b) for _, a, b in tokenize_with_offsets(text)]
@@ -132,7 +132,8 @@ def test_offsets_hold_on_unicode_words_joined_by_separators(words, sep):
 # such words become [UNK] or lose a piece, and evidence offsets differ from the reference.
 # tokenizer.py therefore spells the pre-tokenizer with Unicode classes (\p{L}, \p{N}, plus U+0307, which the
 # Lowercase normalizer produces from 'İ'); these cases pin that.
-@pytest.mark.parametrize("text", ["BSA 1.9 m\u00b2 today", "x\u00b9 y", "0\u00bc", "cafe\u0301 au lait", "\u216b cranial nerve",
+@pytest.mark.parametrize("text", ["BSA 1.9 m\u00b2 today", "x\u00b9 y", "0\u00bc", "cafe\u0301 au lait",
+                                  "\u216b cranial nerve",
                                   "\u0926\u0947\u0935\u0928\u093e\u0917\u0930\u0940 script"])
 def test_offsets_on_superscripts_fractions_and_combining_marks(tokenizer, text):
     enc = tokenizer.encode([text], offsets=True)[0]

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from clinicode import review
-from clinicode.review import ClaimedError, ReviewError, open_db
-from helpers import SECRET, fails, runner, snapshot, succeeds
 from clinicode.cli import app
+from clinicode.review import ClaimedError, ReviewError, open_db
+
+from helpers import SECRET, fails, runner, snapshot, succeeds
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "Patient with hypertension and congestive heart failure; atrial fibrillation on coumadin. " + SECRET
@@ -25,13 +26,15 @@ TEXT = "Patient with hypertension and congestive heart failure; atrial fibrillat
 
 def _rec(*codes: str) -> dict:
     """A `Prediction.to_dict()`-shaped record suggesting CODES (scores falling from 0.9)."""
-    return {"predicted": [{"code": c, "description": f"title of {c}", "score": 0.9 - 0.1 * i} for i, c in enumerate(codes)],
+    return {"predicted": [{"code": c, "description": f"title of {c}", "score": 0.9 - 0.1 * i}
+                          for i, c in enumerate(codes)],
             "evidence": {"spans": [], "codes": {c: [{"start": 13, "end": 25, "weight": 1.0}] for c in codes}}}
 
 
 def _fake_db(path: Path, n: int = 3, codes=("401.9", "428.0", "427.31")) -> Path:
     with open_db(path) as db:
-        db.add_model("f" * 64, "/runs/fake", [(c, f"title of {c}") for c in ("401.9", "428.0", "427.31", "584.9", "486")])
+        db.add_model("f" * 64, "/runs/fake", [(c, f"title of {c}") for c in ("401.9", "428.0", "427.31", "584.9",
+                                                                             "486")])
         db.add_notes([(f"n{i}", TEXT, _rec(*codes)) for i in range(n)], sha256="f" * 64, checkpoint="/runs/fake")
     return path
 
@@ -69,9 +72,11 @@ def test_a_version_1_file_is_migrated_keeping_its_rows(tmp_path):
     with open_db(path, _target=1) as db:  # what a clinicode with schema 1 wrote
         assert db.con.execute("PRAGMA user_version").fetchone()[0] == 1
         assert not db.con.execute("SELECT name FROM sqlite_master WHERE name = 'models'").fetchall()
-        db.con.execute("INSERT INTO notes (id, text, status, queued_at) VALUES ('a', ?, 'pending', '2026-01-01T00:00:00Z')",
+        db.con.execute("INSERT INTO notes (id, text, status, queued_at) VALUES ('a', ?, "
+                       "'pending', '2026-01-01T00:00:00Z')",
                        (TEXT,))
-        db.con.execute("INSERT INTO suggestions VALUES ('a', 'abc', '/runs/old', '401.9', 'Hypertension', 0.8, '[]', 1)")
+        db.con.execute("INSERT INTO suggestions VALUES ('a', 'abc', '/runs/old', '401.9', "
+                       "'Hypertension', 0.8, '[]', 1)")
         db.con.execute("INSERT INTO decisions (note, code, action, reviewer, at) VALUES "
                        "('a', '401.9', 'accept', 'ann', '2026-01-01T00:00:01Z')")
     with open_db(path) as db:
@@ -97,7 +102,8 @@ def test_decisions_are_append_only(tmp_path):
 @pytest.fixture(scope="module")
 def notes_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("review_in") / "notes.jsonl"
-    lines = [json.dumps({"id": f"q{i}", "text": f"Hypertension and congestive heart failure, visit {i}. Acute kidney failure."})
+    lines = [json.dumps({"id": f"q{i}",
+                         "text": f"Hypertension and congestive heart failure, visit {i}. Acute kidney failure."})
              for i in range(5)]
     lines.insert(2, json.dumps({"id": "blank", "text": "  "}))
     lines.insert(4, "{not json " + SECRET)
@@ -160,7 +166,8 @@ def test_decide_accept_reject_add_done_and_what_it_refuses(tmp_path):
     fails([*d, "--id", "n0", "--accept", "401.9"], "note 'n0' is finished")
     with open_db(db) as rdb:
         log = rdb.note("n0")["log"]
-        assert [(r["code"], r["action"]) for r in log] == [("401.9", "accept"), ("427.31", "accept"), ("428.0", "reject"),
+        assert [(r["code"], r["action"]) for r in log] == [("401.9", "accept"), ("427.31", "accept"),
+                                                           ("428.0", "reject"),
                                                            ("584.9", "add"), ("I50.9", "add"), ("I50.9", "reject"),
                                                            (None, "done")]
         assert {r["reviewer"] for r in log} == {"ann"} and all(r["at"].endswith("Z") for r in log)
@@ -351,6 +358,7 @@ def test_export_then_train_then_evaluate_on_the_corrections(tiny_run, demo_data,
     import pandas as pd
 
     from clinicode.data.prepared import read_split
+
     from conftest import TINY_CLI
 
     df = pd.concat([read_split(demo_data, "dev"), read_split(demo_data, "test")]).head(60)
@@ -358,7 +366,8 @@ def test_export_then_train_then_evaluate_on_the_corrections(tiny_run, demo_data,
     notes.write_text("".join(json.dumps({"id": str(r.id), "text": r.text}) + "\n" for r in df.itertuples()))
     gold = {str(r.id): set(r.labels) for r in df.itertuples()}
     db = tmp_path / "r.sqlite"
-    assert "queued 60 notes" in succeeds(["review", "queue", "--checkpoint", tiny_run, "--input", notes, "--db", db]).stdout
+    assert "queued 60 notes" in succeeds(["review", "queue", "--checkpoint", tiny_run, "--input", notes, "--db",
+                                          db]).stdout
     with open_db(db) as rdb:
         for note_id, codes in gold.items():
             suggested = {s["code"] for s in rdb.note(note_id)["suggestions"]}
@@ -401,4 +410,5 @@ def test_export_with_base_keeps_its_splits_and_adds_the_reviewed_notes_to_train(
     assert ds.labels.codes[:len(base.labels)] == base.labels.codes and "I50.9" in ds.labels
     train = ds.splits["train"].set_index("id")
     assert sorted(train.loc["n0", "labels"]) == ["401.9", "I50.9"] and list(train.loc["n1", "labels"]) == ["401.9"]
-    fails(["review", "export", "--db", db, "--out", demo_data / "inside", "--base", demo_data], "inside the input folder")
+    fails(["review", "export", "--db", db, "--out", demo_data / "inside", "--base", demo_data],
+          "inside the input folder")

@@ -50,7 +50,8 @@ def _rec(rid="n1", explain=True):
            "scores": {"401.9": 0.91, "38.93": 0.6, "428.0": 0.2}, "truncated": False}
     if explain:
         rec["evidence"] = {"spans": [{"start": 0, "end": 5, "weight": 0.3}],
-                           "codes": {"401.9": [{"start": 10, "end": 22, "weight": 0.8}, {"start": 30, "end": 41, "weight": 0.5}],
+                           "codes": {"401.9": [{"start": 10, "end": 22, "weight": 0.8}, {"start": 30, "end": 41,
+                                                                                         "weight": 0.5}],
                                      "38.93": [{"start": 50, "end": 60, "weight": 0.4}]}}
     return rec
 
@@ -74,7 +75,8 @@ def test_bundle_resources_are_unconfirmed_machine_suggestions_with_score_evidenc
         assert res["subject"] == {"reference": "Patient/42"}
         assert _ext(res, fhir.EXT_NOTE_ID)[0]["valueString"] == "n1"
     assert _ext(cond, fhir.EXT_SCORE)[0]["valueDecimal"] == pytest.approx(0.91)
-    spans = [{x["url"]: x.get("valueInteger", x.get("valueDecimal")) for x in e["extension"]} for e in _ext(cond, fhir.EXT_EVIDENCE)]
+    spans = [{x["url"]: x.get("valueInteger",
+                              x.get("valueDecimal")) for x in e["extension"]} for e in _ext(cond, fhir.EXT_EVIDENCE)]
     assert spans == [{"start": 10, "end": 22, "weight": 0.8}, {"start": 30, "end": 41, "weight": 0.5}]
     assert len(_ext(proc, fhir.EXT_EVIDENCE)) == 1
     assert cond["evidence"][0]["detail"][0]["reference"] == "DocumentReference/d1"
@@ -100,7 +102,8 @@ def test_bundle_without_subject_uses_data_absent_reason_and_errors_become_operat
 def test_icd10_bundle_uses_cm_and_pcs_systems():
     rec = {"id": "m4", "predicted": [{"code": "J18.9", "description": "Pneumonia", "score": 0.7},
                                      {"code": "02HV33Z", "description": "Insertion", "score": 0.6}], "scores": {}}
-    b = fhir.bundle([rec], systems=fhir.code_systems(["J18.9", "02HV33Z", "I10"]), subjects=[{"reference": "Patient/7"}])
+    b = fhir.bundle([rec], systems=fhir.code_systems(["J18.9", "02HV33Z", "I10"]),
+                    subjects=[{"reference": "Patient/7"}])
     validate(b)
     cond, proc = (e["resource"] for e in b["entry"])
     assert (cond["resourceType"], cond["code"]["coding"][0]["system"]) == ("Condition", fhir.ICD10_CM)
@@ -152,7 +155,8 @@ def test_predict_format_fhir_writes_one_bundle_per_note(tiny_run, demo_data, tmp
         for rid, text in zip(rows["id"], rows["text"]):
             f.write(json.dumps({"id": str(rid), "text": text}) + "\n")
         f.write(json.dumps({"id": "blank", "text": "  "}) + "\n")
-    args = ["predict", "--checkpoint", tiny_run, "--input", src, "--explain", "2", "--threshold", "0.2", "--no-progress"]
+    args = ["predict", "--checkpoint", tiny_run, "--input", src, "--explain", "2", "--threshold", "0.2",
+            "--no-progress"]
     succeeds(args + ["--output", tmp_path / "rec.jsonl"])
     succeeds(args + ["--output", tmp_path / "fhir.jsonl", "--format", "fhir"])
     records = [json.loads(x) for x in open(tmp_path / "rec.jsonl")]
@@ -178,6 +182,7 @@ def test_predict_format_fhir_writes_one_bundle_per_note(tiny_run, demo_data, tmp
     assert n_proc > 0  # the demo's top-50 set has ICD-9 procedures: they come out as Procedures
     # a rerun may replace its own FHIR output; FHIR output cannot be resumed or written as CSV
     succeeds(args + ["--output", tmp_path / "fhir.jsonl", "--format", "fhir"])
-    fails(args + ["--output", tmp_path / "fhir.csv", "--format", "fhir"], "--format fhir writes one JSON Bundle per line")
+    fails(args + ["--output", tmp_path / "fhir.csv", "--format", "fhir"],
+          "--format fhir writes one JSON Bundle per line")
     fails(args + ["--output", tmp_path / "f2.jsonl", "--format", "fhir", "--resume"], "drop --resume")
     fails(args + ["--output", tmp_path / "f3.jsonl", "--format", "xml"], "expected records or fhir")

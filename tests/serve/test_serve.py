@@ -94,15 +94,19 @@ def test_document_reference_analyze(client, notes):
     from fhir.resources.R4B.bundle import Bundle
 
     doc = {"resourceType": "DocumentReference", "id": "d7", "status": "current", "subject": {"reference": "Patient/5"},
-           "content": [{"attachment": {"contentType": "text/plain", "data": base64.b64encode(notes[2]["text"].encode()).decode()}}]}
+           "content": [{"attachment": {"contentType": "text/plain",
+                                       "data": base64.b64encode(notes[2]["text"].encode()).decode()}}]}
     r = client.post("/fhir/DocumentReference/$analyze?threshold=0.05&explain=1", json=doc)
     assert r.status_code == 200
     b = r.json()
     Bundle.model_validate(b)
-    plain = client.post("/v1/predict", json={"notes": [{"id": "d7", "text": notes[2]["text"]}], "threshold": 0.05}).json()
-    assert [e["resource"]["code"]["coding"][0]["code"] for e in b["entry"]] == [p["code"] for p in plain["results"][0]["predicted"]]
+    plain = client.post("/v1/predict", json={"notes": [{"id": "d7", "text": notes[2]["text"]}],
+                                             "threshold": 0.05}).json()
+    assert ([e["resource"]["code"]["coding"][0]["code"] for e in b["entry"]]
+            == [p["code"] for p in plain["results"][0]["predicted"]])
     assert all(e["resource"]["subject"] == {"reference": "Patient/5"} for e in b["entry"])
-    bad = client.post("/fhir/DocumentReference/$analyze", json={**doc, "content": [{"attachment": {"data": "%%" + SECRET}}]})
+    bad = client.post("/fhir/DocumentReference/$analyze", json={**doc,
+                                                                "content": [{"attachment": {"data": "%%" + SECRET}}]})
     assert bad.status_code == 422 and bad.json()["resourceType"] == "OperationOutcome"
     assert "base64" in bad.json()["issue"][0]["diagnostics"] and SECRET not in bad.text
     assert client.post("/fhir/DocumentReference/$analyze?top_k=0", json=doc).status_code == 422
@@ -200,7 +204,8 @@ def test_batcher_scores_concurrent_requests_together_in_order(predictor, notes):
                              threshold=None, explain=0) for p in parts]
         results = [f.result(timeout=60) for f in futs]
         assert b.batches == 1  # six requests arrived within the wait: one forward batch
-        alone = [r.to_dict() for r in predictor.predict([n["text"] for n in notes[:12]], ids=[n["id"] for n in notes[:12]],
+        alone = [r.to_dict() for r in predictor.predict([n["text"] for n in notes[:12]],
+                                                        ids=[n["id"] for n in notes[:12]],
                                                           top_k=5, attention=False)]
         flat = [r for rs in results for r in rs]
         assert [r["id"] for r in flat] == [r["id"] for r in alone]

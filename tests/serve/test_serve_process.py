@@ -34,7 +34,8 @@ def server(tiny_run, tmp_path_factory):
     os.chmod(tok, 0o600)
     port = _free_port()
     log = open(tmp / "server.log", "w+b")
-    proc = subprocess.Popen([sys.executable, "-m", "clinicode", "serve", "--checkpoint", str(tiny_run), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "clinicode", "serve", "--checkpoint", str(tiny_run), "--port",
+                             str(port),
                              "--token-file", str(tok), "--device", "cpu"], stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
@@ -77,7 +78,8 @@ def test_real_process_scores_concurrent_clients_and_never_logs_note_text(server)
     assert not errors and len(results) == 24 and all(s == 200 for s, _ in results)
     assert sorted(rid for _, rid in results) == sorted(f"c{i}-{j}" for i in range(8) for j in range(3))
 
-    fhir = httpx.post(base + "/v1/predict?format=fhir", headers=auth, json={"notes": [{"text": note, "subject": "Patient/3"}]})
+    fhir = httpx.post(base + "/v1/predict?format=fhir", headers=auth, json={"notes": [{"text": note,
+                                                                                       "subject": "Patient/3"}]})
     assert fhir.status_code == 200 and fhir.json()["resourceType"] == "Bundle"
     assert httpx.post(base + "/v1/predict", json={"notes": [{"text": note}]}).status_code == 401  # no token
     bad = httpx.post(base + "/v1/predict", headers={**auth, "content-type": "application/json"},

@@ -134,7 +134,8 @@ def test_damaged_weights_raise_checkpoint_error(tmp_path: Path, fitted: TfidfLR)
     fitted.save(tmp_path)
     data = (tmp_path / WEIGHTS_NAME).read_bytes()
     (tmp_path / WEIGHTS_NAME).write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match=r"tfidf_lr\.safetensors is damaged \(\w+\); re-fit and save the baseline\.$"):
+    with pytest.raises(CheckpointError,
+                       match=r"tfidf_lr\.safetensors is damaged \(\w+\); re-fit and save the baseline\.$"):
         TfidfLR.load(tmp_path)
 
 

@@ -1,5 +1,6 @@
-"""Code evidence (the default model; `--code-evidence` spelled out here) end to end: the option is recorded and read back, the checkpoint scores the same in
-every path (predict, the stored table, evaluate), and --resume will not silently switch it."""
+"""Code evidence (the default model; `--code-evidence` spelled out here) end to end: the option is recorded and read
+back, the checkpoint scores the same in every path (predict, the stored table, evaluate), and --resume will not
+silently switch it."""
 
 import json
 import shutil
@@ -13,9 +14,9 @@ from clinicode.batching import pad_batch
 from clinicode.checkpoint import load_checkpoint
 from clinicode.evaluate import evaluate
 from clinicode.predict import Predictor
+
 from conftest import TINY_SIZES
 from helpers import fails, snapshot, succeeds
-
 
 
 @pytest.fixture(scope="module")

@@ -30,11 +30,13 @@ def test_two_gloo_processes_match_one_process(demo_data, tmp_path, model):
     subprocess.run([*env_cmd, "--out", str(single), *ARGS, *model], check=True, capture_output=True, timeout=600)
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                           "-m", "clinicode", "train", "--data", str(demo_data), "--out", str(multi), *ARGS, *model],
-                         capture_output=True, text=True, timeout=900, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+                         capture_output=True, text=True, timeout=900, env={**__import__("os").environ,
+                                                                           "OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stderr[-3000:]
     a = json.loads((single / "checkpoint" / "metrics_test.json").read_text())
     b = json.loads((multi / "checkpoint" / "metrics_test.json").read_text())
-    print(f"single f1 {a['f1_micro']:.4f} auc {a['auc_macro']:.4f}; two ranks f1 {b['f1_micro']:.4f} auc {b['auc_macro']:.4f}")
+    print(f"single f1 {a['f1_micro']:.4f} auc {a['auc_macro']:.4f}; two ranks f1 "
+          f"{b['f1_micro']:.4f} auc {b['auc_macro']:.4f}")
     assert abs(a["f1_micro"] - b["f1_micro"]) <= TOL_F1, (a["f1_micro"], b["f1_micro"])
     assert abs(a["auc_macro"] - b["auc_macro"]) <= TOL_AUC, (a["auc_macro"], b["auc_macro"])
     manifest = json.loads((multi / "checkpoint" / "manifest.json").read_text())

@@ -69,8 +69,10 @@ def test_word2vec_vectors_repeat_across_processes_whatever_the_hash_seed(tmp_pat
     import subprocess
     import sys
 
-    code = ("import hashlib\nfrom clinicode.embeddings import train_word2vec\nfrom clinicode.tokenizer import ClinicalTokenizer\n"
-            "texts = [f'patient {w} chest pain fever {i % 7} cough {w}{i % 5}' for i, w in enumerate(['a1', 'b2', 'c3'] * 40)]\n"
+    code = ("import hashlib\nfrom clinicode.embeddings import train_word2vec\nfrom clinicode.tokenizer "
+            "import ClinicalTokenizer\n"
+            "texts = [f'patient {w} chest pain fever {i % 7} cough {w}{i % 5}' for i, w in "
+            "enumerate(['a1', 'b2', 'c3'] * 40)]\n"
             "tok, tokens = ClinicalTokenizer.fit_tokens(texts, min_doc_freq=1)\n"
             "print(hashlib.sha256(train_word2vec(tokens, tok, dim=8, epochs=1, seed=5).tobytes()).hexdigest())\n")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

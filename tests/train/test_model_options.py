@@ -56,10 +56,10 @@ def test_the_papers_model_is_expressed_through_the_options():
 def test_train_takes_model_options_or_a_dict_of_some_and_trains_the_same(tmp_path, demo_data):
     import json
 
-    from conftest import TINY_MODEL
-
     from clinicode.config import TrainConfig
     from clinicode.train import train
+
+    from conftest import TINY_MODEL
 
     cfg = TrainConfig(epochs=1, batch_size=16, lr=5e-3, seed=3, device="cpu", embeddings="random")
     a = train(out_dir=tmp_path / "a", config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False)

@@ -24,7 +24,8 @@ def test_the_direct_fused_step_is_torchs_fused_step_bit_for_bit(name):
     assert type(ours).__module__ == "clinicode.train_state"
     by_id = {id(p): n for n, p in ours_m.named_parameters()}
     ref_params = dict(ref_m.named_parameters())
-    groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [ref_params[by_id[id(p)]] for p in g["params"]]}
+    groups = [{**{k: v for k, v in g.items() if k != "params"},
+               "params": [ref_params[by_id[id(p)]] for p in g["params"]]}
               for g in ours.param_groups]
     ref = (torch.optim.AdamW if name == "adamw" else torch.optim.Adam)(groups)
     assert [g["weight_decay"] for g in ref.param_groups] == [g["weight_decay"] for g in ours.param_groups]

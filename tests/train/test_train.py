@@ -22,7 +22,8 @@ def test_tiny_run_learns_well_above_chance(tiny_run):
     # chance micro-F1 for ~2 codes out of 50 is ~0.08; the synthetic notes carry clear signal
     assert m["f1_micro"] > 0.4, m["f1_micro"]
     assert m["auc_macro"] > 0.75
-    for key in ("auc_macro", "auc_micro", "f1_macro", "f1_macro_mean", "f1_micro", "prec_at_5", "prec_at_8", "threshold", "n_docs"):
+    for key in ("auc_macro", "auc_micro", "f1_macro", "f1_macro_mean", "f1_micro", "prec_at_5", "prec_at_8",
+                "threshold", "n_docs"):
         assert key in m
     assert "threshold_0.5" in m and len(m["per_code"]) == 50
     hist = [json.loads(line) for line in (tiny_run / "history.jsonl").read_text().splitlines()]
@@ -83,8 +84,10 @@ def _cfg(**kw):
 
 
 def test_seeded_runs_repeat_exactly(demo_data, tmp_path):
-    a = train(out_dir=tmp_path / "a", config=_cfg(epochs=2), data_dir=demo_data, model_options=TINY_MODEL, progress=False)
-    b = train(out_dir=tmp_path / "b", config=_cfg(epochs=2), data_dir=demo_data, model_options=TINY_MODEL, progress=False)
+    a = train(out_dir=tmp_path / "a", config=_cfg(epochs=2), data_dir=demo_data, model_options=TINY_MODEL,
+              progress=False)
+    b = train(out_dir=tmp_path / "b", config=_cfg(epochs=2), data_dir=demo_data, model_options=TINY_MODEL,
+              progress=False)
     assert [h["train_loss"] for h in a["history"]] == [h["train_loss"] for h in b["history"]]
     wa = load_file(str(tmp_path / "a" / "checkpoint" / "model.safetensors"))
     wb = load_file(str(tmp_path / "b" / "checkpoint" / "model.safetensors"))
@@ -150,7 +153,8 @@ def test_tfidf_lr_goes_through_the_same_interfaces(demo_data, tmp_path):
 
 def test_single_label_data_uses_softmax(tmp_path):
     rows = {"train": 60, "dev": 20, "test": 20}
-    words = {"cardio": "heart valve murmur chest", "neuro": "brain seizure headache nerve", "ortho": "bone fracture knee joint"}
+    words = {"cardio": "heart valve murmur chest", "neuro": "brain seizure headache nerve",
+             "ortho": "bone fracture knee joint"}
     import random
 
     rng = random.Random(0)
@@ -190,7 +194,8 @@ def test_bad_data_or_options_leave_no_run_folder(tmp_path, demo_data):
         train(out_dir=tmp_path / "r2", config=_cfg(), data_dir=demo_data, model_options={"radius": -1}, progress=False)
     assert not (tmp_path / "r2").exists()
     with pytest.raises(ConfigError, match="over --memory-budget 64 MB; lower --batch-size"):
-        train(out_dir=tmp_path / "r3", config=TrainConfig(batch_size=512, memory_mb=64), data_dir=demo_data, progress=False)
+        train(out_dir=tmp_path / "r3", config=TrainConfig(batch_size=512, memory_mb=64), data_dir=demo_data,
+              progress=False)
     assert not (tmp_path / "r3").exists()
 
 
@@ -223,7 +228,8 @@ def test_top_k_says_how_many_notes_it_dropped(tmp_path, caplog):
                 text = " ".join(rng.choice(topics[labels[0]].split()) if labels else "note" for _ in range(5))
                 f.write(json.dumps({"id": f"{split}{i}", "text": text, "labels": labels}) + "\n")
     with caplog.at_level("WARNING", logger="clinicode.train"):
-        train(out_dir=tmp_path / "run", config=TrainConfig(model="tfidf-lr", top_k=2), data_dir=tmp_path / "data", progress=False)
+        train(out_dir=tmp_path / "run", config=TrainConfig(model="tfidf-lr", top_k=2), data_dir=tmp_path / "data",
+              progress=False)
     [msg] = [r.getMessage() for r in caplog.records if "--top-k" in r.getMessage()]
     assert msg.startswith(f"--top-k 2 kept 2 labels and dropped {sum(dropped.values())} notes")
     assert f"train {dropped['train']}, dev {dropped['dev']}, test {dropped['test']}" in msg
@@ -238,12 +244,15 @@ def test_icd10_cm_codes_without_descriptions_get_the_cms_titles(tmp_path):
     d.mkdir()
     words = {"J18.9": "pneumonia infiltrate cough", "I10": "hypertension blood pressure", "E11.9": "diabetes glucose"}
     for split, n in (("train", 30), ("dev", 9)):
-        rows = [{"id": f"{split}{i}", "text": f"{list(words.values())[i % 3]} seen today", "labels": [list(words)[i % 3]]}
+        rows = [{"id": f"{split}{i}", "text": f"{list(words.values())[i % 3]} seen today",
+                 "labels": [list(words)[i % 3]]}
                 for i in range(n)]
         (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     train(out_dir=tmp_path / "run", config=TrainConfig(model="tfidf-lr"), data_dir=d, progress=False)
-    labels = {x["code"]: x["description"] for x in json.loads((tmp_path / "run" / "checkpoint" / "labels.json").read_text())}
-    assert labels == {"E11.9": "Type 2 diabetes mellitus without complications", "I10": "Essential (primary) hypertension",
+    labels_json = (tmp_path / "run" / "checkpoint" / "labels.json").read_text()
+    labels = {x["code"]: x["description"] for x in json.loads(labels_json)}
+    assert labels == {"E11.9": "Type 2 diabetes mellitus without complications",
+                      "I10": "Essential (primary) hypertension",
                       "J18.9": "Pneumonia, unspecified organism"}
 
 
@@ -266,7 +275,8 @@ def test_plateau_schedule_decays_after_each_epoch_without_a_dev_gain_and_resume_
 
 
 def test_lr_patience_waits_and_constant_never_decays(demo_data, tmp_path):
-    two = train(out_dir=tmp_path / "two", config=_cfg(epochs=4, lr=1e-9, lr_patience=2, patience=10), data_dir=demo_data,
+    two = train(out_dir=tmp_path / "two", config=_cfg(epochs=4, lr=1e-9, lr_patience=2, patience=10),
+                data_dir=demo_data,
                 model_options=TINY_MODEL, progress=False)
     assert [r[1] for r in _rows(two)] == [1e-9, 1e-9, 1e-9, 5e-10]   # decayed once, after epochs 2 and 3 stalled
     flat = train(out_dir=tmp_path / "flat", config=_cfg(epochs=3, lr=1e-9, lr_schedule="constant", patience=10),

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from clinicode.config import LEAMConfig, TrainConfig
+from clinicode.embeddings import auto_w2v_epochs
 from clinicode.errors import ConfigError
 from clinicode.model import LEAM
-from clinicode.embeddings import auto_w2v_epochs
 from clinicode.train_setup import pos_weight as _pos_weight
 
 
@@ -40,14 +40,16 @@ def test_paper_flag_trains_exactly_the_papers_model_and_the_default_does_not(tmp
     from clinicode.config import PAPER_MODEL, is_paper_model
 
     d = _tiny_set(tmp_path / "data")
-    small = ["--embed-dim", "8", "--window", "1", "--hidden-dim", "8", "--epochs", "3", "--lr", "0.05", "--w2v-epochs", "1", "--device", "cpu",
+    small = ["--embed-dim", "8", "--window", "1", "--hidden-dim", "8", "--epochs", "3", "--lr", "0.05", "--w2v-epochs",
+             "1", "--device", "cpu",
              "--no-progress"]
     saved = {}
     for name, flags in (("paper", ["--paper"]), ("default", [])):
         res = CliRunner().invoke(app, ["train", "--data", str(d), "--out", str(tmp_path / name), *small, *flags])
         assert res.exit_code == 0, res.output
         saved[name] = json.loads((tmp_path / name / "checkpoint" / "model_config.json").read_text())
-    assert {k: saved["paper"][k] for k in PAPER_MODEL} == PAPER_MODEL == {"code_evidence": False, "window_nonneg": False}
+    assert {k: saved["paper"][k] for k in PAPER_MODEL} == PAPER_MODEL == {"code_evidence": False,
+                                                                          "window_nonneg": False}
     assert is_paper_model(saved["paper"]) and not is_paper_model(saved["default"])
     assert saved["default"]["code_evidence"] and not saved["default"]["window_nonneg"]
     res = CliRunner().invoke(app, ["train", "--data", str(d), "--out", str(tmp_path / "both"), *small, "--paper",
@@ -60,7 +62,8 @@ def test_a_model_config_saved_before_the_default_changed_reads_as_the_papers_mod
     from clinicode.checkpoint import model_options_as_saved
 
     old = {"vocab_size": 10, "n_labels": 2, "compat": "cosine"}           # written before code_evidence/window_nonneg
-    assert (model_options_as_saved(old)["code_evidence"], model_options_as_saved(old)["window_nonneg"]) == (False, False)
+    assert (model_options_as_saved(old)["code_evidence"],
+            model_options_as_saved(old)["window_nonneg"]) == (False, False)
     round9 = {**old, "code_evidence": True}                                 # code evidence before window_nonneg
     assert model_options_as_saved(round9)["code_evidence"] and not model_options_as_saved(round9)["window_nonneg"]
     new = {**old, "code_evidence": True, "window_nonneg": True}
@@ -106,23 +109,26 @@ def test_training_applies_the_window_constraint_after_every_step(tmp_path, monke
     assert (seen[True] >= 0).all() and (seen[False] < 0).all()
 
 
-CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "patience", "batch_size", "max_len", "lr", "embeddings",
-                                                  "seed", "weight_decay", "optimizer", "pos_weight", "decay_scope", "ema_decay",
+CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "patience", "batch_size", "max_len", "lr",
+                                                  "embeddings",
+                                                  "seed", "weight_decay", "optimizer", "pos_weight", "decay_scope",
+                                                  "ema_decay",
                                                   "w2v_epochs", "min_doc_freq", "eval_batch_size", "device",
                                                   "lr_schedule", "lr_decay", "lr_patience")},
-                 "embed_dim": (LEAMConfig, "embed_dim"), "radius": (LEAMConfig, "radius"), "hidden_dim": (LEAMConfig, "hidden_dim"),
-                 "dropout": (LEAMConfig, "dropout"), "label_reg": (LEAMConfig, "label_reg_weight"), "compat": (LEAMConfig, "compat"),
+                 "embed_dim": (LEAMConfig, "embed_dim"), "radius": (LEAMConfig, "radius"),
+                 "hidden_dim": (LEAMConfig, "hidden_dim"),
+                 "dropout": (LEAMConfig, "dropout"), "label_reg": (LEAMConfig, "label_reg_weight"),
+                 "compat": (LEAMConfig, "compat"),
                  "code_evidence": (LEAMConfig, "code_evidence")}   # --paper is a switch with no default of its own
 
 
 def test_cli_repeats_no_default_and_its_help_shows_config_defaults():
     """config.py is the only home of a default: CLI options are None unless given; --help shows config.py's value."""
     import inspect
+    import typing
 
     from clinicode.cli import train_cli
     from clinicode.config import default_of
-
-    import typing
 
     params = inspect.signature(train_cli).parameters
     hints = typing.get_type_hints(train_cli, include_extras=True)

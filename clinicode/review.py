@@ -23,7 +23,6 @@ import random
 import re
 import sqlite3
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
@@ -638,14 +637,14 @@ def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, expl
         if on_bad:
             on_bad(msg)
 
-    def chunks() -> Iterator[list[Record]]:
+    def todo() -> Iterator[Record]:
+        """Records not yet queued, checked against the database a chunk at a time; bad records reported here."""
         it = itertools.chain([first], records)
         while True:
             raw = list(itertools.islice(it, chunk))
             if not raw:
                 return
             known = db.known_ids(r.id for r in raw if r.error is None)
-            keep = []
             for r in raw:
                 if r.error is not None:
                     bad(r.error)
@@ -653,12 +652,7 @@ def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, expl
                     counts["already"] += 1
                 else:
                     seen.add(r.id)
-                    keep.append(r)
-            if keep:
-                yield keep
-
-    def prepare(recs: list[Record]):
-        return predictor.prepare([r.text for r in recs], ids=[r.id for r in recs], explain=explain)
+                    yield r
 
     def store(recs: list[Record], preds: list[Any]) -> None:
         items = []
@@ -673,16 +667,12 @@ def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, expl
             counts["queued"] += added
             counts["already"] += len(items) - added  # another process queued them meanwhile
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        source = chunks()
-        current = next(source, None)
-        pending = pool.submit(prepare, current) if current is not None else None
-        while current is not None:
-            prepared = pending.result()
-            upcoming = next(source, None)
-            pending = pool.submit(prepare, upcoming) if upcoming is not None else None
-            store(current, predictor.finish(prepared, top_k=0, explain=explain, attention=False))
-            current = upcoming
+    # predict's own chunked scorer: tokenising the next chunk overlaps scoring and storing this one (imported here:
+    # it loads torch, which `review decide`, `stats` and the app's queue view never need)
+    from clinicode.predict_io import score_records
+
+    for recs, preds in score_records(predictor, todo(), top_k=0, explain=explain, chunk=chunk):
+        store(recs, preds)
     return counts
 
 

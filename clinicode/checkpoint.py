@@ -91,6 +91,12 @@ class Checkpoint:
         return self.train_config.max_len
 
     @property
+    def manifest_sha256(self) -> str:
+        """SHA-256 of the manifest, which hashes every file of the checkpoint: which model scored something (predict's
+        resume record, the service's /health, the review queue's suggestions)."""
+        return hashlib.sha256(json.dumps(self.manifest, sort_keys=True).encode("utf-8")).hexdigest()
+
+    @property
     def single_label(self) -> bool:
         """True for a model with one label per note (softmax scores): its prediction is the top code."""
         if self.kind == "leam":

@@ -15,7 +15,6 @@ Bad records get an `error` field and are counted; they never stop the run unless
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import itertools
 import json
@@ -392,11 +391,10 @@ def _score(predictor: Predictor, writer: _Writer, first: Record, records: Any, d
 def _settings(predictor: Predictor, *, input: str | Path, fmt: str, top_k: int | None, threshold: float | None,
               explain: int, shard: tuple[int, int], run_id: str = "") -> dict[str, Any]:
     """What decides the records a run writes: checkpoint (its manifest, which hashes every file) and options."""
-    manifest = json.dumps(predictor.checkpoint.manifest, sort_keys=True).encode("utf-8")
     return {
         "kind": PARTIAL_KIND,
         "checkpoint": str(predictor.checkpoint.path),
-        "checkpoint_sha256": hashlib.sha256(manifest).hexdigest(),
+        "checkpoint_sha256": predictor.checkpoint.manifest_sha256,
         "input": "-" if str(input) == "-" else os.path.realpath(input),
         "format": fmt,
         "top_k": top_k,

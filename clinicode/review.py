@@ -31,6 +31,7 @@ from clinicode.artifacts import atomic_dir, check_output, make_manifest, manifes
 from clinicode.codes import icd10 as code_titles  # ICD-10-CM titles for adding codes: the one import to repoint
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.records import Record, read_records
+from clinicode.safe_io import new_private_file
 
 if TYPE_CHECKING:  # the app lists the queue without importing torch
     from clinicode.predict import Predictor
@@ -142,10 +143,9 @@ def _create_owner_only(path: Path) -> None:
     """Create the empty file 0600 before SQLite touches it (O_EXCL: never an existing file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        new_private_file(path).close()
     except FileExistsError:
         return  # another process created it a moment ago; it is checked like any existing file
-    os.close(fd)
 
 
 def _check_header(path: Path) -> None:
@@ -599,12 +599,6 @@ def open_db(db: str | Path | None = None, *, create: bool = True, _target: int =
 
 
 # ------------------------------------------------------------------------------------------------ queue
-def checkpoint_sha256(predictor: "Predictor") -> str:
-    """SHA-256 of the checkpoint's manifest (which hashes every file): which model made a suggestion."""
-    manifest = json.dumps(predictor.checkpoint.manifest, sort_keys=True).encode("utf-8")
-    return hashlib.sha256(manifest).hexdigest()
-
-
 def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, explain: int = EXPLAIN, chunk: int = CHUNK,
           on_bad: Callable[[str], None] | None = None) -> dict[str, int]:
     """Score every note of INPUT (anything `clinicode predict` reads) and queue it with its suggestions.
@@ -625,7 +619,7 @@ def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, expl
     if first is None:
         raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, "
                               "CSV/parquet row or .txt file.")
-    sha = checkpoint_sha256(predictor)
+    sha = predictor.checkpoint.manifest_sha256
     ck_path = str(predictor.checkpoint.path)
     labels = predictor.labels
     db.add_model(sha, ck_path, list(zip(labels.codes, labels.descriptions)))
@@ -790,8 +784,7 @@ def _hash_splits(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
+    with new_private_file(path) as f:
+        f.write(text.encode("utf-8"))
         f.flush()
         os.fsync(f.fileno())

@@ -19,7 +19,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
-import hashlib
 import hmac
 import ipaddress
 import json
@@ -309,12 +308,6 @@ def parse_predict(obj: Any, limits: Limits) -> tuple[list[dict[str, Any]], dict[
 
 
 # ------------------------------------------------------------------ app
-def checkpoint_sha256(predictor: Predictor) -> str:
-    """SHA-256 of the checkpoint's manifest, which hashes every file of it (as `predict`'s resume check uses)."""
-    manifest = json.dumps(predictor.checkpoint.manifest, sort_keys=True).encode("utf-8")
-    return hashlib.sha256(manifest).hexdigest()
-
-
 def _error(status: int, message: str, *, fhir: bool = False, headers: dict[str, str] | None = None) -> JSONResponse:
     if fhir:
         code = {401: "login", 404: "not-found", 405: "not-supported", 413: "too-costly"}.get(status, "invalid")
@@ -353,7 +346,7 @@ def create_app(predictor: Predictor, *, token: str | None = None, limits: Limits
 
     systems = code_systems(predictor.codes)
     info = {"status": "ok", "model": predictor.kind, "name": Path(predictor.checkpoint.path).resolve().parent.name,
-            "n_codes": len(predictor.codes), "checkpoint_sha256": checkpoint_sha256(predictor),
+            "n_codes": len(predictor.codes), "checkpoint_sha256": predictor.checkpoint.manifest_sha256,
             "clinicode_version": __version__}
     state: dict[str, Batcher] = {}
 

@@ -132,7 +132,7 @@ def _check_replaceable(out_dir: Path, replaces: Callable[[Path], bool] | None) -
             f"{out_dir} already holds files that this command did not write; pass a new or empty "
             "folder (nothing was written)."
         )
-    foreign = foreign_entries(out_dir) if any(True for _ in out_dir.iterdir()) else []
+    foreign = foreign_entries(out_dir)  # [] for an empty folder or one without a manifest
     if foreign:
         raise ConfigError(f"{out_dir} holds {_names(foreign)}, which the earlier output there did not write; move them "
                           "out, or pass a new folder (nothing was written).")

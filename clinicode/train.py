@@ -232,7 +232,8 @@ def train(
         trainer.state["epoch"] = trainer.state["best_epoch"]
         trainer.save_best(t, md, mt)
 
-    result = finish(run, ds, trainer.checkpoint(0.5), save_final, dev_ids=trainer.dev_ids)
+    result = finish(run, ds, trainer.checkpoint(0.5), save_final, train_counts=trainer.train_counts,
+                    dev_ids=trainer.dev_ids)
     if trainer.world > 1:
         import torch.distributed as dist
 

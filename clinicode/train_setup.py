@@ -163,6 +163,7 @@ class TrainingSetup:
             self.train_ids = self.tokenizer.encode_ids(train_df["text"].tolist())
         self.dev_ids = self.tokenizer.encode_ids(dev_df["text"].tolist())
         self.y_train = torch.from_numpy(self.labels.multi_hot(train_df["labels"]))
+        self.train_counts = self.labels.counts(train_df["labels"])  # [K] training notes per code: checkpoint, slices
         self.y_dev = self.labels.multi_hot(dev_df["labels"])
         self.pos_weight = (pos_weight(self.y_train, cfg.pos_weight).to(self.device)
                            if self.multilabel and cfg.pos_weight > 0 else None)
@@ -184,13 +185,14 @@ class TrainingSetup:
                         threshold=threshold, train_config=self.cfg, tokenizer=self.tokenizer,
                         metrics_dev=metrics_dev, metrics_test=metrics_test,
                         extra={**self.manifest_extra, "epoch": self.state["epoch"], "seed": self.cfg.seed},
-                        train_counts=self.labels.counts(self.ds.split("train")["labels"]))
+                        train_counts=self.train_counts)
 
 
-def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float, dict, dict], None],
-           dev_ids: list | None = None) -> dict[str, Any]:
+def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float, dict, dict], None], *,
+           train_counts: np.ndarray, dev_ids: list | None = None) -> dict[str, Any]:
     """Tune the threshold on dev with the inference path, score test once, save the final checkpoint.
 
+    `train_counts`: [K] training notes per code (`LabelSet.counts`), for the test metrics' rare/frequent slices.
     `dev_ids`: dev as the checkpoint's tokenizer encodes it, when training already has it (LEAM).
     """
     pred = Predictor(ck, device=ck.model.word_emb.weight.device if ck.kind == "leam" else "cpu",
@@ -212,7 +214,6 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
         test = ds.split("test")
         y = ds.labels.multi_hot(test["labels"])
         s = pred.score(test["text"].tolist())
-        train_counts = ds.labels.multi_hot(ds.split("train")["labels"]).sum(axis=0)  # frequency bands in the app
         metrics_test = metrics_report(y, s, threshold=t, single_label=one, codes=list(ds.labels.codes),
                                       train_counts=train_counts)
         buf = run / f".{SCORES_TEST_FILE}.tmp.npz"
@@ -326,10 +327,12 @@ def train_tfidf_lr(run: Path, ds: PreparedDataset, config: TrainConfig, extra: d
     model = fit_tfidf_lr(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
                          single_label=single_label(ds, config))
 
+    counts = ds.labels.counts(train_df["labels"])
+
     def save(t: float, md: dict, mt: dict) -> None:
         save_checkpoint(ck_dir, kind="tfidf-lr", model=model, labels=ds.labels, threshold=t, train_config=config,
-                        metrics_dev=md, metrics_test=mt, extra={**extra, "seed": config.seed},
-                        train_counts=ds.labels.counts(train_df["labels"]))
+                        metrics_dev=md, metrics_test=mt, extra={**extra, "seed": config.seed}, train_counts=counts)
 
-    result = finish(run, ds, Checkpoint(ck_dir, "tfidf-lr", model, ds.labels, 0.5, config, {}), save)
+    result = finish(run, ds, Checkpoint(ck_dir, "tfidf-lr", model, ds.labels, 0.5, config, {}), save,
+                    train_counts=counts)
     return {**result, "run": str(run)}

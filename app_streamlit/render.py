@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from clinicode.codes.search import code_matches
 from clinicode.metrics import METRIC_LABELS, SUMMARY, predicted_codes
 
 ATTENTION_RGB = (255, 179, 0)   # amber: beta, one distribution shared by all codes
@@ -103,13 +104,9 @@ def search_codes(
     Returns:
         (the first `limit` matches, the number of matches).
     """
-    words = query.lower().split()
-    if not words:
+    if not query.strip():
         return code_table({}, descriptions, threshold, top_k=0), 0
-    q = query.strip().lower()
-    hits = {c: scores.get(c, 0.0) for c, d in descriptions.items()
-            if c.lower().startswith(q) or c.lower().replace(".", "").startswith(q.replace(".", ""))
-            or all(w in (d or "").lower() for w in words)}
+    hits = {c: scores.get(c, 0.0) for c, d in descriptions.items() if code_matches(query, c, d or "")}
     top = dict(sorted(hits.items(), key=lambda kv: (-kv[1], kv[0]))[:limit])
     chosen = predicted_codes(scores, threshold, single_label=single_label)  # over every code, not just the hits
     table = code_table(top, descriptions, threshold, top_k=len(top), predicted=chosen)

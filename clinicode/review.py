@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from clinicode.artifacts import atomic_dir, check_output, make_manifest, manifest_kind, write_manifest
 from clinicode.codes import icd10 as code_titles  # ICD-10-CM titles for adding codes: the one import to repoint
+from clinicode.codes.search import code_matches
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.records import Record, read_records
 from clinicode.safe_io import new_private_file
@@ -674,21 +675,14 @@ def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, expl
 def search_codes(query: str, model_codes: Sequence[tuple[str, str]], *, limit: int = 25) -> list[tuple[str, str, str]]:
     """(code, title, source) matching QUERY by code prefix or words in the title: the model's codes first, then
     ICD-10-CM (billable and category codes, from the CMS tables shipped with simple-icd-10-cm)."""
-    q = query.strip().lower()
-    if not q:
+    if not query.strip():
         return []
-    words = q.split()
-
-    def hit(code: str, title: str) -> bool:
-        c = code.lower()
-        return c.startswith(q) or c.replace(".", "").startswith(q.replace(".", "")) or all(w in title for w in words)
-
-    out = [(c, t, "model") for c, t in model_codes if hit(c, t.lower())]
+    out = [(c, t, "model") for c, t in model_codes if code_matches(query, c, t)]
     have = {c for c, _, _ in out}
     for c, t, low in _icd10_cm_index():
         if len(out) >= limit:
             break
-        if c not in have and hit(c, low):
+        if c not in have and code_matches(query, c, low):
             out.append((c, t, "ICD-10-CM"))
     return out[:limit]
 

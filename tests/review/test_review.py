@@ -412,3 +412,17 @@ def test_export_with_base_keeps_its_splits_and_adds_the_reviewed_notes_to_train(
     assert sorted(train.loc["n0", "labels"]) == ["401.9", "I50.9"] and list(train.loc["n1", "labels"]) == ["401.9"]
     fails(["review", "export", "--db", db, "--out", demo_data / "inside", "--base", demo_data],
           "inside the input folder")
+
+
+def test_add_a_code_search_finds_model_codes_then_icd10_cm_by_code_or_title_words():
+    from clinicode.codes.search import code_matches
+    from clinicode.review import search_codes
+
+    assert code_matches("428", "428.0", "") and code_matches("4280", "428.0", "") and code_matches("428.0", "428.0", "")
+    title = "Congestive heart failure"
+    assert code_matches("HEART fail", "428.0", title) and not code_matches("heart x", "428.0", title)
+    assert not code_matches("  ", "428.0", "Congestive heart failure")
+    hits = search_codes("heart failure", [("428.0", "Congestive heart failure"), ("401.9", "Hypertension")], limit=5)
+    assert hits[0] == ("428.0", "Congestive heart failure", "model") and len(hits) == 5
+    assert all(src == "ICD-10-CM" and "heart failure" in title.lower() for _, title, src in hits[1:])
+    assert search_codes("", [("428.0", "Congestive heart failure")]) == []

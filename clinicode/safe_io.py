@@ -119,7 +119,8 @@ _claims: dict[str, tuple[int, bool]] = {}  # real path -> (locked descriptor, cr
 
 
 def claim_folder(path: Path | str, *, option: str) -> bool:
-    """Create PATH if it is new and hold an exclusive lock on it until `release_claims` (re-entrant per process).
+    """Create PATH (and any missing parents) if it is new and hold an exclusive lock on it until `release_claims`
+    (re-entrant per process).
 
     Two processes claiming one folder: the second gets a one-line ConfigError instead of both writing into it.
 
@@ -130,6 +131,7 @@ def claim_folder(path: Path | str, *, option: str) -> bool:
     if real in _claims:
         return False
     created = False
+    os.makedirs(os.path.dirname(real), exist_ok=True)  # a new --out may name new parent folders (runs/demo)
     try:
         os.mkdir(real)  # atomic: of two runs racing for a new folder, one makes it
         created = True

@@ -32,3 +32,14 @@ def test_pipeline_rejects_unknown_train_keys(demo_mimic, tmp_path, capsys):
     code = main(["--mimic-dir", str(demo_mimic), "--out", str(tmp_path / "r"), "--set", "epoch=1"])
     assert code == 1
     assert "unknown key 'epoch'" in capsys.readouterr().err
+
+
+def test_make_demos_train_from_mimic_tables_into_a_new_nested_folder(demo_mimic, tmp_path):
+    """`make demo` runs `train --mimic-dir demo/mimic --out runs/demo` where runs/ does not exist yet: the folder is
+    claimed with its parents made, then the run is prepared into it and trained."""
+    from conftest import TINY_SIZES
+    from helpers import succeeds
+
+    out = tmp_path / "runs" / "demo"
+    succeeds(["train", "--mimic-dir", demo_mimic, "--out", out, *TINY_SIZES, "--epochs", "1"])
+    assert (out / "checkpoint" / "manifest.json").is_file() and (out / "data" / "train.parquet").is_file()

@@ -27,8 +27,13 @@ No proxy gets `--top-k 50`: its label set is the point. Every set gets the worst
 ended, and the rare-code slice: macro-AUC and macro-F1 over the codes with fewer than 20 training notes.
 
     python benchmarks/bench_accuracy.py [--seeds 5] [--threads 2] [--datasets hoc,mtsamples,...]
-        [--no-write] [--no-paper]
+        [--no-write] [--no-paper] [--runs DIR]
     python benchmarks/bench_accuracy.py --set lr_schedule=constant     # screen a training option (implies --no-write)
+
+`--runs DIR` keeps every run folder (checkpoint, test scores) and its row (DIR/NAME.row.json) in DIR, a folder of
+your choice outside the repo; a later call with the same DIR reuses each finished row whose settings match (set,
+model row, seed, threads, options) instead of training it again, so a long benchmark can be stopped, resumed and
+split, and its checkpoints studied afterwards. Each row names the clinicode commit that trained it.
 
 `--embeddings FILE` runs LEAM with pretrained word vectors instead of word2vec (e.g. GloVe 6B 100-d, see
 benchmarks/wink_to_glove.py); that is not the default setting, so it only prints and leaves BENCHMARKS.md alone.
@@ -61,6 +66,8 @@ DATASETS = ("hoc", "cmc2007-radiology-icd9", "mtsamples", "mtsamples-rare", "mts
 PROXIES = {"mtsamples-rare": ("mtsamples", "cut", 20), "mtsamples-keywords-50": ("mtsamples", "keywords", 50),
            "mtsamples-keywords": ("mtsamples", "keywords", 300), "mtsamples-keywords-all": ("mtsamples", "keywords", 0)}
 KEYWORD_MIN_NOTES = 5   # a keyword proxy label of the 50/300 proxies is given in at least this many training notes
+# Seeds per set when fewer than --seeds: a keywords-all run takes 6-12 min on 2 cores (2,969 codes, ~20-40 epochs).
+SEEDS_CAP = {"mtsamples-keywords-all": 3}
 KEYWORD_ALL_MIN = 2     # keywords-all: 2,969 labels, 2,700 of them in 2-10 training notes (>= 1 note: 9,946, 70% once)
 # Sets judged by the goals of issue 25 (codes with titles, 50 / 300 / all): name -> scale.
 ISSUE_SCALES = {"cmc2007-radiology-icd9": "50", "mtsamples-keywords-50": "50", "mtsamples-keywords": "300",
@@ -145,13 +152,54 @@ def top_k_for(name: str, data_dir: Path) -> int | None:
     return TOP_K if len(load_dataset(data_dir).labels) > TOP_K else None
 
 
+def _commit() -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
+                             text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _window_stats(run: Path) -> dict:
+    """The collapse check of issue 25: the sum of the shared phrase window W1 (starts at +phrase_init; a seed whose W1
+    ends at or below 0 reads each code's worst-matching phrase as its best), b1's mean and the evidence weights' mean
+    a_k = softplus(rho_k), from the run's final checkpoint."""
+    import torch
+    from safetensors.torch import load_file
+
+    from clinicode.constants import CHECKPOINT_DIR, WEIGHTS_FILE
+
+    w = load_file(str(run / CHECKPOINT_DIR / WEIGHTS_FILE))
+    out = {"w1_sum": float(w["phrase_w"].sum()), "w1_min": float(w["phrase_w"].min()),
+           "b1_mean": float(w["phrase_b"].mean())}
+    if "evidence_rho" in w:
+        out["a_mean"] = float(torch.nn.functional.softplus(w["evidence_rho"]).mean())
+    return out
+
+
 def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | None, work: Path,
             options: dict | None = None, name: str | None = None) -> dict:
     """Train one model with default settings (LEAM: optionally with OPTIONS, TrainConfig or LEAMConfig fields,
     changed) into WORK/DATASET-NAME-SEED (NAME: the row's name, default MODEL); return its test metrics, the rare-code
-    slice, how training ended, wall-clock seconds and the run folder."""
+    slice, how training ended, wall-clock seconds and the run folder. A row kept beside it by an earlier call with the
+    same settings is returned as it is (see `--runs`)."""
+    import torch
+
     from clinicode.config import LEAMConfig, TrainConfig
     from clinicode.train import train
+
+    key = {"dataset": dataset, "model": name or model, "seed": seed, "threads": torch.get_num_threads(),
+           "options": {k: str(v) for k, v in sorted((options or {}).items())}}
+    run_dir = work / f"{dataset}-{(name or model).replace(' ', '_').replace('(', '').replace(')', '')}-{seed}"
+    kept = run_dir.with_name(run_dir.name + ".row.json")
+    if kept.is_file():
+        row = json.loads(kept.read_text(encoding="utf-8"))
+        if row.get("key") == key and Path(row["run"]).is_dir():
+            print(f"reusing {kept.name} (trained at {row.get('commit')})", file=sys.stderr, flush=True)
+            return row
 
     model_fields = {f.name for f in dataclasses.fields(LEAMConfig)}
     extra = dict(options or {}) if model == "leam" else {}
@@ -159,7 +207,7 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
     cfg = TrainConfig(model=model, seed=seed, top_k=top_k, device="cpu", **extra)
     desc = DESCRIPTIONS if dataset.startswith("cmc2007") and DESCRIPTIONS.is_file() else None
     t0 = time.perf_counter()
-    res = train(out_dir=work / f"{dataset}-{name or model}-{seed}", config=cfg, data_dir=data_dir,
+    res = train(out_dir=run_dir, config=cfg, data_dir=data_dir,
                 descriptions_path=desc, progress=False, model_options=model_options or None)
     secs = time.perf_counter() - t0
     row = {k: float(res["test"][k]) for k, _ in METRICS}
@@ -175,8 +223,14 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
                # how far the last epoch's training loss sits above the run's lowest (0 = still at its lowest)
                loss_rise=(losses[-1] / min(losses) - 1.0) if losses and min(losses) > 0 else 0.0,
                at_cap_improving=bool(history) and res.get("stopped") == "epochs" and bool(history[-1].get("best")))
+    if model == "leam":
+        row.update(_window_stats(Path(res["run"])))
     print(json.dumps({"dataset": dataset, "model": name or model, "seed": seed, **row}), file=sys.stderr, flush=True)
-    return {**row, "run": res["run"]}
+    row = {**row, "run": res["run"], "key": key, "commit": _commit()}
+    tmp = kept.with_name(kept.name + ".tmp")
+    tmp.write_text(json.dumps(row, indent=1), encoding="utf-8")
+    tmp.replace(kept)
+    return row
 
 
 def gap(data_dir: Path, leam: list[dict], lr: list[dict]) -> dict:
@@ -224,7 +278,7 @@ def robustness_table(results: dict[tuple[str, str], list[dict]]) -> str:
             "macro-AUC | rare macro-AUC "
             "worst | rare macro-F1 | frequent macro-AUC | frequent macro-F1 | epochs | stopped "
             "by the cap while improving "
-            "| last loss above its lowest |")
+            "| last loss above its lowest | W1 sum, min-max (seeds <= 0) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for (dataset, model), rows in results.items():
         leam = model != "tfidf-lr"
@@ -237,6 +291,8 @@ def robustness_table(results: dict[tuple[str, str], list[dict]]) -> str:
             (f"{min(r['epochs'] for r in rows)}-{max(r['epochs'] for r in rows)}" if leam else "-"),
             (f"{sum(r['at_cap_improving'] for r in rows)} of {len(rows)}" if leam else "-"),
             (f"max {100 * max(r['loss_rise'] for r in rows):.0f}%" if leam else "-"),
+            (f"{min(r['w1_sum'] for r in rows):+.2f} to {max(r['w1_sum'] for r in rows):+.2f} "
+             f"({sum(r['w1_sum'] <= 0 for r in rows)})" if leam and all("w1_sum" in r for r in rows) else "-"),
         ]) + " |")
     return "\n".join(lines)
 
@@ -352,6 +408,8 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone.")
     ap.add_argument("--no-paper", action="store_true",
                     help="run only the default LEAM beside tfidf-lr, not the paper's model too (half the compute).")
+    ap.add_argument("--runs", default=None, metavar="DIR",
+                    help="keep run folders and rows in DIR (outside the repo) and reuse the finished ones.")
     ap.add_argument("--embeddings", default=None, metavar="FILE",
                     help="LEAM word vectors from this word2vec/GloVe text file instead of "
                          "word2vec (implies --no-write).")
@@ -384,15 +442,19 @@ def main() -> None:
     gaps: dict[tuple[str, str], dict] = {}
     rows = {"leam": options} if options or args.no_paper else {"leam": {}, **VARIANTS}   # screening runs one LEAM row
     t_all = time.perf_counter()
+    if args.runs:
+        Path(args.runs).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="clinicode-bench-acc-") as tmp:
-        dirs = {d: make_proxy(d, Path(tmp) / "data") if d in PROXIES else DATA / d for d in datasets}
+        work = Path(args.runs).resolve() if args.runs else Path(tmp)
+        dirs = {d: make_proxy(d, work / "data") if d in PROXIES else DATA / d for d in datasets}
         top_ks = {d: top_k_for(d, dirs[d]) for d in datasets}
         for dataset in datasets:
             lr = results[(dataset, "tfidf-lr")] = [
-                run_one(dataset, dirs[dataset], "tfidf-lr", 1337, top_ks[dataset], Path(tmp))]
+                run_one(dataset, dirs[dataset], "tfidf-lr", 1337, top_ks[dataset], work)]
             for name, opts in rows.items():
+                n_seeds = min(args.seeds, SEEDS_CAP.get(dataset, args.seeds))
                 leam = results[(dataset, name)] = [run_one(dataset, dirs[dataset], "leam", 1337 + i, top_ks[dataset],
-                                                           Path(tmp), opts, name) for i in range(args.seeds)]
+                                                           work, opts, name) for i in range(n_seeds)]
                 gaps[(dataset, name)] = gap(dirs[dataset], leam, lr)
     from clinicode.config import LEAMConfig, TrainConfig
 
@@ -413,7 +475,9 @@ def main() -> None:
            "(`train --paper`), same training settings (docs/training.md). "
            if not options else "")
         +
-        f"LEAM: mean ± sd over seeds {', '.join(str(1337 + i) for i in range(args.seeds))}; tfidf-lr is deterministic. "
+        f"LEAM: mean ± sd over seeds {', '.join(str(1337 + i) for i in range(args.seeds))}"
+        + "".join(f" ({d}: the first {n})" for d, n in SEEDS_CAP.items() if d in datasets and n < args.seeds)
+        + "; tfidf-lr is deterministic. "
         "P@5 is bounded by the few gold labels per note (1.2-2.1 on average). train s = wall time of `train()` "
         "(word2vec, training with dev evaluation each epoch, final scoring) on a shared 2-core CPU. "
         f"Runs repeat exactly at a fixed thread count (here {torch.get_num_threads()}); another count changes the "
@@ -433,8 +497,11 @@ def main() -> None:
         "rare/frequent macro-AUC averages per-code AUC over the codes of the slice with a positive and a negative test "
         "note, macro-F1 averages per-code F1 over the codes of the slice present in test (so single test notes swing "
         "them: read them beside the code count). `mtsamples-rare` and the `mtsamples-keywords` sets (50, 300 and all "
-        "keywords as labels) are the rare-code proxies built from mtsamples (see the script's docstring). Last column: "
-        "the last epoch's training loss above the run's lowest, the largest over seeds.",
+        "keywords as labels) are the rare-code proxies built from mtsamples (see the script's docstring). "
+        "'last loss above its lowest': the last epoch's training loss above the run's lowest, the largest over seeds. "
+        "Last column, the collapse check of issue 25: the sum of the shared phrase window W1 at the end of each run "
+        "(it starts at +1; a window summing to 0 or below turns each code's best-matching phrase into its worst), "
+        "and how many seeds ended at or below 0.",
         "",
         robustness_table(results),
         "",

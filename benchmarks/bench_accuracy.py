@@ -191,13 +191,13 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
     from clinicode.config import LEAMConfig, TrainConfig
     from clinicode.train import train
 
-    key = {"dataset": dataset, "model": name or model, "seed": seed, "threads": torch.get_num_threads(),
+    run_key = {"dataset": dataset, "model": name or model, "seed": seed, "threads": torch.get_num_threads(),
            "options": {k: str(v) for k, v in sorted((options or {}).items())}}
     run_dir = work / f"{dataset}-{(name or model).replace(' ', '_').replace('(', '').replace(')', '')}-{seed}"
     kept = run_dir.with_name(run_dir.name + ".row.json")
     if kept.is_file():
         row = json.loads(kept.read_text(encoding="utf-8"))
-        if row.get("key") == key and Path(row["run"]).is_dir():
+        if row.get("key") == run_key and Path(row["run"]).is_dir():
             print(f"reusing {kept.name} (trained at {row.get('commit')})", file=sys.stderr, flush=True)
             return row
 
@@ -226,7 +226,7 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
     if model == "leam":
         row.update(_window_stats(Path(res["run"])))
     print(json.dumps({"dataset": dataset, "model": name or model, "seed": seed, **row}), file=sys.stderr, flush=True)
-    row = {**row, "run": res["run"], "key": key, "commit": _commit()}
+    row = {**row, "run": res["run"], "key": run_key, "commit": _commit()}
     tmp = kept.with_name(kept.name + ".tmp")
     tmp.write_text(json.dumps(row, indent=1), encoding="utf-8")
     tmp.replace(kept)

@@ -55,8 +55,9 @@ class _Trainer(TrainingSetup):
 
     Under torchrun (WORLD_SIZE > 1) each process takes its share of each global batch, and DistributedDataParallel
     averages the gradients. Each process's loss is weighted by its share of the batch, so a batch that does not divide
-    evenly still weights every note equally. Every rank scores dev itself (identical weights, so identical
-    early-stopping decisions); only rank 0 writes.
+    evenly still weights every note equally, and each note gets the dropout mask one process would draw for it
+    (`train_setup.ShareDropout`): the updates are one process's, up to float rounding. Every rank scores dev itself
+    (identical weights, so identical early-stopping decisions); only rank 0 writes.
     """
 
     def __init__(self, ds: PreparedDataset, run: Path, cfg: TrainConfig, options: ModelOptions,
@@ -72,7 +73,8 @@ class _Trainer(TrainingSetup):
 
         self.model.train()
         rng = np.random.default_rng([self.cfg.seed, epoch])
-        torch.manual_seed(self.cfg.seed * 1000 + epoch + 7919 * self.rank)  # dropout repeats after --resume
+        # dropout repeats after --resume; every rank draws the global batch's masks from the same seed (ShareDropout)
+        torch.manual_seed(self.cfg.seed * 1000 + epoch)
         batches = bucketed_batches([len(s) for s in self.train_ids], self.cfg.batch_size, rng=rng)
         if self.world > 1:  # this rank's share of every global batch; batches too small to share are skipped
             batches = [(b[self.rank::self.world], len(b)) for b in batches if len(b) >= self.world]
@@ -89,8 +91,9 @@ class _Trainer(TrainingSetup):
             ids = ids.to(self.device, non_blocking=True)
             mask = mask.to(self.device, non_blocking=True)
             y = y.to(self.device, non_blocking=True)
-            with torch.autocast("cuda", enabled=self.amp):
-                loss, task = self.objective(ids, mask, y)
+            with torch.autocast("cuda", enabled=self.amp):  # under torchrun: rows rank::world of the global batch
+                loss, task = (self.objective(ids, mask, y, share=(slice(self.rank, None, self.world), global_size))
+                              if self.world > 1 else self.objective(ids, mask, y))
             # 1 in one process; DDP's mean over ranks then weights notes equally
             share = len(batch) * self.world / global_size
             self.opt.zero_grad(set_to_none=True)

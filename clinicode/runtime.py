@@ -85,3 +85,25 @@ def keep_freed_memory() -> bool:
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     # mmap threshold first: setting either value turns off glibc's dynamic adjustment of both.
     return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
+def release_freed_memory() -> bool:
+    """Hand the heap's free pages back to the OS now (glibc's `malloc_trim(0)`); the numbers computed are untouched.
+
+    `keep_freed_memory` keeps freed blocks for the next training step; between phases (the vocabulary and word2vec
+    before the first epoch, an epoch's buffers before dev is scored, training's before the final scoring) those blocks
+    are dead weight that would otherwise stack with the next phase's and set the peak RSS. Returns False (and changes
+    nothing) where glibc's `malloc_trim` is unavailable.
+    """
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # musl and others
+        return False
+    trim(0)
+    return True

@@ -28,7 +28,7 @@ from clinicode.data.prepared import PreparedDataset
 from clinicode.errors import DataFormatError
 from clinicode.metrics import HEADLINE, all_metrics, tune_threshold
 from clinicode.predict import Predictor
-from clinicode.runtime import barrier, seed_everything, world
+from clinicode.runtime import barrier, release_freed_memory, seed_everything, world
 from clinicode.safe_io import releases_claims
 from clinicode.train_setup import (
     TrainingSetup,
@@ -85,7 +85,7 @@ class _Trainer(TrainingSetup):
                    disable=not self.progress or self.rank != 0)
         for batch, global_size in bar:
             ids, mask = pad_batch([self.train_ids[i] for i in batch])
-            y = self.y_train[batch]
+            y = self.y_train[batch].float()
             if self.device.type == "cuda":  # page-locked host memory lets the copies overlap compute
                 ids, mask, y = ids.pin_memory(), mask.pin_memory(), y.pin_memory()
             ids = ids.to(self.device, non_blocking=True)
@@ -130,6 +130,7 @@ class _Trainer(TrainingSetup):
                 break
             t0 = time.perf_counter()
             loss = self.train_epoch(epoch)
+            release_freed_memory()  # the epoch's step buffers, before dev scoring's
             if self.average is not None:
                 self.average.swap()  # dev scoring and the best checkpoint use the averaged weights
             scores = self.score_dev()
@@ -224,6 +225,7 @@ def train(
         if trainer.rank != 0:  # rank 0 alone scores dev and test and writes the final checkpoint
             dist.destroy_process_group()
             return {"run": str(run), "rank": trainer.rank, "best_epoch": trainer.state["best_epoch"]}
+    trainer.release_training()
     ck_dir = run / CHECKPOINT_DIR
     if not (ck_dir / WEIGHTS_FILE).is_file():
         raise DataFormatError(f"{run}: training ended without a checkpoint (no epoch finished); check the data and "

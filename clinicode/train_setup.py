@@ -42,7 +42,7 @@ from clinicode.memory import plan
 from clinicode.metrics import binarize, metrics_report, tune_threshold
 from clinicode.model import LEAM
 from clinicode.predict import Predictor
-from clinicode.runtime import init_distributed, pick_device, seed_everything, world
+from clinicode.runtime import init_distributed, pick_device, release_freed_memory, seed_everything, world
 from clinicode.safe_io import claim_folder
 from clinicode.tokenizer import ClinicalTokenizer
 from clinicode.train_state import STATE_DIR, WeightAverage, load_state, make_optimizer
@@ -211,7 +211,9 @@ class TrainingSetup:
         if resumed is not None:
             self.train_ids = self.tokenizer.encode_ids(train_df["text"].tolist())
         self.dev_ids = self.tokenizer.encode_ids(dev_df["text"].tolist())
-        self.y_train = torch.from_numpy(self.labels.multi_hot(train_df["labels"]))
+        # [N, K] 0/1 as bytes (a quarter of float32's memory at 50,000 notes x 9,000 codes); a batch's rows become
+        # float32 when used, the same values
+        self.y_train = torch.from_numpy(self.labels.multi_hot(train_df["labels"])).to(torch.uint8)
         self.train_counts = self.labels.counts(train_df["labels"])  # [K] training notes per code: checkpoint, slices
         self.y_dev = self.labels.multi_hot(dev_df["labels"])
         self.pos_weight = (pos_weight(self.y_train, cfg.pos_weight).to(self.device)
@@ -219,6 +221,16 @@ class TrainingSetup:
         self.objective: torch.nn.Module = Objective(self.model, self.pos_weight, self.plan.block, self.plan.order)
         if self.world > 1:
             self.objective = distributed(self.objective, self.device)
+        release_freed_memory()  # the vocabulary's and word2vec's freed buffers, before the first epoch's
+
+    def release_training(self) -> None:
+        """Drop what only the epochs need (optimiser moments, gradients, the weight average, the training ids) and
+        hand the freed memory back, so the final scoring does not stack on it."""
+        self.opt = None  # type: ignore[assignment]
+        self.average = None
+        self.train_ids = []
+        self.model.zero_grad(set_to_none=True)
+        release_freed_memory()
 
     def checkpoint(self, threshold: float) -> Checkpoint:
         """The current weights as an (unsaved) checkpoint, for scoring through `Predictor`."""

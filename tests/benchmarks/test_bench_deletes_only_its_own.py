@@ -41,15 +41,16 @@ def test_a_marked_folder_or_file_is_deleted_and_anything_else_is_refused(tmp_pat
 
 
 def test_bench_scale_refuses_a_work_dir_whose_run_folder_it_did_not_create(tmp_path):
-    (tmp_path / "k50").mkdir()
-    (tmp_path / "k50" / "notes.txt").write_text("someone's data")
-    (tmp_path / "run-k50").mkdir()
-    (tmp_path / "run-k50" / "precious.txt").write_text("someone's run")
+    data = tmp_path / "k50-n3000-p3000"  # the data folder bench_scale would use at K = 50, full size
+    data.mkdir()
+    (data / "notes.txt").write_text("someone's data")
+    (tmp_path / "run-default-k50").mkdir()
+    (tmp_path / "run-default-k50" / "precious.txt").write_text("someone's run")
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_scale.py"), "--codes", "50", "--work-dir",
                           str(tmp_path), "--no-write", "--no-w2v"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 1 and "was not created by this benchmark" in res.stderr and "Traceback" not in res.stderr
-    assert (tmp_path / "k50" / "notes.txt").read_text() == "someone's data"
-    assert (tmp_path / "run-k50" / "precious.txt").read_text() == "someone's run"
+    assert (data / "notes.txt").read_text() == "someone's data"
+    assert (tmp_path / "run-default-k50" / "precious.txt").read_text() == "someone's run"
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

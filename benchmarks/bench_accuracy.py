@@ -481,7 +481,8 @@ def main() -> None:
            if not options else "")
         +
         f"LEAM: mean ± sd over seeds {', '.join(str(1337 + i) for i in range(args.seeds))}"
-        + "".join(f" ({d}, {name}: the first {n})" for d, caps in SEEDS_CAP.items() if d in datasets
+        + "".join(f" ({d}, {name}: " + (f"the first {n})" if n else "not run)") for d, caps in SEEDS_CAP.items()
+                  if d in datasets
                   for name, n in caps.items() if name in rows and n < args.seeds)
         + "; tfidf-lr is deterministic. "
         "P@5 is bounded by the few gold labels per note (1.2-2.1 on average). train s = wall time of `train()` "

@@ -116,7 +116,7 @@ def score_run(run: Path, data: Path, cache: Path) -> dict[str, np.ndarray]:
     """Dev and test scores and gold of RUN's checkpoint on DATA (cached as CACHE/<run name>.npz)."""
     path = cache / f"{run.name}.npz"
     if path.is_file():
-        return dict(np.load(path))
+        return dict(np.load(path, allow_pickle=False))
     from clinicode.predict import Predictor
 
     pred = Predictor.from_checkpoint(run / "checkpoint", device="cpu")

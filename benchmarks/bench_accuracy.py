@@ -202,7 +202,7 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
         row = json.loads(kept.read_text(encoding="utf-8"))
         if row.get("key") == run_key and Path(row["run"]).is_dir():
             print(f"reusing {kept.name} (trained at {row.get('commit')})", file=sys.stderr, flush=True)
-            return row
+            return {**row, "reused": True}
 
     model_fields = {f.name for f in dataclasses.fields(LEAMConfig)}
     extra = dict(options or {}) if model == "leam" else {}
@@ -532,7 +532,11 @@ def main() -> None:
         "docs/accuracy-tuning.md.",
         "",
         f"{datetime.now(timezone.utc):%Y-%m-%d}; clinicode {__version__}, Python {platform.python_version()}, "
-        f"torch {torch.__version__}, {platform.machine()}; total {time.perf_counter() - t_all:.0f} s.",
+        f"torch {torch.__version__}, {platform.machine()}; total {time.perf_counter() - t_all:.0f} s"
+        + (f" ({reused} of {n_runs} runs reused from `--runs`, trained earlier: each row names its commit and "
+           "how it was trained; their `train s` were measured then)" if (reused := sum(r.get("reused", False)
+                                                                        for rs in results.values() for r in rs))
+           and (n_runs := sum(len(rs) for rs in results.values())) else "") + ".",
     ])
     print(text)
     if not args.no_write:

@@ -19,9 +19,10 @@ Every measurement runs in its own process; peak RSS is that process's `ru_maxrss
 - one step: bench_train.py's child (B = 16, L = 2,500, random ids), the three implementations.
 - with --w2v (default): the K = 1,000 train once more exactly as a user runs it (default word2vec), for its peak RSS.
 
-Sizes: --scale 1 (the default) is the issue's sizes; it has not been timed on an idle machine, and on the shared 2-core
-machine (load 6-12) it would have taken hours. --scale F multiplies every note count (at least 40 training and 20
-predicted notes); --epochs-50 sets the K = 50 train's epochs (the goal's 5 by default).
+Sizes: --scale 1 (the default) is the issue's sizes; on an otherwise idle 2-core machine `--codes 50` took about 3 min
+and `--codes 1000,9000` about 7 min; beside other jobs (load 6-12) it takes hours. --scale F multiplies every note
+count (at least 40 training and 20 predicted notes);
+--epochs-50 sets the K = 50 train's epochs (the goal's 5 by default).
 Small runs make start-up a larger share of the whole command, so their whole-process ratios are lower than a full
 run's; the section says which sizes were run.
 """

@@ -147,3 +147,19 @@ def test_issue_goals_judge_each_scale_against_tfidf_lr():
     assert "worst P@8 0.2900 (goal >= 0.3000: NOT met)" in lines["- mtsamples-keywords (300 codes), leam"]
     assert "worst micro-F1 0.5100 (goal >= 0.5000: met)" in lines["- mtsamples-keywords (300 codes), leam"]
     assert "NOT met" not in lines["- mtsamples-keywords-all (all codes), leam"]
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "mtsamples" / "train.jsonl").is_file(), reason="needs ../shared/data/mtsamples")
+def test_small_training_proxy_keeps_500_of_the_50_keyword_notes(tmp_path):
+    full = bench.make_proxy("mtsamples-keywords-50", tmp_path / "full")
+    small = bench.make_proxy("mtsamples-keywords-50-500", tmp_path / "small")
+    rows, all_rows = _read(small / "train.jsonl"), _read(full / "train.jsonl")
+    assert len(rows) == bench.SMALL_TRAIN < len(all_rows)
+    ids = [r["id"] for r in all_rows]
+    kept = [ids.index(r["id"]) for r in rows]
+    assert kept == sorted(kept) and all(all_rows[i] == r for i, r in zip(kept, rows))   # file order, rows unchanged
+    assert kept != list(range(bench.SMALL_TRAIN))                                        # a shuffle, not the head
+    for part in ("dev.jsonl", "test.jsonl"):
+        assert (small / part).read_bytes() == (full / part).read_bytes()
+    again = bench.make_proxy("mtsamples-keywords-50-500", tmp_path / "again")
+    assert (again / "train.jsonl").read_bytes() == (small / "train.jsonl").read_bytes()

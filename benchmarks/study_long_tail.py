@@ -1,7 +1,8 @@
 """The long tail, measured post hoc on trained runs (docs/accuracy-tuning.md, round 11). Two studies:
 
-`rules`: which rule turns scores into predicted codes. Each run's checkpoint scores dev and test once (cached beside
-nothing: in --cache); every rule's parameters are chosen on dev, and test only reports. Rules:
+`rules`: which rule turns scores into predicted codes. Each run's checkpoint scores dev and test once (cached in --cache
+under the run folder's name: clear it when a run of that name is retrained); every rule's parameters are chosen on
+dev, and test only reports. Rules:
 - global: one threshold, the first of 100 on [0, 1] with the best dev micro-F1 (today's rule, `tune_threshold`);
 - top-k: each note's k highest codes, k in 1..30 tuned on dev;
 - global+top1: the global rule plus each note's top code, t tuned on dev under that rule;

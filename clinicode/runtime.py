@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import random
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,6 +63,22 @@ def barrier() -> None:
         dist.barrier()
 
 
+@functools.cache
+def _glibc() -> Any:
+    """The C library (a ctypes handle), loaded once per process; None off Linux or where it cannot be loaded. Callers
+    look up glibc-only functions on it (`mallopt`, `malloc_trim`) and get None on musl and others."""
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
 def keep_freed_memory() -> bool:
     """Ask glibc's malloc to keep freed blocks for reuse instead of returning them to the OS.
 
@@ -71,16 +89,8 @@ def keep_freed_memory() -> bool:
     the cost is that RSS stays at its peak until the process exits. The `train` command calls this; library
     users may choose to. Returns False (and changes nothing) where glibc's `mallopt` is unavailable.
     """
-    import ctypes
-    import ctypes.util
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl and others
+    mallopt = getattr(_glibc(), "mallopt", None)
+    if mallopt is None:
         return False
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     # mmap threshold first: setting either value turns off glibc's dynamic adjustment of both.
@@ -95,15 +105,8 @@ def release_freed_memory() -> bool:
     are dead weight that would otherwise stack with the next phase's and set the peak RSS. Returns False (and changes
     nothing) where glibc's `malloc_trim` is unavailable.
     """
-    import ctypes
-    import ctypes.util
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # musl and others
+    trim = getattr(_glibc(), "malloc_trim", None)
+    if trim is None:
         return False
     trim(0)
     return True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -56,10 +56,10 @@ class LabelSet:
     def description(self, code: str) -> str:
         return self.descriptions[self._index[code]]
 
-    def multi_hot(self, label_lists: Iterable[Iterable[str]]) -> np.ndarray:
-        """[n_docs, n_labels] float32 0/1 matrix; codes outside the set are ignored."""
+    def multi_hot(self, label_lists: Iterable[Iterable[str]], dtype: Any = np.float32) -> np.ndarray:
+        """[n_docs, n_labels] 0/1 matrix, float32 unless DTYPE says otherwise; codes outside the set are ignored."""
         rows = list(label_lists)
-        y = np.zeros((len(rows), len(self.codes)), dtype=np.float32)
+        y = np.zeros((len(rows), len(self.codes)), dtype=dtype)
         for i, labels in enumerate(rows):
             for code in labels:
                 j = self._index.get(code)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import platform
 import statistics
@@ -165,7 +166,9 @@ def top_k_for(name: str, data_dir: Path) -> int | None:
     return TOP_K if len(load_dataset(data_dir).labels) > TOP_K else None
 
 
+@functools.cache
 def _commit() -> str:
+    """The commit (with -dirty) of the code this process imported: asked once, when `main` starts."""
     import subprocess
 
     try:
@@ -455,6 +458,7 @@ def main() -> None:
     gaps: dict[tuple[str, str], dict] = {}
     rows = {"leam": options} if options or args.no_paper else {"leam": {}, **VARIANTS}   # screening runs one LEAM row
     t_all = time.perf_counter()
+    _commit()  # each row names the code this process trains with, not the tree when the row is written
     if args.runs:
         Path(args.runs).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="clinicode-bench-acc-") as tmp:

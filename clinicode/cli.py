@@ -254,6 +254,12 @@ def train_cli(
                                           default_of(_T, "epochs"))] = None,
     patience: Annotated[Optional[int], _opt("Stop when more than this many epochs in a row bring no dev micro-F1 gain.",
                                             default_of(_T, "patience"))] = None,
+    patience_steps: Annotated[Optional[int],
+                              _opt("--patience is never shorter than this many optimiser steps (small sets have "
+                                   "short epochs); 0 = off.", default_of(_T, "patience_steps"))] = None,
+    lr_patience_steps: Annotated[Optional[int],
+                                 _opt("--lr-patience is never shorter than this many optimiser steps; 0 = off.",
+                                      default_of(_T, "lr_patience_steps"))] = None,
     lr_schedule: Annotated[Optional[str],
                            _opt("plateau (multiply lr by --lr-decay after each --lr-patience epochs "
                                 "without a dev gain) or constant.", default_of(_T, "lr_schedule"))] = None,
@@ -280,6 +286,10 @@ def train_cli(
                              _opt("Each code's score also counts its best phrase match in the note (not in the paper; "
                                   "--no-code-evidence removes it; docs/training.md).", default_of(_M, "code_evidence"),
                                   "--code-evidence/--no-code-evidence")] = None,
+    window_nonneg: Annotated[Optional[bool],
+                             _opt("Keep the phrase window's taps W1 >= 0 after each step (not in the paper: a window "
+                                  "that turns negative makes each code's best phrase its worst; docs/training.md).",
+                                  default_of(_M, "window_nonneg"), "--window-nonneg/--no-window-nonneg")] = None,
     batch_size: Annotated[Optional[int], _opt("Notes per batch.", default_of(_T, "batch_size"))] = None,
     max_len: Annotated[Optional[int], _opt("Tokens kept per note.", default_of(_T, "max_len"))] = None,
     lr: Annotated[Optional[float], _opt("AdamW learning rate.", default_of(_T, "lr"))] = None,
@@ -326,6 +336,7 @@ def train_cli(
                                decay_scope=decay_scope,
                                ema_decay=ema_decay, w2v_epochs=w2v_epochs, min_doc_freq=min_doc_freq,
                                eval_batch_size=eval_batch_size, patience=patience, seed=seed, device=device,
+                               patience_steps=patience_steps, lr_patience_steps=lr_patience_steps,
                                lr_schedule=lr_schedule, lr_decay=lr_decay, lr_patience=lr_patience,
                                memory_mb=memory_budget, top_k=None if mimic_dir is not None else top_k))
     # Every model option is passed, given or default, so --resume compares them all with the run's.
@@ -333,12 +344,14 @@ def train_cli(
                                               "compat",
                                               "code_evidence", "window_nonneg")}
     if paper:
-        if code_evidence:
-            raise ConfigError("--paper trains the paper's model, which has no code evidence; give one of --paper or "
-                              "--code-evidence.")
+        if code_evidence or window_nonneg:
+            flag = "--code-evidence" if code_evidence else "--window-nonneg"
+            raise ConfigError(f"--paper trains the paper's model, which has no code evidence and a free window; give "
+                              f"one of --paper or {flag}.")
         options.update(PAPER_MODEL)
     options.update(_given(embed_dim=embed_dim, radius=radius, hidden_dim=hidden_dim, dropout=dropout,
-                          label_reg_weight=label_reg, compat=compat, code_evidence=code_evidence))
+                          label_reg_weight=label_reg, compat=compat, code_evidence=code_evidence,
+                          window_nonneg=window_nonneg))
 
     def on_epoch(row: dict[str, Any]) -> None:
         typer.echo(f"epoch {row['epoch']:>3}  loss {row['train_loss']:.4f}  dev micro-F1 "

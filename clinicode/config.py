@@ -50,7 +50,8 @@ class ModelOptions:
     compat: str = "cosine"          # "cosine" (the paper's model) or "linear" (its ablation: no phrase window)
     phrase_init: float = 1.0        # initial sum of W1: every tap starts at phrase_init / (2r+1) (1.0 = a local mean)
     code_evidence: bool = True      # not the paper: each code's logit also gets a_k * max_l window(G)_lk
-    window_nonneg: bool = False     # not the paper: W1's taps kept >= 0 after each step; measured, not adopted
+    window_nonneg: bool = True      # not the paper: W1's taps kept >= 0 after each step (a flipped window read each
+                                    # code's worst phrase and collapsed seeds; issue 35, docs/accuracy-tuning.md)
 
     def __post_init__(self) -> None:
         _check_model_options(self)
@@ -132,6 +133,9 @@ class TrainConfig:
                                     # or "constant"
     lr_decay: float = 0.5           # plateau: the factor applied to the learning rate at each decay
     lr_patience: int = 2            # plateau: epochs in a row without a dev gain before each decay (1 decays on noise)
+    patience_steps: int = 500       # patience is never shorter than this many optimiser steps (on ~500 training notes
+                                    # an epoch is ~25 steps: 5 epochs stopped seeds on a slow climb, issue 35); 0 = off
+    lr_patience_steps: int = 200    # the same floor for lr_patience; 0 = off
     ema_decay: float = 0.99         # weight moving average (decay warmed up as (1+t)/(10+t)) for dev scoring and the
                                     # checkpoint; 0 = off
     seed: int = 1337
@@ -140,6 +144,14 @@ class TrainConfig:
     single_label: bool | None = None  # None: decided from the data (every note has exactly one label)
     eval_batch_size: int = 64
     memory_mb: int = 2048           # scratch memory of one batch, training and dev scoring (clinicode/memory.py)
+
+    def patience_epochs(self, steps_per_epoch: int) -> tuple[int, int]:
+        """(patience, lr_patience) in epochs for epochs of STEPS_PER_EPOCH optimiser steps: the epoch counts, raised
+        to cover at least patience_steps and lr_patience_steps steps (MIMIC-sized sets keep the epoch counts; a set of
+        a few hundred notes waits as many steps as they do)."""
+        steps = max(1, steps_per_epoch)
+        return (max(self.patience, -(-self.patience_steps // steps)),
+                max(self.lr_patience, -(-self.lr_patience_steps // steps)))
 
     def __post_init__(self) -> None:
         if self.memory_mb < 64:
@@ -169,6 +181,9 @@ class TrainConfig:
             raise ConfigError(f"--lr-patience must be >= 1, got {self.lr_patience}.")
         if self.patience < 0:
             raise ConfigError(f"--patience must be >= 0, got {self.patience}.")
+        if self.patience_steps < 0 or self.lr_patience_steps < 0:
+            raise ConfigError(f"--patience-steps and --lr-patience-steps must be >= 0 (0 = off), got "
+                              f"{self.patience_steps} and {self.lr_patience_steps}.")
         if not self.lr > 0:
             raise ConfigError(f"--lr must be > 0, got {self.lr}.")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
@@ -298,7 +313,8 @@ def save_config(cfg: Any, path: Path) -> None:
 # A configuration saved with a run or checkpoint (train_config.json, model_config.json, state/state.json) before a
 # field existed meant the behaviour of its time, not today's default: runs before the plateau schedule kept the
 # learning rate constant, and models before code evidence was the default were the paper's.
-SAVED_ABSENT: dict[type, dict[str, Any]] = {TrainConfig: {"lr_schedule": "constant"},
+SAVED_ABSENT: dict[type, dict[str, Any]] = {TrainConfig: {"lr_schedule": "constant", "patience_steps": 0,
+                                                          "lr_patience_steps": 0},
                                             LEAMConfig: dict(PAPER_MODEL)}
 
 

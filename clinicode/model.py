@@ -212,6 +212,16 @@ class LEAM(nn.Module):
         if self.config.window_nonneg and self.config.compat == "cosine":
             self.phrase_w.clamp_(min=0.0)
 
+    @torch.no_grad()
+    def window_stats(self) -> dict[str, float]:
+        """The phrase step's state, logged per epoch (history.jsonl): W1's sum and smallest tap, b1's mean and, with
+        code evidence, the mean weight a_k. A W1 whose sum falls to 0 or below reads each code's worst phrase."""
+        out = {"w1_sum": float(self.phrase_w.sum()), "w1_min": float(self.phrase_w.min()),
+               "b1_mean": float(self.phrase_b.mean())}
+        if self.config.code_evidence:
+            out["a_mean"] = float(self.evidence_weight().mean())
+        return out
+
     def evidence_weight(self) -> torch.Tensor:
         """a = softplus(rho), [K]: each code's weight on its best phrase match, never negative (a match can only count
         for its code; unconstrained weights of rare codes were driven below 0 in the first steps and stayed there)."""

@@ -125,8 +125,14 @@ class _Trainer(TrainingSetup):
     def fit(self) -> None:
         cfg = self.cfg
         start = int(self.state["epoch"]) + 1
+        # (patience, lr_patience) in epochs for this training set: one epoch is one batch per batch_size notes
+        self.patience = cfg.patience_epochs(-(-len(self.train_ids) // cfg.batch_size))
+        patience, lr_patience = self.patience
+        if (patience, lr_patience) != (cfg.patience, cfg.lr_patience):
+            log.info("patience %d and lr patience %d epochs (at least %d and %d steps of this set's epochs)",
+                     patience, lr_patience, cfg.patience_steps, cfg.lr_patience_steps)
         for epoch in range(start, cfg.epochs + 1):
-            if self.state["bad_epochs"] > cfg.patience:
+            if self.state["bad_epochs"] > patience:
                 break
             t0 = time.perf_counter()
             loss = self.train_epoch(epoch)
@@ -149,12 +155,13 @@ class _Trainer(TrainingSetup):
             if self.average is not None:
                 self.average.swap()
             lr_now = self.opt.param_groups[0]["lr"]
-            if not improved and cfg.lr_schedule == "plateau" and self.state["bad_epochs"] % cfg.lr_patience == 0:
+            if not improved and cfg.lr_schedule == "plateau" and self.state["bad_epochs"] % lr_patience == 0:
                 for group in self.opt.param_groups:  # saved with the optimiser, so --resume continues at this rate
                     group["lr"] *= cfg.lr_decay
             row = {"epoch": epoch, "train_loss": round(loss, 6), "lr": lr_now, "dev_threshold": t,
                    "seconds": round(time.perf_counter() - t0, 2),
-                   "best": improved, **{f"dev_{k}": v for k, v in _metric_view(m).items()}}
+                   "best": improved, **{f"dev_{k}": v for k, v in _metric_view(m).items()},
+                   **{k: round(v, 4) for k, v in self.model.window_stats().items()}}
             self.state["history"].append(row)
             if self.rank == 0:
                 write_bytes_atomic(self.run / HISTORY_FILE,
@@ -165,14 +172,14 @@ class _Trainer(TrainingSetup):
                 if self.on_epoch:
                     self.on_epoch(row)
             barrier()
-            if self.state["bad_epochs"] > cfg.patience:
+            if self.state["bad_epochs"] > patience:
                 log.info("early stop after epoch %d (best %d)", epoch, self.state["best_epoch"])
                 break
         self.manifest_extra["stopped"] = self.stopped()
 
     def stopped(self) -> str:
         """How training ended: "patience" (dev stopped improving), or "epochs" (the --epochs cap came first)."""
-        return "patience" if self.state["bad_epochs"] > self.cfg.patience else "epochs"
+        return "patience" if self.state["bad_epochs"] > self.patience[0] else "epochs"
 
 
 @releases_claims

@@ -15,9 +15,31 @@ def test_library_defaults_are_the_tuned_ones():
     assert (cfg.lr, cfg.optimizer, cfg.weight_decay, cfg.pos_weight, cfg.w2v_epochs) == (1e-2, "adamw", 0.3, 0.25, 0)
     assert (cfg.decay_scope, cfg.ema_decay) == ("embeddings", 0.99)
     assert (cfg.lr_schedule, cfg.lr_decay, cfg.lr_patience, cfg.patience, cfg.epochs) == ("plateau", 0.5, 2, 5, 200)
+    assert (cfg.patience_steps, cfg.lr_patience_steps) == (500, 200)
     lc = LEAMConfig(vocab_size=10, n_labels=2)
-    # the default is not the paper's model: code evidence (docs/accuracy-tuning.md, round 10)
-    assert (lc.phrase_init, lc.hidden_dim, lc.code_evidence, lc.window_nonneg) == (1.0, 1000, True, False)
+    # the default is not the paper's model: code evidence (round 10) with a window kept >= 0 (round 12)
+    assert (lc.phrase_init, lc.hidden_dim, lc.code_evidence, lc.window_nonneg) == (1.0, 1000, True, True)
+
+
+@pytest.mark.parametrize(("steps_per_epoch", "want"), [
+    (504, (5, 2)),      # MIMIC-III top 50 (8,066 notes / 16): the epoch counts decide, as before
+    (25, (20, 8)),      # ~400 notes: 500 and 200 steps are 20 and 8 epochs
+    (43, (12, 5)),      # rounded up, never below the floor
+    (1, (500, 200)),
+])
+def test_patience_covers_at_least_its_steps(steps_per_epoch, want):
+    assert TrainConfig().patience_epochs(steps_per_epoch) == want
+    assert TrainConfig(patience_steps=0, lr_patience_steps=0).patience_epochs(steps_per_epoch) == (5, 2)
+    with pytest.raises(ConfigError, match="patience-steps"):
+        TrainConfig(patience_steps=-1)
+
+
+def test_a_train_config_saved_before_patience_steps_keeps_its_epoch_patience():
+    from clinicode.config import saved_config
+
+    old = saved_config(TrainConfig, {"patience": 5}, source="train_config.json")
+    assert (old.patience_steps, old.lr_patience_steps) == (0, 0)
+    assert old.patience_epochs(25) == (5, 2)
 
 
 def _tiny_set(d):
@@ -51,11 +73,21 @@ def test_paper_flag_trains_exactly_the_papers_model_and_the_default_does_not(tmp
     assert {k: saved["paper"][k] for k in PAPER_MODEL} == PAPER_MODEL == {"code_evidence": False,
                                                                           "window_nonneg": False}
     assert is_paper_model(saved["paper"]) and not is_paper_model(saved["default"])
-    assert saved["default"]["code_evidence"] and not saved["default"]["window_nonneg"]
-    res = CliRunner().invoke(app, ["train", "--data", str(d), "--out", str(tmp_path / "both"), *small, "--paper",
-                                   "--code-evidence"])
-    assert res.exit_code == 1 and "give one of --paper or --code-evidence" in res.output
-    assert not (tmp_path / "both").exists()
+    assert saved["default"]["code_evidence"] and saved["default"]["window_nonneg"]
+    for flag in ("--code-evidence", "--window-nonneg"):
+        res = CliRunner().invoke(app, ["train", "--data", str(d), "--out", str(tmp_path / "both"), *small, "--paper",
+                                       flag])
+        assert res.exit_code == 1 and f"give one of --paper or {flag}" in res.output
+        assert not (tmp_path / "both").exists()
+    res = CliRunner().invoke(app, ["train", "--data", str(d), "--out", str(tmp_path / "free"), *small,
+                                   "--no-window-nonneg"])
+    assert res.exit_code == 0, res.output
+    free = json.loads((tmp_path / "free" / "checkpoint" / "model_config.json").read_text())
+    assert free["code_evidence"] and not free["window_nonneg"]
+    # the window's state is logged every epoch (the collapse's mechanism, issue 35)
+    rows = [json.loads(line) for line in (tmp_path / "default" / "history.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all({"w1_sum", "w1_min", "b1_mean", "a_mean"} <= set(r) for r in rows)
+    assert all(r["w1_min"] >= 0 for r in rows)
 
 
 def test_a_model_config_saved_before_the_default_changed_reads_as_the_papers_model():

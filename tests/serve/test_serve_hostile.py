@@ -6,8 +6,11 @@ The real uvicorn process (timeouts, SIGTERM, binding, hang-ups) is in test_serve
 import base64
 import json
 import logging
+import os
 import re
+import socket
 import threading
+import time
 
 import pandas as pd
 import pytest
@@ -16,8 +19,9 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from clinicode.config import ServeConfig  # noqa: E402
+from clinicode.errors import ConfigError  # noqa: E402
 from clinicode.predict import Predictor  # noqa: E402
-from clinicode.serve import create_app  # noqa: E402
+from clinicode.serve import check_bind, create_app  # noqa: E402
 from tests.helpers import SECRET  # noqa: E402
 
 LOCAL = "http://127.0.0.1:8000"
@@ -422,3 +426,79 @@ def test_draining_refuses_new_work_in_json_and_answers_waiting_work(predictor):
         _refused(r, 503, "shutting down", fhir=True)
         assert r.headers["retry-after"] and r.headers["connection"] == "close"
         assert c.get("/health").json()["status"] == "shutting down" and c.get("/ready").status_code == 503
+
+
+# ------------------------------------------------------------------ start-up: addresses, ports and token files
+def test_a_busy_port_is_one_line_and_status_1_before_the_model_loads(tiny_run):
+    from tests.helpers import fails
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        t0 = time.monotonic()
+        res = fails(["serve", "--checkpoint", tiny_run, "--port", port], f"cannot listen on 127.0.0.1 port {port}")
+        assert "another --port" in res.stderr and "serving" not in res.stderr + res.stdout
+        assert time.monotonic() - t0 < 20
+
+
+@pytest.mark.parametrize("host, words", [("no-such-host.invalid", "not an address or a name"),
+                                         ("[::1", "not an address or a name"),
+                                         ("192.0.2.1", "give an address of this machine")])
+def test_an_address_that_cannot_be_bound_is_one_line(tiny_run, host, words):
+    from tests.helpers import fails
+
+    token = tiny_run.parent / "bind-token"
+    token.write_text("k" * 40)
+    os.chmod(token, 0o600)
+    fails(["serve", "--checkpoint", tiny_run, "--host", host, "--port", "0", "--token-file", token], words)
+
+
+def test_bracketed_ipv6_binds():
+    from clinicode.serve import bind_socket, url_of
+
+    try:
+        sock = bind_socket("[::1]", 0)
+    except ConfigError:
+        pytest.skip("no IPv6 loopback here")
+    with sock:
+        assert url_of(sock).startswith("http://[::1]:")
+
+
+def test_a_token_file_link_is_refused_without_advice_about_its_target(tmp_path):
+    target = tmp_path / "shadow"
+    target.write_text("k" * 40)
+    os.chmod(target, 0o644)
+    link = tmp_path / "token"
+    link.symlink_to(target)
+    with pytest.raises(ConfigError, match="symbolic link") as err:
+        check_bind("127.0.0.1", link)
+    assert "chmod" not in str(err.value) and "shadow" not in str(err.value)
+    etc = tmp_path / "etc-link"
+    etc.symlink_to("/etc/shadow")
+    with pytest.raises(ConfigError, match="symbolic link") as err:
+        check_bind("127.0.0.1", etc)
+    assert "chmod" not in str(err.value)
+
+
+def test_an_unreadable_token_file_is_called_unreadable(tmp_path, monkeypatch):
+    import clinicode.serve as serve
+
+    tok = tmp_path / "token"
+    tok.write_text("k" * 40)
+    os.chmod(tok, 0o600)
+    real_open = os.open
+
+    def denied(path, flags, *a, **kw):  # as for a file of another owner (root reads any file, so chmod 000 won't do)
+        if str(path) == str(tok):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *a, **kw)
+
+    monkeypatch.setattr(serve.os, "open", denied)
+    with pytest.raises(ConfigError, match="cannot be read \\(Permission denied\\)") as err:
+        check_bind("127.0.0.1", tok)
+    assert "UTF-8" not in str(err.value)
+    monkeypatch.undo()
+    tok.write_bytes(b"\xff\xfe" + b"k" * 40)
+    with pytest.raises(ConfigError, match="is not UTF-8"):
+        check_bind("127.0.0.1", tok)

@@ -502,3 +502,31 @@ def test_an_unreadable_token_file_is_called_unreadable(tmp_path, monkeypatch):
     tok.write_bytes(b"\xff\xfe" + b"k" * 40)
     with pytest.raises(ConfigError, match="is not UTF-8"):
         check_bind("127.0.0.1", tok)
+
+
+def test_docs_list_every_option_route_metric_and_exit_status():
+    from pathlib import Path
+
+    from clinicode.cli import app
+    from clinicode.serve import ROUTES
+    from tests.helpers import runner
+
+    root = Path(__file__).resolve().parents[2]
+    serve_md = (root / "docs" / "serve.md").read_text(encoding="utf-8")
+    cli_md = (root / "docs" / "cli.md").read_text(encoding="utf-8")
+    help_text = runner().invoke(app, ["serve", "--help"], terminal_width=200).stdout
+    options = set(re.findall(r"(--[a-z][a-z-]+)", help_text)) - {"--help"}
+    assert len(options) >= 16
+    for opt in options:
+        assert f"| `{opt} " in serve_md, opt
+    for route in ROUTES:
+        assert f"`GET {route}" in serve_md or f"`POST {route}" in serve_md or f"`GET /openapi.json`, `GET {route}" \
+            in serve_md, route
+    for name in ("clinicode_requests_total", "clinicode_request_duration_seconds", "clinicode_notes_scored_total",
+                 "clinicode_errors_total", "clinicode_pending_requests", "clinicode_ready"):
+        assert name in serve_md
+    section = cli_md[cli_md.index("## `serve`"):]
+    section = section[:section.index("\n## ", 5)]
+    assert [int(x) for x in re.findall(r"^\| (\d+) \|", section, flags=re.M)] == [0, 1, 2]
+    for status in (400, 403, 404, 405, 408, 413, 415, 421, 422, 503):
+        assert re.search(rf"\| {status}( |$)", serve_md, flags=re.M), status

@@ -1,16 +1,18 @@
 """`clinicode serve`: an HTTP scoring service (FastAPI on uvicorn) with JSON and FHIR R4 output.
 
-    GET  /health                            model name, code count, checkpoint hash (no token needed)
+    GET  /health, /ready                    liveness (the model, counts) and readiness (200 once the model is loaded)
+    GET  /metrics                           Prometheus text: requests by route and status, latency, notes scored
     POST /v1/predict[?format=fhir]          {"notes": [{"id", "text", "subject"?}], "top_k", "explain", "threshold"}
     POST /fhir/DocumentReference/$analyze   a DocumentReference (base64 text/plain attachment) -> a FHIR Bundle
     GET  /openapi.json, /docs               the API's description
 
-The checkpoint is loaded once. Requests are scored by one worker thread that collects the notes of concurrent
-requests (up to `Limits.batch_notes` notes, waiting at most `Limits.batch_wait_ms` for more) and scores them in one
-batch, so many clients sending one note each get close to batch throughput. Each request's work is bounded by its
-limits (notes per request, characters per note, body bytes), so one request delays the others by at most one such
-batch. Bad input gets a 4xx with a JSON body saying what was wrong and how to fix it; note text is never logged and
-never echoed in a message. Security model and limits: docs/serve.md.
+The address is bound first, then the checkpoint loads in a thread. Requests are scored by one worker thread that
+collects the notes of concurrent requests (up to `Limits.batch_notes` notes, waiting at most `Limits.batch_wait_ms`
+for more) and scores them in one batch, so many clients sending one note each get close to batch throughput. Each
+request's work is bounded by its limits (notes per request, characters per note, body bytes, read time), and at most
+`Limits.max_pending` requests are admitted at once. Bad input gets a 4xx with a JSON body saying what was wrong and
+how to fix it; note text is never logged and never echoed in a message. Host, Origin and Content-Type are checked
+so web pages cannot reach the service. Security model, limits and operation: docs/serve.md.
 """
 
 from __future__ import annotations
@@ -673,9 +675,13 @@ class _Front:
                 await self.app(scope, receive, stamped)
         except asyncio.CancelledError:  # the server's grace period ran out: still answer in JSON, never a text 500
             if not status[0]:
-                status[0] = 503
                 await _error(503, "the server stopped before this request was answered; retry.", fhir=fhir,
                              headers={"Retry-After": "5", "Connection": "close"})(scope, receive, stamped)
+        except Exception as err:  # noqa: BLE001  (Starlette re-raises after its 500; uvicorn would log a traceback)
+            log.error("%s %s failed: %s (note text is not logged)", method, path[:80], type(err).__name__)
+            if not status[0]:
+                await _error(500, "the server failed on this request (a bug, logged without note text); please "
+                                  "report it.", fhir=fhir)(scope, receive, stamped)
         finally:
             route = path if path in ROUTES else "other"
             elapsed = loop.time() - start

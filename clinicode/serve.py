@@ -1097,6 +1097,18 @@ def _protocol(read_timeout: float) -> type:
             self._disarm()
             super().connection_lost(exc)
 
+        def send_400_response(self, msg: str) -> None:  # a malformed request: JSON too, not uvicorn's plain text
+            import h11
+
+            body = json.dumps({"error": {"status": 400, "message": "malformed HTTP request (bad request line or "
+                                         "headers, or headers over 16 KB); send an HTTP/1.1 request."}}).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                       (b"connection", b"close")]
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
+                          h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
+
     return TimedH11
 
 

@@ -67,7 +67,9 @@ def _refused(r, status, words, *, fhir=False):
     body = r.json()
     msg = body["issue"][0]["diagnostics"] if fhir else body["error"]["message"]
     if fhir:
-        assert body["resourceType"] == "OperationOutcome"
+        from fhir.resources.R4B.operationoutcome import OperationOutcome
+
+        OperationOutcome.model_validate(body)  # its issue code is one of FHIR's
     assert words in msg, msg
     assert SECRET not in r.text
     return msg

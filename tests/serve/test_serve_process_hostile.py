@@ -126,6 +126,16 @@ def test_a_half_sent_body_gets_a_408_json_answer(server):
     assert "--read-timeout" in json.loads(body)["error"]["message"] and SECRET.encode() not in got
 
 
+@pytest.mark.parametrize("raw", [b"GARBAGE\r\n\r\n", b"GET /health HTTP/1.1\r\nHost localhost"])
+def test_a_malformed_http_request_gets_a_json_400(server, raw):
+    with _connect(server) as s:
+        s.sendall(raw + b"\r\n\r\n")
+        closed, got = _closed_within(s, 10)
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head.lower()
+    assert "malformed HTTP request" in json.loads(body)["error"]["message"]
+
+
 def test_client_hang_ups_are_not_logged_as_server_errors(server):
     before = len(_logs(server))
     for _ in range(5):

@@ -410,6 +410,8 @@ def parse_predict(obj: Any, limits: Limits,
         rid = note.get("id", str(i))
         if isinstance(rid, bool) or not isinstance(rid, (str, int)):
             raise BadRequest(422, f"notes[{i}].id is {_kind(rid)}; expected a string (or leave it out).")
+        if rid == "":  # FHIR strings are never empty: the note-id extension would make an invalid Bundle
+            raise BadRequest(422, f"notes[{i}].id is an empty string; give a non-empty id (or leave it out).")
         subject = note.get("subject")
         if subject is not None and not isinstance(subject, (str, dict)):
             raise BadRequest(422,

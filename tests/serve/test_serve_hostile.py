@@ -96,6 +96,14 @@ def test_a_subject_that_is_no_fhir_reference_is_refused_not_made_into_an_invalid
         _refused(client.post(ANALYZE, json=doc), 422, words, fhir=True)
 
 
+def test_an_empty_id_is_refused_not_made_into_an_invalid_bundle(client):
+    for fmt in ("", "?format=fhir"):
+        _refused(client.post("/v1/predict" + fmt, json={"notes": [{"id": "", "text": "pain"}]}), 422,
+                 "notes[0].id is an empty string")
+    doc = _docref("pain", id="")
+    _refused(client.post(ANALYZE, json=doc), 422, "DocumentReference.id must be a FHIR id", fhir=True)
+
+
 def test_nan_inside_a_subject_is_a_400_json_answer(client):
     raw = b'{"notes": [{"text": "chest pain", "subject": {"reference": NaN}}]}'
     _refused(_post(client, "/v1/predict?format=fhir", raw), 400, "NaN")

@@ -489,10 +489,11 @@ def predict_cli(
     pred = Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget))
     encode = None
     if format == "fhir":
-        from clinicode.fhir import bundle, code_systems
+        from clinicode.fhir import bundle, code_systems, predictor_source
 
-        systems = code_systems(pred.codes)
-        encode = lambda rec: bundle([rec], systems=systems)  # noqa: E731  (the same builder as `clinicode serve`)
+        systems, source = code_systems(pred.codes), predictor_source(pred)
+        # the same builder as `clinicode serve`; each Bundle names the checkpoint that suggested its codes
+        encode = lambda rec: bundle([rec], systems=systems, source=source)  # noqa: E731
     counts = predict_file(pred, input=input, output=output, threshold=threshold, strict=strict, resume=resume,
                           shard=_parse_shard(shard), progress=progress and sys.stderr.isatty(), encode=encode, **opts)
     dup = counts.get("duplicate_ids", 0)

@@ -181,6 +181,17 @@ def model_device(source: Mapping[str, Any]) -> dict[str, Any]:
     return dev
 
 
+def predictor_source(predictor: Any) -> dict[str, Any]:
+    """`model_source` of a loaded `Predictor`: its checkpoint's hash, its model kind, its run folder's name and this
+    clinicode's version."""
+    from pathlib import Path
+
+    from clinicode import __version__
+
+    return model_source(checkpoint_sha256=predictor.checkpoint.manifest_sha256, model=predictor.kind,
+                        name=Path(predictor.checkpoint.path).resolve().parent.name, clinicode_version=__version__)
+
+
 def model_source(*, checkpoint_sha256: str, model: str, name: str | None, clinicode_version: str) -> dict[str, Any]:
     """The identity of a checkpoint as `bundle` takes it (`source=`): every resource's `meta.source` becomes
     `<NAMESPACE>/checkpoint/<sha256>` and the Bundle holds one Device with the rest."""

@@ -50,7 +50,7 @@ from clinicode import __version__
 from clinicode.checkpoint import resolve_checkpoint_dir
 from clinicode.config import PREDICT, ServeConfig
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
-from clinicode.fhir import bundle, check_subject, code_systems, model_source, note_from_document_reference
+from clinicode.fhir import bundle, check_subject, code_systems, note_from_document_reference, predictor_source
 from clinicode.predict import Predictor, Prepared
 
 log = logging.getLogger(__name__)
@@ -588,11 +588,9 @@ class Service:
         self._lock = threading.Lock()
 
     def load(self, predictor: Predictor) -> None:
-        name = Path(predictor.checkpoint.path).resolve().parent.name
-        sha = predictor.checkpoint.manifest_sha256
+        self.source = predictor_source(predictor)
+        name, sha = self.source["name"], self.source["checkpoint_sha256"]
         self.systems = code_systems(predictor.codes)
-        self.source = model_source(checkpoint_sha256=sha, model=predictor.kind, name=name,
-                                   clinicode_version=__version__)
         self.info = {"model": predictor.kind, "name": name, "n_codes": len(predictor.codes), "checkpoint_sha256": sha,
                      "clinicode_version": __version__}
         self.identity = [(b"x-clinicode-checkpoint", sha.encode()), (b"x-clinicode-model", predictor.kind.encode()),

@@ -74,7 +74,7 @@ def start_server(ck_dir: Path, work: Path) -> tuple[subprocess.Popen, int, float
     while True:
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/health")
+            c.request("GET", "/ready")  # /health answers while the model still loads
             if c.getresponse().status == 200:
                 return proc, port, time.perf_counter() - t0
         except OSError:
@@ -166,7 +166,7 @@ def main() -> None:
              "Each client sends one note per request and waits for the answer (keep-alive HTTP/1.1, the clients are "
              "threads of the benchmark process on the same machine); default options (top_k 10, no evidence), "
              f"micro-batches of up to 32 notes, 5 ms wait. Medians of {args.repeat} runs per row; errors summed. "
-             f"Server start-up to a healthy /health: {t_start:.1f} s. Ratio = throughput relative to batch "
+             f"Server start-up to a ready /ready: {t_start:.1f} s. Ratio = throughput relative to batch "
              "`clinicode predict` on the same notes (start-up excluded) in the same run. Goal: "
              "8 clients x 25 requests, "
              "0 errors, >= 0.8x. The start-up-excluded figure is the difference of two "

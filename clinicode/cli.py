@@ -502,10 +502,11 @@ def predict_cli(
     pred = Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget))
     encode = None
     if format == "fhir":
-        from clinicode.fhir import bundle, code_systems
+        from clinicode.fhir import bundle, code_systems, predictor_source
 
-        systems = code_systems(pred.codes)
-        encode = lambda rec: bundle([rec], systems=systems)  # noqa: E731  (the same builder as `clinicode serve`)
+        systems, source = code_systems(pred.codes), predictor_source(pred)
+        # the same builder as `clinicode serve`; each Bundle names the checkpoint that suggested its codes
+        encode = lambda rec: bundle([rec], systems=systems, source=source)  # noqa: E731
     counts = predict_file(pred, input=input, output=output, threshold=threshold, strict=strict, resume=resume,
                           shard=_parse_shard(shard), progress=progress and sys.stderr.isatty(), encode=encode, **opts)
     dup = counts.get("duplicate_ids", 0)
@@ -539,16 +540,34 @@ def serve_cli(
                                                default_of(_S, "batch_notes"))] = None,
     batch_wait_ms: Annotated[Optional[float], _opt("How long the scorer waits for more notes to batch (ms).",
                                                    default_of(_S, "batch_wait_ms"))] = None,
+    max_pending: Annotated[Optional[int], _opt("Requests being read or scored at once (more: 503, Retry-After).",
+                                               default_of(_S, "max_pending"))] = None,
+    read_timeout: Annotated[Optional[float], _opt("Seconds for a request's head and body to arrive (slow: 408).",
+                                                  default_of(_S, "read_timeout"))] = None,
+    idle_timeout: Annotated[Optional[float], _opt("Seconds an idle keep-alive connection stays open.",
+                                                  default_of(_S, "idle_timeout"))] = None,
+    grace: Annotated[Optional[float], _opt("Seconds SIGTERM/SIGINT give admitted requests before 503.",
+                                           default_of(_S, "grace"))] = None,
+    allow_host: Annotated[Optional[list[str]],
+                          typer.Option(help="Host name to answer besides loopback and --host (repeat; '*': any).")
+                          ] = None,
+    allow_origin: Annotated[Optional[list[str]],
+                            typer.Option(help="Browser origin allowed to call the service, e.g. "
+                                              "https://coding.example.org (repeat; '*': any).")] = None,
     device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
 ) -> None:
-    """Serve a checkpoint over HTTP: JSON records and FHIR R4 Bundles (docs/serve.md)."""
+    """Serve a checkpoint over HTTP: JSON records and FHIR R4 Bundles (docs/serve.md). Exit status: 0 after SIGTERM or
+    Ctrl-C, 1 for a bad option, token file, checkpoint, address or busy port, 2 for a malformed command line."""
     from clinicode.serve import run
 
     limits = _S(**_given(max_notes=max_notes, max_text_chars=max_text_chars, max_body_mb=max_body_mb,
-                         batch_notes=batch_notes, batch_wait_ms=batch_wait_ms))
+                         batch_notes=batch_notes, batch_wait_ms=batch_wait_ms, max_pending=max_pending,
+                         read_timeout=read_timeout, idle_timeout=idle_timeout, grace=grace,
+                         allow_hosts=tuple(allow_host) if allow_host else None,
+                         allow_origins=tuple(allow_origin) if allow_origin else None))
 
-    def ready(pred: Any, secured: bool) -> None:
-        typer.echo(f"serving {len(pred.codes):,} codes from {pred.checkpoint.path} on http://{host}:{port} "
+    def ready(pred: Any, secured: bool, url: str) -> None:
+        typer.echo(f"serving {len(pred.codes):,} codes from {pred.checkpoint.path} on {url} "
                    f"({'bearer token required' if secured else 'no token: loopback only'}); docs at /docs", err=True)
 
     run(checkpoint, host=host, port=port, token_file=token_file, limits=limits, on_ready=ready, **_given(device=device))

@@ -267,15 +267,25 @@ class ServeConfig:
     max_explain: int = 20           # `explain` per request
     batch_notes: int = 32           # notes of concurrent requests scored together at most (a larger request: alone)
     batch_wait_ms: float = 5.0      # how long the scorer waits for more notes once it has some
+    max_pending: int = 64           # requests being read, tokenised or scored at once; more: 503 with Retry-After
+    read_timeout: float = 30.0      # seconds for a request's head and body to arrive (slow clients: dropped / 408)
+    idle_timeout: float = 5.0       # seconds a keep-alive connection may stay idle between requests
+    grace: float = 10.0             # seconds a SIGTERM/SIGINT gives admitted requests; those not scored by then: 503
+    allow_hosts: tuple[str, ...] = ()    # Host names accepted beside loopback and the bound address ("*": any)
+    allow_origins: tuple[str, ...] = ()  # browser Origins accepted beside the server's own ("*": any)
 
     def __post_init__(self) -> None:
-        for name in ("max_notes", "max_text_chars", "batch_notes"):
+        for name in ("max_notes", "max_text_chars", "batch_notes", "max_pending"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
         if not self.max_body_mb > 0:
             raise ConfigError(f"--max-body-mb must be > 0, got {self.max_body_mb}.")
         if not 0 <= self.batch_wait_ms <= 1000:
             raise ConfigError(f"--batch-wait-ms must be in [0, 1000], got {self.batch_wait_ms}.")
+        for name in ("read_timeout", "idle_timeout", "grace"):
+            if not 0 < getattr(self, name) <= 3600:
+                raise ConfigError(f"--{name.replace('_', '-')} must be in (0, 3600] seconds, "
+                                  f"got {getattr(self, name)}.")
 
     @property
     def max_body_bytes(self) -> int:

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import datetime as _dt
+import re
 import uuid
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -37,6 +39,8 @@ EXT_NOTE_ID = f"{NAMESPACE}/StructureDefinition/note-id"      # valueString: the
 # complex: start, end (valueInteger), weight (valueDecimal)
 EXT_EVIDENCE = f"{NAMESPACE}/StructureDefinition/evidence"
 TAG_SYSTEM = f"{NAMESPACE}/CodeSystem/provenance"
+CHECKPOINT_SYSTEM = f"{NAMESPACE}/checkpoint"                 # + "/<sha256>": meta.source; Device.identifier.system
+REQUEST_SYSTEM = f"{NAMESPACE}/request-id"                    # Bundle.identifier of a service answer
 LOCAL_SYSTEM = f"{NAMESPACE}/CodeSystem/label"                # a checkpoint's own label that is no ICD code
 MACHINE_TAG = {"system": TAG_SYSTEM, "code": "machine-generated",
                "display": "Suggested by clinicode (a statistical model); not reviewed by a person"}
@@ -103,6 +107,51 @@ def code_systems(codes: Sequence[str]) -> dict[str, tuple[str, str]]:
 
 
 # ------------------------------------------------------------------ Bundle
+_REFERENCE_KEYS = {"reference": str, "type": str, "display": str, "identifier": dict}
+_SUBJECT_HOW = "give \"Patient/123\" or a Reference object such as {\"reference\": \"Patient/123\"}"
+
+
+def _fhir_string(v: Any) -> bool:
+    """A FHIR `string`/`uri` value: non-empty, not only spaces, no control characters but tab and newlines."""
+    return (isinstance(v, str) and 0 < len(v) <= 4096 and bool(v.strip())
+            and not any(ord(c) < 32 and c not in "\t\r\n" for c in v))
+
+
+def check_subject(subject: Any, where: str) -> None:
+    """Refuse a subject that would not make a valid FHIR Reference (Condition.subject of every resource built from it).
+
+    Args:
+        subject: None, a reference string ('Patient/123') or a Reference object with `reference`, `type`, `display`
+            and/or `identifier` ({'system', 'value'}).
+        where: the field's name for the message (e.g. 'notes[0].subject').
+    Raises:
+        DataFormatError: naming the field and what a subject may be (never its value).
+    """
+    if subject is None:
+        return
+    if isinstance(subject, str):
+        if not _fhir_string(subject) or subject != subject.strip() or any(c.isspace() for c in subject):
+            raise DataFormatError(f"{where} is an empty or blank string, or holds spaces; {_SUBJECT_HOW}.")
+        return
+    if not isinstance(subject, dict):
+        raise DataFormatError(f"{where} is not a string or an object; {_SUBJECT_HOW}.")
+    unknown = sorted(k for k in subject if k not in _REFERENCE_KEYS)
+    if unknown:
+        raise DataFormatError(f"{where} has an unknown field {str(unknown[0])[:40]!r}; a Reference here has reference, "
+                              f"type, display and identifier; {_SUBJECT_HOW}.")
+    if not subject:
+        raise DataFormatError(f"{where} is an empty object; {_SUBJECT_HOW}.")
+    for key, value in subject.items():
+        if key == "identifier":
+            ok = (isinstance(value, dict) and value and set(value) <= {"system", "value"}
+                  and all(_fhir_string(x) for x in value.values()))
+            if not ok:
+                raise DataFormatError(f"{where}.identifier must be an object with string 'system' and/or 'value', "
+                                      "e.g. {\"system\": \"urn:oid:1.2.36.146.595.217.0.1\", \"value\": \"12345\"}.")
+        elif not _fhir_string(value):
+            raise DataFormatError(f"{where}.{key} must be a non-empty string; {_SUBJECT_HOW}.")
+
+
 def subject_reference(subject: Any) -> dict[str, Any]:
     """The Reference for a note's subject: 'Patient/123' -> {'reference': ...}; a Reference object is kept as given;
     none -> the standard data-absent-reason 'unknown' (Condition.subject and Procedure.subject are required)."""
@@ -117,6 +166,37 @@ def _span_ext(span: Mapping[str, Any]) -> dict[str, Any]:
     return {"url": EXT_EVIDENCE, "extension": [{"url": "start", "valueInteger": int(span["start"])},
                                                {"url": "end", "valueInteger": int(span["end"])},
                                                {"url": "weight", "valueDecimal": float(span["weight"])}]}
+
+
+def model_device(source: Mapping[str, Any]) -> dict[str, Any]:
+    """A Device resource naming the model that made the suggestions: the checkpoint's hash (identifier), the run's
+    name, the model kind and the clinicode version (SOURCE as `model_source` gives it)."""
+    dev: dict[str, Any] = {"resourceType": "Device", "meta": {"tag": [MACHINE_TAG]},
+                           "identifier": [{"system": CHECKPOINT_SYSTEM, "value": str(source["checkpoint_sha256"])}],
+                           "manufacturer": "clinicode",
+                           "type": {"text": f"clinicode {source['model']} model (automated ICD coding)"},
+                           "version": [{"value": str(source["clinicode_version"])}]}
+    if source.get("name"):
+        dev["deviceName"] = [{"name": str(source["name"]), "type": "model-name"}]
+    return dev
+
+
+def predictor_source(predictor: Any) -> dict[str, Any]:
+    """`model_source` of a loaded `Predictor`: its checkpoint's hash, its model kind, its run folder's name and this
+    clinicode's version."""
+    from pathlib import Path
+
+    from clinicode import __version__
+
+    return model_source(checkpoint_sha256=predictor.checkpoint.manifest_sha256, model=predictor.kind,
+                        name=Path(predictor.checkpoint.path).resolve().parent.name, clinicode_version=__version__)
+
+
+def model_source(*, checkpoint_sha256: str, model: str, name: str | None, clinicode_version: str) -> dict[str, Any]:
+    """The identity of a checkpoint as `bundle` takes it (`source=`): every resource's `meta.source` becomes
+    `<NAMESPACE>/checkpoint/<sha256>` and the Bundle holds one Device with the rest."""
+    return {"checkpoint_sha256": checkpoint_sha256, "model": model, "name": name,
+            "clinicode_version": clinicode_version}
 
 
 def _resource(rec: Mapping[str, Any], pred: Mapping[str, Any], subject: dict[str, Any],
@@ -150,7 +230,8 @@ def _outcome(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[str, str]] | None = None,
-           subjects: Sequence[Any] | None = None, documents: Sequence[str | None] | None = None) -> dict[str, Any]:
+           subjects: Sequence[Any] | None = None, documents: Sequence[str | None] | None = None,
+           source: Mapping[str, Any] | None = None, request_id: str | None = None) -> dict[str, Any]:
     """A FHIR R4 `collection` Bundle of the predicted codes of RECORDS (as `Prediction.to_dict()` gives them).
 
     Args:
@@ -158,12 +239,17 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
         subjects: per record, the note's subject ('Patient/1' or a Reference object) or None.
         documents: per record, a reference to the note's DocumentReference ('DocumentReference/7') or None;
             Conditions cite it in `evidence.detail`.
+        source: the checkpoint's identity (`model_source`): each resource's `meta.source` names the checkpoint and
+            the Bundle's first entry is a Device describing it.
+        request_id: the service's request id, kept as the Bundle's `identifier`.
     Returns:
         the Bundle as a JSON-ready dict: one Condition or Procedure per predicted code (record order, then score
         order), one OperationOutcome per record with an error.
     """
     systems = systems or {}
     entries = []
+    if source is not None:
+        entries.append({"fullUrl": f"urn:uuid:{uuid.uuid4()}", "resource": model_device(source)})
     for i, rec in enumerate(records):
         if "error" in rec:
             resources = [_outcome(rec)]
@@ -171,15 +257,39 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
             subject = subject_reference(subjects[i] if subjects else None)
             doc = documents[i] if documents else None
             resources = [_resource(rec, p, subject, systems, doc) for p in rec.get("predicted", [])]
+        if source is not None:
+            for r in resources:
+                r["meta"]["source"] = f"{CHECKPOINT_SYSTEM}/{source['checkpoint_sha256']}"
         entries += [{"fullUrl": f"urn:uuid:{uuid.uuid4()}", "resource": r} for r in resources]
     out: dict[str, Any] = {"resourceType": "Bundle", "meta": {"tag": [MACHINE_TAG]}, "type": "collection",
                            "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    if request_id is not None:
+        out["identifier"] = {"system": REQUEST_SYSTEM, "value": request_id}
+    if source is not None:
+        out["meta"]["source"] = f"{CHECKPOINT_SYSTEM}/{source['checkpoint_sha256']}"
     if entries:
         out["entry"] = entries
     return out
 
 
 # ------------------------------------------------------------------ FHIR in
+_FHIR_ID = re.compile(r"[A-Za-z0-9\-.]{1,64}")
+# Text charsets a DocumentReference may name (Python's codec names, after `codecs.lookup`): the Unicode forms, ASCII,
+# the ISO-8859 family and the Windows/Mac code pages. Python's other codecs are no text charsets ('undefined' always
+# fails, 'rot13' and 'unicode_escape' transform text, 'base64' is bytes to bytes).
+_CHARSETS = re.compile(r"(utf[-_](8|16|32)([-_](le|be))?|utf[-_]8[-_]sig|ascii|latin[-_]1|iso8859[-_]\d+|"
+                       r"cp\d+|mac[-_][a-z]+|koi8[-_][a-z]+|gb2312|gbk|gb18030|big5|shift_jis|euc[-_][a-z]+)")
+
+
+def _text_codec(charset: str) -> str | None:
+    """Python's codec for the IANA CHARSET if it is a text charset, else None."""
+    try:
+        name = codecs.lookup(charset).name
+    except (LookupError, ValueError):
+        return None
+    return name if _CHARSETS.fullmatch(name) else None
+
+
 def note_from_document_reference(doc: Any) -> dict[str, Any]:
     """{'id', 'text', 'subject', 'document'} from a DocumentReference whose first attachment holds the note as base64
     `data` (text/plain, UTF-8 unless the contentType names another charset).
@@ -207,20 +317,29 @@ def note_from_document_reference(doc: Any) -> dict[str, Any]:
         k, _, v = p.strip().partition("=")
         if k.lower() == "charset" and v:
             charset = v.strip().strip('"')
-    try:
-        raw = base64.b64decode(att["data"], validate=True)
+    codec = _text_codec(charset)
+    if codec is None:
+        raise DataFormatError(f"attachment contentType names charset {charset[:20]!r}, which is not a text charset "
+                              "known here; send UTF-8 (charset=utf-8) or another IANA text charset (e.g. iso-8859-1, "
+                              "windows-1252, utf-16).")
+    try:  # FHIR's base64Binary may be wrapped in lines (MIME style): whitespace is no data
+        raw = base64.b64decode("".join(att["data"].split()), validate=True)
     except (binascii.Error, ValueError):
         raise DataFormatError("attachment data is not valid base64; encode the note's bytes with base64 "
                               "(e.g. `base64 -w0 note.txt`).") from None
     try:
-        text = raw.decode(charset)
-    except (LookupError, UnicodeDecodeError):
+        text = raw.decode(codec)
+    except UnicodeError:  # UnicodeDecodeError, and the plain UnicodeError some codecs raise
         raise DataFormatError(f"attachment data does not decode as {charset[:20]}; send UTF-8 text or name its "
                               "charset in contentType.") from None
     rid = doc.get("id")
+    if rid is not None and not (isinstance(rid, str) and _FHIR_ID.fullmatch(rid)):
+        raise DataFormatError("DocumentReference.id must be a FHIR id (1-64 letters, digits, '-' or '.'), or left "
+                              "out.")
     subject = doc.get("subject")
     if subject is not None and not isinstance(subject, dict):
         raise DataFormatError("DocumentReference.subject must be a Reference object, e.g. "
                               "{\"reference\": \"Patient/1\"}.")
+    check_subject(subject, "DocumentReference.subject")
     return {"id": str(rid) if rid is not None else "0", "text": text, "subject": subject,
             "document": f"DocumentReference/{rid}" if isinstance(rid, str) and rid else None}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from clinicode import fhir
+from clinicode import __version__, fhir
 from clinicode.errors import DataFormatError
 from tests.helpers import SECRET, fails, succeeds
 
@@ -164,9 +164,14 @@ def test_predict_format_fhir_writes_one_bundle_per_note(tiny_run, demo_data, tmp
     assert len(bundles) == len(records) == 13
     systems = fhir.code_systems([c for r in records for c in r.get("scores", {})])
     n_proc = 0
+    from clinicode.checkpoint import load_checkpoint
+
+    sha = load_checkpoint(tiny_run / "checkpoint").manifest_sha256
     for rec, b in zip(records, bundles):
         validate(b)
-        res = [e["resource"] for e in b.get("entry", [])]
+        device, *res = [e["resource"] for e in b.get("entry", [])]  # each Bundle names the model that made it
+        assert device["resourceType"] == "Device" and device["identifier"][0]["value"] == sha
+        assert all(r["meta"]["source"].endswith("/checkpoint/" + sha) for r in res)
         if "error" in rec:
             assert [r["resourceType"] for r in res] == ["OperationOutcome"]
             continue
@@ -178,7 +183,10 @@ def test_predict_format_fhir_writes_one_bundle_per_note(tiny_run, demo_data, tmp
             assert r["resourceType"] == want
             n_proc += want == "Procedure"
         strip = lambda x: {k: v for k, v in x.items() if k not in ("timestamp", "entry")}  # noqa: E731
-        assert strip(b) == strip(fhir.bundle([rec], systems=systems))  # the same builder
+        source = fhir.model_source(checkpoint_sha256=sha, model="leam", name=tiny_run.name,
+                                   clinicode_version=__version__)
+        assert device == fhir.model_device(source)
+        assert strip(b) == strip(fhir.bundle([rec], systems=systems, source=source))  # the same builder
     assert n_proc > 0  # the demo's top-50 set has ICD-9 procedures: they come out as Procedures
     # a rerun may replace its own FHIR output; FHIR output cannot be resumed or written as CSV
     succeeds(args + ["--output", tmp_path / "fhir.jsonl", "--format", "fhir"])

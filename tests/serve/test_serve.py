@@ -21,6 +21,7 @@ from clinicode.serve import Batcher, check_bind, create_app, is_loopback  # noqa
 from tests.helpers import SECRET, fails, succeeds  # noqa: E402
 
 TOKEN = "t0ken-" + "x" * 30
+LOCAL = "http://127.0.0.1:8000"  # a Host the service answers (TestClient's default, testserver, is refused)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def notes(demo_data):
 @pytest.fixture(scope="module")
 def client(predictor):
     limits = ServeConfig(max_notes=20, max_text_chars=60_000, max_body_mb=1.0, batch_wait_ms=2)
-    with TestClient(create_app(predictor, limits=limits)) as c:
+    with TestClient(create_app(predictor, limits=limits), base_url=LOCAL) as c:
         yield c
 
 
@@ -83,7 +84,7 @@ def test_fhir_format_is_a_valid_bundle_with_subjects(client, notes):
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/fhir+json")
     b = r.json()
     Bundle.model_validate(b)
-    res = [e["resource"] for e in b["entry"]]
+    res = [e["resource"] for e in b["entry"] if e["resource"]["resourceType"] != "Device"]
     assert {x["subject"]["reference"] for x in res} == {"Patient/1", "Patient/2"}
     assert {x["resourceType"] for x in res} <= {"Condition", "Procedure"}
     plain = client.post("/v1/predict", json=body).json()["results"]
@@ -102,9 +103,11 @@ def test_document_reference_analyze(client, notes):
     Bundle.model_validate(b)
     plain = client.post("/v1/predict", json={"notes": [{"id": "d7", "text": notes[2]["text"]}],
                                              "threshold": 0.05}).json()
-    assert ([e["resource"]["code"]["coding"][0]["code"] for e in b["entry"]]
+    device, *coded = b["entry"]  # the model that suggested the codes, then the codes
+    assert device["resource"]["resourceType"] == "Device"
+    assert ([e["resource"]["code"]["coding"][0]["code"] for e in coded]
             == [p["code"] for p in plain["results"][0]["predicted"]])
-    assert all(e["resource"]["subject"] == {"reference": "Patient/5"} for e in b["entry"])
+    assert all(e["resource"]["subject"] == {"reference": "Patient/5"} for e in coded)
     bad = client.post("/fhir/DocumentReference/$analyze", json={**doc,
                                                                 "content": [{"attachment": {"data": "%%" + SECRET}}]})
     assert bad.status_code == 422 and bad.json()["resourceType"] == "OperationOutcome"
@@ -181,10 +184,15 @@ def test_blank_note_is_a_record_with_an_error_as_in_predict(client):
     assert bad == {"id": "b", "error": "note 'b': empty text; nothing to code"} and "scores" in ok
 
 
-def test_bearer_token_guards_every_route_but_health(predictor, notes):
-    with TestClient(create_app(predictor, token=TOKEN)) as c:
-        assert c.get("/health").status_code == 200
-        for method, path in (("post", "/v1/predict"), ("get", "/openapi.json"), ("get", "/docs"),
+def test_bearer_token_guards_every_route_but_health_ready_and_the_api_description(predictor, notes):
+    with TestClient(create_app(predictor, token=TOKEN), base_url=LOCAL) as c:
+        for path in ("/health", "/ready", "/docs", "/openapi.json"):  # no note data in them: no token needed
+            assert c.get(path).status_code == 200, path
+        # /docs is usable: its page offers "Authorize" for the bearer token, which its requests then carry
+        spec = c.get("/openapi.json").json()
+        assert spec["components"]["securitySchemes"]["bearer"] == {"type": "http", "scheme": "bearer"}
+        assert spec["security"] == [{"bearer": []}]
+        for method, path in (("post", "/v1/predict"), ("get", "/metrics"),
                              ("post", "/fhir/DocumentReference/$analyze"), ("get", "/nowhere")):
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN},
                             {"Authorization": f"Basic {TOKEN}"}):
@@ -295,7 +303,8 @@ def test_an_unexpected_failure_is_a_500_without_note_text_and_the_worker_survive
             return super().prepare(texts, **kw)
 
     broken = Broken(predictor.checkpoint, device="cpu")
-    with caplog.at_level(logging.INFO), TestClient(create_app(broken), raise_server_exceptions=False) as c:
+    with caplog.at_level(logging.INFO), TestClient(create_app(broken), raise_server_exceptions=False,
+                                                   base_url=LOCAL) as c:
         r = c.post("/v1/predict", json={"notes": [{"text": f"pain {SECRET}"}]})
         assert r.status_code == 500 and "a bug" in r.json()["error"]["message"] and SECRET not in r.text
         assert c.post("/v1/predict", json={"notes": notes[:1]}).status_code == 200

@@ -41,12 +41,12 @@ def server(tiny_run, tmp_path_factory):
     deadline = time.monotonic() + 90
     while True:
         try:
-            if httpx.get(base + "/health", timeout=2).status_code == 200:
+            if httpx.get(base + "/ready", timeout=2).status_code == 200:
                 break
         except httpx.TransportError:
             pass
         assert proc.poll() is None, open(tmp / "server.log").read()
-        assert time.monotonic() < deadline, "server did not answer /health within 90 s"
+        assert time.monotonic() < deadline, "server did not answer /ready within 90 s"
         time.sleep(0.3)
     state = {"base": base, "proc": proc, "log": tmp / "server.log"}
     yield state

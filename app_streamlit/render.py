@@ -427,7 +427,7 @@ def score_batch(
             out.extend(p.to_dict() for p in preds)
             if on_progress is not None:
                 on_progress(len(out), len(recs))
-    except Exception as err:  # noqa: BLE001 - a failing scorer must not crash the page
+    except Exception as err:  # a failing scorer must not crash the page
         out.extend({"id": r.id, "error": r.error or f"could not score ({type(err).__name__})"} for r in recs[len(out):])
         if on_progress is not None:
             on_progress(len(out), len(recs))
@@ -462,13 +462,15 @@ def model_name(card: Mapping[str, Any]) -> str:
     """The model a card describes, as a person reads it: "LEAM + evidence" (clinicode's default: code evidence),
     "LEAM (paper)" (Wang et al.'s model exactly, `train --paper` or a run from before the default changed),
     "LEAM (variant)" (neither) or "tfidf-lr"."""
+    from clinicode.checkpoint import is_paper_model
+
     kind = str(card.get("model", "?"))
     if kind != "leam":
         return kind
     mc = card.get("model_config") or {}
     if mc.get("code_evidence"):
         return "LEAM + evidence"
-    return "LEAM (variant)" if mc.get("window_nonneg") else "LEAM (paper)"
+    return "LEAM (paper)" if is_paper_model(mc) else "LEAM (variant)"
 
 
 def model_caption(card: Mapping[str, Any]) -> str:

@@ -27,11 +27,12 @@ from clinicode.artifacts import (
 )
 from clinicode.codes.icd10 import display_titles
 from clinicode.codes.systems import CodeSystem, infer_code_system
-from clinicode.config import (
+from clinicode.config import (  # is_paper_model: re-exported, the app reads a card's model through it
     LEAMConfig,
     TrainConfig,
     config_from_dict,
     config_to_dict,
+    is_paper_model,
     load_config,
     save_config,
     saved_config,
@@ -491,7 +492,7 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
 
 
 __all__ = ["Checkpoint", "TRAIN_COUNTS_FILE", "read_train_counts", "load_checkpoint", "save_checkpoint",
-           "resolve_checkpoint_dir", "config_to_dict", "config_from_dict"]
+           "resolve_checkpoint_dir", "config_to_dict", "config_from_dict", "is_paper_model"]
 
 
 def __getattr__(name: str) -> Any:

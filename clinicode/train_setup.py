@@ -148,7 +148,7 @@ class TrainingSetup:
     """One LEAM run's data, model, optimiser and state before its first (or, on --resume, next) epoch.
 
     Under torchrun (WORLD_SIZE > 1) every process builds the same tokenizer, vectors and batch order (all seeded);
-    the objective is wrapped in DistributedDataParallel. `train._Trainer` adds the loop to this state.
+    the objective is wrapped in DistributedDataParallel. `train._Trainer` holds this state and runs the loop over it.
     """
 
     def __init__(self, ds: PreparedDataset, run: Path, cfg: TrainConfig, options: ModelOptions,

@@ -1,9 +1,6 @@
-"""Code systems as values: what a label set's codes are (ICD-9-CM, ICD-10-CM/PCS, MeSH), asked rather than guessed.
-
-A `CodeSystem` knows its name, FHIR system URI, which strings are its codes, their clinicode spelling, titles it ships,
-chapter or tree group, and whether a code is a diagnosis or a procedure. Pure functions over the rules in `icd9`,
-`icd10` and `chapters`; nothing here reads data folders.
-"""
+"""Code systems as values (ICD-9-CM, ICD-10-CM/PCS, MeSH): name, FHIR URI, which strings are codes, their spelling,
+shipped titles, group (ICD chapter; MeSH or OMIM concept kind) and diagnosis or procedure, asked rather than guessed.
+Pure rules over `icd9`, `icd10` and `chapters`; nothing here reads data folders."""
 
 from __future__ import annotations
 

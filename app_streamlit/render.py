@@ -130,20 +130,23 @@ def frequency_band(n: int) -> str:
     return label
 
 
-def per_code_frame(per_code: Sequence[Mapping[str, Any]], descriptions: Mapping[str, str]) -> pd.DataFrame:
-    """The checkpoint's per-code test rows with description, ICD chapter and frequency band columns.
+def per_code_frame(per_code: Sequence[Mapping[str, Any]], descriptions: Mapping[str, str], *,
+                   group: Callable[[str], str] | None = None) -> pd.DataFrame:
+    """The checkpoint's per-code test rows with description, chapter (or tree) group and frequency band columns.
 
-    The band uses the code's training notes (`train_count`) when the run recorded them, else its test notes
-    (`support`); `band_source` says which.
+    GROUP is the checkpoint's `code_system.group` (without it, the ICD chapter told by each code's shape). The band
+    uses the code's training notes (`train_count`) when the run recorded them, else its test notes (`support`);
+    `band_source` says which.
     """
     from clinicode.codes.chapters import chapter
 
+    group = group or chapter
     df = pd.DataFrame(list(per_code))
     if df.empty:
         return df
     df["auc"] = pd.to_numeric(df.get("auc"), errors="coerce")
     df["description"] = [descriptions.get(c, "") for c in df["code"]]
-    df["chapter"] = [chapter(c) for c in df["code"]]
+    df["chapter"] = [group(c) for c in df["code"]]
     source = "train_count" if "train_count" in df else "support"
     df["band"] = [frequency_band(int(n)) for n in df[source]]
     df.attrs["band_source"] = "training notes" if source == "train_count" else "test notes"
@@ -424,7 +427,7 @@ def score_batch(
             out.extend(p.to_dict() for p in preds)
             if on_progress is not None:
                 on_progress(len(out), len(recs))
-    except Exception as err:  # noqa: BLE001 - a failing scorer must not crash the page
+    except Exception as err:  # a failing scorer must not crash the page
         out.extend({"id": r.id, "error": r.error or f"could not score ({type(err).__name__})"} for r in recs[len(out):])
         if on_progress is not None:
             on_progress(len(out), len(recs))
@@ -459,13 +462,15 @@ def model_name(card: Mapping[str, Any]) -> str:
     """The model a card describes, as a person reads it: "LEAM + evidence" (clinicode's default: code evidence),
     "LEAM (paper)" (Wang et al.'s model exactly, `train --paper` or a run from before the default changed),
     "LEAM (variant)" (neither) or "tfidf-lr"."""
+    from clinicode.checkpoint import is_paper_model
+
     kind = str(card.get("model", "?"))
     if kind != "leam":
         return kind
     mc = card.get("model_config") or {}
     if mc.get("code_evidence"):
         return "LEAM + evidence"
-    return "LEAM (variant)" if mc.get("window_nonneg") else "LEAM (paper)"
+    return "LEAM (paper)" if is_paper_model(mc) else "LEAM (variant)"
 
 
 def model_caption(card: Mapping[str, Any]) -> str:

@@ -46,7 +46,7 @@ def _settle(page, extra_ms: int = 1200) -> None:
     page.wait_for_timeout(400)
     try:
         page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=120_000)
-    except Exception:  # noqa: BLE001 - the widget may never have appeared
+    except Exception:  # the widget may never have appeared
         pass
     page.wait_for_timeout(extra_ms)
 

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, machine_line, write_section  # noqa: E402
+from _common import ROOT, machine_line, write_section
 
 sys.path.insert(0, str(ROOT / "app_streamlit"))
-from app_server import CHROMIUM, CHROMIUM_ARGS as ARGS, serve  # noqa: E402
+from app_server import CHROMIUM, CHROMIUM_ARGS as ARGS, serve
 
 DEFAULT_RUNS = Path("/tmp/clinicode-bench-app/runs")
 CLICK_TIMEOUT_MS = 60_000

@@ -19,17 +19,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from benchmarks._common import machine_line, median_time, publish, synthetic_notes  # noqa: E402
-from clinicode.batching import pad_batch  # noqa: E402
-from clinicode.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
-from clinicode.config import LEAMConfig, TrainConfig  # noqa: E402
-from clinicode.data.labels import LabelSet  # noqa: E402
-from clinicode.model import LEAM  # noqa: E402
-from clinicode.predict import Predictor  # noqa: E402
-from clinicode.tokenizer import ClinicalTokenizer  # noqa: E402
+from benchmarks._common import machine_line, median_time, publish, synthetic_notes
+from clinicode.batching import pad_batch
+from clinicode.checkpoint import load_checkpoint, save_checkpoint
+from clinicode.config import LEAMConfig, TrainConfig
+from clinicode.data.labels import LabelSet
+from clinicode.model import LEAM
+from clinicode.predict import Predictor
+from clinicode.tokenizer import ClinicalTokenizer
 
 
 def build(work: Path, n_notes: int) -> tuple[Path, list[str], Path]:

@@ -124,7 +124,7 @@ class RssSampler(threading.Thread):
             while not self._stop_event.is_set():
                 self.samples.append((time.time(), proc.memory_info().rss / 2**20))
                 time.sleep(self.every)
-        except Exception:  # noqa: BLE001 - the process ended or psutil is missing: sampling is optional
+        except Exception:  # the process ended or psutil is missing: sampling is optional
             return
 
     def stop(self) -> None:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import machine_line, publish  # noqa: E402
-from benchmarks.bench_predict import build  # noqa: E402
+from benchmarks._common import machine_line, publish
+from benchmarks.bench_predict import build
 
 ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "true"}
 

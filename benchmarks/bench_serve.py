@@ -29,14 +29,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from benchmarks._common import machine_line, median_time, publish, synthetic_notes  # noqa: E402
-from clinicode.checkpoint import save_checkpoint  # noqa: E402
-from clinicode.config import LEAMConfig, TrainConfig  # noqa: E402
-from clinicode.data.labels import LabelSet  # noqa: E402
-from clinicode.model import LEAM  # noqa: E402
-from clinicode.tokenizer import ClinicalTokenizer  # noqa: E402
+from benchmarks._common import machine_line, median_time, publish, synthetic_notes
+from clinicode.checkpoint import save_checkpoint
+from clinicode.config import LEAMConfig, TrainConfig
+from clinicode.data.labels import LabelSet
+from clinicode.model import LEAM
+from clinicode.tokenizer import ClinicalTokenizer
 
 LEVELS = (1, 8, 32)
 

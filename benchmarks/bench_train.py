@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import machine_line, publish  # noqa: E402
+from benchmarks._common import machine_line, publish
 
 VOCAB = 50_000
 

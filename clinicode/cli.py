@@ -504,7 +504,7 @@ def predict_cli(
     if format == "fhir":
         from clinicode.fhir import bundle, code_systems, predictor_source
 
-        systems, source = code_systems(pred.codes), predictor_source(pred)
+        systems, source = code_systems(pred.codes, pred.code_system), predictor_source(pred)
         # the same builder as `clinicode serve`; each Bundle names the checkpoint that suggested its codes
         encode = lambda rec: bundle([rec], systems=systems, source=source)  # noqa: E731
     counts = predict_file(pred, input=input, output=output, threshold=threshold, strict=strict, resume=resume,

@@ -104,21 +104,13 @@ def _check_grid(grid: Any) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------
 
 
-def is_predicted(score: float, threshold: float) -> bool:
-    """The one rule for "this code is predicted" of a multi-label model: score **strictly greater** than t.
-
-    CAML's `np.round` sends exactly 0.5 to 0; this keeps that behaviour for every threshold. `predicted_indices`,
-    `predicted_codes` and `binarize` apply it; every user (metrics, `predict`, `evaluate`, the app) goes through them.
-    """
-    return score > threshold
-
-
 def predicted_indices(scores: np.ndarray, threshold: float = DEFAULT_THRESHOLD, *,
                       single_label: bool = False) -> np.ndarray:
     """THE definition of one note's predicted codes, as label indices, highest score first.
 
-    Multi-label: every code scoring strictly above `threshold` (`is_predicted`). Single-label (softmax scores, where no
-    threshold fits): the top-scored code alone, whatever `threshold` is. **Tie rule, the one everywhere:** equal
+    Multi-label: every code scoring strictly above `threshold` (CAML's `np.round` sends exactly 0.5 to 0; this keeps
+    that for every threshold; `binarize` uses the same `>`). Single-label (softmax scores, where no threshold fits):
+    the top-scored code alone, whatever `threshold` is. **Tie rule, the one everywhere:** equal
     scores go by label index, the lower first; so among tied top scores a single-label model predicts the lowest
     label index (as `np.argmax`, `binarize` and `accuracy` do).
 

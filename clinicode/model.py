@@ -1,64 +1,7 @@
 """LEAM, the Label-Embedding Attentive Model (Wang et al., ACL 2018, Section 4), in one file that reads like the paper.
 
-Knows nothing of files, MIMIC or the CLI. Notation follows the paper and docs/domain.md: B notes, L tokens, P embedding
-dimensions, K codes (labels), r the phrase radius (window 2r+1). Tensors keep codes last ([B, L, K] is the paper's
-G transposed): the window runs along L for all K codes at once, and the max over codes is a reduction of the last axis.
-
-Design decisions (stated here, as the domain notes ask):
-- **One attention per note, shared by all codes.** beta comes from the best-matching code at each position
-  (m_l = max_k u_kl), as in the paper; there is no per-code attention. A per-code attention is another model
-  (CAML, LAAT) and would need another name. Per-code evidence for explanations is row k of u (after the ReLU,
-  before the max), which `forward(..., return_attention=True)` returns.
-- **Phrase step: the paper's form,** u_l = ReLU(G[:, l-r:l+r] W1 + b1) with W1 in R^{2r+1} shared by all codes and
-  b1 in R^K ("same" zero padding). The reference TensorFlow code's full K->K convolution is not used (screened: it
-  lost dev micro-F1 on cmc2007 and mtsamples, docs/accuracy-tuning.md). `compat="linear"` is the paper's ablation
-  "LEAM (linear)": m_l = max_k G_kl, no window, no ReLU.
-- **Output:** sigmoid + BCE for multi-label notes; softmax + CE for one label per note (the paper's topic tasks).
-- **Code evidence (`code_evidence=True`; on by default, not the paper's model; `--paper` is without):**
-  logit_k = f(z)_k + a_k e_k with e_k = max_l window(G)_lk, the code's best phrase match anywhere in the note (u before
-  b1 and the ReLU), and a_k = softplus(rho_k) >= 0, starting at log 2. With hundreds of codes the max over codes finds
-  some code near almost every word, the one attention spreads over half the note, and z no longer carries a rare code's
-  word; e_k is the model's own per-code compatibility, which the max over codes throws away. e does not train the
-  attention's W1 (nor b1), and a_k cannot go below 0: both failure modes were seen (docs/accuracy-tuning.md, round 9).
-  It reads W1, and comes from the attention's own window pass; W1 can change sign in training, and a flipped window
-  makes the max the code's worst-matching phrase (round 10); `window_nonneg` keeps W1 >= 0 (measured, not adopted). It
-  is still one attention per note; per-code evidence is a max-pooled score, not a per-code attended vector.
-- **Label regulariser:** the same head f classifies each code vector c_k as its own class (softmax cross-entropy
-  against the identity), weight lambda (paper: 1). With more than `label_reg_codes` codes (256) each step averages it
-  over that many codes drawn at random, each scored against all K: an unbiased estimate of the same mean whose cost
-  grows with K, not K^2 (at K = 9,000 the full f(C) is 9,000 x 9,000 logits through the 1,000-unit head).
-
-One decision selects how the same equations are computed (`clinicode.memory.order`, and `memory.plan`, which adds the
-memory budget's say on the table; `forward(order=...)` follows what the plan says, as nanoGPT's flash-attention flag):
-- "plain" (`fast=False`) runs the plain PyTorch expressions at the bottom of this file, step by step as in the paper:
-  the reference that the tests and benchmarks compare with. It stores G and u, [B, L, K] each.
-- The fast orders (`fast=True`, the default) compute the same numbers in whichever order is cheaper, and never store
-  [B, L, K] beyond G with few codes:
-  * "few codes" (K <= P, e.g. the top 50 with P = 100, on the CPU): G as one [B, L, K] product (no larger than the
-    word vectors) and the window, bias, ReLU and max fused by the kernels of `clinicode.kernels`, so u is never
-    written, with hand-written backward passes.
-  * "many codes" (K > P, every CUDA run, the linear ablation): the window moves onto the word vectors. It is linear and
-    shared by all codes, so window(G)_lk = sum_j W1_j cos(v_{l+j-r}, c_k) = (sum_j W1_j v^_{l+j-r}) . c^_k = S_l . c^_k
-    with v^ = v / |v| (0 on padding) and S = window(v^), [B, L, P]. Then m_l = ReLU(max_k (S_l . c^_k + b1_k)) is one
-    product computed a block of codes at a time (`kernels.code_max`), and its backward needs only each position's
-    winning code: memory is O(B L P + block) and the backward O(B L P), whatever K is (9,000 codes train on a CPU).
-  * "table" (inference, few codes): G from a stored [V, K] cosine table, the paper's "store G offline"
-    (`word_code_table()`): a note's G is a row gather.
-  With `code_evidence`, each order finds e_k = max_l window(G)_lk in the same pass as m: the window it has just
-  computed for the max over codes is reduced along the other axis too (few codes, table), or the same block of scores
-  is (many codes: row blocks stay inside a note); only each code's winning dot product is recomputed with gradients
-  (`kernels.best_dot`). The evidence costs a reduction, not a second product.
-  Each kernel is tested against the plain expression, and a test checks that training with them follows the plain
-  model's loss curve step by step (at K = 50 and K = 1,000).
-- `phrase(ids, mask, codes)` gives u for chosen codes (the per-code evidence of explanations), by the plain
-  expressions: a few codes, never all K; with `anchors=True` also each window's strongest token (what the
-  explanation shows).
-
-Training details around the model (not in the paper; each is a config value, see clinicode/config.py):
-- `phrase_init` sets the initial W1 to phrase_init / (2r+1) per tap (default 1.0: a local mean of G). It is an
-  initialisation only; W1 stays a free, trained parameter, so the model is unchanged.
-- `loss(..., pos_weight=w)` weights positive BCE terms per code (label imbalance):
-  (n_neg / n_pos) ** TrainConfig.pos_weight, 0.25 by default; pos_weight 0 gives the paper's plain mean BCE.
+Knows nothing of files, MIMIC or the CLI. B notes, L tokens, P dimensions, K codes, r the phrase radius; tensors keep
+codes last. Design decisions, the computation orders and the training details: docs/training.md, "LEAM in the code".
 """
 
 from __future__ import annotations
@@ -91,7 +34,7 @@ class LEAM(nn.Module):
 
     Args:
         config: sizes and options; `config.vocab_size` rows in the word table, row 0 is PAD.
-        fast: compute in the cheaper order with the kernels (same equations; see the module docstring). False: the
+        fast: compute in the cheaper order with the kernels (same equations; docs/training.md). False: the
             plain PyTorch reference.
     """
 
@@ -113,11 +56,6 @@ class LEAM(nn.Module):
         )
         if config.code_evidence:                                           # a_k = softplus(rho_k) >= 0 (not the paper)
             self.evidence_rho = nn.Parameter(torch.full((K,), EVIDENCE_RHO0))
-
-    @property
-    def many_codes(self) -> bool:
-        """K > P: the fast path windows the word vectors instead of G (see the module docstring)."""
-        return self.config.n_labels > self.config.embed_dim
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, *, return_attention: bool = False,
                 table: torch.Tensor | None = None, block: tuple[int, int] = CPU_BLOCK,

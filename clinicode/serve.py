@@ -590,7 +590,7 @@ class Service:
     def load(self, predictor: Predictor) -> None:
         self.source = predictor_source(predictor)
         name, sha = self.source["name"], self.source["checkpoint_sha256"]
-        self.systems = code_systems(predictor.codes)
+        self.systems = code_systems(predictor.codes, predictor.code_system)
         self.info = {"model": predictor.kind, "name": name, "n_codes": len(predictor.codes), "checkpoint_sha256": sha,
                      "clinicode_version": __version__}
         self.identity = [(b"x-clinicode-checkpoint", sha.encode()), (b"x-clinicode-model", predictor.kind.encode()),
@@ -677,7 +677,7 @@ class _Front:
             if not status[0]:
                 await _error(503, "the server stopped before this request was answered; retry.", fhir=fhir,
                              headers={"Retry-After": "5", "Connection": "close"})(scope, receive, stamped)
-        except Exception as err:  # noqa: BLE001  (Starlette re-raises after its 500; uvicorn would log a traceback)
+        except Exception as err:  # Starlette re-raises after its 500; uvicorn would log a traceback
             log.error("%s %s failed: %s (note text is not logged)", method, path[:80], type(err).__name__)
             if not status[0]:
                 await _error(500, "the server failed on this request (a bug, logged without note text); please "
@@ -747,7 +747,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
     def background_load() -> None:
         try:
             svc.load(load())
-        except BaseException as err:  # noqa: BLE001  (reported by the caller in one line)
+        except BaseException as err:  # reported by the caller in one line
             svc.failed = err
             log.error("the model could not be loaded: %s", err)
             if on_load_failure is not None:
@@ -1197,5 +1197,5 @@ def _server_class() -> type:
     return Server
 
 
-def _Server(config: Any, service: Service) -> Any:  # noqa: N802  (a class made on first use: uvicorn loads lazily)
+def _Server(config: Any, service: Service) -> Any:  # a class made on first use: uvicorn loads lazily
     return _server_class()(config, service)

@@ -22,11 +22,11 @@ from safetensors.torch import load_file
 from clinicode.artifacts import write_bytes_atomic
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR
-from clinicode.config import ModelOptions, TrainConfig
+from clinicode.config import LEAMConfig, ModelOptions, TrainConfig
 from clinicode.constants import HISTORY_FILE, WEIGHTS_FILE
-from clinicode.data.prepared import PreparedDataset
 from clinicode.errors import DataFormatError
 from clinicode.metrics import HEADLINE, all_metrics, tune_threshold
+from clinicode.model import LEAM
 from clinicode.predict import Predictor
 from clinicode.runtime import barrier, release_freed_memory, seed_everything, world
 from clinicode.safe_io import releases_claims
@@ -50,8 +50,9 @@ def _metric_view(m: dict[str, Any]) -> dict[str, Any]:
     return {k: m[k] for k in (*HEADLINE, "accuracy") if k in m}
 
 
-class _Trainer(TrainingSetup):
-    """One LEAM run's loop over the state `TrainingSetup` builds; `train()` below is the public entry.
+class _Trainer:
+    """One LEAM run's loop over the state its `TrainingSetup` built (held, not inherited: `self.setup`); `train()`
+    below is the public entry.
 
     Under torchrun (WORLD_SIZE > 1) each process takes its share of each global batch, and DistributedDataParallel
     averages the gradients. Each process's loss is weighted by its share of the batch, so a batch that does not divide
@@ -60,55 +61,65 @@ class _Trainer(TrainingSetup):
     (identical weights, so identical early-stopping decisions); only rank 0 writes.
     """
 
-    def __init__(self, ds: PreparedDataset, run: Path, cfg: TrainConfig, options: ModelOptions,
-                 as_given: dict[str, Any], *, resume: bool, progress: bool,
-                 on_epoch: Callable[[dict[str, Any]], None] | None, report: Callable[[str], None] | None,
-                 manifest_extra: dict[str, Any]) -> None:
-        self.progress, self.on_epoch = progress, on_epoch
-        super().__init__(ds, run, cfg, options, as_given, resume=resume, report=report,
-                         manifest_extra=manifest_extra)
+    def __init__(self, setup: TrainingSetup, *, progress: bool,
+                 on_epoch: Callable[[dict[str, Any]], None] | None) -> None:
+        self.setup, self.progress, self.on_epoch = setup, progress, on_epoch
+
+    # What a caller hooks into during the loop (a test wraps the optimiser's step), read from the setup.
+    @property
+    def model(self) -> LEAM:
+        return self.setup.model
+
+    @property
+    def opt(self) -> torch.optim.Optimizer:
+        return self.setup.opt
+
+    @property
+    def model_config(self) -> LEAMConfig:
+        return self.setup.model_config
 
     def train_epoch(self, epoch: int) -> float:
         from tqdm.auto import tqdm
 
-        self.model.train()
-        rng = np.random.default_rng([self.cfg.seed, epoch])
+        setup = self.setup
+        setup.model.train()
+        rng = np.random.default_rng([setup.cfg.seed, epoch])
         # dropout repeats after --resume; every rank draws the global batch's masks from the same seed (ShareDropout)
-        torch.manual_seed(self.cfg.seed * 1000 + epoch)
-        batches = bucketed_batches([len(s) for s in self.train_ids], self.cfg.batch_size, rng=rng)
-        if self.world > 1:  # this rank's share of every global batch; batches too small to share are skipped
-            batches = [(b[self.rank::self.world], len(b)) for b in batches if len(b) >= self.world]
+        torch.manual_seed(setup.cfg.seed * 1000 + epoch)
+        batches = bucketed_batches([len(s) for s in setup.train_ids], setup.cfg.batch_size, rng=rng)
+        if setup.world > 1:  # this rank's share of every global batch; batches too small to share are skipped
+            batches = [(b[setup.rank::setup.world], len(b)) for b in batches if len(b) >= setup.world]
         else:
             batches = [(b, len(b)) for b in batches]
         total, n = 0.0, 0
-        bar = tqdm(batches, desc=f"epoch {epoch}/{self.cfg.epochs}", unit="batch", leave=False,
-                   disable=not self.progress or self.rank != 0)
+        bar = tqdm(batches, desc=f"epoch {epoch}/{setup.cfg.epochs}", unit="batch", leave=False,
+                   disable=not self.progress or setup.rank != 0)
         for batch, global_size in bar:
-            ids, mask = pad_batch([self.train_ids[i] for i in batch])
-            y = self.y_train[batch].float()
-            if self.device.type == "cuda":  # page-locked host memory lets the copies overlap compute
+            ids, mask = pad_batch([setup.train_ids[i] for i in batch])
+            y = setup.y_train[batch].float()
+            if setup.device.type == "cuda":  # page-locked host memory lets the copies overlap compute
                 ids, mask, y = ids.pin_memory(), mask.pin_memory(), y.pin_memory()
-            ids = ids.to(self.device, non_blocking=True)
-            mask = mask.to(self.device, non_blocking=True)
-            y = y.to(self.device, non_blocking=True)
-            with torch.autocast("cuda", enabled=self.amp):  # under torchrun: rows rank::world of the global batch
-                loss, task = (self.objective(ids, mask, y, share=(slice(self.rank, None, self.world), global_size))
-                              if self.world > 1 else self.objective(ids, mask, y))
+            ids = ids.to(setup.device, non_blocking=True)
+            mask = mask.to(setup.device, non_blocking=True)
+            y = y.to(setup.device, non_blocking=True)
+            with torch.autocast("cuda", enabled=setup.amp):  # under torchrun: rows rank::world of the global batch
+                loss, task = (setup.objective(ids, mask, y, share=(slice(setup.rank, None, setup.world), global_size))
+                              if setup.world > 1 else setup.objective(ids, mask, y))
             # 1 in one process; DDP's mean over ranks then weights notes equally
-            share = len(batch) * self.world / global_size
-            self.opt.zero_grad(set_to_none=True)
-            self.scaler.scale(loss * share if share != 1 else loss).backward()
-            self.scaler.step(self.opt)
-            self.scaler.update()
-            self.model.constrain()
-            step = int(self.state.get("steps", 0))
-            self.state["steps"] = step + 1
-            if self.average is not None:
-                self.average.update(step)
+            share = len(batch) * setup.world / global_size
+            setup.opt.zero_grad(set_to_none=True)
+            setup.scaler.scale(loss * share if share != 1 else loss).backward()
+            setup.scaler.step(setup.opt)
+            setup.scaler.update()
+            setup.model.constrain()
+            step = int(setup.state.get("steps", 0))
+            setup.state["steps"] = step + 1
+            if setup.average is not None:
+                setup.average.update(step)
             total += task.item() * len(batch)
             n += len(batch)
             bar.set_postfix(loss=f"{total / n:.4f}")
-        if self.world > 1:
+        if setup.world > 1:
             import torch.distributed as dist
 
             sums = torch.tensor([total, float(n)], dtype=torch.float64)
@@ -118,68 +129,70 @@ class _Trainer(TrainingSetup):
 
     def score_dev(self) -> np.ndarray:
         """[N_dev, K] dev scores from the current weights, through `Predictor` as `evaluate` would score them."""
-        self.model.eval()
-        return Predictor(self.checkpoint(0.5), device=self.device, batch_size=self.cfg.eval_batch_size,
-                         memory_mb=self.cfg.memory_mb).score_ids(self.dev_ids)
+        setup = self.setup
+        setup.model.eval()
+        return Predictor(setup.checkpoint(0.5), device=setup.device, batch_size=setup.cfg.eval_batch_size,
+                         memory_mb=setup.cfg.memory_mb).score_ids(setup.dev_ids)
 
     def fit(self) -> None:
-        cfg = self.cfg
-        start = int(self.state["epoch"]) + 1
+        setup = self.setup
+        cfg = setup.cfg
+        start = int(setup.state["epoch"]) + 1
         # (patience, lr_patience) in epochs for this training set: one epoch is one batch per batch_size notes
-        self.patience = cfg.patience_epochs(-(-len(self.train_ids) // cfg.batch_size))
+        self.patience = cfg.patience_epochs(-(-len(setup.train_ids) // cfg.batch_size))
         patience, lr_patience = self.patience
         if (patience, lr_patience) != (cfg.patience, cfg.lr_patience):
             log.info("patience %d and lr patience %d epochs (at least %d and %d steps of this set's epochs)",
                      patience, lr_patience, cfg.patience_steps, cfg.lr_patience_steps)
         for epoch in range(start, cfg.epochs + 1):
-            if self.state["bad_epochs"] > patience:
+            if setup.state["bad_epochs"] > patience:
                 break
             t0 = time.perf_counter()
             loss = self.train_epoch(epoch)
             release_freed_memory()  # the epoch's step buffers, before dev scoring's
-            if self.average is not None:
-                self.average.swap()  # dev scoring and the best checkpoint use the averaged weights
+            if setup.average is not None:
+                setup.average.swap()  # dev scoring and the best checkpoint use the averaged weights
             scores = self.score_dev()
-            t = tune_threshold(self.y_dev, scores) if self.multilabel else 0.0
-            m = all_metrics(self.y_dev, scores, threshold=t, single_label=not self.multilabel)
-            score = m["f1_micro"] if self.multilabel else m.get("accuracy", m["f1_micro"])
-            usable = not (self.multilabel and marks_everything(scores, t))  # never save a model that codes everything
-            improved = usable and score > self.state["best_score"]
-            self.state["epoch"] = epoch
+            t = tune_threshold(setup.y_dev, scores) if setup.multilabel else 0.0
+            m = all_metrics(setup.y_dev, scores, threshold=t, single_label=not setup.multilabel)
+            score = m["f1_micro"] if setup.multilabel else m.get("accuracy", m["f1_micro"])
+            usable = not (setup.multilabel and marks_everything(scores, t))  # never save a model that codes everything
+            improved = usable and score > setup.state["best_score"]
+            setup.state["epoch"] = epoch
             if improved:
-                self.state.update(best_score=score, best_epoch=epoch, bad_epochs=0)
-                if self.rank == 0:
-                    self.save_best(t, m)
+                setup.state.update(best_score=score, best_epoch=epoch, bad_epochs=0)
+                if setup.rank == 0:
+                    setup.save_best(t, m)
             else:
-                self.state["bad_epochs"] += 1
-            if self.average is not None:
-                self.average.swap()
-            lr_now = self.opt.param_groups[0]["lr"]
-            if not improved and cfg.lr_schedule == "plateau" and self.state["bad_epochs"] % lr_patience == 0:
-                for group in self.opt.param_groups:  # saved with the optimiser, so --resume continues at this rate
+                setup.state["bad_epochs"] += 1
+            if setup.average is not None:
+                setup.average.swap()
+            lr_now = setup.opt.param_groups[0]["lr"]
+            if not improved and cfg.lr_schedule == "plateau" and setup.state["bad_epochs"] % lr_patience == 0:
+                for group in setup.opt.param_groups:  # saved with the optimiser, so --resume continues at this rate
                     group["lr"] *= cfg.lr_decay
             row = {"epoch": epoch, "train_loss": round(loss, 6), "lr": lr_now, "dev_threshold": t,
                    "seconds": round(time.perf_counter() - t0, 2),
                    "best": improved, **{f"dev_{k}": v for k, v in _metric_view(m).items()},
-                   **{k: round(v, 4) for k, v in self.model.window_stats().items()}}
-            self.state["history"].append(row)
-            if self.rank == 0:
-                write_bytes_atomic(self.run / HISTORY_FILE,
-                                   "".join(json.dumps(r) + "\n" for r in self.state["history"]).encode())
-                save_state(self.state_dir, model=self.model, opt=self.opt, average=self.average,
-                           tokenizer=self.tokenizer, state=self.state, train_config=cfg,
-                           model_config=self.model_config, data=self.manifest_extra["data"])
+                   **{k: round(v, 4) for k, v in setup.model.window_stats().items()}}
+            setup.state["history"].append(row)
+            if setup.rank == 0:
+                write_bytes_atomic(setup.run / HISTORY_FILE,
+                                   "".join(json.dumps(r) + "\n" for r in setup.state["history"]).encode())
+                save_state(setup.state_dir, model=setup.model, opt=setup.opt, average=setup.average,
+                           tokenizer=setup.tokenizer, state=setup.state, train_config=cfg,
+                           model_config=setup.model_config, data=setup.manifest_extra["data"])
                 if self.on_epoch:
                     self.on_epoch(row)
             barrier()
-            if self.state["bad_epochs"] > patience:
-                log.info("early stop after epoch %d (best %d)", epoch, self.state["best_epoch"])
+            if setup.state["bad_epochs"] > patience:
+                log.info("early stop after epoch %d (best %d)", epoch, setup.state["best_epoch"])
                 break
-        self.manifest_extra["stopped"] = self.stopped()
+        setup.manifest_extra["stopped"] = self.stopped()
 
     def stopped(self) -> str:
         """How training ended: "patience" (dev stopped improving), or "epochs" (the --epochs cap came first)."""
-        return "patience" if self.state["bad_epochs"] > self.patience[0] else "epochs"
+        return "patience" if self.setup.state["bad_epochs"] > self.patience[0] else "epochs"
 
 
 @releases_claims
@@ -215,40 +228,41 @@ def train(
     if options is None:
         return train_tfidf_lr(run, ds, config, extra)
 
-    trainer = _Trainer(ds, run, config, options, given_options(model_options), resume=resume, progress=progress,
-                       on_epoch=on_epoch, report=report, manifest_extra={**extra, "world_size": world()[1]})
+    setup = TrainingSetup(ds, run, config, options, given_options(model_options), resume=resume, report=report,
+                          manifest_extra={**extra, "world_size": world()[1]})
+    trainer = _Trainer(setup, progress=progress, on_epoch=on_epoch)
     trainer.fit()
-    if trainer.stopped() == "epochs" and trainer.state["bad_epochs"] == 0 and trainer.rank == 0:
+    if trainer.stopped() == "epochs" and setup.state["bad_epochs"] == 0 and setup.rank == 0:
         note = (f"training reached --epochs {config.epochs} while dev was still improving (best at epoch "
-                f"{trainer.state['best_epoch']}); a larger --epochs would probably do better.")
+                f"{setup.state['best_epoch']}); a larger --epochs would probably do better.")
         if report is not None:
             report(note)
         else:
             log.warning("%s", note)
-    if trainer.world > 1:
+    if setup.world > 1:
         import torch.distributed as dist
 
         barrier()
-        if trainer.rank != 0:  # rank 0 alone scores dev and test and writes the final checkpoint
+        if setup.rank != 0:  # rank 0 alone scores dev and test and writes the final checkpoint
             dist.destroy_process_group()
-            return {"run": str(run), "rank": trainer.rank, "best_epoch": trainer.state["best_epoch"]}
-    trainer.release_training()
+            return {"run": str(run), "rank": setup.rank, "best_epoch": setup.state["best_epoch"]}
+    setup.release_training()
     ck_dir = run / CHECKPOINT_DIR
     if not (ck_dir / WEIGHTS_FILE).is_file():
         raise DataFormatError(f"{run}: training ended without a checkpoint (no epoch finished); check the data and "
                               "options.")
-    trainer.model.load_state_dict(load_file(str(ck_dir / WEIGHTS_FILE)))  # the best-on-dev state, not the last one
-    trainer.model.to(trainer.device).eval()
+    setup.model.load_state_dict(load_file(str(ck_dir / WEIGHTS_FILE)))  # the best-on-dev state, not the last one
+    setup.model.to(setup.device).eval()
 
     def save_final(t: float, md: dict, mt: dict) -> None:
-        trainer.state["epoch"] = trainer.state["best_epoch"]
-        trainer.save_best(t, md, mt)
+        setup.state["epoch"] = setup.state["best_epoch"]
+        setup.save_best(t, md, mt)
 
-    result = finish(run, ds, trainer.checkpoint(0.5), save_final, train_counts=trainer.train_counts,
-                    dev_ids=trainer.dev_ids)
-    if trainer.world > 1:
+    result = finish(run, ds, setup.checkpoint(0.5), save_final, train_counts=setup.train_counts,
+                    dev_ids=setup.dev_ids)
+    if setup.world > 1:
         import torch.distributed as dist
 
         dist.destroy_process_group()
-    return {**result, "run": str(run), "best_epoch": trainer.state["best_epoch"], "history": trainer.state["history"],
+    return {**result, "run": str(run), "best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
             "stopped": trainer.stopped()}

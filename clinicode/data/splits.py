@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clinicode.constants import CAML50_SPLIT_COUNTS, SPLITS
+from clinicode.constants import SPLITS
 from clinicode.errors import DataFormatError
 
 SPLIT_FILE_TEMPLATE = "{split}_{kind}_hadm_ids.csv"
@@ -131,8 +131,3 @@ def read_split_file(path: Path) -> dict[str, list[int]]:
     if not seen:
         raise DataFormatError(f"{path} lists no admissions; expected hadm_id,split rows after the header.")
     return splits
-
-
-def is_caml50(splits: dict[str, list[int]]) -> bool:
-    """True when the lists have CAML's published top-50 sizes (8,066 / 1,573 / 1,729)."""
-    return {s: len(ids) for s, ids in splits.items()} == CAML50_SPLIT_COUNTS

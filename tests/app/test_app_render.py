@@ -91,7 +91,7 @@ def test_code_table_threshold_changes_predicted_set_and_no_gold_columns_without_
     assert lo["code"].tolist() == ["401.9", "428.0", "427.31", "250.00"]
     assert hi["code"].tolist() == ["401.9"]
     assert "outcome" not in lo.columns and render.outcome_counts(lo) == {}
-    # one rule everywhere (clinicode.metrics.is_predicted): a score equal to the threshold is not predicted,
+    # one rule everywhere (clinicode.metrics.predicted_indices): a score equal to the threshold is not predicted,
     # as in CAML's metrics and Predictor.predict
     assert render.code_table(SCORES, DESCS, 0.6, top_k=0)["code"].tolist() == ["401.9"]
     assert render.code_table(SCORES, DESCS, 0.5999, top_k=0)["code"].tolist() == ["401.9", "428.0"]
@@ -343,6 +343,18 @@ def test_per_code_frame_groups_by_band_and_chapter():
     assert no_train.attrs["band_source"] == "test notes"
 
 
+def test_per_code_frame_groups_by_the_checkpoints_code_system():
+    """V58.61 is an ICD-9 V code and an ICD-10-CM external cause: the code system, not the shape, picks its group."""
+    from clinicode.codes.systems import ICD10, MESH_OMIM
+
+    rows = [{"code": c, "f1": 0.5, "auc": 0.9, "support": 3, "train_count": 4} for c in ("V58.61", "J18.9")]
+    assert render.per_code_frame(rows, {})["chapter"][0].startswith("ICD-9 dx: Supplementary V codes")
+    assert list(render.per_code_frame(rows, {}, group=ICD10.group)["chapter"]) == [
+        "ICD-10-CM: External causes of morbidity", "ICD-10-CM: Respiratory system"]
+    mesh = [{**rows[0], "code": "D009369"}]
+    assert list(render.per_code_frame(mesh, {}, group=MESH_OMIM.group)["chapter"]) == ["MeSH: descriptors"]
+
+
 def test_best_and_worst_codes_need_support_and_the_table_filters():
     df = render.per_code_frame(_per_code(), {})
     best, worst = render.rank_codes(df, best=True, n=5,
@@ -383,3 +395,14 @@ def test_the_model_card_names_which_model_a_run_is():
     caption = render.model_caption(default)
     assert caption.startswith("Not the paper's LEAM") and "`train --paper`" in caption
     assert "best phrase match" not in render.model_caption(variant) and "non-negative" in render.model_caption(variant)
+
+
+def test_the_model_card_asks_the_one_paper_model_rule(monkeypatch):
+    """The app names a run "LEAM (paper)" by `clinicode.config.is_paper_model`, not a copy of its rule: were the
+    paper's options to grow, the card follows."""
+    from clinicode import config
+
+    monkeypatch.setattr(config, "PAPER_MODEL", {**config.PAPER_MODEL, "compat": "cosine"})
+    linear = {"model": "leam", "model_config": {"code_evidence": False, "window_nonneg": False, "compat": "linear"}}
+    assert render.model_name(linear) == "LEAM (variant)"
+    assert render.model_name({"model": "leam", "model_config": {"compat": "cosine"}}) == "LEAM (paper)"

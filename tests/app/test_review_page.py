@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
-from clinicode import review  # noqa: E402
+from clinicode import review
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "app_streamlit" / "main.py"

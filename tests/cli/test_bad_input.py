@@ -20,7 +20,7 @@ import pytest
 from clinicode.data.labels import LabelSet
 from clinicode.synthetic.mimic3 import write_demo_mimic
 
-from helpers import SECRET, fails, succeeds  # noqa: E402  (the CLI's one-line failure contract)
+from helpers import SECRET, fails, succeeds  # the CLI's one-line failure contract
 
 
 # ------------------------------------------------------------------------------------------------- prepare

@@ -12,13 +12,13 @@ import pandas as pd
 import pytest
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from clinicode.config import ServeConfig  # noqa: E402
-from clinicode.errors import ConfigError  # noqa: E402
-from clinicode.predict import Predictor  # noqa: E402
-from clinicode.serve import Batcher, check_bind, create_app, is_loopback  # noqa: E402
-from tests.helpers import SECRET, fails, succeeds  # noqa: E402
+from clinicode.config import ServeConfig
+from clinicode.errors import ConfigError
+from clinicode.predict import Predictor
+from clinicode.serve import Batcher, check_bind, create_app, is_loopback
+from tests.helpers import SECRET, fails, succeeds
 
 TOKEN = "t0ken-" + "x" * 30
 LOCAL = "http://127.0.0.1:8000"  # a Host the service answers (TestClient's default, testserver, is refused)
@@ -236,7 +236,7 @@ def test_concurrent_clients_all_answered(client, notes):
         try:
             r = client.post("/v1/predict", json={"notes": [notes[i % len(notes)]]})
             out[i] = (r.status_code, r.json()["results"][0]["id"])
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             errors.append(err)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(12)]

@@ -16,13 +16,13 @@ import pandas as pd
 import pytest
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from clinicode.config import ServeConfig  # noqa: E402
-from clinicode.errors import ConfigError  # noqa: E402
-from clinicode.predict import Predictor  # noqa: E402
-from clinicode.serve import check_bind, create_app  # noqa: E402
-from tests.helpers import SECRET  # noqa: E402
+from clinicode.config import ServeConfig
+from clinicode.errors import ConfigError
+from clinicode.predict import Predictor
+from clinicode.serve import check_bind, create_app
+from tests.helpers import SECRET
 
 LOCAL = "http://127.0.0.1:8000"
 JSON = {"content-type": "application/json"}

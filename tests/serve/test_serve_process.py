@@ -67,7 +67,7 @@ def test_real_process_scores_concurrent_clients_and_never_logs_note_text(server)
                 try:
                     r = c.post("/v1/predict", json={"notes": [{"id": f"c{i}-{j}", "text": note}], "explain": 2})
                     results.append((r.status_code, r.json()["results"][0]["id"]))
-                except Exception as err:  # noqa: BLE001
+                except Exception as err:
                     errors.append(repr(err))
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]

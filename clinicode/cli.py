@@ -577,8 +577,18 @@ def review_queue_cli(
     path = db_path(db)
     pred = None if path.exists() else load()  # a new database is created only once the checkpoint loaded
     with open_db(path) as rdb:                # an existing one is checked before the model is loaded
-        pred = pred or load()
-        counts = queue(rdb, pred, input, explain=explain, on_bad=lambda msg: typer.echo(f"bad record: {msg}", err=True))
+        try:
+            pred = pred or load()
+            counts = queue(rdb, pred, input, explain=explain,
+                           on_bad=lambda msg: typer.echo(f"bad record: {msg}", err=True))
+        except KeyboardInterrupt:
+            rdb.discard_if_unused()
+            typer.echo("interrupted; every chunk of notes stored before is kept. Run the same `clinicode review "
+                       "queue` command again to queue the rest (notes already queued are skipped).", err=True)
+            raise typer.Exit(130) from None
+        except BaseException:
+            rdb.discard_if_unused()  # a database this command created and never filled is not left behind
+            raise
     typer.echo(f"queued {counts['queued']:,} notes, {counts['already']:,} already in the queue (left unchanged), "
                f"{counts['errors']:,} bad records (listed above) -> {rdb.path}")
 
@@ -618,7 +628,7 @@ def review_export_cli(
     """Write the finished notes as a coded-notes folder for `clinicode train --data` (labels: accepted + added)."""
     from clinicode.review import export, open_db
 
-    with open_db(db, create=False) as rdb:
+    with open_db(db, readonly=True) as rdb:
         c = export(rdb, out, base=base)
     typer.echo(f"wrote {c['reviewed']:,} finished notes{' with --base' if base else ''} to {out} (train "
                f"{c['train']:,}, dev {c['dev']:,}, test {c['test']:,} notes; {c['codes']:,} reviewed codes)")
@@ -634,7 +644,7 @@ def review_stats_cli(
     """Agreement of the model with coders on finished notes: accepted, rejected, added; precision and recall."""
     from clinicode.review import open_db
 
-    with open_db(db, create=False) as rdb:
+    with open_db(db, readonly=True) as rdb:
         s = rdb.stats(by=by)
     if as_json:
         typer.echo(json.dumps(s, indent=2))

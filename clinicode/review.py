@@ -22,7 +22,9 @@ import os
 import random
 import re
 import sqlite3
+import stat
 import time
+import urllib.parse
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
@@ -119,6 +121,10 @@ def _translate(err: sqlite3.Error, path: Path) -> ReviewError:
     if code in (11, 26) or "malformed" in text or "not a database" in text:
         return ReviewError(f"review database {path} is damaged ({text}); restore it from a "
                            "copy, or pass a new --db file.")
+    if code == 14 or "unable to open" in text:
+        return ReviewError(f"review database {path}: SQLite could not open it or its -wal/-shm files (the file or its "
+                           "folder cannot be read or written); check their permissions and that the disk is "
+                           "writable.")
     if code == 8 or "readonly" in text:
         return ReviewError(f"review database {path} cannot be written (read-only file or "
                            "folder); check its permissions.")
@@ -140,31 +146,104 @@ def db_path(db: str | Path | None) -> Path:
     return Path(value).expanduser()
 
 
-def _create_owner_only(path: Path) -> None:
-    """Create the empty file 0600 before SQLite touches it (O_EXCL: never an existing file)."""
+def _create_owner_only(path: Path) -> bool:
+    """Create the empty file 0600 before SQLite touches it (O_EXCL: never an existing file). True when this call made
+    it, so a command that then fails may remove it again."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         new_private_file(path).close()
     except FileExistsError:
-        return  # another process created it a moment ago; it is checked like any existing file
+        return False  # another process created it a moment ago; it is checked like any existing file
+    return True
 
 
-def _check_header(path: Path) -> None:
-    if path.is_dir():
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
+COMPANIONS = ("-wal", "-shm", "-journal")  # SQLite's files beside the database; they hold note text too
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _check_db_file(path: Path, st: os.stat_result) -> None:
+    """The database must be a regular file of ours that no one else may read: note text goes into it. Checked with
+    stat only, so a FIFO or a device is refused at once, never opened."""
+    if stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"--db {path} is a folder; pass a file name for the review database.")
-    with open(path, "rb") as f:
-        head = f.read(len(SQLITE_MAGIC))
-    if head and head != SQLITE_MAGIC:
+    if not stat.S_ISREG(st.st_mode):
+        raise ReviewError(f"--db {path} is {_kind(st.st_mode)}, not a regular file; pass a file name for the review "
+                          "database (nothing was opened).")
+    if st.st_uid != os.geteuid():
+        raise ReviewError(f"--db {path} belongs to another user (uid {st.st_uid}); the review database holds note "
+                          "text and must be your own file: pass a new --db path, which clinicode creates owner-only "
+                          "(nothing was opened).")
+
+
+def _check_private(path: Path, st: os.stat_result) -> None:
+    if st.st_mode & 0o077:
+        raise ReviewError(f"--db {path} can be read or written by others (mode {stat.S_IMODE(st.st_mode):04o}); the "
+                          "review database holds note text and must be owner-only: if the file is yours, `chmod 600 "
+                          f"{path}`, or pass a new --db path, which clinicode creates owner-only (nothing was opened).")
+
+
+def _check_companions(path: Path) -> None:
+    """A -wal, -shm or -journal file that clinicode did not make for this user (another owner, others may read it, a
+    link or a FIFO) is refused before SQLite opens the database: SQLite would write note text into it."""
+    for suffix in COMPANIONS:
+        comp = Path(f"{path}{suffix}")
+        try:
+            st = comp.lstat()
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            why = _kind(st.st_mode)
+        elif st.st_uid != os.geteuid():
+            why = f"owned by another user (uid {st.st_uid})"
+        elif st.st_mode & 0o077:
+            why = f"readable or writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+        else:
+            continue
+        raise ReviewError(f"{comp} is not the review database's own {suffix[1:]} file: it is {why}, and SQLite "
+                          "would write note text into it. If it is a leftover of yours and no one uses the database, "
+                          "remove it; otherwise pass another --db path (nothing was opened).")
+
+
+def _on_read_only_medium(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _check_header(path: Path, st: os.stat_result) -> None:
+    # O_NONBLOCK: should the path have become a FIFO since the stat, opening it still returns at once
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            raise ReviewError(f"--db {path} was replaced while it was being opened; repeat the command.")
+        head = os.read(fd, 100)  # SQLite's file header
+    finally:
+        os.close(fd)
+    if head and head[:len(SQLITE_MAGIC)] != SQLITE_MAGIC:
         raise ReviewError(f"{path} is not a clinicode review database (not an SQLite file); pass another --db path "
                           "(nothing was changed).")
+    if len(head) == 100:  # told from the header alone, before SQLite opens the file
+        app_id, pages = int.from_bytes(head[68:72], "big"), int.from_bytes(head[28:32], "big")
+        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and pages > 1):
+            raise ReviewError(f"{path} is an SQLite database of another program, not a clinicode review database; "
+                              "pass another --db path (nothing was changed).")
 
 
 class ReviewDB:
     """An open review database. Use `open_db`; close it (or use it as a context manager) when done."""
 
-    def __init__(self, path: Path, con: sqlite3.Connection) -> None:
+    def __init__(self, path: Path, con: sqlite3.Connection, *, created: bool = False, readonly: bool = False) -> None:
         self.path = path
         self.con = con
+        self.created = created    # this process made the file (a failed first `queue` may remove it again)
+        self.readonly = readonly  # opened with mode=ro: reports and exports never write the file
 
     def __enter__(self) -> "ReviewDB":
         return self
@@ -174,6 +253,37 @@ class ReviewDB:
 
     def close(self) -> None:
         self.con.close()
+
+    def check_integrity(self) -> None:
+        """Run SQLite's integrity check (every page, every index against its table) before a report or an export.
+
+        Raises:
+            ReviewError: naming the first problem the check found; a damaged index would otherwise make the report
+                count only the rows it still reaches.
+        """
+        rows = self._read("PRAGMA integrity_check(100)")
+        problems = [line.strip() for r in rows for line in str(r[0]).splitlines()
+                    if line.strip() and not line.startswith("*** in database")]
+        if problems and problems != ["ok"]:
+            more = f" and {len(problems) - 1}{'+' if len(problems) >= 100 else ''} more" if len(problems) > 1 else ""
+            raise ReviewError(f"review database {self.path} is damaged (integrity check: {problems[0][:160]}{more}); "
+                              "nothing was reported or exported. Restore it from a copy, or recover its rows with "
+                              "`sqlite3 DB .recover` into a new file.")
+
+    def discard_if_unused(self) -> bool:
+        """Close and remove the database when this process created it and it holds no notes (a first `queue` that
+        failed): nothing is left behind. Returns whether it was removed."""
+        if not self.created or self.readonly:
+            return False
+        try:
+            if self.con.execute("SELECT COUNT(*) FROM notes").fetchone()[0]:
+                return False
+        except sqlite3.Error:
+            return False
+        self.close()
+        for suffix in ("", *COMPANIONS):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        return True
 
     # -------------------------------------------------------------------------------------------- transactions
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
@@ -452,6 +562,7 @@ class ReviewDB:
         """
         if by not in ("day", "week"):
             raise ConfigError(f"--by must be day or week, got {by!r}.")
+        self.check_integrity()
         overall = _counts()
         per_code: dict[str, dict[str, Any]] = {}
         per_time: dict[str, dict[str, Any]] = {}
@@ -558,36 +669,83 @@ def _migrate(con: sqlite3.Connection, path: Path, *, target: int = SCHEMA_VERSIO
         raise
 
 
-def open_db(db: str | Path | None = None, *, create: bool = True, _target: int = SCHEMA_VERSION) -> ReviewDB:
+def _check_readable(con: sqlite3.Connection, path: Path) -> None:
+    """What `_migrate` checks, for a read-only open: ours, and at this clinicode's schema (read-only cannot migrate)."""
+    app_id = con.execute("PRAGMA application_id").fetchone()[0]
+    version = con.execute("PRAGMA user_version").fetchone()[0]
+    if app_id != APPLICATION_ID:
+        if app_id != 0 or version != 0 or con.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]:
+            raise ReviewError(f"{path} is an SQLite database of another program, not a clinicode review database; "
+                              "pass another --db path (nothing was changed).")
+        raise ReviewError(f"{path} holds no review database yet (nothing was changed); queue notes into it with "
+                          "`clinicode review queue`.")
+    if version > SCHEMA_VERSION:
+        raise ReviewError(f"{path} was written by a newer clinicode (review schema {version}; this one reads up to "
+                          f"{SCHEMA_VERSION}); upgrade clinicode to use it (nothing was changed).")
+    if version < SCHEMA_VERSION:
+        raise ReviewError(f"{path} has review schema {version}, from an older clinicode; run one writing command on it "
+                          "first (`clinicode review queue` or `review decide`), which upgrades it, then repeat this "
+                          "one (nothing was changed).")
+
+
+def open_db(db: str | Path | None = None, *, create: bool = True, readonly: bool = False,
+            _target: int = SCHEMA_VERSION) -> ReviewDB:
     """Open (creating when `create`, owner-only) and migrate the review database at --db / $CLINICODE_REVIEW_DB.
 
+    Before SQLite sees the path: it must be a regular file (a FIFO or a device is refused at once, never opened) of
+    this user that no one else may read, and any -wal, -shm or -journal beside it likewise. `readonly` (reports,
+    exports) opens it with SQLite's mode=ro: it is never created, migrated or written (an empty file stays empty).
+
     Raises:
-        ConfigError: no path given, or a folder. ReviewError: missing (create=False), not ours, damaged, newer.
+        ConfigError: no path given, or a folder. ReviewError: missing (create=False or readonly), not ours, shared
+            with others, a special file, on a read-only medium (for writing), damaged, newer, or older (readonly).
     """
     path = db_path(db)
-    if not path.exists():
-        if not create:
-            raise ReviewError(f"no review database at {path}; queue notes into it first with `clinicode review queue`.")
-        _create_owner_only(path)
-    _check_header(path)
+    created = False
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        if readonly or not create:
+            raise ReviewError(f"no review database at {path}; queue notes into it first with `clinicode review "
+                              "queue`.") from None
+        if _on_read_only_medium(path.parent if path.parent.exists() else Path(path.anchor or ".")):
+            raise ReviewError(f"cannot create the review database {path}: its folder is on a read-only file system; "
+                              "pass a --db path on a writable disk.") from None
+        created = _create_owner_only(path)
+        st = path.stat()
+    _check_db_file(path, st)
+    _check_header(path, st)
+    _check_private(path, st)
+    _check_companions(path)
+    read_only_medium = _on_read_only_medium(path)
+    if readonly and st.st_size == 0:
+        raise ReviewError(f"{path} is empty: it holds no review database yet (nothing was changed); queue notes into "
+                          "it with `clinicode review queue`.")
+    if read_only_medium and not readonly:
+        raise ReviewError(f"review database {path} is on a read-only file system, so this command cannot save "
+                          "anything; copy the file to a writable disk (or remount it read-write) and pass that "
+                          "--db. `review stats` and `review export` can read it where it is.")
+    uri = None
+    if readonly:
+        uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
+        if read_only_medium:  # SQLite cannot make its -shm there; nothing can change the file, so read it as is
+            wal = Path(f"{path}-wal")
+            if wal.exists() and wal.stat().st_size:
+                raise ReviewError(f"review database {path} is on a read-only file system with changes still in "
+                                  f"{wal.name}; copy both files to a writable disk and pass that --db.")
+            uri += "&immutable=1"
     old = os.umask(0o077)  # the -wal and -shm files (they hold note text too) are owner-only as well
     try:
-        con = sqlite3.connect(path, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False)
+        con = sqlite3.connect(uri or path, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False,
+                              uri=uri is not None)
         con.row_factory = sqlite3.Row
         try:
             con.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
-            for attempt in range(RETRIES):
-                try:
-                    _migrate(con, path, target=_target)
-                    if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                        con.execute("PRAGMA journal_mode = WAL")
-                    break
-                except sqlite3.OperationalError as err:
-                    if not _busy(err) or attempt + 1 == RETRIES:
-                        raise
-                    time.sleep(random.uniform(0.01, 0.2) * (attempt + 1))
-            con.execute("PRAGMA synchronous = NORMAL")   # WAL: durable at checkpoints, never corrupt
-            con.execute("PRAGMA foreign_keys = ON")
+            if readonly:
+                con.execute("PRAGMA query_only = ON")
+                _check_readable(con, path)
+            else:
+                _open_for_writing(con, path, target=_target)
         except sqlite3.Error as err:
             con.close()
             raise _translate(err, path) from None
@@ -596,7 +754,22 @@ def open_db(db: str | Path | None = None, *, create: bool = True, _target: int =
             raise
     finally:
         os.umask(old)
-    return ReviewDB(path, con)
+    return ReviewDB(path, con, created=created, readonly=readonly)
+
+
+def _open_for_writing(con: sqlite3.Connection, path: Path, *, target: int) -> None:
+    for attempt in range(RETRIES):
+        try:
+            _migrate(con, path, target=target)
+            if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                con.execute("PRAGMA journal_mode = WAL")
+            break
+        except sqlite3.OperationalError as err:
+            if not _busy(err) or attempt + 1 == RETRIES:
+                raise
+            time.sleep(random.uniform(0.01, 0.2) * (attempt + 1))
+    con.execute("PRAGMA synchronous = NORMAL")   # WAL: durable at checkpoints, never corrupt
+    con.execute("PRAGMA foreign_keys = ON")
 
 
 # ------------------------------------------------------------------------------------------------ queue
@@ -725,6 +898,7 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
     out = Path(out)
     check_output(out, option="--out", command="review export", folder=True, recognise=is_review_export,
                  inputs={"--db": db.path, "--base": base})
+    db.check_integrity()
     notes = db.finished()
     need = 1 if base is not None else 2
     if len(notes) < need:

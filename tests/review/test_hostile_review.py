@@ -7,11 +7,24 @@ Each refused case exits with status 1 and one line, and leaves what it did not c
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
-from clinicode.records import read_records
+import pytest
+from test_review import _fake_db, _mode
 
-from helpers import SECRET, succeeds
+from clinicode.records import read_records
+from clinicode.review import open_db
+
+from helpers import SECRET, fails, snapshot, succeeds
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
 
 LONE = "\\ud800"  # a lone UTF-16 surrogate as JSON writes it: legal JSON, but no character
 
@@ -49,3 +62,176 @@ def test_predict_and_review_queue_report_those_records_and_score_the_rest(tiny_r
     res = succeeds(["review", "queue", "--checkpoint", tiny_run, "--input", src, "--db", db])
     assert "queued 2 notes, 0 already in the queue (left unchanged), 4 bad records" in res.stdout
     assert res.stderr.count("bad record:") == 4 and SECRET not in res.stderr
+
+
+# ------------------------------------------------------------------------------------------------ 1. integrity
+def _reviewed_db(path: Path, n: int = 120) -> Path:
+    _fake_db(path, n=n)
+    with open_db(path) as db:
+        for i in range(n):
+            db.decide(f"n{i}", "ann", accept=["401.9", "428.0"], reject=["427.31"], add=["584.9"], done=True)
+    return path
+
+
+def _damage_the_decisions_index(path: Path) -> None:
+    """Byte-edit the root page of `decisions_by_note` to claim one cell fewer: SQLite then silently misses every
+    decision below the lost cell (no error on reading), which only an integrity check reveals."""
+    con = sqlite3.connect(path)
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'decisions_by_note'").fetchone()[0]
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    raw = bytearray(path.read_bytes())
+    at = (root - 1) * page_size
+    assert raw[at] == 0x02, "an interior index page (the fixture needs more than one page of decisions)"
+    cells = int.from_bytes(raw[at + 3:at + 5], "big")
+    raw[at + 3:at + 5] = (cells - 1).to_bytes(2, "big")
+    path.write_bytes(bytes(raw))
+
+
+def test_a_damaged_index_stops_stats_and_export_instead_of_partial_counts(tmp_path):
+    db = _reviewed_db(tmp_path / "r.sqlite")
+    assert json.loads(succeeds(["review", "stats", "--db", db, "--json"]).stdout)["overall"]["accepted"] == 240
+    _damage_the_decisions_index(db)
+    with open_db(db, readonly=True) as rdb:  # what stats counted before the check: fewer rows, no error at all
+        assert sum(len(n["state"]) for n in rdb.finished()) < 120 * 4
+    before = snapshot(tmp_path)
+    for args in (["stats"], ["stats", "--json"], ["export", "--out", tmp_path / "corrections"]):
+        res = fails(["review", *args, "--db", db], "is damaged (integrity check: ")
+        assert "page" in res.stderr and "nothing was reported or exported" in res.stderr and res.stdout == ""
+    assert snapshot(tmp_path) == before  # no export folder, and the damaged file as it was
+
+
+# ------------------------------------------------------------------------------------------------ 3. ownership
+def _review_cmds(db: Path, tmp_path: Path, run: Path | str = "no-run") -> list[list]:
+    notes = tmp_path / "in.jsonl"
+    if not notes.exists():
+        notes.write_text(json.dumps({"id": "x", "text": "hypertension " + SECRET}) + "\n")
+    return [["review", "queue", "--db", db, "--checkpoint", run, "--input", notes],
+            ["review", "decide", "--db", db, "--id", "n0", "--reviewer", "ann", "--accept", "401.9"],
+            ["review", "stats", "--db", db],
+            ["review", "export", "--db", db, "--out", tmp_path / "out"]]
+
+
+def test_an_empty_file_readable_by_others_is_never_adopted(tiny_run, tmp_path):
+    db = tmp_path / "shared.sqlite"
+    db.touch(mode=0o644)
+    os.chmod(db, 0o644)
+    cmds = _review_cmds(db, tmp_path, tiny_run)
+    before = snapshot(tmp_path)
+    for args in cmds[:3]:  # (export fails on the same line)
+        res = fails(args, f"--db {db} can be read or written by others (mode 0644)")
+        assert f"chmod 600 {db}" in res.stderr
+    assert snapshot(tmp_path) == before and db.stat().st_size == 0 and _mode(db) == 0o644
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("planted", ["mode 0666", "another owner", "a link"])
+def test_a_companion_file_planted_by_someone_else_is_refused_before_sqlite_opens(tmp_path, suffix, planted):
+    db = _fake_db(tmp_path / "r.sqlite")
+    comp = Path(f"{db}{suffix}")
+    if planted == "a link":
+        comp.symlink_to(tmp_path / "elsewhere")
+    else:
+        comp.touch()
+        os.chmod(comp, 0o666 if planted == "mode 0666" else 0o600)
+        if planted == "another owner":
+            if os.geteuid() != 0:
+                pytest.skip("giving a file to another user needs root")
+            os.chown(comp, 65534, 65534)
+    cmds = _review_cmds(db, tmp_path)
+    before = snapshot(tmp_path)
+    why = {"mode 0666": "readable or writable by others (mode 0666)", "another owner": "owned by another user (uid "
+           "65534)", "a link": "a symbolic link"}[planted]
+    for args in cmds:
+        res = fails(args, f"{comp} is not the review database's own {suffix[1:]} file: it is {why}")
+        assert "nothing was opened" in res.stderr
+    assert snapshot(tmp_path) == before  # no note text, no schema, not even SQLite's lock bytes went into it
+
+
+def test_a_database_of_another_user_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    db = _fake_db(tmp_path / "r.sqlite")
+    os.chown(db, 65534, 65534)
+    for args in _review_cmds(db, tmp_path):
+        fails(args, "belongs to another user (uid 65534)")
+
+
+def test_read_only_commands_open_read_only_and_never_create_or_write(tmp_path):
+    empty = tmp_path / "empty.sqlite"
+    empty.touch(mode=0o600)
+    for args in (["stats"], ["export", "--out", tmp_path / "out"]):
+        fails(["review", *args, "--db", empty], "is empty: it holds no review database yet")
+    assert empty.stat().st_size == 0 and not (tmp_path / "out").exists()
+    old = tmp_path / "v1.sqlite"
+    open_db(old, _target=1).close()                  # a schema-1 file: reading it must not migrate it
+    db = _reviewed_db(tmp_path / "r.sqlite", n=3)
+    for path in (old, db):
+        before = path.read_bytes()
+        if path == old:
+            fails(["review", "stats", "--db", path], "has review schema 1, from an older clinicode")
+        else:
+            succeeds(["review", "stats", "--db", path])
+            succeeds(["review", "export", "--db", path, "--out", tmp_path / "out"])
+        assert path.read_bytes() == before
+    with open_db(db, readonly=True) as rdb:
+        with pytest.raises(sqlite3.OperationalError, match="readonly|read-only|query_only"):
+            rdb.con.execute("INSERT INTO notes (id, text, queued_at) VALUES ('x', 'y', 'z')")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_fifo_or_a_device_as_db_is_refused_at_once(tmp_path, kind):
+    """Before the fix a FIFO hung `stats` and `queue` for ever reading its header (the timeout fails the test
+    instead)."""
+    if kind == "fifo":
+        db = tmp_path / "r.sqlite"
+        os.mkfifo(db)
+        what = "a FIFO (named pipe), not a regular file"
+    else:
+        db, what = Path("/dev/null"), "a character device, not a regular file"
+    for args in _review_cmds(db, tmp_path):
+        proc = subprocess.run([sys.executable, "-m", "clinicode", *map(str, args)], capture_output=True, text=True,
+                              timeout=60, env=ENV, cwd=ROOT)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1 and what in lines[0], proc.stderr
+    assert stat.S_ISFIFO(db.stat().st_mode) if kind == "fifo" else stat.S_ISCHR(db.stat().st_mode)
+
+
+def test_a_failed_queue_leaves_no_database_behind(tiny_run, tmp_path):
+    db = tmp_path / "new.sqlite"
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    fails(["review", "queue", "--db", db, "--checkpoint", tiny_run, "--input", tmp_path / "missing.jsonl"],
+          "no such file")
+    fails(["review", "queue", "--db", db, "--checkpoint", tiny_run, "--input", empty], "no records")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.jsonl"]
+    _fake_db(db)  # an existing database is never removed, even when a queue into it fails
+    fails(["review", "queue", "--db", db, "--checkpoint", tiny_run, "--input", empty], "no records")
+    with open_db(db) as rdb:
+        assert len(rdb.notes()) == 3
+
+
+@pytest.fixture
+def read_only_medium(tmp_path):
+    """A small tmpfs, remounted read-only by the test (needs root and mount; skipped elsewhere)."""
+    mnt = tmp_path / "medium"
+    mnt.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)]
+    if os.geteuid() != 0 or not shutil.which("mount") or subprocess.run(mount, capture_output=True).returncode:
+        pytest.skip("needs root and mount to make a read-only file system")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_read_only_medium_gives_a_clear_line_and_reports_still_read_it(read_only_medium, tiny_run, tmp_path):
+    db = _reviewed_db(read_only_medium / "r.sqlite", n=3)
+    subprocess.run(["mount", "-o", "remount,ro", str(read_only_medium)], check=True)
+    fails(["review", "decide", "--db", db, "--id", "n0", "--reviewer", "ann", "--accept", "401.9"],
+          "is on a read-only file system, so this command cannot save anything")
+    fails(["review", "queue", "--db", read_only_medium / "new.sqlite", "--checkpoint", tiny_run, "--input",
+           _review_cmds(db, tmp_path)[0][-1]], "its folder is on a read-only file system")
+    js = json.loads(succeeds(["review", "stats", "--db", db, "--json"]).stdout)
+    assert (js["overall"]["notes"], js["overall"]["accepted"]) == (3, 6)
+    succeeds(["review", "export", "--db", db, "--out", tmp_path / "out"])
+    assert sorted(p.name for p in read_only_medium.iterdir()) == ["r.sqlite"]

@@ -130,20 +130,23 @@ def frequency_band(n: int) -> str:
     return label
 
 
-def per_code_frame(per_code: Sequence[Mapping[str, Any]], descriptions: Mapping[str, str]) -> pd.DataFrame:
-    """The checkpoint's per-code test rows with description, ICD chapter and frequency band columns.
+def per_code_frame(per_code: Sequence[Mapping[str, Any]], descriptions: Mapping[str, str], *,
+                   group: Callable[[str], str] | None = None) -> pd.DataFrame:
+    """The checkpoint's per-code test rows with description, chapter (or tree) group and frequency band columns.
 
-    The band uses the code's training notes (`train_count`) when the run recorded them, else its test notes
-    (`support`); `band_source` says which.
+    GROUP is the checkpoint's `code_system.group` (without it, the ICD chapter told by each code's shape). The band
+    uses the code's training notes (`train_count`) when the run recorded them, else its test notes (`support`);
+    `band_source` says which.
     """
     from clinicode.codes.chapters import chapter
 
+    group = group or chapter
     df = pd.DataFrame(list(per_code))
     if df.empty:
         return df
     df["auc"] = pd.to_numeric(df.get("auc"), errors="coerce")
     df["description"] = [descriptions.get(c, "") for c in df["code"]]
-    df["chapter"] = [chapter(c) for c in df["code"]]
+    df["chapter"] = [group(c) for c in df["code"]]
     source = "train_count" if "train_count" in df else "support"
     df["band"] = [frequency_band(int(n)) for n in df[source]]
     df.attrs["band_source"] = "training notes" if source == "train_count" else "test notes"

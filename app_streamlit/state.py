@@ -78,6 +78,17 @@ def load_predictor(run_dir: str) -> Any:
     return Predictor.from_checkpoint(run_dir, device="cpu")
 
 
+@st.cache_data(show_spinner=False, max_entries=4)
+def code_titles(run_dir: str) -> dict[str, str]:
+    """{code: title} of a run's label set: the checkpoint's descriptions, and for codes without one the title their
+    code system ships (ICD-10-CM's CMS tables; asked only when a code lacks a title)."""
+    pred = load_predictor(run_dir)
+    titles = dict(zip(pred.labels.codes, pred.labels.descriptions))
+    missing = [c for c, d in titles.items() if not d]
+    titles.update(pred.code_system.titles(missing) if missing else {})
+    return titles
+
+
 def short_reason(err: BaseException, run_dir: Path) -> str:
     """An error as one line with the server's folders left out: paths inside the run are shown from the run's name."""
     text = " ".join(str(err).split()) or type(err).__name__

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from clinicode.artifacts import (
     write_safetensors_atomic,
 )
 from clinicode.codes.icd10 import display_titles
+from clinicode.codes.systems import CodeSystem, infer_code_system
 from clinicode.config import (
     LEAMConfig,
     TrainConfig,
@@ -57,6 +59,7 @@ from clinicode.tokenizer import ClinicalTokenizer
 if TYPE_CHECKING:  # torch and the model load only with the weights: verifying a checkpoint needs neither
     import torch
 
+log = logging.getLogger(__name__)
 CHECKPOINT_KIND = "checkpoint"
 # Each code's number of training notes (covered by the manifest's hashes), so every reader can slice rare/frequent.
 # Checkpoints from before it have none: `Checkpoint.train_counts` is then None ("no training counts").
@@ -390,6 +393,14 @@ def read_train_counts(folder: Path, manifest: dict[str, Any], labels: LabelSet) 
     return {c: int(counts[c]) for c in labels.codes}
 
 
+def _inferred_code_system(folder: Path, codes: Sequence[str]) -> CodeSystem:
+    """The code system of a checkpoint written before labels.json named it: inferred from its codes, as then."""
+    system = infer_code_system(codes)
+    log.info("%s: labels.json names no code system (an older checkpoint); its %d codes are taken as %s", folder,
+             len(codes), system.name)
+    return system
+
+
 def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: bool = True) -> Checkpoint:
     """Load and validate a checkpoint folder.
 
@@ -405,7 +416,8 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
     kind = manifest.get("model")
     try:
         labels = LabelSet.load(folder / LABELS_FILE)
-        labels = LabelSet(labels.codes, display_titles(labels.codes, labels.descriptions))  # what readers show
+        labels = LabelSet(labels.codes, display_titles(labels.codes, labels.descriptions),  # what readers show
+                          labels.code_system or _inferred_code_system(folder, labels.codes))
         train_config = load_config(TrainConfig, folder / TRAIN_CONFIG_FILE)
         threshold = float(read_json(folder / THRESHOLD_FILE)["threshold"])
         metrics_dev = read_json(folder / METRICS_DEV_FILE) if (folder / METRICS_DEV_FILE).is_file() else {}

@@ -491,7 +491,7 @@ def predict_cli(
     if format == "fhir":
         from clinicode.fhir import bundle, code_systems
 
-        systems = code_systems(pred.codes)
+        systems = code_systems(pred.codes, pred.code_system)
         encode = lambda rec: bundle([rec], systems=systems)  # noqa: E731  (the same builder as `clinicode serve`)
     counts = predict_file(pred, input=input, output=output, threshold=threshold, strict=strict, resume=resume,
                           shard=_parse_shard(shard), progress=progress and sys.stderr.isatty(), encode=encode, **opts)

@@ -10,8 +10,8 @@ person has reviewed: `meta.tag` machine-generated, `Condition.verificationStatus
 unknown. The score, the note id and the code's evidence spans travel in the extensions named below (defined in
 docs/serve.md). A record that could not be scored becomes an `OperationOutcome` entry holding its error.
 
-Code-system rules (which codes are procedures, which ICD version) come from `clinicode.codes.icd9` / `icd10`, imported
-here only.
+Code-system rules (which codes are procedures, which system URI) come from the checkpoint's `CodeSystem`
+(`clinicode.codes.systems`).
 """
 
 from __future__ import annotations
@@ -20,15 +20,12 @@ import base64
 import binascii
 import datetime as _dt
 import uuid
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from clinicode.codes.icd9 import is_icd9_diagnosis, is_icd9_procedure
-from clinicode.codes.icd10 import is_icd10_cm, is_icd10_pcs
+from clinicode.codes import systems as _cs
 from clinicode.errors import DataFormatError
 
-ICD10_CM = "http://hl7.org/fhir/sid/icd-10-cm"
-ICD10_PCS = "http://www.cms.gov/Medicare/Coding/ICD10"
-ICD9_CM = "http://hl7.org/fhir/sid/icd-9-cm"  # HL7's URI covers all three volumes: diagnoses and procedures
+ICD10_CM, ICD10_PCS, ICD9_CM = _cs.ICD10_CM.uri, _cs.ICD10_PCS.uri, _cs.ICD9_CM.uri  # the URIs live with the systems
 
 # clinicode's own definitions (docs/serve.md, "FHIR output"). One namespace, named once, so it can be repointed.
 NAMESPACE = "https://clinicode.example/fhir"
@@ -49,57 +46,11 @@ DIAGNOSIS, PROCEDURE = "diagnosis", "procedure"
 
 
 # ------------------------------------------------------------------ code systems
-def _version_of(codes: Iterable[str]) -> int | None:
-    """9 or 10 when the label set's codes show their ICD version, else None.
-
-    clinicode's codes are dotted (docs/domain.md): a code that fits ICD-9-CM ('401.9', '38.93', 'E849.7') is taken as
-    ICD-9, an undotted 7-character PCS code ('02HV33Z') or an ICD-10-CM code that does not fit ICD-9 ('J18.9', 'I10')
-    as ICD-10. A label set whose codes show both, or neither, decides nothing (each code is then classified alone).
-    """
-    nine = ten = False
-    for c in codes:
-        c = c.strip().upper()
-        if "." not in c and is_icd10_pcs(c):
-            ten = True
-        elif is_icd9_diagnosis(c) or _is_dotted_icd9_procedure(c):
-            nine = nine or not c.startswith("V")  # V58.61 fits both versions' shapes
-        elif is_icd10_cm(c):
-            ten = True
-    return 9 if nine and not ten else 10 if ten and not nine else None
-
-
-def _is_dotted_icd9_procedure(c: str) -> bool:
-    return "." in c and len(c.partition(".")[0]) == 2 and is_icd9_procedure(c)
-
-
-def classify(code: str, version: int | None = None) -> tuple[str, str]:
-    """(kind, system URI) of one code: kind is DIAGNOSIS or PROCEDURE.
-
-    Args:
-        code: a code in clinicode's dotted form (ICD-9 procedures '38.93', diagnoses '401.9'; ICD-10-CM 'J18.9';
-            ICD-10-PCS undotted '02HV33Z').
-        version: the ICD version of its label set (`code_systems` infers it); None decides by the code alone, and a
-            code that fits ICD-9's shape is then ICD-9.
-    Returns:
-        a code that is no ICD code at all (a user's own labels) gets clinicode's LOCAL_SYSTEM, as a diagnosis.
-    """
-    c = code.strip().upper()
-    if version != 9 and "." not in c and is_icd10_pcs(c):
-        return PROCEDURE, ICD10_PCS
-    if version != 10:
-        if _is_dotted_icd9_procedure(c):
-            return PROCEDURE, ICD9_CM
-        if is_icd9_diagnosis(c):
-            return DIAGNOSIS, ICD9_CM
-    if is_icd10_cm(c):
-        return DIAGNOSIS, ICD10_CM
-    return DIAGNOSIS, LOCAL_SYSTEM
-
-
-def code_systems(codes: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """{code: (kind, system URI)} for a checkpoint's label set (its ICD version inferred from all its codes)."""
-    version = _version_of(codes)
-    return {c: classify(c, version) for c in codes}
+def code_systems(codes: Sequence[str], system: _cs.CodeSystem | None = None) -> dict[str, tuple[str, str]]:
+    """{code: (kind, system URI)} for a checkpoint's label set, as its CodeSystem says (`Predictor.code_system`);
+    without one it is inferred from the codes. A code of no standard system gets clinicode's LOCAL_SYSTEM."""
+    system = system or _cs.infer_code_system(codes)
+    return {c: (system.kind(c), system.uri_of(c) or LOCAL_SYSTEM) for c in codes}
 
 
 # ------------------------------------------------------------------ Bundle
@@ -122,7 +73,7 @@ def _span_ext(span: Mapping[str, Any]) -> dict[str, Any]:
 def _resource(rec: Mapping[str, Any], pred: Mapping[str, Any], subject: dict[str, Any],
               systems: Mapping[str, tuple[str, str]], document: str | None) -> dict[str, Any]:
     code = pred["code"]
-    kind, system = systems.get(code) or classify(code)
+    kind, system = systems.get(code) or code_systems([code], _cs.MIXED)[code]
     coding = {"system": system, "code": code}
     if pred.get("description"):
         coding["display"] = pred["description"]

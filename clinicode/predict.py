@@ -21,6 +21,7 @@ import torch
 
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import Checkpoint, load_checkpoint
+from clinicode.codes.systems import CodeSystem
 from clinicode.config import PREDICT
 from clinicode.errors import ConfigError
 from clinicode.memory import MemoryPlan, plan
@@ -162,6 +163,11 @@ class Predictor:
     @property
     def codes(self) -> tuple[str, ...]:
         return self.labels.codes
+
+    @property
+    def code_system(self) -> CodeSystem:
+        """The checkpoint's CodeSystem (recorded in its labels.json, or inferred once at load for older ones)."""
+        return self.labels.code_system  # type: ignore[return-value]  (load_checkpoint always sets it)
 
     @property
     def max_len(self) -> int:

@@ -344,7 +344,7 @@ def create_app(predictor: Predictor, *, token: str | None = None, limits: Limits
     """The service around one loaded Predictor (its micro-batching worker starts with the app and stops with it)."""
     from contextlib import asynccontextmanager
 
-    systems = code_systems(predictor.codes)
+    systems = code_systems(predictor.codes, predictor.code_system)
     info = {"status": "ok", "model": predictor.kind, "name": Path(predictor.checkpoint.path).resolve().parent.name,
             "n_codes": len(predictor.codes), "checkpoint_sha256": predictor.checkpoint.manifest_sha256,
             "clinicode_version": __version__}

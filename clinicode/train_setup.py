@@ -31,7 +31,7 @@ from clinicode.artifacts import (
 )
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.codes.icd9 import load_descriptions_tsv
-from clinicode.codes.icd10 import icd10_cm_titles
+from clinicode.codes.systems import infer_code_system
 from clinicode.config import ModelOptions, TrainConfig, config_to_dict
 from clinicode.constants import RUN_FILE, SCORES_TEST_FILE
 from clinicode.data.labels import LabelSet
@@ -54,13 +54,15 @@ __all__ = ["Objective", "ShareDropout", "TrainingSetup", "check_run_folder", "di
 
 
 def with_descriptions(labels: LabelSet, descriptions_path: Path | None) -> LabelSet:
-    """Fill codes without a description from --descriptions, then ICD-10-CM codes from the CMS tables (packaged)."""
+    """Fill codes without a description from --descriptions, then from the titles the label set's code system ships
+    (ICD-10-CM: the CMS tables, packaged)."""
     table = load_descriptions_tsv(descriptions_path) if descriptions_path is not None else {}
     descs = [d or table.get(c, "") for c, d in zip(labels.codes, labels.descriptions)]
-    cms = icd10_cm_titles([c for c, d in zip(labels.codes, descs) if not d])
+    system = labels.code_system or infer_code_system(labels.codes)
+    cms = system.titles([c for c, d in zip(labels.codes, descs) if not d])
     if cms:
         log.info("%d codes without a description took their ICD-10-CM title from the CMS tables", len(cms))
-    return LabelSet(labels.codes, tuple(d or cms.get(c, "") for c, d in zip(labels.codes, descs)))
+    return LabelSet(labels.codes, tuple(d or cms.get(c, "") for c, d in zip(labels.codes, descs)), labels.code_system)
 
 
 def marks_everything(scores: np.ndarray, threshold: float) -> bool:

@@ -95,6 +95,7 @@ with left:
     st.dataframe(pd.DataFrame(settings, columns=["setting", "value"]), hide_index=True, width="stretch", height=420)
 with right:
     st.subheader("Label set")
+    st.caption(f"Code system: {pred.code_system.name}")
     per = {r["code"]: r for r in mt.get("per_code") or []}
     labels = pd.DataFrame({
         "code": list(pred.labels.codes),

@@ -85,7 +85,7 @@ if p.error:
     st.error(p.error)
     st.stop()
 
-descs = dict(zip(pred.labels.codes, pred.labels.descriptions))
+descs = state.code_titles(str(run))
 if p.code_phrases is None:
     p.code_phrases = {}
 

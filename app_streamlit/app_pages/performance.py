@@ -37,8 +37,8 @@ for title, m in ((f"At the dev-tuned threshold {tuned:.3f}", mt), ("At threshold
 
 # ---------------------------------------------------------------- per code: groups, best and worst, search
 pred = state.current_predictor()
-descs = dict(zip(pred.labels.codes, pred.labels.descriptions))
-per = render.per_code_frame(mt.get("per_code") or [], descs)
+descs = state.code_titles(str(run))
+per = render.per_code_frame(mt.get("per_code") or [], descs, group=pred.code_system.group)
 if not per.empty:
     st.subheader("Per code")
     n_codes = len(per)

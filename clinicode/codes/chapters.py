@@ -71,19 +71,39 @@ def _last_at_or_below(table, key) -> str:
     return title
 
 
+def icd9_chapter(code: str) -> str:
+    """'ICD-9 dx: Circulatory system' or 'ICD-9 px: Operations on the eye' for an ICD-9-CM code (dotted; procedures
+    dotted after 2 characters)."""
+    c = str(code).strip().upper()
+    if "." in c and len(c.partition(".")[0]) == 2 and is_icd9_procedure(c):
+        return "ICD-9 px: " + _last_at_or_below(_ICD9_PX, int(c[:2]))
+    if c.startswith("V"):
+        return "ICD-9 dx: Supplementary V codes (factors influencing health status)"
+    if c.startswith("E"):
+        return "ICD-9 dx: Supplementary E codes (external causes of injury)"
+    return "ICD-9 dx: " + _last_at_or_below(_ICD9_DX, int(c[:3])) if c[:3].isdigit() else OTHER
+
+
+def icd10_cm_chapter(code: str) -> str:
+    """'ICD-10-CM: Respiratory system' for an ICD-10-CM code."""
+    return "ICD-10-CM: " + _last_at_or_below(_ICD10_CM, str(code).strip().upper()[:3])
+
+
+def icd10_pcs_section(code: str) -> str:
+    """'ICD-10-PCS: Imaging' for an ICD-10-PCS code (its first character)."""
+    return "ICD-10-PCS: " + _ICD10_PCS.get(str(code).strip().upper()[:1], "Other sections")
+
+
 def chapter(code: str) -> str:
-    """'ICD-9 dx: Circulatory system', 'ICD-10-PCS: Imaging', ... or "Other codes" for anything unrecognised."""
+    """'ICD-9 dx: Circulatory system', 'ICD-10-PCS: Imaging', ... or "Other codes" for anything unrecognised, telling
+    the ICD version by the code's shape alone (a label set's `CodeSystem.group` knows it instead)."""
     c = str(code).strip().upper()
     if _ICD9_CATEGORY.fullmatch(c) or ("." in c and is_icd9_diagnosis(c)):
-        if c.startswith("V"):
-            return "ICD-9 dx: Supplementary V codes (factors influencing health status)"
-        if c.startswith("E"):
-            return "ICD-9 dx: Supplementary E codes (external causes of injury)"
-        return "ICD-9 dx: " + _last_at_or_below(_ICD9_DX, int(c[:3]))
+        return icd9_chapter(c)
     if "." in c and is_icd9_procedure(c):
-        return "ICD-9 px: " + _last_at_or_below(_ICD9_PX, int(c[:2]))
+        return icd9_chapter(c)
     if "." not in c and is_icd10_pcs(c):
-        return "ICD-10-PCS: " + _ICD10_PCS.get(c[0], "Other sections")
+        return icd10_pcs_section(c)
     if is_icd10_cm(c):
-        return "ICD-10-CM: " + _last_at_or_below(_ICD10_CM, c[:3])
+        return icd10_cm_chapter(c)
     return OTHER

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from clinicode.artifacts import write_json_atomic
+from clinicode.codes.systems import CodeSystem, code_system, family_of
 from clinicode.errors import DataFormatError
 
 
@@ -20,10 +21,13 @@ class LabelSet:
     Args:
         codes: distinct label strings (dotted ICD-9 codes for MIMIC) in output order.
         descriptions: human-readable titles, same length as `codes` ("" when unknown).
+        code_system: the codes' CodeSystem (a family for a mixed set), or None when not yet known; when given, every
+            code must be one of its codes. Saved as each entry's "system" (its member's name) in labels.json.
     """
 
     codes: tuple[str, ...]
     descriptions: tuple[str, ...]
+    code_system: CodeSystem | None = field(default=None, compare=False)
     _index: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -37,12 +41,22 @@ class LabelSet:
             raise DataFormatError(f"LabelSet: duplicate codes {dup[:5]}; each code must appear once.")
         if not self.codes:
             raise DataFormatError("LabelSet: no labels; a dataset needs at least one label.")
+        if self.code_system is not None:
+            bad = [c for c in self.codes if not self.code_system.is_valid(c)]
+            if bad:
+                raise DataFormatError(f"LabelSet: {len(bad)} code(s) are not {self.code_system.name} codes, e.g. "
+                                      f"{bad[0][:40]!r}; name the right code system or fix the codes.")
         object.__setattr__(self, "_index", {c: i for i, c in enumerate(self.codes)})
 
     @classmethod
-    def from_codes(cls, codes: Sequence[str], descriptions: dict[str, str] | None = None) -> "LabelSet":
+    def from_codes(cls, codes: Sequence[str], descriptions: dict[str, str] | None = None, *,
+                   code_system: CodeSystem | None = None) -> "LabelSet":
         descriptions = descriptions or {}
-        return cls(tuple(codes), tuple(descriptions.get(c, "") for c in codes))
+        return cls(tuple(codes), tuple(descriptions.get(c, "") for c in codes), code_system)
+
+    def with_code_system(self, code_system: CodeSystem) -> "LabelSet":
+        """The same codes and descriptions with CODE_SYSTEM recorded."""
+        return LabelSet(self.codes, self.descriptions, code_system)
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -76,14 +90,24 @@ class LabelSet:
         return out
 
     def to_json(self) -> list[dict[str, str]]:
-        return [{"code": c, "description": d} for c, d in zip(self.codes, self.descriptions)]
+        """One {"code", "description"} per code, plus its "system" (the member's name) when the system is known."""
+        if self.code_system is None:
+            return [{"code": c, "description": d} for c, d in zip(self.codes, self.descriptions)]
+        return [{"code": c, "description": d, "system": self.code_system.member(c).name}  # type: ignore[union-attr]
+                for c, d in zip(self.codes, self.descriptions)]
 
     def save(self, path: Path) -> None:
         write_json_atomic(path, self.to_json())
 
     @classmethod
     def load(cls, path: Path) -> "LabelSet":
-        """Read a labels.json: a list of {"code", "description"} objects (or plain code strings)."""
+        """Read a labels.json: a list of {"code", "description"} objects (or plain code strings).
+
+        An entry may name its code's system ({"code": "02HV33Z", "system": "ICD-10-PCS"}, a name of `CODE_SYSTEMS`);
+        when every entry does, the set's `code_system` is the family of those systems (`family_of`) and each code
+        must be one of its system's. Otherwise `code_system` is None and the reader infers it once
+        (`infer_code_system`).
+        """
         try:
             with open(path, encoding="utf-8") as f:
                 raw = json.load(f)
@@ -93,15 +117,28 @@ class LabelSet:
         if not isinstance(raw, list):
             raise DataFormatError(f"{path}: expected a JSON list of {{'code', 'description'}} objects, "
                                   f"got {type(raw).__name__}.")
-        codes, descs = [], []
+        codes, descs, systems = [], [], []
         for i, item in enumerate(raw):
             if isinstance(item, str):
                 codes.append(item)
                 descs.append("")
+                systems.append(None)
             elif isinstance(item, dict) and isinstance(item.get("code"), str):
                 codes.append(item["code"])
                 descs.append(str(item.get("description") or ""))
+                systems.append(item.get("system"))
             else:
                 raise DataFormatError(f"{path}: entry {i} has no string 'code'; expected "
                                       f"{{'code': ..., 'description': ...}}.")
-        return cls(tuple(codes), tuple(descs))
+        named = [s for s in systems if s is not None]
+        if len(named) != len(systems):  # a set that names none (or a hand-edited one naming some): inferred later
+            return cls(tuple(codes), tuple(descs))
+        try:
+            members = {name: code_system(name) for name in set(named)}
+        except DataFormatError as err:
+            raise DataFormatError(f"{path}: {err}") from None
+        for i, (c, name) in enumerate(zip(codes, systems)):
+            if not members[name].is_valid(c):
+                raise DataFormatError(f"{path}: entry {i} says {c[:40]!r} is a {name} code, which it is not; fix "
+                                      "the code or its 'system'.")
+        return cls(tuple(codes), tuple(descs), family_of(members.values()))

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from clinicode.artifacts import atomic_dir, check_output, make_manifest, sha256_file, write_manifest
 from clinicode.codes.icd9 import load_descriptions_tsv
 from clinicode.codes.icd10 import format_code, icd10_cm_titles, normalise_code
+from clinicode.codes.systems import ICD9_CM, ICD10
 from clinicode.config import PREPARE, PrepareConfig
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50, LABELS_FILE, SPLITS
 from clinicode.data import mimic, mimic4
@@ -519,7 +520,7 @@ def _label_set(source: _Source, plan: _Plan, codes: pd.DataFrame) -> tuple[Label
     missing_titles = [c for c in label_codes if not titles.get(c)]
     if missing_titles and source.icd_version == 10:
         titles.update(icd10_cm_titles(missing_titles))  # the CMS ICD-10-CM tables in simple-icd-10-cm
-    labels = LabelSet.from_codes(label_codes, titles)
+    labels = LabelSet.from_codes(label_codes, titles, code_system=ICD9_CM if source.icd_version == 9 else ICD10)
     undescribed = [c for c, d in zip(labels.codes, labels.descriptions) if not d]
     if undescribed:
         log.warning("%d of %d label codes have no description (e.g. %s); their code vectors start from the code string "

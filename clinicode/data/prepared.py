@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from clinicode.artifacts import manifest_kind, read_json, sha256_file
+from clinicode.codes.systems import infer_code_system
 from clinicode.constants import ID, LABELS, LABELS_FILE, MANIFEST_FILE, SPLITS, SUBJECT_ID, TEXT
 from clinicode.data.labels import LabelSet
 from clinicode.data.text import describe_columns
@@ -371,7 +372,7 @@ def load_dataset(path: Path, *, top_k: int | None = None) -> PreparedDataset:
         if not keep:
             raise DataFormatError(f"train split of {path} has no labels; top_k={top_k} keeps nothing.")
         kept_codes = [c for c in labels.codes if c in keep]
-        labels = LabelSet(tuple(kept_codes), tuple(labels.description(c) for c in kept_codes))
+        labels = LabelSet(tuple(kept_codes), tuple(labels.description(c) for c in kept_codes), labels.code_system)
         dropped_docs = {}
         for name, df in splits.items():
             df[LABELS] = _column([[c for c in row if c in keep] for row in df[LABELS]], df.index)
@@ -388,6 +389,9 @@ def load_dataset(path: Path, *, top_k: int | None = None) -> PreparedDataset:
                     "scores will be optimistic. Remove the repeats from dev/test.", path,
                     ", ".join(f"{k} {v:,}" for k, v in leaks["ids"].items()) or "none",
                     ", ".join(f"{k} {v:,}" for k, v in leaks["texts"].items()) or "none")
+    if labels.code_system is None:  # a folder that names none: inferred here, once, and recorded from now on
+        labels = labels.with_code_system(infer_code_system(labels.codes))
+        log.info("%s names no code system; its %d codes are %s", path, len(labels), labels.code_system.name)
     index = {c: i for i, c in enumerate(labels.codes)}
     for df in splits.values():
         df[LABELS] = _column([sorted(set(row), key=index.__getitem__) for row in df[LABELS]], df.index)

@@ -343,6 +343,18 @@ def test_per_code_frame_groups_by_band_and_chapter():
     assert no_train.attrs["band_source"] == "test notes"
 
 
+def test_per_code_frame_groups_by_the_checkpoints_code_system():
+    """V58.61 is an ICD-9 V code and an ICD-10-CM external cause: the code system, not the shape, picks its group."""
+    from clinicode.codes.systems import ICD10, MESH_OMIM
+
+    rows = [{"code": c, "f1": 0.5, "auc": 0.9, "support": 3, "train_count": 4} for c in ("V58.61", "J18.9")]
+    assert render.per_code_frame(rows, {})["chapter"][0].startswith("ICD-9 dx: Supplementary V codes")
+    assert list(render.per_code_frame(rows, {}, group=ICD10.group)["chapter"]) == [
+        "ICD-10-CM: External causes of morbidity", "ICD-10-CM: Respiratory system"]
+    mesh = [{**rows[0], "code": "D009369"}]
+    assert list(render.per_code_frame(mesh, {}, group=MESH_OMIM.group)["chapter"]) == ["MeSH: descriptors"]
+
+
 def test_best_and_worst_codes_need_support_and_the_table_filters():
     df = render.per_code_frame(_per_code(), {})
     best, worst = render.rank_codes(df, best=True, n=5,

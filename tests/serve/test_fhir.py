@@ -8,6 +8,7 @@ import json
 import pytest
 
 from clinicode import fhir
+from clinicode.codes import systems as codes
 from clinicode.errors import DataFormatError
 from tests.helpers import SECRET, fails, succeeds
 
@@ -33,8 +34,17 @@ def validate(b: dict) -> None:
     ("V58.61", 10, "diagnosis", fhir.ICD10_CM),        # a V code in an ICD-10 label set is ICD-10-CM
     ("my-label", None, "diagnosis", fhir.LOCAL_SYSTEM),
 ])
-def test_classify(code, version, kind, system):
-    assert fhir.classify(code, version) == (kind, system)
+def test_the_label_sets_code_system_decides_kind_and_uri(code, version, kind, system):
+    cs = {None: codes.MIXED, 9: codes.ICD9_CM, 10: codes.ICD10}[version]  # None: each code alone, as before
+    assert fhir.code_systems([code], cs)[code] == (kind, system)
+
+
+def test_mesh_codes_are_conditions_in_mesh_not_icd10_pcs_procedures():
+    """'D009369' has the shape of an undotted ICD-10-PCS code: the shape guess made MeSH labels PCS procedures."""
+    systems = fhir.code_systems(["D009369", "C537666", "OMIM:312080"])  # a MeSH set's labels, the system inferred
+    assert systems == {"D009369": ("diagnosis", codes.MESH.uri), "C537666": ("diagnosis", codes.MESH.uri),
+                       "OMIM:312080": ("diagnosis", codes.OMIM.uri)}
+    assert fhir.code_systems(["D009369"], codes.MESH_OMIM)["D009369"] == ("diagnosis", "https://www.nlm.nih.gov/mesh")
 
 
 def test_label_set_version_decides_ambiguous_codes():

@@ -1,0 +1,221 @@
+"""Code systems as values: what a label set's codes are (ICD-9-CM, ICD-10-CM/PCS, MeSH), asked rather than guessed.
+
+A `CodeSystem` knows its name, FHIR system URI, which strings are its codes, their clinicode spelling, titles it ships,
+chapter or tree group, and whether a code is a diagnosis or a procedure. Pure functions over the rules in `icd9`,
+`icd10` and `chapters`; nothing here reads data folders.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from clinicode.codes import chapters
+from clinicode.codes.icd9 import format_diagnosis, format_procedure, is_icd9_diagnosis, is_icd9_procedure
+from clinicode.codes.icd10 import format_icd10_cm, icd10_cm_titles, is_icd10_cm, is_icd10_pcs
+from clinicode.errors import DataFormatError
+
+DIAGNOSIS, PROCEDURE = "diagnosis", "procedure"
+
+
+@dataclass(frozen=True, eq=False)
+class CodeSystem:
+    """One code system, or a family of them that a single label set may mix.
+
+    A label set may hold codes of more than one classification: MIMIC's ICD-9 sets hold diagnoses and procedures
+    (one classification, ICD-9-CM, with one FHIR URI: its kind is decided per code), MIMIC-IV's ICD-10 sets hold
+    ICD-10-CM diagnoses and ICD-10-PCS procedures (two classifications, two URIs), and the NCBI disease corpus holds
+    MeSH and OMIM ids. Such a set's system is a *family*: a CodeSystem whose `parts` are the single systems, tried
+    in order; `member(code)` classifies one code and every per-code question (`kind`, `uri_of`, `group`,
+    `normalise`) is answered by that member. A family is what a label set records and what the review queue
+    accepts codes from, so a coder on an ICD-10 model may add an ICD-10-PCS procedure even when the model's own
+    labels are all diagnoses. In labels.json each code names its member (`"system": "ICD-10-PCS"`, as FHIR's
+    Coding.system does) and `family_of` turns those names back into the set's family.
+
+    Args:
+        name: the registry name ("ICD-9-CM", "ICD-10-CM/PCS", ...).
+        uri: the FHIR system URI of a single system; "" for a family and for `LOCAL` (a checkpoint's own labels).
+        parts: a family's member systems, in the order a code is tried; () for a single system.
+        example: one valid code, for error messages.
+    """
+
+    name: str
+    uri: str = ""
+    parts: tuple["CodeSystem", ...] = ()
+    example: str = ""
+    _valid: Callable[[str], bool] = field(default=lambda c: False, repr=False)
+    _normalise: Callable[[str], str] = field(default=str.strip, repr=False)
+    _kind: Callable[[str], str] = field(default=lambda c: DIAGNOSIS, repr=False)
+    _group: Callable[[str], str] = field(default=lambda c: chapters.OTHER, repr=False)
+    _titles: Callable[[list[str]], dict[str, str]] = field(default=lambda codes: {}, repr=False)
+
+    @property
+    def is_family(self) -> bool:
+        return bool(self.parts)
+
+    @property
+    def leaves(self) -> tuple["CodeSystem", ...]:
+        """The single systems of a family (itself for a single system)."""
+        return self.parts or (self,)
+
+    def member(self, code: str) -> "CodeSystem | None":
+        """The single system CODE belongs to (dotted or not, any case), or None when it is no code of this one."""
+        if not isinstance(code, str) or not code.strip():
+            return None
+        for part in self.leaves:
+            if part._valid(code.strip()):
+                return part
+        return None
+
+    def is_valid(self, code: str) -> bool:
+        """True when CODE (dotted or not, any case) is a code of this system."""
+        return self.member(code) is not None
+
+    def normalise(self, code: str) -> str:
+        """CODE in clinicode's spelling: upper case, dotted as its classification dots ('y92230' -> 'Y92.230').
+
+        Raises:
+            DataFormatError: CODE is no code of this system (the message names the system and gives an example).
+        """
+        part = self.member(code)
+        if part is None:
+            shown = code.strip()[:40] if isinstance(code, str) else type(code).__name__
+            raise DataFormatError(f"{shown!r} is not a {self.name} code; expected a code such as {self.example!r} "
+                                  "(dotted or not, any case).")
+        return part._normalise(code.strip())
+
+    def kind(self, code: str) -> str:
+        """DIAGNOSIS or PROCEDURE; a code of no member (and every code of LOCAL, MeSH or OMIM) is a diagnosis."""
+        part = self.member(code)
+        return part._kind(code.strip()) if part is not None else DIAGNOSIS
+
+    def uri_of(self, code: str) -> str:
+        """The FHIR system URI of CODE's member; "" for a code of no standard system."""
+        part = self.member(code)
+        return part.uri if part is not None else ""
+
+    def group(self, code: str) -> str:
+        """The chapter (ICD) or concept kind (MeSH, OMIM) of CODE, for grouping many codes; "Other codes" if none."""
+        part = self.member(code)
+        return part._group(code.strip()) if part is not None else chapters.OTHER
+
+    def titles(self, codes: Iterable[str]) -> dict[str, str]:
+        """{code: title} for the CODES whose title this system ships (no network); codes it cannot name are left out.
+
+        Only ICD-10-CM ships titles (the CMS tables in `simple-icd-10-cm`); ICD-9-CM, ICD-10-PCS and MeSH titles
+        come from the data (`--descriptions`, MIMIC's d_icd tables, the corpus's descriptions.tsv).
+        """
+        by_part: dict[CodeSystem, list[str]] = {}
+        for c in codes:
+            part = self.member(c)
+            if part is not None:
+                by_part.setdefault(part, []).append(c)
+        out: dict[str, str] = {}
+        for part, wanted in by_part.items():
+            out.update(part._titles(wanted))
+        return out
+
+    def __repr__(self) -> str:
+        return f"CodeSystem({self.name!r})"
+
+
+# ------------------------------------------------------------------ single systems
+def _icd9_valid(c: str) -> bool:
+    bare = c.replace(".", "")
+    return is_icd9_diagnosis(c) or (len(bare) >= 3 and is_icd9_procedure(c))
+
+
+def _icd9_is_procedure(c: str) -> bool:
+    # Dotted after 2 characters: a procedure ('38.93'). Undotted digits could be either; taken as a diagnosis.
+    return "." in c and len(c.partition(".")[0]) == 2 and is_icd9_procedure(c)
+
+
+def _icd9_normalise(c: str) -> str:
+    return format_procedure(c) if _icd9_is_procedure(c) or not is_icd9_diagnosis(c) else format_diagnosis(c)
+
+
+# Descriptors D000544 / D000069279, supplementary concepts C537666; the NCBI disease corpus once writes 'MESH:C535662'
+# (kept as written: it is that set's label).
+_MESH = re.compile(r"(?:MESH:)?[DC][0-9]{6}(?:[0-9]{3})?")
+_OMIM = re.compile(r"OMIM:[0-9]{6}")              # as the NCBI disease corpus writes them
+
+
+def _mesh_group(c: str) -> str:
+    return "MeSH: descriptors" if c.upper().removeprefix("MESH:").startswith("D") else "MeSH: supplementary concepts"
+
+
+ICD9_CM = CodeSystem(
+    "ICD-9-CM", "http://hl7.org/fhir/sid/icd-9-cm", example="401.9",  # HL7's URI covers all three volumes
+    _valid=_icd9_valid, _normalise=_icd9_normalise,
+    _kind=lambda c: PROCEDURE if _icd9_is_procedure(c) else DIAGNOSIS, _group=chapters.icd9_chapter)
+ICD10_CM = CodeSystem(
+    "ICD-10-CM", "http://hl7.org/fhir/sid/icd-10-cm", example="J18.9",
+    _valid=is_icd10_cm, _normalise=format_icd10_cm, _group=chapters.icd10_cm_chapter, _titles=icd10_cm_titles)
+ICD10_PCS = CodeSystem(
+    "ICD-10-PCS", "http://www.cms.gov/Medicare/Coding/ICD10", example="02HV33Z",
+    _valid=lambda c: "." not in c and is_icd10_pcs(c), _normalise=str.upper,
+    _kind=lambda c: PROCEDURE, _group=chapters.icd10_pcs_section)
+MESH = CodeSystem(
+    "MeSH", "https://www.nlm.nih.gov/mesh", example="D009369",
+    _valid=lambda c: _MESH.fullmatch(c.upper()) is not None, _normalise=str.upper, _group=_mesh_group)
+OMIM = CodeSystem(
+    "OMIM", "https://omim.org", example="OMIM:312080",
+    _valid=lambda c: _OMIM.fullmatch(c.upper()) is not None, _normalise=str.upper, _group=lambda c: "OMIM")
+LOCAL = CodeSystem(  # a checkpoint's own labels, no standard classification: any non-blank string, kept as written
+    "local", example="my-label", _valid=lambda c: bool(c) and c == c.strip())
+
+# ------------------------------------------------------------------ families
+ICD10 = CodeSystem("ICD-10-CM/PCS", parts=(ICD10_PCS, ICD10_CM), example="J18.9")  # PCS first: never dotted
+MESH_OMIM = CodeSystem("MeSH/OMIM", parts=(MESH, OMIM), example="D009369")
+# Codes that show no one system: each is classified alone, as clinicode's FHIR output always did for such sets.
+MIXED = CodeSystem("mixed", parts=(ICD10_PCS, ICD9_CM, ICD10_CM, LOCAL), example="401.9")
+
+CODE_SYSTEMS: Mapping[str, CodeSystem] = {s.name: s for s in (
+    ICD9_CM, ICD10_CM, ICD10_PCS, MESH, OMIM, LOCAL, ICD10, MESH_OMIM, MIXED)}
+_FAMILIES = (ICD9_CM, ICD10, MESH_OMIM, LOCAL)  # what a label set's system is, given its codes' members
+
+
+def code_system(name: str) -> CodeSystem:
+    """The registered CodeSystem called NAME ('ICD-9-CM', 'ICD-10-CM', 'ICD-10-PCS', 'ICD-10-CM/PCS', 'MeSH', ...).
+
+    Raises:
+        DataFormatError: an unknown name (the message lists the known ones).
+    """
+    try:
+        return CODE_SYSTEMS[name]
+    except (KeyError, TypeError):
+        raise DataFormatError(f"unknown code system {str(name)[:40]!r}; known: {', '.join(CODE_SYSTEMS)}.") from None
+
+
+def family_of(members: Iterable[CodeSystem]) -> CodeSystem:
+    """The system of a label set whose codes belong to MEMBERS: ICD-9-CM; ICD-10-CM/PCS for any ICD-10 mix (so an
+    ICD-10 set may receive either kind); MeSH/OMIM for MeSH or OMIM; local; otherwise MIXED."""
+    leaves = {leaf for m in members for leaf in m.leaves}
+    for fam in _FAMILIES:
+        if leaves and leaves <= set(fam.leaves):
+            return fam
+    return MIXED
+
+
+def infer_code_system(codes: Iterable[str]) -> CodeSystem:
+    """The family that the codes of a label set show, for a label set that does not name one (older checkpoints and
+    folders): asked once, where the set is loaded, and then recorded.
+
+    The first of MeSH/OMIM, ICD-9-CM, ICD-10-CM/PCS that holds every code wins (a set of V codes alone fits both ICD
+    versions and is taken as ICD-9-CM, as before); a set with no code of any standard system is LOCAL; anything
+    else is MIXED (each code classified alone). MeSH comes first because a MeSH id such as 'D009369' also has the
+    shape of an undotted ICD-10-PCS code.
+    """
+    codes = list(codes)
+    for fam in (MESH_OMIM, ICD9_CM, ICD10):
+        if codes and all(fam.is_valid(c) for c in codes):
+            return fam
+    standard = (MESH_OMIM, ICD9_CM, ICD10)
+    if not any(s.is_valid(c) for s in standard for c in codes):
+        return LOCAL
+    return MIXED
+
+
+__all__ = ["CODE_SYSTEMS", "CodeSystem", "DIAGNOSIS", "ICD10", "ICD10_CM", "ICD10_PCS", "ICD9_CM", "LOCAL", "MESH",
+           "MESH_OMIM", "MIXED", "OMIM", "PROCEDURE", "code_system", "family_of", "infer_code_system"]

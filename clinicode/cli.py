@@ -61,6 +61,11 @@ def _quiet_stdout() -> None:
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """ClinicodeError and expected OS errors -> one line on stderr and status 1; anything else is a bug and keeps
     its traceback."""
+    import inspect
+
+    # only a command that has --resume may advise it (review queue says its own; decide, stats and export need none)
+    hint = " (use --resume to continue)" if "resume" in inspect.signature(fn).parameters else ""
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -75,7 +80,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             typer.echo(f"error: {os_error_message(err)}", err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            typer.echo("interrupted; outputs written so far are intact (use --resume to continue)", err=True)
+            typer.echo(f"interrupted; outputs written so far are intact{hint}", err=True)
             raise typer.Exit(130) from None
 
     return wrapper
@@ -632,6 +637,9 @@ def review_export_cli(
         c = export(rdb, out, base=base)
     typer.echo(f"wrote {c['reviewed']:,} finished notes{' with --base' if base else ''} to {out} (train "
                f"{c['train']:,}, dev {c['dev']:,}, test {c['test']:,} notes; {c['codes']:,} reviewed codes)")
+    if c.get("kept_out"):
+        typer.echo(f"{c['kept_out']:,} reviewed notes are in the base's dev or test split: left out, so those splits "
+                   "keep the base's labels and the new model is measured as the old one was")
 
 
 @review_app.command("stats")

@@ -30,8 +30,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from clinicode.artifacts import atomic_dir, check_output, make_manifest, manifest_kind, write_manifest
-from clinicode.codes import icd10 as code_titles  # ICD-10-CM titles for adding codes: the one import to repoint
+from clinicode.codes import icd10 as code_titles
 from clinicode.codes.search import code_matches
+from clinicode.codes.systems import (
+    ICD9_CM,
+    ICD10,
+    ICD10_CM,
+    LOCAL,
+    MESH_OMIM,
+    CodeSystem,
+    code_system,
+    family_of,
+    infer_code_system,
+)
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.records import Record, read_records
 from clinicode.safe_io import new_private_file
@@ -98,7 +109,16 @@ def _v2(con: sqlite3.Connection) -> None:
     con.execute("CREATE INDEX notes_by_status ON notes (status)")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]   # step i takes a file from version i to i+1
+def _v3(con: sqlite3.Connection) -> None:
+    """Each checkpoint's code system (adding a code is checked against it): earlier files' are inferred from their
+    code lists, once, here."""
+    con.execute("ALTER TABLE models ADD COLUMN system TEXT")
+    for sha, codes in con.execute("SELECT sha256, codes FROM models").fetchall():
+        system = infer_code_system(c for c, _ in json.loads(codes))
+        con.execute("UPDATE models SET system = ? WHERE sha256 = ?", (system.name, sha))
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]   # step i takes a file from version i to i+1
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -326,10 +346,24 @@ class ReviewDB:
         raise AssertionError("unreachable")
 
     # -------------------------------------------------------------------------------------------- models, queue
-    def add_model(self, sha256: str, path: str, codes: Sequence[tuple[str, str]]) -> None:
+    def add_model(self, sha256: str, path: str, codes: Sequence[tuple[str, str]],
+                  system: CodeSystem | None = None) -> None:
+        """Record a checkpoint's codes and code system (inferred from the codes when not given)."""
+        system = system or infer_code_system(c for c, _ in codes)
         self.write(lambda con: con.execute(
-            "INSERT OR IGNORE INTO models (sha256, path, codes, first_used) VALUES (?, ?, ?, ?)",
-            (sha256, path, json.dumps([list(c) for c in codes]), utc_now())))
+            "INSERT OR IGNORE INTO models (sha256, path, codes, first_used, system) VALUES (?, ?, ?, ?, ?)",
+            (sha256, path, json.dumps([list(c) for c in codes]), utc_now(), system.name)))
+
+    def code_system(self, note_id: str | None = None) -> CodeSystem:
+        """The code system of the checkpoint that scored NOTE (of every queued checkpoint when None, or when the model
+        suggested nothing for the note): what `decide --add` accepts and the export titles. The one place review
+        learns a code system: each checkpoint's, recorded when it queued notes."""
+        rows = [] if note_id is None else self._read(
+            "SELECT system FROM models WHERE sha256 IN (SELECT DISTINCT checkpoint_sha256 FROM suggestions "
+            "WHERE note = ?)", (note_id,))
+        rows = rows or self._read("SELECT system FROM models")
+        systems = [code_system(r[0]) for r in rows if r[0]]
+        return family_of(systems) if systems else LOCAL
 
     def known_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(ids)
@@ -468,18 +502,11 @@ class ReviewDB:
         reviewer = _reviewer(reviewer)
         now = time.time() if now is None else now
         accept, reject, add = ([_norm_code(c) for c in xs] for xs in (accept, reject, add))
-        given = accept + reject + add
-        twice = sorted({c for c in given if given.count(c) > 1})
-        if twice:
-            raise ReviewError(f"note {note_id!r}: code {twice[0]} is given more than once; accept, "
-                              "reject or add each code once.")
-        if not given and not done:
+        if not accept + reject + add and not done:
             raise ReviewError("nothing to record; pass --accept, --reject, --add CODE or --done.")
-        unknown = [c for c in add if not self._known_code(c, note_id)]
-        if unknown:
-            raise ReviewError(f"note {note_id!r}: --add {unknown[0]} is neither one of the "
-                              "model's codes nor an ICD-10-CM "
-                              "code; check the spelling (the Review page searches codes and titles).")
+        system = self.code_system(note_id) if accept + reject + add else LOCAL
+        model = [c for c, _ in self.model_codes(note_id) or self.model_codes()]
+        add = [self._addable(c, note_id, system, model) for c in add]
 
         def run(con: sqlite3.Connection) -> dict[str, Any]:
             n = _open_note(con, self.path, note_id)
@@ -488,17 +515,26 @@ class ReviewDB:
             state = _state([dict(r) for r in con.execute("SELECT code, action FROM decisions "
                                                          "WHERE note = ? ORDER BY id",
                                                          (note_id,))])
-            for c in accept:
-                if c not in suggested:
+            added = {c for c, a in state.items() if a == "add"}
+            for i, c in enumerate(accept):
+                accept[i] = _same_code(system, c, suggested) or ""
+                if not accept[i]:
                     raise ReviewError(f"note {note_id!r}: {c} is not a suggested code, so it cannot "
                                       f"be accepted; use --add {c}.")
-            for c in reject:
-                if c not in suggested and state.get(c) != "add":
+            for i, c in enumerate(reject):
+                reject[i] = _same_code(system, c, suggested | added) or ""
+                if not reject[i]:
                     raise ReviewError(f"note {note_id!r}: {c} is neither suggested nor added, so "
                                       "there is nothing to reject.")
             for c in add:
-                if c in suggested:
+                if _same_code(system, c, suggested):
+                    c = _same_code(system, c, suggested)
                     raise ReviewError(f"note {note_id!r}: {c} is already suggested; use --accept {c}.")
+            given = accept + reject + add  # as stored: one spelling per code, whatever case or dots were typed
+            twice = sorted({c for c in given if given.count(c) > 1})
+            if twice:
+                raise ReviewError(f"note {note_id!r}: code {twice[0]} is given more than once; accept, "
+                                  "reject or add each code once.")
             at = utc_now()
             rows = [(note_id, c, a, reviewer, at) for a, cs in (("accept", accept), ("reject", reject),
                                                                 ("add", add)) for c in cs]
@@ -527,10 +563,29 @@ class ReviewDB:
         """Mark NOTE done (every suggestion needs a decision)."""
         return self.decide(note_id, reviewer, done=True, now=now)
 
-    def _known_code(self, code: str, note_id: str) -> bool:
-        if code in dict(self.model_codes(note_id)) or code in dict(self.model_codes()):
-            return True
-        return bool(code_titles.icd10_cm_titles([code]))
+    def _addable(self, code: str, note_id: str, system: CodeSystem, model: Sequence[str]) -> str:
+        """CODE as stored when a coder adds it: one of the model's codes (any case or dotting), or a code of the
+        note's code system in clinicode's spelling (an ICD-10-CM code must be in the CMS tables; ICD-9-CM and
+        ICD-10-PCS ship no tables, so their shape is checked)."""
+        known = _same_code(system, code, set(model))
+        if known:
+            return known
+        member = system.member(code)
+        if member is None or member is LOCAL:
+            other = next((s.member(code) for s in (ICD9_CM, ICD10, MESH_OMIM) if s is not system and s.is_valid(code)),
+                         None)
+            if other is not None and system is not LOCAL:
+                raise ReviewError(f"note {note_id!r}: --add {code} is a code of {other.name}, but the model that "
+                                  f"scored this note codes in {system.name}; add the {system.name} code (such as "
+                                  f"{system.example}) instead.")
+            raise ReviewError(f"note {note_id!r}: --add {code} is neither one of the model's codes nor a valid "
+                              f"{system.name} code; check the spelling (the Review page searches codes and titles).")
+        normalised = system.normalise(code)
+        if member is ICD10_CM and not member.titles([normalised]):
+            raise ReviewError(f"note {note_id!r}: --add {code} is neither one of the model's codes nor a valid "
+                              "ICD-10-CM code (not in the CMS tables); check the spelling (the Review page searches "
+                              "codes and titles).")
+        return _same_code(system, normalised, set(model)) or normalised
 
     # -------------------------------------------------------------------------------------------- results
     def finished(self) -> list[dict[str, Any]]:
@@ -614,6 +669,21 @@ def _reviewer(name: Any) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > 100:
         raise ReviewError("--reviewer must be a name (1-100 characters), so every decision says who made it.")
     return name.strip()
+
+
+def _same_code(system: CodeSystem, code: str, codes: set[str]) -> str | None:
+    """The one of CODES that CODE names, whatever its case or dotting ('y92230' finds 'Y92.230'), else None."""
+    if code in codes:
+        return code
+    keys = {c.upper(): c for c in codes}
+    if code.upper() in keys:
+        return keys[code.upper()]
+    if system.is_valid(code):
+        normalised = system.normalise(code)
+        if normalised in codes:
+            return normalised
+    bare = {c.upper().replace(".", ""): c for c in codes}
+    return bare.get(code.upper().replace(".", ""))
 
 
 def _norm_code(code: Any) -> str:
@@ -796,7 +866,7 @@ def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, expl
     sha = predictor.checkpoint.manifest_sha256
     ck_path = str(predictor.checkpoint.path)
     labels = predictor.labels
-    db.add_model(sha, ck_path, list(zip(labels.codes, labels.descriptions)))
+    db.add_model(sha, ck_path, list(zip(labels.codes, labels.descriptions)), predictor.code_system)
     counts = {"queued": 0, "already": 0, "errors": 0}
     seen: set[str] = set()
 
@@ -845,12 +915,17 @@ def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, expl
 
 
 # ------------------------------------------------------------------------------------------------ codes
-def search_codes(query: str, model_codes: Sequence[tuple[str, str]], *, limit: int = 25) -> list[tuple[str, str, str]]:
-    """(code, title, source) matching QUERY by code prefix or words in the title: the model's codes first, then
-    ICD-10-CM (billable and category codes, from the CMS tables shipped with simple-icd-10-cm)."""
+def search_codes(query: str, model_codes: Sequence[tuple[str, str]], *, system: CodeSystem | None = None,
+                 limit: int = 25) -> list[tuple[str, str, str]]:
+    """(code, title, source) matching QUERY by code prefix or words in the title: the model's codes first, then, when
+    the model's code system (SYSTEM, else inferred from its codes) holds ICD-10-CM, ICD-10-CM's billable and category
+    codes (the CMS tables shipped with simple-icd-10-cm). No other system ships titles to search."""
     if not query.strip():
         return []
     out = [(c, t, "model") for c, t in model_codes if code_matches(query, c, t)]
+    system = system or infer_code_system(c for c, _ in model_codes)
+    if ICD10_CM not in system.leaves:
+        return out[:limit]
     have = {c for c, _, _ in out}
     for c, t, low in _icd10_cm_index():
         if len(out) >= limit:
@@ -889,9 +964,11 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
 
     Alone (base None): each note's split comes from a hash of its id (about 80/10/10 train/dev/test, stable across
     exports; train and dev always get at least one note). With `base` (a prepared dataset or coded-notes folder): the
-    base's splits are copied, a reviewed note whose id is in the base replaces that note's codes in its split, and
-    every other reviewed note joins train, so dev and test stay the base's and the new model is measured as the old
-    one was; codes coders added that the base's label set lacks are appended to it.
+    base's splits are copied with their labels; coder labels only replace train labels (a reviewed note whose id is
+    in the base's train takes the coders' codes there), a reviewed note whose id is in the base's dev or test is left
+    out (counted as `kept_out`: dev and test stay exactly the base's, so the new model is measured as the old one
+    was), and every other reviewed note joins train. Codes coders added that the base's label set lacks are appended
+    to its labels.json.
     The folder is new, empty or an earlier export; it appears atomically, and its files (they hold note text) are
     owner-only. `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`.
     """
@@ -907,9 +984,11 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
                           "decide ... --done` or on the Review page.")
     titles = dict(db.model_codes())
     codes = sorted({c for n in notes for c in n["labels"]})
-    titles.update(code_titles.icd10_cm_titles([c for c in codes if c not in titles]))
+    system = db.code_system()
+    titles.update(system.titles([c for c in codes if c not in titles]))
     rows = {n["id"]: {"id": n["id"], "text": n["text"], "labels": n["labels"]} for n in notes}
     labels_json = None
+    kept_out = 0
     if base is None:
         splits = _hash_splits(list(rows.values()))
     else:
@@ -918,12 +997,17 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
         ds = load_dataset(Path(base))
         splits = {}
         for name, df in ds.splits.items():
-            splits[name] = [rows.pop(str(i)) if str(i) in rows else {"id": str(i), "text": t, "labels": list(lab)}
-                            for i, t, lab in zip(df["id"], df["text"], df["labels"])]
+            part = []
+            for i, t, lab in zip(df["id"], df["text"], df["labels"]):
+                reviewed = rows.pop(str(i), None)
+                if reviewed is not None and name == "train":
+                    part.append(reviewed)
+                else:
+                    kept_out += reviewed is not None
+                    part.append({"id": str(i), "text": t, "labels": list(lab)})
+            splits[name] = part
         splits["train"].extend(rows.values())
-        new = [c for c in codes if c not in ds.labels]
-        labels_json = [{"code": c, "description": d} for c, d in zip(ds.labels.codes, ds.labels.descriptions)] + \
-                      [{"code": c, "description": titles.get(c, "")} for c in new]
+        labels_json = _merged_labels(ds.labels, [c for c in codes if c not in ds.labels], titles, system)
     with atomic_dir(out, replaces=is_review_export) as tmp:
         os.chmod(tmp, 0o700)
         for name, part in splits.items():
@@ -936,7 +1020,20 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
         counts.setdefault("test", 0)
         write_manifest(tmp, make_manifest(EXPORT_KIND, counts=counts, codes=len(codes), reviewed=len(notes),
                                           source=str(db.path), base=None if base is None else str(base)))
-    return {**counts, "codes": len(codes), "reviewed": len(notes)}
+    return {**counts, "codes": len(codes), "reviewed": len(notes), "kept_out": kept_out}
+
+
+def _merged_labels(base: Any, new: Sequence[str], titles: dict[str, str], system: CodeSystem) -> list[dict[str, str]]:
+    """The base's labels.json entries with the codes coders added appended; each names its code system when the
+    base's set and every added code's system are known."""
+    from clinicode.data.labels import LabelSet
+
+    fam = base.code_system
+    members = [system.member(c) for c in new]
+    if fam is not None and new:
+        fam = None if any(m is None or m is LOCAL for m in members) else family_of([fam, *members])
+    return LabelSet(tuple(base.codes) + tuple(new), tuple(base.descriptions) + tuple(titles.get(c, "") for c in new),
+                    fam).to_json()
 
 
 def _hash_splits(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_review import _fake_db, _mode
+from test_review import TEXT, _fake_db, _mode, _rec
 
 from clinicode.records import read_records
 from clinicode.review import open_db
@@ -235,3 +235,120 @@ def test_a_read_only_medium_gives_a_clear_line_and_reports_still_read_it(read_on
     assert (js["overall"]["notes"], js["overall"]["accepted"]) == (3, 6)
     succeeds(["review", "export", "--db", db, "--out", tmp_path / "out"])
     assert sorted(p.name for p in read_only_medium.iterdir()) == ["r.sqlite"]
+
+
+# ------------------------------------------------------------------------------------------------ 2. one code per code
+ICD10_CODES = ("Y92.230", "I50.9", "N17.9", "I10")
+
+
+def _icd10_db(path: Path, n: int = 3) -> Path:
+    """A queue scored by an ICD-10 model: every note suggests Y92.230, I50.9 and N17.9."""
+    with open_db(path) as db:
+        db.add_model("a" * 64, "/runs/icd10", [(c, f"title of {c}") for c in ICD10_CODES])
+        db.add_notes([(f"n{i}", TEXT, _rec(*ICD10_CODES[:3])) for i in range(n)], sha256="a" * 64,
+                     checkpoint="/runs/icd10")
+    return path
+
+
+def _coded_notes(folder: Path, splits: dict[str, list[tuple[str, list[str]]]]) -> Path:
+    folder.mkdir()
+    for name, rows in splits.items():
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps({"id": i, "text": f"note {i} heart failure",
+                                                                  "labels": labels}) + "\n" for i, labels in rows))
+    return folder
+
+
+def test_a_code_is_one_code_whatever_its_case_or_dots(tmp_path):
+    db = _icd10_db(tmp_path / "r.sqlite")
+    d = ["review", "decide", "--db", db, "--reviewer", "ann", "--id", "n0"]
+    assert "codes now: Y92.230" in succeeds([*d, "--accept", "y92.230"]).stdout
+    succeeds([*d, "--add", "e11.65"])
+    res = succeeds([*d, "--add", "E1165", "--reject", "i50.9", "--accept", "N17.9", "--done"])
+    assert "finished; codes now: E11.65, N17.9, Y92.230" in res.stdout
+    fails([*d[:-1], "n1", "--add", "e11.65", "--add", "E11.65"],
+          "code E11.65 is given more than once")
+    fails([*d[:-1], "n1", "--add", "y92230"], "Y92.230 is already suggested; use --accept Y92.230")
+    with open_db(db) as rdb:
+        assert [r["code"] for r in rdb.note("n0")["log"] if r["code"]] == ["Y92.230", "E11.65", "N17.9", "I50.9",
+                                                                          "E11.65"]
+        s = rdb.stats()
+        assert s["per_code"]["E11.65"]["added"] == 1 and "e11.65" not in s["per_code"]
+        rdb.decide("n1", "bob", accept=["Y92.230", "I50.9"], reject=["N17.9"], done=True)
+    base = _coded_notes(tmp_path / "base", {"train": [("t1", ["I50.9"]), ("t2", ["I10"])], "dev": [("d1", ["I10"])],
+                                            "test": [("x1", ["I50.9"])]})
+    out = tmp_path / "with-base"
+    succeeds(["review", "export", "--db", db, "--out", out, "--base", base])
+    labels = [e["code"] for e in json.loads((out / "labels.json").read_text())]
+    assert labels.count("E11.65") == 1 and not [c for c in labels if c != c.upper()]
+    train = {json.loads(x)["id"]: json.loads(x)["labels"] for x in (out / "train.jsonl").read_text().splitlines()}
+    assert sorted(train["n0"]) == ["E11.65", "N17.9", "Y92.230"]
+
+
+def test_added_codes_follow_the_models_code_system(tmp_path):
+    icd10 = _icd10_db(tmp_path / "icd10.sqlite")
+    d10 = ["review", "decide", "--db", icd10, "--reviewer", "ann", "--id", "n0"]
+    assert "codes now: 02HV33Z, E11.65" in succeeds([*d10, "--add", "02hv33z", "--add", "E11.65"]).stdout  # PCS too
+    fails([*d10, "--add", "428.0"], "428.0 is a code of ICD-9-CM, but the model that scored this note codes in "
+          "ICD-10-CM/PCS")
+    fails([*d10, "--add", "Z99.999"], "not in the CMS tables")  # the shape of ICD-10-CM, but no such code
+    icd9 = _fake_db(tmp_path / "icd9.sqlite")
+    d9 = ["review", "decide", "--db", icd9, "--reviewer", "ann", "--id", "n0"]
+    res = succeeds([*d9, "--add", "25000", "--add", "v58.61", "--add", "38.93"])  # outside the model's codes
+    assert "codes now: 250.00, 38.93, V58.61" in res.stdout
+    for code, system in (("I50.9", "ICD-10-CM"), ("02HV33Z", "ICD-10-PCS")):
+        res = fails([*d9, "--add", code], f"{code} is a code of {system}, but the model that scored this note codes "
+                    "in ICD-9-CM; add the ICD-9-CM code (such as 401.9) instead.")
+    with open_db(icd9) as rdb:
+        assert rdb.code_system("n0").name == "ICD-9-CM" and rdb.code_system().name == "ICD-9-CM"
+
+
+def test_queue_records_the_checkpoints_code_system(tiny_run, tmp_path):
+    notes = tmp_path / "in.jsonl"
+    notes.write_text(json.dumps({"id": "a", "text": "hypertension and congestive heart failure"}) + "\n")
+    db = tmp_path / "q.sqlite"
+    succeeds(["review", "queue", "--db", db, "--checkpoint", tiny_run, "--input", notes])
+    with open_db(db) as rdb:
+        assert rdb.con.execute("SELECT system FROM models").fetchall()[0][0] == "ICD-9-CM"
+
+
+# ------------------------------------------------------------------------------------------------ 4. misleading
+def test_export_with_base_keeps_the_bases_dev_and_test_labels(tmp_path):
+    db = _icd10_db(tmp_path / "r.sqlite", n=0)
+    with open_db(db) as rdb:  # reviewed notes carrying the ids of a base train, dev and test note, and a new one
+        rdb.add_notes([(i, TEXT, _rec(*ICD10_CODES[:3])) for i in ("t1", "d1", "x1", "new")], sha256="a" * 64,
+                      checkpoint="/runs/icd10")
+        for i in ("t1", "d1", "x1", "new"):
+            rdb.decide(i, "ann", accept=["Y92.230"], reject=["I50.9", "N17.9"], done=True)
+    base = _coded_notes(tmp_path / "base", {"train": [("t1", ["I50.9"]), ("t2", ["I10"])], "dev": [("d1", ["I10"])],
+                                            "test": [("x1", ["I50.9"])]})
+    out = tmp_path / "combined"
+    res = succeeds(["review", "export", "--db", db, "--out", out, "--base", base])
+    assert "2 reviewed notes are in the base's dev or test split: left out" in res.stdout
+
+    def split(name: str) -> dict:
+        return {json.loads(x)["id"]: json.loads(x)["labels"] for x in (out / f"{name}.jsonl").read_text().splitlines()}
+
+    assert split("dev") == {"d1": ["I10"]} and split("test") == {"x1": ["I50.9"]}  # exactly the base's
+    assert split("train") == {"t1": ["Y92.230"], "t2": ["I10"], "new": ["Y92.230"]}  # coders replace train labels
+
+
+def test_ctrl_c_in_review_queue_advises_a_command_that_exists(tiny_run, tmp_path, monkeypatch):
+    from clinicode import review
+    from clinicode.cli import app
+
+    from helpers import runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(review, "queue", interrupted)
+    notes = _review_cmds(tmp_path / "q.sqlite", tmp_path)[0][-1]
+    res = runner().invoke(app, ["review", "queue", "--db", str(tmp_path / "q.sqlite"), "--checkpoint", str(tiny_run),
+                                "--input", str(notes)])
+    assert res.exit_code == 130 and "--resume" not in res.stderr
+    assert "Run the same `clinicode review queue` command again" in res.stderr
+    assert not (tmp_path / "q.sqlite").exists()  # created by this run and never filled: not left behind
+    monkeypatch.setattr(review.ReviewDB, "stats", interrupted)
+    _fake_db(tmp_path / "r.sqlite")
+    res = runner().invoke(app, ["review", "stats", "--db", str(tmp_path / "r.sqlite")])
+    assert res.exit_code == 130 and "--resume" not in res.stderr and "interrupted" in res.stderr

@@ -676,6 +676,27 @@ def review_stats_cli(
     typer.echo(f"\nper {by}")
     for period, v in s["over_time"].items():
         typer.echo(row(period, v))
+    typer.echo("\nwhat the queue teaches, per code (accept rate: suggestions coders kept; missed rate: codings "
+               "the model did not suggest)")
+    typer.echo(f"{'':<12} {'suggested':>9} {'accept rate':>11} {'coded':>8} {'missed rate':>11}")
+    for code, v in s["per_code"].items():
+        typer.echo(f"{code:<12} {v['suggested']:>9,} {pct(v['accept_rate']):>11} {v['coded']:>8,} "
+                   f"{pct(v['missed_rate']):>11}")
+    r = s["routing"]
+    typer.echo(f"\nscores at and above which suggestions were accepted >= {r['target']:.0%} (codes with >= "
+               f"{r['min_decisions']} decided suggestions from one checkpoint; a report: nothing is accepted "
+               "without a coder)")
+    if not r["by_checkpoint"]:
+        typer.echo(f"no code has {r['min_decisions']} decided suggestions from one checkpoint yet")
+    for entry in r["by_checkpoint"].values():
+        typer.echo(f"checkpoint {entry['checkpoint']}")
+        typer.echo(f"{'':<12} {'score >=':>8} {'decisions':>9} {'accepted':>8} {'95% low':>7} {'share':>6} {'of':>5}")
+        for code, t in entry["codes"].items():
+            if t["threshold"] is None:
+                typer.echo(f"{code:<12} {'never':>8} {'':>9} {'':>8} {'':>7} {'':>6} {t['all_decisions']:>5,}")
+            else:
+                typer.echo(f"{code:<12} {t['threshold']:>8.3f} {t['decisions']:>9,} {pct(t['rate']):>8} "
+                           f"{pct(t['lower_bound']):>7} {t['share']:>6.0%} {t['all_decisions']:>5,}")
 
 
 def main() -> None:

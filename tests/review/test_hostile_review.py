@@ -352,3 +352,54 @@ def test_ctrl_c_in_review_queue_advises_a_command_that_exists(tiny_run, tmp_path
     _fake_db(tmp_path / "r.sqlite")
     res = runner().invoke(app, ["review", "stats", "--db", str(tmp_path / "r.sqlite")])
     assert res.exit_code == 130 and "--resume" not in res.stderr and "interrupted" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------------ 5. what it teaches
+def _pairs() -> list[tuple[float, bool]]:
+    """40 suggestions scored 0.99 .. 0.60: accepted down to 0.75 except the one at 0.95, rejected below."""
+    return [(round(1 - i / 100, 2), i <= 25 and i != 5) for i in range(1, 41)]
+
+
+def test_route_threshold_is_the_lowest_score_whose_suggestions_reach_95_percent():
+    from clinicode.review import route_threshold
+
+    t = route_threshold(_pairs())
+    # by hand: the top n hold n - 1 accepted for 5 <= n <= 25, so (n - 1) / n >= 0.95 from n = 20 to 25 (24/25 = 0.96);
+    # the 26th is rejected (24/26 < 0.95): the lowest such score is the 25th, 0.75
+    assert (t["threshold"], t["decisions"], t["accepted"], t["all_decisions"]) == (0.75, 25, 24, 40)
+    assert t["rate"] == pytest.approx(0.96) and t["share"] == pytest.approx(25 / 40)
+    assert t["lower_bound"] == pytest.approx(0.8046, abs=1e-4)  # the 95% Wilson interval of 24/25 starts there
+    tied = route_threshold([*_pairs(), (0.75, False)])  # a cut never splits one score: 0.75 now holds 24 of 26
+    assert (tied["threshold"], tied["decisions"], tied["accepted"]) == (0.76, 24, 23)
+    few = route_threshold([(0.9, True)] * 19)  # 19 straight accepts back no score
+    assert few["threshold"] is None and few["all_decisions"] == 19
+    never = route_threshold([(0.9 - i / 100, i % 10 != 0) for i in range(40)])  # 90% accepted at every cut
+    assert never["threshold"] is None
+
+
+def test_stats_report_accept_and_missed_rates_and_the_routing_score_per_code(tmp_path):
+    db = tmp_path / "r.sqlite"
+    with open_db(db) as rdb:
+        rdb.add_model("f" * 64, "/runs/fake", [("428.0", "CHF"), ("401.9", "HTN"), ("584.9", "AKI")])
+        rdb.add_notes([(f"n{i}", TEXT, {"predicted": [{"code": "428.0", "score": s}, {"code": "401.9", "score": 0.5}]})
+                       for i, (s, _) in enumerate(_pairs())], sha256="f" * 64, checkpoint="/runs/fake")
+        for i, (_, ok) in enumerate(_pairs()):
+            rdb.decide(f"n{i}", "ann", accept=["428.0"] if ok else [], reject=([] if ok else ["428.0"]) + ["401.9"],
+                       add=["584.9"] if i % 4 == 0 else [], done=True)
+        s = rdb.stats()
+    chf, aki, htn = s["per_code"]["428.0"], s["per_code"]["584.9"], s["per_code"]["401.9"]
+    assert (chf["suggested"], chf["coded"], chf["missed_rate"]) == (40, 24, 0.0)
+    assert chf["accept_rate"] == pytest.approx(24 / 40) and htn["accept_rate"] == 0.0
+    assert (aki["suggested"], aki["accept_rate"], aki["coded"], aki["missed_rate"]) == (0, None, 10, 1.0)
+    routing = s["routing"]
+    assert (routing["target"], routing["min_decisions"]) == (0.95, 20)
+    codes = routing["by_checkpoint"]["f" * 64]["codes"]
+    assert set(codes) == {"428.0", "401.9"}  # 584.9 was never suggested: no score to route by
+    assert (codes["428.0"]["threshold"], codes["428.0"]["decisions"]) == (0.75, 25)
+    assert codes["401.9"]["threshold"] is None and codes["401.9"]["all_decisions"] == 40
+    out = succeeds(["review", "stats", "--db", db]).stdout
+    assert "what the queue teaches" in out and "nothing is accepted without a coder" in out
+    assert any(line.split()[:4] == ["428.0", "0.750", "25", "96.0%"] for line in out.splitlines())
+    assert any(line.split()[:3] == ["584.9", "0", "-"] for line in out.splitlines())
+    with open_db(db) as rdb:  # a report only: no decision was made by it
+        assert rdb.con.execute("SELECT COUNT(*) FROM decisions WHERE reviewer != 'ann'").fetchone()[0] == 0

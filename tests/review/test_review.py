@@ -1,4 +1,4 @@
-"""The review queue (clinicode/review.py and `clinicode review ...`): database, queue, decisions, claims, export,
+"""The review queue (clinicode/review/ and `clinicode review ...`): database, queue, decisions, claims, export,
 stats, concurrency and faults. Synthetic notes only."""
 
 from __future__ import annotations

@@ -1,54 +1,25 @@
-"""A coder's review queue: notes scored by a checkpoint, the coder's decisions on them, export and agreement stats.
+"""The review database: one SQLite file, its schema and migrations, opening it safely, and the `ReviewDB` handle.
 
-One SQLite file (the path the user chose: `--db` or $CLINICODE_REVIEW_DB) holds everything, note text included:
-`notes` (text, status, who holds the claim and until when), `suggestions` (the model's predicted codes with scores
-and evidence spans, from `Prediction.to_dict()`, and which checkpoint made them), `models` (each checkpoint's code
-list, for adding codes) and `decisions` (an append-only audit log: reviewer, UTC time, note, code, action; triggers
-refuse UPDATE and DELETE on it). The CLI (`clinicode review ...`) and the app's Review page both go through this
-module, so a decision made in one is the same row as one made in the other.
-
-Safety: the file is created owner-only (0600, before SQLite opens it; its -wal and -shm files follow the same
-mode); writes run in `BEGIN IMMEDIATE` transactions with a busy timeout and retries, so two processes deciding at
-once both succeed; a damaged or foreign file, a database from a newer clinicode and a full disk each raise one
-`ReviewError` line, and a failed write rolls back whole, leaving what was saved before intact.
+Owns the file rules (a regular owner-only file of this user, companions likewise, read-only opens for reports, the
+integrity check) and the transactions; decisions, stats, queue and export are the package's other rooms.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 import os
 import random
-import re
 import sqlite3
 import stat
 import time
 import urllib.parse
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-from clinicode.artifacts import atomic_dir, check_output, make_manifest, manifest_kind, write_manifest
-from clinicode.codes import icd10 as code_titles
-from clinicode.codes.search import code_matches
-from clinicode.codes.systems import (
-    ICD9_CM,
-    ICD10,
-    ICD10_CM,
-    LOCAL,
-    MESH_OMIM,
-    CodeSystem,
-    code_system,
-    family_of,
-    infer_code_system,
-)
-from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
-from clinicode.records import Record, read_records
+from clinicode.codes.systems import LOCAL, CodeSystem, code_system, family_of, infer_code_system
+from clinicode.errors import ClinicodeError, ConfigError
 from clinicode.safe_io import new_private_file
-
-if TYPE_CHECKING:  # the app lists the queue without importing torch
-    from clinicode.predict import Predictor
 
 DB_ENV = "CLINICODE_REVIEW_DB"
 APPLICATION_ID = 0x436C5276          # "ClRv" in the SQLite header: this file is a clinicode review database
@@ -56,14 +27,8 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 CLAIM_MINUTES = 30                   # how long opening a note keeps it for its reviewer
 BUSY_MS = 10_000                     # SQLite waits this long for another writer before reporting busy
 RETRIES = 6                          # then we retry the whole transaction this many times (with jitter)
-CHUNK = 256                          # notes scored and stored per transaction by `queue`
-EXPLAIN = 5                          # evidence phrases stored per suggested code
-MIN_ROUTE_DECISIONS = 20             # decided suggestions of one code from one checkpoint before a routing score
-ROUTE_TARGET = 0.95                  # the acceptance rate a routing score must reach
-EXPORT_KIND = "review-export"
 ACTIONS = ("accept", "reject", "add", "done")
 STATUSES = ("pending", "in progress", "done")
-_CODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,15}$")
 
 
 class ReviewError(ClinicodeError):
@@ -283,7 +248,7 @@ class ReviewDB:
             ReviewError: naming the first problem the check found; a damaged index would otherwise make the report
                 count only the rows it still reaches.
         """
-        rows = self._read("PRAGMA integrity_check(100)")
+        rows = self.read("PRAGMA integrity_check(100)")
         problems = [line.strip() for r in rows for line in str(r[0]).splitlines()
                     if line.strip() and not line.startswith("*** in database")]
         if problems and problems != ["ok"]:
@@ -308,7 +273,8 @@ class ReviewDB:
         return True
 
     # -------------------------------------------------------------------------------------------- transactions
-    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """The rows of one query (busy databases are retried; SQLite errors become one ReviewError line)."""
         for attempt in range(RETRIES):
             try:
                 return self.con.execute(sql, params).fetchall()
@@ -360,10 +326,10 @@ class ReviewDB:
         """The code system of the checkpoint that scored NOTE (of every queued checkpoint when None, or when the model
         suggested nothing for the note): what `decide --add` accepts and the export titles. The one place review
         learns a code system: each checkpoint's, recorded when it queued notes."""
-        rows = [] if note_id is None else self._read(
+        rows = [] if note_id is None else self.read(
             "SELECT system FROM models WHERE sha256 IN (SELECT DISTINCT checkpoint_sha256 FROM suggestions "
             "WHERE note = ?)", (note_id,))
-        rows = rows or self._read("SELECT system FROM models")
+        rows = rows or self.read("SELECT system FROM models")
         systems = [code_system(r[0]) for r in rows if r[0]]
         return family_of(systems) if systems else LOCAL
 
@@ -372,7 +338,7 @@ class ReviewDB:
         out: set[str] = set()
         for i in range(0, len(ids), 500):
             part = ids[i:i + 500]
-            rows = self._read(f"SELECT id FROM notes WHERE id IN ({','.join('?' * len(part))})", part)
+            rows = self.read(f"SELECT id FROM notes WHERE id IN ({','.join('?' * len(part))})", part)
             out.update(r[0] for r in rows)
         return out
 
@@ -409,7 +375,7 @@ class ReviewDB:
         status: keep these display statuses; code: notes suggesting (or finally coded with) this code;
         min_score: notes whose best suggestion scores at least this."""
         now = time.time() if now is None else now
-        rows = self._read("""
+        rows = self.read("""
             SELECT n.id, n.status, n.claimed_by, n.claim_expires, n.queued_at,
                    (SELECT MAX(score) FROM suggestions s WHERE s.note = n.id) AS top,
                    (SELECT group_concat(code, ' ')
@@ -434,7 +400,7 @@ class ReviewDB:
 
     def note(self, note_id: str) -> dict[str, Any]:
         """One note: text, status, claim, suggestions (with evidence), each code's latest decision, the log."""
-        rows = self._read("SELECT * FROM notes WHERE id = ?", (note_id,))
+        rows = self.read("SELECT * FROM notes WHERE id = ?", (note_id,))
         if not rows:
             raise ReviewError(f"no note {note_id!r} in the review database {self.path}; check the id (see "
                               "`clinicode review stats`).")
@@ -442,8 +408,8 @@ class ReviewDB:
         sugg = [{"code": s["code"], "description": s["description"], "score": s["score"], "rank": s["rank"],
                  "evidence": json.loads(s["evidence"]), "checkpoint": s["checkpoint_path"],
                  "checkpoint_sha256": s["checkpoint_sha256"]}
-                for s in self._read("SELECT * FROM suggestions WHERE note = ? ORDER BY rank", (note_id,))]
-        log = [dict(r) for r in self._read("SELECT id, code, action, reviewer, at FROM decisions "
+                for s in self.read("SELECT * FROM suggestions WHERE note = ? ORDER BY rank", (note_id,))]
+        log = [dict(r) for r in self.read("SELECT id, code, action, reviewer, at FROM decisions "
                                            "WHERE note = ? ORDER BY id",
                                            (note_id,))]
         return {"id": n["id"], "text": n["text"], "status": n["status"], "claimed_by": n["claimed_by"],
@@ -453,9 +419,9 @@ class ReviewDB:
     def model_codes(self, note_id: str | None = None) -> list[tuple[str, str]]:
         """(code, description) of the checkpoints that scored NOTE (every queued checkpoint when None)."""
         if note_id is None:
-            rows = self._read("SELECT codes FROM models ORDER BY first_used")
+            rows = self.read("SELECT codes FROM models ORDER BY first_used")
         else:
-            rows = self._read("SELECT m.codes FROM models m WHERE m.sha256 IN "
+            rows = self.read("SELECT m.codes FROM models m WHERE m.sha256 IN "
                               "(SELECT DISTINCT checkpoint_sha256 FROM suggestions WHERE note = ?)", (note_id,))
         seen: dict[str, str] = {}
         for r in rows:
@@ -488,236 +454,31 @@ class ReviewDB:
             "UPDATE notes SET claimed_by = NULL, claim_expires = NULL WHERE id = ? AND claimed_by = ?",
                                            (note_id, reviewer)))
 
-    # -------------------------------------------------------------------------------------------- decisions
+    # -------------------------------------------------------------------------------------------- decisions, results
     def decide(self, note_id: str, reviewer: str, *, accept: Sequence[str] = (), reject: Sequence[str] = (),
                add: Sequence[str] = (), done: bool = False, now: float | None = None) -> dict[str, Any]:
-        """Record REVIEWER's decisions on NOTE as audit rows, all or none (one transaction), and finish it if `done`.
+        """Record REVIEWER's decisions on NOTE, all or none (`clinicode.review.decisions.decide`)."""
+        from clinicode.review.decisions import decide
 
-        accept/reject: suggested codes (reject also withdraws a code added earlier); add: a code the model did not
-        suggest (one of a queued checkpoint's codes or an ICD-10-CM code); done: every suggestion must then have a
-        decision. The reviewer's claim on the note is renewed.
-
-        Raises:
-            ClaimedError: another reviewer holds the note. ReviewError: unknown note or code, a finished note, a code
-            given twice, or undecided suggestions at `done`.
-        """
-        reviewer = _reviewer(reviewer)
-        now = time.time() if now is None else now
-        accept, reject, add = ([_norm_code(c) for c in xs] for xs in (accept, reject, add))
-        if not accept + reject + add and not done:
-            raise ReviewError("nothing to record; pass --accept, --reject, --add CODE or --done.")
-        system = self.code_system(note_id) if accept + reject + add else LOCAL
-        model = [c for c, _ in self.model_codes(note_id) or self.model_codes()]
-        add = [self._addable(c, note_id, system, model) for c in add]
-
-        def run(con: sqlite3.Connection) -> dict[str, Any]:
-            n = _open_note(con, self.path, note_id)
-            _check_claim(n, reviewer, now)
-            suggested = {r[0] for r in con.execute("SELECT code FROM suggestions WHERE note = ?", (note_id,))}
-            state = _state([dict(r) for r in con.execute("SELECT code, action FROM decisions "
-                                                         "WHERE note = ? ORDER BY id",
-                                                         (note_id,))])
-            added = {c for c, a in state.items() if a == "add"}
-            for i, c in enumerate(accept):
-                accept[i] = _same_code(system, c, suggested) or ""
-                if not accept[i]:
-                    raise ReviewError(f"note {note_id!r}: {c} is not a suggested code, so it cannot "
-                                      f"be accepted; use --add {c}.")
-            for i, c in enumerate(reject):
-                reject[i] = _same_code(system, c, suggested | added) or ""
-                if not reject[i]:
-                    raise ReviewError(f"note {note_id!r}: {c} is neither suggested nor added, so "
-                                      "there is nothing to reject.")
-            for c in add:
-                if _same_code(system, c, suggested):
-                    c = _same_code(system, c, suggested)
-                    raise ReviewError(f"note {note_id!r}: {c} is already suggested; use --accept {c}.")
-            given = accept + reject + add  # as stored: one spelling per code, whatever case or dots were typed
-            twice = sorted({c for c in given if given.count(c) > 1})
-            if twice:
-                raise ReviewError(f"note {note_id!r}: code {twice[0]} is given more than once; accept, "
-                                  "reject or add each code once.")
-            at = utc_now()
-            rows = [(note_id, c, a, reviewer, at) for a, cs in (("accept", accept), ("reject", reject),
-                                                                ("add", add)) for c in cs]
-            for _, c, a, _, _ in rows:
-                state[c] = a
-            if done:
-                undecided = sorted(c for c in suggested if state.get(c) not in ("accept", "reject"))
-                if undecided:
-                    raise ReviewError(f"note {note_id!r}: {len(undecided)} suggested code(s) have no decision yet "
-                                      f"({', '.join(undecided[:5])}); accept or reject each before "
-                                      "finishing (nothing was saved).")
-                rows.append((note_id, None, "done", reviewer, at))
-            con.executemany("INSERT INTO decisions (note, code, action, reviewer, at) VALUES (?, ?, ?, ?, ?)", rows)
-            if done:
-                con.execute("UPDATE notes SET status = 'done', claimed_by = NULL, claim_expires = NULL WHERE id = ?",
-                            (note_id,))
-            else:
-                con.execute("UPDATE notes SET status = 'in_progress', claimed_by = ?, claim_expires = ? WHERE id = ?",
-                            (reviewer, now + CLAIM_MINUTES * 60, note_id))
-            return {"note": note_id, "accepted": accept, "rejected": reject, "added": add, "done": done,
-                    "codes": sorted(c for c, a in state.items() if a in ("accept", "add"))}
-
-        return self.write(run)
+        return decide(self, note_id, reviewer, accept=accept, reject=reject, add=add, done=done, now=now)
 
     def finish(self, note_id: str, reviewer: str, *, now: float | None = None) -> dict[str, Any]:
         """Mark NOTE done (every suggestion needs a decision)."""
         return self.decide(note_id, reviewer, done=True, now=now)
 
-    def _addable(self, code: str, note_id: str, system: CodeSystem, model: Sequence[str]) -> str:
-        """CODE as stored when a coder adds it: one of the model's codes (any case or dotting), or a code of the
-        note's code system in clinicode's spelling (an ICD-10-CM code must be in the CMS tables; ICD-9-CM and
-        ICD-10-PCS ship no tables, so their shape is checked)."""
-        known = _same_code(system, code, set(model))
-        if known:
-            return known
-        member = system.member(code)
-        if member is None or member is LOCAL:
-            other = next((s.member(code) for s in (ICD9_CM, ICD10, MESH_OMIM) if s is not system and s.is_valid(code)),
-                         None)
-            if other is not None and system is not LOCAL:
-                raise ReviewError(f"note {note_id!r}: --add {code} is a code of {other.name}, but the model that "
-                                  f"scored this note codes in {system.name}; add the {system.name} code (such as "
-                                  f"{system.example}) instead.")
-            raise ReviewError(f"note {note_id!r}: --add {code} is neither one of the model's codes nor a valid "
-                              f"{system.name} code; check the spelling (the Review page searches codes and titles).")
-        normalised = system.normalise(code)
-        if member is ICD10_CM and not member.titles([normalised]):
-            raise ReviewError(f"note {note_id!r}: --add {code} is neither one of the model's codes nor a valid "
-                              "ICD-10-CM code (not in the CMS tables); check the spelling (the Review page searches "
-                              "codes and titles).")
-        return _same_code(system, normalised, set(model)) or normalised
-
-    # -------------------------------------------------------------------------------------------- results
     def finished(self) -> list[dict[str, Any]]:
-        """Done notes with text, final codes (accepted + added), suggested codes and when they were finished."""
-        notes = {r["id"]: r["text"] for r in self._read("SELECT id, text FROM notes WHERE "
-                                                        "status = 'done' ORDER BY rowid")}
-        log: dict[str, list[dict[str, Any]]] = {i: [] for i in notes}
-        for r in self._read("SELECT d.note, d.code, d.action, d.at FROM decisions d JOIN notes n ON n.id = d.note "
-                            "WHERE n.status = 'done' ORDER BY d.id"):
-            log[r["note"]].append(dict(r))
-        suggested: dict[str, set[str]] = {i: set() for i in notes}
-        scores: dict[str, dict[str, tuple[float, str]]] = {i: {} for i in notes}
-        for r in self._read("SELECT s.note, s.code, s.score, s.checkpoint_sha256 FROM suggestions s JOIN notes n "
-                            "ON n.id = s.note WHERE n.status = 'done'"):
-            suggested[r[0]].add(r[1])
-            scores[r[0]][r[1]] = (r[2], r[3])
-        out = []
-        for note_id, text in notes.items():
-            state = _state(log[note_id])
-            done_at = max((r["at"] for r in log[note_id] if r["action"] == "done"), default=None)
-            out.append({"id": note_id, "text": text, "state": state, "suggested": suggested[note_id],
-                        "scores": scores[note_id], "done_at": done_at,
-                        "labels": sorted(c for c, a in state.items() if a in ("accept", "add"))})
-        return out
+        """Done notes with text, final codes, suggestions and scores (`clinicode.review.stats.finished`)."""
+        from clinicode.review.stats import finished
 
-    def stats(self, *, by: str = "day", min_decisions: int = MIN_ROUTE_DECISIONS,
-              target: float = ROUTE_TARGET) -> dict[str, Any]:
-        """Agreement of the model with coders on finished notes: overall, per code and per day or week, and what the
-        queue teaches per code.
+        return finished(self)
 
-        accepted (suggested, kept: true positives), rejected (suggested, removed: false positives), added (not
-        suggested, coded: misses); precision = accepted / (accepted + rejected), recall = accepted / (accepted + added).
-        Per code also: `suggested` and `accept_rate` (= precision: how often coders kept the model's suggestion),
-        `coded` and `missed_rate` (= added / coded: how often the code was coded without the model suggesting it).
-        `routing` gives, per checkpoint and per code with at least MIN_DECISIONS decided suggestions, the lowest score
-        at and above which at least MIN_DECISIONS suggestions were accepted at a rate >= TARGET (`route_threshold`),
-        with the decisions behind it. It is a report: nothing is accepted without a coder.
+    def stats(self, *, by: str = "day", min_decisions: int | None = None,
+              target: float | None = None) -> dict[str, Any]:
+        """Agreement and what the queue teaches (`clinicode.review.stats.stats`)."""
+        from clinicode.review.stats import stats
 
-        Raises:
-            ReviewError: the database is damaged (the integrity check runs first).
-        """
-        if by not in ("day", "week"):
-            raise ConfigError(f"--by must be day or week, got {by!r}.")
-        self.check_integrity()
-        overall = _counts()
-        per_code: dict[str, dict[str, Any]] = {}
-        per_time: dict[str, dict[str, Any]] = {}
-        decided: dict[tuple[str, str], list[tuple[float, bool]]] = {}  # (checkpoint, code) -> (score, accepted)
-        for n in self.finished():
-            period = _period(n["done_at"], by)
-            bucket = per_time.setdefault(period, _counts())
-            bucket["notes"] += 1
-            overall["notes"] += 1
-            for code, action in n["state"].items():
-                kind = {"accept": "accepted", "reject": "rejected", "add": "added"}[action]
-                if kind != "added" and code not in n["suggested"]:
-                    continue  # a withdrawn addition (reject after add) counts for nothing
-                for c in (overall, bucket, per_code.setdefault(code, _counts())):
-                    c[kind] += 1
-                if kind != "added":
-                    score, sha = n["scores"][code]
-                    decided.setdefault((sha, code), []).append((score, kind == "accepted"))
-        pending = self._read("SELECT COUNT(*) FROM notes WHERE status != 'done'")[0][0]
-        paths = {r[0]: r[1] for r in self._read("SELECT sha256, path FROM models")}
-        routing: dict[str, dict[str, Any]] = {}
-        for (sha, code), pairs in sorted(decided.items()):
-            if len(pairs) >= min_decisions:
-                entry = routing.setdefault(sha, {"checkpoint": paths.get(sha, ""), "codes": {}})
-                entry["codes"][code] = route_threshold(pairs, target=target, min_decisions=min_decisions)
-        return {"overall": _rates(overall), "per_code": {c: _rates(v) for c, v in sorted(per_code.items())},
-                "over_time": {p: _rates(v) for p, v in sorted(per_time.items())}, "by": by, "open_notes": pending,
-                "routing": {"target": target, "min_decisions": min_decisions, "by_checkpoint": routing}}
-
-
-def route_threshold(pairs: Sequence[tuple[float, bool]], *, target: float = ROUTE_TARGET,
-                    min_decisions: int = MIN_ROUTE_DECISIONS) -> dict[str, Any]:
-    """The lowest score at and above which coders accepted a code's suggestions at a rate >= TARGET.
-
-    Args:
-        pairs: (score, accepted) of every decided suggestion of one code from one checkpoint.
-        target: the acceptance rate to reach, in (0, 1].
-        min_decisions: the fewest decisions at and above the score that may back it.
-    Returns:
-        {"threshold", "decisions", "accepted", "rate", "lower_bound", "share", "all_decisions"}: decisions and
-        accepted at and above the threshold, their rate and its 95% Wilson lower bound, the share of the code's
-        decided suggestions at and above it, and how many there were in all. threshold (and the figures beside it)
-        is None when no score reaches TARGET with at least MIN_DECISIONS decisions.
-    """
-    ranked = sorted(pairs, key=lambda p: -p[0])
-    best: dict[str, Any] = {"threshold": None, "decisions": None, "accepted": None, "rate": None,
-                            "lower_bound": None, "share": None}
-    accepted = 0
-    for i, (score, ok) in enumerate(ranked):
-        accepted += ok
-        n = i + 1
-        if n < len(ranked) and ranked[i + 1][0] == score:
-            continue  # a cut falls between different scores only
-        if n >= min_decisions and accepted / n >= target:
-            best = {"threshold": score, "decisions": n, "accepted": accepted, "rate": accepted / n,
-                    "lower_bound": _wilson_lower(accepted, n), "share": n / len(ranked)}
-    return {**best, "all_decisions": len(ranked)}
-
-
-def _wilson_lower(k: int, n: int, z: float = 1.96) -> float:
-    """The lower end of the 95% Wilson score interval of k successes in n: what the rate is at least, plausibly."""
-    p = k / n
-    centre = p + z * z / (2 * n)
-    spread = z * ((p * (1 - p) + z * z / (4 * n)) / n) ** 0.5
-    return (centre - spread) / (1 + z * z / n)
-
-
-def _counts() -> dict[str, Any]:
-    return {"notes": 0, "accepted": 0, "rejected": 0, "added": 0}
-
-
-def _rates(c: dict[str, Any]) -> dict[str, Any]:
-    a, r, m = c["accepted"], c["rejected"], c["added"]
-    return {**c, "precision": a / (a + r) if a + r else None, "recall": a / (a + m) if a + m else None,
-            "suggested": a + r, "accept_rate": a / (a + r) if a + r else None,
-            "coded": a + m, "missed_rate": m / (a + m) if a + m else None}
-
-
-def _period(at: str | None, by: str) -> str:
-    if not at:
-        return "unknown"
-    day = datetime.strptime(at[:10], "%Y-%m-%d")
-    if by == "day":
-        return day.strftime("%Y-%m-%d")
-    year, week, _ = day.isocalendar()
-    return f"{year}-W{week:02d}"
+        return stats(self, by=by, **{k: v for k, v in (("min_decisions", min_decisions), ("target", target))
+                                    if v is not None})
 
 
 def _state(log: Iterable[dict[str, Any]]) -> dict[str, str]:
@@ -733,28 +494,6 @@ def _reviewer(name: Any) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > 100:
         raise ReviewError("--reviewer must be a name (1-100 characters), so every decision says who made it.")
     return name.strip()
-
-
-def _same_code(system: CodeSystem, code: str, codes: set[str]) -> str | None:
-    """The one of CODES that CODE names, whatever its case or dotting ('y92230' finds 'Y92.230'), else None."""
-    if code in codes:
-        return code
-    keys = {c.upper(): c for c in codes}
-    if code.upper() in keys:
-        return keys[code.upper()]
-    if system.is_valid(code):
-        normalised = system.normalise(code)
-        if normalised in codes:
-            return normalised
-    bare = {c.upper().replace(".", ""): c for c in codes}
-    return bare.get(code.upper().replace(".", ""))
-
-
-def _norm_code(code: Any) -> str:
-    c = str(code).strip()
-    if not _CODE.match(c):
-        raise ReviewError(f"{c[:20]!r} is not a code; expected letters, digits and dots such as 428.0 or I50.9.")
-    return c
 
 
 def _open_note(con: sqlite3.Connection, path: Path, note_id: str) -> sqlite3.Row:
@@ -904,216 +643,3 @@ def _open_for_writing(con: sqlite3.Connection, path: Path, *, target: int) -> No
             time.sleep(random.uniform(0.01, 0.2) * (attempt + 1))
     con.execute("PRAGMA synchronous = NORMAL")   # WAL: durable at checkpoints, never corrupt
     con.execute("PRAGMA foreign_keys = ON")
-
-
-# ------------------------------------------------------------------------------------------------ queue
-def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, explain: int = EXPLAIN, chunk: int = CHUNK,
-          on_bad: Callable[[str], None] | None = None) -> dict[str, int]:
-    """Score every note of INPUT (anything `clinicode predict` reads) and queue it with its suggestions.
-
-    Notes whose id is already queued (or repeats an earlier record) are not scored again and change nothing.
-    Bad records (no text, invalid JSON, nothing left after tokenising) are reported through `on_bad` and counted.
-    Reading and tokenising the next chunk overlaps scoring and storing the current one, as in `predict`.
-
-    Returns:
-        {"queued", "already", "errors"}.
-    Raises:
-        DataFormatError: an unreadable or empty input.
-    """
-    if explain < 1:
-        raise ConfigError(f"--explain must be >= 1 (evidence phrases per suggested code), got {explain}.")
-    records = read_records(input)
-    first = next(records, None)
-    if first is None:
-        raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, "
-                              "CSV/parquet row or .txt file.")
-    sha = predictor.checkpoint.manifest_sha256
-    ck_path = str(predictor.checkpoint.path)
-    labels = predictor.labels
-    db.add_model(sha, ck_path, list(zip(labels.codes, labels.descriptions)), predictor.code_system)
-    counts = {"queued": 0, "already": 0, "errors": 0}
-    seen: set[str] = set()
-
-    def bad(msg: str) -> None:
-        counts["errors"] += 1
-        if on_bad:
-            on_bad(msg)
-
-    def todo() -> Iterator[Record]:
-        """Records not yet queued, checked against the database a chunk at a time; bad records reported here."""
-        it = itertools.chain([first], records)
-        while True:
-            raw = list(itertools.islice(it, chunk))
-            if not raw:
-                return
-            known = db.known_ids(r.id for r in raw if r.error is None)
-            for r in raw:
-                if r.error is not None:
-                    bad(r.error)
-                elif r.id in known or r.id in seen:
-                    counts["already"] += 1
-                else:
-                    seen.add(r.id)
-                    yield r
-
-    def store(recs: list[Record], preds: list[Any]) -> None:
-        items = []
-        for r, p in zip(recs, preds):
-            rec = p.to_dict()
-            if "error" in rec:
-                bad(rec["error"])
-            else:
-                items.append((r.id, r.text, rec))
-        if items:
-            added = db.add_notes(items, sha256=sha, checkpoint=ck_path)
-            counts["queued"] += added
-            counts["already"] += len(items) - added  # another process queued them meanwhile
-
-    # predict's own chunked scorer: tokenising the next chunk overlaps scoring and storing this one (imported here:
-    # it loads torch, which `review decide`, `stats` and the app's queue view never need)
-    from clinicode.predict_io import score_records
-
-    for recs, preds in score_records(predictor, todo(), top_k=0, explain=explain, chunk=chunk):
-        store(recs, preds)
-    return counts
-
-
-# ------------------------------------------------------------------------------------------------ codes
-def search_codes(query: str, model_codes: Sequence[tuple[str, str]], *, system: CodeSystem | None = None,
-                 limit: int = 25) -> list[tuple[str, str, str]]:
-    """(code, title, source) matching QUERY by code prefix or words in the title: the model's codes first, then, when
-    the model's code system (SYSTEM, else inferred from its codes) holds ICD-10-CM, ICD-10-CM's billable and category
-    codes (the CMS tables shipped with simple-icd-10-cm). No other system ships titles to search."""
-    if not query.strip():
-        return []
-    out = [(c, t, "model") for c, t in model_codes if code_matches(query, c, t)]
-    system = system or infer_code_system(c for c, _ in model_codes)
-    if ICD10_CM not in system.leaves:
-        return out[:limit]
-    have = {c for c, _, _ in out}
-    for c, t, low in _icd10_cm_index():
-        if len(out) >= limit:
-            break
-        if c not in have and code_matches(query, c, low):
-            out.append((c, t, "ICD-10-CM"))
-    return out[:limit]
-
-
-_CM_INDEX: list[tuple[str, str, str]] | None = None
-
-
-def _icd10_cm_index() -> list[tuple[str, str, str]]:
-    """(code, title, lower-case title) of every ICD-10-CM category and code, built once per process (~1 s)."""
-    global _CM_INDEX
-    if _CM_INDEX is None:
-        cm = code_titles._cm_module()
-        titles = [(c, cm.get_description(c)) for c in cm.get_all_codes(with_dots=True)
-                  if "-" not in c and not c.isdigit()]  # chapters (numbers) and blocks (ranges) are not codes
-        _CM_INDEX = [(c, t, t.lower()) for c, t in titles]
-    return _CM_INDEX
-
-
-# ------------------------------------------------------------------------------------------------ export
-def is_review_export(folder: Path) -> bool:
-    return manifest_kind(folder) == EXPORT_KIND
-
-
-def _split_of(note_id: str) -> tuple[int, str]:
-    h = int(hashlib.md5(note_id.encode("utf-8")).hexdigest(), 16)
-    return h, ("test" if h % 10 == 0 else "dev" if h % 10 == 1 else "train")
-
-
-def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> dict[str, int]:
-    """Write the finished notes as a coded-notes folder `clinicode train --data` reads (labels = accepted + added).
-
-    Alone (base None): each note's split comes from a hash of its id (about 80/10/10 train/dev/test, stable across
-    exports; train and dev always get at least one note). With `base` (a prepared dataset or coded-notes folder): the
-    base's splits are copied with their labels; coder labels only replace train labels (a reviewed note whose id is
-    in the base's train takes the coders' codes there), a reviewed note whose id is in the base's dev or test is left
-    out (counted as `kept_out`: dev and test stay exactly the base's, so the new model is measured as the old one
-    was), and every other reviewed note joins train. Codes coders added that the base's label set lacks are appended
-    to its labels.json.
-    The folder is new, empty or an earlier export; it appears atomically, and its files (they hold note text) are
-    owner-only. `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`.
-    """
-    out = Path(out)
-    check_output(out, option="--out", command="review export", folder=True, recognise=is_review_export,
-                 inputs={"--db": db.path, "--base": base})
-    db.check_integrity()
-    notes = db.finished()
-    need = 1 if base is not None else 2
-    if len(notes) < need:
-        raise ReviewError(f"{len(notes)} finished note(s) in {db.path}; an export needs at least {need}"
-                          f"{' (a train and a dev note)' if need == 2 else ''}. Finish notes with `clinicode review "
-                          "decide ... --done` or on the Review page.")
-    titles = dict(db.model_codes())
-    codes = sorted({c for n in notes for c in n["labels"]})
-    system = db.code_system()
-    titles.update(system.titles([c for c in codes if c not in titles]))
-    rows = {n["id"]: {"id": n["id"], "text": n["text"], "labels": n["labels"]} for n in notes}
-    labels_json = None
-    kept_out = 0
-    if base is None:
-        splits = _hash_splits(list(rows.values()))
-    else:
-        from clinicode.data.prepared import load_dataset
-
-        ds = load_dataset(Path(base))
-        splits = {}
-        for name, df in ds.splits.items():
-            part = []
-            for i, t, lab in zip(df["id"], df["text"], df["labels"]):
-                reviewed = rows.pop(str(i), None)
-                if reviewed is not None and name == "train":
-                    part.append(reviewed)
-                else:
-                    kept_out += reviewed is not None
-                    part.append({"id": str(i), "text": t, "labels": list(lab)})
-            splits[name] = part
-        splits["train"].extend(rows.values())
-        labels_json = _merged_labels(ds.labels, [c for c in codes if c not in ds.labels], titles, system)
-    with atomic_dir(out, replaces=is_review_export) as tmp:
-        os.chmod(tmp, 0o700)
-        for name, part in splits.items():
-            if part:
-                _write_private(tmp / f"{name}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part))
-        if labels_json is not None:
-            _write_private(tmp / "labels.json", json.dumps(labels_json, indent=1, ensure_ascii=False) + "\n")
-        _write_private(tmp / "descriptions.tsv", "".join(f"{c}\t{titles[c]}\n" for c in codes if titles.get(c)))
-        counts = {name: len(part) for name, part in splits.items()}
-        counts.setdefault("test", 0)
-        write_manifest(tmp, make_manifest(EXPORT_KIND, counts=counts, codes=len(codes), reviewed=len(notes),
-                                          source=str(db.path), base=None if base is None else str(base)))
-    return {**counts, "codes": len(codes), "reviewed": len(notes), "kept_out": kept_out}
-
-
-def _merged_labels(base: Any, new: Sequence[str], titles: dict[str, str], system: CodeSystem) -> list[dict[str, str]]:
-    """The base's labels.json entries with the codes coders added appended; each names its code system when the
-    base's set and every added code's system are known."""
-    from clinicode.data.labels import LabelSet
-
-    fam = base.code_system
-    members = [system.member(c) for c in new]
-    if fam is not None and new:
-        fam = None if any(m is None or m is LOCAL for m in members) else family_of([fam, *members])
-    return LabelSet(tuple(base.codes) + tuple(new), tuple(base.descriptions) + tuple(titles.get(c, "") for c in new),
-                    fam).to_json()
-
-
-def _hash_splits(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    ranked = sorted(((_split_of(r["id"]), r) for r in rows), key=lambda t: t[0][0])
-    splits: dict[str, list[dict[str, Any]]] = {"train": [], "dev": [], "test": []}
-    for (_, name), r in ranked:
-        splits[name].append(r)
-    for need in ("train", "dev"):  # tiny exports: borrow from the largest other split
-        if not splits[need]:
-            donor = max((s for s in splits if s != need), key=lambda s: len(splits[s]) - (s == "train"))
-            splits[need].append(splits[donor].pop())
-    return splits
-
-
-def _write_private(path: Path, text: str) -> None:
-    with new_private_file(path) as f:
-        f.write(text.encode("utf-8"))
-        f.flush()
-        os.fsync(f.fileno())

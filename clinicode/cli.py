@@ -61,6 +61,11 @@ def _quiet_stdout() -> None:
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """ClinicodeError and expected OS errors -> one line on stderr and status 1; anything else is a bug and keeps
     its traceback."""
+    import inspect
+
+    # only a command that has --resume may advise it (review queue says its own; decide, stats and export need none)
+    hint = " (use --resume to continue)" if "resume" in inspect.signature(fn).parameters else ""
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -75,7 +80,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             typer.echo(f"error: {os_error_message(err)}", err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            typer.echo("interrupted; outputs written so far are intact (use --resume to continue)", err=True)
+            typer.echo(f"interrupted; outputs written so far are intact{hint}", err=True)
             raise typer.Exit(130) from None
 
     return wrapper
@@ -609,8 +614,18 @@ def review_queue_cli(
     path = db_path(db)
     pred = None if path.exists() else load()  # a new database is created only once the checkpoint loaded
     with open_db(path) as rdb:                # an existing one is checked before the model is loaded
-        pred = pred or load()
-        counts = queue(rdb, pred, input, explain=explain, on_bad=lambda msg: typer.echo(f"bad record: {msg}", err=True))
+        try:
+            pred = pred or load()
+            counts = queue(rdb, pred, input, explain=explain,
+                           on_bad=lambda msg: typer.echo(f"bad record: {msg}", err=True))
+        except KeyboardInterrupt:
+            rdb.discard_if_unused()
+            typer.echo("interrupted; every chunk of notes stored before is kept. Run the same `clinicode review "
+                       "queue` command again to queue the rest (notes already queued are skipped).", err=True)
+            raise typer.Exit(130) from None
+        except BaseException:
+            rdb.discard_if_unused()  # a database this command created and never filled is not left behind
+            raise
     typer.echo(f"queued {counts['queued']:,} notes, {counts['already']:,} already in the queue (left unchanged), "
                f"{counts['errors']:,} bad records (listed above) -> {rdb.path}")
 
@@ -650,10 +665,13 @@ def review_export_cli(
     """Write the finished notes as a coded-notes folder for `clinicode train --data` (labels: accepted + added)."""
     from clinicode.review import export, open_db
 
-    with open_db(db, create=False) as rdb:
+    with open_db(db, readonly=True) as rdb:
         c = export(rdb, out, base=base)
     typer.echo(f"wrote {c['reviewed']:,} finished notes{' with --base' if base else ''} to {out} (train "
                f"{c['train']:,}, dev {c['dev']:,}, test {c['test']:,} notes; {c['codes']:,} reviewed codes)")
+    if c.get("kept_out"):
+        typer.echo(f"{c['kept_out']:,} reviewed notes are in the base's dev or test split: left out, so those splits "
+                   "keep the base's labels and the new model is measured as the old one was")
 
 
 @review_app.command("stats")
@@ -666,7 +684,7 @@ def review_stats_cli(
     """Agreement of the model with coders on finished notes: accepted, rejected, added; precision and recall."""
     from clinicode.review import open_db
 
-    with open_db(db, create=False) as rdb:
+    with open_db(db, readonly=True) as rdb:
         s = rdb.stats(by=by)
     if as_json:
         typer.echo(json.dumps(s, indent=2))
@@ -690,6 +708,27 @@ def review_stats_cli(
     typer.echo(f"\nper {by}")
     for period, v in s["over_time"].items():
         typer.echo(row(period, v))
+    typer.echo("\nwhat the queue teaches, per code (accept rate: suggestions coders kept; missed rate: codings "
+               "the model did not suggest)")
+    typer.echo(f"{'':<12} {'suggested':>9} {'accept rate':>11} {'coded':>8} {'missed rate':>11}")
+    for code, v in s["per_code"].items():
+        typer.echo(f"{code:<12} {v['suggested']:>9,} {pct(v['accept_rate']):>11} {v['coded']:>8,} "
+                   f"{pct(v['missed_rate']):>11}")
+    r = s["routing"]
+    typer.echo(f"\nscores at and above which suggestions were accepted >= {r['target']:.0%} (codes with >= "
+               f"{r['min_decisions']} decided suggestions from one checkpoint; a report: nothing is accepted "
+               "without a coder)")
+    if not r["by_checkpoint"]:
+        typer.echo(f"no code has {r['min_decisions']} decided suggestions from one checkpoint yet")
+    for entry in r["by_checkpoint"].values():
+        typer.echo(f"checkpoint {entry['checkpoint']}")
+        typer.echo(f"{'':<12} {'score >=':>8} {'decisions':>9} {'accepted':>8} {'95% low':>7} {'share':>6} {'of':>5}")
+        for code, t in entry["codes"].items():
+            if t["threshold"] is None:
+                typer.echo(f"{code:<12} {'never':>8} {'':>9} {'':>8} {'':>7} {'':>6} {t['all_decisions']:>5,}")
+            else:
+                typer.echo(f"{code:<12} {t['threshold']:>8.3f} {t['decisions']:>9,} {pct(t['rate']):>8} "
+                           f"{pct(t['lower_bound']):>7} {t['share']:>6.0%} {t['all_decisions']:>5,}")
 
 
 def main() -> None:

@@ -46,14 +46,30 @@ class Upload:
 
 
 def text_error(rid: str, text: Any) -> str | None:
-    """Why a note cannot be scored (not a string, or blank), or None. The one rule, for readers and `Predictor`."""
+    """Why a note cannot be scored (not a string, blank, or holding a lone surrogate), or None. The one rule, for
+    readers and `Predictor`."""
     if text is None or (isinstance(text, float) and text != text):
         return f"note {rid!r}: missing text"
     if not isinstance(text, str):
         return f"note {rid!r}: 'text' is {type(text).__name__}, expected a string"
     if not text.strip():
         return f"note {rid!r}: empty text; nothing to code"
+    if not _is_unicode(text):
+        return (f"note {rid!r}: the text holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair), "
+                "which is no character; fix the escape in the source")
     return None
+
+
+def _is_unicode(s: str) -> bool:
+    """False for a string holding a lone surrogate: legal in JSON ("\\ud800") and in Python, but no character, so
+    UTF-8 (the tokenizer, SQLite, every output file) cannot take it."""
+    if s.isascii():
+        return True
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _record(rid: str, text: Any) -> Record:
@@ -82,13 +98,19 @@ def _jsonl_records(f: BinaryIO, source: str) -> Iterator[Record]:
             continue
         try:
             obj = json.loads(text)
-        except json.JSONDecodeError:
-            yield Record(f"line-{n}", None, f"line {n} of {source}: not valid JSON")
+        except (ValueError, RecursionError) as err:  # a 4,301-digit number is a ValueError, 1,000 brackets recurse
+            why = "not valid JSON" if isinstance(err, json.JSONDecodeError) else \
+                  "JSON that Python cannot hold (a number of over 4,300 digits, or nesting too deep)"
+            yield Record(f"line-{n}", None, f"line {n} of {source}: {why}")
             continue
         if not isinstance(obj, dict):
             yield Record(f"line-{n}", None, f"line {n} of {source}: expected a JSON object with 'id' and 'text'")
             continue
         rid = f"line-{n}" if obj.get("id") is None else str(obj["id"])
+        if not _is_unicode(rid):  # the id goes into messages and outputs: it must be text, so it is not quoted here
+            yield Record(f"line-{n}", None, f"line {n} of {source}: the 'id' holds a lone UTF-16 surrogate "
+                                            "(a \\ud800-\\udfff escape without its pair); fix the escape")
+            continue
         if "text" not in obj:
             yield Record(rid, None, f"record {rid!r} (line {n}): no 'text' field")
             continue

@@ -181,7 +181,11 @@ try:
     # ------------------------------------------------------------------------------------------- agreement
     with stats_tab:
         by = st.radio("Over time by", ["day", "week"], horizontal=True, key="review_by")
-        stats = db.stats(by=by)
+        try:
+            stats = db.stats(by=by)  # the integrity check runs first: a damaged file is one line, not partial counts
+        except ClinicodeError as err:
+            st.error(str(err))
+            st.stop()
         o = stats["overall"]
         st.caption(f"{o['notes']} finished note(s). Accepted: suggested and kept; rejected: suggested and removed; "
                    "added: coded but not suggested (the model's misses). Precision = accepted / (accepted + rejected); "

@@ -76,7 +76,8 @@ def test_accept_reject_add_and_finish_a_note(queued):
     _ok(at.text_input(key="review_search").input("kidney failure").run())
     options = at.selectbox(key="review_add_pick").options
     assert options and all("kidney" in o.lower() for o in options[:3]), options[:5]
-    pick = next(o for o in options if "(ICD-10-CM)" in o)
+    assert not [o for o in options if "(ICD-10-CM)" in o]  # an ICD-9 model's note is offered no ICD-10-CM code
+    pick = next(o for o in options if "(model)" in o)
     _ok(at.selectbox(key="review_add_pick").set_value(pick).run())
     _ok(at.button(key="review_add").click().run())
     added = pick.split(" — ")[0]

@@ -1,4 +1,4 @@
-"""The review queue (clinicode/review.py and `clinicode review ...`): database, queue, decisions, claims, export,
+"""The review queue (clinicode/review/ and `clinicode review ...`): database, queue, decisions, claims, export,
 stats, concurrency and faults. Synthetic notes only."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def test_new_database_is_owner_only_wal_and_versioned(tmp_path):
             f = Path(str(path) + suffix)
             assert f.exists() and _mode(f) == 0o600, (suffix, oct(_mode(f)))
         assert db.con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.con.execute("PRAGMA user_version").fetchone()[0] == review.SCHEMA_VERSION == 2
+        assert db.con.execute("PRAGMA user_version").fetchone()[0] == review.SCHEMA_VERSION == 3
         assert db.con.execute("PRAGMA application_id").fetchone()[0] == review.APPLICATION_ID
 
 
@@ -80,8 +80,9 @@ def test_a_version_1_file_is_migrated_keeping_its_rows(tmp_path):
         db.con.execute("INSERT INTO decisions (note, code, action, reviewer, at) VALUES "
                        "('a', '401.9', 'accept', 'ann', '2026-01-01T00:00:01Z')")
     with open_db(path) as db:
-        assert db.con.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.con.execute("PRAGMA user_version").fetchone()[0] == 3
         assert db.model_codes("a") == [("401.9", "Hypertension")]  # v2's models table filled from v1's suggestions
+        assert db.code_system("a").name == "ICD-9-CM"              # v3's code system inferred from those codes
         note = db.note("a")
         assert note["text"] == TEXT and note["state"] == {"401.9": "accept"}
         db.decide("a", "ann", done=True)
@@ -152,15 +153,17 @@ def test_decide_accept_reject_add_done_and_what_it_refuses(tmp_path):
     fails([*d, "--id", "nope", "--accept", "401.9"], "no note 'nope'")
     fails([*d, "--id", "n0", "--accept", "584.9"], "is not a suggested code, so it cannot be accepted; use --add 584.9")
     fails([*d, "--id", "n0", "--add", "401.9"], "401.9 is already suggested; use --accept 401.9")
-    fails([*d, "--id", "n0", "--add", "ZZZ.9"], "neither one of the model's codes nor an ICD-10-CM code")
+    fails([*d, "--id", "n0", "--add", "ZZZ.9"], "neither one of the model's codes nor a valid ICD-9-CM code")
+    fails([*d, "--id", "n0", "--add", "I50.9"], "I50.9 is a code of ICD-10-CM, but the model that scored this note "
+          "codes in ICD-9-CM")
     fails([*d, "--id", "n0", "--accept", "401.9", "--reject", "401.9"], "given more than once")
     fails([*d, "--id", "n0", "--accept", "401.9", "--done"], "2 suggested code(s) have no decision yet")
     with open_db(db) as rdb:
         assert rdb.note("n0")["log"] == []  # refused calls saved nothing, not even part of themselves
     res = succeeds([*d, "--id", "n0", "--accept", "401.9", "--accept", "427.31", "--reject", "428.0",
-                    "--add", "584.9", "--add", "I50.9"])  # a model code and an ICD-10-CM code
-    assert "accepted 2, rejected 1, added 2; codes now: 401.9, 427.31, 584.9, I50.9" in res.stdout
-    succeeds([*d, "--id", "n0", "--reject", "I50.9"])  # withdraws an addition
+                    "--add", "584.9", "--add", "250.00"])  # a model code and an ICD-9-CM code outside them
+    assert "accepted 2, rejected 1, added 2; codes now: 250.00, 401.9, 427.31, 584.9" in res.stdout
+    succeeds([*d, "--id", "n0", "--reject", "250.00"])  # withdraws an addition
     res = succeeds([*d, "--id", "n0", "--done"])
     assert "finished; codes now: 401.9, 427.31, 584.9" in res.stdout
     fails([*d, "--id", "n0", "--accept", "401.9"], "note 'n0' is finished")
@@ -168,7 +171,7 @@ def test_decide_accept_reject_add_done_and_what_it_refuses(tmp_path):
         log = rdb.note("n0")["log"]
         assert [(r["code"], r["action"]) for r in log] == [("401.9", "accept"), ("427.31", "accept"),
                                                            ("428.0", "reject"),
-                                                           ("584.9", "add"), ("I50.9", "add"), ("I50.9", "reject"),
+                                                           ("584.9", "add"), ("250.00", "add"), ("250.00", "reject"),
                                                            (None, "done")]
         assert {r["reviewer"] for r in log} == {"ann"} and all(r["at"].endswith("Z") for r in log)
 
@@ -397,7 +400,7 @@ def test_export_with_base_keeps_its_splits_and_adds_the_reviewed_notes_to_train(
     db = _fake_db(tmp_path / "r.sqlite", n=3)
     with open_db(db) as rdb:
         for i in range(3):
-            rdb.decide(f"n{i}", "ann", accept=["401.9"], reject=["428.0", "427.31"], add=["I50.9"] if i == 0 else [],
+            rdb.decide(f"n{i}", "ann", accept=["401.9"], reject=["428.0", "427.31"], add=["250.00"] if i == 0 else [],
                        done=True)
     base = load_dataset(demo_data)
     out = tmp_path / "combined"
@@ -407,14 +410,14 @@ def test_export_with_base_keeps_its_splits_and_adds_the_reviewed_notes_to_train(
     assert len(ds.splits["train"]) == len(base.splits["train"]) + 3
     for split in ("dev", "test"):
         assert ds.splits[split]["id"].tolist() == base.splits[split]["id"].tolist()
-    assert ds.labels.codes[:len(base.labels)] == base.labels.codes and "I50.9" in ds.labels
+    assert ds.labels.codes[:len(base.labels)] == base.labels.codes and "250.00" in ds.labels
     train = ds.splits["train"].set_index("id")
-    assert sorted(train.loc["n0", "labels"]) == ["401.9", "I50.9"] and list(train.loc["n1", "labels"]) == ["401.9"]
+    assert sorted(train.loc["n0", "labels"]) == ["250.00", "401.9"] and list(train.loc["n1", "labels"]) == ["401.9"]
     fails(["review", "export", "--db", db, "--out", demo_data / "inside", "--base", demo_data],
           "inside the input folder")
 
 
-def test_add_a_code_search_finds_model_codes_then_icd10_cm_by_code_or_title_words():
+def test_add_a_code_search_finds_model_codes_then_icd10_cm_by_code_or_title_words_for_icd10_models():
     from clinicode.codes.search import code_matches
     from clinicode.review import search_codes
 
@@ -422,7 +425,10 @@ def test_add_a_code_search_finds_model_codes_then_icd10_cm_by_code_or_title_word
     title = "Congestive heart failure"
     assert code_matches("HEART fail", "428.0", title) and not code_matches("heart x", "428.0", title)
     assert not code_matches("  ", "428.0", "Congestive heart failure")
-    hits = search_codes("heart failure", [("428.0", "Congestive heart failure"), ("401.9", "Hypertension")], limit=5)
-    assert hits[0] == ("428.0", "Congestive heart failure", "model") and len(hits) == 5
+    hits = search_codes("heart failure", [("I50.9", "Heart failure, unspecified"), ("I10", "Hypertension")], limit=5)
+    assert hits[0] == ("I50.9", "Heart failure, unspecified", "model") and len(hits) == 5
     assert all(src == "ICD-10-CM" and "heart failure" in title.lower() for _, title, src in hits[1:])
+    # an ICD-9 model's coders are offered its own codes: ICD-10-CM codes would be refused on its notes
+    icd9 = [("428.0", "Congestive heart failure"), ("401.9", "Hypertension")]
+    assert search_codes("heart failure", icd9, limit=5) == [("428.0", "Congestive heart failure", "model")]
     assert search_codes("", [("428.0", "Congestive heart failure")]) == []

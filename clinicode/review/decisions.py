@@ -1,0 +1,179 @@
+"""Coders' decisions: accept, reject and add codes on a note, all or none, with codes checked against the note's
+code system; and the code search of the Review page's *Add a code*."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from typing import Any, Sequence
+
+from clinicode.codes import icd10 as code_titles
+from clinicode.codes.search import code_matches
+from clinicode.codes.systems import ICD9_CM, ICD10, ICD10_CM, LOCAL, MESH_OMIM, CodeSystem, infer_code_system
+from clinicode.review.database import (
+    CLAIM_MINUTES,
+    ReviewDB,
+    ReviewError,
+    _check_claim,
+    _open_note,
+    _reviewer,
+    _state,
+    utc_now,
+)
+
+_CODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,15}$")
+
+
+def decide(db: ReviewDB, note_id: str, reviewer: str, *, accept: Sequence[str] = (), reject: Sequence[str] = (),
+           add: Sequence[str] = (), done: bool = False, now: float | None = None) -> dict[str, Any]:
+    """Record REVIEWER's decisions on NOTE as audit rows, all or none (one transaction), and finish it if `done`.
+
+    accept/reject: suggested codes (reject also withdraws a code added earlier); add: a code the model did not
+    suggest (one of the checkpoint's codes, or a code of the note's code system: `_addable`); done: every
+    suggestion must then have a decision. The reviewer's claim on the note is renewed.
+
+    Raises:
+        ClaimedError: another reviewer holds the note. ReviewError: unknown note or code, a finished note, a code
+        given twice, or undecided suggestions at `done`.
+    """
+    reviewer = _reviewer(reviewer)
+    now = time.time() if now is None else now
+    accept, reject, add = ([_norm_code(c) for c in xs] for xs in (accept, reject, add))
+    if not accept + reject + add and not done:
+        raise ReviewError("nothing to record; pass --accept, --reject, --add CODE or --done.")
+    system = db.code_system(note_id) if accept + reject + add else LOCAL
+    model = [c for c, _ in db.model_codes(note_id) or db.model_codes()]
+    add = [_addable(db, c, note_id, system, model) for c in add]
+
+    def run(con: sqlite3.Connection) -> dict[str, Any]:
+        n = _open_note(con, db.path, note_id)
+        _check_claim(n, reviewer, now)
+        suggested = {r[0] for r in con.execute("SELECT code FROM suggestions WHERE note = ?", (note_id,))}
+        state = _state([dict(r) for r in con.execute("SELECT code, action FROM decisions "
+                                                     "WHERE note = ? ORDER BY id",
+                                                     (note_id,))])
+        added = {c for c, a in state.items() if a == "add"}
+        for i, c in enumerate(accept):
+            accept[i] = _same_code(system, c, suggested) or ""
+            if not accept[i]:
+                raise ReviewError(f"note {note_id!r}: {c} is not a suggested code, so it cannot "
+                                  f"be accepted; use --add {c}.")
+        for i, c in enumerate(reject):
+            reject[i] = _same_code(system, c, suggested | added) or ""
+            if not reject[i]:
+                raise ReviewError(f"note {note_id!r}: {c} is neither suggested nor added, so "
+                                  "there is nothing to reject.")
+        for c in add:
+            if _same_code(system, c, suggested):
+                c = _same_code(system, c, suggested)
+                raise ReviewError(f"note {note_id!r}: {c} is already suggested; use --accept {c}.")
+        given = accept + reject + add  # as stored: one spelling per code, whatever case or dots were typed
+        twice = sorted({c for c in given if given.count(c) > 1})
+        if twice:
+            raise ReviewError(f"note {note_id!r}: code {twice[0]} is given more than once; accept, "
+                              "reject or add each code once.")
+        at = utc_now()
+        rows = [(note_id, c, a, reviewer, at) for a, cs in (("accept", accept), ("reject", reject),
+                                                            ("add", add)) for c in cs]
+        for _, c, a, _, _ in rows:
+            state[c] = a
+        if done:
+            undecided = sorted(c for c in suggested if state.get(c) not in ("accept", "reject"))
+            if undecided:
+                raise ReviewError(f"note {note_id!r}: {len(undecided)} suggested code(s) have no decision yet "
+                                  f"({', '.join(undecided[:5])}); accept or reject each before "
+                                  "finishing (nothing was saved).")
+            rows.append((note_id, None, "done", reviewer, at))
+        con.executemany("INSERT INTO decisions (note, code, action, reviewer, at) VALUES (?, ?, ?, ?, ?)", rows)
+        if done:
+            con.execute("UPDATE notes SET status = 'done', claimed_by = NULL, claim_expires = NULL WHERE id = ?",
+                        (note_id,))
+        else:
+            con.execute("UPDATE notes SET status = 'in_progress', claimed_by = ?, claim_expires = ? WHERE id = ?",
+                        (reviewer, now + CLAIM_MINUTES * 60, note_id))
+        return {"note": note_id, "accepted": accept, "rejected": reject, "added": add, "done": done,
+                "codes": sorted(c for c, a in state.items() if a in ("accept", "add"))}
+
+    return db.write(run)
+
+
+def _addable(db: ReviewDB, code: str, note_id: str, system: CodeSystem, model: Sequence[str]) -> str:
+    """CODE as stored when a coder adds it: one of the model's codes (any case or dotting), or a code of the
+    note's code system in clinicode's spelling (an ICD-10-CM code must be in the CMS tables; ICD-9-CM and
+    ICD-10-PCS ship no tables, so their shape is checked)."""
+    known = _same_code(system, code, set(model))
+    if known:
+        return known
+    member = system.member(code)
+    if member is None or member is LOCAL:
+        other = next((s.member(code) for s in (ICD9_CM, ICD10, MESH_OMIM) if s is not system and s.is_valid(code)),
+                     None)
+        if other is not None and system is not LOCAL:
+            raise ReviewError(f"note {note_id!r}: --add {code} is a code of {other.name}, but the model that "
+                              f"scored this note codes in {system.name}; add the {system.name} code (such as "
+                              f"{system.example}) instead.")
+        raise ReviewError(f"note {note_id!r}: --add {code} is neither one of the model's codes nor a valid "
+                          f"{system.name} code; check the spelling (the Review page searches codes and titles).")
+    normalised = system.normalise(code)
+    if member is ICD10_CM and not member.titles([normalised]):
+        raise ReviewError(f"note {note_id!r}: --add {code} is neither one of the model's codes nor a valid "
+                          "ICD-10-CM code (not in the CMS tables); check the spelling (the Review page searches "
+                          "codes and titles).")
+    return _same_code(system, normalised, set(model)) or normalised
+
+
+def _same_code(system: CodeSystem, code: str, codes: set[str]) -> str | None:
+    """The one of CODES that CODE names, whatever its case or dotting ('y92230' finds 'Y92.230'), else None."""
+    if code in codes:
+        return code
+    keys = {c.upper(): c for c in codes}
+    if code.upper() in keys:
+        return keys[code.upper()]
+    if system.is_valid(code):
+        normalised = system.normalise(code)
+        if normalised in codes:
+            return normalised
+    bare = {c.upper().replace(".", ""): c for c in codes}
+    return bare.get(code.upper().replace(".", ""))
+
+
+def _norm_code(code: Any) -> str:
+    c = str(code).strip()
+    if not _CODE.match(c):
+        raise ReviewError(f"{c[:20]!r} is not a code; expected letters, digits and dots such as 428.0 or I50.9.")
+    return c
+
+
+def search_codes(query: str, model_codes: Sequence[tuple[str, str]], *, system: CodeSystem | None = None,
+                 limit: int = 25) -> list[tuple[str, str, str]]:
+    """(code, title, source) matching QUERY by code prefix or words in the title: the model's codes first, then, when
+    the model's code system (SYSTEM, else inferred from its codes) holds ICD-10-CM, ICD-10-CM's billable and category
+    codes (the CMS tables shipped with simple-icd-10-cm). No other system ships titles to search."""
+    if not query.strip():
+        return []
+    out = [(c, t, "model") for c, t in model_codes if code_matches(query, c, t)]
+    system = system or infer_code_system(c for c, _ in model_codes)
+    if ICD10_CM not in system.leaves:
+        return out[:limit]
+    have = {c for c, _, _ in out}
+    for c, t, low in _icd10_cm_index():
+        if len(out) >= limit:
+            break
+        if c not in have and code_matches(query, c, low):
+            out.append((c, t, "ICD-10-CM"))
+    return out[:limit]
+
+
+_CM_INDEX: list[tuple[str, str, str]] | None = None
+
+
+def _icd10_cm_index() -> list[tuple[str, str, str]]:
+    """(code, title, lower-case title) of every ICD-10-CM category and code, built once per process (~1 s)."""
+    global _CM_INDEX
+    if _CM_INDEX is None:
+        cm = code_titles._cm_module()
+        titles = [(c, cm.get_description(c)) for c in cm.get_all_codes(with_dots=True)
+                  if "-" not in c and not c.isdigit()]  # chapters (numbers) and blocks (ranges) are not codes
+        _CM_INDEX = [(c, t, t.lower()) for c, t in titles]
+    return _CM_INDEX

@@ -1,0 +1,121 @@
+"""`review export`: finished notes as a coded-notes folder for training, alone or merged with a base dataset."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from clinicode.artifacts import atomic_dir, check_output, make_manifest, manifest_kind, write_manifest
+from clinicode.codes.systems import LOCAL, CodeSystem, family_of
+from clinicode.review.database import ReviewDB, ReviewError
+from clinicode.safe_io import new_private_file
+
+EXPORT_KIND = "review-export"
+
+
+def is_review_export(folder: Path) -> bool:
+    return manifest_kind(folder) == EXPORT_KIND
+
+
+def _split_of(note_id: str) -> tuple[int, str]:
+    h = int(hashlib.md5(note_id.encode("utf-8")).hexdigest(), 16)
+    return h, ("test" if h % 10 == 0 else "dev" if h % 10 == 1 else "train")
+
+
+def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> dict[str, int]:
+    """Write the finished notes as a coded-notes folder `clinicode train --data` reads (labels = accepted + added).
+
+    Alone (base None): each note's split comes from a hash of its id (about 80/10/10 train/dev/test, stable across
+    exports; train and dev always get at least one note). With `base` (a prepared dataset or coded-notes folder): the
+    base's splits are copied with their labels; coder labels only replace train labels (a reviewed note whose id is
+    in the base's train takes the coders' codes there), a reviewed note whose id is in the base's dev or test is left
+    out (counted as `kept_out`: dev and test stay exactly the base's, so the new model is measured as the old one
+    was), and every other reviewed note joins train. Codes coders added that the base's label set lacks are appended
+    to its labels.json.
+    The folder is new, empty or an earlier export; it appears atomically, and its files (they hold note text) are
+    owner-only. `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`.
+    """
+    out = Path(out)
+    check_output(out, option="--out", command="review export", folder=True, recognise=is_review_export,
+                 inputs={"--db": db.path, "--base": base})
+    db.check_integrity()
+    notes = db.finished()
+    need = 1 if base is not None else 2
+    if len(notes) < need:
+        raise ReviewError(f"{len(notes)} finished note(s) in {db.path}; an export needs at least {need}"
+                          f"{' (a train and a dev note)' if need == 2 else ''}. Finish notes with `clinicode review "
+                          "decide ... --done` or on the Review page.")
+    titles = dict(db.model_codes())
+    codes = sorted({c for n in notes for c in n["labels"]})
+    system = db.code_system()
+    titles.update(system.titles([c for c in codes if c not in titles]))
+    rows = {n["id"]: {"id": n["id"], "text": n["text"], "labels": n["labels"]} for n in notes}
+    labels_json = None
+    kept_out = 0
+    if base is None:
+        splits = _hash_splits(list(rows.values()))
+    else:
+        from clinicode.data.prepared import load_dataset
+
+        ds = load_dataset(Path(base))
+        splits = {}
+        for name, df in ds.splits.items():
+            part = []
+            for i, t, lab in zip(df["id"], df["text"], df["labels"]):
+                reviewed = rows.pop(str(i), None)
+                if reviewed is not None and name == "train":
+                    part.append(reviewed)
+                else:
+                    kept_out += reviewed is not None
+                    part.append({"id": str(i), "text": t, "labels": list(lab)})
+            splits[name] = part
+        splits["train"].extend(rows.values())
+        labels_json = _merged_labels(ds.labels, [c for c in codes if c not in ds.labels], titles, system)
+    with atomic_dir(out, replaces=is_review_export) as tmp:
+        os.chmod(tmp, 0o700)
+        for name, part in splits.items():
+            if part:
+                _write_private(tmp / f"{name}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part))
+        if labels_json is not None:
+            _write_private(tmp / "labels.json", json.dumps(labels_json, indent=1, ensure_ascii=False) + "\n")
+        _write_private(tmp / "descriptions.tsv", "".join(f"{c}\t{titles[c]}\n" for c in codes if titles.get(c)))
+        counts = {name: len(part) for name, part in splits.items()}
+        counts.setdefault("test", 0)
+        write_manifest(tmp, make_manifest(EXPORT_KIND, counts=counts, codes=len(codes), reviewed=len(notes),
+                                          source=str(db.path), base=None if base is None else str(base)))
+    return {**counts, "codes": len(codes), "reviewed": len(notes), "kept_out": kept_out}
+
+
+def _merged_labels(base: Any, new: Sequence[str], titles: dict[str, str], system: CodeSystem) -> list[dict[str, str]]:
+    """The base's labels.json entries with the codes coders added appended; each names its code system when the
+    base's set and every added code's system are known."""
+    from clinicode.data.labels import LabelSet
+
+    fam = base.code_system
+    members = [system.member(c) for c in new]
+    if fam is not None and new:
+        fam = None if any(m is None or m is LOCAL for m in members) else family_of([fam, *members])
+    return LabelSet(tuple(base.codes) + tuple(new), tuple(base.descriptions) + tuple(titles.get(c, "") for c in new),
+                    fam).to_json()
+
+
+def _hash_splits(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    ranked = sorted(((_split_of(r["id"]), r) for r in rows), key=lambda t: t[0][0])
+    splits: dict[str, list[dict[str, Any]]] = {"train": [], "dev": [], "test": []}
+    for (_, name), r in ranked:
+        splits[name].append(r)
+    for need in ("train", "dev"):  # tiny exports: borrow from the largest other split
+        if not splits[need]:
+            donor = max((s for s in splits if s != need), key=lambda s: len(splits[s]) - (s == "train"))
+            splits[need].append(splits[donor].pop())
+    return splits
+
+
+def _write_private(path: Path, text: str) -> None:
+    with new_private_file(path) as f:
+        f.write(text.encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())

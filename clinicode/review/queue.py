@@ -1,0 +1,89 @@
+"""`review queue`: score notes with a checkpoint and store them, with their suggestions and evidence, a chunk per
+transaction."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from clinicode.errors import ConfigError, DataFormatError
+from clinicode.records import Record, read_records
+from clinicode.review.database import ReviewDB
+
+if TYPE_CHECKING:  # the app lists the queue without importing torch
+    from clinicode.predict import Predictor
+
+CHUNK = 256                          # notes scored and stored per transaction by `queue`
+EXPLAIN = 5                          # evidence phrases stored per suggested code
+
+
+def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, explain: int = EXPLAIN, chunk: int = CHUNK,
+          on_bad: Callable[[str], None] | None = None) -> dict[str, int]:
+    """Score every note of INPUT (anything `clinicode predict` reads) and queue it with its suggestions.
+
+    Notes whose id is already queued (or repeats an earlier record) are not scored again and change nothing.
+    Bad records (no text, invalid JSON, nothing left after tokenising) are reported through `on_bad` and counted.
+    Reading and tokenising the next chunk overlaps scoring and storing the current one, as in `predict`.
+
+    Returns:
+        {"queued", "already", "errors"}.
+    Raises:
+        DataFormatError: an unreadable or empty input.
+    """
+    if explain < 1:
+        raise ConfigError(f"--explain must be >= 1 (evidence phrases per suggested code), got {explain}.")
+    records = read_records(input)
+    first = next(records, None)
+    if first is None:
+        raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, "
+                              "CSV/parquet row or .txt file.")
+    sha = predictor.checkpoint.manifest_sha256
+    ck_path = str(predictor.checkpoint.path)
+    labels = predictor.labels
+    db.add_model(sha, ck_path, list(zip(labels.codes, labels.descriptions)), predictor.code_system)
+    counts = {"queued": 0, "already": 0, "errors": 0}
+    seen: set[str] = set()
+
+    def bad(msg: str) -> None:
+        counts["errors"] += 1
+        if on_bad:
+            on_bad(msg)
+
+    def todo() -> Iterator[Record]:
+        """Records not yet queued, checked against the database a chunk at a time; bad records reported here."""
+        it = itertools.chain([first], records)
+        while True:
+            raw = list(itertools.islice(it, chunk))
+            if not raw:
+                return
+            known = db.known_ids(r.id for r in raw if r.error is None)
+            for r in raw:
+                if r.error is not None:
+                    bad(r.error)
+                elif r.id in known or r.id in seen:
+                    counts["already"] += 1
+                else:
+                    seen.add(r.id)
+                    yield r
+
+    def store(recs: list[Record], preds: list[Any]) -> None:
+        items = []
+        for r, p in zip(recs, preds):
+            rec = p.to_dict()
+            if "error" in rec:
+                bad(rec["error"])
+            else:
+                items.append((r.id, r.text, rec))
+        if items:
+            added = db.add_notes(items, sha256=sha, checkpoint=ck_path)
+            counts["queued"] += added
+            counts["already"] += len(items) - added  # another process queued them meanwhile
+
+    # predict's own chunked scorer: tokenising the next chunk overlaps scoring and storing this one (imported here:
+    # it loads torch, which `review decide`, `stats` and the app's queue view never need)
+    from clinicode.predict_io import score_records
+
+    for recs, preds in score_records(predictor, todo(), top_k=0, explain=explain, chunk=chunk):
+        store(recs, preds)
+    return counts

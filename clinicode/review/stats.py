@@ -1,0 +1,144 @@
+"""Agreement of the model with coders on finished notes, and what the queue teaches per code (accept and
+missed-code rates, routing scores); reports only, nothing is decided here."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Sequence
+
+from clinicode.errors import ConfigError
+from clinicode.review.database import ReviewDB, _state
+
+MIN_ROUTE_DECISIONS = 20             # decided suggestions of one code from one checkpoint before a routing score
+ROUTE_TARGET = 0.95                  # the acceptance rate a routing score must reach
+
+
+def finished(db: ReviewDB) -> list[dict[str, Any]]:
+    """Done notes with text, final codes (accepted + added), suggested codes and when they were finished."""
+    notes = {r["id"]: r["text"] for r in db.read("SELECT id, text FROM notes WHERE "
+                                                    "status = 'done' ORDER BY rowid")}
+    log: dict[str, list[dict[str, Any]]] = {i: [] for i in notes}
+    for r in db.read("SELECT d.note, d.code, d.action, d.at FROM decisions d JOIN notes n ON n.id = d.note "
+                        "WHERE n.status = 'done' ORDER BY d.id"):
+        log[r["note"]].append(dict(r))
+    suggested: dict[str, set[str]] = {i: set() for i in notes}
+    scores: dict[str, dict[str, tuple[float, str]]] = {i: {} for i in notes}
+    for r in db.read("SELECT s.note, s.code, s.score, s.checkpoint_sha256 FROM suggestions s JOIN notes n "
+                        "ON n.id = s.note WHERE n.status = 'done'"):
+        suggested[r[0]].add(r[1])
+        scores[r[0]][r[1]] = (r[2], r[3])
+    out = []
+    for note_id, text in notes.items():
+        state = _state(log[note_id])
+        done_at = max((r["at"] for r in log[note_id] if r["action"] == "done"), default=None)
+        out.append({"id": note_id, "text": text, "state": state, "suggested": suggested[note_id],
+                    "scores": scores[note_id], "done_at": done_at,
+                    "labels": sorted(c for c, a in state.items() if a in ("accept", "add"))})
+    return out
+
+
+def stats(db: ReviewDB, *, by: str = "day", min_decisions: int = MIN_ROUTE_DECISIONS,
+          target: float = ROUTE_TARGET) -> dict[str, Any]:
+    """Agreement of the model with coders on finished notes: overall, per code and per day or week, and what the
+    queue teaches per code.
+
+    accepted (suggested, kept: true positives), rejected (suggested, removed: false positives), added (not
+    suggested, coded: misses); precision = accepted / (accepted + rejected), recall = accepted / (accepted + added).
+    Per code also: `suggested` and `accept_rate` (= precision: how often coders kept the model's suggestion),
+    `coded` and `missed_rate` (= added / coded: how often the code was coded without the model suggesting it).
+    `routing` gives, per checkpoint and per code with at least MIN_DECISIONS decided suggestions, the lowest score
+    at and above which at least MIN_DECISIONS suggestions were accepted at a rate >= TARGET (`route_threshold`),
+    with the decisions behind it. It is a report: nothing is accepted without a coder.
+
+    Raises:
+        ReviewError: the database is damaged (the integrity check runs first).
+    """
+    if by not in ("day", "week"):
+        raise ConfigError(f"--by must be day or week, got {by!r}.")
+    db.check_integrity()
+    overall = _counts()
+    per_code: dict[str, dict[str, Any]] = {}
+    per_time: dict[str, dict[str, Any]] = {}
+    decided: dict[tuple[str, str], list[tuple[float, bool]]] = {}  # (checkpoint, code) -> (score, accepted)
+    for n in finished(db):
+        period = _period(n["done_at"], by)
+        bucket = per_time.setdefault(period, _counts())
+        bucket["notes"] += 1
+        overall["notes"] += 1
+        for code, action in n["state"].items():
+            kind = {"accept": "accepted", "reject": "rejected", "add": "added"}[action]
+            if kind != "added" and code not in n["suggested"]:
+                continue  # a withdrawn addition (reject after add) counts for nothing
+            for c in (overall, bucket, per_code.setdefault(code, _counts())):
+                c[kind] += 1
+            if kind != "added":
+                score, sha = n["scores"][code]
+                decided.setdefault((sha, code), []).append((score, kind == "accepted"))
+    pending = db.read("SELECT COUNT(*) FROM notes WHERE status != 'done'")[0][0]
+    paths = {r[0]: r[1] for r in db.read("SELECT sha256, path FROM models")}
+    routing: dict[str, dict[str, Any]] = {}
+    for (sha, code), pairs in sorted(decided.items()):
+        if len(pairs) >= min_decisions:
+            entry = routing.setdefault(sha, {"checkpoint": paths.get(sha, ""), "codes": {}})
+            entry["codes"][code] = route_threshold(pairs, target=target, min_decisions=min_decisions)
+    return {"overall": _rates(overall), "per_code": {c: _rates(v) for c, v in sorted(per_code.items())},
+            "over_time": {p: _rates(v) for p, v in sorted(per_time.items())}, "by": by, "open_notes": pending,
+            "routing": {"target": target, "min_decisions": min_decisions, "by_checkpoint": routing}}
+
+
+def route_threshold(pairs: Sequence[tuple[float, bool]], *, target: float = ROUTE_TARGET,
+                    min_decisions: int = MIN_ROUTE_DECISIONS) -> dict[str, Any]:
+    """The lowest score at and above which coders accepted a code's suggestions at a rate >= TARGET.
+
+    Args:
+        pairs: (score, accepted) of every decided suggestion of one code from one checkpoint.
+        target: the acceptance rate to reach, in (0, 1].
+        min_decisions: the fewest decisions at and above the score that may back it.
+    Returns:
+        {"threshold", "decisions", "accepted", "rate", "lower_bound", "share", "all_decisions"}: decisions and
+        accepted at and above the threshold, their rate and its 95% Wilson lower bound, the share of the code's
+        decided suggestions at and above it, and how many there were in all. threshold (and the figures beside it)
+        is None when no score reaches TARGET with at least MIN_DECISIONS decisions.
+    """
+    ranked = sorted(pairs, key=lambda p: -p[0])
+    best: dict[str, Any] = {"threshold": None, "decisions": None, "accepted": None, "rate": None,
+                            "lower_bound": None, "share": None}
+    accepted = 0
+    for i, (score, ok) in enumerate(ranked):
+        accepted += ok
+        n = i + 1
+        if n < len(ranked) and ranked[i + 1][0] == score:
+            continue  # a cut falls between different scores only
+        if n >= min_decisions and accepted / n >= target:
+            best = {"threshold": score, "decisions": n, "accepted": accepted, "rate": accepted / n,
+                    "lower_bound": _wilson_lower(accepted, n), "share": n / len(ranked)}
+    return {**best, "all_decisions": len(ranked)}
+
+
+def _wilson_lower(k: int, n: int, z: float = 1.96) -> float:
+    """The lower end of the 95% Wilson score interval of k successes in n: what the rate is at least, plausibly."""
+    p = k / n
+    centre = p + z * z / (2 * n)
+    spread = z * ((p * (1 - p) + z * z / (4 * n)) / n) ** 0.5
+    return (centre - spread) / (1 + z * z / n)
+
+
+def _counts() -> dict[str, Any]:
+    return {"notes": 0, "accepted": 0, "rejected": 0, "added": 0}
+
+
+def _rates(c: dict[str, Any]) -> dict[str, Any]:
+    a, r, m = c["accepted"], c["rejected"], c["added"]
+    return {**c, "precision": a / (a + r) if a + r else None, "recall": a / (a + m) if a + m else None,
+            "suggested": a + r, "accept_rate": a / (a + r) if a + r else None,
+            "coded": a + m, "missed_rate": m / (a + m) if a + m else None}
+
+
+def _period(at: str | None, by: str) -> str:
+    if not at:
+        return "unknown"
+    day = datetime.strptime(at[:10], "%Y-%m-%d")
+    if by == "day":
+        return day.strftime("%Y-%m-%d")
+    year, week, _ = day.isocalendar()
+    return f"{year}-W{week:02d}"

@@ -79,8 +79,9 @@ def _stop_after(epoch: int):
 
 
 def _cfg(**kw):
+    # patience in epochs alone (the tests count epochs; test_patience_waits_at_least_its_steps_... sets the floor)
     return TrainConfig(**{**dict(epochs=3, batch_size=16, lr=5e-3, w2v_epochs=1, patience=5, seed=3, device="cpu",
-                                 embeddings="random"), **kw})
+                                 embeddings="random", patience_steps=0, lr_patience_steps=0), **kw})
 
 
 def test_seeded_runs_repeat_exactly(demo_data, tmp_path):
@@ -341,3 +342,17 @@ def test_runs_saved_before_the_schedule_existed_read_as_constant_rate(tiny_run, 
     resumed = train(out_dir=tmp_path / "cut", config=replace(cfg, lr_schedule="constant"), data_dir=demo_data,
                     model_options=TINY_MODEL, progress=False, resume=True)
     assert [h["epoch"] for h in resumed["history"]] == [1, 2]
+
+
+def test_patience_waits_at_least_its_steps_on_a_set_of_short_epochs(demo_data, tmp_path):
+    """Issue 35: on a few hundred notes an epoch is a few dozen steps; patience 0 would stop after the first stall,
+    but it is never shorter than patience_steps, so the run stalls for that many epochs' steps first."""
+    from clinicode.data.prepared import load_dataset
+
+    steps = -(-len(load_dataset(demo_data).split("train")) // 16)              # optimiser steps in one epoch
+    cfg = _cfg(epochs=10, lr=1e-9, patience=0, patience_steps=2 * steps + 1, lr_patience_steps=0)
+    assert cfg.patience_epochs(steps)[0] == 3
+    res = train(out_dir=tmp_path / "run", config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False)
+    # lr 1e-9: dev improves at epoch 1 only; then more than 3 epochs without a gain end the run
+    assert [h["best"] for h in res["history"]] == [True, False, False, False, False]
+    assert json.loads((tmp_path / "run" / "checkpoint" / "manifest.json").read_text())["stopped"] == "patience"

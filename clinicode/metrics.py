@@ -17,6 +17,7 @@ a positive and a negative note, so `auc_macro` averages over those (`n_auc_label
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -850,3 +851,154 @@ def metrics_report(
         if train_counts is not None:
             out["slices"] = frequency_slices(per_code)
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Evidence quality: how well a code's shown spans point at the note's gold mentions of it (docs/metrics.md)
+# --------------------------------------------------------------------------------------------------
+
+# A word of the metric: a run of letters or digits. Fixed here, not the model's tokenizer, so that models with
+# different tokenizers (and the floors) are measured in the same units.
+_WORD = re.compile(r"[^\W_]+")
+# Words of a code title that say nothing of the code ("Abnormalities, Drug-Induced" keeps abnormalities, drug,
+# induced); the title floor matches the rest.
+TITLE_STOPWORDS = frozenset("a an and as at by for from in into of on or other the to with without".split())
+
+
+def word_spans(text: str) -> np.ndarray:
+    """The words of a note as character spans: [n_words, 2] int64 (start, end), in text order.
+
+    A word is a maximal run of letters or digits (`[^\\W_]+`): "Drug-induced QT-prolongation" is 4 words.
+    """
+    spans = [m.span() for m in _WORD.finditer(text)]
+    return np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+
+
+def _as_spans(spans: Any) -> np.ndarray:
+    return np.asarray([(int(a), int(b)) for a, b in spans], dtype=np.int64).reshape(-1, 2)
+
+
+def words_covered(words: np.ndarray, spans: Any) -> np.ndarray:
+    """Which words overlap at least one of the spans (a word half inside a span counts: it is shown or mentioned).
+
+    Args:
+        words: [n_words, 2] `word_spans` of the note.
+        spans: (start, end) character spans, end exclusive.
+    Returns:
+        [n_words] bool.
+    """
+    s = _as_spans(spans)
+    if not len(s) or not len(words):
+        return np.zeros(len(words), dtype=bool)
+    return ((words[:, None, 0] < s[None, :, 1]) & (words[:, None, 1] > s[None, :, 0])).any(axis=1)
+
+
+def _overlaps_any(span: tuple[int, int], gold: np.ndarray) -> bool:
+    return bool(((gold[:, 0] < span[1]) & (gold[:, 1] > span[0])).any()) if len(gold) else False
+
+
+def evidence_quality(shown: Sequence[Sequence[tuple[int, int]]], gold: Sequence[Sequence[tuple[int, int]]],
+                     words: Sequence[np.ndarray], *, k: int) -> dict[str, Any]:
+    """Evidence quality over (note, code) pairs: do the spans shown for a code point at the note's gold mentions of it?
+
+    Each pair is one correctly predicted code of one note (the caller picks them). Its shown spans are ranked, best
+    first; only the first k count. Per pair: hit@1 is 1 when the first span overlaps a gold mention (by at least one
+    character), hit@k when any of the k does. Token precision and recall are micro over pairs, in words
+    (`word_spans`): S = the words overlapping a shown span, G = the words overlapping a gold mention;
+    precision = sum |S & G| / sum |S|, recall = sum |S & G| / sum |G|, F1 their harmonic mean (0 when both are 0).
+
+    Args:
+        shown: per pair, its shown (start, end) spans, best first (may be empty: a miss, no words shown).
+        gold: per pair, the gold mention spans of that code in that note (at least one).
+        words: per pair, the note's [n_words, 2] `word_spans` (pairs of one note may share one array).
+        k: spans counted per pair (the explain count), >= 1.
+    Returns:
+        {"n_pairs", "k", "hit_at_1", "hit_at_k", "token_precision", "token_recall", "token_f1", "words_per_code"
+        (mean |S|)}; the rates are None when there is no pair.
+    Raises:
+        ValueError: if the three lists differ in length, k < 1, or a pair has no gold mention.
+    """
+    if not len(shown) == len(gold) == len(words):
+        raise ValueError(f"shown, gold and words must have one entry per pair, got {len(shown)}, {len(gold)} and "
+                         f"{len(words)}.")
+    if k < 1:
+        raise ValueError(f"k must be >= 1 (spans counted per code), got {k}.")
+    n = len(shown)
+    out: dict[str, Any] = {"n_pairs": n, "k": int(k)}
+    if n == 0:
+        return {**out, **dict.fromkeys(("hit_at_1", "hit_at_k", "token_precision", "token_recall", "token_f1",
+                                        "words_per_code"))}
+    hit1 = hitk = inter = n_shown = n_gold = 0
+    for i, (spans, mentions, w) in enumerate(zip(shown, gold, words)):
+        g = _as_spans(mentions)
+        if not len(g):
+            raise ValueError(f"pair {i} has no gold mention; pass only codes with gold evidence in the note.")
+        top = [(int(a), int(b)) for a, b in list(spans)[:k]]
+        hits = [_overlaps_any(s, g) for s in top]
+        hit1 += bool(hits[:1] and hits[0])
+        hitk += any(hits)
+        s_words, g_words = words_covered(w, top), words_covered(w, g)
+        inter += int((s_words & g_words).sum())
+        n_shown += int(s_words.sum())
+        n_gold += int(g_words.sum())
+    p = inter / n_shown if n_shown else 0.0
+    r = inter / n_gold if n_gold else 0.0
+    return {**out, "hit_at_1": hit1 / n, "hit_at_k": hitk / n, "token_precision": p, "token_recall": r,
+            "token_f1": float(_f1(p, r)), "words_per_code": n_shown / n}
+
+
+def random_spans(shown: Sequence[Sequence[tuple[int, int]]], words: Sequence[np.ndarray], *,
+                 seed: int = 0) -> list[list[tuple[int, int]]]:
+    """The random floor: each shown span replaced by a run of as many words, placed uniformly at random in the note.
+
+    Args:
+        shown: per pair, its shown spans.
+        words: per pair, the note's [n_words, 2] `word_spans`.
+        seed: of the placement (fixed, so the floor is reproducible).
+    Returns:
+        per pair, one random (start, end) span per shown span (a span covering no word counts as one word).
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    for spans, w in zip(shown, words):
+        pair = []
+        for span in spans:
+            if not len(w):
+                break
+            m = min(max(1, int(words_covered(w, [span]).sum())), len(w))
+            first = int(rng.integers(0, len(w) - m + 1))
+            pair.append((int(w[first, 0]), int(w[first + m - 1, 1])))
+        out.append(pair)
+    return out
+
+
+def title_spans(title: str, text: str, words: np.ndarray | None = None) -> list[tuple[int, int]]:
+    """The title floor: the note's words that are words of the code's title, as spans, best first.
+
+    Words match case-insensitively and exactly (`word_spans` words; `TITLE_STOPWORDS` never match). Matched words next
+    to each other (consecutive words of the note) form one span; spans with more matched words come first, then the
+    earlier.
+
+    Args:
+        title: the code's title (e.g. its description in labels.json).
+        text: the note.
+        words: `word_spans(text)`, when already computed.
+    Returns:
+        (start, end) spans, best first; [] when no title word occurs.
+    """
+    w = word_spans(text) if words is None else words
+    wanted = {m.group().lower() for m in _WORD.finditer(title)} - TITLE_STOPWORDS
+    hit = [text[a:b].lower() in wanted for a, b in w]
+    runs: list[tuple[int, int, int]] = []                                   # (n words, start, end)
+    i = 0
+    while i < len(hit):
+        if hit[i]:
+            j = i
+            while j + 1 < len(hit) and hit[j + 1]:
+                j += 1
+            runs.append((j - i + 1, int(w[i, 0]), int(w[j, 1])))
+            i = j + 1
+        else:
+            i += 1
+    runs.sort(key=lambda x: (-x[0], x[1]))
+    return [(a, b) for _, a, b in runs]

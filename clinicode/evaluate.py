@@ -17,15 +17,13 @@ from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import read_split
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.metrics import (
+    EVIDENCE_K,
     HEADLINE,
     REPORTED,
     all_metrics,
-    evidence_quality,
+    evidence_figures,
     metrics_report,
     paired_bootstrap,
-    random_spans,
-    title_spans,
-    word_spans,
 )
 from clinicode.predict import Predictor
 
@@ -147,8 +145,6 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
     return result
 
 
-EVIDENCE_SEED = 0  # of the random floor's span placement
-EVIDENCE_K = 5     # spans per code: `predict --explain 5`, the count docs/predict.md and the app use
 NO_PHRASES = "a tfidf-lr checkpoint shows no per-code spans; only the floors are measured"
 
 
@@ -158,9 +154,9 @@ def evidence_report(checkpoint: Path | None, data_dir: Path, split: str = "test"
 
     Over the (note, code) pairs whose code is gold, predicted at the checkpoint's threshold and has at least one gold
     mention in the split's `evidence` column: the model's spans for the code (`Prediction.code_phrases`), and two
-    floors over the same pairs, random spans of the same lengths in words (seed `EVIDENCE_SEED`) and the code's
+    floors over the same pairs, random spans of the same lengths in words (seed 0) and the code's
     title words found in the note (`clinicode.metrics.title_spans`, titles from the checkpoint's labels.json).
-    docs/metrics.md defines each figure (`clinicode.metrics.evidence_quality`).
+    docs/metrics.md defines each figure (`clinicode.metrics.evidence_figures`).
 
     Args:
         checkpoint: run or checkpoint folder (ignored when `predictor` is given).
@@ -192,31 +188,10 @@ def _evidence_of_notes(pred: Predictor, df: pd.DataFrame, *, k: int) -> dict[str
     if not any(len(v) for v in df[EVIDENCE]):
         return None
     texts = df[TEXT].tolist()
-    leam = pred.kind == "leam"
-    records = pred.predict(texts, explain=k if leam else 0, top_k=0, attention=False)
-    shown, gold, words, titles = [], [], [], []
-    n_correct = 0
-    for text, labels, mentions, rec in zip(texts, df["labels"], df[EVIDENCE], records):
-        by_code: dict[str, list[tuple[int, int]]] = {}
-        for m in mentions:
-            by_code.setdefault(m["code"], []).append((m["start"], m["end"]))
-        right = [c.code for c in rec.predicted if c.code in set(labels)]
-        n_correct += len(right)
-        w = word_spans(text)
-        for code in right:
-            if code not in by_code:
-                continue
-            shown.append([(s.start, s.end) for s in (rec.code_phrases or {}).get(code, [])])
-            gold.append(by_code[code])
-            words.append(w)
-            titles.append(title_spans(pred.labels.description(code), text, w))
-    model = evidence_quality(shown, gold, words, k=k) if leam else None
-    # without the model's spans, the random floor takes the title spans' lengths
-    random = evidence_quality(random_spans(shown if leam else titles, words, seed=EVIDENCE_SEED), gold, words, k=k)
-    out = {"k": int(k), "n_pairs": len(shown), "n_correct": n_correct, "n_correct_without_evidence":
-           n_correct - len(shown), "model": model, "random": random,
-           "title": evidence_quality(titles, gold, words, k=k)}
-    if not leam:
+    correct = pred.correct_code_spans(texts, df["labels"].tolist(), explain=k)
+    titles = dict(zip(pred.labels.codes, pred.labels.descriptions))
+    out = evidence_figures(texts, df[EVIDENCE].tolist(), correct, titles, k=k)
+    if pred.kind != "leam":
         out["model_note"] = NO_PHRASES
     return out
 

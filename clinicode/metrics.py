@@ -862,6 +862,8 @@ def metrics_report(
 _WORD = re.compile(r"[^\W_]+")
 # Words of a code title that say nothing of the code ("Abnormalities, Drug-Induced" keeps abnormalities, drug,
 # induced); the title floor matches the rest.
+EVIDENCE_K = 5     # spans per code: `predict --explain 5`, the count docs/predict.md and the app use
+EVIDENCE_SEED = 0  # of the random floor's placement
 TITLE_STOPWORDS = frozenset("a an and as at by for from in into of on or other the to with without".split())
 
 
@@ -1002,3 +1004,47 @@ def title_spans(title: str, text: str, words: np.ndarray | None = None) -> list[
             i += 1
     runs.sort(key=lambda x: (-x[0], x[1]))
     return [(a, b) for _, a, b in runs]
+
+
+def evidence_figures(texts: Sequence[str], mentions: Sequence[Sequence[Mapping[str, Any]]],
+                     correct: Sequence[Mapping[str, Sequence[tuple[int, int]] | None]], titles: Mapping[str, str], *,
+                     k: int = EVIDENCE_K, seed: int = EVIDENCE_SEED) -> dict[str, Any]:
+    """The evidence report of a scored split: the model's spans and both floors over the same (note, code) pairs.
+
+    A pair is a correctly predicted code of a note with at least one gold mention of it in that note.
+
+    Args:
+        texts: [n_notes] the notes.
+        mentions: per note, its gold mentions {"code", "start", "end"} (text[start:end]).
+        correct: per note, its correctly predicted codes (gold, and predicted at the threshold), each with the spans
+            shown for it, best first; None instead of spans when the model shows none (tfidf-lr).
+        titles: code -> title, for the title floor ("" or absent: no title, no title spans).
+        k: spans counted per code.
+        seed: of the random floor.
+    Returns:
+        {"k", "n_pairs", "n_correct", "n_correct_without_evidence", "model" (None when no spans were given),
+        "random" (the model's span lengths; the title spans' when there are none), "title"}, each of the three an
+        `evidence_quality` dict.
+    """
+    shown, gold, words, by_title = [], [], [], []
+    n_correct, has_spans = 0, True
+    for text, notes_mentions, right in zip(texts, mentions, correct, strict=True):
+        by_code: dict[str, list[tuple[int, int]]] = {}
+        for m in notes_mentions:
+            by_code.setdefault(str(m["code"]), []).append((int(m["start"]), int(m["end"])))
+        n_correct += len(right)
+        w = word_spans(text) if any(c in by_code for c in right) else None
+        for code, spans in right.items():
+            if code not in by_code:
+                continue
+            has_spans = has_spans and spans is not None
+            shown.append(list(spans or []))
+            gold.append(by_code[code])
+            words.append(w)
+            by_title.append(title_spans(titles.get(code, ""), text, w))
+    model = evidence_quality(shown, gold, words, k=k) if has_spans else None
+    lengths = shown if has_spans else by_title
+    return {"k": int(k), "n_pairs": len(shown), "n_correct": n_correct,
+            "n_correct_without_evidence": n_correct - len(shown), "model": model,
+            "random": evidence_quality(random_spans(lengths, words, seed=seed), gold, words, k=k),
+            "title": evidence_quality(by_title, gold, words, k=k)}

@@ -348,6 +348,27 @@ class Predictor:
             out[i] = rec
         return out  # type: ignore[return-value]
 
+    def correct_code_spans(self, texts: Sequence[str], gold: Sequence[Sequence[str]], *, explain: int,
+                           threshold: float | None = None) -> list[dict[str, list[tuple[int, int]] | None]]:
+        """Each note's correctly predicted codes (gold, and predicted at the threshold) with the spans
+        `predict(..., explain=explain)` shows for them, best first (None for tfidf-lr, which shows none): what
+        `clinicode.metrics.evidence_figures` judges against gold mentions.
+
+        Args:
+            texts: [n_notes] the notes.
+            gold: per note, its gold codes.
+            explain: spans per code.
+            threshold: the cut-off for "predicted" (default: the checkpoint's).
+        """
+        leam = self.kind == "leam"
+        records = self.predict(texts, explain=explain if leam else 0, top_k=0, threshold=threshold, attention=False)
+        out: list[dict[str, list[tuple[int, int]] | None]] = []
+        for rec, codes in zip(records, gold, strict=True):
+            wanted, phrases = set(codes), rec.code_phrases or {}
+            out.append({c.code: ([(s.start, s.end) for s in phrases.get(c.code, [])] if leam else None)
+                        for c in rec.predicted if c.code in wanted})
+        return out
+
     def explain_codes(self, text: str, codes: Sequence[str], n: int = 5) -> dict[str, list[Span]]:
         """Each given code's n best phrases in one note (as `predict(..., explain=n)` gives for predicted codes).
 

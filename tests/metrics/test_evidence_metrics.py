@@ -78,3 +78,18 @@ def test_random_spans_keep_each_span_s_length_in_words_and_the_seed() -> None:
     assert [[int(M.words_covered(WORDS, [s]).sum()) for s in pair] for pair in a] == [[3, 1], [1]]
     starts = {M.random_spans([[(24, 29)]], [WORDS], seed=s)[0][0][0] for s in range(40)}
     assert starts == {int(x) for x in WORDS[:, 0]}                                # every word can be drawn
+
+
+def test_evidence_figures_judges_only_correct_codes_with_a_mention() -> None:
+    mentions = [[{"code": "HF", "start": 0, "end": 13}, {"code": "AKI", "start": 18, "end": 37}]]
+    titles = {"HF": "Heart Failure", "AKI": "Acute Kidney Injury", "LI": "Lithium"}
+    # HF and LI correct; LI has no mention in the note (counted, not judged); AKI missed (not judged)
+    ev = M.evidence_figures([TEXT], mentions, [{"HF": [(0, 5), (30, 37)], "LI": [(44, 51)]}], titles, k=1)
+    assert (ev["n_pairs"], ev["n_correct"], ev["n_correct_without_evidence"]) == (1, 2, 1)
+    assert ev["model"]["hit_at_1"] == 1.0 and ev["model"]["token_precision"] == 1.0
+    assert ev["model"]["token_recall"] == 0.5                                 # "Heart" of "Heart failure"
+    assert ev["title"]["hit_at_1"] == 1.0 and ev["title"]["token_recall"] == 1.0    # "Heart failure", 2 words
+    assert ev["random"]["words_per_code"] == 1.0
+    # a model without per-code spans (tfidf-lr): no model row; the random floor takes the title spans' lengths
+    ev = M.evidence_figures([TEXT], mentions, [{"HF": None}], titles, k=1)
+    assert ev["model"] is None and ev["n_pairs"] == 1 and ev["random"]["words_per_code"] == 2.0

@@ -17,7 +17,7 @@ from clinicode.codes.search import code_matches
 from clinicode.metrics import METRIC_LABELS, SUMMARY, predicted_codes
 
 ATTENTION_RGB = (255, 179, 0)   # amber: beta, one distribution shared by all codes
-EVIDENCE_RGB = (46, 160, 67)    # green: one code's own phrase compatibility u[k, l]
+EVIDENCE_RGB = (46, 160, 67)    # green: one code's closest words (cosine with the code's vector)
 MAX_UPLOAD_MB = 20
 
 

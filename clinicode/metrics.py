@@ -17,11 +17,11 @@ a positive and a negative note, so `auc_macro` averages over those (`n_auc_label
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from clinicode.codes.titles import WORD, title_words, word_runs
 from clinicode.config import COMPARE
 
 # CAML adds this to every per-label denominator of the macro averages, so 0/0 becomes 0.
@@ -857,9 +857,8 @@ def metrics_report(
 # Evidence quality: how well a code's shown spans point at the note's gold mentions of it (docs/metrics.md)
 # --------------------------------------------------------------------------------------------------
 
-# A word of the metric: a run of letters or digits. Fixed here, not the model's tokenizer, so that models with
-# different tokenizers (and the floors) are measured in the same units.
-_WORD = re.compile(r"[^\W_]+")
+# A word of the metric: a run of letters or digits (`clinicode.codes.titles.WORD`), not the model's tokenizer's, so that
+# models with different tokenizers (and the floors) are measured in the same units.
 # Words of a code title that say nothing of the code ("Abnormalities, Drug-Induced" keeps abnormalities, drug,
 # induced); the title floor matches the rest.
 EVIDENCE_K = 5     # spans per code: `predict --explain 5`, the count docs/predict.md and the app use
@@ -872,7 +871,7 @@ def word_spans(text: str) -> np.ndarray:
 
     A word is a maximal run of letters or digits (`[^\\W_]+`): "Drug-induced QT-prolongation" is 4 words.
     """
-    spans = [m.span() for m in _WORD.finditer(text)]
+    spans = [m.span() for m in WORD.finditer(text)]
     return np.asarray(spans, dtype=np.int64).reshape(-1, 2)
 
 
@@ -974,35 +973,20 @@ def random_spans(shown: Sequence[Sequence[tuple[int, int]]], words: Sequence[np.
     return out
 
 
-def title_spans(title: str, text: str, words: np.ndarray | None = None) -> list[tuple[int, int]]:
+def title_spans(title: str, text: str) -> list[tuple[int, int]]:
     """The title floor: the note's words that are words of the code's title, as spans, best first.
 
-    Words match case-insensitively and exactly (`word_spans` words; `TITLE_STOPWORDS` never match). Matched words next
-    to each other (consecutive words of the note) form one span; spans with more matched words come first, then the
-    earlier.
+    Words match case-insensitively and exactly (`word_spans` words; `clinicode.codes.titles.STOPWORDS` never match, as
+    in `predict --titles`). Matched words next to each other (consecutive words of the note) form one span; spans with
+    more matched words come first, then the earlier.
 
     Args:
         title: the code's title (e.g. its description in labels.json).
         text: the note.
-        words: `word_spans(text)`, when already computed.
     Returns:
         (start, end) spans, best first; [] when no title word occurs.
     """
-    w = word_spans(text) if words is None else words
-    wanted = {m.group().lower() for m in _WORD.finditer(title)} - TITLE_STOPWORDS
-    hit = [text[a:b].lower() in wanted for a, b in w]
-    runs: list[tuple[int, int, int]] = []                                   # (n words, start, end)
-    i = 0
-    while i < len(hit):
-        if hit[i]:
-            j = i
-            while j + 1 < len(hit) and hit[j + 1]:
-                j += 1
-            runs.append((j - i + 1, int(w[i, 0]), int(w[j, 1])))
-            i = j + 1
-        else:
-            i += 1
-    runs.sort(key=lambda x: (-x[0], x[1]))
+    runs = sorted(word_runs(text, title_words(title)), key=lambda x: (-x[0], x[1]))
     return [(a, b) for _, a, b in runs]
 
 
@@ -1041,7 +1025,7 @@ def evidence_figures(texts: Sequence[str], mentions: Sequence[Sequence[Mapping[s
             shown.append(list(spans or []))
             gold.append(by_code[code])
             words.append(w)
-            by_title.append(title_spans(titles.get(code, ""), text, w))
+            by_title.append(title_spans(titles.get(code, ""), text))
     model = evidence_quality(shown, gold, words, k=k) if has_spans else None
     lengths = shown if has_spans else by_title
     return {"k": int(k), "n_pairs": len(shown), "n_correct": n_correct,

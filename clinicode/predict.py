@@ -14,13 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import Checkpoint, load_checkpoint
+from clinicode.codes.titles import TitleIndex, TitleMatch
 from clinicode.config import PREDICT
 from clinicode.errors import ConfigError
 from clinicode.kernels import EPS
@@ -34,6 +35,7 @@ _PIPELINE_CHUNK = 256  # notes tokenised ahead while the model scores the previo
 # A code's evidence: the words whose cosine with the code vector is at least this share of the note's best for that
 # code. Chosen on bc5cdr dev against gold mentions (docs/accuracy-tuning.md, round 12; docs/predict.md).
 WORD_BAR = 0.8
+TITLE_SUGGESTIONS = 10  # title suggestions per note at most (bc5cdr dev: 0.46 per note on average)
 
 
 def _top(values: np.ndarray, n: int) -> np.ndarray:
@@ -109,6 +111,9 @@ class Prediction:
     code_phrases: for each predicted code, at most `explain` spans of the words closest to the code vector (cosine at
         least `WORD_BAR` of the note's best; neighbouring words joined), best first, weighted by that cosine.
     attention: every kept token's span with its beta weight (for highlighting), when explain > 0.
+    title_suggestions: when the predictor was given titles, the codes outside the checkpoint's whose every title word
+        occurs in the note, most specific first: suggestions from the title, not predictions (no model score, no
+        threshold).
     """
 
     id: str | None
@@ -120,6 +125,7 @@ class Prediction:
     code_phrases: dict[str, list[Span]] | None = None
     attention: list[Span] | None = None
     error: str | None = None
+    title_suggestions: list[TitleMatch] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON output record (see `clinicode predict`)."""
@@ -136,6 +142,10 @@ class Prediction:
                 "spans": [_span(s) for s in self.evidence],
                 "codes": {c: [_span(s) for s in spans] for c, spans in (self.code_phrases or {}).items()},
             }
+        if self.title_suggestions is not None:
+            out["title_suggestions"] = [{"code": m.code, "title": m.title, "specificity": m.specificity,
+                                         "spans": [{"start": a, "end": b} for a, b in m.spans]}
+                                        for m in self.title_suggestions]
         return out
 
 
@@ -164,7 +174,7 @@ class Predictor:
 
     def __init__(self, checkpoint: Checkpoint, *, device: torch.device | str = "cpu",
                  batch_size: int = PREDICT.batch_size,
-                 memory_mb: int = PREDICT.memory_mb) -> None:
+                 memory_mb: int = PREDICT.memory_mb, titles: Mapping[str, str] | None = None) -> None:
         self.checkpoint = checkpoint
         self.labels = checkpoint.labels
         self.threshold = checkpoint.threshold
@@ -174,6 +184,8 @@ class Predictor:
         self.batch_size = batch_size
         self.plan: MemoryPlan | None = None
         self._table: torch.Tensor | None = None
+        # codes the checkpoint was not trained on, suggested from their titles (`title_suggestions`), when given
+        self.title_index = TitleIndex(titles, exclude=self.labels.codes) if titles else None
         if self.kind == "leam":
             model = checkpoint.model
             self.plan = plan(model.config, batch_size=batch_size, max_len=checkpoint.max_len, budget_mb=memory_mb,
@@ -183,10 +195,15 @@ class Predictor:
 
     @classmethod
     def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = PREDICT.batch_size,
-                        memory_mb: int = PREDICT.memory_mb) -> "Predictor":
-        """Load (and verify) a checkpoint folder or a run folder containing checkpoint/."""
+                        memory_mb: int = PREDICT.memory_mb, titles: Mapping[str, str] | None = None) -> "Predictor":
+        """Load (and verify) a checkpoint folder or a run folder containing checkpoint/.
+
+        `titles` (code -> title): codes outside the checkpoint's, suggested from their titles in every record
+        (`Prediction.title_suggestions`; docs/predict.md).
+        """
         dev = pick_device(device)
-        return cls(load_checkpoint(Path(path), device=dev), device=dev, batch_size=batch_size, memory_mb=memory_mb)
+        return cls(load_checkpoint(Path(path), device=dev), device=dev, batch_size=batch_size, memory_mb=memory_mb,
+                   titles=titles)
 
     @property
     def codes(self) -> tuple[str, ...]:
@@ -362,6 +379,8 @@ class Predictor:
                     rec.error = (f"note {ids[i]!r}: no words after tokenisation (numbers and punctuation only); "
                                  "nothing to code")
                     rec.predicted, rec.scores = [], {}
+            if self.title_index is not None and rec.error is None:
+                rec.title_suggestions = self.title_index.match(prepared.texts[j], limit=TITLE_SUGGESTIONS)
             if explain > 0 and extras is not None and extras[j] is not None and rec.error is None:
                 beta = extras[j]
                 offs = encs[j].offsets

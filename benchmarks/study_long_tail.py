@@ -297,7 +297,24 @@ def unseen_table(run: Path, data: Path, split: str, more_titles: list[Path] = ()
                   f"split's {n_pairs} note-code pairs ({sum(map(len, gold)) / max(n_pairs, 1):.1%}) use one, in "
                   f"{sum(map(bool, gold))} of {len(notes)} notes ({n_untitled} more pairs use an unseen code without "
                   f"a title); seconds per note: title words {secs['title words']:.4f}, tf-idf {secs['tf-idf']:.4f}, "
-                  f"model {secs['model']:.4f}", scores, gold) + "\n\n" + _suggestion_rules(scores, gold)
+                  f"model {secs['model']:.4f}", scores, gold) + "\n\n" + _suggestion_rules(scores, gold) + "\n" + \
+        _shipped_rule(cands, titles, [r["text"] for r in notes], gold)
+
+
+def _shipped_rule(cands: list[str], titles: list[str], notes: list[str], gold: list[list[int]]) -> str:
+    """`predict --titles` itself (`clinicode.codes.titles.TitleIndex`, at most `TITLE_SUGGESTIONS` per note)."""
+    from clinicode.codes.titles import TitleIndex
+    from clinicode.predict import TITLE_SUGGESTIONS
+
+    index = TitleIndex(dict(zip(cands, titles)))
+    where = {c: i for i, c in enumerate(cands)}
+    n = hits = 0
+    for text, g in zip(notes, gold):
+        found = {where[m.code] for m in index.match(text, limit=TITLE_SUGGESTIONS)}
+        n += len(found)
+        hits += len(found & set(g))
+    return (f"| `predict --titles` (every title word, stop words aside) | {n / len(notes):.2f} | "
+            f"{hits / max(n, 1):.3f} | {hits / max(sum(map(len, gold)), 1):.3f} |")
 
 
 def title_scores_from_titles(titles: list[str], notes: list[str]) -> np.ndarray:

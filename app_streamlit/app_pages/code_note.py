@@ -6,8 +6,6 @@ import hashlib
 
 import streamlit as st
 
-from clinicode.predict import WORD_BAR
-
 import render
 import state
 
@@ -197,6 +195,8 @@ with right:
         )
     else:
         with_evidence([pick])
+        from clinicode.predict import WORD_BAR  # the model is loaded by now: importing predict costs nothing more
+
         st.caption(
             f"Green: the words closest to **{pick}** (cosine with the code's vector at least {WORD_BAR:g} of the best "
             f"in this note; neighbouring words joined, at most {EXPLAIN} spans); opacity ∝ cosine."

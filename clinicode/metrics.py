@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from clinicode.codes.icd10 import PCS_NO_TITLE
 from clinicode.codes.titles import WORD, title_words, word_runs
 from clinicode.config import COMPARE
 
@@ -1002,7 +1003,8 @@ def evidence_figures(texts: Sequence[str], mentions: Sequence[Sequence[Mapping[s
         mentions: per note, its gold mentions {"code", "start", "end"} (text[start:end]).
         correct: per note, its correctly predicted codes (gold, and predicted at the threshold), each with the spans
             shown for it, best first; None instead of spans when the model shows none (tfidf-lr).
-        titles: code -> title, for the title floor ("" or absent: no title, no title spans).
+        titles: code -> title, for the title floor ("", absent or the display placeholder `PCS_NO_TITLE`: no title,
+            no title spans).
         k: spans counted per code.
         seed: of the random floor.
     Returns:
@@ -1025,7 +1027,8 @@ def evidence_figures(texts: Sequence[str], mentions: Sequence[Sequence[Mapping[s
             shown.append(list(spans or []))
             gold.append(by_code[code])
             words.append(w)
-            by_title.append(title_spans(titles.get(code, ""), text))
+            title = titles.get(code, "")
+            by_title.append(title_spans("" if title == PCS_NO_TITLE else title, text))  # a placeholder is no title
     model = evidence_quality(shown, gold, words, k=k) if has_spans else None
     lengths = shown if has_spans else by_title
     return {"k": int(k), "n_pairs": len(shown), "n_correct": n_correct,

@@ -17,7 +17,7 @@ from clinicode.codes.search import code_matches
 from clinicode.metrics import METRIC_LABELS, SUMMARY, predicted_codes
 
 ATTENTION_RGB = (255, 179, 0)   # amber: beta, one distribution shared by all codes
-EVIDENCE_RGB = (46, 160, 67)    # green: one code's own phrase compatibility u[k, l]
+EVIDENCE_RGB = (46, 160, 67)    # green: one code's closest words (cosine with the code's vector)
 MAX_UPLOAD_MB = 20
 
 
@@ -554,4 +554,25 @@ def slice_table(metrics: Mapping[str, Any]) -> pd.DataFrame | None:
         part = sl.get(name) or {}
         rows.append({"codes": title, "in the label set": part.get("n_codes"), "present in test": part.get("n_present"),
                      "macro AUC": part.get("auc_macro"), "macro F1": part.get("f1_macro")})
+    return pd.DataFrame(rows)
+
+
+EVIDENCE_ROWS = (("model", "this model's highlights"), ("title", "title words found in the note"),
+                 ("random", "random words, same lengths"))
+
+
+def evidence_table(evidence: Mapping[str, Any] | None) -> pd.DataFrame | None:
+    """A run's evidence quality (`evidence` of its test metrics, docs/metrics.md) as a table: the model's highlights,
+    then the two floors; None when the run's test notes carried no gold mentions."""
+    if not evidence or not evidence.get("n_pairs"):
+        return None
+    k = evidence.get("k", 5)
+    rows = []
+    for key, title in EVIDENCE_ROWS:
+        q = evidence.get(key)
+        if not q:
+            continue
+        rows.append({"spans": title, "hit@1": q["hit_at_1"], f"hit@{k}": q["hit_at_k"],
+                     "word precision": q["token_precision"], "word recall": q["token_recall"],
+                     "word F1": q["token_f1"], "words per code": q["words_per_code"]})
     return pd.DataFrame(rows)

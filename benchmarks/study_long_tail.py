@@ -21,6 +21,10 @@ unwindowed or windowed by the run's W1, as code evidence reads them).
 
     python benchmarks/study_long_tail.py rules --data DATA_DIR RUN [RUN ...] [--cache DIR]
     python benchmarks/study_long_tail.py untrained RUN [--split dev|test] [--mtsamples DIR]
+    python benchmarks/study_long_tail.py unseen RUN --data DIR [--split dev|test]
+
+`unseen` (round 12): the same comparison on a coded-notes folder with titles (bc5cdr, ncbi): the candidates are the
+codes of its descriptions.tsv that no training note carries.
 """
 
 from __future__ import annotations
@@ -173,16 +177,79 @@ def title_word_scores(notes: list[list[str]], titles: list[list[str]], idf) -> n
     return out
 
 
-def untrained_table(run: Path, split: str, mtsamples: Path) -> str:
+def suggestion_scores(ck, titles: list[str], notes: list[str], train_notes: list[str]) -> tuple[dict, dict]:
+    """[N, C] scores of each candidate title for each note, by every method compared, and seconds per note.
+
+    Methods: title words found in the note, tf-idf cosine of title and note (fit on the training notes), and the
+    trained model's word vectors (title vector = mean of its known words' vectors, as a code vector starts; score = max
+    over positions of its cosine with the note's word vectors, unwindowed or windowed by the run's W1), and tf-idf plus
+    half the windowed model score. A title with no word the model knows gets -1 from the model.
+    """
     import torch
     import torch.nn.functional as F
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    from clinicode.checkpoint import load_checkpoint
     from clinicode.constants import PAD_ID, UNK_ID
     from clinicode.data.text import tokenize
 
     torch.set_num_threads(1)
+    title_words = [tokenize(t) for t in titles]
+    note_words = [tokenize(t) for t in notes]
+    df = Counter(w for t in train_notes for w in set(tokenize(t)))
+    n_train = len(train_notes)
+
+    def idf(w: str) -> float:
+        return math.log((n_train + 1) / (df.get(w, 0) + 1)) + 1
+
+    t0 = time.perf_counter()
+    out = {"title words in the note": title_word_scores(note_words, title_words, idf)}
+    secs = {"title words": (time.perf_counter() - t0) / len(notes)}
+    t0 = time.perf_counter()
+    vec = TfidfVectorizer(analyzer=tokenize, sublinear_tf=True).fit(train_notes)
+    out["tf-idf cosine"] = (vec.transform(notes) @ vec.transform(titles).T).toarray()
+    secs["tf-idf"] = (time.perf_counter() - t0) / len(notes)
+
+    E = ck.model.word_emb.weight.detach()
+    T, known = torch.zeros(len(titles), E.shape[1]), torch.zeros(len(titles), dtype=torch.bool)
+    for j, words in enumerate(title_words):
+        ids = [i for i in (ck.tokenizer.token_id(w) for w in words) if i is not None and i not in (PAD_ID, UNK_ID)]
+        if ids:
+            T[j], known[j] = E[ids].mean(0), True
+    Tn = T / (T.norm(dim=-1, keepdim=True) + 1e-8)
+    encs = ck.tokenizer.encode(notes)
+    t0 = time.perf_counter()
+    for name, w in (("model word vectors, best word", None),
+                    ("model word vectors, W1 window", ck.model.phrase_w.detach())):
+        S = np.zeros((len(notes), len(titles)), dtype=np.float32)
+        with torch.inference_mode():
+            for i, enc in enumerate(encs):
+                V = E[torch.tensor(enc.ids)]
+                Vn = V / (V.norm(dim=-1, keepdim=True) + 1e-8)
+                if w is not None:
+                    Vn = F.conv1d(Vn.T.unsqueeze(1), w.view(1, 1, -1), padding=w.numel() // 2).squeeze(1).T
+                    Vn = Vn / (Vn.norm(dim=-1, keepdim=True) + 1e-8)
+                S[i] = (Vn @ Tn.T).amax(0).numpy()
+        S[:, ~known.numpy()] = -1.0
+        out[name] = S
+    secs["model"] = (time.perf_counter() - t0) / 2 / len(notes)
+    out["tf-idf + 0.5 x model W1 window"] = out["tf-idf cosine"] + 0.5 * out["model word vectors, W1 window"]
+    out["n_unknown"] = int((~known).sum())
+    return out, secs
+
+
+def _table(head: str, scores: dict, gold: list[list[int]]) -> str:
+    lines = [head, "", "| score | recall@5 | recall@10 | recall@20 |", "|---|---|---|---|"]
+    for name, S in scores.items():
+        if name == "n_unknown":
+            continue
+        r = recall_at(S, gold)
+        lines.append(f"| {name} | {r[5]:.3f} | {r[10]:.3f} | {r[20]:.3f} |")
+    return "\n".join(lines)
+
+
+def untrained_table(run: Path, split: str, mtsamples: Path) -> str:
+    from clinicode.checkpoint import load_checkpoint
+
     ck = load_checkpoint(run / "checkpoint")
     rows = {p: [json.loads(line) for line in (mtsamples / f"{p}.jsonl").read_text(encoding="utf-8").splitlines()
                 if line] for p in ("train", "dev", "test")}
@@ -193,52 +260,89 @@ def untrained_table(run: Path, split: str, mtsamples: Path) -> str:
     index = {c: i for i, c in enumerate(cands)}
     notes = rows[split]
     gold = [[index[k] for k in keywords(r) if k in index] for r in notes]
-    title_words = [tokenize(c) for c in cands]
-    note_words = [tokenize(r["text"]) for r in notes]
-    df = Counter(w for r in rows["train"] for w in set(tokenize(r["text"])))
-    n_train = len(rows["train"])
+    scores, secs = suggestion_scores(ck, cands, [r["text"] for r in notes], [r["text"] for r in rows["train"]])
+    return _table(f"{run.name}, {split}: {len(ck.labels)} labels, {len(cands)} candidates ({scores['n_unknown']} with "
+                  f"no word the model knows), {sum(map(len, gold))} untrained gold keywords in {sum(map(bool, gold))} "
+                  f"of {len(notes)} notes; seconds per note: title words {secs['title words']:.3f}, model "
+                  f"{secs['model']:.3f}", scores, gold)
+
+
+def unseen_table(run: Path, data: Path, split: str, more_titles: list[Path] = ()) -> str:
+    """Codes with a title (descriptions.tsv) and no training note, suggested from the title, on a coded-notes folder.
+
+    Candidates: every code of descriptions.tsv (and of the `more_titles` files: distractors, codes this corpus never
+    uses) that no training note carries; each note's gold: its codes among them.
+    """
+    from clinicode.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(run / "checkpoint")
+    rows = {p: [json.loads(line) for line in (data / f"{p}.jsonl").read_text(encoding="utf-8").splitlines() if line]
+            for p in ("train", split)}
+    titled = {}
+    for f in [*more_titles, data / "descriptions.tsv"]:
+        titled.update(line.split("\t", 1) for line in f.read_text(encoding="utf-8").splitlines() if "\t" in line)
+    seen = {c for r in rows["train"] for c in r["labels"]}
+    cands = sorted(c for c in titled if c not in seen and c not in set(ck.labels.codes))
+    index = {c: i for i, c in enumerate(cands)}
+    notes = rows[split]
+    gold = [[index[c] for c in r["labels"] if c in index] for r in notes]
+    n_pairs = sum(len(r["labels"]) for r in notes)
+    n_untitled = sum(c not in seen and c not in titled for r in notes for c in r["labels"])
+    titles = [titled[c].strip() for c in cands]
+    scores, secs = suggestion_scores(ck, titles, [r["text"] for r in notes], [r["text"] for r in rows["train"]])
+    scores["title words, idf over the titles (no training notes)"] = title_scores_from_titles(
+        titles, [r["text"] for r in notes])
+    return _table(f"{run.name}, {data.name} {split}: {len(ck.labels)} labels, {len(cands)} candidates (titled, no "
+                  f"training note; {scores['n_unknown']} with no word the model knows); {sum(map(len, gold))} of the "
+                  f"split's {n_pairs} note-code pairs ({sum(map(len, gold)) / max(n_pairs, 1):.1%}) use one, in "
+                  f"{sum(map(bool, gold))} of {len(notes)} notes ({n_untitled} more pairs use an unseen code without "
+                  f"a title); seconds per note: title words {secs['title words']:.4f}, tf-idf {secs['tf-idf']:.4f}, "
+                  f"model {secs['model']:.4f}", scores, gold) + "\n\n" + _suggestion_rules(scores, gold) + "\n" + \
+        _shipped_rule(cands, titles, [r["text"] for r in notes], gold)
+
+
+def _shipped_rule(cands: list[str], titles: list[str], notes: list[str], gold: list[list[int]]) -> str:
+    """`predict --titles` itself (`clinicode.codes.titles.TitleIndex`, at most `TITLE_SUGGESTIONS` per note)."""
+    from clinicode.codes.titles import TitleIndex
+    from clinicode.predict import TITLE_SUGGESTIONS
+
+    index = TitleIndex(dict(zip(cands, titles)))
+    where = {c: i for i, c in enumerate(cands)}
+    n = hits = 0
+    for text, g in zip(notes, gold):
+        found = {where[m.code] for m in index.match(text, limit=TITLE_SUGGESTIONS)}
+        n += len(found)
+        hits += len(found & set(g))
+    return (f"| `predict --titles` (every title word, stop words aside) | {n / len(notes):.2f} | "
+            f"{hits / max(n, 1):.3f} | {hits / max(sum(map(len, gold)), 1):.3f} |")
+
+
+def title_scores_from_titles(titles: list[str], notes: list[str]) -> np.ndarray:
+    """`title_word_scores` with each word's idf taken over the titles themselves (a word in many titles, "diseases",
+    "syndrome", counts little): what predict can compute from a titles file alone, without training notes."""
+    from clinicode.data.text import tokenize
+
+    title_words = [tokenize(t) for t in titles]
+    df = Counter(w for t in title_words for w in set(t))
 
     def idf(w: str) -> float:
-        return math.log((n_train + 1) / (df.get(w, 0) + 1)) + 1
+        return math.log((len(titles) + 1) / (df.get(w, 0) + 1)) + 1
 
-    t0 = time.perf_counter()
-    s_words = title_word_scores(note_words, title_words, idf)
-    sec_words = (time.perf_counter() - t0) / len(notes)
-    vec = TfidfVectorizer(analyzer=tokenize, sublinear_tf=True).fit([r["text"] for r in rows["train"]])
-    s_tfidf = (vec.transform([r["text"] for r in notes]) @ vec.transform(cands).T).toarray()
+    return title_word_scores([tokenize(t) for t in notes], title_words, idf)
 
-    E = ck.model.word_emb.weight.detach()
-    T, known = torch.zeros(len(cands), E.shape[1]), torch.zeros(len(cands), dtype=torch.bool)
-    for j, words in enumerate(title_words):
-        ids = [i for i in (ck.tokenizer.token_id(w) for w in words) if i is not None and i not in (PAD_ID, UNK_ID)]
-        if ids:
-            T[j], known[j] = E[ids].mean(0), True
-    Tn = T / (T.norm(dim=-1, keepdim=True) + 1e-8)
-    encs = ck.tokenizer.encode([r["text"] for r in notes])
-    model_scores, t0 = {}, time.perf_counter()
-    for name, w in (("best word", None), ("W1 window", ck.model.phrase_w.detach())):
-        S = np.zeros((len(notes), len(cands)), dtype=np.float32)
-        with torch.inference_mode():
-            for i, enc in enumerate(encs):
-                V = E[torch.tensor(enc.ids)]
-                Vn = V / (V.norm(dim=-1, keepdim=True) + 1e-8)
-                if w is not None:
-                    Vn = F.conv1d(Vn.T.unsqueeze(1), w.view(1, 1, -1), padding=w.numel() // 2).squeeze(1).T
-                    Vn = Vn / (Vn.norm(dim=-1, keepdim=True) + 1e-8)
-                S[i] = (Vn @ Tn.T).amax(0).numpy()
-        S[:, ~known.numpy()] = -1.0
-        model_scores[name] = S
-    sec_model = (time.perf_counter() - t0) / 2 / len(notes)
-    lines = [f"{run.name}, {split}: {len(ck.labels)} labels, {len(cands)} candidates ({int((~known).sum())} with no "
-             f"word the model knows), {sum(map(len, gold))} untrained gold keywords in {sum(map(bool, gold))} of "
-             f"{len(notes)} notes; seconds per note: title words {sec_words:.3f}, model {sec_model:.3f}", "",
-             "| score | recall@5 | recall@10 | recall@20 |", "|---|---|---|---|"]
-    for name, S in (("title words in the note", s_words), ("tf-idf cosine", s_tfidf),
-                    ("model word vectors, best word", model_scores["best word"]),
-                    ("model word vectors, W1 window", model_scores["W1 window"]),
-                    ("tf-idf + 0.5 x model W1 window", s_tfidf + 0.5 * model_scores["W1 window"])):
-        r = recall_at(S, gold)
-        lines.append(f"| {name} | {r[5]:.3f} | {r[10]:.3f} | {r[20]:.3f} |")
+
+def _suggestion_rules(scores: dict, gold: list[list[int]]) -> str:
+    """Suggestions a coder would read: every candidate above a bar (not a fixed 10 per note), as precision/recall."""
+    lines = ["| suggest (title words, idf over titles) | suggestions per note | precision | recall |",
+             "|---|---|---|---|"]
+    S = scores["title words, idf over the titles (no training notes)"]
+    n_gold = sum(map(len, gold))
+    for name, mask in (("the whole title as a phrase", S >= 2.0),
+                       ("every title word, in any order", S >= 1.0 - 1e-9),
+                       ("at least half the title's weight", S >= 0.5)):
+        hits = sum(int(mask[i, g].sum()) for i, g in enumerate(gold) if g)
+        n = int(mask.sum())
+        lines.append(f"| {name} | {n / len(gold):.2f} | {hits / max(n, 1):.3f} | {hits / max(n_gold, 1):.3f} |")
     return "\n".join(lines)
 
 
@@ -253,8 +357,19 @@ def main() -> None:
     u.add_argument("run", type=Path)
     u.add_argument("--split", choices=("dev", "test"), default="test")
     u.add_argument("--mtsamples", type=Path, default=Path(__file__).resolve().parents[1] / "../shared/data/mtsamples")
+    n = sub.add_parser("unseen", help="title-only suggestions for titled codes without a training note (coded notes)")
+    n.add_argument("run", type=Path)
+    n.add_argument("--data", type=Path, required=True, help="coded-notes folder with descriptions.tsv")
+    n.add_argument("--split", choices=("dev", "test"), default="dev")
+    n.add_argument("--more-titles", type=Path, action="append", default=[],
+                   help="another code<TAB>title file whose codes join the candidates (distractors)")
     a = ap.parse_args()
-    print(rules_table(a.runs, a.data, a.cache) if a.study == "rules" else untrained_table(a.run, a.split, a.mtsamples))
+    if a.study == "rules":
+        print(rules_table(a.runs, a.data, a.cache))
+    elif a.study == "untrained":
+        print(untrained_table(a.run, a.split, a.mtsamples))
+    else:
+        print(unseen_table(a.run, a.data, a.split, a.more_titles))
 
 
 if __name__ == "__main__":

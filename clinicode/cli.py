@@ -27,7 +27,7 @@ from clinicode.config import (
     TrainConfig,
     default_of,
 )
-from clinicode.errors import ClinicodeError, ConfigError
+from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.safe_io import claim_folder, releases_claims
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -491,11 +491,16 @@ def predict_cli(
     memory_budget: Annotated[Optional[int], _opt("MB of scratch memory one batch and the word-code table may use.",
                                                  default_of(PredictConfig, "memory_mb"))] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    titles: Annotated[Optional[Path],
+                      typer.Option(help="code<TAB>title file: also list its codes that the checkpoint lacks and whose "
+                                        "every title word occurs in a note, as `title_suggestions` (suggestions "
+                                        "from the title, not predictions).")] = None,
     format: Annotated[str, typer.Option("--format",
                                         help="records (JSONL, or CSV when --output ends in .csv) or fhir (one FHIR R4 "
                                              "Bundle per note and line; docs/serve.md).")] = "records",
 ) -> None:
     """Score notes in batch: one output record per input record, in input order."""
+    from clinicode.codes.icd9 import load_descriptions_tsv
     from clinicode.predict import Predictor
     from clinicode.predict_io import predict_file
 
@@ -504,7 +509,11 @@ def predict_cli(
 
     opts = {**_given(explain=explain), **_parse_top_k(top_k)}  # --top-k all is top_k=None, not "not given"
     PredictConfig(**opts, **_given(memory_mb=memory_budget))  # range checks live there
-    pred = Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget))
+    pred = Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget),
+                                     titles=load_descriptions_tsv(titles) if titles else None)
+    if titles and not pred.title_index:
+        raise DataFormatError(f"--titles {titles}: no code with a title outside the checkpoint's {len(pred.codes):,} "
+                              "codes; give code<TAB>title lines for codes the model was not trained on.")
     encode = None
     if format == "fhir":
         from clinicode.fhir import bundle, code_systems, predictor_source

@@ -3,6 +3,7 @@
 SCHEMA_VERSION = 1
 
 ID, SUBJECT_ID, TEXT, LABELS = "id", "subject_id", "text", "labels"
+EVIDENCE = "evidence"  # optional: the gold mention of each code, a list of {code, start, end} (text[start:end])
 SPLITS = ("train", "dev", "test")
 
 PAD_TOKEN, UNK_TOKEN = "[PAD]", "[UNK]"

@@ -12,10 +12,19 @@ import pandas as pd
 
 from clinicode.artifacts import check_output, read_json, write_json_atomic
 from clinicode.config import COMPARE
+from clinicode.constants import EVIDENCE, TEXT
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import read_split
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
-from clinicode.metrics import HEADLINE, REPORTED, all_metrics, metrics_report, paired_bootstrap
+from clinicode.metrics import (
+    EVIDENCE_K,
+    HEADLINE,
+    REPORTED,
+    all_metrics,
+    evidence_figures,
+    metrics_report,
+    paired_bootstrap,
+)
 from clinicode.predict import Predictor
 
 EVALUATION_KIND = "evaluation"
@@ -92,7 +101,7 @@ def outside_warning(report: dict[str, Any], n_labels: int) -> str | None:
 
 
 def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: Path | None = None,
-             device: str = "auto", predictor: Predictor | None = None) -> dict[str, Any]:
+             device: str = "auto", predictor: Predictor | None = None, explain: int | None = None) -> dict[str, Any]:
     """Metrics of a checkpoint on one split, at its tuned threshold and at 0.5, plus per-code rows.
 
     The checkpoint's label set decides what is scored: gold codes outside it are counted (`n_gold_outside_labels`,
@@ -103,9 +112,11 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
         data_dir: prepared dataset folder (or any coded-notes folder).
         split: train, dev or test.
         output: JSON file to write atomically.
+        explain: spans per code for the evidence figures (default `EVIDENCE_K`, 5).
     Returns:
         the metrics dict (keys auc_macro, auc_micro, f1_macro, f1_macro_mean, f1_micro, prec_at_5, prec_at_8,
-        threshold, n_docs, threshold_0.5, per_code, ...).
+        threshold, n_docs, threshold_0.5, per_code, ...), and "evidence" (`evidence_report`'s figures) when the
+        split carries gold mentions.
     """
     if output is not None:
         check_output(output, option="--output", command="evaluate", folder=False, recognise=is_evaluation_output,
@@ -125,9 +136,64 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
     if counts is None:  # a checkpoint from before training counts were kept
         result["slices"] = None
         result["slices_note"] = NO_TRAIN_COUNTS
+    if EVIDENCE in df.columns:
+        evidence = _evidence_of_notes(pred, df, k=EVIDENCE_K if explain is None else explain)
+        if evidence is not None:
+            result["evidence"] = evidence
     if output is not None:
         write_json_atomic(Path(output), result)
     return result
+
+
+NO_PHRASES = "a tfidf-lr checkpoint shows no per-code spans; only the floors are measured"
+
+
+def evidence_report(checkpoint: Path | None, data_dir: Path, split: str = "test", *, k: int = EVIDENCE_K,
+                    device: str = "auto", predictor: Predictor | None = None) -> dict[str, Any] | None:
+    """How well the spans that `predict --explain k` shows for each correctly predicted code point at its gold mentions.
+
+    Over the (note, code) pairs whose code is gold, predicted at the checkpoint's threshold and has at least one gold
+    mention in the split's `evidence` column: the model's spans for the code (`Prediction.code_phrases`), and two
+    floors over the same pairs, random spans of the same lengths in words (seed 0) and the code's
+    title words found in the note (`clinicode.metrics.title_spans`, titles from the checkpoint's labels.json).
+    docs/metrics.md defines each figure (`clinicode.metrics.evidence_figures`).
+
+    Args:
+        checkpoint: run or checkpoint folder (ignored when `predictor` is given).
+        data_dir: a coded-notes folder whose split carries `evidence` ({code, start, end} per gold mention).
+        split: train, dev or test.
+        k: spans shown per code (the explain count), >= 1.
+        device: torch device for LEAM.
+        predictor: an already loaded checkpoint.
+    Returns:
+        None when the split has no gold mention; else {"split", "k", "n_pairs", "n_correct",
+        "n_correct_without_evidence", "model" (None for tfidf-lr, with "model_note"), "random", "title"}, where
+        "model", "random" and "title" each hold {"hit_at_1", "hit_at_k", "token_precision", "token_recall",
+        "token_f1", "words_per_code", "n_pairs", "k"}.
+    Raises:
+        ConfigError: k < 1.
+        DataFormatError: the split cannot be read or shares no code with the checkpoint (see `scored_split`).
+    """
+    pred = predictor or Predictor.from_checkpoint(checkpoint, device=device)
+    df, _, _ = scored_split(pred, data_dir, split)
+    if EVIDENCE not in df.columns:
+        return None
+    out = _evidence_of_notes(pred, df, k=k)
+    return None if out is None else {"split": split, **out}
+
+
+def _evidence_of_notes(pred: Predictor, df: pd.DataFrame, *, k: int) -> dict[str, Any] | None:
+    if k < 1:
+        raise ConfigError(f"evidence needs k >= 1 spans per code (the explain count), got {k}.")
+    if not any(len(v) for v in df[EVIDENCE]):
+        return None
+    texts = df[TEXT].tolist()
+    correct = pred.correct_code_spans(texts, df["labels"].tolist(), explain=k)
+    titles = dict(zip(pred.labels.codes, pred.labels.descriptions))
+    out = evidence_figures(texts, df[EVIDENCE].tolist(), correct, titles, k=k)
+    if pred.kind != "leam":
+        out["model_note"] = NO_PHRASES
+    return out
 
 
 def _checkpoint_dir(checkpoint: Path | None, predictor: Predictor | None) -> Path | None:
@@ -162,7 +228,26 @@ def format_table(m: dict[str, Any]) -> str:
                          f"{'n/a' if f1 is None else format(f1, '.4f')}")
     elif m.get("slices_note"):
         lines.append(m["slices_note"])
+    if m.get("evidence"):
+        lines.extend(format_evidence(m["evidence"]))
     return "\n".join(lines)
+
+
+def format_evidence(ev: dict[str, Any]) -> list[str]:
+    """The evidence figures as table lines: the model's spans, then the two floors."""
+    k = ev["k"]
+    lines = [f"evidence over {ev['n_pairs']:,} correctly predicted codes with a gold mention "
+             f"({ev['n_correct_without_evidence']:,} more had none), {k} spans per code:",
+             f"{'spans':<16}{'hit@1':>8}{f'hit@{k}':>8}{'tok P':>8}{'tok R':>8}{'tok F1':>8}{'words':>8}"]
+    for name, label in (("model", "model"), ("title", "title words"), ("random", "random")):
+        q = ev.get(name)
+        if q is None:
+            lines.append(f"{label:<16}{ev.get('model_note', 'n/a')}")
+        elif q["n_pairs"]:
+            rates = "".join(f"{q[key]:>8.3f}" for key in ("hit_at_1", "hit_at_k", "token_precision", "token_recall",
+                                                          "token_f1"))
+            lines.append(f"{label:<16}{rates}{q['words_per_code']:>8.1f}")
+    return lines
 
 
 def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, split: str = "test",

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -22,8 +22,10 @@ import torch
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import Checkpoint, load_checkpoint
 from clinicode.codes.systems import CodeSystem
+from clinicode.codes.titles import TitleIndex, TitleMatch
 from clinicode.config import PREDICT
 from clinicode.errors import ConfigError
+from clinicode.kernels import EPS
 from clinicode.memory import MemoryPlan, plan
 from clinicode.metrics import predicted_indices
 from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
@@ -31,6 +33,10 @@ from clinicode.runtime import pick_device
 
 log = logging.getLogger(__name__)
 _PIPELINE_CHUNK = 256  # notes tokenised ahead while the model scores the previous chunk
+# A code's evidence: the words whose cosine with the code vector is at least this share of the note's best for that
+# code. Chosen on bc5cdr dev against gold mentions (docs/accuracy-tuning.md, round 12; docs/predict.md).
+WORD_BAR = 0.8
+TITLE_SUGGESTIONS = 10  # title suggestions per note at most (bc5cdr dev: 0.46 per note on average)
 
 
 def _top(values: np.ndarray, n: int) -> np.ndarray:
@@ -41,6 +47,31 @@ def _top(values: np.ndarray, n: int) -> np.ndarray:
     above = np.flatnonzero(values > kth)
     idx = np.concatenate([above, np.flatnonzero(values == kth)[: n - len(above)]])  # ties: earliest first
     return idx[np.lexsort((idx, -values[idx]))]                                   # == stable argsort[:n]
+
+
+def _word_spans(offs: Sequence[tuple[int, int]], g: np.ndarray, n: int) -> list[Span]:
+    """A code's evidence in one note: the words whose cosine with the code vector is at least `WORD_BAR` times the
+    note's best (the best word alone when no cosine is positive), neighbouring words joined into one span; the spans
+    ranked by their best word's cosine (the weight), ties by position; at most n.
+
+    Args:
+        offs: [L] each token's character span.
+        g: [L] each token's cosine with the code vector (`Predictor._word_rows`).
+        n: spans at most.
+    """
+    if not len(g) or n < 1:
+        return []
+    top = float(g.max())
+    picked = np.flatnonzero(g >= WORD_BAR * top) if top > 0 else np.array([int(g.argmax())])
+    runs: list[list[int]] = []
+    for i in picked.tolist():
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    best = [float(g[r].max()) for r in runs]
+    order = sorted(range(len(runs)), key=lambda x: (-best[x], runs[x][0]))[:n]
+    return [Span(offs[runs[x][0]][0], offs[runs[x][-1]][1], best[x]) for x in order]
 
 
 @contextmanager
@@ -78,9 +109,12 @@ class Prediction:
     """One note's result. `error` is set (and scores empty) when the note could not be scored.
 
     evidence: the highest-attention token spans (beta), when explain > 0.
-    code_phrases: for each predicted code, the phrases with the highest per-code compatibility u[k, l]
-        (after the ReLU, before the max over codes), each shown as its strongest word with one word either side.
+    code_phrases: for each predicted code, at most `explain` spans of the words closest to the code vector (cosine at
+        least `WORD_BAR` of the note's best; neighbouring words joined), best first, weighted by that cosine.
     attention: every kept token's span with its beta weight (for highlighting), when explain > 0.
+    title_suggestions: when the predictor was given titles, the codes outside the checkpoint's whose every title word
+        occurs in the note, most specific first: suggestions from the title, not predictions (no model score, no
+        threshold).
     """
 
     id: str | None
@@ -92,6 +126,7 @@ class Prediction:
     code_phrases: dict[str, list[Span]] | None = None
     attention: list[Span] | None = None
     error: str | None = None
+    title_suggestions: list[TitleMatch] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON output record (see `clinicode predict`)."""
@@ -108,6 +143,10 @@ class Prediction:
                 "spans": [_span(s) for s in self.evidence],
                 "codes": {c: [_span(s) for s in spans] for c, spans in (self.code_phrases or {}).items()},
             }
+        if self.title_suggestions is not None:
+            out["title_suggestions"] = [{"code": m.code, "title": m.title, "specificity": m.specificity,
+                                         "spans": [{"start": a, "end": b} for a, b in m.spans]}
+                                        for m in self.title_suggestions]
         return out
 
 
@@ -136,7 +175,7 @@ class Predictor:
 
     def __init__(self, checkpoint: Checkpoint, *, device: torch.device | str = "cpu",
                  batch_size: int = PREDICT.batch_size,
-                 memory_mb: int = PREDICT.memory_mb) -> None:
+                 memory_mb: int = PREDICT.memory_mb, titles: Mapping[str, str] | None = None) -> None:
         self.checkpoint = checkpoint
         self.labels = checkpoint.labels
         self.threshold = checkpoint.threshold
@@ -146,6 +185,8 @@ class Predictor:
         self.batch_size = batch_size
         self.plan: MemoryPlan | None = None
         self._table: torch.Tensor | None = None
+        # codes the checkpoint was not trained on, suggested from their titles (`title_suggestions`), when given
+        self.title_index = TitleIndex(titles, exclude=self.labels.codes) if titles else None
         if self.kind == "leam":
             model = checkpoint.model
             self.plan = plan(model.config, batch_size=batch_size, max_len=checkpoint.max_len, budget_mb=memory_mb,
@@ -155,10 +196,15 @@ class Predictor:
 
     @classmethod
     def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = PREDICT.batch_size,
-                        memory_mb: int = PREDICT.memory_mb) -> "Predictor":
-        """Load (and verify) a checkpoint folder or a run folder containing checkpoint/."""
+                        memory_mb: int = PREDICT.memory_mb, titles: Mapping[str, str] | None = None) -> "Predictor":
+        """Load (and verify) a checkpoint folder or a run folder containing checkpoint/.
+
+        `titles` (code -> title): codes outside the checkpoint's, suggested from their titles in every record
+        (`Prediction.title_suggestions`; docs/predict.md).
+        """
         dev = pick_device(device)
-        return cls(load_checkpoint(Path(path), device=dev), device=dev, batch_size=batch_size, memory_mb=memory_mb)
+        return cls(load_checkpoint(Path(path), device=dev), device=dev, batch_size=batch_size, memory_mb=memory_mb,
+                   titles=titles)
 
     @property
     def codes(self) -> tuple[str, ...]:
@@ -272,7 +318,7 @@ class Predictor:
             top_k: how many codes go into `scores` (None: all codes).
             threshold: codes scoring strictly above it are `predicted` (default: the checkpoint's tuned one); a
                 single-label model predicts its top code, whatever the threshold.
-            explain: N > 0 adds the N highest-attention spans and, per predicted code, its N best phrases.
+            explain: N > 0 adds the N highest-attention spans and, per predicted code, at most N evidence spans.
             attention: with explain > 0, also fill `attention` (every token's span and beta, for highlighting);
                 batch scoring turns it off, since its output records do not include it.
         Returns:
@@ -339,23 +385,44 @@ class Predictor:
                     rec.error = (f"note {ids[i]!r}: no words after tokenisation (numbers and punctuation only); "
                                  "nothing to code")
                     rec.predicted, rec.scores = [], {}
+            if self.title_index is not None and rec.error is None:
+                rec.title_suggestions = self.title_index.match(prepared.texts[j], limit=TITLE_SUGGESTIONS)
             if explain > 0 and extras is not None and extras[j] is not None and rec.error is None:
                 beta = extras[j]
                 offs = encs[j].offsets
                 if attention:
                     rec.attention = [Span(a, b, float(w)) for (a, b), w in zip(offs, beta)]
                 rec.evidence = [Span(offs[p][0], offs[p][1], float(beta[p])) for p in _top(beta, explain)]
-                rec.code_phrases = {}
-                tok_ids = np.asarray(encs[j].ids)
                 ks = [self.labels.index(c.code) for c in predicted]
-                u, anchors = self._phrase_rows(tok_ids, ks)                                # [n, L] each
-                for c, row, anchor in zip(predicted, u, anchors):
-                    rec.code_phrases[c.code] = self._phrase_spans(offs, row, anchor, explain)
+                g = self._word_rows(np.asarray(encs[j].ids), ks)                           # [n, L]
+                rec.code_phrases = {c.code: _word_spans(offs, row, explain) for c, row in zip(predicted, g)}
             out[i] = rec
         return out  # type: ignore[return-value]
 
+    def correct_code_spans(self, texts: Sequence[str], gold: Sequence[Sequence[str]], *, explain: int,
+                           threshold: float | None = None) -> list[dict[str, list[tuple[int, int]] | None]]:
+        """Each note's correctly predicted codes (gold, and predicted at the threshold) with the spans
+        `predict(..., explain=explain)` shows for them, best first (None for tfidf-lr, which shows none): what
+        `clinicode.metrics.evidence_figures` judges against gold mentions.
+
+        Args:
+            texts: [n_notes] the notes.
+            gold: per note, its gold codes.
+            explain: spans per code.
+            threshold: the cut-off for "predicted" (default: the checkpoint's).
+        """
+        leam = self.kind == "leam"
+        records = self.predict(texts, explain=explain if leam else 0, top_k=0, threshold=threshold, attention=False)
+        out: list[dict[str, list[tuple[int, int]] | None]] = []
+        for rec, codes in zip(records, gold, strict=True):
+            wanted, phrases = set(codes), rec.code_phrases or {}
+            out.append({c.code: ([(s.start, s.end) for s in phrases.get(c.code, [])] if leam else None)
+                        for c in rec.predicted if c.code in wanted})
+        return out
+
     def explain_codes(self, text: str, codes: Sequence[str], n: int = 5) -> dict[str, list[Span]]:
-        """Each given code's n best phrases in one note (as `predict(..., explain=n)` gives for predicted codes).
+        """Each given code's evidence spans in one note, at most n (as `predict(..., explain=n)` gives for predicted
+        codes).
 
         For showing the evidence of any code on demand, without computing it for thousands up front (LEAM only).
         """
@@ -364,41 +431,20 @@ class Predictor:
         enc = self.checkpoint.tokenizer.encode([text], offsets=True)[0]
         if not enc.ids or not codes:
             return {c: [] for c in codes}
-        tok_ids = np.asarray(enc.ids)
-        ks = [self.labels.index(c) for c in codes]
-        u, anchors = self._phrase_rows(tok_ids, ks)
-        return {c: self._phrase_spans(enc.offsets, row, anchor, n) for c, row, anchor in zip(codes, u, anchors)}
+        g = self._word_rows(np.asarray(enc.ids), [self.labels.index(c) for c in codes])
+        return {c: _word_spans(enc.offsets, row, n) for c, row in zip(codes, g)}
 
-    def _phrase_rows(self, tok_ids: np.ndarray, codes: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """u[k, :] of one note for the given codes and each window's strongest token (`LEAM.phrase`): [len(codes), L]
-        floats and ints."""
-        if not codes:
-            return np.zeros((0, len(tok_ids)), dtype=np.float32), np.zeros((0, len(tok_ids)), dtype=np.int64)
-        ids = torch.as_tensor(tok_ids, dtype=torch.long, device=self.device).unsqueeze(0)
+    def _word_rows(self, tok_ids: np.ndarray, codes: list[int]) -> np.ndarray:
+        """G[k, l] = cos(v_l, c_k) of one note's tokens for the given codes (LEAM's first step, docs/domain.md
+        section 8): [len(codes), L] float32, from the checkpoint's word and code vectors alone."""
+        model = self.checkpoint.model
         with _torch_threads(1 if self.device.type == "cpu" else None), torch.inference_mode():
-            u, anchor = self.checkpoint.model.phrase(ids, torch.ones_like(ids, dtype=torch.bool),
-                                                     torch.as_tensor(codes, device=self.device), anchors=True)
-        return u[0].float().cpu().numpy(), anchor[0].cpu().numpy()
-
-    def _phrase_spans(self, offs: list[tuple[int, int]], row: np.ndarray, anchor: np.ndarray, n: int) -> list[Span]:
-        """The n best distinct phrases of a code: u[k, l] sums W1[j] * G[k, l - r + j] over a 2r+1-token window (21
-        tokens by default, too long to read), so each is shown by its window's strongest token (`anchor[l]`, from
-        `LEAM.phrase`) with one token either side. Neighbouring windows often share their strongest token, and so
-        their span; each span is listed once, with its best window's u[k, l]."""
-        spans: list[Span] = []
-        seen: set[tuple[int, int]] = set()
-        cfg = self.checkpoint.model.config
-        r = cfg.radius if cfg.compat == "cosine" else 0
-        for centre in np.argsort(-row, kind="stable"):
-            a = int(anchor[centre])                                                         # within the window
-            first, last = max(0, centre - r, a - 1), min(len(offs) - 1, centre + r, a + 1)
-            span = Span(offs[first][0], offs[last][1], float(row[centre]))
-            if (span.start, span.end) not in seen:
-                seen.add((span.start, span.end))
-                spans.append(span)
-                if len(spans) == n:
-                    break
-        return spans
+            ids = torch.as_tensor(tok_ids, dtype=torch.long, device=self.device)
+            V = model.word_emb.weight[ids]                                                # [L, P]
+            C = model.label_emb[torch.as_tensor(codes, dtype=torch.long, device=self.device)]  # [n, P]
+            Vn = V / (V.norm(dim=-1, keepdim=True) + EPS)
+            Cn = C / (C.norm(dim=-1, keepdim=True) + EPS)
+            return (Cn @ Vn.T).float().cpu().numpy()                                      # [n, L]
 
     def card(self) -> dict[str, Any]:
         """Model card: manifest, configs and metrics (for the app)."""

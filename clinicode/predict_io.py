@@ -401,6 +401,7 @@ def _settings(predictor: Predictor, *, input: str | Path, fmt: str, top_k: int |
         "threshold": predictor.threshold if threshold is None else float(threshold),
         "explain": explain,
         "shard": list(shard),
+        "titles": predictor.title_index.fingerprint if predictor.title_index is not None else None,
         "input_file": None if str(input) == "-" else input_fingerprint(input),
         "run_id": run_id,
         "environment": environment_hash(),  # recorded, not compared: a resume may follow an upgrade
@@ -418,7 +419,7 @@ def _check_resumable(sidecar: Path, settings: dict[str, Any], partial: Path) -> 
                           f"it ({sidecar.name}), so it "
                           "cannot be continued safely; drop --resume to score everything again.")
     names = {"checkpoint_sha256": "checkpoint", "input": "--input", "format": "output format", "top_k": "--top-k",
-             "threshold": "--threshold", "explain": "--explain", "shard": "--shard"}
+             "threshold": "--threshold", "explain": "--explain", "shard": "--shard", "titles": "--titles"}
     diff = [f"{label} {saved.get(k)!r} then {settings[k]!r}"
             for k, label in names.items() if saved.get(k) != settings[k]]
     if not diff and (saved.get("input_file") is None or settings["input_file"] is None):

@@ -33,13 +33,13 @@ from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.codes.icd9 import load_descriptions_tsv
 from clinicode.codes.systems import infer_code_system
 from clinicode.config import ModelOptions, TrainConfig, config_to_dict
-from clinicode.constants import RUN_FILE, SCORES_TEST_FILE
+from clinicode.constants import EVIDENCE, RUN_FILE, SCORES_TEST_FILE
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.embeddings import initial_vectors
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.memory import plan
-from clinicode.metrics import binarize, metrics_report, tune_threshold
+from clinicode.metrics import EVIDENCE_K, binarize, evidence_figures, metrics_report, tune_threshold
 from clinicode.model import LEAM
 from clinicode.predict import Predictor
 from clinicode.runtime import init_distributed, pick_device, release_freed_memory, seed_everything, world
@@ -276,6 +276,12 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
         s = pred.score(test["text"].tolist())
         metrics_test = metrics_report(y, s, threshold=t, single_label=one, codes=list(ds.labels.codes),
                                       train_counts=train_counts)
+        if EVIDENCE in test.columns and any(len(v) for v in test[EVIDENCE]):  # gold mentions: judge the highlights
+            texts = test["text"].tolist()
+            metrics_test["evidence"] = evidence_figures(
+                texts, test[EVIDENCE].tolist(), pred.correct_code_spans(texts, test["labels"].tolist(),
+                                                                        explain=EVIDENCE_K, threshold=t),
+                dict(zip(ck.labels.codes, ck.labels.descriptions)))
         buf = run / f".{SCORES_TEST_FILE}.tmp.npz"
         np.savez_compressed(buf, ids=np.asarray(test["id"].astype(str).tolist()), y_true=y, scores=s)
         buf.replace(run / SCORES_TEST_FILE)

@@ -195,10 +195,11 @@ with right:
         )
     else:
         with_evidence([pick])
+        from clinicode.predict import WORD_BAR  # the model is loaded by now: importing predict costs nothing more
+
         st.caption(
-            f"Green: the {EXPLAIN} phrases with the highest compatibility u[k, l] for **{pick}** (per code, after the "
-            "ReLU, before the max over codes), each shown as the window's strongest word with one word either side; "
-            "overlapping phrases take the larger u; opacity ∝ u."
+            f"Green: the words closest to **{pick}** (cosine with the code's vector at least {WORD_BAR:g} of the best "
+            f"in this note; neighbouring words joined, at most {EXPLAIN} spans); opacity ∝ cosine."
         )
         body = render.highlight_html(text, p.code_phrases[pick], rgb=render.EVIDENCE_RGB, css_class="evidence")
     st.html(body)

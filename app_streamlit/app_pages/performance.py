@@ -1,5 +1,6 @@
-"""Model performance on the run's test split: headline metrics, per code (bars for a few codes; for thousands, groups
-by training frequency and ICD chapter, best and worst codes, a searchable table), F1 vs threshold, ROC/PR."""
+"""Model performance on the run's test split: headline metrics, evidence quality (test notes with gold mentions), per
+code (bars for a few codes; for thousands, groups by training frequency and ICD chapter, best and worst codes, a
+searchable table), F1 vs threshold, ROC/PR."""
 
 from __future__ import annotations
 
@@ -34,6 +35,18 @@ for title, m in ((f"At the dev-tuned threshold {tuned:.3f}", mt), ("At threshold
     cols = st.columns(len(render.HEADLINE))
     for col, (label, value) in zip(cols, render.headline_metrics(m).items()):
         col.metric(label, "—" if value is None else f"{value:.3f}", border=True)
+
+evidence = render.evidence_table(mt.get("evidence"))
+if evidence is not None:
+    ev = mt["evidence"]
+    st.subheader("Evidence quality")
+    st.caption(f"Do the highlighted words point at the code? Over the {ev['n_pairs']:,} correctly predicted codes "
+               f"whose test note marks where it is mentioned: hit@1, the code's first span is on a mention; "
+               f"hit@{ev['k']}, one of its {ev['k']} spans is; word precision, recall and F1 of the highlighted "
+               "words against the mentioned ones (docs/metrics.md).")
+    st.dataframe(evidence, hide_index=True, width="stretch", key="perf_evidence",
+                 column_config={c: st.column_config.NumberColumn(c, format="%.1f" if c == "words per code" else "%.3f")
+                                for c in evidence.columns if c != "spans"})
 
 # ---------------------------------------------------------------- per code: groups, best and worst, search
 pred = state.current_predictor()

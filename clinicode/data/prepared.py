@@ -6,9 +6,11 @@ Used by training and evaluation; never reads raw MIMIC tables and never writes.
 from __future__ import annotations
 
 import codecs
+import gzip
 import hashlib
 import json
 import logging
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,14 +22,14 @@ import pyarrow.parquet as pq
 
 from clinicode.artifacts import manifest_kind, read_json, sha256_file
 from clinicode.codes.systems import infer_code_system
-from clinicode.constants import ID, LABELS, LABELS_FILE, MANIFEST_FILE, SPLITS, SUBJECT_ID, TEXT
+from clinicode.constants import EVIDENCE, ID, LABELS, LABELS_FILE, MANIFEST_FILE, SPLITS, SUBJECT_ID, TEXT
 from clinicode.data.labels import LabelSet
 from clinicode.data.text import describe_columns
 from clinicode.errors import DataFormatError
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("parquet", "jsonl", "csv")  # first match wins when a split exists in several formats
+FORMATS = ("parquet", "jsonl", "jsonl.gz", "csv")  # first match wins when a split exists in several formats
 REQUIRED_SPLITS = ("train", "dev")
 CSV_LABEL_SEP = ";"
 PREPARED_KIND = "prepared-dataset"
@@ -85,7 +87,7 @@ def _check_utf8(path: Path) -> None:
         raise DataFormatError(f"{path} is empty; expected a header/rows with columns id, text, labels.")
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset = 0
-    with open(path, "rb") as f:
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
         while block := f.read(1 << 20):
             try:
                 decoder.decode(block)
@@ -104,7 +106,8 @@ def _check_utf8(path: Path) -> None:
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
     rows = []
-    with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is read (and dropped), as in CSV
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8-sig") as f:  # a byte-order mark is read (and dropped), as in CSV
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -116,7 +119,7 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
             if not isinstance(obj, dict):
                 raise DataFormatError(f"{path} line {lineno}: expected a JSON object with id, text, labels, "
                                       f"got {type(obj).__name__}.")
-            rows.append({k: obj.get(k) for k in (ID, TEXT, LABELS, SUBJECT_ID) if k in obj})
+            rows.append({k: obj.get(k) for k in (ID, TEXT, LABELS, SUBJECT_ID, EVIDENCE) if k in obj})
     return pd.DataFrame(rows)
 
 
@@ -169,9 +172,14 @@ def _as_label_list(value: Any, path: Path, doc_id: str) -> list[str]:
 
 def _read_split(path: Path) -> pd.DataFrame:
     """Read one split file and validate its contract (columns, ids, text, label lists)."""
-    if path.suffix != ".parquet":
-        _check_utf8(path)
-    df = {"parquet": _read_parquet, "jsonl": _read_jsonl, "csv": _read_csv}[path.suffix[1:]](path)
+    fmt = "jsonl" if path.name.endswith(".jsonl.gz") else path.suffix[1:]
+    try:
+        if fmt != "parquet":
+            _check_utf8(path)
+        df = {"parquet": _read_parquet, "jsonl": _read_jsonl, "csv": _read_csv}[fmt](path)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise DataFormatError(f"{path} is not a complete gzip file ({type(err).__name__}); compress it again "
+                              "(gzip -k) or store it uncompressed.") from None
     if not len(df):
         raise DataFormatError(f"{path} has no documents; expected one row per document with id, text, labels.")
     for col in (ID, TEXT, LABELS):
@@ -179,7 +187,7 @@ def _read_split(path: Path) -> pd.DataFrame:
             raise DataFormatError(
                 f"{path} has no column {col!r}; found {describe_columns(df.columns)}. Each row needs id, text, labels."
             )
-    keep = [c for c in (ID, SUBJECT_ID, TEXT, LABELS) if c in df.columns]
+    keep = [c for c in (ID, SUBJECT_ID, TEXT, LABELS, EVIDENCE) if c in df.columns]
     df = df[keep].reset_index(drop=True)
     if df[ID].isna().any():
         raise DataFormatError(f"{path}: {int(df[ID].isna().sum())} document(s) without an id; give every row an id.")
@@ -206,7 +214,37 @@ def _read_split(path: Path) -> pd.DataFrame:
         )
     df[TEXT] = text.astype(str)
     df[LABELS] = _column([_as_label_list(v, path, i) for v, i in zip(df[LABELS], df[ID])], df.index)
+    if EVIDENCE in df.columns:
+        df[EVIDENCE] = _column([_as_evidence(v, t, path, i) for v, t, i in zip(df[EVIDENCE], df[TEXT], df[ID])],
+                               df.index)
     return df
+
+
+def _as_evidence(value: Any, text: str, path: Path, doc_id: str) -> list[dict[str, Any]]:
+    """One note's gold mentions as [{code, start, end}] (text[start:end] is the mention); none given: []."""
+    if isinstance(value, str):  # CSV: the list as a JSON string
+        try:
+            value = json.loads(value) if value.strip() else []
+        except json.JSONDecodeError:
+            value = None
+    if value is None or (isinstance(value, float) and value != value):
+        return []
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    out = []
+    for item in value if isinstance(value, (list, tuple)) else [None]:
+        code = item.get("code") if isinstance(item, dict) else None
+        start = item.get("start") if isinstance(item, dict) else None
+        end = item.get("end") if isinstance(item, dict) else None
+        ints = all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in (start, end))
+        if code is None or not ints or not 0 <= start < end <= len(text):
+            raise DataFormatError(
+                f"{path}: document {doc_id!r} has an evidence entry that is not {{code, start, end}} with "
+                f"0 <= start < end <= the text's length ({len(text):,} characters); give each gold mention as "
+                "{\"code\": ..., \"start\": ..., \"end\": ...} with character offsets into text, or drop the "
+                "evidence column.")
+        out.append({"code": str(code).strip(), "start": int(start), "end": int(end)})
+    return out
 
 
 def _leaks(splits: dict[str, pd.DataFrame]) -> dict[str, dict[str, int]]:

@@ -67,3 +67,15 @@ def test_title_words_score_a_whole_phrase_above_scattered_words():
     titles = [["knee", "pain"], ["hip", "pain"], ["elbow"]]
     s = study.title_word_scores(notes, titles, lambda w: 1.0)
     assert s[0, 0] == 3.0 and s[0, 1] == 1.0 and s[0, 2] == 0.0
+
+
+def test_unseen_titles_idf_over_titles_and_the_shipped_rule():
+    titles = ["kidney failure", "liver failure", "seizures"]
+    notes = ["acute kidney failure", "seizures and liver problems"]
+    s = study.title_scores_from_titles(titles, notes)
+    assert s[0, 0] == 3.0 and s[0, 2] == 0.0          # whole title as a phrase: 2 + every word
+    assert 0 < s[0, 1] < 1 and s[1, 1] < 1            # "failure" is in two titles: it weighs less than "kidney"
+    assert s[1, 2] == 3.0
+    # predict --titles suggests every title whose words all occur: K for note 1, S for note 2 (L lacks "failure")
+    row = study._shipped_rule(["K", "L", "S"], titles, notes, [[0], [2]])
+    assert row.endswith("| 1.00 | 1.000 | 1.000 |")

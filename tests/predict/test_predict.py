@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from clinicode.artifacts import write_json_atomic
 from clinicode.cli import app
 from clinicode.metrics import all_metrics
-from clinicode.predict import Predictor
+from clinicode.predict import WORD_BAR, Predictor, _word_spans
 from clinicode.predict_io import _settings, predict_file
 
 runner = CliRunner()
@@ -128,7 +128,7 @@ def test_per_code_evidence_points_at_the_codes_phrase(predictor):
     span = p.code_phrases[code][0]
     start = note.index("hypertension")
     assert span.start <= start < span.end, note[span.start:span.end]
-    assert len(note[span.start:span.end].split()) <= 3, "the strongest word with one word either side"
+    assert len(note[span.start:span.end].split()) <= 3, "the words closest to the code, not a window around them"
 
 
 def test_predict_scores_equal_evaluate(tiny_run, demo_data, test_split, tmp_path):
@@ -241,15 +241,32 @@ def test_batch_scoring_skips_the_per_token_attention_list(predictor):
     assert with_att.to_dict() == without.to_dict()
 
 
-def test_per_code_evidence_lists_distinct_phrases(predictor):
+def test_per_code_evidence_shows_each_place_the_code_s_words_occur(predictor):
     note = ("Patient with congestive heart failure exacerbation, atrial fibrillation on coumadin, hypertension, "
             "diabetes mellitus, acute kidney injury and pneumonia; " * 3)
     [p] = predictor.predict([note], top_k=None, threshold=0.0, explain=5)
     assert p.code_phrases
     for code, spans in p.code_phrases.items():
         keys = [(s.start, s.end) for s in spans]
-        assert len(keys) == len(set(keys)) == 5, code
+        assert 1 <= len(keys) == len(set(keys)) <= 5, code
         assert [s.weight for s in spans] == sorted((s.weight for s in spans), reverse=True)
+        assert all(s.weight >= WORD_BAR * spans[0].weight - 1e-6 for s in spans), code
+    # the note says it three times: each is shown, not three overlapping windows around the first
+    assert [note[s.start:s.end] for s in p.code_phrases["427.31"]] == ["atrial fibrillation"] * 3
+    assert len({s.start for s in p.code_phrases["427.31"]}) == 3
+
+
+def test_word_spans_join_neighbours_above_the_bar_best_first():
+    offs = [(0, 5), (6, 13), (14, 17), (18, 23), (24, 29), (30, 37)]
+    g = np.array([0.9, 0.75, 0.1, 0.6, 0.95, 0.2], dtype=np.float32)
+    # bar 0.8 * 0.95 = 0.76: words 0 and 4 (word 1, 0.75, is just below)
+    assert [(s.start, s.end) for s in _word_spans(offs, g, 5)] == [(24, 29), (0, 5)]
+    g[1] = 0.8                                                                  # now joins word 0: one span
+    spans = _word_spans(offs, g, 5)
+    assert [(s.start, s.end, round(s.weight, 2)) for s in spans] == [(24, 29, 0.95), (0, 13, 0.9)]
+    assert [(s.start, s.end) for s in _word_spans(offs, g, 1)] == [(24, 29)]
+    assert [(s.start, s.end) for s in _word_spans(offs, -np.abs(g), 5)] == [(14, 17)]  # none positive: the best one
+    assert _word_spans([], np.zeros(0), 5) == []
 
 
 def _variant(predictor, *, n_labels=None, fast=True, seed=0):

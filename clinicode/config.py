@@ -226,7 +226,8 @@ class PredictConfig:
     """What `predict` (CLI, API, app, clusters) writes per note."""
 
     top_k: int | None = 10          # codes listed in `scores`, highest first; None: every code
-    explain: int = 0                # with N > 0: the N highest-attention spans and each predicted code's N best phrases
+    explain: int = 0                # with N > 0: the N highest-attention spans and up to N evidence spans per predicted
+                                    # code (its nearest words, docs/predict.md)
     batch_size: int = 64            # notes per forward pass
     memory_mb: int = 2048           # scratch memory of one batch and the stored word-code table (clinicode/memory.py)
 

@@ -953,7 +953,7 @@ _PREDICT_SCHEMA = {"type": "object", "required": ["notes"], "additionalPropertie
     "top_k": {"description": "Codes listed in `scores`: a positive integer or \"all\".", "default": PREDICT.top_k,
               "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "enum": ["all"]}]},
     "explain": {"type": "integer", "minimum": 0, "default": PREDICT.explain,
-                "description": "N > 0 adds the N highest-attention spans and each predicted code's N best phrases."},
+                "description": "N > 0: the N highest-attention spans, up to N evidence spans per predicted code."},
     "threshold": {"type": "number", "minimum": 0, "maximum": 1,
                   "description": "Override the checkpoint's tuned threshold."}}}
 

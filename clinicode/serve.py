@@ -1213,6 +1213,7 @@ def _server_class() -> type:
         def __init__(self, config: Any, service: Service) -> None:
             super().__init__(config)
             self.service = service
+            self.ended_grace = False
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
@@ -1228,7 +1229,15 @@ def _server_class() -> type:
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             if self.should_exit and sig == signal.SIGINT:
-                self.force_exit = True  # a second Ctrl-C: stop now
+                b = self.service.batcher
+                if self.ended_grace or b is None:
+                    self.force_exit = True  # a third Ctrl-C: stop at once (uvicorn's force quit)
+                    return
+                # a second Ctrl-C (uvicorn's log invites it): end the grace period now; waiting requests get their
+                # 503 at once and the stop stays graceful (a force quit cancels the app and logs a traceback)
+                log.info("stopping now: requests not yet scored get 503 (Ctrl-C again to force quit)")
+                self.ended_grace = True
+                b.refuse_waiting()
                 return
             log.info("stopping: new requests get 503; admitted ones have %g s to be scored", self.service.limits.grace)
             self.service.drain()

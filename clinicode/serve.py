@@ -1030,9 +1030,11 @@ def read_token(path: Path) -> str:
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped since the check
             raise ConfigError(f"--token-file {path}: not a regular file; give the file holding the token.")
-        raw = f.read(4096)
+        raw = f.read(4097)
+    if len(raw) > 4096:  # was cut at 4,096 bytes: clients sending the whole token were refused with no clue why
+        raise ConfigError(f"--token-file {path}: is over 4,096 bytes; write one token of 16 to 4,096 characters.")
     try:
-        token = raw.decode("utf-8").strip()
+        token = raw.decode("utf-8-sig").strip()  # a byte-order mark (some editors write one) is no part of the token
     except UnicodeDecodeError:
         raise ConfigError(f"--token-file {path}: is not UTF-8 text; write the token as one line.") from None
     if len(token) < 16 or any(c.isspace() for c in token):

@@ -415,3 +415,89 @@ def test_arbitrary_methods_do_not_grow_the_metrics(client):
 def test_a_body_limit_that_is_no_size_is_refused_at_start(value):
     with pytest.raises(ConfigError, match="--max-body-mb"):
         ServeConfig(max_body_mb=value)  # inf was accepted and every request then failed with a 500
+
+
+# ------------------------------------------------------------------ concurrency and limits
+def test_concurrent_requests_with_different_options_each_get_predicts_answer(predictor, demo_data):
+    import threading
+
+    texts = [str(t) for t in pd.read_parquet(demo_data / "test.parquet")["text"].iloc[:12]]
+    options = [{"top_k": 1 + i % 4, "threshold": [None, 0.0, 0.3, 1.0][i % 4], "explain": i % 3} for i in range(12)]
+    got: dict[int, dict] = {}
+    app = create_app(predictor, limits=ServeConfig(batch_wait_ms=50, batch_notes=64))
+    with TestClient(app, base_url=LOCAL) as c:
+        def send(i):
+            body = {"notes": [{"id": "same", "text": texts[i]}, {"id": "same", "text": texts[(i + 1) % 12]}],
+                    **{k: v for k, v in options[i].items() if v is not None}}
+            got[i] = c.post("/v1/predict", json=body).json()
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert c.app.state.service.batcher.batches < 12 * 2  # some were scored together
+    for i in range(12):
+        want = predictor.predict([texts[i], texts[(i + 1) % 12]], ids=["same", "same"], attention=False,
+                                 **options[i])
+        for g, w in zip(got[i]["results"], want):
+            w = w.to_dict()
+            assert [p["code"] for p in g["predicted"]] == [p["code"] for p in w["predicted"]]
+            assert list(g["scores"]) == list(w["scores"]) and set(g) == set(w)
+
+
+def test_limits_are_inclusive_on_both_routes(predictor):
+    limits = ServeConfig(max_notes=3, max_text_chars=50)
+    with TestClient(create_app(predictor, limits=limits), base_url=LOCAL) as c:
+        ok = c.post("/v1/predict", json={"notes": [{"text": "p" * 50}] * 3})
+        assert ok.status_code == 200 and len(ok.json()["results"]) == 3
+        _refused(c.post("/v1/predict", json={"notes": [{"text": "p" * 50}] * 4}), 413, "the limit is 3")
+        _refused(c.post("/v1/predict", json={"notes": [{"text": "p" * 51}]}), 413, "the limit is 50")
+        assert c.post(ANALYZE, json=_docref("\u00e9" * 50)).status_code == 200  # characters, not bytes
+        _refused(c.post(ANALYZE, json=_docref("p" * 51)), 413, "the limit is 50", fhir=True)
+
+
+def test_the_largest_fhir_answer_is_a_valid_bundle(client, note):
+    doc = _docref(note, subject={"reference": "Patient/9"})
+    r = client.post(ANALYZE + "?top_k=all&threshold=0&explain=20", json=doc)
+    assert r.status_code == 200
+    b = _valid_bundle(r.json())
+    conditions = [e["resource"] for e in b["entry"] if e["resource"]["resourceType"] == "Condition"]
+    assert conditions and all(x["evidence"] == [{"detail": [{"reference": "DocumentReference/d1"}]}]
+                              for x in conditions)
+
+
+def test_a_token_file_is_read_as_the_token_its_owner_wrote(tmp_path):
+    from clinicode.serve import check_bind
+
+    tok = tmp_path / "token"
+    tok.write_bytes(b"\xef\xbb\xbf" + b"k" * 40 + b"\r\n")  # an editor's byte-order mark and line end
+    tok.chmod(0o600)
+    assert check_bind("127.0.0.1", tok) == "k" * 40  # was: '\ufeffkkk...', which no client could send
+    tok.write_text("k" * 5000)
+    with pytest.raises(ConfigError, match="over 4,096 bytes"):  # was: cut to 4,096, every client refused
+        check_bind("127.0.0.1", tok)
+
+
+def test_probes_and_metrics_while_loading_and_draining(predictor):
+    import threading
+
+    release = threading.Event()
+
+    def load():
+        release.wait(30)
+        return predictor
+
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    with TestClient(create_app(load=load, token=TOKEN), base_url=LOCAL) as c:
+        assert c.get("/metrics").status_code == 401
+        assert "clinicode_ready 0" in c.get("/metrics", headers=bearer).text.splitlines()
+        assert c.get("/ready").status_code == 503 and c.get("/ready").headers["retry-after"]
+        assert c.post("/v1/predict", json={"notes": [{"text": "x"}]}).status_code == 401  # the token comes first
+        r = c.post(ANALYZE, json=_docref("x"), headers=bearer)
+        _refused(r, 503, "still loading", fhir=True)
+        release.set()
+    with TestClient(create_app(predictor), base_url=LOCAL) as c:
+        c.app.state.service.drain()
+        assert [c.get(p).status_code for p in ("/health", "/metrics", "/ready")] == [200, 200, 503]
+        assert c.get("/metrics", headers={"host": "evil.example"}).status_code == 421  # checks hold while stopping

@@ -501,3 +501,18 @@ def test_probes_and_metrics_while_loading_and_draining(predictor):
         c.app.state.service.drain()
         assert [c.get(p).status_code for p in ("/health", "/metrics", "/ready")] == [200, 200, 503]
         assert c.get("/metrics", headers={"host": "evil.example"}).status_code == 421  # checks hold while stopping
+
+
+@pytest.mark.parametrize("method, path, status", [
+    ("POST", ANALYZE + "/", 404), ("POST", "/fhir/Patient/$analyze", 404), ("GET", ANALYZE, 405),
+    ("PUT", ANALYZE, 405), ("POST", ANALYZE + "?_format=xml", 422),
+])
+def test_errors_under_fhir_are_valid_operation_outcomes(client, note, method, path, status):
+    r = client.request(method, path, json=_docref(note), headers={"content-type": "application/fhir+json"})
+    assert r.headers["content-type"].startswith("application/fhir+json")
+    _refused(r, status, "", fhir=True)
+
+
+def test_a_percent_encoded_route_is_the_route(client, note):
+    r = client.post("/fhir/DocumentReference/%24analyze", json=_docref(note))
+    assert r.status_code == 200 and _valid_bundle(r.json())["type"] == "collection"

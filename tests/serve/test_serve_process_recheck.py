@@ -121,6 +121,16 @@ def test_expect_continue_over_the_limit_gets_413_without_inviting_the_body(serve
     assert "--max-body-mb" in _answers(got)[0][1]["error"]["message"]
 
 
+def test_the_real_access_log_cannot_be_forged_by_a_path_or_a_forwarded_address(server):
+    got, _ = _exchange(server, b"GET /x%0D%0ACRITICAL%20forged%22 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                       b"X-Forwarded-For: 6.6.6.6 \"spoofed\r\nConnection: close\r\n\r\n", seconds=3)
+    assert _answers(got)[0][0] == 404
+    time.sleep(0.3)
+    lines = [x for x in _logs(server).splitlines() if "forged" in x]
+    assert len(lines) == 1 and lines[0].startswith("INFO:"), lines  # was: a second line "CRITICAL forged" 404 ..."
+    assert '\\r\\nCRITICAL forged\\"' in lines[0] and '6.6.6.6 \\"spoofed' in lines[0], lines[0]
+
+
 def test_ctrl_c_twice_under_load_answers_everyone_in_json_without_a_traceback(server):
     base = server["base"]
     note = f"{SECRET} chest pain, hypertension, atrial fibrillation; cardiac catheterization. " * 150

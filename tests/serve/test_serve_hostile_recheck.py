@@ -527,3 +527,58 @@ def test_errors_under_fhir_are_valid_operation_outcomes(client, note, method, pa
 def test_a_percent_encoded_route_is_the_route(client, note):
     r = client.post("/fhir/DocumentReference/%24analyze", json=_docref(note))
     assert r.status_code == 200 and _valid_bundle(r.json())["type"] == "collection"
+
+
+# ------------------------------------------------------------------ mutated requests: no 5xx, no invalid Bundle
+_ODD = [None, True, False, 0, -1, 1, 2 ** 63, 1.5, -0.0, "", " ", "all", "\x00", "#x", "Patient/1", [], [1], {},
+        {"reference": "Patient/1"}, "x" * 5000, "\u2028", "\U0001F600", 1e308]
+_FIELDS = ["notes", "top_k", "explain", "threshold", "id", "text", "subject", "reference", "display", "type",
+           "identifier", "system", "value", "content", "attachment", "data", "contentType", "extra"]
+
+
+def _mutate(obj, rng):
+    """OBJ with one random change somewhere: a value swapped for an odd one, a field dropped or added."""
+    if isinstance(obj, dict):
+        obj, op = dict(obj), rng.random()
+        if op < 0.3 and obj:
+            k = rng.choice(list(obj))
+            obj[k] = rng.choice(_ODD) if rng.random() < 0.7 else _mutate(obj[k], rng)
+        elif op < 0.5 and obj:
+            obj.pop(rng.choice(list(obj)))
+        elif op < 0.7:
+            obj[rng.choice(_FIELDS)] = rng.choice(_ODD)
+        else:
+            obj = {k: _mutate(v, rng) if rng.random() < 0.5 else v for k, v in obj.items()}
+        return obj
+    if isinstance(obj, list):
+        obj = list(obj)
+        if obj and rng.random() < 0.5:
+            i = rng.randrange(len(obj))
+            obj[i] = _mutate(obj[i], rng)
+        else:
+            obj.append(rng.choice(_ODD))
+        return obj
+    return rng.choice(_ODD) if rng.random() < 0.5 else obj
+
+
+def test_mutated_requests_get_a_json_4xx_or_a_valid_answer(client):
+    import random
+
+    rng = random.Random(36)
+    body = {"notes": [{"id": "n1", "text": "chest pain and hypertension", "subject": {
+        "reference": "Patient/1", "identifier": {"system": "urn:x", "value": "1"}}}, {"text": "fever"}],
+        "top_k": 3, "threshold": 0.2, "explain": 1}
+    doc = _docref("chest pain", subject={"reference": "Patient/1"})
+    seen = set()
+    for i in range(240):
+        path = (ANALYZE + "?threshold=0", "/v1/predict?format=fhir", "/v1/predict")[i % 3]
+        sent = _mutate(doc if path.startswith("/fhir/") else body, rng)
+        r = client.post(path, content=json.dumps(sent).encode(), headers=JSON)
+        seen.add(r.status_code)
+        assert r.status_code in (200, 413, 422), (r.status_code, r.text[:300])
+        answer = r.json()
+        if r.status_code == 200 and "fhir" in path:
+            _valid_bundle(answer)
+        elif r.status_code != 200 and path.startswith("/fhir/"):
+            assert answer["resourceType"] == "OperationOutcome"
+    assert seen >= {200, 422}  # both kinds were exercised

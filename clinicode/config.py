@@ -279,8 +279,8 @@ class ServeConfig:
         for name in ("max_notes", "max_text_chars", "batch_notes", "max_pending"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
-        if not self.max_body_mb > 0:
-            raise ConfigError(f"--max-body-mb must be > 0, got {self.max_body_mb}.")
+        if not 0 < self.max_body_mb <= 1024:  # inf passed `> 0` and then failed every request
+            raise ConfigError(f"--max-body-mb must be in (0, 1024] megabytes, got {self.max_body_mb}.")
         if not 0 <= self.batch_wait_ms <= 1000:
             raise ConfigError(f"--batch-wait-ms must be in [0, 1000], got {self.batch_wait_ms}.")
         for name in ("read_timeout", "idle_timeout", "grace"):

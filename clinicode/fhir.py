@@ -63,9 +63,23 @@ _SUBJECT_HOW = "give \"Patient/123\" or a Reference object such as {\"reference\
 
 
 def _fhir_string(v: Any) -> bool:
-    """A FHIR `string`/`uri` value: non-empty, not only spaces, no control characters but tab and newlines."""
+    """A FHIR `string` value: non-empty, not only spaces, no control characters but tab and newlines."""
     return (isinstance(v, str) and 0 < len(v) <= 4096 and bool(v.strip())
             and not any(ord(c) < 32 and c not in "\t\r\n" for c in v))
+
+
+def _fhir_uri(v: Any) -> bool:
+    """A FHIR `uri` value (Reference.type, Identifier.system) or a literal reference: a string without whitespace."""
+    return _fhir_string(v) and not any(c.isspace() for c in v)
+
+
+def _check_reference(v: Any, where: str) -> None:
+    if not _fhir_uri(v):
+        raise DataFormatError(f"{where} is an empty or blank string, over 4,096 characters, or holds spaces or "
+                              f"control characters; {_SUBJECT_HOW}.")
+    if v.startswith("#"):  # would point into each Condition's own `contained`, which holds nothing: a dangling link
+        raise DataFormatError(f"{where} is a reference to a contained resource ('#...'), which cannot be carried into "
+                              f"the Bundle; {_SUBJECT_HOW}.")
 
 
 def check_subject(subject: Any, where: str) -> None:
@@ -81,8 +95,7 @@ def check_subject(subject: Any, where: str) -> None:
     if subject is None:
         return
     if isinstance(subject, str):
-        if not _fhir_string(subject) or subject != subject.strip() or any(c.isspace() for c in subject):
-            raise DataFormatError(f"{where} is an empty or blank string, or holds spaces; {_SUBJECT_HOW}.")
+        _check_reference(subject, where)
         return
     if not isinstance(subject, dict):
         raise DataFormatError(f"{where} is not a string or an object; {_SUBJECT_HOW}.")
@@ -95,10 +108,15 @@ def check_subject(subject: Any, where: str) -> None:
     for key, value in subject.items():
         if key == "identifier":
             ok = (isinstance(value, dict) and value and set(value) <= {"system", "value"}
-                  and all(_fhir_string(x) for x in value.values()))
+                  and all(_fhir_string(x) for x in value.values()) and _fhir_uri(value.get("system", "x")))
             if not ok:
-                raise DataFormatError(f"{where}.identifier must be an object with string 'system' and/or 'value', "
-                                      "e.g. {\"system\": \"urn:oid:1.2.36.146.595.217.0.1\", \"value\": \"12345\"}.")
+                raise DataFormatError(f"{where}.identifier must be an object with string 'system' (a URI, no "
+                                      "spaces) and/or 'value', e.g. {\"system\": \"urn:oid:1.2.36.146.595.217.0.1\", "
+                                      "\"value\": \"12345\"}.")
+        elif key == "reference" and _fhir_string(value):
+            _check_reference(value, f"{where}.reference")
+        elif key == "type" and isinstance(value, str) and not _fhir_uri(value):
+            raise DataFormatError(f"{where}.type must be a resource type such as \"Patient\" (a URI: no spaces).")
         elif not _fhir_string(value):
             raise DataFormatError(f"{where}.{key} must be a non-empty string; {_SUBJECT_HOW}.")
 
@@ -232,6 +250,9 @@ _CHARSETS = re.compile(r"(utf[-_](8|16|32)([-_](le|be))?|utf[-_]8[-_]sig|ascii|l
                        r"cp\d+|mac[-_][a-z]+|koi8[-_][a-z]+|gb2312|gbk|gb18030|big5|shift_jis|euc[-_][a-z]+)")
 
 
+_BOMS = {"utf-16": (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE), "utf-32": (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)}
+
+
 def _text_codec(charset: str) -> str | None:
     """Python's codec for the IANA CHARSET if it is a text charset, else None."""
     try:
@@ -278,6 +299,8 @@ def note_from_document_reference(doc: Any) -> dict[str, Any]:
     except (binascii.Error, ValueError):
         raise DataFormatError("attachment data is not valid base64; encode the note's bytes with base64 "
                               "(e.g. `base64 -w0 note.txt`).") from None
+    if codec in ("utf-16", "utf-32") and not raw.startswith(_BOMS[codec]):
+        codec += "-be"  # no byte-order mark: big-endian (RFC 2781 4.3); Python's codec would read it little-endian
     try:
         text = raw.decode(codec)
     except UnicodeError:  # UnicodeDecodeError, and the plain UnicodeError some codecs raise

@@ -269,10 +269,20 @@ def _no_constant(name: str) -> Any:
                           "numbers as finite decimals.")
 
 
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):  # RFC 8259 leaves duplicate names undefined: Python keeps the last, others the first
+        seen: set[str] = set()
+        name = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise BadRequest(422, f"request body gives the field {name[:40]!r} twice in one object; give each field "
+                              "once.")
+    return obj
+
+
 def parse_json(body: bytes) -> Any:
     """The JSON value of BODY (UTF-8), or BadRequest: malformed JSON, NaN/Infinity, numbers over Python's 4,300-digit
     limit and nesting deeper than Python's recursion limit are 400s; a lone UTF-16 surrogate (legal JSON, but no
-    Unicode text) is a 422 naming where it is."""
+    Unicode text) and a field given twice in one object are 422s naming where or which."""
     if not body.strip():
         raise BadRequest(400, f"request body is empty; {_EXAMPLE}.")
     try:
@@ -280,7 +290,7 @@ def parse_json(body: bytes) -> Any:
     except UnicodeDecodeError:
         raise BadRequest(400, f"request body is not UTF-8 text; {_EXAMPLE}.") from None
     try:
-        obj = json.loads(text, parse_constant=_no_constant)
+        obj = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as err:  # its message names a position, never the text
         raise BadRequest(400, f"request body is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); "
                               f"{_EXAMPLE}.") from None
@@ -346,7 +356,8 @@ def parse_options(top_k: Any, explain: Any, threshold: Any, limits: Limits, *,
             try:
                 return kind(v)
             except ValueError:
-                raise BadRequest(422, f"{name}={v[:20]!r} is not a number.") from None
+                what = "an integer" if kind is int else "a number"
+                raise BadRequest(422, f"{name}={v[:20]!r} is not {what}.") from None
         return v
 
     opts: dict[str, Any] = {"top_k": PREDICT.top_k, "explain": PREDICT.explain, "threshold": None}
@@ -410,8 +421,10 @@ def parse_predict(obj: Any, limits: Limits,
         rid = note.get("id", str(i))
         if isinstance(rid, bool) or not isinstance(rid, (str, int)):
             raise BadRequest(422, f"notes[{i}].id is {_kind(rid)}; expected a string (or leave it out).")
-        if rid == "":  # FHIR strings are never empty: the note-id extension would make an invalid Bundle
-            raise BadRequest(422, f"notes[{i}].id is an empty string; give a non-empty id (or leave it out).")
+        if isinstance(rid, str) and not rid.strip():  # FHIR strings are never empty or blank: the note-id
+            # extension would make an invalid Bundle ('\u2028' is no FHIR string)
+            raise BadRequest(422, f"notes[{i}].id is {'an empty' if rid == '' else 'a blank'} string; give an id "
+                                  "with letters or digits (or leave it out).")
         subject = note.get("subject")
         if subject is not None and not isinstance(subject, (str, dict)):
             raise BadRequest(422,
@@ -464,6 +477,15 @@ def _header(scope: dict[str, Any], name: bytes) -> str | None:
         if k == name:
             return v.decode("latin-1")
     return None
+
+
+_METHODS = {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"}
+
+
+def _loggable(value: str, limit: int = 80) -> str:
+    """VALUE cut to LIMIT characters and escaped to printable ASCII (no quote, no line break): a path is percent-decoded
+    before it reaches the app, so `%0D%0A` in a request would otherwise forge lines in the server's log."""
+    return json.dumps(value[:limit], ensure_ascii=True)[1:-1]
 
 
 def host_name(value: str) -> str:
@@ -659,7 +681,12 @@ class _Front:
 
         host, origin = _header(scope, b"host"), _header(scope, b"origin")
         refusal = None
-        if not self.gate.host_ok(host):
+        if _header(scope, b"transfer-encoding") is not None and _header(scope, b"content-length") is not None:
+            # the body's length said two ways: a proxy in front may read it by the other (request smuggling), so
+            # refused, and the connection closed (RFC 9112 section 6.1)
+            refusal = _error(400, "the request has both Transfer-Encoding and Content-Length; send one of them.",
+                             fhir=fhir, headers={"Connection": "close"})
+        elif not self.gate.host_ok(host):
             refusal = _error(421, f"Host {(host or '')[:60]!r} is not a name this server answers to (a guard against "
                                   "DNS rebinding); use its address, or start it with --allow-host NAME.", fhir=fhir)
         elif not self.gate.origin_ok(origin, host):
@@ -678,17 +705,19 @@ class _Front:
                 await _error(503, "the server stopped before this request was answered; retry.", fhir=fhir,
                              headers={"Retry-After": "5", "Connection": "close"})(scope, receive, stamped)
         except Exception as err:  # Starlette re-raises after its 500; uvicorn would log a traceback
-            log.error("%s %s failed: %s (note text is not logged)", method, path[:80], type(err).__name__)
+            log.error("%s %s failed: %s (note text is not logged)", _loggable(method, 20), _loggable(path),
+                      type(err).__name__)
             if not status[0]:
                 await _error(500, "the server failed on this request (a bug, logged without note text); please "
                                   "report it.", fhir=fhir)(scope, receive, stamped)
         finally:
             route = path if path in ROUTES else "other"
             elapsed = loop.time() - start
-            self.svc.metrics.observe(route, method, status[0], elapsed)
+            # any token is an HTTP method: a label per client-chosen method would grow /metrics without bound
+            self.svc.metrics.observe(route, method if method in _METHODS else "other", status[0], elapsed)
             client = scope.get("client") or ("-", 0)
-            access.info('%s:%s "%s %s" %d %.1f ms request_id=%s', client[0], client[1], method, path[:80], status[0],
-                        elapsed * 1000, rid)
+            access.info('%s:%s "%s %s" %d %.1f ms request_id=%s', _loggable(str(client[0]), 64), client[1],
+                        _loggable(method, 20), _loggable(path), status[0], elapsed * 1000, rid)
 
 
 class _BearerAuth:
@@ -703,10 +732,10 @@ class _BearerAuth:
         if self.token is None or scope["type"] != "http" or scope.get("path") in _PUBLIC:
             return await self.app(scope, receive, send)
         given = b""
-        for name, value in scope.get("headers", []):
-            if name == b"authorization":
-                scheme, _, cred = value.partition(b" ")
-                given = cred.strip() if scheme.lower() == b"bearer" else b""
+        sent = [value for name, value in scope.get("headers", []) if name == b"authorization"]
+        if len(sent) == 1:  # two are ambiguous (a proxy may check the first, a server the last): refused
+            scheme, _, cred = sent[0].partition(b" ")
+            given = cred.strip() if scheme.lower() == b"bearer" else b""
         if hmac.compare_digest(given, self.token):
             return await self.app(scope, receive, send)
         msg = ("missing or wrong bearer token; send the header 'Authorization: Bearer <token>' with the token from the "
@@ -726,6 +755,10 @@ def check_content_type(request: Request, accepted: Sequence[str]) -> None:
         shown = f"Content-Type {given[:60]!r}" if given else "no Content-Type"
         raise BadRequest(415, f"{shown} is not accepted here; send the body as {' or '.join(accepted)} "
                               f"(UTF-8), e.g. curl -H 'Content-Type: {accepted[0]}'.")
+    encoding = request.headers.get("content-encoding", "identity")
+    if encoding.strip().lower() not in ("identity", ""):  # never read a body as something it says it is not
+        raise BadRequest(415, f"Content-Encoding {encoding[:30]!r} is not accepted here; send the body "
+                              "uncompressed (without a Content-Encoding header).")
 
 
 def create_app(predictor: Predictor | None = None, *, token: str | None = None, limits: Limits = Limits(),
@@ -779,7 +812,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
         path, method = request.url.path, request.method
         if err.status_code == 405:
             allowed = (err.headers or {}).get("Allow", "")
-            msg = f"{method} is not allowed on {path[:80]}; use {allowed or 'another method'} (see /docs)."
+            msg = f"{method[:20]} is not allowed on {path[:80]}; use {allowed or 'another method'} (see /docs)."
         elif err.status_code == 404:
             msg = (f"no route {path[:80]}; the routes are /health, /ready, /metrics, /v1/predict and {ANALYZE} "
                    "(see /docs; no trailing slash).")
@@ -795,7 +828,8 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, err: Exception) -> JSONResponse:
-        log.error("%s %s failed: %s (note text is not logged)", request.method, request.url.path, type(err).__name__)
+        log.error("%s %s failed: %s (note text is not logged)", _loggable(request.method, 20),
+                  _loggable(request.url.path), type(err).__name__)
         return _error(500, "the server failed on this request (a bug, logged without note text); please report it.",
                       fhir=is_fhir(request))
 
@@ -811,7 +845,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
                 raise
             except ClientGone:
                 log.info("%s %s: the client closed the connection before sending its whole request",
-                         request.method, request.url.path)
+                         _loggable(request.method, 20), _loggable(request.url.path))
                 return JSONResponse({"error": {"status": 499, "message": "client closed the connection"}},
                                     status_code=499)
             except Exception as err:
@@ -996,9 +1030,11 @@ def read_token(path: Path) -> str:
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped since the check
             raise ConfigError(f"--token-file {path}: not a regular file; give the file holding the token.")
-        raw = f.read(4096)
+        raw = f.read(4097)
+    if len(raw) > 4096:  # was cut at 4,096 bytes: clients sending the whole token were refused with no clue why
+        raise ConfigError(f"--token-file {path}: is over 4,096 bytes; write one token of 16 to 4,096 characters.")
     try:
-        token = raw.decode("utf-8").strip()
+        token = raw.decode("utf-8-sig").strip()  # a byte-order mark (some editors write one) is no part of the token
     except UnicodeDecodeError:
         raise ConfigError(f"--token-file {path}: is not UTF-8 text; write the token as one line.") from None
     if len(token) < 16 or any(c.isspace() for c in token):
@@ -1097,6 +1133,9 @@ def _protocol(read_timeout: float) -> type:
             self._disarm()
             super().connection_lost(exc)
 
+        def _unsupported_upgrade_warning(self) -> None:  # uvicorn's would advise installing a WebSocket library
+            log.info("an Upgrade request (WebSocket, h2c) is answered as plain HTTP; this service speaks HTTP/1.1 only")
+
         def send_400_response(self, msg: str) -> None:  # a malformed request: JSON too, not uvicorn's plain text
             import h11
 
@@ -1149,8 +1188,11 @@ def run(checkpoint: Path, *, host: str = "127.0.0.1", port: int = 8000, token_fi
 
     app = create_app(token=token, limits=limits, host=host, load=load, on_load_failure=load_failed)
     # clinicode's own access log (client, method, path, status, time, request id): no bodies, headers or note text.
+    # ws="none": no route takes a WebSocket, and uvicorn's handshake refusal would be a bodiless text/plain 403 that
+    # passes the Host, Origin and token checks unseen; an Upgrade request is then answered as plain HTTP (JSON).
     config = uvicorn.Config(app, log_config=_log_config(), access_log=False, server_header=False, lifespan="on",
-                            http=_protocol(limits.read_timeout), timeout_keep_alive=int(max(1, limits.idle_timeout)),
+                            ws="none", http=_protocol(limits.read_timeout),
+                            timeout_keep_alive=int(max(1, limits.idle_timeout)),
                             timeout_graceful_shutdown=int(limits.grace) + 30)
     server = _Server(config, app.state.service)
     try:
@@ -1173,6 +1215,7 @@ def _server_class() -> type:
         def __init__(self, config: Any, service: Service) -> None:
             super().__init__(config)
             self.service = service
+            self.ended_grace = False
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
@@ -1188,7 +1231,15 @@ def _server_class() -> type:
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             if self.should_exit and sig == signal.SIGINT:
-                self.force_exit = True  # a second Ctrl-C: stop now
+                b = self.service.batcher
+                if self.ended_grace or b is None:
+                    self.force_exit = True  # a third Ctrl-C: stop at once (uvicorn's force quit)
+                    return
+                # a second Ctrl-C (uvicorn's log invites it): end the grace period now; waiting requests get their
+                # 503 at once and the stop stays graceful (a force quit cancels the app and logs a traceback)
+                log.info("stopping now: requests not yet scored get 503 (Ctrl-C again to force quit)")
+                self.ended_grace = True
+                b.refuse_waiting()
                 return
             log.info("stopping: new requests get 503; admitted ones have %g s to be scored", self.service.limits.grace)
             self.service.drain()

@@ -22,7 +22,7 @@ import torch
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import Checkpoint, load_checkpoint
 from clinicode.codes.systems import CodeSystem
-from clinicode.config import PREDICT
+from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError
 from clinicode.memory import MemoryPlan, plan
 from clinicode.metrics import predicted_indices
@@ -307,9 +307,7 @@ class Predictor:
     def finish(self, prepared: "Prepared", *, top_k: int | None = PREDICT.top_k, threshold: float | None = None,
                explain: int = PREDICT.explain, attention: bool = True) -> list[Prediction]:
         """The second half of `predict`: score the prepared notes and build their records (see `predict`)."""
-        t = self.threshold if threshold is None else float(threshold)
-        if not 0.0 <= t <= 1.0:
-            raise ConfigError(f"--threshold must be in [0, 1], got {t}.")
+        t = self.threshold if threshold is None else check_threshold(float(threshold))
         K = len(self.labels)
         k_keep = K if top_k is None else max(0, min(int(top_k), K))
         ids, good, encs = prepared.ids, prepared.good, prepared.encs

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ from clinicode.codes.systems import CodeSystem
 from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError
 from clinicode.memory import MemoryPlan, plan
-from clinicode.metrics import predicted_indices
+from clinicode.metrics import predicted_codes, predicted_indices
 from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
 from clinicode.runtime import pick_device
 
@@ -109,6 +109,33 @@ class Prediction:
                 "codes": {c: [_span(s) for s in spans] for c, spans in (self.code_phrases or {}).items()},
             }
         return out
+
+    def at(self, threshold: float, *, single_label: bool = False,
+           descriptions: Mapping[str, str] | None = None) -> Prediction:
+        """The same prediction with `predicted` recomputed at THRESHOLD by the one rule (`metrics.predicted_codes`).
+
+        Only codes in `scores` can be predicted: to move the threshold freely, predict with top_k=None (every code).
+        `code_phrases` keeps the evidence of the codes still predicted (a newly predicted code has what it already had,
+        if anything); everything else is unchanged. A record with an error is returned as a copy.
+
+        Args:
+            threshold: the new cut-off, in [0, 1].
+            single_label: the model predicts its top code alone (whatever the threshold), as `Predictor.single_label`.
+            descriptions: code -> title for codes not predicted before (else the titles `predicted` carries, or "").
+        Returns:
+            A new Prediction; this one is not changed.
+        Raises:
+            ConfigError: a threshold outside [0, 1] (the rule of `clinicode.config.check_threshold`).
+        """
+        t = check_threshold(float(threshold))
+        if self.error is not None:
+            return replace(self)
+        titles = {**{c.code: c.description for c in self.predicted}, **(descriptions or {})}
+        codes = predicted_codes(self.scores, t, single_label=single_label)
+        phrases = None if self.code_phrases is None else {c: self.code_phrases[c] for c in codes
+                                                           if c in self.code_phrases}
+        return replace(self, predicted=[CodeScore(c, titles.get(c, ""), float(self.scores[c])) for c in codes],
+                       scores=dict(self.scores), code_phrases=phrases)
 
 
 def _span(s: Span) -> dict[str, Any]:

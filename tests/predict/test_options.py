@@ -1,10 +1,13 @@
-"""The user's predict options parsed once (`PredictConfig.from_user`) for the CLI and the service."""
+"""The user's predict options parsed once (`PredictConfig.from_user`) for the CLI and the service, and
+`Prediction.at(threshold)`: the same record at another threshold through the one predicted-codes rule."""
+
+import math
 
 import pytest
 
 from clinicode.config import PREDICT, PredictConfig, ServeConfig
 from clinicode.errors import ConfigError
-from clinicode.predict import Predictor
+from clinicode.predict import CodeScore, Prediction, Predictor, Span
 from tests.helpers import fails
 
 # ------------------------------------------------------------------------------------------ from_user
@@ -114,3 +117,47 @@ def test_service_answers_a_bad_option_with_the_rules_message(predictor):
         assert 'got 0; e.g. "top_k": 5,' in refused(c.post("/v1/predict", json={**body, "top_k": 0}))
         r = c.post("/v1/predict?top_k=all", json=body)
         assert r.status_code == 200 and len(r.json()["results"][0]["scores"]) == len(predictor.codes)
+
+
+# ------------------------------------------------------------------------------------------ Prediction.at
+def _pred():
+    return Prediction("n1", predicted=[CodeScore("401.9", "HTN", 0.9), CodeScore("428.0", "CHF", 0.4)],
+                      scores={"401.9": 0.9, "428.0": 0.4, "584.9": 0.1}, n_tokens=12, evidence=[Span(0, 5, 0.3)],
+                      code_phrases={"401.9": [Span(0, 5, 0.8)], "428.0": [Span(6, 9, 0.2)]})
+
+
+def test_at_recomputes_predicted_and_keeps_the_rest():
+    p = _pred()
+    hi = p.at(0.5)
+    assert [(c.code, c.description, c.score) for c in hi.predicted] == [("401.9", "HTN", 0.9)]
+    assert set(hi.code_phrases) == {"401.9"} and hi.evidence == p.evidence and hi.n_tokens == 12
+    assert hi.scores == p.scores and hi.scores is not p.scores
+    lo = p.at(0.05, descriptions={"584.9": "ARF"})
+    assert [(c.code, c.description) for c in lo.predicted] == [("401.9", "HTN"), ("428.0", "CHF"), ("584.9", "ARF")]
+    assert set(lo.code_phrases) == {"401.9", "428.0"}       # a newly predicted code has no evidence yet
+    assert p.at(0.4).predicted == hi.predicted                # strictly above the threshold, as everywhere
+    assert [c.code for c in p.predicted] == ["401.9", "428.0"] and set(p.code_phrases) == {"401.9", "428.0"}
+
+
+def test_at_single_label_and_bad_thresholds():
+    tied = Prediction("n", scores={"V45.81": 0.4, "038.9": 0.4, "401.9": 0.2})
+    assert [c.code for c in tied.at(0.9, single_label=True).predicted] == ["V45.81"]  # ties: label order
+    assert tied.at(0.9).predicted == []
+    for bad in (1.5, -0.1, math.nan):
+        with pytest.raises(ConfigError, match=r"--threshold must be a number in \[0, 1\]"):
+            tied.at(bad)
+    err = Prediction("x", error="note 'x': empty")
+    assert err.at(0.1) == err and err.at(0.1) is not err
+
+
+def test_at_gives_what_predict_gives_at_that_threshold(predictor, demo_data):
+    import pandas as pd
+
+    texts = pd.read_parquet(demo_data / "test.parquet")["text"].head(4).tolist()
+    titles = dict(zip(predictor.labels.codes, predictor.labels.descriptions))
+    base = predictor.predict(texts, top_k=None, threshold=1.0)   # nothing predicted, every score kept
+    for t in (0.0, 0.05, 0.2, 0.5, predictor.threshold):
+        want = predictor.predict(texts, top_k=None, threshold=t)
+        got = [b.at(t, single_label=predictor.single_label, descriptions=titles) for b in base]
+        assert [g.predicted for g in got] == [w.predicted for w in want], t
+    assert any(w.predicted for w in predictor.predict(texts, top_k=None, threshold=0.05))  # the test can fail

@@ -314,10 +314,11 @@ def marked_texts(html_str: str) -> list[str]:
 # ------------------------------------------------------------------------------------------ exports
 def prediction_record(
     pred: Any, *, threshold: float, run: str, note_id: str | None = None, gold: Sequence[str] | None = None,
-    single_label: bool = False, predicted: Sequence[str] | None = None, descriptions: Mapping[str, str] | None = None,
+    single_label: bool = False, descriptions: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """One note's JSON export (no note text): the output record of `clinicode predict` (`Prediction.to_dict()`) at the
-    app's threshold, plus "run", "threshold", "n_tokens" and, when known, "gold".
+    app's threshold (`Prediction.at`, the one predicted-codes rule), plus "run", "threshold", "n_tokens" and, when
+    known, "gold".
 
     Args:
         pred: a `clinicode.predict.Prediction` made with top_k None (scores for every code); its `code_phrases`
@@ -327,22 +328,11 @@ def prediction_record(
         note_id: id of a test-split note, if any.
         gold: its gold codes, if known.
         single_label: the model's prediction is its top code.
-        predicted: the codes predicted at the threshold, when the caller has them (else `predicted_codes`).
         descriptions: code -> title (else the titles carried by `pred.predicted`).
     """
-    from clinicode.predict import CodeScore, Prediction
-
-    scores = dict(pred.scores)
-    descs = {**{c.code: c.description for c in pred.predicted}, **(descriptions or {})}
-    if predicted is None:
-        predicted = predicted_codes(scores, threshold, single_label=single_label)
-    phrases = pred.code_phrases or {}
-    at_threshold = Prediction(
-        note_id if note_id is not None else pred.id,
-        predicted=[CodeScore(c, descs.get(c, ""), float(scores[c])) for c in predicted],
-        scores={c: float(s) for c, s in scores.items()}, truncated=bool(pred.truncated), n_tokens=int(pred.n_tokens),
-        evidence=pred.evidence, code_phrases={c: phrases[c] for c in predicted if c in phrases},
-    )
+    at_threshold = pred.at(threshold, single_label=single_label, descriptions=descriptions)
+    if note_id is not None:
+        at_threshold.id = note_id
     rec: dict[str, Any] = {**at_threshold.to_dict(), "run": run, "threshold": float(threshold),
                            "n_tokens": at_threshold.n_tokens}
     if gold is not None:

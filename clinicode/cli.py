@@ -458,17 +458,6 @@ def _parse_shard(shard: str) -> tuple[int, int]:
     return i, n
 
 
-def _parse_top_k(top_k: str | None) -> dict[str, Any]:
-    if top_k is None:
-        return {}
-    if top_k == "all":
-        return {"top_k": None}
-    try:
-        return {"top_k": int(top_k)}
-    except ValueError:
-        raise ConfigError(f"--top-k {top_k!r}: expected a number or 'all'.") from None
-
-
 @app.command("predict")
 @_friendly
 def predict_cli(
@@ -507,8 +496,8 @@ def predict_cli(
     if format not in ("records", "fhir"):
         raise ConfigError(f"--format {format!r}: expected records or fhir.")
 
-    opts = {**_given(explain=explain), **_parse_top_k(top_k)}  # --top-k all is top_k=None, not "not given"
-    PredictConfig(**opts, **_given(memory_mb=memory_budget))  # range checks live there
+    opts = PredictConfig.from_user(top_k=top_k, explain=explain, threshold=threshold,  # the one rule (serve's too)
+                                   **_given(memory_mb=memory_budget))
     pred = Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget),
                                      titles=load_descriptions_tsv(titles) if titles else None)
     if titles and not pred.title_index:
@@ -521,8 +510,9 @@ def predict_cli(
         systems, source = code_systems(pred.codes, pred.code_system), predictor_source(pred)
         # the same builder as `clinicode serve`; each Bundle names the checkpoint that suggested its codes
         encode = lambda rec: bundle([rec], systems=systems, source=source)  # noqa: E731
-    counts = predict_file(pred, input=input, output=output, threshold=threshold, strict=strict, resume=resume,
-                          shard=_parse_shard(shard), progress=progress and sys.stderr.isatty(), encode=encode, **opts)
+    counts = predict_file(pred, input=input, output=output, top_k=opts.top_k, threshold=opts.threshold,
+                          explain=opts.explain, strict=strict, resume=resume, shard=_parse_shard(shard),
+                          progress=progress and sys.stderr.isatty(), encode=encode)
     dup = counts.get("duplicate_ids", 0)
     typer.echo(f"scored {counts['scored']:,} notes, {counts['errors']:,} bad records (see their 'error' field), "
                f"{counts['skipped']:,} skipped as already done"
@@ -615,7 +605,7 @@ def review_queue_cli(
     from clinicode.predict import Predictor
     from clinicode.review import db_path, open_db, queue
 
-    PredictConfig(explain=explain, **_given(memory_mb=memory_budget))  # range checks live there
+    explain = PredictConfig.from_user(explain=explain, **_given(memory_mb=memory_budget)).explain  # predict's rule
 
     def load() -> Predictor:
         return Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget))

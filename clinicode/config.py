@@ -221,6 +221,89 @@ class PrepareConfig:
             raise ConfigError(f"--icd-version must be 9 or 10, got {self.icd_version!r}.")
 
 
+# ------------------------------------------------------------------ the user's predict options (one rule, three faces)
+# Where a value comes from: "cli" (command-line flags: --top-k 5), "query" (a request's query string: ?top_k=5) or
+# "json" (a request's JSON body: "top_k": 5). Flags and query values arrive as text and are read as numbers; a JSON
+# value must already be one (a JSON string "5" is refused, as a JSON number 5.0 is for an integer option).
+SOURCES = ("cli", "query", "json")
+_KINDS = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "an object",
+          type(None): "null"}
+
+
+def _name(option: str, source: str) -> str:
+    return f"--{option.replace('_', '-')}" if source == "cli" else option
+
+
+def _example(option: str, value: str, source: str) -> str:
+    return {"cli": f"{_name(option, source)} {value}", "query": f"?{option}={value}",
+            "json": f'"{option}": {value}'}[source]
+
+
+def _as_number(v: Any, kind: type, source: str) -> Any:
+    """A flag's or query's text read as KIND; anything else (or unreadable text) as given, for the check to refuse."""
+    if source != "json" and isinstance(v, str):
+        try:
+            return kind(v)
+        except ValueError:
+            return v
+    return v
+
+
+def _shown(v: Any, source: str) -> str:
+    """The value as given, for a message: numbers as they are, flag and query text cut to 20 characters, other JSON
+    values by their kind only (a request's content is never echoed)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return repr(v)
+    if isinstance(v, str) and source != "json":
+        return repr(v[:20])
+    return _KINDS.get(type(v), type(v).__name__)
+
+
+def check_top_k(v: Any, *, source: str = "cli") -> int | None:
+    """THE rule for `top_k`: a positive integer, or "all" (every code: None). 0 is refused on every face.
+
+    Raises:
+        ConfigError: one line naming the option as its face spells it, the value given and an example.
+    """
+    if v == "all":
+        return None
+    n = _as_number(v, int, source)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        every = "'all'" if source == "cli" else '"all"'
+        raise ConfigError(f"{_name('top_k', source)} must be a positive integer or {every}, got {_shown(n, source)}; "
+                          f"e.g. {_example('top_k', '5', source)}, or "
+                          f"{_example('top_k', every if source == 'json' else 'all', source)} for every code's score.")
+    return n
+
+
+def check_explain(v: Any, *, max_explain: int | None = None, source: str = "cli") -> int:
+    """THE rule for `explain`: an integer from 0 (to MAX_EXPLAIN when given).
+
+    Raises:
+        ConfigError: as `check_top_k`.
+    """
+    n = _as_number(v, int, source)
+    if (isinstance(n, bool) or not isinstance(n, int) or n < 0
+            or (max_explain is not None and n > max_explain)):
+        allowed = ">= 0" if max_explain is None else f"from 0 to {max_explain}"
+        raise ConfigError(f"{_name('explain', source)} must be an integer {allowed}, got {_shown(n, source)}; "
+                          f"e.g. {_example('explain', '3', source)} for three evidence spans per code.")
+    return n
+
+
+def check_threshold(v: Any, *, source: str = "cli") -> float:
+    """THE rule for a decision threshold: a number in [0, 1] (NaN refused); returned as a float.
+
+    Raises:
+        ConfigError: as `check_top_k`.
+    """
+    x = _as_number(v, float, source)
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.0 <= x <= 1.0:
+        raise ConfigError(f"{_name('threshold', source)} must be a number in [0, 1], got {_shown(x, source)}; leave "
+                          "it out to use the checkpoint's tuned threshold.")
+    return float(x)
+
+
 @dataclass(frozen=True, kw_only=True)
 class PredictConfig:
     """What `predict` (CLI, API, app, clusters) writes per note."""
@@ -228,18 +311,51 @@ class PredictConfig:
     top_k: int | None = 10          # codes listed in `scores`, highest first; None: every code
     explain: int = 0                # with N > 0: the N highest-attention spans and up to N evidence spans per predicted
                                     # code (its nearest words, docs/predict.md)
+    threshold: float | None = None  # codes scoring above it are predicted; None: the checkpoint's tuned threshold
     batch_size: int = 64            # notes per forward pass
     memory_mb: int = 2048           # scratch memory of one batch and the stored word-code table (clinicode/memory.py)
 
     def __post_init__(self) -> None:
         if self.memory_mb < 64:
             raise ConfigError(f"--memory-budget must be >= 64 (MB), got {self.memory_mb}.")
-        if self.top_k is not None and (isinstance(self.top_k, bool) or self.top_k < 0):
-            raise ConfigError(f"--top-k must be >= 0 or 'all', got {self.top_k}.")
-        if self.explain < 0:
-            raise ConfigError(f"--explain must be >= 0, got {self.explain}.")
+        if self.top_k is not None:
+            check_top_k(self.top_k)
+        check_explain(self.explain)
+        if self.threshold is not None:
+            check_threshold(self.threshold)
         if self.batch_size < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}.")
+
+    @classmethod
+    def from_user(cls, *, top_k: Any = None, explain: Any = None, threshold: Any = None,
+                  max_explain: int | None = None, source: str = "cli", **rest: Any) -> PredictConfig:
+        """The options a user gave, checked and normalised once, for every face (`clinicode predict` and `review
+        queue`, `clinicode serve`'s body and query string): the one place their rules live.
+
+        Args:
+            top_k: a positive integer, or "all" (every code's score: top_k None); None: not given (the default).
+                0 is refused on every face (the service always refused it).
+            explain: an integer from 0 (to max_explain when given); None: not given (the default).
+            threshold: a number in [0, 1]; None: the checkpoint's tuned threshold.
+            max_explain: the most `explain` may be (the service's per-request bound); None: no bound.
+            source: "cli", "query" or "json" (see SOURCES): how the options are named in messages and whether text
+                is read as numbers.
+            **rest: other PredictConfig fields (batch_size, memory_mb), checked as the constructor checks them.
+        Returns:
+            The PredictConfig, with top_k None for "all" and threshold a float (or None).
+        Raises:
+            ConfigError: the first bad option, in one line: as given, what is expected, and an example.
+        """
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {source!r}.")
+        given: dict[str, Any] = {}
+        if top_k is not None:
+            given["top_k"] = check_top_k(top_k, source=source)
+        if explain is not None:
+            given["explain"] = check_explain(explain, max_explain=max_explain, source=source)
+        if threshold is not None:
+            given["threshold"] = check_threshold(threshold, source=source)
+        return cls(**given, **rest)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -23,11 +23,11 @@ from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import Checkpoint, load_checkpoint
 from clinicode.codes.systems import CodeSystem
 from clinicode.codes.titles import TitleIndex, TitleMatch
-from clinicode.config import PREDICT
+from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError
 from clinicode.kernels import EPS
 from clinicode.memory import MemoryPlan, plan
-from clinicode.metrics import predicted_indices
+from clinicode.metrics import predicted_codes, predicted_indices
 from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
 from clinicode.runtime import pick_device
 
@@ -148,6 +148,33 @@ class Prediction:
                                          "spans": [{"start": a, "end": b} for a, b in m.spans]}
                                         for m in self.title_suggestions]
         return out
+
+    def at(self, threshold: float, *, single_label: bool = False,
+           descriptions: Mapping[str, str] | None = None) -> Prediction:
+        """The same prediction with `predicted` recomputed at THRESHOLD by the one rule (`metrics.predicted_codes`).
+
+        Only codes in `scores` can be predicted: to move the threshold freely, predict with top_k=None (every code).
+        `code_phrases` keeps the evidence of the codes still predicted (a newly predicted code has what it already had,
+        if anything); everything else is unchanged. A record with an error is returned as a copy.
+
+        Args:
+            threshold: the new cut-off, in [0, 1].
+            single_label: the model predicts its top code alone (whatever the threshold), as `Predictor.single_label`.
+            descriptions: code -> title for codes not predicted before (else the titles `predicted` carries, or "").
+        Returns:
+            A new Prediction; this one is not changed.
+        Raises:
+            ConfigError: a threshold outside [0, 1] (the rule of `clinicode.config.check_threshold`).
+        """
+        t = check_threshold(float(threshold))
+        if self.error is not None:
+            return replace(self)
+        titles = {**{c.code: c.description for c in self.predicted}, **(descriptions or {})}
+        codes = predicted_codes(self.scores, t, single_label=single_label)
+        phrases = None if self.code_phrases is None else {c: self.code_phrases[c] for c in codes
+                                                           if c in self.code_phrases}
+        return replace(self, predicted=[CodeScore(c, titles.get(c, ""), float(self.scores[c])) for c in codes],
+                       scores=dict(self.scores), code_phrases=phrases)
 
 
 def _span(s: Span) -> dict[str, Any]:
@@ -353,9 +380,7 @@ class Predictor:
     def finish(self, prepared: "Prepared", *, top_k: int | None = PREDICT.top_k, threshold: float | None = None,
                explain: int = PREDICT.explain, attention: bool = True) -> list[Prediction]:
         """The second half of `predict`: score the prepared notes and build their records (see `predict`)."""
-        t = self.threshold if threshold is None else float(threshold)
-        if not 0.0 <= t <= 1.0:
-            raise ConfigError(f"--threshold must be in [0, 1], got {t}.")
+        t = self.threshold if threshold is None else check_threshold(float(threshold))
         K = len(self.labels)
         k_keep = K if top_k is None else max(0, min(int(top_k), K))
         ids, good, encs = prepared.ids, prepared.good, prepared.encs

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from clinicode.artifacts import check_output, read_json, sha256_file, write_json_atomic
-from clinicode.config import PREDICT
+from clinicode.config import PREDICT, check_threshold
 from clinicode.environment import environment_hash
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.predict import Prediction, Predictor
@@ -267,8 +267,8 @@ def predict_file(
         ConfigError: an output that is not a regular file or new, not clinicode's, or being written by another run.
     """
     fmt = "csv" if str(output).endswith(".csv") else "jsonl"
-    if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
-        raise ConfigError(f"--threshold must be in [0, 1], got {threshold}.")
+    if threshold is not None:
+        check_threshold(threshold)  # before any output is claimed (the rule of every face: clinicode.config)
     if encode is not None and (resume or fmt == "csv"):
         raise ConfigError("--format fhir writes one JSON Bundle per line: give an --output not "
                           "ending in .csv, and drop "

@@ -48,7 +48,7 @@ from starlette.requests import ClientDisconnect
 
 from clinicode import __version__
 from clinicode.checkpoint import resolve_checkpoint_dir
-from clinicode.config import PREDICT, ServeConfig
+from clinicode.config import PREDICT, PredictConfig, ServeConfig
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.fhir import bundle, check_subject, code_systems, note_from_document_reference, predictor_source
 from clinicode.predict import Predictor, Prepared
@@ -349,42 +349,15 @@ def query_options(request: Request, allowed: Sequence[str]) -> dict[str, str]:
 
 def parse_options(top_k: Any, explain: Any, threshold: Any, limits: Limits, *,
                   from_query: bool = False) -> dict[str, Any]:
-    """top_k (a positive integer or "all"), explain (0..max_explain) and threshold ([0, 1]) checked, as `predict` takes
-    them; absent ones take `predict`'s defaults."""
-    def as_number(name: str, v: Any, kind: type) -> Any:
-        if from_query and isinstance(v, str):
-            try:
-                return kind(v)
-            except ValueError:
-                what = "an integer" if kind is int else "a number"
-                raise BadRequest(422, f"{name}={v[:20]!r} is not {what}.") from None
-        return v
-
-    opts: dict[str, Any] = {"top_k": PREDICT.top_k, "explain": PREDICT.explain, "threshold": None}
-    if top_k is not None:
-        if top_k == "all":
-            opts["top_k"] = None
-        else:
-            top_k = as_number("top_k", top_k, int)
-            if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-                shown = repr(top_k) if isinstance(top_k, (int, float)) else _kind(top_k)
-                raise BadRequest(422, f"top_k must be a positive integer or \"all\", got {shown}; e.g. \"top_k\": 5.")
-            opts["top_k"] = top_k
-    if explain is not None:
-        explain = as_number("explain", explain, int)
-        if isinstance(explain, bool) or not isinstance(explain, int) or not 0 <= explain <= limits.max_explain:
-            shown = repr(explain) if isinstance(explain, (int, float)) else _kind(explain)
-            raise BadRequest(422, f"explain must be an integer from 0 to {limits.max_explain}, got {shown}; "
-                                  "e.g. \"explain\": 3 for three evidence spans per code.")
-        opts["explain"] = explain
-    if threshold is not None:
-        threshold = as_number("threshold", threshold, float)
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
-            shown = repr(threshold) if isinstance(threshold, (int, float)) else _kind(threshold)
-            raise BadRequest(422, f"threshold must be a number in [0, 1], got {shown}; leave it out to use the "
-                                  "checkpoint's tuned threshold.")
-        opts["threshold"] = float(threshold)
-    return opts
+    """top_k (a positive integer or "all"), explain (0..max_explain) and threshold ([0, 1]) checked by
+    `PredictConfig.from_user`, the rule `clinicode predict` uses; absent ones take `predict`'s defaults. Its ConfigError
+    is the 422 answer."""
+    try:
+        cfg = PredictConfig.from_user(top_k=top_k, explain=explain, threshold=threshold,
+                                      max_explain=limits.max_explain, source="query" if from_query else "json")
+    except ConfigError as err:
+        raise BadRequest(422, str(err)) from None
+    return {"top_k": cfg.top_k, "explain": cfg.explain, "threshold": cfg.threshold}
 
 
 def parse_predict(obj: Any, limits: Limits,

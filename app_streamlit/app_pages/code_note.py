@@ -142,7 +142,7 @@ with left:
     )
     with_evidence(predicted)                                   # the export holds every predicted code's evidence
     record = render.prediction_record(p, threshold=thr, run=run.name, note_id=note_id, gold=gold,
-                                      single_label=pred.single_label, predicted=predicted, descriptions=descs)
+                                      single_label=pred.single_label, descriptions=descs)
     st.download_button(
         "Download predictions (JSON)", render.json_bytes(record), file_name=f"{note_id or 'note'}_codes.json",
         mime="application/json", key="dl_json", on_click="ignore", icon=":material/download:",

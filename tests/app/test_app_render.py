@@ -11,6 +11,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from clinicode.predict import CodeScore, Prediction, Span
+
 APP_DIR = Path(__file__).resolve().parents[2] / "app_streamlit"
 sys.path.insert(0, str(APP_DIR))
 
@@ -112,9 +114,8 @@ def test_every_app_table_breaks_a_single_label_tie_like_predict():
     assert hits.loc[hits["above_threshold"], "code"].tolist() == ["V45.81"]
     only_other, _ = render.search_codes(tied, descs, "038", 0.5, single_label=True)
     assert only_other["code"].tolist() == ["038.9"] and not only_other["above_threshold"].any()
-    fake = SimpleNamespace(id="n", predicted=[], scores=tied, truncated=False, n_tokens=3, evidence=None,
-                           code_phrases=None)
-    export = render.prediction_record(fake, threshold=0.5, run="r", single_label=True)
+    export = render.prediction_record(Prediction("n", scores=tied, n_tokens=3), threshold=0.5, run="r",
+                                      single_label=True)
     assert [p["code"] for p in export["predicted"]] == ["V45.81"]
 
 
@@ -125,13 +126,10 @@ def test_outcome(pred, gold, want):
 
 
 def _fake_prediction(text_id="n1"):
-    cs = [SimpleNamespace(code="401.9", description="HTN", score=0.9), SimpleNamespace(code="428.0", description="CHF",
-                                                                                       score=0.4)]
-    return SimpleNamespace(
-        id=text_id, predicted=cs, scores={"401.9": 0.9, "428.0": 0.4, "584.9": 0.1}, truncated=False, n_tokens=12,
-        evidence=[SimpleNamespace(start=0, end=5, weight=0.3)],
-        code_phrases={"401.9": [SimpleNamespace(start=0, end=5, weight=0.8)],
-                      "428.0": [SimpleNamespace(start=6, end=9, weight=0.2)]},
+    cs = [CodeScore("401.9", "HTN", 0.9), CodeScore("428.0", "CHF", 0.4)]  # as predicted at a threshold of 0.3
+    return Prediction(
+        text_id, predicted=cs, scores={"401.9": 0.9, "428.0": 0.4, "584.9": 0.1}, truncated=False, n_tokens=12,
+        evidence=[Span(0, 5, 0.3)], code_phrases={"401.9": [Span(0, 5, 0.8)], "428.0": [Span(6, 9, 0.2)]},
     )
 
 

@@ -302,9 +302,12 @@ def test_predict_parquet_without_text_column(tiny_run, tmp_path):
 def test_predict_bad_options(tiny_run, tmp_path):
     src = tmp_path / "n.jsonl"
     _jsonl(src, [{"id": "a", "text": "hypertension"}])
-    fails(_predict(tiny_run, src, "-", "--threshold", "1.5"), "--threshold must be in [0, 1], got 1.5")
-    fails(_predict(tiny_run, src, "-", "--explain", "-1"), "--explain must be >= 0, got -1")
-    fails(_predict(tiny_run, src, "-", "--top-k", "-2"), "--top-k must be >= 0 or 'all', got -2")
+    fails(_predict(tiny_run, src, "-", "--threshold", "1.5"), "--threshold must be a number in [0, 1], got 1.5")
+    fails(_predict(tiny_run, src, "-", "--explain", "-1"), "--explain must be an integer >= 0, got -1")
+    fails(_predict(tiny_run, src, "-", "--top-k", "-2"), "--top-k must be a positive integer or 'all', got -2")
+    # 0 is refused, as the service refuses it (one rule: PredictConfig.from_user)
+    fails(_predict(tiny_run, src, "-", "--top-k", "0"), "--top-k must be a positive integer or 'all', got 0; "
+                                                        "e.g. --top-k 5")
     fails(_predict(tiny_run, src, "-", "--shard", "x"), "--shard 'x': expected i/n")
 
 

@@ -198,7 +198,7 @@ def test_cli_bad_inputs_exit_1_with_one_line(tiny_run, tmp_path):
         (["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path / "missing.jsonl")],
          "no such file or folder"),
         (["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path), "--top-k", "many"],
-         "expected a number or 'all'"),
+         "--top-k must be a positive integer or 'all', got 'many'"),
         (["evaluate", "--checkpoint", str(tiny_run), "--data", str(tmp_path / "nodata")], ""),
         (["train", "--out", str(tmp_path / "r")], "give exactly one of --data"),
         (["train", "--out", str(tmp_path / "r"), "--data", str(tmp_path), "--model", "svm"],

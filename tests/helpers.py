@@ -52,3 +52,22 @@ def snapshot(root: Path) -> dict[str, str]:
         else:
             out[rel] = f"{hashlib.sha256(p.read_bytes()).hexdigest()} {oct(p.stat().st_mode & 0o777)}"
     return out
+
+
+def wait_ready(proc, base: str, log: Path, *, seconds: float = 90) -> None:
+    """Poll a `clinicode serve` process until its /ready answers 200 (the model is loaded); fail with its log if it
+    exits first, or after SECONDS."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(base + "/ready", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None, log.read_text(errors="replace")
+        assert time.monotonic() < deadline, f"server not ready within {seconds:.0f} s"
+        time.sleep(0.3)

@@ -12,7 +12,6 @@ import socket
 import threading
 import time
 
-import pandas as pd
 import pytest
 
 pytest.importorskip("fastapi")
@@ -27,22 +26,6 @@ from tests.helpers import SECRET
 LOCAL = "http://127.0.0.1:8000"
 JSON = {"content-type": "application/json"}
 ANALYZE = "/fhir/DocumentReference/$analyze"
-
-
-@pytest.fixture(scope="module")
-def predictor(tiny_run):
-    return Predictor.from_checkpoint(tiny_run, device="cpu")
-
-
-@pytest.fixture(scope="module")
-def note(demo_data):
-    return str(pd.read_parquet(demo_data / "test.parquet")["text"].iloc[0])
-
-
-@pytest.fixture(scope="module")
-def client(predictor):
-    with TestClient(create_app(predictor, limits=ServeConfig(batch_wait_ms=1)), base_url=LOCAL) as c:
-        yield c
 
 
 def _valid_bundle(b: dict) -> None:

@@ -18,7 +18,6 @@ from fastapi.testclient import TestClient
 
 from clinicode.config import ServeConfig
 from clinicode.errors import ConfigError
-from clinicode.predict import Predictor
 from clinicode.serve import create_app
 from tests.helpers import SECRET
 
@@ -26,22 +25,6 @@ LOCAL = "http://127.0.0.1:8000"
 JSON = {"content-type": "application/json"}
 ANALYZE = "/fhir/DocumentReference/$analyze"
 TOKEN = "recheck-" + "k" * 32
-
-
-@pytest.fixture(scope="module")
-def predictor(tiny_run):
-    return Predictor.from_checkpoint(tiny_run, device="cpu")
-
-
-@pytest.fixture(scope="module")
-def note(demo_data):
-    return str(pd.read_parquet(demo_data / "test.parquet")["text"].iloc[0])
-
-
-@pytest.fixture(scope="module")
-def client(predictor):
-    with TestClient(create_app(predictor, limits=ServeConfig(batch_wait_ms=1)), base_url=LOCAL) as c:
-        yield c
 
 
 def _valid_bundle(b: dict) -> dict:

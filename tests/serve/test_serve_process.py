@@ -7,14 +7,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from tests.helpers import SECRET  # noqa: E402
+from tests.helpers import SECRET, wait_ready  # noqa: E402
 
 pytestmark = pytest.mark.slow
 TOKEN = "e2e-" + "k" * 40
@@ -38,16 +37,7 @@ def server(tiny_run, tmp_path_factory):
                              str(port),
                              "--token-file", str(tok), "--device", "cpu"], stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if httpx.get(base + "/ready", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None, open(tmp / "server.log").read()
-        assert time.monotonic() < deadline, "server did not answer /ready within 90 s"
-        time.sleep(0.3)
+    wait_ready(proc, base, tmp / "server.log")
     state = {"base": base, "proc": proc, "log": tmp / "server.log"}
     yield state
     if proc.poll() is None:

@@ -16,7 +16,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from tests.helpers import SECRET  # noqa: E402
+from tests.helpers import SECRET, wait_ready  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -52,16 +52,7 @@ def server(tiny_run, tmp_path_factory):
                             stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"})
     base = f"http://{host}:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if httpx.get(base + "/ready", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None, open(tmp / "server.log").read()
-        assert time.monotonic() < deadline, "server not ready within 90 s"
-        time.sleep(0.3)
+    wait_ready(proc, base, tmp / "server.log")
     yield {"base": base, "proc": proc, "log": tmp / "server.log", "port": port, "url": f"http://{host}:{port}"}
     if proc.poll() is None:
         proc.kill()

@@ -175,8 +175,7 @@ def _resource(rec: Mapping[str, Any], pred: Mapping[str, Any], subject: dict[str
     coding = {"system": system, "code": code}
     if pred.get("description"):
         coding["display"] = pred["description"]
-    ext = [{"url": EXT_SCORE, "valueDecimal": float(pred["score"])},
-           {"url": EXT_NOTE_ID, "valueString": str(rec["id"])}]
+    ext = [{"url": EXT_SCORE, "valueDecimal": float(pred["score"])}, *_note_id(rec)]
     ext += [_span_ext(s) for s in ((rec.get("evidence") or {}).get("codes") or {}).get(code, [])]
     res: dict[str, Any] = {"resourceType": "Condition" if kind == DIAGNOSIS else "Procedure",
                            "meta": {"tag": [MACHINE_TAG]}, "extension": ext}
@@ -192,10 +191,22 @@ def _resource(rec: Mapping[str, Any], pred: Mapping[str, Any], subject: dict[str
     return res
 
 
-def _outcome(rec: Mapping[str, Any]) -> dict[str, Any]:
-    return {"resourceType": "OperationOutcome", "meta": {"tag": [MACHINE_TAG]},
-            "extension": [{"url": EXT_NOTE_ID, "valueString": str(rec["id"])}],
-            "issue": [{"severity": "error", "code": "invalid", "diagnostics": str(rec["error"])}]}
+def _note_id(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The note-id extension, when the id is a FHIR string (an id of only spaces such as '\u2028' is none)."""
+    rid = str(rec["id"])
+    return [{"url": EXT_NOTE_ID, "valueString": rid}] if _fhir_string(rid) else []
+
+
+_BAD_ID = ("the note's id is empty, blank or holds control characters, so its codes cannot be carried into FHIR; "
+           "give each note an id of visible characters.")
+
+
+def _outcome(rec: Mapping[str, Any], message: str | None = None) -> dict[str, Any]:
+    out = {"resourceType": "OperationOutcome", "meta": {"tag": [MACHINE_TAG]},
+           "issue": [{"severity": "error", "code": "invalid", "diagnostics": message or str(rec["error"])}]}
+    if ext := _note_id(rec):
+        out["extension"] = ext
+    return out
 
 
 def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[str, str]] | None = None,
@@ -222,6 +233,8 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
     for i, rec in enumerate(records):
         if "error" in rec:
             resources = [_outcome(rec)]
+        elif not _note_id(rec):  # every resource would name a note id that is no FHIR string: an invalid Bundle
+            resources = [_outcome(rec, _BAD_ID)]
         else:
             subject = subject_reference(subjects[i] if subjects else None)
             doc = documents[i] if documents else None

@@ -156,6 +156,22 @@ def test_document_reference_errors_say_what_and_never_echo_text(doc, message):
     assert message in str(err.value) and SECRET not in str(err.value)
 
 
+@pytest.mark.parametrize("rid", ["\u2028", " \u3000 ", "", "a\x01b"])
+def test_a_note_id_that_is_no_fhir_string_becomes_an_outcome_never_an_invalid_bundle(rid):
+    """Second hostile round: `predict --format fhir` (which, unlike serve, takes any id) wrote every resource of such a
+    note with a note-id extension FHIR refuses; now the note is one OperationOutcome saying why."""
+    rec = {**_rec(explain=True), "id": rid}
+    b = fhir.bundle([rec, _rec(explain=False)])
+    validate(b)
+    first = b["entry"][0]["resource"]
+    assert first["resourceType"] == "OperationOutcome" and "extension" not in first
+    assert "id of visible characters" in first["issue"][0]["diagnostics"]
+    assert [e["resource"]["resourceType"] for e in b["entry"][1:]] == ["Condition", "Procedure"]
+    bad = fhir.bundle([{"id": rid, "error": "note: empty text; nothing to code"}])
+    validate(bad)
+    assert "extension" not in bad["entry"][0]["resource"]
+
+
 def test_predict_format_fhir_writes_one_bundle_per_note(tiny_run, demo_data, tmp_path):
     import pandas as pd
 

@@ -70,3 +70,34 @@ def tiny_run(demo_data, tmp_path_factory) -> Path:
     cfg = TrainConfig(epochs=8, batch_size=16, lr=2e-2, w2v_epochs=2, patience=3, seed=7, device="cpu")
     train(out_dir=run, config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False)
     return run
+
+
+# The in-process service the serve tests share (hostile rounds): the tiny checkpoint behind `create_app`, one per
+# module. A module that needs another setup defines its own fixture of the same name.
+SERVE_BASE_URL = "http://127.0.0.1:8000"   # a Host the service accepts (it is bound to loopback)
+
+
+@pytest.fixture(scope="module")
+def predictor(tiny_run):
+    from clinicode.predict import Predictor
+
+    return Predictor.from_checkpoint(tiny_run, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def note(demo_data):
+    import pandas as pd
+
+    return str(pd.read_parquet(demo_data / "test.parquet")["text"].iloc[0])
+
+
+@pytest.fixture(scope="module")
+def client(predictor):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from clinicode.config import ServeConfig
+    from clinicode.serve import create_app
+
+    with TestClient(create_app(predictor, limits=ServeConfig(batch_wait_ms=1)), base_url=SERVE_BASE_URL) as c:
+        yield c

@@ -121,6 +121,9 @@ for order in ("plain", "few codes", "many codes"):
     grads.update({f"{order}/{n}": p.grad for n, p in model.named_parameters()})
 if rank == 0:
     save_file(grads, sys.argv[1])
+if world > 1:  # leave the group before exiting: a rank whose gloo threads outlive it can abort at exit
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 """
 
 

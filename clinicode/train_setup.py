@@ -61,7 +61,7 @@ def with_descriptions(labels: LabelSet, descriptions_path: Path | None) -> Label
     system = labels.code_system or infer_code_system(labels.codes)
     cms = system.titles([c for c, d in zip(labels.codes, descs) if not d])
     if cms:
-        log.info("%d codes without a description took their ICD-10-CM title from the CMS tables", len(cms))
+        log.info("%d codes without a description took their title from %s's packaged tables", len(cms), system.name)
     return LabelSet(labels.codes, tuple(d or cms.get(c, "") for c, d in zip(labels.codes, descs)), labels.code_system)
 
 

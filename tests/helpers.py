@@ -1,9 +1,12 @@
-"""Helpers shared by test modules: the CLI's one-line failure contract and byte-level snapshots of folders."""
+"""Helpers shared by test modules: the CLI's one-line failure contract, byte-level snapshots of folders, and a real
+`clinicode serve` process with clients that load it."""
 
 from __future__ import annotations
 
 import hashlib
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from typer.testing import CliRunner
 
@@ -71,3 +74,67 @@ def wait_ready(proc, base: str, log: Path, *, seconds: float = 90) -> None:
         assert proc.poll() is None, log.read_text(errors="replace")
         assert time.monotonic() < deadline, f"server not ready within {seconds:.0f} s"
         time.sleep(0.3)
+
+
+@contextmanager
+def serve_process(checkpoint: Path, folder: Path, *options: str, address: str = "127.0.0.1",
+                  stop: int | None = None) -> Iterator[dict]:
+    """A real `clinicode serve CHECKPOINT OPTIONS` on a free port of loopback ADDRESS ('::1' for IPv6), its output in
+    FOLDER/server.log, ready (model loaded) when this yields {"base", "proc", "log", "port"}. At the end a process
+    still running gets signal STOP and 30 s to exit (None: killed)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    v6 = ":" in address
+    with socket.socket(socket.AF_INET6 if v6 else socket.AF_INET) as s:
+        s.bind((address, 0))
+        port = s.getsockname()[1]
+    host = f"[{address}]" if v6 else address
+    base = f"http://{host}:{port}"
+    log_path = folder / "server.log"
+    with open(log_path, "w+b") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "clinicode", "serve", "--checkpoint", str(checkpoint),
+                                 "--host", host, "--port", str(port), "--device", "cpu", *options],
+                                stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"})
+        try:
+            wait_ready(proc, base, log_path)
+            yield {"base": base, "proc": proc, "log": log_path, "port": port}
+        finally:
+            if proc.poll() is None:
+                if stop is None:
+                    proc.kill()
+                else:
+                    proc.send_signal(stop)
+                proc.wait(30)
+
+
+def start_load(base: str, note: str, *, clients: int, notes: int) -> tuple[list, list, list]:
+    """CLIENTS threads, each POSTing one request of NOTES copies of NOTE (explain 3) to BASE/v1/predict.
+
+    Returns:
+        (threads, results, transport): the started threads; each answer as (status, content type, body); each
+        transport error's repr (a reset or refused connection).
+    """
+    import threading
+
+    import httpx
+
+    results: list = []
+    transport: list = []
+
+    def client(i: int) -> None:
+        try:
+            with httpx.Client(timeout=60) as c:
+                body = {"notes": [{"id": f"{i}-{j}", "text": note} for j in range(notes)], "explain": 3}
+                r = c.post(base + "/v1/predict", json=body)
+                results.append((r.status_code, r.headers.get("content-type", ""), r.text))
+        except httpx.TransportError as err:
+            transport.append(repr(err))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    return threads, results, transport

@@ -3,9 +3,6 @@ Concurrent clients are all answered, bad input gets 4xx answers, and the process
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -13,16 +10,10 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from tests.helpers import SECRET, wait_ready  # noqa: E402
+from tests.helpers import SECRET, serve_process  # noqa: E402
 
 pytestmark = pytest.mark.slow
 TOKEN = "e2e-" + "k" * 40
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -31,19 +22,8 @@ def server(tiny_run, tmp_path_factory):
     tok = tmp / "token"
     tok.write_text(TOKEN)
     os.chmod(tok, 0o600)
-    port = _free_port()
-    log = open(tmp / "server.log", "w+b")
-    proc = subprocess.Popen([sys.executable, "-m", "clinicode", "serve", "--checkpoint", str(tiny_run), "--port",
-                             str(port),
-                             "--token-file", str(tok), "--device", "cpu"], stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    wait_ready(proc, base, tmp / "server.log")
-    state = {"base": base, "proc": proc, "log": tmp / "server.log"}
-    yield state
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(30)
-    log.close()
+    with serve_process(tiny_run, tmp, "--token-file", str(tok), stop=signal.SIGINT) as srv:
+        yield srv
 
 
 def test_real_process_scores_concurrent_clients_and_never_logs_note_text(server):

@@ -3,12 +3,8 @@
 seconds. Every answer is JSON; the log holds no traceback, no ERROR for a client's hang-up and no note text."""
 
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
 
 import pytest
@@ -16,7 +12,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from tests.helpers import SECRET, wait_ready  # noqa: E402
+from tests.helpers import SECRET, serve_process, start_load  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -34,30 +30,11 @@ V6 = _v6()
 ADDR = "::1" if V6 else "127.0.0.1"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET6 if V6 else socket.AF_INET) as s:
-        s.bind((ADDR, 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tiny_run, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve-hostile")
-    port = _free_port()
-    log = open(tmp / "server.log", "w+b")
-    host = f"[{ADDR}]" if V6 else ADDR
-    proc = subprocess.Popen([sys.executable, "-m", "clinicode", "serve", "--checkpoint", str(tiny_run), "--host", host,
-                             "--port", str(port), "--device", "cpu", "--read-timeout", "1.5", "--idle-timeout", "1",
-                             "--grace", "2", "--max-notes", "64"],
-                            stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"})
-    base = f"http://{host}:{port}"
-    wait_ready(proc, base, tmp / "server.log")
-    yield {"base": base, "proc": proc, "log": tmp / "server.log", "port": port, "url": f"http://{host}:{port}"}
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(30)
-    log.close()
+    with serve_process(tiny_run, tmp_path_factory.mktemp("serve-hostile"), "--read-timeout", "1.5", "--idle-timeout",
+                       "1", "--grace", "2", "--max-notes", "64", address=ADDR) as srv:
+        yield srv
 
 
 def _logs(server) -> str:
@@ -90,7 +67,7 @@ def _closed_within(s: socket.socket, seconds: float) -> tuple[bool, bytes]:
 def test_a_bracketed_ipv6_host_is_served_and_the_start_line_names_the_real_address(server):
     logs = _logs(server)
     line = next(x for x in logs.splitlines() if x.startswith("serving "))
-    assert f"on {server['url']} " in line
+    assert f"on {server['base']} " in line
 
 
 def test_a_half_sent_request_head_is_dropped_after_the_read_timeout(server):
@@ -147,20 +124,7 @@ def test_client_hang_ups_are_not_logged_as_server_errors(server):
 def test_sigterm_under_load_answers_every_admitted_request_in_json_and_exits_0(server):
     base = server["base"]
     note = f"{SECRET} chest pain, hypertension, atrial fibrillation; cardiac catheterization. " * 300
-    results, transport = [], []
-
-    def client(i):
-        try:
-            with httpx.Client(timeout=60) as c:
-                r = c.post(base + "/v1/predict", json={"notes": [{"id": f"{i}-{j}", "text": note} for j in range(64)],
-                                                       "explain": 3})
-                results.append((r.status_code, r.headers.get("content-type", ""), r.text))
-        except httpx.TransportError as err:
-            transport.append(repr(err))
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(10)]
-    for t in threads:
-        t.start()
+    threads, results, transport = start_load(base, note, clients=10, notes=64)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and len(results) < 10:  # all ten admitted (or some done) before the signal
         pending = [x for x in httpx.get(base + "/metrics").text.splitlines()

@@ -4,12 +4,8 @@ ways, WebSocket upgrades, Expect: 100-continue over the limit, /metrics under lo
 traceback."""
 
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
 
 import pytest
@@ -17,34 +13,16 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from tests.helpers import SECRET, wait_ready  # noqa: E402
+from tests.helpers import SECRET, serve_process, start_load  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tiny_run, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve-recheck")
-    port = _free_port()
-    log = open(tmp / "server.log", "w+b")
-    proc = subprocess.Popen([sys.executable, "-m", "clinicode", "serve", "--checkpoint", str(tiny_run), "--port",
-                             str(port), "--device", "cpu", "--read-timeout", "2", "--idle-timeout", "1", "--grace",
-                             "20", "--max-body-mb", "1"],
-                            stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"})
-    base = f"http://127.0.0.1:{port}"
-    wait_ready(proc, base, tmp / "server.log")
-    yield {"base": base, "proc": proc, "log": tmp / "server.log", "port": port}
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(30)
-    log.close()
+    with serve_process(tiny_run, tmp_path_factory.mktemp("serve-recheck"), "--read-timeout", "2", "--idle-timeout",
+                       "1", "--grace", "20", "--max-body-mb", "1") as srv:
+        yield srv
 
 
 def _logs(server) -> str:
@@ -125,20 +103,7 @@ def test_the_real_access_log_cannot_be_forged_by_a_path_or_a_forwarded_address(s
 def test_ctrl_c_twice_under_load_answers_everyone_in_json_without_a_traceback(server):
     base = server["base"]
     note = f"{SECRET} chest pain, hypertension, atrial fibrillation; cardiac catheterization. " * 150
-    results, transport = [], []
-
-    def client(i):
-        try:
-            with httpx.Client(timeout=60) as c:
-                r = c.post(base + "/v1/predict", json={"notes": [{"id": f"{i}-{j}", "text": note} for j in range(48)],
-                                                       "explain": 3})
-                results.append((r.status_code, r.headers.get("content-type", ""), r.text))
-        except httpx.TransportError as err:
-            transport.append(repr(err))
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
+    threads, results, transport = start_load(base, note, clients=8, notes=48)
     time.sleep(0.5)
     for _ in range(5):  # /metrics stays answered while the scorer is busy
         t0 = time.monotonic()

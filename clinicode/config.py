@@ -230,6 +230,11 @@ _KINDS = {bool: "a boolean", int: "a number", float: "a number", str: "a string"
           type(None): "null"}
 
 
+def kind_of(v: Any) -> str:
+    """A JSON value's kind for a message ('a string', 'an object', 'null', ...), never its content."""
+    return _KINDS.get(type(v), type(v).__name__)
+
+
 def _name(option: str, source: str) -> str:
     return f"--{option.replace('_', '-')}" if source == "cli" else option
 
@@ -256,7 +261,7 @@ def _shown(v: Any, source: str) -> str:
         return repr(v)
     if isinstance(v, str) and source != "json":
         return repr(v[:20])
-    return _KINDS.get(type(v), type(v).__name__)
+    return kind_of(v)
 
 
 def check_top_k(v: Any, *, source: str = "cli") -> int | None:

@@ -48,7 +48,7 @@ from starlette.requests import ClientDisconnect
 
 from clinicode import __version__
 from clinicode.checkpoint import resolve_checkpoint_dir
-from clinicode.config import PREDICT, PredictConfig, ServeConfig
+from clinicode.config import PREDICT, PredictConfig, ServeConfig, kind_of
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.fhir import bundle, check_subject, code_systems, note_from_document_reference, predictor_source
 from clinicode.predict import Predictor, Prepared
@@ -330,11 +330,6 @@ def _surrogate_at(obj: Any) -> str | None:
     return None
 
 
-def _kind(v: Any) -> str:
-    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "an object",
-            type(None): "null"}.get(type(v), type(v).__name__)
-
-
 def query_options(request: Request, allowed: Sequence[str]) -> dict[str, str]:
     """The query's parameters, each given at most once and each one of ALLOWED (else 422)."""
     q = request.query_params
@@ -365,13 +360,13 @@ def parse_predict(obj: Any, limits: Limits,
     """(notes, options) of a /v1/predict body (options also from QUERY: `merge_options`), or BadRequest naming the first
     problem (never a note's text)."""
     if not isinstance(obj, dict):
-        raise BadRequest(422, f"request body is {_kind(obj)}; {_EXAMPLE}.")
+        raise BadRequest(422, f"request body is {kind_of(obj)}; {_EXAMPLE}.")
     unknown = sorted(set(obj) - _BODY_KEYS)
     if unknown:
         raise BadRequest(422, f"unknown field {unknown[0][:40]!r}; the fields are notes, top_k, explain and threshold.")
     notes = obj.get("notes")
     if not isinstance(notes, list) or not notes:
-        got = "missing" if "notes" not in obj else "empty" if notes == [] else _kind(notes)
+        got = "missing" if "notes" not in obj else "empty" if notes == [] else kind_of(notes)
         raise BadRequest(422, f"'notes' is {got}; expected a non-empty list of notes: {_EXAMPLE}.")
     if len(notes) > limits.max_notes:
         raise BadRequest(413, f"{len(notes):,} notes in one request; the limit is {limits.max_notes:,} (--max-notes); "
@@ -379,7 +374,7 @@ def parse_predict(obj: Any, limits: Limits,
     out = []
     for i, note in enumerate(notes):
         if not isinstance(note, dict):
-            raise BadRequest(422, f"notes[{i}] is {_kind(note)}; expected an object {{\"id\": ..., \"text\": ...}}.")
+            raise BadRequest(422, f"notes[{i}] is {kind_of(note)}; expected an object {{\"id\": ..., \"text\": ...}}.")
         unknown = sorted(set(note) - _NOTE_KEYS)
         if unknown:
             raise BadRequest(422,
@@ -387,13 +382,13 @@ def parse_predict(obj: Any, limits: Limits,
         if "text" not in note or note["text"] is None:
             raise BadRequest(422, f"notes[{i}] has no 'text'; give each note its text as a string.")
         if not isinstance(note["text"], str):
-            raise BadRequest(422, f"notes[{i}].text is {_kind(note['text'])}; expected the note's text as a string.")
+            raise BadRequest(422, f"notes[{i}].text is {kind_of(note['text'])}; expected the note's text as a string.")
         if len(note["text"]) > limits.max_text_chars:
             raise BadRequest(413, f"notes[{i}].text has {len(note['text']):,} characters; the limit is "
                                   f"{limits.max_text_chars:,} (--max-text-chars); shorten or split the note.")
         rid = note.get("id", str(i))
         if isinstance(rid, bool) or not isinstance(rid, (str, int)):
-            raise BadRequest(422, f"notes[{i}].id is {_kind(rid)}; expected a string (or leave it out).")
+            raise BadRequest(422, f"notes[{i}].id is {kind_of(rid)}; expected a string (or leave it out).")
         if isinstance(rid, str) and not rid.strip():  # FHIR strings are never empty or blank: the note-id
             # extension would make an invalid Bundle ('\u2028' is no FHIR string)
             raise BadRequest(422, f"notes[{i}].id is {'an empty' if rid == '' else 'a blank'} string; give an id "
@@ -401,7 +396,7 @@ def parse_predict(obj: Any, limits: Limits,
         subject = note.get("subject")
         if subject is not None and not isinstance(subject, (str, dict)):
             raise BadRequest(422,
-                             f"notes[{i}].subject is {_kind(subject)}; expected a reference such as \"Patient/123\" "
+                             f"notes[{i}].subject is {kind_of(subject)}; expected a reference such as \"Patient/123\" "
                                   "or a FHIR Reference object.")
         try:
             check_subject(subject, f"notes[{i}].subject")

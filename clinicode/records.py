@@ -54,13 +54,13 @@ def text_error(rid: str, text: Any) -> str | None:
         return f"note {rid!r}: 'text' is {type(text).__name__}, expected a string"
     if not text.strip():
         return f"note {rid!r}: empty text; nothing to code"
-    if not _is_unicode(text):
+    if not is_unicode(text):
         return (f"note {rid!r}: the text holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair), "
                 "which is no character; fix the escape in the source")
     return None
 
 
-def _is_unicode(s: str) -> bool:
+def is_unicode(s: str) -> bool:
     """False for a string holding a lone surrogate: legal in JSON ("\\ud800") and in Python, but no character, so
     UTF-8 (the tokenizer, SQLite, every output file) cannot take it."""
     if s.isascii():
@@ -107,7 +107,7 @@ def _jsonl_records(f: BinaryIO, source: str) -> Iterator[Record]:
             yield Record(f"line-{n}", None, f"line {n} of {source}: expected a JSON object with 'id' and 'text'")
             continue
         rid = f"line-{n}" if obj.get("id") is None else str(obj["id"])
-        if not _is_unicode(rid):  # the id goes into messages and outputs: it must be text, so it is not quoted here
+        if not is_unicode(rid):  # the id goes into messages and outputs: it must be text, so it is not quoted here
             yield Record(f"line-{n}", None, f"line {n} of {source}: the 'id' holds a lone UTF-16 surrogate "
                                             "(a \\ud800-\\udfff escape without its pair); fix the escape")
             continue

@@ -52,6 +52,7 @@ from clinicode.config import PREDICT, PredictConfig, ServeConfig, kind_of
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.fhir import bundle, check_subject, code_systems, note_from_document_reference, predictor_source
 from clinicode.predict import Predictor, Prepared
+from clinicode.records import is_unicode
 
 log = logging.getLogger(__name__)
 access = logging.getLogger(__name__ + ".access")  # one line per request: client, method, path, status, time, id
@@ -314,17 +315,13 @@ def _surrogate_at(obj: Any) -> str | None:
     while todo:
         path, v = todo.pop()
         if isinstance(v, str):
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
+            if not is_unicode(v):
                 return path
         elif isinstance(v, list):
             todo += [(f"{path}[{i}]", x) for i, x in enumerate(v)]
         elif isinstance(v, dict):
             for k, x in v.items():
-                try:
-                    k.encode("utf-8")
-                except UnicodeEncodeError:
+                if not is_unicode(k):
                     return f"a field name in {path}"
                 todo.append((k if path == "request body" else f"{path}.{k}", x))
     return None

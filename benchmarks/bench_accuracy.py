@@ -293,6 +293,8 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
                at_cap_improving=bool(history) and res.get("stopped") == "epochs" and bool(history[-1].get("best")))
     if model == "leam":
         row.update(_window_stats(Path(res["run"])), **_window_path(history))
+        if res["test"].get("evidence"):   # scored by train itself where the test notes carry gold mentions
+            row["evidence"] = res["test"]["evidence"]
     row["unseen_share"] = unseen_share(data_dir, LabelSet.load(Path(res["run"]) / CHECKPOINT_DIR / LABELS_FILE).codes)
     print(json.dumps({"dataset": dataset, "model": name or model, "seed": seed, **row}), file=sys.stderr, flush=True)
     row = {**row, "run": res["run"], "key": run_key, "commit": _commit()}
@@ -438,15 +440,17 @@ EVIDENCE_SETS = ("bc5cdr-disease-mesh",)
 
 
 def evidence_rows(results: dict[tuple[str, str], list[dict]], dirs: dict[str, Path]) -> dict[tuple[str, str], list]:
-    """Evidence quality (`clinicode.evaluate.evidence_report`, test split, k = 5) of every LEAM run on a set whose
-    notes carry gold mentions, scored from the run's checkpoint when the table is written (so kept runs count too)."""
+    """Evidence quality (test split, k = 5) of every LEAM run on a set whose notes carry gold mentions: the figures
+    `train` saved with the row, else (a row kept from before train saved them) `clinicode.evaluate.evidence_report`
+    on the run's checkpoint."""
     from clinicode.evaluate import evidence_report
 
     out: dict[tuple[str, str], list] = {}
     for (dataset, name), rows in results.items():
         if name == "tfidf-lr":
             continue
-        reports = [evidence_report(Path(r["run"]), dirs[dataset], "test", device="cpu") for r in rows]
+        reports = [r.get("evidence") or evidence_report(Path(r["run"]), dirs[dataset], "test", device="cpu")
+                   for r in rows]
         if all(rep is not None and rep.get("model") for rep in reports):
             out[(dataset, name)] = reports
     return out

@@ -852,11 +852,8 @@ def metrics_report(
 
 # A word of the metric: a run of letters or digits (`clinicode.codes.titles.WORD`), not the model's tokenizer's, so that
 # models with different tokenizers (and the floors) are measured in the same units.
-# Words of a code title that say nothing of the code ("Abnormalities, Drug-Induced" keeps abnormalities, drug,
-# induced); the title floor matches the rest.
 EVIDENCE_K = 5     # spans per code: `predict --explain 5`, the count docs/predict.md and the app use
 EVIDENCE_SEED = 0  # of the random floor's placement
-TITLE_STOPWORDS = frozenset("a an and as at by for from in into of on or other the to with without".split())
 
 
 def word_spans(text: str) -> np.ndarray:

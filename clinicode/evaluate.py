@@ -21,7 +21,6 @@ from clinicode.metrics import (
     HEADLINE,
     REPORTED,
     all_metrics,
-    evidence_figures,
     metrics_report,
     paired_bootstrap,
 )
@@ -145,7 +144,6 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
     return result
 
 
-NO_PHRASES = "a tfidf-lr checkpoint shows no per-code spans; only the floors are measured"
 
 
 def evidence_report(checkpoint: Path | None, data_dir: Path, split: str = "test", *, k: int = EVIDENCE_K,
@@ -183,17 +181,7 @@ def evidence_report(checkpoint: Path | None, data_dir: Path, split: str = "test"
 
 
 def _evidence_of_notes(pred: Predictor, df: pd.DataFrame, *, k: int) -> dict[str, Any] | None:
-    if k < 1:
-        raise ConfigError(f"evidence needs k >= 1 spans per code (the explain count), got {k}.")
-    if not any(len(v) for v in df[EVIDENCE]):
-        return None
-    texts = df[TEXT].tolist()
-    correct = pred.correct_code_spans(texts, df["labels"].tolist(), explain=k)
-    titles = dict(zip(pred.labels.codes, pred.labels.descriptions))
-    out = evidence_figures(texts, df[EVIDENCE].tolist(), correct, titles, k=k)
-    if pred.kind != "leam":
-        out["model_note"] = NO_PHRASES
-    return out
+    return pred.evidence_quality(df[TEXT].tolist(), df["labels"].tolist(), df[EVIDENCE].tolist(), k=k)
 
 
 def _checkpoint_dir(checkpoint: Path | None, predictor: Predictor | None) -> Path | None:

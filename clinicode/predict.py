@@ -27,7 +27,7 @@ from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError
 from clinicode.kernels import EPS
 from clinicode.memory import MemoryPlan, plan
-from clinicode.metrics import predicted_codes, predicted_indices
+from clinicode.metrics import EVIDENCE_K, evidence_figures, predicted_codes, predicted_indices
 from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
 from clinicode.runtime import pick_device
 
@@ -87,6 +87,9 @@ def _torch_threads(n: int | None) -> Iterator[None]:
     finally:
         torch.set_num_threads(before)
 
+
+# evidence_quality of a checkpoint that shows no per-code spans
+NO_PHRASES = "a tfidf-lr checkpoint shows no per-code spans; only the floors are measured"
 
 @dataclass(frozen=True)
 class Span:
@@ -443,6 +446,33 @@ class Predictor:
             wanted, phrases = set(codes), rec.code_phrases or {}
             out.append({c.code: ([(s.start, s.end) for s in phrases.get(c.code, [])] if leam else None)
                         for c in rec.predicted if c.code in wanted})
+        return out
+
+    def evidence_quality(self, texts: Sequence[str], gold: Sequence[Sequence[str]],
+                         mentions: Sequence[Sequence[Mapping[str, Any]]], *, k: int = EVIDENCE_K,
+                         threshold: float | None = None) -> dict[str, Any] | None:
+        """How well the spans shown for each correctly predicted code point at its gold mentions, beside the random
+        and title-word floors (`clinicode.metrics.evidence_figures`): what `evaluate` reports and `train` saves.
+
+        Args:
+            texts: [n_notes] the notes.
+            gold: per note, its gold codes.
+            mentions: per note, its gold mentions ({code, start, end}).
+            k: spans per code (the explain count), >= 1.
+            threshold: the cut-off for "predicted" (default: the checkpoint's).
+        Returns:
+            None when no note has a gold mention; else the figures, with a "model_note" for tfidf-lr (no spans).
+        Raises:
+            ConfigError: k < 1.
+        """
+        if k < 1:
+            raise ConfigError(f"evidence needs k >= 1 spans per code (the explain count), got {k}.")
+        if not any(len(m) for m in mentions):
+            return None
+        correct = self.correct_code_spans(texts, gold, explain=k, threshold=threshold)
+        out = evidence_figures(texts, mentions, correct, dict(zip(self.labels.codes, self.labels.descriptions)), k=k)
+        if self.kind != "leam":
+            out["model_note"] = NO_PHRASES
         return out
 
     def explain_codes(self, text: str, codes: Sequence[str], n: int = 5) -> dict[str, list[Span]]:

@@ -39,7 +39,7 @@ from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_d
 from clinicode.embeddings import initial_vectors
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.memory import plan
-from clinicode.metrics import EVIDENCE_K, binarize, evidence_figures, metrics_report, tune_threshold
+from clinicode.metrics import binarize, metrics_report, tune_threshold
 from clinicode.model import LEAM
 from clinicode.predict import Predictor
 from clinicode.runtime import init_distributed, pick_device, release_freed_memory, seed_everything, world
@@ -276,12 +276,11 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
         s = pred.score(test["text"].tolist())
         metrics_test = metrics_report(y, s, threshold=t, single_label=one, codes=list(ds.labels.codes),
                                       train_counts=train_counts)
-        if EVIDENCE in test.columns and any(len(v) for v in test[EVIDENCE]):  # gold mentions: judge the highlights
-            texts = test["text"].tolist()
-            metrics_test["evidence"] = evidence_figures(
-                texts, test[EVIDENCE].tolist(), pred.correct_code_spans(texts, test["labels"].tolist(),
-                                                                        explain=EVIDENCE_K, threshold=t),
-                dict(zip(ck.labels.codes, ck.labels.descriptions)))
+        if EVIDENCE in test.columns:  # gold mentions: judge the highlights, at the tuned threshold
+            evidence = pred.evidence_quality(test["text"].tolist(), test["labels"].tolist(), test[EVIDENCE].tolist(),
+                                             threshold=t)
+            if evidence is not None:
+                metrics_test["evidence"] = evidence
         buf = run / f".{SCORES_TEST_FILE}.tmp.npz"
         np.savez_compressed(buf, ids=np.asarray(test["id"].astype(str).tolist()), y_true=y, scores=s)
         buf.replace(run / SCORES_TEST_FILE)

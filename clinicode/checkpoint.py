@@ -16,15 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from clinicode import __version__
-from clinicode.artifacts import (
-    atomic_dir,
-    make_manifest,
-    manifest_kind,
-    read_json,
-    sha256_file,
-    write_json_atomic,
-    write_safetensors_atomic,
-)
+from clinicode.artifacts import make_manifest, write_safetensors_atomic
 from clinicode.codes.icd10 import display_titles
 from clinicode.codes.systems import CodeSystem, infer_code_system
 from clinicode.config import (  # is_paper_model: re-exported, the app reads a card's model through it
@@ -55,6 +47,7 @@ from clinicode.constants import (  # noqa: F401  (artefact names are re-exported
 )
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
+from clinicode.files import atomic_dir, manifest_kind, read_json, sha256_file, write_json_atomic
 from clinicode.tokenizer import ClinicalTokenizer
 
 if TYPE_CHECKING:  # torch and the model load only with the weights: verifying a checkpoint needs neither

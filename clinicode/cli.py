@@ -28,7 +28,7 @@ from clinicode.config import (
     default_of,
 )
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
-from clinicode.safe_io import claim_folder, releases_claims
+from clinicode.files import claim_folder, releases_claims
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Automated ICD coding of clinical notes with LEAM.")

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 from clinicode.data.text import describe_columns
 from clinicode.errors import DataFormatError
-from clinicode.safe_io import LineTooLong, is_readable_stream, read_lines_bounded
+from clinicode.files import LineTooLong, is_readable_stream, read_lines_bounded
 
 BATCH_ROWS = 1024  # rows parsed at a time from CSV and Parquet
 # bytes one JSONL line or .txt note may hold; a longer one is a bad record, never loaded whole

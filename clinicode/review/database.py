@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from clinicode.codes.systems import LOCAL, CodeSystem, code_system, family_of, infer_code_system
 from clinicode.errors import ClinicodeError, ConfigError
-from clinicode.safe_io import new_private_file
+from clinicode.files import new_private_file
 
 DB_ENV = "CLINICODE_REVIEW_DB"
 APPLICATION_ID = 0x436C5276          # "ClRv" in the SQLite header: this file is a clinicode review database

@@ -25,7 +25,6 @@ from clinicode.artifacts import (
     write_json_atomic,
     write_safetensors_atomic,
 )
-from clinicode.codes.icd10 import display_titles
 from clinicode.codes.systems import CodeSystem, infer_code_system
 from clinicode.config import (  # is_paper_model: re-exported, the app reads a card's model through it
     LEAMConfig,
@@ -417,8 +416,9 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
     kind = manifest.get("model")
     try:
         labels = LabelSet.load(folder / LABELS_FILE)
-        labels = LabelSet(labels.codes, display_titles(labels.codes, labels.descriptions),  # what readers show
-                          labels.code_system or _inferred_code_system(folder, labels.codes))
+        system = labels.code_system or _inferred_code_system(folder, labels.codes)
+        labels = LabelSet(labels.codes, system.display_titles(labels.codes, labels.descriptions),  # what readers show
+                          system)
         train_config = load_config(TrainConfig, folder / TRAIN_CONFIG_FILE)
         threshold = float(read_json(folder / THRESHOLD_FILE)["threshold"])
         metrics_dev = read_json(folder / METRICS_DEV_FILE) if (folder / METRICS_DEV_FILE).is_file() else {}

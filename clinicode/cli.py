@@ -253,8 +253,8 @@ def train_cli(
     label_set: Annotated[Optional[str], typer.Option(help="With --mimic-dir: " + _LABEL_SET_HELP)] = None,
     min_code_count: Annotated[Optional[int], _opt("With --mimic-dir and --label-set full: the code-count cut.",
                                                   default_of(_P, "min_code_count"))] = None,
-    model: Annotated[Optional[str], _opt(" or ".join(MODEL_KINDS) + " (the model kinds: LEAM, or the bag-of-words "
-                                         "baseline).", default_of(_T, "model"))] = None,
+    model: Annotated[Optional[str], _opt(" or ".join(f"{k.name} ({k.summary})" for k in MODEL_KINDS.values()) + ".",
+                                         default_of(_T, "model"))] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None,
     epochs: Annotated[Optional[int], _opt("Maximum epochs (a cap: the schedule and --patience end runs first).",
                                           default_of(_T, "epochs"))] = None,

@@ -47,6 +47,7 @@ class ModelKind(Protocol):
     """One kind of model a checkpoint can hold (`MODEL_KINDS`)."""
 
     name: str                # the manifest's "model", `train --model`, `Checkpoint.kind`
+    summary: str             # a few words for `train --help`
     files: tuple[str, ...]   # the checkpoint files it writes and reads: the manifest must hash each one
     can_explain: bool        # token attention and per-code phrase spans (predict --explain, explain_codes, evidence)
     can_embed: bool          # note and code vectors (Predictor.embed and label_embeddings; the app's embedding map)

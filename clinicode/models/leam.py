@@ -80,6 +80,7 @@ class LEAMKind:
     """LEAM (Wang et al., ACL 2018, with clinicode's options): the model `train` trains by default."""
 
     name = "leam"
+    summary = "label-embedding attention, the default"
     files = (WEIGHTS_FILE, MODEL_CONFIG_FILE, TOKENIZER_FILE)
     can_explain = True
     can_embed = True

@@ -40,6 +40,7 @@ class TfidfLRKind:
     """The bag-of-words baseline `train --model tfidf-lr` fits: one logistic regression per code."""
 
     name = "tfidf-lr"
+    summary = "the bag-of-words baseline"
     files = FILES
     can_explain = False
     can_embed = False

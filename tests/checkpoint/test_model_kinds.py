@@ -46,6 +46,7 @@ class KeywordKind:
     """The smallest model kind: one keyword per code, kept in keywords.json."""
 
     name = "keywords"
+    summary = "one keyword per code"
     files = ("keywords.json",)
     can_explain = False
     can_embed = False

@@ -28,6 +28,7 @@ from clinicode.config import (
     default_of,
 )
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
+from clinicode.models import MODEL_KINDS, train_kind
 from clinicode.safe_io import claim_folder, releases_claims
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -252,7 +253,7 @@ def train_cli(
     label_set: Annotated[Optional[str], typer.Option(help="With --mimic-dir: " + _LABEL_SET_HELP)] = None,
     min_code_count: Annotated[Optional[int], _opt("With --mimic-dir and --label-set full: the code-count cut.",
                                                   default_of(_P, "min_code_count"))] = None,
-    model: Annotated[Optional[str], _opt("leam or tfidf-lr (the bag-of-words baseline).",
+    model: Annotated[Optional[str], _opt(" or ".join(f"{k.name} ({k.summary})" for k in MODEL_KINDS.values()) + ".",
                                          default_of(_T, "model"))] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None,
     epochs: Annotated[Optional[int], _opt("Maximum epochs (a cap: the schedule and --patience end runs first).",
@@ -335,6 +336,8 @@ def train_cli(
     if (data is None) == (mimic_dir is None):
         raise ConfigError("give exactly one of --data DIR (a prepared dataset) or --mimic-dir DIR (MIMIC-III tables).")
     keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
+    if model is not None:
+        train_kind(model)  # an unknown --model: one line naming the known kinds, before anything else is read
     cfg = TrainConfig(**_given(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len,
                                embeddings=embeddings,
                                weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight,

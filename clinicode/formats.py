@@ -167,15 +167,16 @@ def open_binary(source: Path | str | Upload | BinaryIO, name: str | None = None,
     """A binary stream over SOURCE (a path, an `Upload` or an open stream) with the shared bounds applied: a name
     ending in .gz is read through gzip, and a text format's leading UTF-8 byte-order mark is dropped."""
     if isinstance(source, Upload):
-        raw: BinaryIO = io.BytesIO(source.data)
         name = name or source.name
     elif isinstance(source, (str, Path)):
-        raw = open(source, "rb")
         name = name or str(source)
+    gz = text and suffix(name or "").endswith(".gz")
+    if isinstance(source, Upload):
+        f: BinaryIO = gzip.GzipFile(fileobj=io.BytesIO(source.data)) if gz else io.BytesIO(source.data)
+    elif isinstance(source, (str, Path)):
+        f = gzip.open(source, "rb") if gz else open(source, "rb")  # gzip.open of a path closes the file with itself
     else:
-        raw = source
-        name = name or ""
-    f = gzip.open(raw, "rb") if text and suffix(name).endswith(".gz") else raw
+        f = gzip.GzipFile(fileobj=source) if gz else source
     if text:
         _skip_bom(f)
     return f

@@ -178,8 +178,8 @@ def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterato
             raise DataFormatError(f"--input -: stdin is read as JSONL (or fhir: DocumentReferences a line), not "
                                   f"{chosen.name}; pass a file, or drop --input-format.")
         try:
-            with formats.open_binary(sys.stdin.buffer, "stdin") as f:
-                yield from _jsonl_records(f, "stdin", chosen.name if chosen and chosen.name == "fhir" else "jsonl")
+            f = formats.open_binary(sys.stdin.buffer, "stdin")  # not closed: stdin is the process's, not ours
+            yield from _jsonl_records(f, "stdin", chosen.name if chosen and chosen.name == "fhir" else "jsonl")
         except OSError as err:
             raise DataFormatError("--input -: stdin could not be read "
                                   f"({err.strerror or type(err).__name__}).") from None

@@ -442,10 +442,10 @@ def batch_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 def batch_bytes(records: Sequence[Mapping[str, Any]], fmt: str) -> bytes:
     """The records as the file `clinicode predict --output x.jsonl` (fmt "jsonl") or `x.csv` ("csv") writes: the
-    output formats' writer (`clinicode.formats`), which predict's files go through too."""
-    from clinicode.formats import writer
+    output formats' writer (`clinicode.formats`, through `records_bytes`), which predict's files go through too."""
+    from clinicode.predict_io import records_bytes
 
-    return writer(fmt).to_bytes(records)
+    return records_bytes(records, fmt=fmt)
 
 
 # ------------------------------------------------------------------------------------------ model card

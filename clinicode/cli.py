@@ -502,7 +502,8 @@ def predict_cli(
     from clinicode.predict_io import predict_file
 
     if format != "records" and format not in WRITERS:
-        raise ConfigError(f"--format {format[:40]!r}: expected records or one of {', '.join(WRITERS)}.")
+        raise ConfigError(f"--format {format[:40]!r}: expected records or fhir, or a file format: "
+                          f"{', '.join(n for n in WRITERS if n != 'fhir')}.")
     if input_format is not None:
         reader(input_format)  # an unknown name stops here, before the checkpoint loads
 

@@ -441,7 +441,8 @@ def batch_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def batch_bytes(records: Sequence[Mapping[str, Any]], fmt: str) -> bytes:
-    """The records as the file `clinicode predict --output x.jsonl` (fmt "jsonl") or `x.csv` ("csv") writes."""
+    """The records as the file `clinicode predict --output x.jsonl` (fmt "jsonl") or `x.csv` ("csv") writes: the
+    output formats' writer (`clinicode.formats`, through `records_bytes`), which predict's files go through too."""
     from clinicode.predict_io import records_bytes
 
     return records_bytes(records, fmt=fmt)

@@ -28,6 +28,7 @@ from clinicode.config import (
     default_of,
 )
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
+from clinicode.formats import READERS, WRITERS, reader
 from clinicode.models import MODEL_KINDS, train_kind
 from clinicode.safe_io import claim_folder, releases_claims
 
@@ -461,6 +462,10 @@ def _parse_shard(shard: str) -> tuple[int, int]:
     return i, n
 
 
+def _formats_help(table: dict) -> str:
+    return ", ".join(f"{name} ({fmt.what})" for name, fmt in table.items())
+
+
 @app.command("predict")
 @_friendly
 def predict_cli(
@@ -488,16 +493,22 @@ def predict_cli(
                                         "every title word occurs in a note, as `title_suggestions` (suggestions "
                                         "from the title, not predictions).")] = None,
     format: Annotated[str, typer.Option("--format",
-                                        help="records (JSONL, or CSV when --output ends in .csv) or fhir (one FHIR R4 "
-                                             "Bundle per note and line; docs/serve.md).")] = "records",
+                                        help="records (JSONL, or CSV when --output ends in .csv), or an output format: "
+                                             f"{_formats_help(WRITERS)}.")] = "records",
+    input_format: Annotated[Optional[str],
+                            typer.Option(help=f"Input format (default: by --input's name): {_formats_help(READERS)}."
+                                         )] = None,
 ) -> None:
     """Score notes in batch: one output record per input record, in input order."""
     from clinicode.codes.icd9 import load_descriptions_tsv
     from clinicode.predict import Predictor
     from clinicode.predict_io import predict_file
 
-    if format not in ("records", "fhir"):
-        raise ConfigError(f"--format {format!r}: expected records or fhir.")
+    if format != "records" and format not in WRITERS:
+        raise ConfigError(f"--format {format[:40]!r}: expected records or fhir, or a file format: "
+                          f"{', '.join(n for n in WRITERS if n != 'fhir')}.")
+    if input_format is not None:
+        reader(input_format)  # an unknown name stops here, before the checkpoint loads
 
     opts = PredictConfig.from_user(top_k=top_k, explain=explain, threshold=threshold,  # the one rule (serve's too)
                                    **_given(memory_mb=memory_budget))
@@ -506,16 +517,16 @@ def predict_cli(
     if titles and not pred.title_index:
         raise DataFormatError(f"--titles {titles}: no code with a title outside the checkpoint's {len(pred.codes):,} "
                               "codes; give code<TAB>title lines for codes the model was not trained on.")
-    encode = None
+    context = None
     if format == "fhir":
-        from clinicode.fhir import bundle, code_systems, predictor_source
+        from clinicode.fhir import code_systems, predictor_source
 
-        systems, source = code_systems(pred.codes, pred.code_system), predictor_source(pred)
         # the same builder as `clinicode serve`; each Bundle names the checkpoint that suggested its codes
-        encode = lambda rec: bundle([rec], systems=systems, source=source)  # noqa: E731
+        context = {"systems": code_systems(pred.codes, pred.code_system), "source": predictor_source(pred)}
     counts = predict_file(pred, input=input, output=output, top_k=opts.top_k, threshold=opts.threshold,
                           explain=opts.explain, strict=strict, resume=resume, shard=_parse_shard(shard),
-                          progress=progress and sys.stderr.isatty(), encode=encode)
+                          progress=progress and sys.stderr.isatty(), input_format=input_format,
+                          output_format=None if format == "records" else format, context=context)
     dup = counts.get("duplicate_ids", 0)
     typer.echo(f"scored {counts['scored']:,} notes, {counts['errors']:,} bad records (see their 'error' field), "
                f"{counts['skipped']:,} skipped as already done"

@@ -51,6 +51,7 @@ from clinicode.checkpoint import resolve_checkpoint_dir
 from clinicode.config import PREDICT, PredictConfig, ServeConfig, kind_of
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.fhir import bundle, check_subject, code_systems, note_from_document_reference, predictor_source
+from clinicode.formats import SERVICE_FORMATS
 from clinicode.predict import Predictor, Prepared
 from clinicode.records import is_unicode
 
@@ -869,7 +870,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
               openapi_extra={"requestBody": {"required": True,
                                              "content": {"application/json": {"schema": _PREDICT_SCHEMA}}},
                              "parameters": [{"name": "format", "in": "query", "required": False,
-                                             "schema": {"type": "string", "enum": ["json", "fhir"],
+                                             "schema": {"type": "string", "enum": list(SERVICE_FORMATS),
                                                         "default": "json"}}]
                                            + [{"name": n, "in": "query", "required": False, "schema": {"type": t},
                                                "description": "As the body's field of that name; given in both, "
@@ -880,7 +881,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
     async def predict(request: Request) -> JSONResponse:
         query = query_options(request, ("format", *_OPTION_KEYS))
         fmt = query.get("format", "json")
-        if fmt not in ("json", "fhir"):
+        if fmt not in SERVICE_FORMATS:
             raise BadRequest(422, f"format={fmt[:20]!r} is not known; use format=json (the default) or format=fhir.")
         check_content_type(request, _JSON_ROUTES["/v1/predict"])
         scorer()

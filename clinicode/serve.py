@@ -573,6 +573,9 @@ class Service:
         self.pending = 0
         self.metrics = Metrics()
         self._lock = threading.Lock()
+        # orders "start serving" (a load ending) and "start stopping" (`drain`); reentrant: a second signal may
+        # arrive while the first one's handler holds it
+        self._stage = threading.RLock()
 
     def load(self, predictor: Predictor) -> None:
         self.source = predictor_source(predictor)
@@ -589,13 +592,30 @@ class Service:
     def ready(self) -> bool:
         return self.predictor is not None and self.batcher is not None and self.batcher.alive() and not self.draining
 
-    def drain(self) -> None:
+    def serve_loaded(self, predictor: Predictor, announce: Callable[[Predictor], None] | None = None) -> bool:
+        """Serve PREDICTOR (a load just ended) and call ANNOUNCE with it, unless a stop has begun: then the model is
+        dropped, nothing is announced, and the answer is False. One lock orders this against `drain`, so "serving"
+        is never announced after "stopping"."""
+        with self._stage:
+            if self.draining:
+                log.info("the model finished loading after the stop began; it is not served")
+                return False
+            self.load(predictor)
+            if announce is not None:
+                announce(predictor)
+            return True
+
+    def drain(self, announce: Callable[[], None] | None = None) -> None:
         """Start a graceful stop: new requests get 503; admitted ones are scored for `grace` seconds, then the ones
-        still waiting are answered with 503 (the batch being scored finishes)."""
-        if self.draining:
-            return
-        self.draining = True
-        b = self.batcher
+        still waiting are answered with 503 (the batch being scored finishes). ANNOUNCE (the "stopping" line) is
+        called first, under the lock `serve_loaded` takes."""
+        with self._stage:
+            if self.draining:
+                return
+            self.draining = True
+            if announce is not None:
+                announce()
+            b = self.batcher
         if b is not None:
             timer = threading.Timer(self.limits.grace, b.refuse_waiting)
             timer.daemon = True
@@ -728,13 +748,16 @@ def check_content_type(request: Request, accepted: Sequence[str]) -> None:
 
 def create_app(predictor: Predictor | None = None, *, token: str | None = None, limits: Limits = Limits(),
                host: str = "127.0.0.1", load: Callable[[], Predictor] | None = None,
-               on_load_failure: Callable[[BaseException], None] | None = None) -> FastAPI:
+               on_load_failure: Callable[[BaseException], None] | None = None,
+               on_loaded: Callable[[Predictor], None] | None = None) -> FastAPI:
     """The service around one Predictor: given, or made by LOAD in a thread once the app starts (meanwhile /ready and
     the scoring routes answer 503). Its micro-batching worker starts with the model and stops with the app.
 
     Args:
         host: the address the server is bound to (Host headers naming it are accepted; see `Gate`).
         on_load_failure: called with LOAD's exception (the CLI stops the server with it).
+        on_loaded: called with LOAD's predictor once it is served (the CLI's "serving" line); never when a stop
+            began while it loaded (`Service.serve_loaded`).
     """
     from contextlib import asynccontextmanager
 
@@ -744,7 +767,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
 
     def background_load() -> None:
         try:
-            svc.load(load())
+            svc.serve_loaded(load(), on_loaded)
         except BaseException as err:  # reported by the caller in one line
             svc.failed = err
             log.error("the model could not be loaded: %s", err)
@@ -1142,16 +1165,18 @@ def run(checkpoint: Path, *, host: str = "127.0.0.1", port: int = 8000, token_fi
     failure: list[BaseException] = []
 
     def load() -> Predictor:
-        predictor = Predictor.from_checkpoint(checkpoint, device=device)
+        return Predictor.from_checkpoint(checkpoint, device=device)
+
+    def loaded(predictor: Predictor) -> None:
         if on_ready:
             on_ready(predictor, token is not None, url)
-        return predictor
 
     def load_failed(err: BaseException) -> None:
         failure.append(err)
         server.should_exit = True
 
-    app = create_app(token=token, limits=limits, host=host, load=load, on_load_failure=load_failed)
+    app = create_app(token=token, limits=limits, host=host, load=load, on_load_failure=load_failed,
+                     on_loaded=loaded)
     # clinicode's own access log (client, method, path, status, time, request id): no bodies, headers or note text.
     # ws="none": no route takes a WebSocket, and uvicorn's handshake refusal would be a bodiless text/plain 403 that
     # passes the Host, Origin and token checks unseen; an Upgrade request is then answered as plain HTTP (JSON).
@@ -1206,8 +1231,15 @@ def _server_class() -> type:
                 self.ended_grace = True
                 b.refuse_waiting()
                 return
-            log.info("stopping: new requests get 503; admitted ones have %g s to be scored", self.service.limits.grace)
-            self.service.drain()
+            svc = self.service
+
+            def announce() -> None:
+                if svc.predictor is None:  # the load goes on in its thread; its end is never announced as serving
+                    log.info("stopping while the model loads: it will not be served")
+                else:
+                    log.info("stopping: new requests get 503; admitted ones have %g s to be scored", svc.limits.grace)
+
+            svc.drain(announce)
             self.should_exit = True
 
     return Server

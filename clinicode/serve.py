@@ -38,6 +38,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -429,7 +430,8 @@ _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 def _error(status: int, message: str, *, fhir: bool = False, headers: dict[str, str] | None = None) -> JSONResponse:
     if fhir:
-        code = {401: "login", 403: "forbidden", 404: "not-found", 405: "not-supported", 408: "timeout",
+        code = {401: "login", 403: "forbidden", 404: "not-found", 405: "not-supported", 406: "not-supported",
+                408: "timeout",
                 413: "too-costly", 415: "not-supported", 421: "forbidden", 503: "transient"}.get(status, "invalid")
         body = {"resourceType": "OperationOutcome",
                 "issue": [{"severity": "error", "code": code, "diagnostics": message}]}
@@ -746,6 +748,86 @@ def check_content_type(request: Request, accepted: Sequence[str]) -> None:
                               "uncompressed (without a Content-Encoding header).")
 
 
+# What each route answers, for `Accept` (RFC 9110 section 12.5.1): (methods, media types, first the one it sends).
+_ANSWERS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
+    "/health": (frozenset({"GET", "HEAD"}), ("application/json",)),
+    "/ready": (frozenset({"GET", "HEAD"}), ("application/json",)),
+    "/metrics": (frozenset({"GET", "HEAD"}), ("text/plain",)),
+    "/v1/predict": (frozenset({"POST"}), ("application/json",)),
+    ANALYZE: (frozenset({"POST"}), (FHIR_JSON, "application/json")),
+    "/openapi.json": (frozenset({"GET", "HEAD"}), ("application/json",)),
+    "/docs": (frozenset({"GET", "HEAD"}), ("text/html",)),
+    "/docs/oauth2-redirect": (frozenset({"GET", "HEAD"}), ("text/html",)),
+}
+
+
+def acceptable(accept: str | None, offered: Sequence[str]) -> bool:
+    """Whether an `Accept` header takes one of OFFERED: each is weighed by the most specific media range naming it
+    (`type/subtype`, then `type/*`, then `*/*`) and taken with a q above 0. Parameters other than q are ignored
+    (`application/fhir+json; fhirVersion=4.0` is application/fhir+json). No header, an empty one, or one with no
+    readable range takes anything."""
+    if accept is None:
+        return True
+    ranges: list[tuple[str, str, float]] = []
+    for item in accept.split(","):
+        mime, *params = item.split(";")
+        mime = mime.strip().lower()
+        typ, sep, sub = ("*", "/", "*") if mime == "*" else mime.partition("/")
+        if not (sep and typ and sub):
+            continue
+        q: float | None = 1.0
+        for p in params:
+            k, _, v = p.strip().partition("=")
+            if k.strip().lower() == "q":
+                try:
+                    q = float(v.strip())
+                except ValueError:
+                    q = None
+                if q is not None and not 0 <= q <= 1:  # nan too
+                    q = None
+        if q is not None:
+            ranges.append((typ, sub, q))
+    if not ranges:
+        return True
+    for o in offered:
+        otyp, _, osub = o.partition("/")
+        best: tuple[int, float] | None = None
+        for typ, sub, q in ranges:
+            rank = (2 if (typ, sub) == (otyp, osub) else 1 if (typ, sub) == (otyp, "*")
+                    else 0 if (typ, sub) == ("*", "*") else -1)
+            if rank >= 0 and (best is None or rank > best[0]):
+                best = (rank, q)
+        if best is not None and best[1] > 0:
+            return True
+    return False
+
+
+class _Accept:
+    """ASGI middleware: a request whose `Accept` takes none of the media types its route answers gets 406, in JSON
+    (an OperationOutcome on /fhir/ routes) naming the types the route answers. `/v1/predict?format=fhir` answers
+    application/fhir+json as well."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        route = _ANSWERS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if route is None or scope.get("method") not in route[0]:
+            return await self.app(scope, receive, send)
+        path, offered = scope["path"], route[1]
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        if path == "/v1/predict" and query.get("format") == ["fhir"]:
+            offered = (FHIR_JSON, *offered)
+        given = [v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"accept"]
+        accept = ", ".join(given) if given else None
+        if acceptable(accept, offered):
+            return await self.app(scope, receive, send)
+        types = offered[0] + (f" (and {', '.join(offered[1:])})" if offered[1:] else "")
+        msg = (f"Accept {json.dumps((accept or '')[:60])} takes none of the types {path[:40]} answers: it answers "
+               f"only {types}; send Accept: {offered[0]} (or */*), or leave Accept out.")
+        await _error(406, msg, fhir=path.startswith("/fhir/"))(scope, receive, send)
+
+
 def create_app(predictor: Predictor | None = None, *, token: str | None = None, limits: Limits = Limits(),
                host: str = "127.0.0.1", load: Callable[[], Predictor] | None = None,
                on_load_failure: Callable[[BaseException], None] | None = None,
@@ -959,6 +1041,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
             return app.openapi_schema
 
         app.openapi = openapi_with_bearer  # type: ignore[method-assign]
+    app.add_middleware(_Accept)  # inside the token check: a 401 comes first
     app.add_middleware(_BearerAuth, token=token)
     app.add_middleware(_Front, service=svc, gate=Gate(host, limits.allow_hosts, limits.allow_origins))  # outermost
     return app

@@ -90,3 +90,84 @@ def test_no_readable_attachment_is_a_422_naming_the_types_given_and_accepted(cli
 def test_a_content_type_with_a_line_break_is_escaped_in_the_message(client):
     msg = _outcome(client.post(ANALYZE, json=_doc(_att("application/pdf\r\nX-Evil: 1", b"%PDF"))), 422)
     assert "\r" not in msg and "\n" not in msg and "application/pdf\\r\\nX-Evil" in msg
+
+
+# ------------------------------------------------------------------ Accept
+FHIR_DOC = _doc(_att("text/plain", b"chest pain, hypertension"))
+
+
+@pytest.mark.parametrize("accept, status", [
+    ("application/fhir+xml", 406),                                       # was: 200 with JSON
+    ("application/xml", 406),
+    ("text/html", 406),
+    ("text/*", 406),
+    ("application/fhir+xml, application/xml;q=0.9", 406),
+    ("application/fhir+json;q=0, application/json;q=0, */*", 406),    # excluded by name; */* does not undo that
+    ("*/*;q=0", 406),
+    (None, 200),
+    ("", 200),
+    ("*/*", 200),
+    ("*", 200),
+    ("application/*", 200),
+    ("application/fhir+json", 200),
+    ("application/fhir+json; fhirVersion=4.0", 200),
+    ("Application/FHIR+JSON;q=0.5", 200),
+    ("application/json", 200),
+    ("application/json; charset=utf-8", 200),
+    ("application/fhir+xml;q=1.0, application/fhir+json;q=0.1", 200),
+    ("application/fhir+xml, */*;q=0.1", 200),
+    ("application/fhir+json;q=0, application/json", 200),
+    ("application/fhir+json;q=oops", 200),                              # an unreadable range is ignored
+])
+def test_accept_on_the_fhir_route(client, accept, status):
+    headers = {"content-type": "application/fhir+json"} | ({"accept": accept} if accept is not None else {})
+    r = client.post(ANALYZE, json=FHIR_DOC, headers=headers)
+    if status == 406:
+        msg = _outcome(r, 406)
+        assert "answers only application/fhir+json (and application/json)" in msg, msg
+        assert r.json()["issue"][0]["code"] == "not-supported"
+    else:
+        assert r.status_code == 200, r.text
+        assert r.headers["content-type"].startswith("application/fhir+json")
+        _valid_bundle(r.json())
+
+
+@pytest.mark.parametrize("method, path, accept, status", [
+    ("POST", "/v1/predict", "application/xml", 406),
+    ("POST", "/v1/predict", "application/fhir+json", 406),             # the JSON format is application/json
+    ("POST", "/v1/predict?format=fhir", "application/fhir+json", 200),
+    ("POST", "/v1/predict?format=fhir", "application/xml", 406),
+    ("POST", "/v1/predict", "application/json", 200),
+    ("POST", "/v1/predict", "*/*", 200),
+    ("POST", "/v1/predict", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", 200),  # a browser's
+    ("GET", "/health", "text/html", 406),
+    ("HEAD", "/health", "text/html", 406),
+    ("GET", "/health", "application/json", 200),
+    ("GET", "/ready", "application/xml", 406),
+    ("GET", "/ready", "*/*", 200),
+    ("GET", "/openapi.json", "text/html", 406),
+    ("GET", "/metrics", "application/json", 406),
+    # Prometheus' own Accept
+    ("GET", "/metrics", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1", 200),
+    ("GET", "/docs", "text/html", 200),
+    ("GET", "/v1/predict", "application/xml", 405),                    # the wrong method is named first
+    ("GET", "/nowhere", "application/xml", 404),
+])
+def test_accept_on_the_other_routes_is_the_same_rule(client, method, path, accept, status):
+    body = {"notes": [{"id": "a", "text": "chest pain"}]} if method == "POST" else None
+    r = client.request(method, path, json=body, headers={"accept": accept})
+    assert r.status_code == status, r.text
+    if status == 406 and method != "HEAD":
+        assert r.headers["content-type"].startswith("application/json")
+        msg = r.json()["error"]["message"]
+        assert "answers only" in msg and "leave Accept out" in msg, msg
+
+
+def test_a_406_needs_the_token_first(predictor):
+    from fastapi.testclient import TestClient
+
+    from clinicode.serve import create_app
+
+    with TestClient(create_app(predictor, token="t" * 32), base_url="http://127.0.0.1:8000") as c:
+        r = c.post("/v1/predict", json={"notes": [{"text": "pain"}]}, headers={"accept": "application/xml"})
+        assert r.status_code == 401

@@ -171,3 +171,12 @@ def test_a_406_needs_the_token_first(predictor):
     with TestClient(create_app(predictor, token="t" * 32), base_url="http://127.0.0.1:8000") as c:
         r = c.post("/v1/predict", json={"notes": [{"text": "pain"}]}, headers={"accept": "application/xml"})
         assert r.status_code == 401
+
+
+@pytest.mark.parametrize("value", [0, -1, 3601, float("nan"), float("inf")])
+def test_a_write_timeout_that_is_no_bound_is_refused_at_start(value):
+    from clinicode.config import ServeConfig
+    from clinicode.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"--write-timeout must be in \(0, 3600\] seconds"):
+        ServeConfig(write_timeout=value)

@@ -2,6 +2,7 @@
 while the model is still loading, and a client that sends a request and never reads the answer. On 127.0.0.1 with
 short timeouts; every wait is bounded."""
 
+import json
 import signal
 import socket
 import subprocess
@@ -13,6 +14,8 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
+
+from tests.helpers import SECRET, serve_process  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -76,3 +79,54 @@ def test_a_stop_while_the_model_loads_exits_0_and_never_announces_serving(tiny_r
     assert "stopping" in logs, logs
     assert "serving " not in logs, logs  # was: "serving 50 codes ..." after "stopping"
     assert "Traceback" not in logs and "ERROR" not in logs, logs
+
+
+@pytest.fixture(scope="module")
+def server(tiny_run, tmp_path_factory):
+    with serve_process(tiny_run, tmp_path_factory.mktemp("serve-followup"), "--write-timeout", "2", "--idle-timeout",
+                       "1", "--read-timeout", "5") as srv:
+        yield srv
+
+
+def _logs(server) -> str:
+    return server["log"].read_text(encoding="utf-8", errors="replace")
+
+
+def test_a_client_that_never_reads_its_answer_is_dropped_after_the_write_timeout(server, note):
+    base, dropped = server["base"], "did not read its answer within 2 s (--write-timeout)"
+    # every code of 64 notes as a Condition with 20 evidence spans: megabytes, more than the socket buffers hold
+    url = "/v1/predict?format=fhir&threshold=0&explain=20"
+    body = json.dumps({"notes": [{"id": f"n{i}", "text": f"{SECRET} {note}"} for i in range(64)]}).encode()
+    head = (b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (url.encode(), len(body)))
+    t0 = time.monotonic()
+    r = httpx.post(base + url, content=body, headers={"content-type": "application/json"}, timeout=60)
+    took = time.monotonic() - t0  # to score and send it
+    assert r.status_code == 200 and len(r.content) > 5_000_000, len(r.content)  # Linux: 4 MB at most
+    size = len(r.content)
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a tiny window, and then never read
+    s.settimeout(10)
+    s.connect(("127.0.0.1", server["port"]))
+    try:
+        s.sendall(head + body)
+        t0 = time.monotonic()
+        while dropped not in _logs(server):  # was: held open as long as the client lived
+            assert time.monotonic() - t0 < took + 2 + 8, _logs(server)[-2000:]  # scored, then 2 s to be read
+            t = time.monotonic()  # meanwhile everyone else is served
+            assert httpx.get(base + "/health", timeout=5).json()["status"] == "ok"
+            assert time.monotonic() - t < 3
+            time.sleep(0.2)
+        got, reset = b"", False
+        try:
+            while chunk := s.recv(1 << 20):
+                got += chunk
+        except ConnectionResetError:
+            reset = True
+        assert reset or len(got) < size  # the connection is gone, the answer cut short
+    finally:
+        s.close()
+    r = httpx.post(base + "/v1/predict", json={"notes": [{"text": note}]}, timeout=60)
+    assert r.status_code == 200 and r.json()["results"][0]["id"] == "0"
+    logs = _logs(server)
+    assert "Traceback" not in logs and "ERROR" not in logs and SECRET not in logs, logs[-3000:]

@@ -564,6 +564,8 @@ def serve_cli(
                                                   default_of(_S, "read_timeout"))] = None,
     idle_timeout: Annotated[Optional[float], _opt("Seconds an idle keep-alive connection stays open.",
                                                   default_of(_S, "idle_timeout"))] = None,
+    write_timeout: Annotated[Optional[float], _opt("Seconds an answer may wait for its client to read it (then the "
+                                                   "connection is closed).", default_of(_S, "write_timeout"))] = None,
     grace: Annotated[Optional[float], _opt("Seconds SIGTERM/SIGINT give admitted requests before 503.",
                                            default_of(_S, "grace"))] = None,
     allow_host: Annotated[Optional[list[str]],
@@ -580,7 +582,8 @@ def serve_cli(
 
     limits = _S(**_given(max_notes=max_notes, max_text_chars=max_text_chars, max_body_mb=max_body_mb,
                          batch_notes=batch_notes, batch_wait_ms=batch_wait_ms, max_pending=max_pending,
-                         read_timeout=read_timeout, idle_timeout=idle_timeout, grace=grace,
+                         read_timeout=read_timeout, idle_timeout=idle_timeout, write_timeout=write_timeout,
+                         grace=grace,
                          allow_hosts=tuple(allow_host) if allow_host else None,
                          allow_origins=tuple(allow_origin) if allow_origin else None))
 

@@ -394,6 +394,7 @@ class ServeConfig:
     max_pending: int = 64           # requests being read, tokenised or scored at once; more: 503 with Retry-After
     read_timeout: float = 30.0      # seconds for a request's head and body to arrive (slow clients: dropped / 408)
     idle_timeout: float = 5.0       # seconds a keep-alive connection may stay idle between requests
+    write_timeout: float = 30.0     # seconds an answer may wait for its client to read it (a stalled reader: dropped)
     grace: float = 10.0             # seconds a SIGTERM/SIGINT gives admitted requests; those not scored by then: 503
     allow_hosts: tuple[str, ...] = ()    # Host names accepted beside loopback and the bound address ("*": any)
     allow_origins: tuple[str, ...] = ()  # browser Origins accepted beside the server's own ("*": any)
@@ -406,7 +407,7 @@ class ServeConfig:
             raise ConfigError(f"--max-body-mb must be in (0, 1024] megabytes, got {self.max_body_mb}.")
         if not 0 <= self.batch_wait_ms <= 1000:
             raise ConfigError(f"--batch-wait-ms must be in [0, 1000], got {self.batch_wait_ms}.")
-        for name in ("read_timeout", "idle_timeout", "grace"):
+        for name in ("read_timeout", "idle_timeout", "write_timeout", "grace"):
             if not 0 < getattr(self, name) <= 3600:
                 raise ConfigError(f"--{name.replace('_', '-')} must be in (0, 3600] seconds, "
                                   f"got {getattr(self, name)}.")

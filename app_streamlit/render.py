@@ -441,7 +441,8 @@ def batch_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def batch_bytes(records: Sequence[Mapping[str, Any]], fmt: str) -> bytes:
-    """The records as the file `clinicode predict --output x.jsonl` (fmt "jsonl") or `x.csv` ("csv") writes."""
+    """The records as the file `clinicode predict --output x.jsonl` (fmt "jsonl") or `x.csv` ("csv") writes: the
+    output formats' writer (`clinicode.formats`, through `records_bytes`), which predict's files go through too."""
     from clinicode.predict_io import records_bytes
 
     return records_bytes(records, fmt=fmt)
@@ -451,16 +452,12 @@ def batch_bytes(records: Sequence[Mapping[str, Any]], fmt: str) -> bytes:
 def model_name(card: Mapping[str, Any]) -> str:
     """The model a card describes, as a person reads it: "LEAM + evidence" (clinicode's default: code evidence),
     "LEAM (paper)" (Wang et al.'s model exactly, `train --paper` or a run from before the default changed),
-    "LEAM (variant)" (neither) or "tfidf-lr"."""
-    from clinicode.checkpoint import is_paper_model
+    "LEAM (variant)" (neither) or "tfidf-lr": the card's model kind names it (`ModelKind.display_name`)."""
+    from clinicode.checkpoint import MODEL_KINDS
 
-    kind = str(card.get("model", "?"))
-    if kind != "leam":
-        return kind
-    mc = card.get("model_config") or {}
-    if mc.get("code_evidence"):
-        return "LEAM + evidence"
-    return "LEAM (paper)" if is_paper_model(mc) else "LEAM (variant)"
+    name = str(card.get("model", "?"))
+    kind = MODEL_KINDS.get(name)
+    return kind.display_name(card.get("model_config") or {}) if kind is not None else name
 
 
 def model_caption(card: Mapping[str, Any]) -> str:

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from clinicode import __version__
-from clinicode.artifacts import make_manifest, write_safetensors_atomic
-from clinicode.codes.icd10 import display_titles
+from clinicode.artifacts import make_manifest
 from clinicode.codes.systems import CodeSystem, infer_code_system
-from clinicode.config import (  # is_paper_model: re-exported, the app reads a card's model through it
+from clinicode.config import (  # is_paper_model: re-exported for readers of a card's model_config
     LEAMConfig,
     TrainConfig,
     config_from_dict,
@@ -48,6 +47,12 @@ from clinicode.constants import (  # noqa: F401  (artefact names are re-exported
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.files import atomic_dir, manifest_kind, read_json, sha256_file, write_json_atomic
+from clinicode.models import MODEL_KINDS, ModelKind, model_kind
+from clinicode.models.leam import (  # noqa: F401  (re-exported: the header checks were here first)
+    check_weight_shapes,
+    leam_weight_shapes,
+    weight_shapes,
+)
 from clinicode.tokenizer import ClinicalTokenizer
 
 if TYPE_CHECKING:  # torch and the model load only with the weights: verifying a checkpoint needs neither
@@ -58,26 +63,22 @@ CHECKPOINT_KIND = "checkpoint"
 # Each code's number of training notes (covered by the manifest's hashes), so every reader can slice rare/frequent.
 # Checkpoints from before it have none: `Checkpoint.train_counts` is then None ("no training counts").
 TRAIN_COUNTS_FILE = "train_counts.json"
-BASELINE_FILES = ("tfidf_lr.safetensors", "tfidf_lr.json")
+# The files every checkpoint holds, beside those its model kind owns (`ModelKind.files`).
 _COMMON_FILES = (LABELS_FILE, THRESHOLD_FILE, TRAIN_CONFIG_FILE)
-_REQUIRED_FILES = {
-    "leam": (WEIGHTS_FILE, MODEL_CONFIG_FILE, TOKENIZER_FILE, *_COMMON_FILES),
-    "tfidf-lr": (*BASELINE_FILES, *_COMMON_FILES),
-}
 
 
 @dataclass
 class Checkpoint:
-    """A loaded checkpoint. `model` is a LEAM (eval mode) or a TfidfLR, by `kind`."""
+    """A loaded checkpoint. `model` is what its model kind loads (a LEAM in eval mode, a TfidfLR ...), by `kind`."""
 
     path: Path
-    kind: str                                   # "leam" or "tfidf-lr"
+    kind: str                                   # the model kind's name (`clinicode.models.MODEL_KINDS`)
     model: Any
     labels: LabelSet
     threshold: float                            # dev-tuned global threshold
     train_config: TrainConfig
     manifest: dict[str, Any]
-    tokenizer: ClinicalTokenizer | None = None  # LEAM only
+    tokenizer: ClinicalTokenizer | None = None  # for a kind that tokenizes (LEAM)
     metrics_dev: dict[str, Any] = field(default_factory=dict)
     metrics_test: dict[str, Any] = field(default_factory=dict)
     # code -> training notes; None for checkpoints from before they were kept
@@ -94,11 +95,14 @@ class Checkpoint:
         return hashlib.sha256(json.dumps(self.manifest, sort_keys=True).encode("utf-8")).hexdigest()
 
     @property
+    def model_kind(self) -> ModelKind:
+        """The registered kind of `model` (what it can do, how it scores)."""
+        return model_kind(self.kind, folder=self.path)
+
+    @property
     def single_label(self) -> bool:
         """True for a model with one label per note (softmax scores): its prediction is the top code."""
-        if self.kind == "leam":
-            return not self.model.config.multilabel
-        return bool(getattr(getattr(self.model, "config", None), "softmax", False))
+        return self.model_kind.single_label(self.model)
 
 
 def model_options_as_saved(data: dict[str, Any]) -> dict[str, Any]:
@@ -154,58 +158,6 @@ def _data_fingerprint_cached(data_dir: str, labels_file: str, _stats: tuple, _la
         return hashlib.sha256((dataset_fingerprint(Path(data_dir)) + json.dumps(labels)).encode()).hexdigest()
     except (ClinicodeError, OSError, ValueError):
         return None
-
-
-def leam_weight_shapes(config: LEAMConfig) -> dict[str, tuple[int, ...]]:
-    """The tensor names and shapes a LEAM of CONFIG holds (`LEAM(config).state_dict()`), computed without torch."""
-    P, K, H, V, r = config.embed_dim, config.n_labels, config.hidden_dim, config.vocab_size, config.radius
-    shapes = {"word_emb.weight": (V, P), "label_emb": (K, P), "phrase_w": (2 * r + 1,), "phrase_b": (K,),
-              "head.1.weight": (H, P), "head.1.bias": (H,), "head.4.weight": (K, H), "head.4.bias": (K,)}
-    if config.code_evidence:
-        shapes["evidence_rho"] = (K,)
-    return shapes
-
-
-def weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape from a safetensors file's header; no tensor is read (and torch is not needed).
-
-    Raises:
-        CheckpointError: not a readable safetensors file.
-    """
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-    except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({type(err).__name__}); retrain.") from None
-
-
-def check_weight_shapes(folder: Path) -> LEAMConfig:
-    """Compare model_config.json with the weights' header before anything is allocated: an edited config (absurd
-    sizes) is one line instead of gigabytes.
-
-    Returns:
-        the model configuration.
-    Raises:
-        CheckpointError: the configuration is unreadable, or implies other tensors than the weights hold.
-    """
-    try:
-        model_config = load_config(LEAMConfig, folder / MODEL_CONFIG_FILE)
-    except ClinicodeError as err:
-        raise CheckpointError(f"{folder}: {err}") from err
-    held = weight_shapes(folder / WEIGHTS_FILE)
-    implied = leam_weight_shapes(model_config)
-    missing = sorted(set(implied) - set(held))
-    unexpected = sorted(set(held) - set(implied))
-    if missing or unexpected:
-        raise CheckpointError(f"{folder / WEIGHTS_FILE}: missing tensors {missing}, unexpected {unexpected}; retrain.")
-    for name, shape in implied.items():
-        if held[name] != shape:
-            raise CheckpointError(
-                f"{folder}: {MODEL_CONFIG_FILE} implies tensor {name} of shape {shape}, but {WEIGHTS_FILE} holds "
-                f"{held[name]}; the pieces disagree (edited or from different runs), retrain.")
-    return model_config
 
 
 def _release(version: object) -> tuple[int, ...]:
@@ -266,7 +218,8 @@ def save_checkpoint(
 
     Args:
         out_dir: the checkpoint folder to (re)create.
-        kind: "leam" (model is a LEAM; tokenizer required) or "tfidf-lr" (model is a TfidfLR).
+        kind: a registered model kind's name (`clinicode.models.MODEL_KINDS`): "leam" (model is a LEAM; tokenizer
+            required), "tfidf-lr" (model is a TfidfLR) ...
         threshold: the dev-tuned global threshold.
         extra: more manifest fields (data description, seed, epoch ...).
         train_counts: each label's number of training notes, in label order (written to train_counts.json).
@@ -275,19 +228,9 @@ def save_checkpoint(
     """
     import torch
 
-    from clinicode.model import LEAM
-
+    plugin = model_kind(kind)  # an unknown kind fails before anything is written
     with atomic_dir(out_dir, replaces=lambda d: manifest_kind(d) == CHECKPOINT_KIND) as tmp:
-        if kind == "leam":
-            assert tokenizer is not None and isinstance(model, LEAM)
-            state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-            write_safetensors_atomic(tmp / WEIGHTS_FILE, state, metadata={"format": "pt", "clinicode": "leam"})
-            save_config(model.config, tmp / MODEL_CONFIG_FILE)
-            tokenizer.save(tmp / TOKENIZER_FILE)
-        elif kind == "tfidf-lr":
-            model.save(tmp)
-        else:
-            raise CheckpointError(f"unknown model kind {kind!r}; expected 'leam' or 'tfidf-lr'.")
+        plugin.save(tmp, model, tokenizer)
         labels.save(tmp / LABELS_FILE)
         write_json_atomic(tmp / THRESHOLD_FILE, {"threshold": float(threshold), "default": 0.5,
                                                  "tuned_on": "dev micro-F1"})
@@ -342,8 +285,9 @@ def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[st
         raise CheckpointError(f"{folder}: manifest.json has no 'files' table of SHA-256 hashes; the "
                               "checkpoint is damaged, retrain it.")
     kind = manifest.get("model")
+    plugin = MODEL_KINDS.get(kind) if isinstance(kind, str) else None  # an unknown kind: load_checkpoint says so
     # Every piece that loading reads must be covered by a hash, or a swapped file would load unchecked.
-    unlisted = [n for n in _REQUIRED_FILES.get(kind, ()) if n not in files]
+    unlisted = [n for n in ((*plugin.files, *_COMMON_FILES) if plugin else ()) if n not in files]
     if unlisted:
         raise CheckpointError(
             f"{folder}: manifest.json lists no hash for {', '.join(unlisted)}; the checkpoint is damaged "
@@ -358,9 +302,9 @@ def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[st
                 f"{folder}: {name} does not match the hash in manifest.json (changed or damaged after saving); "
                 "restore the original file or retrain."
             )
-    if kind == "leam":
+    if plugin is not None:
         try:
-            check_weight_shapes(folder)  # header only: no torch, no allocation
+            plugin.verify(folder)  # headers only: no torch, no allocation
         except CheckpointError as err:  # a newer clinicode's config may hold keys this one does not know
             raise CheckpointError(upgrade or str(err)) from err
     return folder, manifest
@@ -401,17 +345,14 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
     Checks the schema version, every file's SHA-256 against the manifest, and that weights, config, labels
     and tokenizer agree. Raises CheckpointError naming the piece that is wrong and how to fix it.
     """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    from clinicode.model import LEAM
-
     folder, manifest = verify_checkpoint(path, verify=verify)
     kind = manifest.get("model")
+    plugin = model_kind(kind, folder=folder)
     try:
         labels = LabelSet.load(folder / LABELS_FILE)
-        labels = LabelSet(labels.codes, display_titles(labels.codes, labels.descriptions),  # what readers show
-                          labels.code_system or _inferred_code_system(folder, labels.codes))
+        system = labels.code_system or _inferred_code_system(folder, labels.codes)
+        labels = LabelSet(labels.codes, system.display_titles(labels.codes, labels.descriptions),  # what readers show
+                          system)
         train_config = load_config(TrainConfig, folder / TRAIN_CONFIG_FILE)
         threshold = float(read_json(folder / THRESHOLD_FILE)["threshold"])
         metrics_dev = read_json(folder / METRICS_DEV_FILE) if (folder / METRICS_DEV_FILE).is_file() else {}
@@ -425,67 +366,18 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
         raise CheckpointError(f"{folder}: {THRESHOLD_FILE} holds threshold {threshold}, expected a "
                               "probability in [0, 1]; retrain.")
 
-    if kind == "tfidf-lr":
-        from clinicode.baseline import TfidfLR
-
-        model = TfidfLR.load(folder)
-        n_out = model.n_labels
-        if n_out != len(labels):
-            raise CheckpointError(f"{folder}: labels.json lists {len(labels)} codes but the baseline has "
-                                  f"{n_out} outputs; retrain.")
-        return Checkpoint(folder, kind, model, labels, threshold, train_config, manifest, None, metrics_dev,
-                          metrics_test,
-                          read_train_counts(folder, manifest, labels))
-    if kind != "leam":
-        raise CheckpointError(f"{folder}: unknown model kind {kind!r} in manifest.json; expected 'leam' or 'tfidf-lr'.")
-
-    try:
-        model_config = check_weight_shapes(folder)  # before anything is built or allocated
-    except CheckpointError as err:
-        raise CheckpointError(newer_writer(folder, manifest) or str(err)) from err
-    tokenizer = ClinicalTokenizer.load(folder / TOKENIZER_FILE)
-    if model_config.n_labels != len(labels):
-        raise CheckpointError(
-            f"{folder}: labels.json lists {len(labels)} codes but the model has {model_config.n_labels} outputs; "
-            "the pieces come from different runs, retrain with `clinicode train`."
-        )
-    if model_config.vocab_size != tokenizer.vocab_size:
-        raise CheckpointError(
-            f"{folder}: tokenizer.json has {tokenizer.vocab_size} words but the model has {model_config.vocab_size} "
-            "embedding rows; the pieces come from different runs, retrain with `clinicode train`."
-        )
-    if tokenizer.max_len != train_config.max_len:  # both are written by one `train`; the tokenizer is what truncates
-        raise CheckpointError(
-            f"{folder}: tokenizer.json truncates notes at {tokenizer.max_len} tokens but "
-            "train_config.json says max_len "
-            f"{train_config.max_len}; the pieces come from different runs, retrain with `clinicode train`."
-        )
-    try:
-        state = load_file(str(folder / WEIGHTS_FILE), device="cpu")
-    except (SafetensorError, OSError) as err:
-        raise CheckpointError(f"{folder / WEIGHTS_FILE}: not a readable safetensors file ({err}); retrain.") from err
-    model = LEAM(model_config)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(f"{folder / WEIGHTS_FILE}: missing tensors {missing}, unexpected {unexpected}; retrain.")
-    for k, v in state.items():
-        if v.shape != expected[k].shape:
-            raise CheckpointError(
-                f"{folder / WEIGHTS_FILE}: tensor {k} has shape {tuple(v.shape)}, model_config.json implies "
-                f"{tuple(expected[k].shape)}; retrain."
-            )
-    train_counts = read_train_counts(folder, manifest, labels)  # after the label-count checks, which name the cause
-    model.load_state_dict(state)
-    model.to(device).eval()
+    # The kind's own files and their agreement with labels and options (its header checks ran in verify_checkpoint,
+    # where a newer clinicode's model config says "upgrade").
+    model, tokenizer = plugin.load(folder, labels=labels, train_config=train_config, device=device)
+    train_counts = read_train_counts(folder, manifest, labels)  # after the kind's checks, which name the cause
     return Checkpoint(folder, kind, model, labels, threshold, train_config, manifest, tokenizer, metrics_dev,
                       metrics_test,
                       train_counts)
 
 
 __all__ = ["Checkpoint", "TRAIN_COUNTS_FILE", "read_train_counts", "load_checkpoint", "save_checkpoint",
-           "resolve_checkpoint_dir", "config_to_dict", "config_from_dict", "is_paper_model"]
+           "resolve_checkpoint_dir", "config_to_dict", "config_from_dict", "is_paper_model",
+           "MODEL_KINDS", "model_kind"]  # the model kinds, for the app (which imports checkpoint, not models)
 
 
 def __getattr__(name: str) -> Any:

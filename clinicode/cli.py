@@ -29,6 +29,8 @@ from clinicode.config import (
 )
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.files import claim_folder, releases_claims
+from clinicode.formats import READERS, WRITERS, reader
+from clinicode.models import MODEL_KINDS, train_kind
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Automated ICD coding of clinical notes with LEAM.")
@@ -252,7 +254,7 @@ def train_cli(
     label_set: Annotated[Optional[str], typer.Option(help="With --mimic-dir: " + _LABEL_SET_HELP)] = None,
     min_code_count: Annotated[Optional[int], _opt("With --mimic-dir and --label-set full: the code-count cut.",
                                                   default_of(_P, "min_code_count"))] = None,
-    model: Annotated[Optional[str], _opt("leam or tfidf-lr (the bag-of-words baseline).",
+    model: Annotated[Optional[str], _opt(" or ".join(f"{k.name} ({k.summary})" for k in MODEL_KINDS.values()) + ".",
                                          default_of(_T, "model"))] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None,
     epochs: Annotated[Optional[int], _opt("Maximum epochs (a cap: the schedule and --patience end runs first).",
@@ -335,6 +337,8 @@ def train_cli(
     if (data is None) == (mimic_dir is None):
         raise ConfigError("give exactly one of --data DIR (a prepared dataset) or --mimic-dir DIR (MIMIC-III tables).")
     keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
+    if model is not None:
+        train_kind(model)  # an unknown --model: one line naming the known kinds, before anything else is read
     cfg = TrainConfig(**_given(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len,
                                embeddings=embeddings,
                                weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight,
@@ -458,6 +462,10 @@ def _parse_shard(shard: str) -> tuple[int, int]:
     return i, n
 
 
+def _formats_help(table: dict) -> str:
+    return ", ".join(f"{name} ({fmt.what})" for name, fmt in table.items())
+
+
 @app.command("predict")
 @_friendly
 def predict_cli(
@@ -485,16 +493,22 @@ def predict_cli(
                                         "every title word occurs in a note, as `title_suggestions` (suggestions "
                                         "from the title, not predictions).")] = None,
     format: Annotated[str, typer.Option("--format",
-                                        help="records (JSONL, or CSV when --output ends in .csv) or fhir (one FHIR R4 "
-                                             "Bundle per note and line; docs/serve.md).")] = "records",
+                                        help="records (JSONL, or CSV when --output ends in .csv), or an output format: "
+                                             f"{_formats_help(WRITERS)}.")] = "records",
+    input_format: Annotated[Optional[str],
+                            typer.Option(help=f"Input format (default: by --input's name): {_formats_help(READERS)}."
+                                         )] = None,
 ) -> None:
     """Score notes in batch: one output record per input record, in input order."""
     from clinicode.codes.icd9 import load_descriptions_tsv
     from clinicode.predict import Predictor
     from clinicode.predict_io import predict_file
 
-    if format not in ("records", "fhir"):
-        raise ConfigError(f"--format {format!r}: expected records or fhir.")
+    if format != "records" and format not in WRITERS:
+        raise ConfigError(f"--format {format[:40]!r}: expected records or fhir, or a file format: "
+                          f"{', '.join(n for n in WRITERS if n != 'fhir')}.")
+    if input_format is not None:
+        reader(input_format)  # an unknown name stops here, before the checkpoint loads
 
     opts = PredictConfig.from_user(top_k=top_k, explain=explain, threshold=threshold,  # the one rule (serve's too)
                                    **_given(memory_mb=memory_budget))
@@ -503,16 +517,16 @@ def predict_cli(
     if titles and not pred.title_index:
         raise DataFormatError(f"--titles {titles}: no code with a title outside the checkpoint's {len(pred.codes):,} "
                               "codes; give code<TAB>title lines for codes the model was not trained on.")
-    encode = None
+    context = None
     if format == "fhir":
-        from clinicode.fhir import bundle, code_systems, predictor_source
+        from clinicode.fhir import code_systems, predictor_source
 
-        systems, source = code_systems(pred.codes, pred.code_system), predictor_source(pred)
         # the same builder as `clinicode serve`; each Bundle names the checkpoint that suggested its codes
-        encode = lambda rec: bundle([rec], systems=systems, source=source)  # noqa: E731
+        context = {"systems": code_systems(pred.codes, pred.code_system), "source": predictor_source(pred)}
     counts = predict_file(pred, input=input, output=output, top_k=opts.top_k, threshold=opts.threshold,
                           explain=opts.explain, strict=strict, resume=resume, shard=_parse_shard(shard),
-                          progress=progress and sys.stderr.isatty(), encode=encode)
+                          progress=progress and sys.stderr.isatty(), input_format=input_format,
+                          output_format=None if format == "records" else format, context=context)
     dup = counts.get("duplicate_ids", 0)
     typer.echo(f"scored {counts['scored']:,} notes, {counts['errors']:,} bad records (see their 'error' field), "
                f"{counts['skipped']:,} skipped as already done"
@@ -550,6 +564,8 @@ def serve_cli(
                                                   default_of(_S, "read_timeout"))] = None,
     idle_timeout: Annotated[Optional[float], _opt("Seconds an idle keep-alive connection stays open.",
                                                   default_of(_S, "idle_timeout"))] = None,
+    write_timeout: Annotated[Optional[float], _opt("Seconds an answer may wait for its client to read it (then the "
+                                                   "connection is closed).", default_of(_S, "write_timeout"))] = None,
     grace: Annotated[Optional[float], _opt("Seconds SIGTERM/SIGINT give admitted requests before 503.",
                                            default_of(_S, "grace"))] = None,
     allow_host: Annotated[Optional[list[str]],
@@ -566,7 +582,8 @@ def serve_cli(
 
     limits = _S(**_given(max_notes=max_notes, max_text_chars=max_text_chars, max_body_mb=max_body_mb,
                          batch_notes=batch_notes, batch_wait_ms=batch_wait_ms, max_pending=max_pending,
-                         read_timeout=read_timeout, idle_timeout=idle_timeout, grace=grace,
+                         read_timeout=read_timeout, idle_timeout=idle_timeout, write_timeout=write_timeout,
+                         grace=grace,
                          allow_hosts=tuple(allow_host) if allow_host else None,
                          allow_origins=tuple(allow_origin) if allow_origin else None))
 

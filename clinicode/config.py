@@ -114,7 +114,7 @@ def is_paper_model(model_config: dict[str, Any]) -> bool:
 class TrainConfig:
     """Training options; saved as train_config.json beside the weights."""
 
-    model: str = "leam"             # "leam" or "tfidf-lr"
+    model: str = "leam"             # a model kind's name (clinicode.models.MODEL_KINDS): "leam" or "tfidf-lr"
     epochs: int = 200               # a cap only: patience ends runs (small sets: 15-60 epochs; a cap of 50 ended
                                     # runs still improving)
     batch_size: int = 16
@@ -156,8 +156,10 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.memory_mb < 64:
             raise ConfigError(f"--memory-budget must be >= 64 (MB), got {self.memory_mb}.")
-        if self.model not in ("leam", "tfidf-lr"):
-            raise ConfigError(f"--model must be 'leam' or 'tfidf-lr', got {self.model!r}.")
+        # Which names exist is the model-kind registry's (`clinicode.models.train_kind`), above this layer: the CLI
+        # and the start of every run (`train_setup.open_run`) ask it, before anything is written.
+        if not isinstance(self.model, str) or not self.model:
+            raise ConfigError(f"--model must name a model kind, got {self.model!r}.")
         for name in ("epochs", "batch_size", "max_len", "min_doc_freq", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
@@ -392,6 +394,7 @@ class ServeConfig:
     max_pending: int = 64           # requests being read, tokenised or scored at once; more: 503 with Retry-After
     read_timeout: float = 30.0      # seconds for a request's head and body to arrive (slow clients: dropped / 408)
     idle_timeout: float = 5.0       # seconds a keep-alive connection may stay idle between requests
+    write_timeout: float = 30.0     # seconds an answer may wait for its client to read it (a stalled reader: dropped)
     grace: float = 10.0             # seconds a SIGTERM/SIGINT gives admitted requests; those not scored by then: 503
     allow_hosts: tuple[str, ...] = ()    # Host names accepted beside loopback and the bound address ("*": any)
     allow_origins: tuple[str, ...] = ()  # browser Origins accepted beside the server's own ("*": any)
@@ -404,7 +407,7 @@ class ServeConfig:
             raise ConfigError(f"--max-body-mb must be in (0, 1024] megabytes, got {self.max_body_mb}.")
         if not 0 <= self.batch_wait_ms <= 1000:
             raise ConfigError(f"--batch-wait-ms must be in [0, 1000], got {self.batch_wait_ms}.")
-        for name in ("read_timeout", "idle_timeout", "grace"):
+        for name in ("read_timeout", "idle_timeout", "write_timeout", "grace"):
             if not 0 < getattr(self, name) <= 3600:
                 raise ConfigError(f"--{name.replace('_', '-')} must be in (0, 3600] seconds, "
                                   f"got {getattr(self, name)}.")

@@ -20,6 +20,7 @@ import base64
 import binascii
 import codecs
 import datetime as _dt
+import json
 import re
 import uuid
 from typing import Any, Mapping, Sequence
@@ -275,12 +276,54 @@ def _text_codec(charset: str) -> str | None:
     return name if _CHARSETS.fullmatch(name) else None
 
 
+_ACCEPTED = ("text/plain with base64 'data' (UTF-8, or the IANA text charset its contentType names, e.g. "
+             "'text/plain; charset=iso-8859-1')")
+
+
+def _attachment_text(att: Any) -> str:
+    """The text of one DocumentReference attachment, or DataFormatError saying why it cannot be read as text."""
+    if not isinstance(att, dict) or not isinstance(att.get("data"), str):
+        raise DataFormatError("has no base64 'data' (a 'url' to fetch is not supported)")
+    ctype = str(att.get("contentType") or "text/plain")
+    mime, _, params = ctype.partition(";")
+    if mime.strip().lower() != "text/plain":
+        raise DataFormatError(f"has contentType {_shown(ctype)}, which is not supported")
+    charset = "utf-8"
+    for p in params.split(";"):
+        k, _, v = p.strip().partition("=")
+        if k.lower() == "charset" and v:
+            charset = v.strip().strip('"')
+    codec = _text_codec(charset)
+    if codec is None:
+        raise DataFormatError(f"names charset {_shown(charset, 20)}, which is not a text charset known here (send "
+                              "UTF-8 or another IANA text charset, e.g. iso-8859-1, windows-1252, utf-16)")
+    try:  # FHIR's base64Binary may be wrapped in lines (MIME style): whitespace is no data
+        raw = base64.b64decode("".join(att["data"].split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise DataFormatError("has data that is not valid base64 (encode the note's bytes with base64, e.g. "
+                              "`base64 -w0 note.txt`)") from None
+    if codec in ("utf-16", "utf-32") and not raw.startswith(_BOMS[codec]):
+        codec += "-be"  # no byte-order mark: big-endian (RFC 2781 4.3); Python's codec would read it little-endian
+    try:
+        return raw.decode(codec)
+    except UnicodeError:  # UnicodeDecodeError, and the plain UnicodeError some codecs raise
+        raise DataFormatError(f"has data that does not decode as {_shown(charset, 20)} (send UTF-8 text or name its "
+                              "charset in contentType)") from None
+
+
+def _shown(value: str, limit: int = 60) -> str:
+    """A client's contentType or charset, cut and quoted for a message (escaped: no line breaks, no raw quotes)."""
+    return json.dumps(value[:limit])
+
+
 def note_from_document_reference(doc: Any) -> dict[str, Any]:
-    """{'id', 'text', 'subject', 'document'} from a DocumentReference whose first attachment holds the note as base64
-    `data` (text/plain, UTF-8 unless the contentType names another charset).
+    """{'id', 'text', 'subject', 'document'} from a DocumentReference: the note is the first `content` attachment
+    that can be read as text (text/plain with base64 `data`, UTF-8 unless the contentType names another text
+    charset); attachments before it that cannot (a PDF rendition, a URL) are passed over.
 
     Raises:
-        DataFormatError: a message saying what is missing or wrong and how to fix it (never the note's text).
+        DataFormatError: a message saying what is missing or wrong and how to fix it (never the note's text); when no
+            attachment can be read, it names each one's contentType and why, and what is accepted.
     """
     if not isinstance(doc, dict) or doc.get("resourceType") != "DocumentReference":
         got = doc.get("resourceType") if isinstance(doc, dict) else type(doc).__name__
@@ -289,36 +332,22 @@ def note_from_document_reference(doc: Any) -> dict[str, Any]:
     content = doc.get("content")
     if not isinstance(content, list) or not content:
         raise DataFormatError("DocumentReference has no content; put the note in content[0].attachment.data (base64).")
-    att = content[0].get("attachment") if isinstance(content[0], dict) else None
-    if not isinstance(att, dict) or not isinstance(att.get("data"), str):
-        raise DataFormatError("DocumentReference.content[0].attachment has no base64 'data'; put the note's text there "
-                              "(a 'url' to fetch is not supported).")
-    ctype = str(att.get("contentType") or "text/plain")
-    mime, _, params = ctype.partition(";")
-    if mime.strip().lower() != "text/plain":
-        raise DataFormatError(f"attachment contentType {ctype[:60]!r} is not supported; send the note as text/plain.")
-    charset = "utf-8"
-    for p in params.split(";"):
-        k, _, v = p.strip().partition("=")
-        if k.lower() == "charset" and v:
-            charset = v.strip().strip('"')
-    codec = _text_codec(charset)
-    if codec is None:
-        raise DataFormatError(f"attachment contentType names charset {charset[:20]!r}, which is not a text charset "
-                              "known here; send UTF-8 (charset=utf-8) or another IANA text charset (e.g. iso-8859-1, "
-                              "windows-1252, utf-16).")
-    try:  # FHIR's base64Binary may be wrapped in lines (MIME style): whitespace is no data
-        raw = base64.b64decode("".join(att["data"].split()), validate=True)
-    except (binascii.Error, ValueError):
-        raise DataFormatError("attachment data is not valid base64; encode the note's bytes with base64 "
-                              "(e.g. `base64 -w0 note.txt`).") from None
-    if codec in ("utf-16", "utf-32") and not raw.startswith(_BOMS[codec]):
-        codec += "-be"  # no byte-order mark: big-endian (RFC 2781 4.3); Python's codec would read it little-endian
-    try:
-        text = raw.decode(codec)
-    except UnicodeError:  # UnicodeDecodeError, and the plain UnicodeError some codecs raise
-        raise DataFormatError(f"attachment data does not decode as {charset[:20]}; send UTF-8 text or name its "
-                              "charset in contentType.") from None
+    text, reasons = None, []
+    for i, item in enumerate(content):
+        att = item.get("attachment") if isinstance(item, dict) else None
+        try:
+            text = _attachment_text(att)
+            break
+        except DataFormatError as err:
+            reasons.append(f"content[{i}].attachment {err}")
+    if text is None:
+        given = [str(a.get("contentType") or "text/plain") if isinstance(a, dict) else "none"
+                 for a in (c.get("attachment") if isinstance(c, dict) else None for c in content)]
+        shown = ", ".join(_shown(g, 40) for g in dict.fromkeys(given[:10]))
+        more = f" and {len(content) - 10:,} more" if len(content) > 10 else ""
+        why = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3:,} more" if len(reasons) > 3 else "")
+        raise DataFormatError(f"no DocumentReference attachment could be read as text ({why}). contentTypes given: "
+                              f"{shown}{more}; accepted: {_ACCEPTED}.")
     rid = doc.get("id")
     if rid is not None and not (isinstance(rid, str) and _FHIR_ID.fullmatch(rid)):
         raise DataFormatError("DocumentReference.id must be a FHIR id (1-64 letters, digits, '-' or '.'), or left "

@@ -1,38 +1,32 @@
 """Scoring notes with a checkpoint: `Predictor.from_checkpoint(dir).predict(texts)` -> typed records.
 
 The CLI, `evaluate` and the app all score through `Predictor.score`, so their numbers agree exactly.
-Scoring runs the model's own forward (`LEAM.forward`) as `clinicode.memory.plan` decides within the memory budget:
-with few codes, G comes from the word-code cosine table stored offline (the paper's "store G offline",
-`LEAM.word_code_table`: one [V, K] matrix per loaded checkpoint, so a note's G is a row gather); with many codes, the
-window runs on the word vectors and the codes are scored a block at a time.
+The numbers come from the checkpoint's model kind (`clinicode.models`): its `Scorer` scores, and the kind says what
+else it shows (attention and phrase spans, note and code vectors). For LEAM that is the model's own forward as
+`clinicode.memory.plan` decides within the memory budget (`clinicode.models.leam_scorer`).
 """
 
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import Checkpoint, load_checkpoint
 from clinicode.codes.systems import CodeSystem
 from clinicode.codes.titles import TitleIndex, TitleMatch
 from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError
-from clinicode.kernels import EPS
-from clinicode.memory import MemoryPlan, plan
+from clinicode.memory import MemoryPlan
 from clinicode.metrics import EVIDENCE_K, evidence_figures, predicted_codes, predicted_indices
 from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
 from clinicode.runtime import pick_device
 
 log = logging.getLogger(__name__)
-_PIPELINE_CHUNK = 256  # notes tokenised ahead while the model scores the previous chunk
 # A code's evidence: the words whose cosine with the code vector is at least this share of the note's best for that
 # code. Chosen on bc5cdr dev against gold mentions (docs/accuracy-tuning.md, round 12; docs/predict.md).
 WORD_BAR = 0.8
@@ -56,7 +50,7 @@ def _word_spans(offs: Sequence[tuple[int, int]], g: np.ndarray, n: int) -> list[
 
     Args:
         offs: [L] each token's character span.
-        g: [L] each token's cosine with the code vector (`Predictor._word_rows`).
+        g: [L] each token's cosine with the code vector (the scorer's `word_rows`).
         n: spans at most.
     """
     if not len(g) or n < 1:
@@ -74,22 +68,8 @@ def _word_spans(offs: Sequence[tuple[int, int]], g: np.ndarray, n: int) -> list[
     return [Span(offs[runs[x][0]][0], offs[runs[x][-1]][1], best[x]) for x in order]
 
 
-@contextmanager
-def _torch_threads(n: int | None) -> Iterator[None]:
-    """Temporarily set torch's intra-op threads (None: leave as is)."""
-    if n is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 # evidence_quality of a checkpoint that shows no per-code spans
-NO_PHRASES = "a tfidf-lr checkpoint shows no per-code spans; only the floors are measured"
+NO_PHRASES = "a {kind} checkpoint shows no per-code spans; only the floors are measured"
 
 @dataclass(frozen=True)
 class Span:
@@ -192,7 +172,7 @@ class Prepared:
     errors: dict[int, str]          # position -> the record's error
     good: list[int]                 # positions of the notes to score
     texts: list[str]                # their texts
-    encs: list[Any] | None          # their encodings (LEAM)
+    encs: list[Any] | None          # their encodings (a kind that tokenizes: LEAM)
 
 
 class Predictor:
@@ -200,7 +180,7 @@ class Predictor:
 
     Args:
         checkpoint: a loaded `Checkpoint`.
-        device: torch device for LEAM.
+        device: torch device for a torch model (LEAM).
     """
 
     def __init__(self, checkpoint: Checkpoint, *, device: torch.device | str = "cpu",
@@ -210,19 +190,15 @@ class Predictor:
         self.labels = checkpoint.labels
         self.threshold = checkpoint.threshold
         self.kind = checkpoint.kind
+        self.model_kind = checkpoint.model_kind  # what the model can do: ask it, not its name
         self.single_label = checkpoint.single_label  # softmax scores: the top code is the prediction
         self.device = torch.device(device)
         self.batch_size = batch_size
-        self.plan: MemoryPlan | None = None
-        self._table: torch.Tensor | None = None
         # codes the checkpoint was not trained on, suggested from their titles (`title_suggestions`), when given
         self.title_index = TitleIndex(titles, exclude=self.labels.codes) if titles else None
-        if self.kind == "leam":
-            model = checkpoint.model
-            self.plan = plan(model.config, batch_size=batch_size, max_len=checkpoint.max_len, budget_mb=memory_mb,
-                             device=self.device.type, training=False, fast=model.fast)
-            if self.plan.use_table:
-                self._table = model.word_code_table()                                     # [V, K] G, stored offline
+        self.scorer = self.model_kind.scorer(checkpoint, device=self.device, batch_size=batch_size,
+                                             memory_mb=memory_mb)
+        self.plan: MemoryPlan | None = getattr(self.scorer, "plan", None)  # a model with a memory plan (LEAM)
 
     @classmethod
     def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = PREDICT.batch_size,
@@ -250,85 +226,39 @@ class Predictor:
         return self.checkpoint.max_len
 
     # ---------------------------------------------------------------- scoring
-    def _run(self, texts: Sequence[str], *, offsets: bool, attention: bool, want_doc: bool = False):
-        """Scores plus optional per-note attention; notes keep their input order.
-
-        Tokenisation (Rust, all cores, GIL released) of the next chunk overlaps the model on the current one,
-        and on CPU the model runs on one thread: its ops are small and cache-resident, and two threads
-        synchronising on every op were several times slower on a 2-core machine.
-        """
-        K = len(self.labels)
-        n = len(texts)
-        scores = np.zeros((n, K), dtype=np.float32)
-        extras: list[Any] = [None] * n
-        docs = np.zeros((n, self.checkpoint.model.config.embed_dim), dtype=np.float32) if want_doc else None
-        tok = self.checkpoint.tokenizer
-        starts = list(range(0, n, _PIPELINE_CHUNK))
-        encs: list[Any] = []
-        with ThreadPoolExecutor(max_workers=1) as pool, _torch_threads(1 if self.device.type == "cpu" else None), \
-                torch.inference_mode():
-            pending = pool.submit(tok.encode, texts[0:_PIPELINE_CHUNK], offsets=offsets)
-            for c, start in enumerate(starts):
-                chunk = pending.result()
-                if c + 1 < len(starts):
-                    nxt = starts[c + 1]
-                    pending = pool.submit(tok.encode, texts[nxt:nxt + _PIPELINE_CHUNK], offsets=offsets)
-                encs.extend(chunk)
-                self._forward([e.ids for e in chunk], start, scores, docs=docs, extras=extras if attention else None)
-        return scores, encs, extras, docs
-
-    def _forward(self, id_lists: Sequence[Sequence[int]], start: int, scores: np.ndarray, *,
-                 docs: np.ndarray | None = None, extras: list[Any] | None = None) -> None:
-        """The model's forward (as the memory plan says) over length-bucketed batches of encoded notes; fills rows
-        start.. of `scores` (and `docs`, and each note's beta in `extras`)."""
-        model = self.checkpoint.model
-        lengths = [len(x) for x in id_lists]
-        for batch in bucketed_batches(lengths, self.batch_size, rng=None):
-            ids, mask = pad_batch([id_lists[i] for i in batch])
-            out = model(ids.to(self.device), mask.to(self.device),
-                        return_attention=extras is not None or docs is not None,
-                        table=self._table, block=self.plan.block, order=self.plan.order)
-            rows = batch + start
-            scores[rows] = model.probabilities(out.logits).float().cpu().numpy()
-            if docs is not None:
-                docs[rows] = out.doc.float().cpu().numpy()
-            if extras is not None:
-                beta_np = out.beta.float().cpu().numpy()
-                for j, i in enumerate(batch):
-                    extras[start + i] = beta_np[j, :lengths[i]]
+    def _lacks(self, what: str) -> ConfigError:
+        return ConfigError(f"{what} exist only for checkpoints whose model shows them (LEAM); this one is "
+                           f"{self.kind}.")
 
     def score_ids(self, id_lists: Sequence[Sequence[int]]) -> np.ndarray:
-        """[N, K] float32 probabilities for notes already encoded by this checkpoint's tokenizer (LEAM only).
+        """[N, K] float32 probabilities for notes already encoded by this checkpoint's tokenizer (a kind that
+        `scores_ids`: LEAM).
 
         The same computation as `score`, without tokenising again: training scores dev with it every epoch.
         """
-        if self.kind != "leam":
-            raise ConfigError("score_ids needs a LEAM checkpoint; tfidf-lr scores texts (use score).")
-        scores = np.zeros((len(id_lists), len(self.labels)), dtype=np.float32)
-        with _torch_threads(1 if self.device.type == "cpu" else None), torch.inference_mode():
-            self._forward(id_lists, 0, scores)
-        return scores
+        if not self.model_kind.scores_ids:
+            raise ConfigError(f"score_ids needs a checkpoint that scores token ids (LEAM); {self.kind} scores texts "
+                              "(use score).")
+        return self.scorer.score_ids(id_lists)  # type: ignore[attr-defined]  (scores_ids: the scorer has it)
 
     def score(self, texts: Sequence[str]) -> np.ndarray:
         """[N, K] float32 probabilities for notes, in input order (the number `evaluate` uses)."""
         texts = list(texts)
         if not texts:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
-        if self.kind == "tfidf-lr":
-            return self.checkpoint.model.predict_proba(texts).astype(np.float32)
-        return self._run(texts, offsets=False, attention=False)[0]
+        return self.scorer.score(texts)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """[N, P] attended note vectors z (LEAM only), for the label-embedding map."""
-        if self.kind != "leam":
-            raise ConfigError("note embeddings exist only for LEAM checkpoints; this one is tfidf-lr.")
-        return self._run(list(texts), offsets=False, attention=False, want_doc=True)[3]
+        """[N, P] attended note vectors z (a kind that `can_embed`: LEAM), for the label-embedding map."""
+        if not self.model_kind.can_embed:
+            raise self._lacks("note embeddings")
+        return self.scorer.embed(list(texts))  # type: ignore[attr-defined]  (can_embed: the scorer has it)
 
     def label_embeddings(self) -> np.ndarray:
-        """[K, P] the learned code vectors C (LEAM only)."""
-        if self.kind != "leam":
-            raise ConfigError("code embeddings exist only for LEAM checkpoints; this one is tfidf-lr.")
-        return self.checkpoint.model.label_emb.detach().float().cpu().numpy()
+        """[K, P] the learned code vectors C (a kind that `can_embed`: LEAM)."""
+        if not self.model_kind.can_embed:
+            raise self._lacks("code embeddings")
+        return self.scorer.label_embeddings()  # type: ignore[attr-defined]  (can_embed: the scorer has it)
 
     def predict(
         self,
@@ -376,8 +306,7 @@ class Predictor:
             else:
                 good.append(i)
         good_texts = [texts[i] for i in good]
-        encs = self.checkpoint.tokenizer.encode(good_texts,
-                                                offsets=explain > 0) if self.kind == "leam" and good else None
+        encs = self.scorer.encode(good_texts, offsets=explain > 0) if good else None  # None: the model reads text
         return Prepared(ids, errors, good, good_texts, encs)
 
     def finish(self, prepared: "Prepared", *, top_k: int | None = PREDICT.top_k, threshold: float | None = None,
@@ -393,11 +322,8 @@ class Predictor:
         if not good:
             return out  # type: ignore[return-value]
         extras: list[Any] | None = None
-        if self.kind == "leam":
-            scores = np.zeros((len(good), K), dtype=np.float32)
-            extras = [None] * len(good) if explain > 0 else None
-            with _torch_threads(1 if self.device.type == "cpu" else None), torch.inference_mode():
-                self._forward([e.ids for e in encs], 0, scores, extras=extras)
+        if encs is not None:
+            scores, extras = self.scorer.score_encoded(encs, attention=explain > 0 and self.model_kind.can_explain)
         else:
             scores = self.score(prepared.texts)
         codes, descs = self.labels.codes, self.labels.descriptions
@@ -422,7 +348,7 @@ class Predictor:
                     rec.attention = [Span(a, b, float(w)) for (a, b), w in zip(offs, beta)]
                 rec.evidence = [Span(offs[p][0], offs[p][1], float(beta[p])) for p in _top(beta, explain)]
                 ks = [self.labels.index(c.code) for c in predicted]
-                g = self._word_rows(np.asarray(encs[j].ids), ks)                           # [n, L]
+                g = self.scorer.word_rows(np.asarray(encs[j].ids), ks)  # type: ignore[attr-defined]  # [n, L]
                 rec.code_phrases = {c.code: _word_spans(offs, row, explain) for c, row in zip(predicted, g)}
             out[i] = rec
         return out  # type: ignore[return-value]
@@ -430,7 +356,7 @@ class Predictor:
     def correct_code_spans(self, texts: Sequence[str], gold: Sequence[Sequence[str]], *, explain: int,
                            threshold: float | None = None) -> list[dict[str, list[tuple[int, int]] | None]]:
         """Each note's correctly predicted codes (gold, and predicted at the threshold) with the spans
-        `predict(..., explain=explain)` shows for them, best first (None for tfidf-lr, which shows none): what
+        `predict(..., explain=explain)` shows for them, best first (None for a kind that shows none, tfidf-lr): what
         `clinicode.metrics.evidence_figures` judges against gold mentions.
 
         Args:
@@ -439,12 +365,12 @@ class Predictor:
             explain: spans per code.
             threshold: the cut-off for "predicted" (default: the checkpoint's).
         """
-        leam = self.kind == "leam"
-        records = self.predict(texts, explain=explain if leam else 0, top_k=0, threshold=threshold, attention=False)
+        spans = self.model_kind.can_explain
+        records = self.predict(texts, explain=explain if spans else 0, top_k=0, threshold=threshold, attention=False)
         out: list[dict[str, list[tuple[int, int]] | None]] = []
         for rec, codes in zip(records, gold, strict=True):
             wanted, phrases = set(codes), rec.code_phrases or {}
-            out.append({c.code: ([(s.start, s.end) for s in phrases.get(c.code, [])] if leam else None)
+            out.append({c.code: ([(s.start, s.end) for s in phrases.get(c.code, [])] if spans else None)
                         for c in rec.predicted if c.code in wanted})
         return out
 
@@ -461,7 +387,8 @@ class Predictor:
             k: spans per code (the explain count), >= 1.
             threshold: the cut-off for "predicted" (default: the checkpoint's).
         Returns:
-            None when no note has a gold mention; else the figures, with a "model_note" for tfidf-lr (no spans).
+            None when no note has a gold mention; else the figures, with a "model_note" for a kind that shows no
+            spans (tfidf-lr).
         Raises:
             ConfigError: k < 1.
         """
@@ -471,35 +398,25 @@ class Predictor:
             return None
         correct = self.correct_code_spans(texts, gold, explain=k, threshold=threshold)
         out = evidence_figures(texts, mentions, correct, dict(zip(self.labels.codes, self.labels.descriptions)), k=k)
-        if self.kind != "leam":
-            out["model_note"] = NO_PHRASES
+        if not self.model_kind.can_explain:
+            out["model_note"] = NO_PHRASES.format(kind=self.kind)
         return out
 
     def explain_codes(self, text: str, codes: Sequence[str], n: int = 5) -> dict[str, list[Span]]:
         """Each given code's evidence spans in one note, at most n (as `predict(..., explain=n)` gives for predicted
         codes).
 
-        For showing the evidence of any code on demand, without computing it for thousands up front (LEAM only).
+        For showing the evidence of any code on demand, without computing it for thousands up front (a kind that
+        `can_explain`: LEAM).
         """
-        if self.kind != "leam":
-            raise ConfigError("phrase evidence exists only for LEAM checkpoints; this one is tfidf-lr.")
-        enc = self.checkpoint.tokenizer.encode([text], offsets=True)[0]
+        if not self.model_kind.can_explain:
+            raise ConfigError(f"phrase evidence exists only for checkpoints whose model shows it (LEAM); this one is "
+                              f"{self.kind}.")
+        enc = self.scorer.encode([text], offsets=True)[0]
         if not enc.ids or not codes:
             return {c: [] for c in codes}
-        g = self._word_rows(np.asarray(enc.ids), [self.labels.index(c) for c in codes])
+        g = self.scorer.word_rows(np.asarray(enc.ids), [self.labels.index(c) for c in codes])  # type: ignore[attr-defined]
         return {c: _word_spans(enc.offsets, row, n) for c, row in zip(codes, g)}
-
-    def _word_rows(self, tok_ids: np.ndarray, codes: list[int]) -> np.ndarray:
-        """G[k, l] = cos(v_l, c_k) of one note's tokens for the given codes (LEAM's first step, docs/domain.md
-        section 8): [len(codes), L] float32, from the checkpoint's word and code vectors alone."""
-        model = self.checkpoint.model
-        with _torch_threads(1 if self.device.type == "cpu" else None), torch.inference_mode():
-            ids = torch.as_tensor(tok_ids, dtype=torch.long, device=self.device)
-            V = model.word_emb.weight[ids]                                                # [L, P]
-            C = model.label_emb[torch.as_tensor(codes, dtype=torch.long, device=self.device)]  # [n, P]
-            Vn = V / (V.norm(dim=-1, keepdim=True) + EPS)
-            Cn = C / (C.norm(dim=-1, keepdim=True) + EPS)
-            return (Cn @ Vn.T).float().cpu().numpy()                                      # [n, L]
 
     def card(self) -> dict[str, Any]:
         """Model card: manifest, configs and metrics (for the app)."""
@@ -509,7 +426,7 @@ class Predictor:
             "model": ck.kind,
             "manifest": ck.manifest,
             "train_config": asdict(ck.train_config),
-            "model_config": asdict(ck.model.config) if ck.kind == "leam" else {},
+            **self.model_kind.card(ck.model),  # "model_config"
             "threshold": ck.threshold,
             "metrics_dev": ck.metrics_dev,
             "metrics_test": ck.metrics_test,

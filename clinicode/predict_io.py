@@ -1,7 +1,8 @@
 """Batch scoring of files: notes in (read by `clinicode.records`), one output record per note out.
 
-The output record is `Prediction.to_dict()`; `record_line`, `csv_row` and `records_bytes` are its only writers
-(the CLI's files, the app's downloads), and `score_records` the only chunked scorer (`predict_file`, the app).
+The output record is `Prediction.to_dict()`; the writers of `clinicode.formats` (jsonl, csv, fhir) are its only
+writers (the CLI's files, the app's downloads, through `records_bytes`), and `score_records` the only chunked scorer
+(`predict_file`, the app).
 
 Output goes to OUT.partial, flushed per chunk, and is renamed to OUT at the end: a killed run leaves no
 half-written OUT, and `resume=True` continues from the ids already in OUT.partial. OUT.partial.json records the
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import io
 import itertools
 import json
 import os
@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
+from clinicode import formats
 from clinicode.config import PREDICT, check_threshold
 from clinicode.environment import environment_hash
 from clinicode.errors import ConfigError, DataFormatError
@@ -39,45 +40,27 @@ from clinicode.files import (
     read_json,
     write_json_atomic,
 )
+from clinicode.formats import CSV_HEADER, csv_row, record_line  # noqa: F401  (the output's writers: formats)
 from clinicode.predict import Prediction, Predictor
 from clinicode.records import Record, read_records
 
 CHUNK = 256
-CSV_HEADER = ("id", "predicted", "scores", "truncated", "error")
 PARTIAL_KIND = "predict-partial"
 OUTPUT_KIND = "predict-output"
 
 
-def record_line(rec: Mapping[str, Any]) -> str:
-    """One output record (`Prediction.to_dict()`) as its JSONL line, newline included."""
-    return json.dumps(rec, ensure_ascii=False) + "\n"
-
-
-def csv_row(rec: Mapping[str, Any]) -> list[Any]:
-    """One output record as the row of the CSV output (columns `CSV_HEADER`)."""
-    pred = ";".join(p["code"] for p in rec.get("predicted", []))
-    return [rec["id"], pred, json.dumps(rec.get("scores", {})), rec.get("truncated", ""), rec.get("error", "")]
-
-
-def records_bytes(records: Iterable[Mapping[str, Any]], *, fmt: str = "jsonl") -> bytes:
+def records_bytes(records: Iterable[Mapping[str, Any]], *, fmt: str = "jsonl",
+                  context: Mapping[str, Any] | None = None) -> bytes:
     """Output records as a whole file in memory, byte for byte what `predict_file` writes (for the app's downloads).
 
     Args:
         records: `Prediction.to_dict()` records.
-        fmt: "jsonl" or "csv".
+        fmt: an output format of `clinicode.formats` ("jsonl", "csv" or "fhir").
+        context: what the format needs beyond the records (fhir: `systems`, `source`).
     Returns:
         UTF-8 bytes.
     """
-    if fmt not in ("jsonl", "csv"):
-        raise ConfigError(f"output format must be 'jsonl' or 'csv', got {fmt!r}.")
-    buf = io.StringIO(newline="")
-    if fmt == "csv":
-        w = csv.writer(buf)
-        w.writerow(CSV_HEADER)
-        w.writerows(csv_row(r) for r in records)
-    else:
-        buf.writelines(record_line(r) for r in records)
-    return buf.getvalue().encode("utf-8")
+    return formats.writer(fmt).to_bytes(records, context=context)
 
 
 def score_records(
@@ -135,7 +118,7 @@ class _Writer:
     """JSONL or CSV records to OUT.partial (locked while open); `finish()` marks and renames it to OUT."""
 
     def __init__(self, out: str | Path, *, fmt: str, append: bool, claim: PartialFile | None = None,
-                 run_id: str = "") -> None:
+                 run_id: str = "", context: Mapping[str, Any] | None = None) -> None:
         self.stdout = str(out) == "-"
         self.fmt = fmt
         self.run_id = run_id
@@ -151,15 +134,8 @@ class _Writer:
             else:
                 os.ftruncate(fd, 0)
             self.f = open(fd, "w", encoding="utf-8", newline="", closefd=True)
-        self.csv = csv.writer(self.f) if fmt == "csv" else None
-        if self.csv is not None and not (append and self.partial.stat().st_size > 0):
-            self.csv.writerow(CSV_HEADER)
-
-    def write(self, rec: dict[str, Any]) -> None:
-        if self.csv is not None:
-            self.csv.writerow(csv_row(rec))
-        else:
-            self.f.write(record_line(rec))
+        self.write = formats.writer(fmt).open(self.f, header=not (append and self.partial.stat().st_size > 0),
+                                              context=context)
 
     def flush(self) -> None:
         self.f.flush()
@@ -209,6 +185,9 @@ def predict_file(
     progress: bool = True,
     on_bad: Callable[[str], None] | None = None,
     encode: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    input_format: str | None = None,
+    output_format: str | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> dict[str, int]:
     """Score every record of `input` into `output` (JSONL, or CSV when output ends in .csv).
 
@@ -216,8 +195,11 @@ def predict_file(
         shard: (i, n): score only records whose position p satisfies p % n == i (deterministic).
         resume: skip ids already present in OUT.partial (or, when there is none, in OUT) and append to it; an id
             that occurs n times in the input is skipped as often as it already occurs in the output.
-        encode: turns each record into the JSON line written instead (JSONL only; `--format fhir` passes a FHIR
-            Bundle builder); counts and --strict still go by the record.
+        encode: turns each record into the JSON line written instead (JSONL only); counts and --strict still go by
+            the record.
+        input_format: a reader of `clinicode.formats` (None: by the input's name).
+        output_format: a writer of `clinicode.formats` (None: CSV when output ends in .csv, else JSONL); "fhir"
+            writes one Bundle a line, built with CONTEXT (`systems`, `source`), and cannot --resume.
     Returns:
         counts: {"scored", "errors", "skipped"}, plus "duplicate_ids" (records repeating an earlier id) when there
             are any; such records are scored like any other.
@@ -225,10 +207,10 @@ def predict_file(
         DataFormatError: an unreadable or empty input; with strict=True, the first bad record.
         ConfigError: an output that is not a regular file or new, not clinicode's, or being written by another run.
     """
-    fmt = "csv" if str(output).endswith(".csv") else "jsonl"
+    fmt = formats.writer(output_format).name if output_format else formats.writer_for(str(output)).name
     if threshold is not None:
         check_threshold(threshold)  # before any output is claimed (the rule of every face: clinicode.config)
-    if encode is not None and (resume or fmt == "csv"):
+    if (encode is not None or fmt == "fhir") and (resume or str(output).endswith(".csv")):
         raise ConfigError("--format fhir writes one JSON Bundle per line: give an --output not "
                           "ending in .csv, and drop "
                           "--resume (FHIR output is written whole; rerun to replace it).")
@@ -237,7 +219,7 @@ def predict_file(
         check_output(Path(output), option="--output", command="predict", folder=False,
                      recognise=functools.partial(is_marked_file, kind=OUTPUT_KIND),
                      inputs={"--input": input, "--checkpoint": predictor.checkpoint.path})
-    records = read_records(input)
+    records = read_records(input, input_format)
     first = next(records, None)  # file-level input errors surface here, before OUT.partial is created
     if first is None:
         raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, "
@@ -267,7 +249,7 @@ def predict_file(
         except BaseException:
             claim.abandon()
             raise
-    writer = _Writer(output, fmt=fmt, append=resume and bool(done), claim=claim, run_id=run_id)
+    writer = _Writer(output, fmt=fmt, append=resume and bool(done), claim=claim, run_id=run_id, context=context)
     try:
         counts = _score(predictor, writer, first, records, done, shard=shard, top_k=top_k, threshold=threshold,
                         explain=explain, strict=strict, progress=progress, on_bad=on_bad, encode=encode)

@@ -1,4 +1,5 @@
-"""Note records to score: the one reader of JSONL, CSV, Parquet and .txt notes, for the CLI, the app and clusters.
+"""Note records to score, from the readers of `clinicode.formats` (JSONL, CSV, Parquet, .txt, FHIR DocumentReference),
+for the CLI, the app, the review queue and clusters.
 
 Files are streamed, never loaded whole. A record that cannot be scored (invalid JSON, no text, text that is not a
 string or is blank) keeps its place with an `error`; a file that cannot be read at all raises DataFormatError.
@@ -7,25 +8,21 @@ Messages name files, lines, rows and ids, never note text.
 
 from __future__ import annotations
 
-import codecs
-import functools
 import gzip
-import io
-import json
 import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
-from clinicode.data.text import describe_columns
+from clinicode import formats
 from clinicode.errors import DataFormatError
 from clinicode.files import LineTooLong, is_readable_stream, read_lines_bounded
+from clinicode.formats import BATCH_ROWS, Row, Upload  # noqa: F401  (Upload and BATCH_ROWS are read from here too)
 
-BATCH_ROWS = 1024  # rows parsed at a time from CSV and Parquet
-# bytes one JSONL line or .txt note may hold; a longer one is a bad record, never loaded whole
-MAX_LINE_BYTES = 64 << 20
-SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".ndjson", ".csv", ".csv.gz", ".parquet", ".txt")
+# bytes one record (JSONL line, table cell, .txt note) may hold; a longer one is a bad record, never loaded whole.
+# The formats' shared bound, read from here at each call (so a test can lower it for the notes predict reads).
+MAX_LINE_BYTES = formats.MAX_RECORD_BYTES
 
 
 @dataclass
@@ -35,14 +32,6 @@ class Record:
     id: str
     text: Any
     error: str | None = None
-
-
-@dataclass(frozen=True)
-class Upload:
-    """A file held in memory (an upload in the app): its name decides the format."""
-
-    name: str
-    data: bytes
 
 
 def text_error(rid: str, text: Any) -> str | None:
@@ -77,35 +66,14 @@ def _record(rid: str, text: Any) -> Record:
     return Record(rid, None if err else text, err)
 
 
-def _jsonl_records(f: BinaryIO, source: str) -> Iterator[Record]:
-    """Records of a binary JSONL stream, decoded line by line: a line that is not UTF-8 or longer than MAX_LINE_BYTES
-    is a bad record with its line number (the rest of the file is still read), never a whole-file failure."""
-    for n, line in enumerate(read_lines_bounded(f, MAX_LINE_BYTES), start=1):
-        if isinstance(line, LineTooLong):
-            yield Record(f"line-{n}", None, f"line {n} of {source}: more than the {_size(MAX_LINE_BYTES)} a record "
-                                            "may hold; split or shorten the note")
+def _row_records(rows: Iterator[Row], source: str) -> Iterator[Record]:
+    """Records of a JSONL-like reader's rows: a bad row keeps its place as `line-N` with its problem."""
+    for row in rows:
+        n = row.n
+        if row.fields is None:
+            yield Record(f"line-{n}", None, f"line {n} of {source}: {row.problem}")
             continue
-        if n == 1 and line.startswith(codecs.BOM_UTF8):
-            line = line[len(codecs.BOM_UTF8):]
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as err:
-            yield Record(f"line-{n}", None,
-                         f"line {n} of {source}: not UTF-8 text ({err.reason} at byte {err.start + 1} "
-                                            "of the line); re-encode the file as UTF-8")
-            continue
-        if not text.strip():
-            continue
-        try:
-            obj = json.loads(text)
-        except (ValueError, RecursionError) as err:  # a 4,301-digit number is a ValueError, 1,000 brackets recurse
-            why = "not valid JSON" if isinstance(err, json.JSONDecodeError) else \
-                  "JSON that Python cannot hold (a number of over 4,300 digits, or nesting too deep)"
-            yield Record(f"line-{n}", None, f"line {n} of {source}: {why}")
-            continue
-        if not isinstance(obj, dict):
-            yield Record(f"line-{n}", None, f"line {n} of {source}: expected a JSON object with 'id' and 'text'")
-            continue
+        obj = row.fields
         rid = f"line-{n}" if obj.get("id") is None else str(obj["id"])
         if not is_unicode(rid):  # the id goes into messages and outputs: it must be text, so it is not quoted here
             yield Record(f"line-{n}", None, f"line {n} of {source}: the 'id' holds a lone UTF-16 surrogate "
@@ -117,8 +85,10 @@ def _jsonl_records(f: BinaryIO, source: str) -> Iterator[Record]:
         yield _record(rid, obj["text"])
 
 
-def _size(n: int) -> str:
-    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n:,} bytes"
+def _jsonl_records(f: BinaryIO, source: str, reader: str = "jsonl") -> Iterator[Record]:
+    """Records of a binary JSONL stream, decoded line by line: a line that is not UTF-8 or longer than MAX_LINE_BYTES
+    is a bad record with its line number (the rest of the file is still read), never a whole-file failure."""
+    yield from _row_records(formats.READERS[reader].rows(f, source, limit=MAX_LINE_BYTES), source)
 
 
 def _first_bad_line(raw: Callable[[], BinaryIO]) -> int | None:
@@ -137,88 +107,79 @@ def _first_bad_line(raw: Callable[[], BinaryIO]) -> int | None:
     return None
 
 
+def _table_record(n: int, fields: dict[str, Any]) -> Record:
+    rid = fields.get("id")
+    ok = rid is not None and rid == rid and str(rid).strip()
+    return _record(str(rid) if ok else f"row-{n}", fields.get("text"))
+
+
 def frame_records(df: Any, source: str, offset: int = 0) -> Iterator[Record]:
     """Records of a pandas DataFrame with columns `text` and (optionally) `id`; rows without an id get `row-N`.
 
     Raises:
         DataFormatError: the frame has no `text` column.
     """
-    if "text" not in df.columns:
-        raise DataFormatError(f"{source}: no 'text' column (columns: {describe_columns(df.columns)}); "
-                              "add one holding the notes.")
+    formats.check_columns(df, source, ("text",))
     has_id = "id" in df.columns
-    for i, (rid, text) in enumerate(zip(df["id"] if has_id else range(len(df)), df["text"])):
-        n = offset + i + 1
-        ok = has_id and rid is not None and rid == rid and str(rid).strip()
-        yield _record(str(rid) if ok else f"row-{n}", text)
+    for i, (rid, text) in enumerate(zip(df["id"] if has_id else [None] * len(df), df["text"])):
+        yield _table_record(offset + i + 1, {"id": rid, "text": text})
+
+
+def _table_records(rows: Iterator[Row], where: str, counted: list[int]) -> Iterator[Record]:
+    """Records of a table reader's rows (CSV, Parquet); a cell over the bound is a bad record `row-N`."""
+    for row in rows:
+        counted[0] = row.n
+        if row.fields is None:
+            yield Record(f"row-{row.n}", None, f"row {row.n} of {where}: {row.problem}")
+        else:
+            yield _table_record(row.n, row.fields)
 
 
 def _csv_records(src: Any, where: str) -> Iterator[Record]:
     import pandas as pd
 
-    offset = 0
+    offset = [0]
     try:
-        for chunk in pd.read_csv(src, dtype={"id": str}, chunksize=BATCH_ROWS, keep_default_na=False, na_values=[]):
-            yield from frame_records(chunk, where, offset)
-            offset += len(chunk)
+        yield from _table_records(formats.csv_rows(src, where, limit=MAX_LINE_BYTES, require=("text",)), where, offset)
     except pd.errors.EmptyDataError:
         raise DataFormatError(f"{where}: empty file; expected a CSV header with columns "
                               "id,text and one row per note.") from None
     except pd.errors.ParserError as err:
-        raise DataFormatError(f"{where}: not a readable CSV after row {offset:,} "
+        raise DataFormatError(f"{where}: not a readable CSV after row {offset[0]:,} "
                               f"({type(err).__name__}); expected columns "
                               "id,text with the note text quoted.") from None
 
 
 def _parquet_records(src: Any, where: str) -> Iterator[Record]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        pf = pq.ParquetFile(src)
-    except (pa.ArrowException, OSError) as err:
-        raise DataFormatError(f"{where}: not a readable parquet file ({type(err).__name__}); write it "
-                              "again or use .jsonl/.csv.") from None
-    offset = 0
-    cols = [c for c in ("id", "text") if c in pf.schema_arrow.names] or None
-    batches = pf.iter_batches(batch_size=BATCH_ROWS, columns=cols)
-    while True:
-        try:
-            batch = next(batches, None)
-            df = None if batch is None else batch.to_pandas()
-        except (pa.ArrowException, OSError) as err:
-            raise DataFormatError(f"{where}: damaged parquet file after row {offset:,} "
-                                  f"({type(err).__name__}); write it "
-                                  "again or use .jsonl/.csv.") from None
-        if df is None:
-            return
-        yield from frame_records(df, where, offset)
-        offset += len(df)
+    yield from _table_records(formats.parquet_rows(src, where, limit=MAX_LINE_BYTES, columns=("id", "text"),
+                                                   require=("text",)), where, [0])
 
 
-def _suffix(name: str) -> str:
-    p = Path(name.lower())
-    return "".join(p.suffixes[-2:]) if p.suffix == ".gz" else p.suffix
-
-
-def read_records(source: str | Path | Upload) -> Iterator[Record]:
+def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterator[Record]:
     """Stream the records of SOURCE: a file or folder path, '-' (JSONL on stdin), or an in-memory `Upload`.
 
-    Formats by name: .jsonl/.ndjson/.json lines (optionally .gz), .csv (optionally .gz), .parquet, .txt (one note; the
-    id is the file name), or a folder of .txt files (any case: NOTE.TXT too). A pipe (`<(cmd)`) without a known
-    extension is read as JSONL, like stdin. A byte-order mark is dropped. A JSONL line or .txt note of more than
-    MAX_LINE_BYTES, or one that is not UTF-8, is a bad record (with its line number), not a failure.
+    FMT names the input format (`clinicode.formats.READERS`: jsonl, csv, parquet, txt, fhir); None picks it by the
+    name: .jsonl/.ndjson/.json lines, .csv, .parquet, .txt (one note; the id is the file name), each text format
+    optionally .gz, or a folder of .txt files (any case: NOTE.TXT too). A pipe (`<(cmd)`) without a known extension
+    is read as JSONL, like stdin. A byte-order mark is dropped. A record (JSONL line, table cell, .txt note) of more
+    than MAX_LINE_BYTES, or one that is not UTF-8, is a bad record (with its line number), not a failure.
 
     Raises:
         DataFormatError: a missing path, unknown extension, undecodable bytes, unreadable CSV/Parquet or a table
             without a `text` column (one line naming the file, never its text).
+        ConfigError: an unknown FMT.
     """
+    chosen = formats.reader(fmt) if fmt is not None else None
     stream = False
     if isinstance(source, Upload):
         where, name = source.name, source.name
     elif str(source) == "-":
+        if chosen is not None and chosen.name not in ("jsonl", "fhir"):
+            raise DataFormatError(f"--input -: stdin is read as JSONL (or fhir: DocumentReferences a line), not "
+                                  f"{chosen.name}; pass a file, or drop --input-format.")
         try:
-            yield from _jsonl_records(sys.stdin.buffer, "stdin")
+            f = formats.open_binary(sys.stdin.buffer, "stdin")  # not closed: stdin is the process's, not ours
+            yield from _jsonl_records(f, "stdin", chosen.name if chosen and chosen.name == "fhir" else "jsonl")
         except OSError as err:
             raise DataFormatError("--input -: stdin could not be read "
                                   f"({err.strerror or type(err).__name__}).") from None
@@ -227,65 +188,50 @@ def read_records(source: str | Path | Upload) -> Iterator[Record]:
         p = Path(source)
         where, name = f"--input {p}", p.name
         if p.is_dir():
-            files = sorted(q for q in p.iterdir() if q.suffix.lower() == ".txt" and q.is_file())
+            files = sorted(q for q in p.iterdir() if formats.reader_for(q.name) is formats.READERS["txt"]
+                           and q.is_file())
             if not files:
                 raise DataFormatError(f"--input {p}: folder holds no .txt files; put one note per .txt file in it.")
             for q in files:
-                yield _txt_record(q.stem, functools.partial(_read_head, q), q.name)
+                yield _txt_record(Path(q.stem).stem if q.suffix.lower() == ".gz" else q.stem, q, q.name)
             return
         stream = is_readable_stream(p)  # a pipe, e.g. bash's <(cmd) as /dev/fd/N
         if not p.is_file() and not stream:
             raise DataFormatError(f"--input {p}: no such file or folder." if not p.exists() else
                                   f"--input {p}: not a regular file, folder or pipe; pass a notes file or folder.")
-    suffix = _suffix(name)
-    if stream and suffix not in SUFFIXES:
-        suffix = ".jsonl"  # a pipe has no file type of its own: JSONL, like stdin
-    if suffix not in SUFFIXES:
-        raise DataFormatError(f"{where}: unknown file type {suffix or '(none)'!r}; expected "
+    reader = chosen or formats.reader_for(name)
+    if reader is None and stream:
+        reader = formats.READERS["jsonl"]  # a pipe has no file type of its own: JSONL, like stdin
+    if reader is None:
+        raise DataFormatError(f"{where}: unknown file type {formats.suffix(name) or '(none)'!r}; expected "
                               ".jsonl, .csv, .parquet, .txt "
                               "or a folder of .txt files.")
-
-    def raw() -> BinaryIO:  # a binary file object over the source
-        return io.BytesIO(source.data) if isinstance(source, Upload) else open(source, "rb")
+    src: Any = source if isinstance(source, Upload) else Path(source)
+    gz = reader.text and formats.suffix(name).endswith(".gz")
 
     try:
-        if suffix == ".txt":
-            yield _txt_record(Path(name).stem, lambda: _read_head(raw), name)
-        elif suffix == ".parquet":
-            with raw() as f:
-                yield from _parquet_records(f, where)
-        elif suffix == ".jsonl.gz":
-            with gzip.open(raw(), "rb") as f:
-                yield from _jsonl_records(f, name)
-        elif suffix == ".csv.gz":
-            with gzip.open(raw()) as f:
-                yield from _csv_records(f, where)
-        elif suffix == ".csv":
-            with raw() as f:
-                yield from _csv_records(f, where)
+        if reader.name == "txt":
+            yield _txt_record(Path(name[:-3] if gz else name).stem, src, name)
         else:
-            with raw() as f:
-                yield from _jsonl_records(f, name)
+            with formats.open_binary(src, name, text=reader.text) as f:
+                if reader.name == "parquet":
+                    yield from _parquet_records(f, where)
+                elif reader.name == "csv":
+                    yield from _csv_records(f, where)
+                else:
+                    yield from _jsonl_records(f, name, reader.name)
     except UnicodeDecodeError as err:
-        line = None if stream else _first_bad_line(lambda: gzip.open(raw(), "rb") if suffix.endswith(".gz") else raw())
+        line = None if stream else _first_bad_line(lambda: formats.open_binary(src, name))
         at = f"line {line}" if line is not None else f"byte {err.start}"
         raise DataFormatError(f"{where}: not UTF-8 text ({err.reason} at {at}); re-encode the file as UTF-8.") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise DataFormatError(f"{where}: damaged or truncated file ({type(err).__name__}); write it again.") from None
 
 
-def _read_head(src: Path | Callable[[], BinaryIO]) -> bytes:
-    """A .txt note's bytes, at most MAX_LINE_BYTES + 1 (so an oversized one is told, not loaded whole)."""
-    with (open(src, "rb") if isinstance(src, Path) else src()) as f:
-        return f.read(MAX_LINE_BYTES + 1)
-
-
-def _txt_record(rid: str, read, name: str) -> Record:
-    data = read()
-    if len(data) > MAX_LINE_BYTES:  # _read_head reads one byte more than the bound, to tell
-        return Record(rid, None,
-                      f"file {name}: more than the {_size(MAX_LINE_BYTES)} a note may hold; split or shorten it")
-    try:
-        return _record(rid, data.decode("utf-8-sig"))
-    except UnicodeDecodeError:
-        return Record(rid, None, f"file {name}: not UTF-8 text")
+def _txt_record(rid: str, src: Path | Upload, name: str) -> Record:
+    """One .txt note (read to at most MAX_LINE_BYTES + 1 bytes, so an oversized one is told, not loaded whole)."""
+    with formats.open_binary(src, name) as f:
+        row = next(formats.txt_rows(f, name, limit=MAX_LINE_BYTES))
+    if row.fields is None:
+        return Record(rid, None, f"file {name}: {row.problem}")
+    return _record(rid, row.fields["text"])

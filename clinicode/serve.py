@@ -32,12 +32,14 @@ import re
 import signal
 import socket
 import stat
+import struct
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -51,6 +53,7 @@ from clinicode.checkpoint import resolve_checkpoint_dir
 from clinicode.config import PREDICT, PredictConfig, ServeConfig, kind_of
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.fhir import bundle, check_subject, code_systems, note_from_document_reference, predictor_source
+from clinicode.formats import SERVICE_FORMATS
 from clinicode.predict import Predictor, Prepared
 from clinicode.records import is_unicode
 
@@ -429,7 +432,8 @@ _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 def _error(status: int, message: str, *, fhir: bool = False, headers: dict[str, str] | None = None) -> JSONResponse:
     if fhir:
-        code = {401: "login", 403: "forbidden", 404: "not-found", 405: "not-supported", 408: "timeout",
+        code = {401: "login", 403: "forbidden", 404: "not-found", 405: "not-supported", 406: "not-supported",
+                408: "timeout",
                 413: "too-costly", 415: "not-supported", 421: "forbidden", 503: "transient"}.get(status, "invalid")
         body = {"resourceType": "OperationOutcome",
                 "issue": [{"severity": "error", "code": code, "diagnostics": message}]}
@@ -573,6 +577,9 @@ class Service:
         self.pending = 0
         self.metrics = Metrics()
         self._lock = threading.Lock()
+        # orders "start serving" (a load ending) and "start stopping" (`drain`); reentrant: a second signal may
+        # arrive while the first one's handler holds it
+        self._stage = threading.RLock()
 
     def load(self, predictor: Predictor) -> None:
         self.source = predictor_source(predictor)
@@ -589,13 +596,30 @@ class Service:
     def ready(self) -> bool:
         return self.predictor is not None and self.batcher is not None and self.batcher.alive() and not self.draining
 
-    def drain(self) -> None:
+    def serve_loaded(self, predictor: Predictor, announce: Callable[[Predictor], None] | None = None) -> bool:
+        """Serve PREDICTOR (a load just ended) and call ANNOUNCE with it, unless a stop has begun: then the model is
+        dropped, nothing is announced, and the answer is False. One lock orders this against `drain`, so "serving"
+        is never announced after "stopping"."""
+        with self._stage:
+            if self.draining:
+                log.info("the model finished loading after the stop began; it is not served")
+                return False
+            self.load(predictor)
+            if announce is not None:
+                announce(predictor)
+            return True
+
+    def drain(self, announce: Callable[[], None] | None = None) -> None:
         """Start a graceful stop: new requests get 503; admitted ones are scored for `grace` seconds, then the ones
-        still waiting are answered with 503 (the batch being scored finishes)."""
-        if self.draining:
-            return
-        self.draining = True
-        b = self.batcher
+        still waiting are answered with 503 (the batch being scored finishes). ANNOUNCE (the "stopping" line) is
+        called first, under the lock `serve_loaded` takes."""
+        with self._stage:
+            if self.draining:
+                return
+            self.draining = True
+            if announce is not None:
+                announce()
+            b = self.batcher
         if b is not None:
             timer = threading.Timer(self.limits.grace, b.refuse_waiting)
             timer.daemon = True
@@ -726,15 +750,98 @@ def check_content_type(request: Request, accepted: Sequence[str]) -> None:
                               "uncompressed (without a Content-Encoding header).")
 
 
+# What each route answers, for `Accept` (RFC 9110 section 12.5.1): (methods, media types, first the one it sends).
+_ANSWERS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
+    "/health": (frozenset({"GET", "HEAD"}), ("application/json",)),
+    "/ready": (frozenset({"GET", "HEAD"}), ("application/json",)),
+    "/metrics": (frozenset({"GET", "HEAD"}), ("text/plain",)),
+    "/v1/predict": (frozenset({"POST"}), ("application/json",)),
+    ANALYZE: (frozenset({"POST"}), (FHIR_JSON, "application/json")),
+    "/openapi.json": (frozenset({"GET", "HEAD"}), ("application/json",)),
+    "/docs": (frozenset({"GET", "HEAD"}), ("text/html",)),
+    "/docs/oauth2-redirect": (frozenset({"GET", "HEAD"}), ("text/html",)),
+}
+
+
+def acceptable(accept: str | None, offered: Sequence[str]) -> bool:
+    """Whether an `Accept` header takes one of OFFERED: each is weighed by the most specific media range naming it
+    (`type/subtype`, then `type/*`, then `*/*`) and taken with a q above 0. Parameters other than q are ignored
+    (`application/fhir+json; fhirVersion=4.0` is application/fhir+json). No header, an empty one, or one with no
+    readable range takes anything."""
+    if accept is None:
+        return True
+    ranges: list[tuple[str, str, float]] = []
+    for item in accept.split(","):
+        mime, *params = item.split(";")
+        mime = mime.strip().lower()
+        typ, sep, sub = ("*", "/", "*") if mime == "*" else mime.partition("/")
+        if not (sep and typ and sub):
+            continue
+        q: float | None = 1.0
+        for p in params:
+            k, _, v = p.strip().partition("=")
+            if k.strip().lower() == "q":
+                try:
+                    q = float(v.strip())
+                except ValueError:
+                    q = None
+                if q is not None and not 0 <= q <= 1:  # nan too
+                    q = None
+        if q is not None:
+            ranges.append((typ, sub, q))
+    if not ranges:
+        return True
+    for o in offered:
+        otyp, _, osub = o.partition("/")
+        best: tuple[int, float] | None = None
+        for typ, sub, q in ranges:
+            rank = (2 if (typ, sub) == (otyp, osub) else 1 if (typ, sub) == (otyp, "*")
+                    else 0 if (typ, sub) == ("*", "*") else -1)
+            if rank >= 0 and (best is None or rank > best[0]):
+                best = (rank, q)
+        if best is not None and best[1] > 0:
+            return True
+    return False
+
+
+class _Accept:
+    """ASGI middleware: a request whose `Accept` takes none of the media types its route answers gets 406, in JSON
+    (an OperationOutcome on /fhir/ routes) naming the types the route answers. `/v1/predict?format=fhir` answers
+    application/fhir+json as well."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        route = _ANSWERS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if route is None or scope.get("method") not in route[0]:
+            return await self.app(scope, receive, send)
+        path, offered = scope["path"], route[1]
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        if path == "/v1/predict" and query.get("format") == ["fhir"]:
+            offered = (FHIR_JSON, *offered)
+        given = [v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"accept"]
+        accept = ", ".join(given) if given else None
+        if acceptable(accept, offered):
+            return await self.app(scope, receive, send)
+        types = offered[0] + (f" (and {', '.join(offered[1:])})" if offered[1:] else "")
+        msg = (f"Accept {json.dumps((accept or '')[:60])} takes none of the types {path[:40]} answers: it answers "
+               f"only {types}; send Accept: {offered[0]} (or */*), or leave Accept out.")
+        await _error(406, msg, fhir=path.startswith("/fhir/"))(scope, receive, send)
+
+
 def create_app(predictor: Predictor | None = None, *, token: str | None = None, limits: Limits = Limits(),
                host: str = "127.0.0.1", load: Callable[[], Predictor] | None = None,
-               on_load_failure: Callable[[BaseException], None] | None = None) -> FastAPI:
+               on_load_failure: Callable[[BaseException], None] | None = None,
+               on_loaded: Callable[[Predictor], None] | None = None) -> FastAPI:
     """The service around one Predictor: given, or made by LOAD in a thread once the app starts (meanwhile /ready and
     the scoring routes answer 503). Its micro-batching worker starts with the model and stops with the app.
 
     Args:
         host: the address the server is bound to (Host headers naming it are accepted; see `Gate`).
         on_load_failure: called with LOAD's exception (the CLI stops the server with it).
+        on_loaded: called with LOAD's predictor once it is served (the CLI's "serving" line); never when a stop
+            began while it loaded (`Service.serve_loaded`).
     """
     from contextlib import asynccontextmanager
 
@@ -744,7 +851,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
 
     def background_load() -> None:
         try:
-            svc.load(load())
+            svc.serve_loaded(load(), on_loaded)
         except BaseException as err:  # reported by the caller in one line
             svc.failed = err
             log.error("the model could not be loaded: %s", err)
@@ -869,7 +976,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
               openapi_extra={"requestBody": {"required": True,
                                              "content": {"application/json": {"schema": _PREDICT_SCHEMA}}},
                              "parameters": [{"name": "format", "in": "query", "required": False,
-                                             "schema": {"type": "string", "enum": ["json", "fhir"],
+                                             "schema": {"type": "string", "enum": list(SERVICE_FORMATS),
                                                         "default": "json"}}]
                                            + [{"name": n, "in": "query", "required": False, "schema": {"type": t},
                                                "description": "As the body's field of that name; given in both, "
@@ -880,7 +987,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
     async def predict(request: Request) -> JSONResponse:
         query = query_options(request, ("format", *_OPTION_KEYS))
         fmt = query.get("format", "json")
-        if fmt not in ("json", "fhir"):
+        if fmt not in SERVICE_FORMATS:
             raise BadRequest(422, f"format={fmt[:20]!r} is not known; use format=json (the default) or format=fhir.")
         check_content_type(request, _JSON_ROUTES["/v1/predict"])
         scorer()
@@ -936,6 +1043,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
             return app.openapi_schema
 
         app.openapi = openapi_with_bearer  # type: ignore[method-assign]
+    app.add_middleware(_Accept)  # inside the token check: a 401 comes first
     app.add_middleware(_BearerAuth, token=token)
     app.add_middleware(_Front, service=svc, gate=Gate(host, limits.allow_hosts, limits.allow_origins))  # outermost
     return app
@@ -1054,17 +1162,54 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{addr}]:{port}" if ":" in addr else f"http://{addr}:{port}"
 
 
-def _protocol(read_timeout: float) -> type:
+def _protocol(read_timeout: float, write_timeout: float = 30.0) -> type:
     """uvicorn's h11 protocol with a deadline for a request's head: a connection whose request line and headers have
     not all arrived within READ_TIMEOUT seconds of its first byte (or of the connection) is closed. uvicorn times only
-    idle keep-alive connections; a half-sent request would be held forever."""
+    idle keep-alive connections; a half-sent request would be held forever.
+
+    And one for answers: a connection whose answer has waited WRITE_TIMEOUT seconds in the server's send buffer (the
+    client does not read it, or too slowly) is reset. uvicorn waits for such a client forever, even to close the
+    connection (asyncio's close first sends what is buffered), and a graceful stop waits for it too."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class TimedH11(H11Protocol):
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._head_timer: asyncio.TimerHandle | None = None
+            self._write_timer: asyncio.TimerHandle | None = None
+            self._write_deadline = 0.0
+            self._lost = False
             self._arm()
+
+        def _watch_writes(self) -> None:
+            """Start the answer's deadline when bytes wait in the send buffer (checked until they are all sent)."""
+            if self._write_timer is None and not self._lost and self.transport.get_write_buffer_size() > 0:
+                self._write_deadline = self.loop.time() + write_timeout
+                self._write_timer = self.loop.call_later(min(0.25, write_timeout), self._check_writes)
+
+        def _check_writes(self) -> None:
+            self._write_timer = None
+            if self._lost or self.transport.get_write_buffer_size() == 0:
+                return  # all sent: the next answer gets its own deadline
+            left = self._write_deadline - self.loop.time()
+            if left > 0:
+                self._write_timer = self.loop.call_later(min(0.25, left), self._check_writes)
+                return
+            log.info("closed a connection whose client did not read its answer within %g s (--write-timeout)",
+                     write_timeout)
+            with contextlib.suppress(OSError, AttributeError):  # a reset: the kernel drops what it still holds too
+                self.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                                   struct.pack("ii", 1, 0))
+            self.transport.abort()
+
+        def pause_writing(self) -> None:  # the send buffer is over its high-water mark
+            super().pause_writing()
+            self._watch_writes()
+
+        def on_response_complete(self) -> None:
+            self._watch_writes()
+            self._disarm()      # idle now: uvicorn's keep-alive timeout (--idle-timeout) takes over
+            super().on_response_complete()
 
         def _arm(self) -> None:
             if self._head_timer is None:
@@ -1083,10 +1228,6 @@ def _protocol(read_timeout: float) -> type:
             elif self.cycle is None or self.cycle.response_complete:
                 self._arm()     # bytes of the next request's head: it must be complete in time
 
-        def on_response_complete(self) -> None:
-            self._disarm()      # idle now: uvicorn's keep-alive timeout (--idle-timeout) takes over
-            super().on_response_complete()
-
         def _head_timed_out(self) -> None:
             self._head_timer = None
             if (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing():
@@ -1095,7 +1236,11 @@ def _protocol(read_timeout: float) -> type:
                 self.transport.close()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            self._lost = True
             self._disarm()
+            if self._write_timer is not None:
+                self._write_timer.cancel()
+                self._write_timer = None
             super().connection_lost(exc)
 
         def _unsupported_upgrade_warning(self) -> None:  # uvicorn's would advise installing a WebSocket library
@@ -1142,21 +1287,23 @@ def run(checkpoint: Path, *, host: str = "127.0.0.1", port: int = 8000, token_fi
     failure: list[BaseException] = []
 
     def load() -> Predictor:
-        predictor = Predictor.from_checkpoint(checkpoint, device=device)
+        return Predictor.from_checkpoint(checkpoint, device=device)
+
+    def loaded(predictor: Predictor) -> None:
         if on_ready:
             on_ready(predictor, token is not None, url)
-        return predictor
 
     def load_failed(err: BaseException) -> None:
         failure.append(err)
         server.should_exit = True
 
-    app = create_app(token=token, limits=limits, host=host, load=load, on_load_failure=load_failed)
+    app = create_app(token=token, limits=limits, host=host, load=load, on_load_failure=load_failed,
+                     on_loaded=loaded)
     # clinicode's own access log (client, method, path, status, time, request id): no bodies, headers or note text.
     # ws="none": no route takes a WebSocket, and uvicorn's handshake refusal would be a bodiless text/plain 403 that
     # passes the Host, Origin and token checks unseen; an Upgrade request is then answered as plain HTTP (JSON).
     config = uvicorn.Config(app, log_config=_log_config(), access_log=False, server_header=False, lifespan="on",
-                            ws="none", http=_protocol(limits.read_timeout),
+                            ws="none", http=_protocol(limits.read_timeout, limits.write_timeout),
                             timeout_keep_alive=int(max(1, limits.idle_timeout)),
                             timeout_graceful_shutdown=int(limits.grace) + 30)
     server = _Server(config, app.state.service)
@@ -1206,8 +1353,15 @@ def _server_class() -> type:
                 self.ended_grace = True
                 b.refuse_waiting()
                 return
-            log.info("stopping: new requests get 503; admitted ones have %g s to be scored", self.service.limits.grace)
-            self.service.drain()
+            svc = self.service
+
+            def announce() -> None:
+                if svc.predictor is None:  # the load goes on in its thread; its end is never announced as serving
+                    log.info("stopping while the model loads: it will not be served")
+                else:
+                    log.info("stopping: new requests get 503; admitted ones have %g s to be scored", svc.limits.grace)
+
+            svc.drain(announce)
             self.should_exit = True
 
     return Server

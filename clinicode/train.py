@@ -36,7 +36,7 @@ from clinicode.train_setup import (
     given_options,
     marks_everything,
     open_run,
-    train_tfidf_lr,
+    train_whole,
 )
 from clinicode.train_state import STATE_DIR, make_optimizer, save_state
 
@@ -225,7 +225,7 @@ def train(
                                        descriptions_path=descriptions_path, resume=resume)
     seed_everything(config.seed)
     if options is None:
-        return train_tfidf_lr(run, ds, config, extra)
+        return train_whole(run, ds, config, extra)  # a kind fitted whole (tfidf-lr): no epoch loop
 
     setup = TrainingSetup(ds, run, config, options, given_options(model_options), resume=resume, report=report,
                           manifest_extra={**extra, "world_size": world()[1]})

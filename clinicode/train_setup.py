@@ -4,7 +4,8 @@ after its last.
 Set-up: check RUN and the data, claim RUN, fit the tokenizer and the starting vectors (or load them from RUN/state on
 --resume), plan memory, build the optimiser, the weight average and the DDP wrapper (`TrainingSetup`). Finishing: tune
 the threshold on dev with the inference path, score test once, write the metrics, scores and the final checkpoint
-(`finish`). The tfidf-lr baseline, which has no loop, is set up and finished here whole (`train_tfidf_lr`).
+(`finish`). A model kind fitted whole, without the loop (the tfidf-lr baseline), is set up and finished here
+(`train_whole`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from clinicode.files import check_output, claim_folder, write_json_atomic
 from clinicode.memory import plan
 from clinicode.metrics import binarize, metrics_report, tune_threshold
 from clinicode.model import LEAM
+from clinicode.models import train_kind
+from clinicode.models.leam import KIND as LEAM_KIND
 from clinicode.predict import Predictor
 from clinicode.runtime import init_distributed, pick_device, release_freed_memory, seed_everything, world
 from clinicode.tokenizer import ClinicalTokenizer
@@ -43,7 +46,7 @@ from clinicode.train_state import STATE_DIR, WeightAverage, load_state, make_opt
 log = logging.getLogger("clinicode.train")  # one logger for a run's messages, set-up and loop alike
 
 __all__ = ["Objective", "ShareDropout", "TrainingSetup", "check_run_folder", "distributed", "finish",
-           "marks_everything", "open_run", "train_tfidf_lr"]
+           "marks_everything", "open_run", "train_whole"]
 
 
 def with_descriptions(labels: LabelSet, descriptions_path: Path | None) -> LabelSet:
@@ -229,12 +232,12 @@ class TrainingSetup:
 
     def checkpoint(self, threshold: float) -> Checkpoint:
         """The current weights as an (unsaved) checkpoint, for scoring through `Predictor`."""
-        return Checkpoint(self.run / CHECKPOINT_DIR, "leam", self.model, self.labels, threshold, self.cfg, {},
+        return Checkpoint(self.run / CHECKPOINT_DIR, LEAM_KIND.name, self.model, self.labels, threshold, self.cfg, {},
                           self.tokenizer)
 
     def save_best(self, threshold: float, metrics_dev: dict[str, Any],
                   metrics_test: dict[str, Any] | None = None) -> None:
-        save_checkpoint(self.run / CHECKPOINT_DIR, kind="leam", model=self.model, labels=self.labels,
+        save_checkpoint(self.run / CHECKPOINT_DIR, kind=LEAM_KIND.name, model=self.model, labels=self.labels,
                         threshold=threshold, train_config=self.cfg, tokenizer=self.tokenizer,
                         metrics_dev=metrics_dev, metrics_test=metrics_test,
                         extra={**self.manifest_extra, "epoch": self.state["epoch"], "seed": self.cfg.seed},
@@ -248,7 +251,7 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
     `train_counts`: [K] training notes per code (`LabelSet.counts`), for the test metrics' rare/frequent slices.
     `dev_ids`: dev as the checkpoint's tokenizer encodes it, when training already has it (LEAM).
     """
-    pred = Predictor(ck, device=ck.model.word_emb.weight.device if ck.kind == "leam" else "cpu",
+    pred = Predictor(ck, device=ck.model_kind.device(ck.model),
                      batch_size=ck.train_config.eval_batch_size, memory_mb=ck.train_config.memory_mb)
     one = ck.single_label
     dev = ds.split("dev")
@@ -325,13 +328,16 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
 
     Returns:
         (RUN resolved, the dataset with descriptions filled, the manifest's extra fields ({"data": ...}), the
-        model options (None for tfidf-lr)).
+        model options (None for a kind fitted whole, such as tfidf-lr)).
+    Raises:
+        ConfigError: an unknown --model (before anything is written), or bad options.
     """
+    kind = train_kind(config.model)
     vectors = config.embeddings if config.embeddings not in ("w2v", "random") else None
     run = check_run_folder(Path(out_dir), resume=resume,
                            inputs={"--data": data_dir, "--descriptions": descriptions_path, "--embeddings": vectors})
     options: ModelOptions | None = None
-    if config.model == "leam":  # unknown or out-of-range model options fail before anything is written
+    if kind.trained_by_loop:  # unknown or out-of-range model options fail before anything is written
         options = (model_options if isinstance(model_options, ModelOptions)
                    else ModelOptions.from_dict(model_options))
     ds = load_dataset(Path(data_dir), top_k=config.top_k)
@@ -374,23 +380,23 @@ def given_options(model_options: ModelOptions | dict[str, Any] | None) -> dict[s
     return dict(model_options or {})
 
 
-def train_tfidf_lr(run: Path, ds: PreparedDataset, config: TrainConfig, extra: dict[str, Any]) -> dict[str, Any]:
-    """The tfidf-lr baseline: fit on train, then `finish` (threshold on dev, test, checkpoint); one process only."""
-    from clinicode.baseline import fit_tfidf_lr
-
+def train_whole(run: Path, ds: PreparedDataset, config: TrainConfig, extra: dict[str, Any]) -> dict[str, Any]:
+    """A model kind fitted whole (`ModelKind.fit`, e.g. the tfidf-lr baseline): fit on train, then `finish`
+    (threshold on dev, test, checkpoint); one process only."""
+    kind = train_kind(config.model)
     if world()[1] > 1:
-        raise ConfigError("--model tfidf-lr trains in one process; run it without torchrun.")
+        raise ConfigError(f"--model {kind.name} trains in one process; run it without torchrun.")
     ck_dir = run / CHECKPOINT_DIR
     train_df = ds.split("train")
-    model = fit_tfidf_lr(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
-                         single_label=single_label(ds, config))
+    model = kind.fit(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
+                     single_label=single_label(ds, config))
 
     counts = ds.labels.counts(train_df["labels"])
 
     def save(t: float, md: dict, mt: dict) -> None:
-        save_checkpoint(ck_dir, kind="tfidf-lr", model=model, labels=ds.labels, threshold=t, train_config=config,
+        save_checkpoint(ck_dir, kind=kind.name, model=model, labels=ds.labels, threshold=t, train_config=config,
                         metrics_dev=md, metrics_test=mt, extra={**extra, "seed": config.seed}, train_counts=counts)
 
-    result = finish(run, ds, Checkpoint(ck_dir, "tfidf-lr", model, ds.labels, 0.5, config, {}), save,
+    result = finish(run, ds, Checkpoint(ck_dir, kind.name, model, ds.labels, 0.5, config, {}), save,
                     train_counts=counts)
     return {**result, "run": str(run)}

@@ -91,9 +91,9 @@ if p.code_phrases is None:
 
 
 def with_evidence(codes: list[str]) -> None:
-    """Compute the phrase evidence of codes not explained yet (LEAM only), into the kept result."""
+    """Compute the phrase evidence of codes not explained yet (a model that shows it: LEAM), into the kept result."""
     missing = [c for c in codes if c not in p.code_phrases]
-    if missing and pred.kind == "leam":
+    if missing and pred.model_kind.can_explain:
         p.code_phrases.update(pred.explain_codes(text, missing, EXPLAIN))
 
 tuned = float(pred.threshold)
@@ -182,7 +182,7 @@ with right:
         "Highlight", choices, key="hl_code",
         format_func=lambda c: c if c == attn else f"{c} — {descs.get(c, '')}",
     )
-    if pred.kind != "leam":
+    if not pred.model_kind.can_explain:
         st.caption(f"A {pred.kind} model has no attention or phrase evidence; the note is shown as text.")
         body = render.highlight_html(text, [])
     elif pick == attn:

@@ -96,14 +96,7 @@ def _cm_module():
 # No maintained, clearly licensed package ships the CMS ICD-10-PCS tables complete (see docs/domain.md), so a PCS code
 # without a title from the data says what it is rather than showing a blank.
 PCS_NO_TITLE = "ICD-10-PCS, no title"
-_PCS_SECTIONS = frozenset("0123456789BCDFGHX")  # the first character of every ICD-10-PCS code is one of its sections
-
-
-def display_titles(codes: Iterable[str], titles: Iterable[str]) -> tuple[str, ...]:
-    """The titles to show: each title as given, or PCS_NO_TITLE for an ICD-10-PCS code (undotted, 7 characters, a PCS
-    section first, as clinicode writes them) that has none. Other codes without a title stay blank."""
-    return tuple(t if t.strip() or not (is_icd10_pcs(c) and "." not in c and c[:1] in _PCS_SECTIONS) else PCS_NO_TITLE
-                 for c, t in zip(codes, titles))
+PCS_SECTIONS = frozenset("0123456789BCDFGHX")  # the first character of every ICD-10-PCS code is one of its sections
 
 
 def icd10_cm_titles(codes: Iterable[str]) -> dict[str, str]:

@@ -10,7 +10,14 @@ from typing import Callable, Iterable, Mapping
 
 from clinicode.codes import chapters
 from clinicode.codes.icd9 import format_diagnosis, format_procedure, is_icd9_diagnosis, is_icd9_procedure
-from clinicode.codes.icd10 import format_icd10_cm, icd10_cm_titles, is_icd10_cm, is_icd10_pcs
+from clinicode.codes.icd10 import (
+    PCS_NO_TITLE,
+    PCS_SECTIONS,
+    format_icd10_cm,
+    icd10_cm_titles,
+    is_icd10_cm,
+    is_icd10_pcs,
+)
 from clinicode.errors import DataFormatError
 
 DIAGNOSIS, PROCEDURE = "diagnosis", "procedure"
@@ -112,6 +119,13 @@ class CodeSystem:
         for part, wanted in by_part.items():
             out.update(part._titles(wanted))
         return out
+
+    def display_titles(self, codes: Iterable[str], titles: Iterable[str]) -> tuple[str, ...]:
+        """The titles to show: each title as given, or PCS_NO_TITLE for a code of this system's ICD-10-PCS member
+        that has none (clinicode ships no PCS titles). Other codes without a title, a MeSH id included however
+        PCS-like its shape, stay blank."""
+        return tuple(t if t.strip() or not (self.member(c) is ICD10_PCS and c.strip()[:1].upper() in PCS_SECTIONS)
+                     else PCS_NO_TITLE for c, t in zip(codes, titles))
 
     def __repr__(self) -> str:
         return f"CodeSystem({self.name!r})"

@@ -14,8 +14,8 @@ from typing import Iterator
 
 import pandas as pd
 
-from clinicode.data.text import describe_columns
 from clinicode.errors import DataFormatError
+from clinicode.formats import describe_columns
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""The read side of stage 1: load and validate a prepared dataset folder (parquet, JSONL or CSV splits).
+"""The read side of stage 1: load and validate a prepared dataset folder (parquet, JSONL or CSV splits, the text
+ones optionally gzipped, all read through `clinicode.formats`).
 
 Used by training and evaluation; never reads raw MIMIC tables and never writes.
 """
@@ -20,16 +21,19 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from clinicode import formats
 from clinicode.codes.systems import infer_code_system
 from clinicode.constants import EVIDENCE, ID, LABELS, LABELS_FILE, MANIFEST_FILE, SPLITS, SUBJECT_ID, TEXT
 from clinicode.data.labels import LabelSet
-from clinicode.data.text import describe_columns
 from clinicode.errors import DataFormatError
 from clinicode.files import manifest_kind, read_json, sha256_file
+from clinicode.formats import describe_columns
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("parquet", "jsonl", "jsonl.gz", "csv")  # first match wins when a split exists in several formats
+# first match wins when a split exists in several formats; the text formats are read through `clinicode.formats`
+# (gzip, byte-order mark, the record bound), so each may be gzipped
+FORMATS = ("parquet", "jsonl", "jsonl.gz", "csv", "csv.gz")
 REQUIRED_SPLITS = ("train", "dev")
 CSV_LABEL_SEP = ";"
 PREPARED_KIND = "prepared-dataset"
@@ -87,7 +91,7 @@ def _check_utf8(path: Path) -> None:
         raise DataFormatError(f"{path} is empty; expected a header/rows with columns id, text, labels.")
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset = 0
-    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
+    with formats.open_binary(path) as f:
         while block := f.read(1 << 20):
             try:
                 decoder.decode(block)
@@ -104,28 +108,28 @@ def _check_utf8(path: Path) -> None:
                                   "re-save the file as UTF-8.") from None
 
 
+def _bad_row(path: Path, where: str, row: formats.Row) -> DataFormatError:
+    tail = "; expected one JSON object per line" if row.problem == "not valid JSON" else ""
+    return DataFormatError(f"{path} {where} {row.n}: {row.problem}{tail}.")
+
+
 def _read_jsonl(path: Path) -> pd.DataFrame:
     rows = []
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8-sig") as f:  # a byte-order mark is read (and dropped), as in CSV
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataFormatError(f"{path} line {lineno}: not valid JSON ({err.msg}); expected "
-                                      "one JSON object per line.") from None
-            if not isinstance(obj, dict):
-                raise DataFormatError(f"{path} line {lineno}: expected a JSON object with id, text, labels, "
-                                      f"got {type(obj).__name__}.")
-            rows.append({k: obj.get(k) for k in (ID, TEXT, LABELS, SUBJECT_ID, EVIDENCE) if k in obj})
+    for row in formats.read_rows(path, "jsonl", where=str(path), fields=(ID, TEXT, LABELS)):
+        if row.fields is None:  # a line over the record bound, not JSON, not an object: told, never skipped
+            raise _bad_row(path, "line", row)
+        rows.append({k: row.fields.get(k) for k in (ID, TEXT, LABELS, SUBJECT_ID, EVIDENCE) if k in row.fields})
     return pd.DataFrame(rows)
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
+        rows = []
+        for row in formats.read_rows(path, "csv", where=str(path), strings=True):
+            if row.fields is None:  # a cell over the record bound: told, never skipped
+                raise _bad_row(path, "row", row)
+            rows.append(row.fields)
+        df = pd.DataFrame(rows, dtype=object)
     except pd.errors.EmptyDataError:
         raise DataFormatError(f"{path} is empty; expected a header with columns id, text, labels.") from None
     except (pd.errors.ParserError, ValueError) as err:
@@ -145,10 +149,15 @@ def _read_csv(path: Path) -> pd.DataFrame:
 
 def _read_parquet(path: Path) -> pd.DataFrame:
     try:
-        return pd.read_parquet(path)
+        df = pd.read_parquet(path)
     except Exception as err:  # pyarrow raises several unrelated types for damaged files
         raise DataFormatError(f"{path} cannot be read as parquet ({type(err).__name__}); "
                               "re-run `clinicode prepare`.") from err
+    if TEXT in df.columns:  # read whole (Parquet is columnar); the record bound still holds for each note
+        big = next((i for i, t in enumerate(df[TEXT]) if formats.over_limit(t, formats.MAX_RECORD_BYTES)), None)
+        if big is not None:
+            raise DataFormatError(f"{path} row {big + 1}: {formats.too_big_problem(formats.MAX_RECORD_BYTES)}.")
+    return df
 
 
 def _column(values: list, index: pd.Index) -> pd.Series:
@@ -172,7 +181,7 @@ def _as_label_list(value: Any, path: Path, doc_id: str) -> list[str]:
 
 def _read_split(path: Path) -> pd.DataFrame:
     """Read one split file and validate its contract (columns, ids, text, label lists)."""
-    fmt = "jsonl" if path.name.endswith(".jsonl.gz") else path.suffix[1:]
+    fmt = formats.reader_for(path.name).name
     try:
         if fmt != "parquet":
             _check_utf8(path)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from clinicode.formats import describe_columns  # noqa: F401  (moved to the formats room; read from here too)
+
 # CAML: tokens are \w+ runs (Unicode letters, digits, underscore); all-numeric tokens are dropped; lowercase.
 TOKEN_RE = re.compile(r"\w+")
 
@@ -22,21 +24,3 @@ def tokenize_with_offsets(text: str) -> list[tuple[str, int, int]]:
 def tokenize(text: str) -> list[str]:
     """CAML tokens of `text` (lowercased, all-numeric tokens dropped)."""
     return [t for t, _, _ in tokenize_with_offsets(text)]
-
-
-_COLUMN_NAME = re.compile(r"[\w .:/()#+-]{1,32}")
-
-
-def describe_columns(columns, *, limit: int = 12) -> str:
-    """Column names for an error message, never a cell of note text.
-
-    A file without a header row has its first data row read as column names; names that do not look like
-    names (longer than 32 characters, more than three words, or unusual characters) are shown by length only.
-    """
-    cols = [str(c) for c in columns]
-    shown = [c if _COLUMN_NAME.fullmatch(c) and len(c.split()) <= 3 else f"<{len(c)}-character name>"
-             for c in cols[:limit]]
-    text = ", ".join(shown) + (f" and {len(cols) - limit} more" if len(cols) > limit else "") if cols else "none"
-    if any(s.startswith("<") for s in shown):
-        text += "; is the header row missing?"
-    return text

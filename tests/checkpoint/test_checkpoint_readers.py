@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from clinicode.checkpoint import TRAIN_COUNTS_FILE, load_checkpoint
-from clinicode.codes.icd10 import PCS_NO_TITLE, display_titles
+from clinicode.codes.icd10 import PCS_NO_TITLE
+from clinicode.codes.systems import ICD10, MESH_OMIM, MIXED
 from clinicode.data.prepared import read_split
 from clinicode.errors import CheckpointError
 from clinicode.evaluate import NO_TRAIN_COUNTS, evaluate, format_table
@@ -80,10 +81,17 @@ def test_damaged_training_counts_are_refused(ck):
 
 def test_icd10_pcs_codes_without_a_title_say_so():
     codes = ("BW40ZZZ", "0TJB8ZZ", "02HV33Z", "J18.9", "401.9", "S72.001A", "custom")
-    got = display_titles(codes, ("", " ", "Insertion of Infusion Device into Superior Vena Cava, Percutaneous Approach",
-                                 "", "", "", ""))
-    assert got[:2] == (PCS_NO_TITLE, PCS_NO_TITLE)
-    assert got[2].startswith("Insertion") and got[3:] == ("", "", "", "")
+    titles = ("", " ", "Insertion of Infusion Device into Superior Vena Cava, Percutaneous Approach", "", "", "", "")
+    for system in (ICD10, MIXED):
+        got = system.display_titles(codes, titles)
+        assert got[:2] == (PCS_NO_TITLE, PCS_NO_TITLE)
+        assert got[2].startswith("Insertion") and got[3:] == ("", "", "", "")
+
+
+def test_a_mesh_id_shaped_like_a_pcs_code_is_no_pcs_code():
+    # D012345 has a PCS code's shape (7 characters, section D); in a MeSH label set it is a MeSH descriptor
+    got = MESH_OMIM.display_titles(("D012345", "D003920", "OMIM:312080"), ("", "Diabetes Mellitus", ""))
+    assert got == ("", "Diabetes Mellitus", "")
 
 
 def test_predict_output_gives_pcs_codes_a_title_not_a_blank(ck, tmp_path):

@@ -1,0 +1,419 @@
+"""Input and output formats by name: the one room where records are read from files and written to them.
+
+Readers turn a file into rows (`Row`: its line or row number, its fields, or the problem that makes it unreadable);
+`clinicode.records` makes notes to score of them (predict, the app, the review queue) and `clinicode.data.prepared`
+makes training's dataset splits of them. Writers turn output records (`Prediction.to_dict()`) into a file: predict's
+`--output`, the app's downloads and the service's `format=fhir`.
+
+    readers  jsonl (.jsonl, .json, .ndjson)  csv (.csv)  parquet (.parquet)  txt (.txt, one note)
+             fhir (FHIR R4 DocumentReference resources, one JSON object a line; chosen by name only)
+    writers  jsonl (.jsonl)  csv (.csv)  fhir (one FHIR R4 Bundle a line)
+
+Bounds every text reader shares: a `.gz` name is read through gzip, a leading UTF-8 byte-order mark is dropped, and
+a record (a JSONL line, a CSV or Parquet cell, a .txt note) of more than MAX_RECORD_BYTES is reported as a bad row,
+never loaded whole nor dropped in silence. `reader(name)` / `writer(name)` look a format up, with a one-line error
+naming the known ones; `reader_for(file name)` picks one by the name's ending. Adding a format: docs/predict.md.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import gzip
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTuple, TextIO
+
+from clinicode.errors import ConfigError, DataFormatError
+from clinicode.files import LineTooLong, read_lines_bounded
+
+MAX_RECORD_BYTES = 64 << 20  # bytes one record (JSONL line, table cell, .txt note) may hold
+BATCH_ROWS = 1024  # rows parsed at a time from CSV and Parquet
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A file held in memory (an upload in the app): its name decides the format."""
+
+    name: str
+    data: bytes
+
+
+class Row(NamedTuple):
+    """One record of a file: `fields` as read, or `problem` (why it cannot be read; no location, no note text)."""
+
+    n: int                                 # 1-based line (JSONL) or row (CSV, Parquet) number; 1 for a .txt note
+    fields: dict[str, Any] | None
+    problem: str | None = None
+
+
+RowReader = Callable[..., Iterator[Row]]  # (binary stream, where, *, limit, fields, columns, strings) -> rows
+
+
+@dataclass(frozen=True)
+class Reader:
+    """An input format: `rows(stream, where, **options)` yields its `Row`s.
+
+    Options every reader takes (and may ignore): `limit` (bytes a record may hold), `fields` (the fields a record
+    has, for messages), `columns` (the fields wanted; None: all) and `strings` (read table cells as text).
+    """
+
+    name: str
+    suffixes: tuple[str, ...]  # file-name endings that pick it (lower case); none: chosen by name only
+    rows: RowReader
+    what: str  # for --help and messages
+    text: bool = True  # a text format: .gz and a byte-order mark are handled before `rows` sees the bytes
+
+
+@dataclass(frozen=True)
+class Writer:
+    """An output format: `open(f, header=..., context=...)` gives the function that writes one record to text file f.
+
+    `context` carries what a format needs beyond the record (FHIR: `systems` and `source`, see `clinicode.fhir`).
+    """
+
+    name: str
+    suffixes: tuple[str, ...]
+    media_type: str
+    open: Callable[..., Callable[[Mapping[str, Any]], None]]
+    what: str
+    line_per_record: bool = True  # JSONL-like: one line a record, so an interrupted run can resume by its ids
+
+    def to_bytes(self, records: Iterable[Mapping[str, Any]], *, context: Mapping[str, Any] | None = None) -> bytes:
+        """The records as a whole file in memory, byte for byte what predict writes (UTF-8)."""
+        buf = io.StringIO(newline="")
+        write = self.open(buf, header=True, context=context or {})
+        for r in records:
+            write(r)
+        return buf.getvalue().encode("utf-8")
+
+
+READERS: dict[str, Reader] = {}
+WRITERS: dict[str, Writer] = {}
+
+
+def register_reader(r: Reader) -> Reader:
+    """Add (or replace) an input format; its name is then a choice of `--input-format`."""
+    READERS[r.name] = r
+    return r
+
+
+def register_writer(w: Writer) -> Writer:
+    """Add (or replace) an output format; its name is then a choice of predict's `--format`."""
+    WRITERS[w.name] = w
+    return w
+
+
+def reader(name: str) -> Reader:
+    """The input format NAME. Raises ConfigError (one line, naming the known formats) for any other name."""
+    if name not in READERS:
+        raise ConfigError(f"unknown input format {str(name)[:40]!r}; known formats: {', '.join(READERS)}.")
+    return READERS[name]
+
+
+def writer(name: str) -> Writer:
+    """The output format NAME. Raises ConfigError (one line, naming the known formats) for any other name."""
+    if name not in WRITERS:
+        raise ConfigError(f"unknown output format {str(name)[:40]!r}; known formats: {', '.join(WRITERS)}.")
+    return WRITERS[name]
+
+
+def suffix(name: str) -> str:
+    """The format-deciding ending of a file name, lower case: '.csv', or '.csv.gz' for a gzipped one."""
+    p = Path(str(name).lower())
+    return "".join(p.suffixes[-2:]) if p.suffix == ".gz" else p.suffix
+
+
+def reader_for(name: str) -> Reader | None:
+    """The input format a file name's ending picks ('.gz' of a text format included), or None."""
+    end = suffix(name)
+    gz = end.endswith(".gz")
+    base = end[:-3] if gz else end
+    return next((r for r in READERS.values() if base in r.suffixes and (r.text or not gz)), None)
+
+
+def writer_for(name: str, default: str = "jsonl") -> Writer:
+    """The output format a file name's ending picks; DEFAULT for any other name (and for '-')."""
+    end = suffix(name)
+    return next((w for w in WRITERS.values() if end in w.suffixes), WRITERS[default])
+
+
+def known_suffixes() -> str:
+    """The file endings readers claim, for messages: '.jsonl, .json, .ndjson, .csv, .parquet, .txt'."""
+    return ", ".join(s for r in READERS.values() for s in r.suffixes)
+
+
+# ------------------------------------------------------------------ shared bounds
+def size_text(n: int) -> str:
+    """A byte count for messages: '64 MiB', or '4,096 bytes'."""
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n:,} bytes"
+
+
+def too_big_problem(limit: int) -> str:
+    return f"more than the {size_text(limit)} a record may hold; split or shorten the note"
+
+
+def over_limit(value: Any, limit: int) -> bool:
+    """True for a string whose UTF-8 form is over LIMIT bytes (counted only when it could be)."""
+    if not isinstance(value, str) or len(value) * 4 <= limit:
+        return False
+    return len(value) > limit or len(value.encode("utf-8", "surrogatepass")) > limit
+
+
+def open_binary(source: Path | str | Upload | BinaryIO, name: str | None = None, *, text: bool = True) -> BinaryIO:
+    """A binary stream over SOURCE (a path, an `Upload` or an open stream) with the shared bounds applied: a name
+    ending in .gz is read through gzip, and a text format's leading UTF-8 byte-order mark is dropped."""
+    if isinstance(source, Upload):
+        name = name or source.name
+    elif isinstance(source, (str, Path)):
+        name = name or str(source)
+    gz = text and suffix(name or "").endswith(".gz")
+    if isinstance(source, Upload):
+        f: BinaryIO = gzip.GzipFile(fileobj=io.BytesIO(source.data)) if gz else io.BytesIO(source.data)
+    elif isinstance(source, (str, Path)):
+        f = gzip.open(source, "rb") if gz else open(source, "rb")  # gzip.open of a path closes the file with itself
+    else:
+        f = gzip.GzipFile(fileobj=source) if gz else source
+    if text:
+        _skip_bom(f)
+    return f
+
+
+def _skip_bom(f: BinaryIO) -> None:
+    if hasattr(f, "peek"):
+        head = f.peek(len(codecs.BOM_UTF8))[:len(codecs.BOM_UTF8)]
+        if head == codecs.BOM_UTF8:
+            f.read(len(codecs.BOM_UTF8))
+    elif f.seekable():
+        start = f.tell()
+        if f.read(len(codecs.BOM_UTF8)) != codecs.BOM_UTF8:
+            f.seek(start)
+
+
+def read_rows(source: Path | str | Upload | BinaryIO, fmt: Reader | str | None = None, *, name: str | None = None,
+              where: str | None = None, limit: int | None = None, **options: Any) -> Iterator[Row]:
+    """The rows of SOURCE in format FMT (a Reader or its name; None: by the file name's ending); LIMIT: the bytes a
+    record may hold (None: MAX_RECORD_BYTES, read at the call).
+
+    Raises:
+        DataFormatError: an unknown file ending. A reader's own file-level errors (gzip, pandas, pyarrow, undecodable
+            bytes) pass through for the caller to word.
+    """
+    nm = name or (source.name if isinstance(source, Upload) else str(source) if isinstance(source, (str, Path))
+                  else "")
+    r = READERS[fmt] if isinstance(fmt, str) else fmt or reader_for(nm)
+    if r is None:
+        raise DataFormatError(f"{where or nm}: unknown file type {suffix(nm) or '(none)'!r}; expected "
+                              f"{known_suffixes()} (optionally .gz).")
+    with open_binary(source, nm, text=r.text) as f:
+        yield from r.rows(f, where or Path(nm).name, limit=MAX_RECORD_BYTES if limit is None else limit, **options)
+
+
+# ------------------------------------------------------------------ readers
+def _fields_phrase(fields: tuple[str, ...]) -> str:
+    quoted = [f"'{f}'" for f in fields]
+    return " and ".join(quoted) if len(quoted) < 3 else ", ".join(quoted[:-1]) + f" and {quoted[-1]}"
+
+
+def jsonl_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, fields: tuple[str, ...] = ("id", "text"),
+               **_: Any) -> Iterator[Row]:
+    """One JSON object a line, decoded line by line: a line over LIMIT bytes, not UTF-8, not JSON or not an object
+    is a bad row (the rest of the file is still read); blank lines are skipped."""
+    for n, line in enumerate(read_lines_bounded(f, limit), start=1):
+        if isinstance(line, LineTooLong):
+            yield Row(n, None, too_big_problem(limit))
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as err:
+            yield Row(n, None, f"not UTF-8 text ({err.reason} at byte {err.start + 1} of the line); re-encode the "
+                               "file as UTF-8")
+            continue
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError) as err:  # a 4,301-digit number is a ValueError, 1,000 brackets recurse
+            yield Row(n, None, "not valid JSON" if isinstance(err, json.JSONDecodeError) else
+                      "JSON that Python cannot hold (a number of over 4,300 digits, or nesting too deep)")
+            continue
+        if not isinstance(obj, dict):
+            yield Row(n, None, f"expected a JSON object with {_fields_phrase(fields)}")
+            continue
+        yield Row(n, obj)
+
+
+def _table_rows(frames: Iterator[Any], *, limit: int) -> Iterator[Row]:
+    n = 0
+    for df in frames:
+        cols = [str(c) for c in df.columns]
+        for values in zip(*(df[c] for c in df.columns)) if len(cols) else ():
+            n += 1
+            if any(over_limit(v, limit) for v in values):
+                yield Row(n, None, too_big_problem(limit))
+            else:
+                yield Row(n, dict(zip(cols, values)))
+
+
+def check_columns(df: Any, where: str, require: tuple[str, ...]) -> None:
+    """Raise a one-line DataFormatError when a table lacks a required column (names shown, never cells)."""
+    for col in require:
+        if col not in df.columns:
+            raise DataFormatError(f"{where}: no {col!r} column (columns: {describe_columns(df.columns)}); "
+                                  "add one holding the notes.")
+
+
+def csv_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, strings: bool = False,
+             require: tuple[str, ...] = (), **_: Any) -> Iterator[Row]:
+    """CSV with a header row, BATCH_ROWS at a time; `id` (every column with STRINGS) is read as text. pandas'
+    EmptyDataError and ParserError pass through for the caller to word."""
+    import pandas as pd
+
+    def frames() -> Iterator[Any]:
+        for chunk in pd.read_csv(f, dtype=str if strings else {"id": str}, chunksize=BATCH_ROWS,
+                                 keep_default_na=False, na_values=[], encoding="utf-8"):
+            check_columns(chunk, where, require)
+            yield chunk
+
+    yield from _table_rows(frames(), limit=limit)
+
+
+def parquet_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, columns: tuple[str, ...] | None = None,
+                 require: tuple[str, ...] = (), **_: Any) -> Iterator[Row]:
+    """Parquet, a row group's batch at a time (only COLUMNS that exist are read; None: all)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(f)
+    except (pa.ArrowException, OSError) as err:
+        raise DataFormatError(f"{where}: not a readable parquet file ({type(err).__name__}); write it "
+                              "again or use .jsonl/.csv.") from None
+    cols = None if columns is None else [c for c in columns if c in pf.schema_arrow.names] or None
+    batches = pf.iter_batches(batch_size=BATCH_ROWS, columns=cols)
+    done = 0
+
+    def frames() -> Iterator[Any]:
+        nonlocal done
+        while True:
+            try:
+                batch = next(batches, None)
+                df = None if batch is None else batch.to_pandas()
+            except (pa.ArrowException, OSError) as err:
+                raise DataFormatError(f"{where}: damaged parquet file after row {done:,} ({type(err).__name__}); "
+                                      "write it again or use .jsonl/.csv.") from None
+            if df is None:
+                return
+            check_columns(df, where, require)
+            done += len(df)
+            yield df
+
+    yield from _table_rows(frames(), limit=limit)
+
+
+def txt_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, **_: Any) -> Iterator[Row]:
+    """A .txt file is one note: {'text'} (the caller names it), read to at most LIMIT + 1 bytes to tell an
+    oversized one without holding it."""
+    data = f.read(limit + 1)
+    if len(data) > limit:
+        yield Row(1, None, f"more than the {size_text(limit)} a note may hold; split or shorten it")
+        return
+    try:
+        yield Row(1, {"text": data.decode("utf-8")})
+    except UnicodeDecodeError:
+        yield Row(1, None, "not UTF-8 text")
+
+
+def fhir_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, **_: Any) -> Iterator[Row]:
+    """FHIR R4 DocumentReference resources, one JSON object a line (FHIR bulk data's NDJSON): each note's text from
+    its base64 text/plain attachment (`clinicode.fhir.note_from_document_reference`); a line without an id gets none,
+    so the caller names it by its line."""
+    from clinicode.fhir import note_from_document_reference
+
+    for row in jsonl_rows(f, where, limit=limit, fields=("resourceType", "content")):
+        if row.fields is None:
+            yield row
+            continue
+        try:
+            note = note_from_document_reference(row.fields)
+        except DataFormatError as err:
+            yield Row(row.n, None, str(err).rstrip("."))
+            continue
+        yield Row(row.n, {"id": row.fields.get("id"), "text": note["text"], "subject": note["subject"]})
+
+
+register_reader(Reader("jsonl", (".jsonl", ".json", ".ndjson"), jsonl_rows, "one JSON object a line"))
+register_reader(Reader("csv", (".csv",), csv_rows, "CSV with a header row"))
+register_reader(Reader("parquet", (".parquet",), parquet_rows, "Parquet", text=False))
+register_reader(Reader("txt", (".txt",), txt_rows, "one note a .txt file (or a folder of them)"))
+register_reader(Reader("fhir", (), fhir_rows, "FHIR R4 DocumentReference resources, one a line"))
+
+
+# ------------------------------------------------------------------ writers
+CSV_HEADER = ("id", "predicted", "scores", "truncated", "error")
+
+
+def record_line(rec: Mapping[str, Any]) -> str:
+    """One output record (`Prediction.to_dict()`) as its JSONL line, newline included."""
+    return json.dumps(rec, ensure_ascii=False) + "\n"
+
+
+def csv_row(rec: Mapping[str, Any]) -> list[Any]:
+    """One output record as the row of the CSV output (columns `CSV_HEADER`)."""
+    pred = ";".join(p["code"] for p in rec.get("predicted", []))
+    return [rec["id"], pred, json.dumps(rec.get("scores", {})), rec.get("truncated", ""), rec.get("error", "")]
+
+
+def _jsonl_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] | None = None):
+    return lambda rec: f.write(record_line(rec))
+
+
+def _csv_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] | None = None):
+    w = csv.writer(f)
+    if header:
+        w.writerow(CSV_HEADER)
+    return lambda rec: w.writerow(csv_row(rec))
+
+
+def _fhir_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] | None = None):
+    """One Bundle a record and line; CONTEXT: `systems` and `source` (`clinicode.fhir.code_systems`,
+    `predictor_source`), so each Bundle names the checkpoint that suggested its codes."""
+    from clinicode.fhir import bundle
+
+    ctx = dict(context or {})
+    return lambda rec: f.write(record_line(bundle([rec], systems=ctx.get("systems"), source=ctx.get("source"))))
+
+
+register_writer(Writer("jsonl", (".jsonl",), "application/x-ndjson", _jsonl_writer,
+                       "one JSON record a line"))
+register_writer(Writer("csv", (".csv",), "text/csv", _csv_writer,
+                       "CSV: id, predicted (';'-joined), scores (JSON), truncated, error", line_per_record=False))
+register_writer(Writer("fhir", (), "application/fhir+ndjson", _fhir_writer,
+                       "one FHIR R4 Bundle a note and line (docs/serve.md)"))
+
+
+# The service (`clinicode serve`) answers a batch in its own JSON envelope ("json") or as one FHIR R4 Bundle of all
+# its notes ("fhir", the fhir writer's builder, `clinicode.fhir.bundle`).
+SERVICE_FORMATS = ("json", "fhir")
+
+
+# ------------------------------------------------------------------ messages
+_COLUMN_NAME = re.compile(r"[\w .:/()#+-]{1,32}")
+
+
+def describe_columns(columns, *, limit: int = 12) -> str:
+    """Column names for an error message, never a cell of note text.
+
+    A file without a header row has its first data row read as column names; names that do not look like
+    names (longer than 32 characters, more than three words, or unusual characters) are shown by length only.
+    """
+    cols = [str(c) for c in columns]
+    shown = [c if _COLUMN_NAME.fullmatch(c) and len(c.split()) <= 3 else f"<{len(c)}-character name>"
+             for c in cols[:limit]]
+    text = ", ".join(shown) + (f" and {len(cols) - limit} more" if len(cols) > limit else "") if cols else "none"
+    if any(s.startswith("<") for s in shown):
+        text += "; is the header row missing?"
+    return text

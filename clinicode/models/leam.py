@@ -1,0 +1,176 @@
+"""LEAM as a model kind: its checkpoint files (safetensors weights, model_config.json, tokenizer.json), their checks,
+and its scorer (`clinicode.models.leam_scorer`, loaded with torch on first use).
+
+Verifying a LEAM checkpoint reads the weights' header only: no torch, no allocation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from clinicode.artifacts import write_safetensors_atomic
+from clinicode.config import LEAMConfig, is_paper_model, load_config, save_config
+from clinicode.constants import MODEL_CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
+from clinicode.errors import CheckpointError, ClinicodeError
+from clinicode.tokenizer import ClinicalTokenizer
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from clinicode.config import TrainConfig
+    from clinicode.data.labels import LabelSet
+    from clinicode.models.leam_scorer import LEAMScorer
+
+
+def leam_weight_shapes(config: LEAMConfig) -> dict[str, tuple[int, ...]]:
+    """The tensor names and shapes a LEAM of CONFIG holds (`LEAM(config).state_dict()`), computed without torch."""
+    P, K, H, V, r = config.embed_dim, config.n_labels, config.hidden_dim, config.vocab_size, config.radius
+    shapes = {"word_emb.weight": (V, P), "label_emb": (K, P), "phrase_w": (2 * r + 1,), "phrase_b": (K,),
+              "head.1.weight": (H, P), "head.1.bias": (H,), "head.4.weight": (K, H), "head.4.bias": (K,)}
+    if config.code_evidence:
+        shapes["evidence_rho"] = (K,)
+    return shapes
+
+
+def weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from a safetensors file's header; no tensor is read (and torch is not needed).
+
+    Raises:
+        CheckpointError: not a readable safetensors file.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({type(err).__name__}); retrain.") from None
+
+
+def check_weight_shapes(folder: Path) -> LEAMConfig:
+    """Compare model_config.json with the weights' header before anything is allocated: an edited config (absurd
+    sizes) is one line instead of gigabytes.
+
+    Returns:
+        the model configuration.
+    Raises:
+        CheckpointError: the configuration is unreadable, or implies other tensors than the weights hold.
+    """
+    try:
+        model_config = load_config(LEAMConfig, folder / MODEL_CONFIG_FILE)
+    except ClinicodeError as err:
+        raise CheckpointError(f"{folder}: {err}") from err
+    held = weight_shapes(folder / WEIGHTS_FILE)
+    implied = leam_weight_shapes(model_config)
+    missing = sorted(set(implied) - set(held))
+    unexpected = sorted(set(held) - set(implied))
+    if missing or unexpected:
+        raise CheckpointError(f"{folder / WEIGHTS_FILE}: missing tensors {missing}, unexpected {unexpected}; retrain.")
+    for name, shape in implied.items():
+        if held[name] != shape:
+            raise CheckpointError(
+                f"{folder}: {MODEL_CONFIG_FILE} implies tensor {name} of shape {shape}, but {WEIGHTS_FILE} holds "
+                f"{held[name]}; the pieces disagree (edited or from different runs), retrain.")
+    return model_config
+
+
+class LEAMKind:
+    """LEAM (Wang et al., ACL 2018, with clinicode's options): the model `train` trains by default."""
+
+    name = "leam"
+    summary = "label-embedding attention, the default"
+    files = (WEIGHTS_FILE, MODEL_CONFIG_FILE, TOKENIZER_FILE)
+    can_explain = True
+    can_embed = True
+    scores_ids = True
+    trained_by_loop = True
+
+    def save(self, folder: Path, model: Any, tokenizer: ClinicalTokenizer | None) -> None:
+        from clinicode.model import LEAM
+
+        assert tokenizer is not None and isinstance(model, LEAM)
+        state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+        write_safetensors_atomic(folder / WEIGHTS_FILE, state, metadata={"format": "pt", "clinicode": "leam"})
+        save_config(model.config, folder / MODEL_CONFIG_FILE)
+        tokenizer.save(folder / TOKENIZER_FILE)
+
+    def verify(self, folder: Path) -> None:
+        check_weight_shapes(folder)  # header only: no torch, no allocation
+
+    def load(self, folder: Path, *, labels: LabelSet, train_config: TrainConfig,
+             device: Any) -> tuple[Any, ClinicalTokenizer]:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        from clinicode.model import LEAM
+
+        model_config = check_weight_shapes(folder)  # before anything is built or allocated
+        tokenizer = ClinicalTokenizer.load(folder / TOKENIZER_FILE)
+        if model_config.n_labels != len(labels):
+            raise CheckpointError(
+                f"{folder}: labels.json lists {len(labels)} codes but the model has {model_config.n_labels} outputs; "
+                "the pieces come from different runs, retrain with `clinicode train`."
+            )
+        if model_config.vocab_size != tokenizer.vocab_size:
+            raise CheckpointError(
+                f"{folder}: tokenizer.json has {tokenizer.vocab_size} words but the model has "
+                f"{model_config.vocab_size} embedding rows; the pieces come from different runs, retrain with "
+                "`clinicode train`."
+            )
+        if tokenizer.max_len != train_config.max_len:  # both written by one `train`; the tokenizer truncates
+            raise CheckpointError(
+                f"{folder}: tokenizer.json truncates notes at {tokenizer.max_len} tokens but "
+                "train_config.json says max_len "
+                f"{train_config.max_len}; the pieces come from different runs, retrain with `clinicode train`."
+            )
+        try:
+            state = load_file(str(folder / WEIGHTS_FILE), device="cpu")
+        except (SafetensorError, OSError) as err:
+            raise CheckpointError(f"{folder / WEIGHTS_FILE}: not a readable safetensors file ({err}); "
+                                  "retrain.") from err
+        model = LEAM(model_config)
+        expected = model.state_dict()
+        missing = sorted(set(expected) - set(state))
+        unexpected = sorted(set(state) - set(expected))
+        if missing or unexpected:
+            raise CheckpointError(f"{folder / WEIGHTS_FILE}: missing tensors {missing}, unexpected {unexpected}; "
+                                  "retrain.")
+        for k, v in state.items():
+            if v.shape != expected[k].shape:
+                raise CheckpointError(
+                    f"{folder / WEIGHTS_FILE}: tensor {k} has shape {tuple(v.shape)}, model_config.json implies "
+                    f"{tuple(expected[k].shape)}; retrain."
+                )
+        model.load_state_dict(state)
+        model.to(device).eval()
+        return model, tokenizer
+
+    def single_label(self, model: Any) -> bool:
+        return not model.config.multilabel
+
+    def device(self, model: Any) -> Any:
+        return model.word_emb.weight.device
+
+    def card(self, model: Any) -> dict[str, Any]:
+        return {"model_config": asdict(model.config)}
+
+    def display_name(self, model_config: Mapping[str, Any]) -> str:
+        """"LEAM + evidence" (clinicode's default: code evidence), "LEAM (paper)" (Wang et al.'s model exactly,
+        `train --paper` or a run from before the default changed) or "LEAM (variant)" (neither)."""
+        if model_config.get("code_evidence"):
+            return "LEAM + evidence"
+        return "LEAM (paper)" if is_paper_model(dict(model_config)) else "LEAM (variant)"
+
+    def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> LEAMScorer:
+        from clinicode.models.leam_scorer import LEAMScorer
+
+        return LEAMScorer(checkpoint.model, checkpoint.tokenizer, max_len=checkpoint.max_len, device=device,
+                          batch_size=batch_size, memory_mb=memory_mb)
+
+    def fit(self, texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> Any:
+        raise NotImplementedError("LEAM is trained by the epoch loop (`clinicode.train.train`), not fitted whole.")
+
+
+KIND = LEAMKind()

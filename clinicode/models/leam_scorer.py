@@ -1,0 +1,142 @@
+"""LEAM's scorer: the model's own forward (`LEAM.forward`) over length-bucketed batches, as `clinicode.memory.plan`
+decides within the memory budget.
+
+With few codes, G comes from the word-code cosine table stored offline (the paper's "store G offline",
+`LEAM.word_code_table`: one [V, K] matrix per loaded checkpoint, so a note's G is a row gather); with many codes, the
+window runs on the word vectors and the codes are scored a block at a time.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from clinicode.batching import bucketed_batches, pad_batch
+from clinicode.kernels import EPS
+from clinicode.memory import MemoryPlan, plan
+from clinicode.tokenizer import ClinicalTokenizer
+
+_PIPELINE_CHUNK = 256  # notes tokenised ahead while the model scores the previous chunk
+
+
+@contextmanager
+def _torch_threads(n: int | None) -> Iterator[None]:
+    """Temporarily set torch's intra-op threads (None: leave as is)."""
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class LEAMScorer:
+    """Scores notes with a loaded LEAM and its tokenizer. Thread-safe for concurrent calls (no mutation).
+
+    Args:
+        model: the LEAM, in eval mode, on DEVICE.
+        tokenizer: the checkpoint's tokenizer.
+        max_len: tokens kept per note (the checkpoint's training option).
+    """
+
+    def __init__(self, model: Any, tokenizer: ClinicalTokenizer, *, max_len: int, device: torch.device | str,
+                 batch_size: int, memory_mb: int) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.batch_size = batch_size
+        self.n_labels = model.config.n_labels
+        self.plan: MemoryPlan = plan(model.config, batch_size=batch_size, max_len=max_len, budget_mb=memory_mb,
+                                     device=self.device.type, training=False, fast=model.fast)
+        self._table: torch.Tensor | None = model.word_code_table() if self.plan.use_table else None  # [V, K] G
+
+    def _threads(self):
+        return _torch_threads(1 if self.device.type == "cpu" else None)
+
+    def _run(self, texts: Sequence[str], *, want_doc: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """Scores (and the attended note vectors) of raw notes; notes keep their input order.
+
+        Tokenisation (Rust, all cores, GIL released) of the next chunk overlaps the model on the current one,
+        and on CPU the model runs on one thread: its ops are small and cache-resident, and two threads
+        synchronising on every op were several times slower on a 2-core machine.
+        """
+        n = len(texts)
+        scores = np.zeros((n, self.n_labels), dtype=np.float32)
+        docs = np.zeros((n, self.model.config.embed_dim), dtype=np.float32) if want_doc else None
+        tok = self.tokenizer
+        starts = list(range(0, n, _PIPELINE_CHUNK))
+        with ThreadPoolExecutor(max_workers=1) as pool, self._threads(), torch.inference_mode():
+            pending = pool.submit(tok.encode, texts[0:_PIPELINE_CHUNK], offsets=False)
+            for c, start in enumerate(starts):
+                chunk = pending.result()
+                if c + 1 < len(starts):
+                    nxt = starts[c + 1]
+                    pending = pool.submit(tok.encode, texts[nxt:nxt + _PIPELINE_CHUNK], offsets=False)
+                self._forward([e.ids for e in chunk], start, scores, docs=docs)
+        return scores, docs
+
+    def _forward(self, id_lists: Sequence[Sequence[int]], start: int, scores: np.ndarray, *,
+                 docs: np.ndarray | None = None, extras: list[Any] | None = None) -> None:
+        """The model's forward (as the memory plan says) over length-bucketed batches of encoded notes; fills rows
+        start.. of `scores` (and `docs`, and each note's beta in `extras`)."""
+        model = self.model
+        lengths = [len(x) for x in id_lists]
+        for batch in bucketed_batches(lengths, self.batch_size, rng=None):
+            ids, mask = pad_batch([id_lists[i] for i in batch])
+            out = model(ids.to(self.device), mask.to(self.device),
+                        return_attention=extras is not None or docs is not None,
+                        table=self._table, block=self.plan.block, order=self.plan.order)
+            rows = batch + start
+            scores[rows] = model.probabilities(out.logits).float().cpu().numpy()
+            if docs is not None:
+                docs[rows] = out.doc.float().cpu().numpy()
+            if extras is not None:
+                beta_np = out.beta.float().cpu().numpy()
+                for j, i in enumerate(batch):
+                    extras[start + i] = beta_np[j, :lengths[i]]
+
+    def score(self, texts: Sequence[str]) -> np.ndarray:
+        return self._run(texts)[0]
+
+    def encode(self, texts: Sequence[str], *, offsets: bool) -> list[Any]:
+        return self.tokenizer.encode(texts, offsets=offsets)
+
+    def score_encoded(self, encs: Sequence[Any], *, attention: bool) -> tuple[np.ndarray, list[Any] | None]:
+        scores = np.zeros((len(encs), self.n_labels), dtype=np.float32)
+        extras: list[Any] | None = [None] * len(encs) if attention else None
+        with self._threads(), torch.inference_mode():
+            self._forward([e.ids for e in encs], 0, scores, extras=extras)
+        return scores, extras
+
+    def score_ids(self, id_lists: Sequence[Sequence[int]]) -> np.ndarray:
+        scores = np.zeros((len(id_lists), self.n_labels), dtype=np.float32)
+        with self._threads(), torch.inference_mode():
+            self._forward(id_lists, 0, scores)
+        return scores
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """[N, P] attended note vectors z."""
+        return self._run(texts, want_doc=True)[1]  # type: ignore[return-value]  (want_doc: never None)
+
+    def label_embeddings(self) -> np.ndarray:
+        """[K, P] the learned code vectors C."""
+        return self.model.label_emb.detach().float().cpu().numpy()
+
+    def word_rows(self, tok_ids: np.ndarray, codes: list[int]) -> np.ndarray:
+        """G[k, l] = cos(v_l, c_k) of one note's tokens for the given codes (LEAM's first step, docs/domain.md
+        section 8): [len(codes), L] float32, from the checkpoint's word and code vectors alone."""
+        model = self.model
+        with self._threads(), torch.inference_mode():
+            ids = torch.as_tensor(tok_ids, dtype=torch.long, device=self.device)
+            V = model.word_emb.weight[ids]                                                # [L, P]
+            C = model.label_emb[torch.as_tensor(codes, dtype=torch.long, device=self.device)]  # [n, P]
+            Vn = V / (V.norm(dim=-1, keepdim=True) + EPS)
+            Cn = C / (C.norm(dim=-1, keepdim=True) + EPS)
+            return (Cn @ Vn.T).float().cpu().numpy()                                      # [n, L]

@@ -1,0 +1,86 @@
+"""The tfidf-lr baseline (`clinicode.baseline.TfidfLR`) as a model kind: it reads raw text, shows no spans and has no
+note or code vectors. scikit-learn loads only when a model is fitted, saved or loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from clinicode.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from clinicode.config import TrainConfig
+    from clinicode.data.labels import LabelSet
+
+FILES = ("tfidf_lr.safetensors", "tfidf_lr.json")
+
+
+class TfidfLRScorer:
+    """Scores raw notes with a TfidfLR (no tokenizer: `encode` gives None)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def score(self, texts: Sequence[str]) -> np.ndarray:
+        import numpy as np
+
+        return self.model.predict_proba(list(texts)).astype(np.float32)
+
+    def encode(self, texts: Sequence[str], *, offsets: bool) -> None:
+        return None
+
+    def score_encoded(self, encs: Sequence[Any], *, attention: bool) -> tuple[np.ndarray, None]:
+        raise NotImplementedError("tfidf-lr reads raw text: score it with `score`.")
+
+
+class TfidfLRKind:
+    """The bag-of-words baseline `train --model tfidf-lr` fits: one logistic regression per code."""
+
+    name = "tfidf-lr"
+    summary = "the bag-of-words baseline"
+    files = FILES
+    can_explain = False
+    can_embed = False
+    scores_ids = False
+    trained_by_loop = False
+
+    def save(self, folder: Path, model: Any, tokenizer: Any | None) -> None:
+        model.save(folder)
+
+    def verify(self, folder: Path) -> None:
+        return None  # its files are checked when loaded (TfidfLR.load): there is no header to compare cheaply
+
+    def load(self, folder: Path, *, labels: LabelSet, train_config: TrainConfig, device: Any) -> tuple[Any, None]:
+        from clinicode.baseline import TfidfLR
+
+        model = TfidfLR.load(folder)
+        if model.n_labels != len(labels):
+            raise CheckpointError(f"{folder}: labels.json lists {len(labels)} codes but the baseline has "
+                                  f"{model.n_labels} outputs; retrain.")
+        return model, None
+
+    def single_label(self, model: Any) -> bool:
+        return bool(getattr(getattr(model, "config", None), "softmax", False))
+
+    def device(self, model: Any) -> str:
+        return "cpu"
+
+    def card(self, model: Any) -> dict[str, Any]:
+        return {"model_config": {}}
+
+    def display_name(self, model_config: Mapping[str, Any]) -> str:
+        return self.name
+
+    def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> TfidfLRScorer:
+        return TfidfLRScorer(checkpoint.model)
+
+    def fit(self, texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> Any:
+        from clinicode.baseline import fit_tfidf_lr
+
+        return fit_tfidf_lr(texts, y, single_label=single_label)
+
+
+KIND = TfidfLRKind()

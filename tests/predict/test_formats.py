@@ -1,0 +1,153 @@
+"""The formats room (clinicode.formats): one registry of readers and writers, and the bounds every reader shares
+(.gz, a byte-order mark, the record bound), for predict's notes and training's coded-notes folders alike."""
+
+from __future__ import annotations
+
+import base64
+import codecs
+import csv
+import gzip
+import io
+import json
+
+import pytest
+
+from clinicode import formats
+from clinicode.data.prepared import load_dataset, read_split
+from clinicode.errors import ConfigError, DataFormatError
+from clinicode.records import Upload, read_records
+
+BOM = codecs.BOM_UTF8
+
+
+def _jsonl(rows) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def _csv(rows) -> bytes:
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(["id", "text", "labels"])
+    w.writerows([r["id"], r["text"], ";".join(r["labels"])] for r in rows)
+    return buf.getvalue().encode()
+
+
+TRAIN = [{"id": f"t{i}", "text": f"chest pain and hypertension case {i}", "labels": ["401.9", "786.50"][: 1 + i % 2]}
+         for i in range(6)]
+DEV = [{"id": f"d{i}", "text": f"hypertension follow-up visit {i}", "labels": ["401.9"]} for i in range(3)]
+
+
+# ------------------------------------------------------------------ the registry
+def test_readers_and_writers_are_registered_by_name():
+    assert list(formats.READERS) == ["jsonl", "csv", "parquet", "txt", "fhir"]
+    assert list(formats.WRITERS) == ["jsonl", "csv", "fhir"]
+    assert formats.reader_for("notes.CSV.gz").name == "csv"
+    assert formats.reader_for("notes.ndjson").name == "jsonl"
+    assert formats.reader_for("n.parquet.gz") is None  # a binary format is never read through gzip
+    assert formats.writer_for("codes.csv").name == "csv" and formats.writer_for("-").name == "jsonl"
+
+
+@pytest.mark.parametrize("look_up, what", [(formats.reader, "input"), (formats.writer, "output")])
+def test_an_unknown_format_is_one_line_naming_the_known_ones(look_up, what):
+    with pytest.raises(ConfigError) as err:
+        look_up("xml")
+    known = ", ".join(formats.READERS if what == "input" else formats.WRITERS)
+    assert str(err.value) == f"unknown {what} format 'xml'; known formats: {known}."
+
+
+def test_predict_cli_takes_its_format_choices_from_the_registry():
+    from typer.testing import CliRunner
+
+    from clinicode.cli import app
+
+    res = CliRunner().invoke(app, ["predict", "--help"], terminal_width=400)
+    for name in formats.READERS:
+        assert name in res.output
+    res = CliRunner().invoke(app, ["predict", "--checkpoint", "nowhere", "--input", "x.jsonl",
+                                   "--input-format", "xml"])
+    assert res.exit_code == 1 and "unknown input format 'xml'; known formats: jsonl, csv, parquet, txt, fhir." \
+        in res.output
+
+
+def test_the_writers_write_what_predict_wrote_before():
+    from clinicode.predict_io import records_bytes
+
+    recs = [{"id": "a", "predicted": [{"code": "401.9", "description": "x", "score": 0.9}], "scores": {"401.9": 0.9},
+             "truncated": False}, {"id": "b", "error": "note 'b': empty text; nothing to code"}]
+    assert records_bytes(recs) == b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in recs)
+    rows = list(csv.reader(io.StringIO(records_bytes(recs, fmt="csv").decode())))
+    assert rows[0] == ["id", "predicted", "scores", "truncated", "error"]
+    assert rows[1] == ["a", "401.9", '{"401.9": 0.9}', "False", ""]
+    bundle = json.loads(formats.writer("fhir").to_bytes(recs[:1]).decode().splitlines()[0])
+    assert bundle["resourceType"] == "Bundle"
+
+
+# ------------------------------------------------------------------ predict's notes
+def _document_reference(rid, text):
+    doc = {"resourceType": "DocumentReference",
+           "content": [{"attachment": {"contentType": "text/plain", "data": base64.b64encode(text.encode()).decode()}}]}
+    if rid is not None:
+        doc["id"] = rid
+    return doc
+
+
+def test_fhir_document_references_are_an_input_format(tmp_path):
+    src = tmp_path / "docs.ndjson.gz"
+    src.write_bytes(gzip.compress(BOM + _jsonl([_document_reference("n1", "Chest pain."),
+                                                _document_reference(None, "Sepsis."),
+                                                {"resourceType": "Patient"}])))
+    recs = list(read_records(src, "fhir"))
+    assert [(r.id, r.text) for r in recs[:2]] == [("n1", "Chest pain."), ("line-2", "Sepsis.")]
+    assert recs[2].text is None and recs[2].error.startswith("line 3 of docs.ndjson.gz: expected a FHIR "
+                                                             "DocumentReference resource")
+
+
+def test_predict_reads_gz_txt_and_bom_csv_gz_notes(tmp_path):
+    (tmp_path / "a.txt.gz").write_bytes(gzip.compress(BOM + b"Chest pain."))
+    assert [(r.id, r.text) for r in read_records(tmp_path / "a.txt.gz")] == [("a", "Chest pain.")]
+    up = Upload("n.csv.gz", gzip.compress(BOM + b"id,text\nx,Sepsis.\n"))
+    assert [(r.id, r.text) for r in read_records(up)] == [("x", "Sepsis.")]
+
+
+def test_an_oversized_csv_cell_is_a_bad_record_not_a_silent_drop(monkeypatch):
+    import clinicode.records as records
+
+    monkeypatch.setattr(records, "MAX_LINE_BYTES", 4096)
+    data = b"id,text\na,fine\nbig," + b"x" * 5000 + b"\nc,also fine\n"
+    recs = list(read_records(Upload("n.csv", data)))
+    assert [r.id for r in recs] == ["a", "row-2", "c"]
+    assert recs[1].error == "row 2 of n.csv: more than the 4,096 bytes a record may hold; split or shorten the note"
+
+
+# ------------------------------------------------------------------ training's coded-notes folders
+def test_a_gzipped_coded_notes_folder_loads(tmp_path):
+    (tmp_path / "train.csv.gz").write_bytes(gzip.compress(_csv(TRAIN)))
+    (tmp_path / "dev.jsonl.gz").write_bytes(gzip.compress(_jsonl(DEV)))
+    ds = load_dataset(tmp_path)
+    assert len(ds.split("train")) == 6 and len(ds.split("dev")) == 3
+    assert list(ds.split("train")["labels"][1]) == ["401.9", "786.50"]
+    assert list(read_split(tmp_path, "train")["id"]) == [r["id"] for r in TRAIN]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_bom_prefixed_csv_and_jsonl_splits_read(tmp_path, gz):
+    pack = gzip.compress if gz else (lambda b: b)
+    end = ".gz" if gz else ""
+    (tmp_path / f"train.csv{end}").write_bytes(pack(BOM + _csv(TRAIN)))
+    (tmp_path / f"dev.jsonl{end}").write_bytes(pack(BOM + _jsonl(DEV)))
+    ds = load_dataset(tmp_path)
+    assert list(ds.split("train")["id"]) == [r["id"] for r in TRAIN]
+    assert list(ds.split("dev")["id"]) == [r["id"] for r in DEV]
+
+
+@pytest.mark.parametrize("name, where", [("dev.jsonl", "line 2"), ("dev.csv", "row 2")])
+def test_an_oversized_training_record_is_reported_in_one_line(tmp_path, monkeypatch, name, where):
+    monkeypatch.setattr(formats, "MAX_RECORD_BYTES", 4096)
+    (tmp_path / "train.jsonl").write_bytes(_jsonl(TRAIN))
+    big = [DEV[0], {"id": "huge", "text": "x " * 5000, "labels": ["401.9"]}, DEV[2]]
+    (tmp_path / name).write_bytes(_jsonl(big) if name.endswith(".jsonl") else _csv(big))
+    with pytest.raises(DataFormatError) as err:
+        load_dataset(tmp_path)
+    assert str(err.value) == (f"{tmp_path / name} {where}: more than the 4,096 bytes a record may hold; "
+                              "split or shorten the note.")
+    assert "\n" not in str(err.value) and "x x" not in str(err.value)

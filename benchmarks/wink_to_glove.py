@@ -10,7 +10,7 @@ one JSON file:
     clinicode train --data DIR --out RUN --embeddings glove.6B.100d.txt
 
 The JSON maps each word to its 100 values followed by two bookkeeping numbers (L2 norm, index), which are dropped.
-The output is written atomically (`clinicode.artifacts.write_bytes_atomic`), so an interrupted run leaves nothing
+The output is written atomically (`clinicode.files.write_bytes_atomic`), so an interrupted run leaves nothing
 half-written.
 """
 
@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from clinicode.artifacts import write_bytes_atomic
+from clinicode.files import write_bytes_atomic
 
 
 def convert(src: Path, out: Path) -> int:

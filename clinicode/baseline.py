@@ -20,9 +20,9 @@ from safetensors.numpy import load as st_load, save as st_save
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
 
-from clinicode.artifacts import write_bytes_atomic, write_json_atomic
 from clinicode.data.text import tokenize
 from clinicode.errors import CheckpointError, ConfigError
+from clinicode.files import write_bytes_atomic, write_json_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -16,14 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from clinicode import __version__
-from clinicode.artifacts import (
-    atomic_dir,
-    make_manifest,
-    manifest_kind,
-    read_json,
-    sha256_file,
-    write_json_atomic,
-)
+from clinicode.artifacts import make_manifest
 from clinicode.codes.systems import CodeSystem, infer_code_system
 from clinicode.config import (  # is_paper_model: re-exported for readers of a card's model_config
     LEAMConfig,
@@ -53,6 +46,7 @@ from clinicode.constants import (  # noqa: F401  (artefact names are re-exported
 )
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
+from clinicode.files import atomic_dir, manifest_kind, read_json, sha256_file, write_json_atomic
 from clinicode.models import MODEL_KINDS, ModelKind, model_kind
 from clinicode.models.leam import (  # noqa: F401  (re-exported: the header checks were here first)
     check_weight_shapes,

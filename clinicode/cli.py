@@ -28,9 +28,9 @@ from clinicode.config import (
     default_of,
 )
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
+from clinicode.files import claim_folder, releases_claims
 from clinicode.formats import READERS, WRITERS, reader
 from clinicode.models import MODEL_KINDS, train_kind
-from clinicode.safe_io import claim_folder, releases_claims
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Automated ICD coding of clinical notes with LEAM.")

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from clinicode.artifacts import write_json_atomic
 from clinicode.errors import ConfigError
+from clinicode.files import write_json_atomic
 
 T = TypeVar("T")
 

@@ -10,12 +10,12 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from clinicode.artifacts import check_output, read_json, write_json_atomic
 from clinicode.config import COMPARE
 from clinicode.constants import EVIDENCE, TEXT
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import read_split
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
+from clinicode.files import check_output, read_json, write_json_atomic
 from clinicode.metrics import (
     EVIDENCE_K,
     HEADLINE,

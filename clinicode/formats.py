@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTuple, TextIO
 
 from clinicode.errors import ConfigError, DataFormatError
-from clinicode.safe_io import LineTooLong, read_lines_bounded
+from clinicode.files import LineTooLong, read_lines_bounded
 
 MAX_RECORD_BYTES = 64 << 20  # bytes one record (JSONL line, table cell, .txt note) may hold
 BATCH_ROWS = 1024  # rows parsed at a time from CSV and Parquet

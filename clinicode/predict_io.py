@@ -9,17 +9,18 @@ half-written OUT, and `resume=True` continues from the ids already in OUT.partia
 checkpoint, options and input (size, modification time, hash of its first MiB) of the run that wrote it, so a
 resume with other ones is refused instead of mixing models or notes. OUT.partial is locked while a run writes it, so
 a second run to the same output refuses. A finished OUT gets a hidden marker, `.OUT.clinicode.json` (run id, size,
-SHA-256): only a file that matches its marker is recognised as predict's own and may be replaced.
+SHA-256): only a file that matches its marker is recognised as predict's own and may be replaced. Claiming, locking,
+marking and recognising are `clinicode.files` (`PartialFile`, `is_marked_file`); this module writes the records.
 Bad records get an `error` field and are counted; they never stop the run unless `strict`.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import itertools
 import json
 import os
-import stat
 import sys
 import uuid
 from collections import Counter
@@ -28,63 +29,24 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from clinicode import formats
-from clinicode.artifacts import check_output, read_json, sha256_file, write_json_atomic
 from clinicode.config import PREDICT, check_threshold
 from clinicode.environment import environment_hash
 from clinicode.errors import ConfigError, DataFormatError
+from clinicode.files import (
+    PartialFile,
+    check_output,
+    input_fingerprint,
+    is_marked_file,
+    read_json,
+    write_json_atomic,
+)
 from clinicode.formats import CSV_HEADER, csv_row, record_line  # noqa: F401  (the output's writers: formats)
 from clinicode.predict import Prediction, Predictor
 from clinicode.records import Record, read_records
-from clinicode.safe_io import check_output_kind, input_fingerprint, locked_output
 
 CHUNK = 256
 PARTIAL_KIND = "predict-partial"
 OUTPUT_KIND = "predict-output"
-
-
-def output_marker(out: Path) -> Path:
-    """The hidden file beside a finished output that says `clinicode predict` wrote it: `.OUT.clinicode.json`."""
-    out = Path(out)
-    return out.with_name(f".{out.name}.clinicode.json")
-
-
-def is_predict_output(path: Path) -> bool:
-    """True for a file `clinicode predict` wrote, or an empty regular file (nothing to lose).
-
-    Recognised by its marker (`output_marker`), which records the run id and the output's size and SHA-256 when it
-    was written: a file edited or replaced since, or any file without a marker, is not recognised, whatever its
-    records look like.
-    """
-    p = Path(path)
-    try:
-        st = os.stat(p)
-    except OSError:
-        return False
-    if not stat.S_ISREG(st.st_mode):
-        return False
-    if st.st_size == 0:
-        return True
-    try:
-        mark = read_json(output_marker(p))
-    except (OSError, ValueError):
-        return False
-    return (isinstance(mark, dict) and mark.get("kind") == OUTPUT_KIND and mark.get("size") == st.st_size
-            and mark.get("sha256") == sha256_file(p))
-
-
-def _own_json(path: Path, kind: str) -> bool | None:
-    """None when PATH is absent; True when it is a regular file holding clinicode's JSON of KIND; else False."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return False
-    try:
-        data = read_json(path)
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("kind") == kind
 
 
 def records_bytes(records: Iterable[Mapping[str, Any]], *, fmt: str = "jsonl",
@@ -155,17 +117,18 @@ def score_records(
 class _Writer:
     """JSONL or CSV records to OUT.partial (locked while open); `finish()` marks and renames it to OUT."""
 
-    def __init__(self, out: str | Path, *, fmt: str, append: bool, fd: int | None = None, run_id: str = "",
-                 context: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, out: str | Path, *, fmt: str, append: bool, claim: PartialFile | None = None,
+                 run_id: str = "", context: Mapping[str, Any] | None = None) -> None:
         self.stdout = str(out) == "-"
         self.fmt = fmt
         self.run_id = run_id
         if self.stdout:
             self.f = sys.stdout
         else:
-            self.final = Path(out)
-            self.partial = self.final.with_name(self.final.name + ".partial")
-            assert fd is not None  # the locked OUT.partial (`locked_output`)
+            assert claim is not None and claim.fd is not None  # the locked OUT.partial (`PartialFile.lock`)
+            self.claim = claim
+            self.partial = claim.partial
+            fd = claim.fd
             if append:
                 os.lseek(fd, 0, os.SEEK_END)
             else:
@@ -187,12 +150,7 @@ class _Writer:
     def finish(self) -> None:
         self.flush()
         if not self.stdout:
-            # The marker first: a kill between the two steps leaves an output without a matching marker, which is
-            # then refused rather than overwritten (the safe side).
-            write_json_atomic(output_marker(self.final), {
-                "kind": OUTPUT_KIND, "run_id": self.run_id, "size": self.partial.stat().st_size,
-                "sha256": sha256_file(self.partial)})
-            os.replace(self.partial, self.final)
+            self.claim.publish(self.run_id)  # the marker, then the rename to OUT
             self.f.close()  # releases the lock, after the rename
 
 
@@ -258,7 +216,8 @@ def predict_file(
                           "--resume (FHIR output is written whole; rerun to replace it).")
     to_file = str(output) != "-"
     if to_file:
-        check_output(Path(output), option="--output", command="predict", folder=False, recognise=is_predict_output,
+        check_output(Path(output), option="--output", command="predict", folder=False,
+                     recognise=functools.partial(is_marked_file, kind=OUTPUT_KIND),
                      inputs={"--input": input, "--checkpoint": predictor.checkpoint.path})
     records = read_records(input, input_format)
     first = next(records, None)  # file-level input errors surface here, before OUT.partial is created
@@ -266,59 +225,39 @@ def predict_file(
         raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, "
                               "CSV/parquet row or .txt file.")
     done: Counter[str] = Counter()
-    fd: int | None = None
+    claim: PartialFile | None = None
     run_id = uuid.uuid4().hex
     if to_file:
         out = Path(output)
-        partial = out.with_name(out.name + ".partial")
-        sidecar = out.with_name(out.name + ".partial.json")
-        marker = output_marker(out)
+        claim = PartialFile(out, kind=OUTPUT_KIND, partial_kind=PARTIAL_KIND, command="predict", option="--output")
+        partial, sidecar = claim.partial, claim.sidecar
         settings = _settings(predictor, input=input, fmt=fmt, top_k=top_k, threshold=threshold, explain=explain,
                              shard=shard, run_id=run_id)
-        for p in (partial, sidecar, marker):
-            check_output_kind(p, "--output")
-        if _own_json(marker, OUTPUT_KIND) is False:
-            raise ConfigError(f"{marker} exists and was not written by `clinicode predict`; move "
-                              "it away or choose another "
-                              "--output (nothing was written).")
-        own_sidecar = _own_json(sidecar, PARTIAL_KIND)
-        if own_sidecar is False:
-            raise ConfigError(f"{sidecar} exists and was not written by `clinicode predict`; move "
-                              "it away or choose another "
-                              "--output (nothing was written).")
-        if (partial.exists() or partial.is_symlink()) and (partial.is_symlink() or not partial.is_file()
-                                                           or not own_sidecar):
-            raise ConfigError(f"{partial} exists and was not written by `clinicode predict`; move "
-                              "it away or choose another "
-                              "--output (nothing was written).")
+        claim.check()  # an OUT.partial, sidecar or marker that predict did not write is refused
         if resume and not partial.is_file() and out.is_file():
             raise ConfigError(f"--resume: {out} is a finished output and there is no "
                               f"{partial.name} to continue; write new "
                               "notes to another --output, or drop --resume to score everything again.")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        existed = partial.is_file()
-        fd, created = locked_output(partial, what=f"--output {out}")  # a second run to the same output stops here
+        claim.lock()  # a second run to the same output stops here
         try:
-            if resume and existed:
+            if resume and claim.existed:
                 _check_resumable(sidecar, settings, partial)
                 _truncate_torn_tail(partial)
                 done = _done_ids(partial, fmt)
             if not done:
                 write_json_atomic(sidecar, settings)  # before the first record, so every OUT.partial has its settings
         except BaseException:
-            os.close(fd)
-            if created:
-                partial.unlink(missing_ok=True)
+            claim.abandon()
             raise
-    writer = _Writer(output, fmt=fmt, append=resume and bool(done), fd=fd, run_id=run_id, context=context)
+    writer = _Writer(output, fmt=fmt, append=resume and bool(done), claim=claim, run_id=run_id, context=context)
     try:
         counts = _score(predictor, writer, first, records, done, shard=shard, top_k=top_k, threshold=threshold,
                         explain=explain, strict=strict, progress=progress, on_bad=on_bad, encode=encode)
         writer.finish()
     finally:
         writer.close()
-    if to_file:
-        Path(output).with_name(Path(output).name + ".partial.json").unlink(missing_ok=True)
+    if claim is not None:
+        claim.drop_sidecar()
     return counts
 
 

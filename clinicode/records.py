@@ -17,8 +17,8 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 from clinicode import formats
 from clinicode.errors import DataFormatError
+from clinicode.files import LineTooLong, is_readable_stream, read_lines_bounded
 from clinicode.formats import BATCH_ROWS, Row, Upload  # noqa: F401  (Upload and BATCH_ROWS are read from here too)
-from clinicode.safe_io import LineTooLong, is_readable_stream, read_lines_bounded
 
 # bytes one record (JSONL line, table cell, .txt note) may hold; a longer one is a bad record, never loaded whole.
 # The formats' shared bound, read from here at each call (so a test can lower it for the notes predict reads).

@@ -175,7 +175,7 @@ class ClinicalTokenizer:
         return cls(tok, max_len=max_len)
 
     def save(self, path: Path) -> None:
-        from clinicode.artifacts import write_bytes_atomic
+        from clinicode.files import write_bytes_atomic
 
         write_bytes_atomic(Path(path), self._tok.to_str(pretty=False).encode("utf-8"))
 

@@ -19,17 +19,16 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from clinicode.artifacts import write_bytes_atomic
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR
 from clinicode.config import LEAMConfig, ModelOptions, TrainConfig
 from clinicode.constants import HISTORY_FILE, WEIGHTS_FILE
 from clinicode.errors import DataFormatError
+from clinicode.files import releases_claims, write_bytes_atomic
 from clinicode.metrics import HEADLINE, all_metrics, tune_threshold
 from clinicode.model import LEAM
 from clinicode.predict import Predictor
 from clinicode.runtime import barrier, release_freed_memory, seed_everything, world
-from clinicode.safe_io import releases_claims
 from clinicode.train_setup import (
     TrainingSetup,
     check_run_folder,

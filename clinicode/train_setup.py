@@ -22,14 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from clinicode.artifacts import (
-    check_output,
-    holds_training,
-    is_run_data,
-    is_run_folder,
-    make_manifest,
-    write_json_atomic,
-)
+from clinicode.artifacts import holds_training, is_run_data, is_run_folder, make_manifest
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.codes.icd9 import load_descriptions_tsv
 from clinicode.codes.systems import infer_code_system
@@ -39,6 +32,7 @@ from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.embeddings import initial_vectors
 from clinicode.errors import ConfigError, DataFormatError
+from clinicode.files import check_output, claim_folder, write_json_atomic
 from clinicode.memory import plan
 from clinicode.metrics import binarize, metrics_report, tune_threshold
 from clinicode.model import LEAM
@@ -46,7 +40,6 @@ from clinicode.models import train_kind
 from clinicode.models.leam import KIND as LEAM_KIND
 from clinicode.predict import Predictor
 from clinicode.runtime import init_distributed, pick_device, release_freed_memory, seed_everything, world
-from clinicode.safe_io import claim_folder
 from clinicode.tokenizer import ClinicalTokenizer
 from clinicode.train_state import STATE_DIR, WeightAverage, load_state, make_optimizer
 

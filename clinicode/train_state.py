@@ -14,9 +14,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from clinicode.artifacts import atomic_dir, read_json, sha256_file, write_json_atomic, write_safetensors_atomic
+from clinicode.artifacts import write_safetensors_atomic
 from clinicode.config import LEAMConfig, TrainConfig, config_to_dict, saved_config
 from clinicode.errors import CheckpointError, ConfigError
+from clinicode.files import atomic_dir, read_json, sha256_file, write_json_atomic
 from clinicode.tokenizer import ClinicalTokenizer
 
 STATE_DIR = "state"

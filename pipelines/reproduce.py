@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clinicode.artifacts import write_json_atomic
 from clinicode.config import TrainConfig, config_from_dict
 from clinicode.data.prepare import prepare_mimic
 from clinicode.data.protocols import by_name
 from clinicode.errors import ClinicodeError, ConfigError
 from clinicode.evaluate import evaluate
+from clinicode.files import write_json_atomic
 from clinicode.metrics import HEADLINE
 from clinicode.train import train
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from clinicode.errors import DataFormatError
-from clinicode.safe_io import LineTooLong, read_lines_bounded
+from clinicode.files import LineTooLong, read_lines_bounded
 
 # Undotted ICD-9-CM as MIMIC stores them, ASCII digits only (a full-width '４０１９' or 'NA' is not a code):
 # diagnoses 001-999 with up to 2 decimals, V01-V91 with up to 2, E000-E999 with 1; procedures 00-99 with 1-2.

@@ -9,9 +9,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from clinicode.artifacts import write_json_atomic
 from clinicode.codes.systems import CodeSystem, code_system, family_of
 from clinicode.errors import DataFormatError
+from clinicode.files import write_json_atomic
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from clinicode.artifacts import atomic_dir, check_output, make_manifest, sha256_file, write_manifest
+from clinicode.artifacts import make_manifest
 from clinicode.codes.icd9 import load_descriptions_tsv
 from clinicode.codes.icd10 import format_code, icd10_cm_titles, normalise_code
 from clinicode.codes.systems import ICD9_CM, ICD10
@@ -33,6 +33,7 @@ from clinicode.data.prepared import is_prepared_dataset
 from clinicode.data.protocols import Protocol, find_protocol
 from clinicode.data.splits import TOP50_CODES_FILE, read_split_file, read_splits, split_file
 from clinicode.errors import ConfigError, DataFormatError
+from clinicode.files import atomic_dir, check_output, sha256_file, write_manifest
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from clinicode import formats
-from clinicode.artifacts import manifest_kind, read_json, sha256_file
 from clinicode.codes.systems import infer_code_system
 from clinicode.constants import EVIDENCE, ID, LABELS, LABELS_FILE, MANIFEST_FILE, SPLITS, SUBJECT_ID, TEXT
 from clinicode.data.labels import LabelSet
 from clinicode.errors import DataFormatError
+from clinicode.files import manifest_kind, read_json, sha256_file
 from clinicode.formats import describe_columns
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from clinicode.codes.systems import LOCAL, CodeSystem, code_system, family_of, infer_code_system
 from clinicode.errors import ClinicodeError, ConfigError
-from clinicode.safe_io import new_private_file
+from clinicode.files import new_private_file, path_kind
 
 DB_ENV = "CLINICODE_REVIEW_DB"
 APPLICATION_ID = 0x436C5276          # "ClRv" in the SQLite header: this file is a clinicode review database
@@ -144,13 +144,7 @@ def _create_owner_only(path: Path) -> bool:
     return True
 
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
 COMPANIONS = ("-wal", "-shm", "-journal")  # SQLite's files beside the database; they hold note text too
-
-
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def _check_db_file(path: Path, st: os.stat_result) -> None:
@@ -159,8 +153,8 @@ def _check_db_file(path: Path, st: os.stat_result) -> None:
     if stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"--db {path} is a folder; pass a file name for the review database.")
     if not stat.S_ISREG(st.st_mode):
-        raise ReviewError(f"--db {path} is {_kind(st.st_mode)}, not a regular file; pass a file name for the review "
-                          "database (nothing was opened).")
+        raise ReviewError(f"--db {path} is a {path_kind(st.st_mode, devices=True)}, not a regular file; pass a file "
+                          "name for the review database (nothing was opened).")
     if st.st_uid != os.geteuid():
         raise ReviewError(f"--db {path} belongs to another user (uid {st.st_uid}); the review database holds note "
                           "text and must be your own file: pass a new --db path, which clinicode creates owner-only "
@@ -184,7 +178,7 @@ def _check_companions(path: Path) -> None:
         except FileNotFoundError:
             continue
         if not stat.S_ISREG(st.st_mode):
-            why = _kind(st.st_mode)
+            why = f"a {path_kind(st.st_mode, devices=True)}"
         elif st.st_uid != os.geteuid():
             why = f"owned by another user (uid {st.st_uid})"
         elif st.st_mode & 0o077:

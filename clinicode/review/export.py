@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from clinicode.artifacts import atomic_dir, check_output, make_manifest, manifest_kind, write_manifest
+from clinicode.artifacts import make_manifest
 from clinicode.codes.systems import LOCAL, CodeSystem, family_of
+from clinicode.files import atomic_dir, check_output, manifest_kind, new_private_file, write_manifest
 from clinicode.review.database import ReviewDB, ReviewError
-from clinicode.safe_io import new_private_file
 
 EXPORT_KIND = "review-export"
 

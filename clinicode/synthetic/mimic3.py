@@ -272,7 +272,7 @@ SYNTHETIC_KIND = "synthetic-mimic"
 
 def is_synthetic_folder(folder: Path) -> bool:
     """True for a folder written by `clinicode demo-data` (its manifest, or the README banner of older versions)."""
-    from clinicode.artifacts import manifest_kind
+    from clinicode.files import manifest_kind
 
     if manifest_kind(folder) == SYNTHETIC_KIND:
         return True
@@ -302,7 +302,8 @@ def write_demo_mimic(
         ConfigError: bad options, or an `out_dir` this command may not replace.
         DataFormatError: unreadable or overlapping split lists in `hadm_ids_from`.
     """
-    from clinicode.artifacts import atomic_dir, check_output, make_manifest, write_manifest
+    from clinicode.artifacts import make_manifest
+    from clinicode.files import atomic_dir, check_output, write_manifest
 
     options = dict(n_admissions=n_admissions, n_other_notes=n_other_notes, seed=seed, hadm_ids_from=hadm_ids_from,
                    gzip=gzip, discharge_chars=discharge_chars, other_chars=other_chars)

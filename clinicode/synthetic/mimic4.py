@@ -552,7 +552,8 @@ def write_demo_mimic4(
 
     `out_dir` may be new, empty, or an earlier `demo-data` folder (replaced whole); anything else is refused.
     """
-    from clinicode.artifacts import atomic_dir, check_output, make_manifest, write_manifest
+    from clinicode.artifacts import make_manifest
+    from clinicode.files import atomic_dir, check_output, write_manifest
     from clinicode.synthetic.mimic3 import SYNTHETIC_KIND, is_synthetic_folder
 
     _check_args(n_admissions, seed, n_tail_codes, discharge_chars, n_radiology, gzip)

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from clinicode.artifacts import sha256_file
 from clinicode.checkpoint import TRAIN_COUNTS_FILE, load_checkpoint
 from clinicode.codes.icd10 import PCS_NO_TITLE
 from clinicode.codes.systems import ICD10, MESH_OMIM, MIXED
 from clinicode.data.prepared import read_split
 from clinicode.errors import CheckpointError
 from clinicode.evaluate import NO_TRAIN_COUNTS, evaluate, format_table
+from clinicode.files import sha256_file
 from clinicode.metrics import RARE_BELOW
 
 from helpers import succeeds

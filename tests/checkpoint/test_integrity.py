@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from clinicode.artifacts import sha256_file
 from clinicode.checkpoint import load_checkpoint
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError
+from clinicode.files import sha256_file
 from clinicode.tokenizer import ClinicalTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from clinicode.artifacts import read_json, write_json_atomic
 from clinicode.checkpoint import load_checkpoint, save_checkpoint, verify_checkpoint
 from clinicode.cli import app
 from clinicode.config import TrainConfig
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ConfigError
+from clinicode.files import read_json, write_json_atomic
 from clinicode.models import MODEL_KINDS, ModelKind, known_kinds, model_kind, train_kind
 from clinicode.predict import Predictor
 

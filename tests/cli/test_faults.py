@@ -23,12 +23,12 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from clinicode import artifacts
-from clinicode.artifacts import atomic_dir, sha256_file, write_json_atomic
+from clinicode import files
 from clinicode.checkpoint import load_checkpoint
 from clinicode.cli import app
 from clinicode.data.prepared import load_dataset
 from clinicode.errors import ConfigError, DataFormatError
+from clinicode.files import atomic_dir, sha256_file, write_json_atomic
 from clinicode.predict import Predictor
 from clinicode.predict_io import _settings, predict_file
 
@@ -437,4 +437,4 @@ def test_stale_temporaries_of_dead_writers_are_swept_but_live_ones_kept(tmp_path
         (tmp / "f").write_text("x")
     left = {p.name for p in tmp_path.iterdir()}
     assert left == {"ck"} | {n for n, keep in names.items() if keep}
-    assert artifacts._alive(os.getpid()) and not artifacts._alive(dead_pid)
+    assert files._alive(os.getpid()) and not files._alive(dead_pid)

@@ -19,8 +19,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from clinicode.artifacts import make_manifest, sha256_file, write_json_atomic
+from clinicode.artifacts import make_manifest
 from clinicode.cli import app
+from clinicode.files import sha256_file, write_json_atomic
 from clinicode.synthetic.mimic3 import write_demo_mimic
 
 from conftest import TINY_CLI
@@ -520,7 +521,7 @@ def test_11_an_edited_data_path_cannot_make_the_app_show_another_folders_notes(t
 
 # ----------------------------------------------------------------------- the shared helpers other commands reuse
 def test_new_private_file_is_owner_only_and_never_replaces_or_follows(tmp_path):
-    from clinicode.safe_io import new_private_file
+    from clinicode.files import new_private_file
 
     old = os.umask(0)
     try:

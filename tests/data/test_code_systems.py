@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from clinicode.artifacts import read_json, sha256_file
 from clinicode.codes.systems import (
     CODE_SYSTEMS,
     DIAGNOSIS,
@@ -33,6 +32,7 @@ from clinicode.constants import CAML_TOP50
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import load_dataset
 from clinicode.errors import DataFormatError
+from clinicode.files import read_json, sha256_file
 from tests.conftest import SHARED_DATA
 
 

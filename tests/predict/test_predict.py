@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from clinicode.artifacts import write_json_atomic
 from clinicode.cli import app
+from clinicode.files import write_json_atomic
 from clinicode.metrics import all_metrics
 from clinicode.predict import WORD_BAR, Predictor, _word_spans
 from clinicode.predict_io import _settings, predict_file

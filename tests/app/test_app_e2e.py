@@ -139,7 +139,7 @@ def _charts(page) -> list[dict]:
             c = charts.nth(i).evaluate(CHART_JS)
             if c["canvas"]:
                 im = Image.open(io.BytesIO(charts.nth(i).screenshot())).convert("RGB")
-                pix = list(im.getdata())
+                pix = list(getattr(im, "get_flattened_data", im.getdata)())  # getdata is deprecated in Pillow 12.1+
                 c["ink"] = sum(p != (255, 255, 255) for p in pix) / len(pix)
                 c["colour"] = sum(max(p) - min(p) > 40 for p in pix) / len(pix)
             out.append(c)

@@ -178,7 +178,8 @@ def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterato
             raise DataFormatError(f"--input -: stdin is read as JSONL (or fhir: DocumentReferences a line), not "
                                   f"{chosen.name}; pass a file, or drop --input-format.")
         try:
-            f = formats.open_binary(sys.stdin.buffer, "stdin")  # not closed: stdin is the process's, not ours
+            # not closed: stdin is the process's, not ours
+            f = formats.open_binary(sys.stdin.buffer, "stdin", where="--input -")
             yield from _jsonl_records(f, "stdin", chosen.name if chosen and chosen.name == "fhir" else "jsonl")
         except OSError as err:
             raise DataFormatError("--input -: stdin could not be read "
@@ -213,7 +214,7 @@ def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterato
         if reader.name == "txt":
             yield _txt_record(Path(name[:-3] if gz else name).stem, src, name)
         else:
-            with formats.open_binary(src, name, text=reader.text) as f:
+            with formats.open_binary(src, name, text=reader.text, where=where) as f:
                 if reader.name == "parquet":
                     yield from _parquet_records(f, where)
                 elif reader.name == "csv":
@@ -230,7 +231,11 @@ def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterato
 
 def _txt_record(rid: str, src: Path | Upload, name: str) -> Record:
     """One .txt note (read to at most MAX_LINE_BYTES + 1 bytes, so an oversized one is told, not loaded whole)."""
-    with formats.open_binary(src, name) as f:
+    try:
+        f = formats.open_binary(src, name, where=f"file {name}")
+    except DataFormatError as err:  # a UTF-16 note in a folder is one bad record, not the end of the folder
+        return Record(rid, None, str(err))
+    with f:
         row = next(formats.txt_rows(f, name, limit=MAX_LINE_BYTES))
     if row.fields is None:
         return Record(rid, None, f"file {name}: {row.problem}")

@@ -158,6 +158,24 @@ def test_a_byte_order_mark_starting_a_later_jsonl_line_is_dropped():
                                                                                          ("b", "y", None)]
 
 
+def test_a_fifo_link_loop_or_folder_named_like_a_note_is_a_bad_record_not_a_silent_drop(tmp_path):
+    import os
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes(b"Chest pain.")
+    os.mkfifo(folder / "fifo.txt")  # never opened: reading it would wait for a writer forever
+    (folder / "loop1.txt").symlink_to("loop2.txt")
+    (folder / "loop2.txt").symlink_to("loop1.txt")
+    (folder / "sub.txt").mkdir()
+    recs = list(read_records(folder))
+    assert [(r.id, r.text) for r in recs] == [("a", "Chest pain."), ("fifo", None), ("loop1", None), ("loop2", None),
+                                              ("sub", None)]
+    assert recs[1].error == "file fifo.txt: a FIFO (named pipe), not a regular file; put the note in a plain .txt file"
+    assert recs[2].error.startswith("file loop1.txt: a broken or looping symbolic link, not a regular file")
+    assert recs[4].error.startswith("file sub.txt: a folder, not a regular file")
+
+
 # ------------------------------------------------------------------ training's coded-notes folders
 def test_a_gzipped_coded_notes_folder_loads(tmp_path):
     (tmp_path / "train.csv.gz").write_bytes(gzip.compress(_csv(TRAIN)))

@@ -321,9 +321,20 @@ def csv_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, strings:
         for chunk in pd.read_csv(f, dtype=str if strings else {"id": str}, chunksize=BATCH_ROWS,
                                  keep_default_na=False, na_values=[], encoding="utf-8"):
             check_columns(chunk, where, require)
+            _check_duplicates(chunk.columns, where, ("id", "text", "labels", *require))
             yield chunk
 
     yield from _table_rows(frames(), limit=limit)
+
+
+def _check_duplicates(columns: Any, where: str, keys: tuple[str, ...]) -> None:
+    """Raise a one-line DataFormatError when a CSV header names a column that matters (KEYS) twice: pandas renames the
+    second 'text' to 'text.1', so one of the two would be ignored in silence."""
+    names = [str(c) for c in columns]
+    for key in keys:
+        if f"{key}.1" in names and key in names:
+            raise DataFormatError(f"{where}: the header names {key!r} twice (columns: {describe_columns(names)}); "
+                                  "rename or drop one, so no column is ignored.")
 
 
 def parquet_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, columns: tuple[str, ...] | None = None,

@@ -208,3 +208,19 @@ def test_an_oversized_training_record_is_reported_in_one_line(tmp_path, monkeypa
     assert str(err.value) == (f"{tmp_path / name} {where}: more than the 4,096 bytes a record may hold; "
                               "split or shorten the note.")
     assert "\n" not in str(err.value) and "x x" not in str(err.value)
+
+
+@pytest.mark.parametrize("header, key", [(b"id,text,text", "text"), (b"id,id,text", "id")])
+def test_a_csv_header_naming_id_or_text_twice_is_one_line_not_a_silently_ignored_column(header, key):
+    # pandas renames the second 'text' to 'text.1' and predict would score only the first, ignoring the other.
+    with pytest.raises(DataFormatError) as err:
+        list(read_records(Upload("n.csv", header + b"\na,Chest pain.,Sepsis.\n")))
+    assert str(err.value).startswith(f"n.csv: the header names {key!r} twice (columns: ")
+    assert str(err.value).endswith("); rename or drop one, so no column is ignored.")
+
+
+def test_a_training_csv_naming_labels_twice_is_refused(tmp_path):
+    (tmp_path / "train.csv").write_bytes(b"id,text,labels,labels\nt1,Chest pain.,401.9,786.50\n")
+    (tmp_path / "dev.jsonl").write_bytes(_jsonl(DEV))
+    with pytest.raises(DataFormatError, match=r"the header names 'labels' twice"):
+        load_dataset(tmp_path)

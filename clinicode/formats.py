@@ -163,9 +163,16 @@ def over_limit(value: Any, limit: int) -> bool:
     return len(value) > limit or len(value.encode("utf-8", "surrogatepass")) > limit
 
 
-def open_binary(source: Path | str | Upload | BinaryIO, name: str | None = None, *, text: bool = True) -> BinaryIO:
+def open_binary(source: Path | str | Upload | BinaryIO, name: str | None = None, *, text: bool = True,
+                where: str | None = None) -> BinaryIO:
     """A binary stream over SOURCE (a path, an `Upload` or an open stream) with the shared bounds applied: a name
-    ending in .gz is read through gzip, and a text format's leading UTF-8 byte-order mark is dropped."""
+    ending in .gz is read through gzip, and so is a text format's stream that starts with gzip's magic bytes
+    whatever its name (stdin, a pipe, a misnamed file); a text format's leading UTF-8 byte-order mark is dropped.
+
+    Raises:
+        DataFormatError: a text format's stream starts with a UTF-16 or UTF-32 byte-order mark (named by WHERE, else
+            by the name), which no reader can decode line by line; one line saying how to re-encode it.
+    """
     if isinstance(source, Upload):
         name = name or source.name
     elif isinstance(source, (str, Path)):
@@ -177,20 +184,56 @@ def open_binary(source: Path | str | Upload | BinaryIO, name: str | None = None,
         f = gzip.open(source, "rb") if gz else open(source, "rb")  # gzip.open of a path closes the file with itself
     else:
         f = gzip.GzipFile(fileobj=source) if gz else source
+    if text and not gz and _head(f, 2) == GZIP_MAGIC:
+        f = _GzipOwning(f) if isinstance(source, (str, Path)) else gzip.GzipFile(fileobj=f)  # a pipe: not reopened
     if text:
         _skip_bom(f)
+        head = _head(f, 4)
+        wide = next((enc for bom, enc in _WIDE_BOMS if head.startswith(bom)), None)
+        if wide is not None:
+            if isinstance(source, (str, Path, Upload)):
+                f.close()
+            raise DataFormatError(f"{where or name or 'input'}: {wide} text (its byte-order mark says so), not "
+                                  f"UTF-8; re-encode the file as UTF-8 (e.g. iconv -f {wide} -t UTF-8).")
     return f
 
 
-def _skip_bom(f: BinaryIO) -> None:
+GZIP_MAGIC = b"\x1f\x8b"
+# UTF-32 first: its little-endian mark starts with UTF-16's.
+_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
+              (codecs.BOM_UTF16_BE, "UTF-16"))
+
+
+class _GzipOwning(gzip.GzipFile):
+    """gzip over a file we opened (a misnamed file or a pipe, already peeked at): closing it closes that file."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__(fileobj=raw)
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
+
+
+def _head(f: BinaryIO, n: int) -> bytes:
+    """The first N bytes still to be read from F, without consuming them (b"" for a stream that can neither peek
+    nor seek)."""
     if hasattr(f, "peek"):
-        head = f.peek(len(codecs.BOM_UTF8))[:len(codecs.BOM_UTF8)]
-        if head == codecs.BOM_UTF8:
-            f.read(len(codecs.BOM_UTF8))
-    elif f.seekable():
+        return f.peek(n)[:n]
+    if f.seekable():
         start = f.tell()
-        if f.read(len(codecs.BOM_UTF8)) != codecs.BOM_UTF8:
-            f.seek(start)
+        data = f.read(n)
+        f.seek(start)
+        return data
+    return b""
+
+
+def _skip_bom(f: BinaryIO) -> None:
+    if _head(f, len(codecs.BOM_UTF8)) == codecs.BOM_UTF8:
+        f.read(len(codecs.BOM_UTF8))
 
 
 def read_rows(source: Path | str | Upload | BinaryIO, fmt: Reader | str | None = None, *, name: str | None = None,
@@ -208,7 +251,7 @@ def read_rows(source: Path | str | Upload | BinaryIO, fmt: Reader | str | None =
     if r is None:
         raise DataFormatError(f"{where or nm}: unknown file type {suffix(nm) or '(none)'!r}; expected "
                               f"{known_suffixes()} (optionally .gz).")
-    with open_binary(source, nm, text=r.text) as f:
+    with open_binary(source, nm, text=r.text, where=where) as f:
         yield from r.rows(f, where or Path(nm).name, limit=MAX_RECORD_BYTES if limit is None else limit, **options)
 
 
@@ -232,6 +275,8 @@ def jsonl_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, fields
             yield Row(n, None, f"not UTF-8 text ({err.reason} at byte {err.start + 1} of the line); re-encode the "
                                "file as UTF-8")
             continue
+        if text.startswith("\ufeff"):  # files joined with `cat`: the second one's byte-order mark starts a line
+            text = text[1:]
         if not text.strip():
             continue
         try:
@@ -276,9 +321,20 @@ def csv_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, strings:
         for chunk in pd.read_csv(f, dtype=str if strings else {"id": str}, chunksize=BATCH_ROWS,
                                  keep_default_na=False, na_values=[], encoding="utf-8"):
             check_columns(chunk, where, require)
+            _check_duplicates(chunk.columns, where, ("id", "text", "labels", *require))
             yield chunk
 
     yield from _table_rows(frames(), limit=limit)
+
+
+def _check_duplicates(columns: Any, where: str, keys: tuple[str, ...]) -> None:
+    """Raise a one-line DataFormatError when a CSV header names a column that matters (KEYS) twice: pandas renames the
+    second 'text' to 'text.1', so one of the two would be ignored in silence."""
+    names = [str(c) for c in columns]
+    for key in keys:
+        if f"{key}.1" in names and key in names:
+            raise DataFormatError(f"{where}: the header names {key!r} twice (columns: {describe_columns(names)}); "
+                                  "rename or drop one, so no column is ignored.")
 
 
 def parquet_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, columns: tuple[str, ...] | None = None,

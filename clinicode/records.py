@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 from clinicode import formats
 from clinicode.errors import DataFormatError
-from clinicode.files import LineTooLong, is_readable_stream, read_lines_bounded
+from clinicode.files import LineTooLong, is_readable_stream, path_kind, read_lines_bounded
 from clinicode.formats import BATCH_ROWS, Row, Upload  # noqa: F401  (Upload and BATCH_ROWS are read from here too)
 
 # bytes one record (JSONL line, table cell, .txt note) may hold; a longer one is a bad record, never loaded whole.
@@ -178,7 +178,8 @@ def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterato
             raise DataFormatError(f"--input -: stdin is read as JSONL (or fhir: DocumentReferences a line), not "
                                   f"{chosen.name}; pass a file, or drop --input-format.")
         try:
-            f = formats.open_binary(sys.stdin.buffer, "stdin")  # not closed: stdin is the process's, not ours
+            # not closed: stdin is the process's, not ours
+            f = formats.open_binary(sys.stdin.buffer, "stdin", where="--input -")
             yield from _jsonl_records(f, "stdin", chosen.name if chosen and chosen.name == "fhir" else "jsonl")
         except OSError as err:
             raise DataFormatError("--input -: stdin could not be read "
@@ -188,12 +189,13 @@ def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterato
         p = Path(source)
         where, name = f"--input {p}", p.name
         if p.is_dir():
-            files = sorted(q for q in p.iterdir() if formats.reader_for(q.name) is formats.READERS["txt"]
-                           and q.is_file())
+            files = sorted(q for q in p.iterdir() if formats.reader_for(q.name) is formats.READERS["txt"])
             if not files:
                 raise DataFormatError(f"--input {p}: folder holds no .txt files; put one note per .txt file in it.")
             for q in files:
-                yield _txt_record(Path(q.stem).stem if q.suffix.lower() == ".gz" else q.stem, q, q.name)
+                rid = Path(q.stem).stem if q.suffix.lower() == ".gz" else q.stem
+                # a FIFO, a link loop or a sub-folder named like a note is a bad record: never opened, never dropped
+                yield _txt_record(rid, q, q.name) if q.is_file() else Record(rid, None, _not_a_note_file(q))
             return
         stream = is_readable_stream(p)  # a pipe, e.g. bash's <(cmd) as /dev/fd/N
         if not p.is_file() and not stream:
@@ -213,7 +215,7 @@ def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterato
         if reader.name == "txt":
             yield _txt_record(Path(name[:-3] if gz else name).stem, src, name)
         else:
-            with formats.open_binary(src, name, text=reader.text) as f:
+            with formats.open_binary(src, name, text=reader.text, where=where) as f:
                 if reader.name == "parquet":
                     yield from _parquet_records(f, where)
                 elif reader.name == "csv":
@@ -228,9 +230,22 @@ def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterato
         raise DataFormatError(f"{where}: damaged or truncated file ({type(err).__name__}); write it again.") from None
 
 
+def _not_a_note_file(q: Path) -> str:
+    """Why a folder entry named like a .txt note is not one (found by stat; a FIFO is never opened)."""
+    try:
+        kind = path_kind(q.stat().st_mode)
+    except OSError as err:
+        kind = "broken or looping symbolic link" if q.is_symlink() else (err.strerror or type(err).__name__)
+    return f"file {q.name}: a {kind}, not a regular file; put the note in a plain .txt file"
+
+
 def _txt_record(rid: str, src: Path | Upload, name: str) -> Record:
     """One .txt note (read to at most MAX_LINE_BYTES + 1 bytes, so an oversized one is told, not loaded whole)."""
-    with formats.open_binary(src, name) as f:
+    try:
+        f = formats.open_binary(src, name, where=f"file {name}")
+    except DataFormatError as err:  # a UTF-16 note in a folder is one bad record, not the end of the folder
+        return Record(rid, None, str(err))
+    with f:
         row = next(formats.txt_rows(f, name, limit=MAX_LINE_BYTES))
     if row.fields is None:
         return Record(rid, None, f"file {name}: {row.problem}")

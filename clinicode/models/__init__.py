@@ -96,6 +96,12 @@ def known_kinds() -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
+def _shown(name: object) -> str:
+    """NAME as a message shows it: its repr, cut to 60 characters (a hand-edited manifest may hold anything)."""
+    given = repr(name)
+    return given if len(given) <= 60 else f"{given[:57]}..."
+
+
 def model_kind(name: object, *, folder: Path | None = None) -> ModelKind:
     """The registered kind NAME (a checkpoint manifest's "model").
 
@@ -104,8 +110,9 @@ def model_kind(name: object, *, folder: Path | None = None) -> ModelKind:
     """
     kind = MODEL_KINDS.get(name) if isinstance(name, str) else None
     if kind is None:
-        where = f"{folder}: unknown model kind {name!r} in manifest.json" if folder is not None else \
-            f"unknown model kind {name!r}"
+        given = _shown(name)
+        where = f"{folder}: unknown model kind {given} in manifest.json" if folder is not None else \
+            f"unknown model kind {given}"
         raise CheckpointError(f"{where}; expected {known_kinds()}.")
     return kind
 
@@ -118,7 +125,7 @@ def train_kind(name: object) -> ModelKind:
     """
     kind = MODEL_KINDS.get(name) if isinstance(name, str) else None
     if kind is None:
-        raise ConfigError(f"--model must be {known_kinds()}, got {name!r}.")
+        raise ConfigError(f"--model must be {known_kinds()}, got {_shown(name)}.")
     return kind
 
 

@@ -179,3 +179,17 @@ def test_an_unknown_kind_is_refused_before_anything_is_written(tmp_path, keyword
     with pytest.raises(ConfigError, match=r"^--model must be 'leam', 'tfidf-lr' or 'keywords', got 'svm'\.$"):
         train_kind("svm")
     assert train_kind("keywords") is keywords and model_kind("leam") is MODEL_KINDS["leam"]
+
+
+@pytest.mark.parametrize("given, shown", [(["leam"], "['leam']"), (3, "3"), ("../x", "'../x'"), (None, "None"),
+                                          ("x" * 5000, "'" + "x" * 56 + "...")])
+def test_a_hand_edited_model_field_is_named_in_one_short_line(given, shown):
+    # A manifest's "model" may be a list, a number, a path or a 5,000-character string: never looked up as a path,
+    # and shown cut so the message stays one readable line.
+    with pytest.raises(CheckpointError) as err:
+        model_kind(given, folder=Path("run/checkpoint"))
+    assert str(err.value) == (f"run/checkpoint: unknown model kind {shown} in manifest.json; expected 'leam' or "
+                              "'tfidf-lr'.")
+    with pytest.raises(ConfigError) as err:
+        train_kind(given)
+    assert len(str(err.value)) < 120

@@ -119,6 +119,63 @@ def test_an_oversized_csv_cell_is_a_bad_record_not_a_silent_drop(monkeypatch):
     assert recs[1].error == "row 2 of n.csv: more than the 4,096 bytes a record may hold; split or shorten the note"
 
 
+def test_gzip_bytes_are_read_through_gzip_whatever_the_name(tmp_path, monkeypatch):
+    # `gzip -c notes.jsonl | clinicode predict --input -`, a pipe, or a .jsonl that is really gzip: the magic bytes
+    # decide, so the notes are read instead of every line turning into a bad "not UTF-8" record.
+    data = gzip.compress(_jsonl([{"id": "a", "text": "Chest pain."}, {"id": "b", "text": "Sepsis."}]))
+    (tmp_path / "misnamed.jsonl").write_bytes(data)
+    want = [("a", "Chest pain."), ("b", "Sepsis.")]
+    assert [(r.id, r.text) for r in read_records(tmp_path / "misnamed.jsonl")] == want
+    assert [(r.id, r.text) for r in read_records(Upload("n.jsonl", data))] == want
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(data))))
+    assert [(r.id, r.text) for r in read_records("-")] == want
+    (tmp_path / "n.txt").write_bytes(gzip.compress(b"Chest pain."))
+    assert [(r.id, r.text) for r in read_records(tmp_path / "n.txt")] == [("n", "Chest pain.")]
+
+
+@pytest.mark.parametrize("encoding, name", [("utf-16", "UTF-16"), ("utf-16-be", "UTF-16"), ("utf-32", "UTF-32")])
+def test_a_utf16_or_utf32_file_is_one_line_saying_how_to_re_encode_it(tmp_path, encoding, name):
+    bom = {"utf-16-be": codecs.BOM_UTF16_BE}.get(encoding, b"")
+    for fname, text in (("n.jsonl", '{"id": "a", "text": "x"}\n'), ("n.csv", "id,text\na,x\n")):
+        (tmp_path / fname).write_bytes(bom + text.encode(encoding))
+        with pytest.raises(DataFormatError) as err:
+            list(read_records(tmp_path / fname))
+        assert str(err.value) == (f"--input {tmp_path / fname}: {name} text (its byte-order mark says so), not UTF-8; "
+                                  f"re-encode the file as UTF-8 (e.g. iconv -f {name} -t UTF-8).")
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes(bom + "Chest pain.".encode(encoding))
+    (folder / "b.txt").write_bytes(b"Sepsis.")
+    recs = list(read_records(folder))  # one such note in a folder is a bad record; the others are still read
+    assert [(r.id, r.text) for r in recs] == [("a", None), ("b", "Sepsis.")]
+    assert recs[0].error.startswith(f"file a.txt: {name} text (its byte-order mark says so)")
+
+
+def test_a_byte_order_mark_starting_a_later_jsonl_line_is_dropped():
+    # `cat a.jsonl b.jsonl` where b.jsonl was saved with a byte-order mark: its first note is read, not refused.
+    data = b'{"id": "a", "text": "x"}\n' + BOM + b'{"id": "b", "text": "y"}\n'
+    assert [(r.id, r.text, r.error) for r in read_records(Upload("n.jsonl", data))] == [("a", "x", None),
+                                                                                         ("b", "y", None)]
+
+
+def test_a_fifo_link_loop_or_folder_named_like_a_note_is_a_bad_record_not_a_silent_drop(tmp_path):
+    import os
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes(b"Chest pain.")
+    os.mkfifo(folder / "fifo.txt")  # never opened: reading it would wait for a writer forever
+    (folder / "loop1.txt").symlink_to("loop2.txt")
+    (folder / "loop2.txt").symlink_to("loop1.txt")
+    (folder / "sub.txt").mkdir()
+    recs = list(read_records(folder))
+    assert [(r.id, r.text) for r in recs] == [("a", "Chest pain."), ("fifo", None), ("loop1", None), ("loop2", None),
+                                              ("sub", None)]
+    assert recs[1].error == "file fifo.txt: a FIFO (named pipe), not a regular file; put the note in a plain .txt file"
+    assert recs[2].error.startswith("file loop1.txt: a broken or looping symbolic link, not a regular file")
+    assert recs[4].error.startswith("file sub.txt: a folder, not a regular file")
+
+
 # ------------------------------------------------------------------ training's coded-notes folders
 def test_a_gzipped_coded_notes_folder_loads(tmp_path):
     (tmp_path / "train.csv.gz").write_bytes(gzip.compress(_csv(TRAIN)))
@@ -151,3 +208,19 @@ def test_an_oversized_training_record_is_reported_in_one_line(tmp_path, monkeypa
     assert str(err.value) == (f"{tmp_path / name} {where}: more than the 4,096 bytes a record may hold; "
                               "split or shorten the note.")
     assert "\n" not in str(err.value) and "x x" not in str(err.value)
+
+
+@pytest.mark.parametrize("header, key", [(b"id,text,text", "text"), (b"id,id,text", "id")])
+def test_a_csv_header_naming_id_or_text_twice_is_one_line_not_a_silently_ignored_column(header, key):
+    # pandas renames the second 'text' to 'text.1' and predict would score only the first, ignoring the other.
+    with pytest.raises(DataFormatError) as err:
+        list(read_records(Upload("n.csv", header + b"\na,Chest pain.,Sepsis.\n")))
+    assert str(err.value).startswith(f"n.csv: the header names {key!r} twice (columns: ")
+    assert str(err.value).endswith("); rename or drop one, so no column is ignored.")
+
+
+def test_a_training_csv_naming_labels_twice_is_refused(tmp_path):
+    (tmp_path / "train.csv").write_bytes(b"id,text,labels,labels\nt1,Chest pain.,401.9,786.50\n")
+    (tmp_path / "dev.jsonl").write_bytes(_jsonl(DEV))
+    with pytest.raises(DataFormatError, match=r"the header names 'labels' twice"):
+        load_dataset(tmp_path)

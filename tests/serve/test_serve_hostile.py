@@ -475,7 +475,7 @@ def test_a_token_file_link_is_refused_without_advice_about_its_target(tmp_path):
 
 
 def test_an_unreadable_token_file_is_called_unreadable(tmp_path, monkeypatch):
-    import clinicode.serve as serve
+    import clinicode.serve.server as server  # read_token's module
 
     tok = tmp_path / "token"
     tok.write_text("k" * 40)
@@ -487,7 +487,7 @@ def test_an_unreadable_token_file_is_called_unreadable(tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, flags, *a, **kw)
 
-    monkeypatch.setattr(serve.os, "open", denied)
+    monkeypatch.setattr(server.os, "open", denied)
     with pytest.raises(ConfigError, match="cannot be read \\(Permission denied\\)") as err:
         check_bind("127.0.0.1", tok)
     assert "UTF-8" not in str(err.value)

@@ -224,3 +224,40 @@ def test_a_training_csv_naming_labels_twice_is_refused(tmp_path):
     (tmp_path / "dev.jsonl").write_bytes(_jsonl(DEV))
     with pytest.raises(DataFormatError, match=r"the header names 'labels' twice"):
         load_dataset(tmp_path)
+
+
+class _Endless(io.RawIOBase):
+    """A CSV whose second row opens a quote and never closes it: bytes without end, counted as they are read."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        head = b'id,text\na,fine\nb,"never closed ' if self.sent == 0 else b""
+        n = len(b)
+        b[:n] = (head + b"x" * n)[:n]
+        self.sent += n
+        return n
+
+
+def test_a_csv_record_far_over_the_limit_stops_the_file_before_the_parser_holds_it(monkeypatch):
+    # pandas holds a whole cell (about three times its bytes) before its size can be checked; an unclosed quote or a
+    # gigabyte note must stop the file at CSV_HARD_FACTOR times the limit, naming the row, instead of eating memory
+    import clinicode.records as records
+    monkeypatch.setattr(records, "MAX_LINE_BYTES", 4096)
+    hard = formats.CSV_HARD_FACTOR * 4096
+    endless = _Endless()
+    with pytest.raises(DataFormatError, match=r"^n\.csv: row 2 holds more than 16,384 bytes before its end .*"
+                                              r"Close the quote or split the note\.$"):
+        list(formats.csv_rows(io.BufferedReader(endless), "n.csv", limit=4096))
+    assert endless.sent < hard + 2 * io.DEFAULT_BUFFER_SIZE + 256 * 1024  # stopped near the bound, not at the end
+    big = b'id,text\na,fine\nb,"' + b"x" * (hard + 10) + b'"\nc,after\n'
+    with pytest.raises(DataFormatError, match=r"row 2 holds more than"):
+        list(read_records(Upload("n.csv", big)))
+    # quoted newlines and doubled quotes end no record: a file just under the bound reads as before
+    ok = (b'id,text\na,"one ""quoted"" word\nover two lines"\nb,"' + b"y" * (hard - 100) + b'"\r\nc,plain\n')
+    recs = list(read_records(Upload("n.csv", ok)))
+    assert [r.id for r in recs] == ["a", "row-2", "c"] and recs[0].text == 'one "quoted" word\nover two lines'

@@ -335,77 +335,48 @@ CSV_HARD_FACTOR = 4
 
 class _CsvRecordBound(io.RawIOBase):
     """The bytes of a CSV stream, passed through unchanged, with one bound: a record (from one newline outside quotes
-    to the next) longer than HARD bytes raises a one-line DataFormatError naming the byte it starts at, before the
-    parser holds it. Only the quotes' parity is tracked (a doubled quote inside a quoted field keeps it), with bytes
-    methods: a chunk no longer than HARD can end at most one long record, the one it continues, so only that
-    record's end and the chunk's last record end are looked for."""
+    to the next) longer than HARD bytes raises a one-line DataFormatError naming its row, before the parser holds it.
+    Quotes are counted with numpy a chunk at a time: a doubled quote inside a quoted field keeps the count's parity."""
 
     def __init__(self, raw: BinaryIO, where: str, *, hard: int) -> None:
         super().__init__()
         self._raw, self._where, self._hard = raw, where, hard
         self._odd = False      # inside a quoted field at the end of what was read so far
-        self._start = 0        # the byte the record in progress starts at
-        self._read = 0         # bytes read so far
+        self._since = 0        # bytes since the last record's end
+        self._records = 0      # records ended so far (the header is the first)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: Any) -> int:
+        import numpy as np
+
         data = self._raw.read(len(b))
         n = len(data)
         if not n:
             return 0
-        if n > self._hard:  # a bound below the chunk size (tests): records inside the chunk may be over it too
-            for end in self._ends(data):
-                self._ended(self._read + end)
+        buf = np.frombuffer(data, dtype=np.uint8)
+        quotes = np.cumsum(buf == 34) + self._odd  # 34: '"'
+        ends = np.flatnonzero((buf == 10) & (quotes % 2 == 0))
+        if ends.size:
+            sizes = np.diff(ends, prepend=-1 - self._since)  # each record ended in this chunk, its newline included
+            worst = int(sizes.argmax())
+            self._check(int(sizes[worst]), self._records + worst)
+            self._since = n - int(ends[-1]) - 1
+            self._records += int(ends.size)
         else:
-            total = data.count(b'"')
-            if self._read + n - self._start > self._hard:  # the record in progress may end over the bound
-                first = self._end(data, total, last=False)
-                if first >= 0:
-                    self._ended(self._read + first)
-            last = self._end(data, total, last=True)
-            if last >= 0:
-                self._start = self._read + last + 1
-            self._odd ^= bool(total % 2)
-        self._read += n
-        if self._read - self._start > self._hard:
-            self._over()
+            self._since += n
+        self._check(self._since, self._records)
+        self._odd = bool(quotes[-1] % 2)
         b[:n] = data
         return n
 
-    def _end(self, data: bytes, total: int, *, last: bool) -> int:
-        """The first (or last) newline of DATA outside quotes, or -1: the quotes before it, counted from the nearer
-        end of DATA, must leave the parity at even."""
-        j = data.rfind(b"\n") if last else data.find(b"\n")
-        while j >= 0:
-            before = total - data.count(b'"', j) if last else data.count(b'"', 0, j)
-            if (before + self._odd) % 2 == 0:
-                return j
-            j = data.rfind(b"\n", 0, j) if last else data.find(b"\n", j + 1)
-        return -1
-
-    def _ends(self, data: bytes) -> list[int]:
-        """Every newline of DATA outside quotes (the parity is updated)."""
-        out, odd = [], self._odd
-        for i, c in enumerate(data):
-            if c == 34:  # '"'
-                odd = not odd
-            elif c == 10 and not odd:
-                out.append(i)
-        self._odd = odd
-        return out
-
-    def _ended(self, at: int) -> None:
-        """A record ends with the newline at byte AT."""
-        if at + 1 - self._start > self._hard:
-            self._over()
-        self._start = at + 1
-
-    def _over(self) -> None:
-        raise DataFormatError(f"{self._where}: the record starting at byte {self._start:,} holds more than "
-                              f"{size_text(self._hard)} before its end (an unclosed quote, or a note far over the "
-                              "record limit); nothing after it is read. Close the quote or split the note.")
+    def _check(self, size: int, ended_before: int) -> None:
+        """SIZE: the bytes of the record that follows ENDED_BEFORE ended records (the header is the first)."""
+        if size > self._hard:
+            raise DataFormatError(f"{self._where}: row {max(1, ended_before):,} holds more than "
+                                  f"{size_text(self._hard)} before its end (an unclosed quote, or a note far over the "
+                                  "record limit); nothing after it is read. Close the quote or split the note.")
 
     def close(self) -> None:
         super().close()  # the caller closes the stream it opened

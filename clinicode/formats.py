@@ -318,68 +318,13 @@ def csv_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, strings:
     import pandas as pd
 
     def frames() -> Iterator[Any]:
-        bounded = io.BufferedReader(_CsvRecordBound(f, where, hard=CSV_HARD_FACTOR * limit))
-        for chunk in pd.read_csv(bounded, dtype=str if strings else {"id": str}, chunksize=BATCH_ROWS,
+        for chunk in pd.read_csv(f, dtype=str if strings else {"id": str}, chunksize=BATCH_ROWS,
                                  keep_default_na=False, na_values=[], encoding="utf-8"):
             check_columns(chunk, where, require)
             _check_duplicates(chunk.columns, where, ("id", "text", "labels", *require))
             yield chunk
 
     yield from _table_rows(frames(), limit=limit)
-
-
-# pandas reads a whole CSV cell before a record's size can be checked (`over_limit`), holding about three times its
-# bytes; a record this many times the limit stops the file instead, before pandas sees it, so memory stays bounded.
-CSV_HARD_FACTOR = 4
-
-
-class _CsvRecordBound(io.RawIOBase):
-    """The bytes of a CSV stream, passed through unchanged, with one bound: a record (from one newline outside quotes
-    to the next) longer than HARD bytes raises a one-line DataFormatError naming its row, before the parser holds it.
-    Quotes are counted with numpy a chunk at a time: a doubled quote inside a quoted field keeps the count's parity."""
-
-    def __init__(self, raw: BinaryIO, where: str, *, hard: int) -> None:
-        super().__init__()
-        self._raw, self._where, self._hard = raw, where, hard
-        self._odd = False      # inside a quoted field at the end of what was read so far
-        self._since = 0        # bytes since the last record's end
-        self._records = 0      # records ended so far (the header is the first)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        import numpy as np
-
-        data = self._raw.read(len(b))
-        n = len(data)
-        if not n:
-            return 0
-        buf = np.frombuffer(data, dtype=np.uint8)
-        quotes = np.cumsum(buf == 34) + self._odd  # 34: '"'
-        ends = np.flatnonzero((buf == 10) & (quotes % 2 == 0))
-        if ends.size:
-            sizes = np.diff(ends, prepend=-1 - self._since)  # each record ended in this chunk, its newline included
-            worst = int(sizes.argmax())
-            self._check(int(sizes[worst]), self._records + worst)
-            self._since = n - int(ends[-1]) - 1
-            self._records += int(ends.size)
-        else:
-            self._since += n
-        self._check(self._since, self._records)
-        self._odd = bool(quotes[-1] % 2)
-        b[:n] = data
-        return n
-
-    def _check(self, size: int, ended_before: int) -> None:
-        """SIZE: the bytes of the record that follows ENDED_BEFORE ended records (the header is the first)."""
-        if size > self._hard:
-            raise DataFormatError(f"{self._where}: row {max(1, ended_before):,} holds more than "
-                                  f"{size_text(self._hard)} before its end (an unclosed quote, or a note far over the "
-                                  "record limit); nothing after it is read. Close the quote or split the note.")
-
-    def close(self) -> None:
-        super().close()  # the caller closes the stream it opened
 
 
 def _check_duplicates(columns: Any, where: str, keys: tuple[str, ...]) -> None:

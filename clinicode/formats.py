@@ -312,7 +312,7 @@ def check_columns(df: Any, where: str, require: tuple[str, ...]) -> None:
 
 
 def csv_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, strings: bool = False,
-             require: tuple[str, ...] = (), **_: Any) -> Iterator[Row]:
+             require: tuple[str, ...] = (), unique: tuple[str, ...] = (), **_: Any) -> Iterator[Row]:
     """CSV with a header row, BATCH_ROWS at a time; `id` (every column with STRINGS) is read as text. pandas'
     EmptyDataError and ParserError pass through for the caller to word."""
     import pandas as pd
@@ -321,7 +321,7 @@ def csv_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, strings:
         for chunk in pd.read_csv(f, dtype=str if strings else {"id": str}, chunksize=BATCH_ROWS,
                                  keep_default_na=False, na_values=[], encoding="utf-8"):
             check_columns(chunk, where, require)
-            _check_duplicates(chunk.columns, where, ("id", "text", "labels", *require))
+            _check_duplicates(chunk.columns, where, ("id", "text", *require, *unique))  # UNIQUE: the caller's too
             yield chunk
 
     yield from _table_rows(frames(), limit=limit)

@@ -181,6 +181,9 @@ def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterato
             # not closed: stdin is the process's, not ours
             f = formats.open_binary(sys.stdin.buffer, "stdin", where="--input -")
             yield from _jsonl_records(f, "stdin", chosen.name if chosen and chosen.name == "fhir" else "jsonl")
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # gzip on stdin, cut short or damaged
+            raise DataFormatError(f"--input -: damaged or truncated gzip on stdin ({type(err).__name__}); "
+                                  "send it again.") from None
         except OSError as err:
             raise DataFormatError("--input -: stdin could not be read "
                                   f"({err.strerror or type(err).__name__}).") from None
@@ -195,7 +198,14 @@ def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterato
             for q in files:
                 rid = Path(q.stem).stem if q.suffix.lower() == ".gz" else q.stem
                 # a FIFO, a link loop or a sub-folder named like a note is a bad record: never opened, never dropped
-                yield _txt_record(rid, q, q.name) if q.is_file() else Record(rid, None, _not_a_note_file(q))
+                if not q.is_file():
+                    yield Record(rid, None, _not_a_note_file(q))
+                    continue
+                try:
+                    yield _txt_record(rid, q, q.name)
+                except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # one damaged .txt.gz: its record, not the end
+                    yield Record(rid, None, f"file {q.name}: damaged or truncated gzip ({type(err).__name__}); "
+                                            "write it again")
             return
         stream = is_readable_stream(p)  # a pipe, e.g. bash's <(cmd) as /dev/fd/N
         if not p.is_file() and not stream:

@@ -125,7 +125,7 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
 def _read_csv(path: Path) -> pd.DataFrame:
     try:
         rows = []
-        for row in formats.read_rows(path, "csv", where=str(path), strings=True):
+        for row in formats.read_rows(path, "csv", where=str(path), strings=True, unique=(LABELS,)):
             if row.fields is None:  # a cell over the record bound: told, never skipped
                 raise _bad_row(path, "row", row)
             rows.append(row.fields)

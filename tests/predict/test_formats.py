@@ -224,3 +224,25 @@ def test_a_training_csv_naming_labels_twice_is_refused(tmp_path):
     (tmp_path / "dev.jsonl").write_bytes(_jsonl(DEV))
     with pytest.raises(DataFormatError, match=r"the header names 'labels' twice"):
         load_dataset(tmp_path)
+
+
+def test_damaged_gzip_on_stdin_or_in_a_notes_folder_is_told_in_one_line_not_a_bare_abort(tmp_path, monkeypatch):
+    whole = gzip.compress(_jsonl([{"id": f"n{i}", "text": f"note {i} " * 200} for i in range(20)]))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(whole[:len(whole) // 2]))))
+    with pytest.raises(DataFormatError, match=r"^--input -: damaged or truncated gzip on stdin \(EOFError\); send "):
+        list(read_records("-"))
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Chest pain.")
+    cut = gzip.compress(b"Sepsis. " * 2000)
+    (folder / "b.txt.gz").write_bytes(cut[:len(cut) // 2])
+    (folder / "c.txt").write_text("Fever.")
+    recs = list(read_records(folder))  # one damaged note is its own bad record; the others are read
+    assert [(r.id, r.text) for r in recs] == [("a", "Chest pain."), ("b", None), ("c", "Fever.")]
+    assert recs[1].error == "file b.txt.gz: damaged or truncated gzip (EOFError); write it again"
+
+
+def test_predict_reads_a_csv_naming_a_column_it_ignores_twice():
+    # only id and text matter to predict; a duplicated labels column is training's concern (refused there)
+    recs = list(read_records(Upload("n.csv", b"id,text,labels,labels\n1,chest pain,a,b\n")))
+    assert [(r.id, r.text, r.error) for r in recs] == [("1", "chest pain", None)]

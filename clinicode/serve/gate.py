@@ -288,6 +288,8 @@ class _Accept:
             return await self.app(scope, receive, send)
         path, offered = scope["path"], route[1]
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        if path == "/v1/predict" and len(query.get("format", ())) > 1:
+            return await self.app(scope, receive, send)  # a repeated option: the route's 422 says so, not a 406
         if path == "/v1/predict" and query.get("format") == ["fhir"]:
             offered = (FHIR_JSON, *offered)
         given = [v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"accept"]

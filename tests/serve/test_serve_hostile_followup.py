@@ -180,3 +180,13 @@ def test_a_write_timeout_that_is_no_bound_is_refused_at_start(value):
 
     with pytest.raises(ConfigError, match=r"--write-timeout must be in \(0, 3600\] seconds"):
         ServeConfig(write_timeout=value)
+
+
+@pytest.mark.parametrize("accept", [None, "application/fhir+json"])
+def test_a_repeated_format_is_the_routes_422_not_a_406(client, accept):
+    # serve.md: an option given twice is a 422; Accept negotiation must not answer first with a misleading 406
+    headers = {"accept": accept} if accept else {}
+    r = client.post("/v1/predict?format=fhir&format=fhir", json={"notes": [{"id": "a", "text": "chest pain"}]},
+                    headers=headers)
+    assert r.status_code == 422, r.text
+    assert "format" in r.json()["error"]["message"]

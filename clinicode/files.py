@@ -328,11 +328,7 @@ def own_json(path: Path, kind: str) -> bool | None:
         return None
     if not stat.S_ISREG(st.st_mode):
         return False
-    try:
-        data = read_json(path)
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("kind") == kind
+    return manifest_kind(path.parent, path.name) == kind
 
 
 def file_marker(out: Path) -> Path:

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import hashlib
+import socket
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -138,3 +140,20 @@ def start_load(base: str, note: str, *, clients: int, notes: int) -> tuple[list,
     for t in threads:
         t.start()
     return threads, results, transport
+
+
+def read_until_closed(s: socket.socket, seconds: float) -> tuple[bool, bytes]:
+    """(whether the server closed or reset the connection within SECONDS, what it sent before)."""
+    s.settimeout(seconds)
+    got, t0 = b"", time.monotonic()
+    try:
+        while time.monotonic() - t0 < seconds:
+            chunk = s.recv(65536)
+            if not chunk:
+                return True, got
+            got += chunk
+    except (TimeoutError, socket.timeout):
+        return False, got
+    except ConnectionResetError:
+        return True, got
+    return False, got

@@ -12,7 +12,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from tests.helpers import SECRET, serve_process, start_load  # noqa: E402
+from tests.helpers import SECRET, read_until_closed, serve_process, start_load  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -46,24 +46,6 @@ def _connect(server) -> socket.socket:
     return s
 
 
-def _closed_within(s: socket.socket, seconds: float) -> tuple[bool, bytes]:
-    """(closed by the server within SECONDS, what it sent first)."""
-    s.settimeout(seconds)
-    got = b""
-    t0 = time.monotonic()
-    try:
-        while time.monotonic() - t0 < seconds:
-            chunk = s.recv(65536)
-            if not chunk:
-                return True, got
-            got += chunk
-    except (TimeoutError, socket.timeout):
-        return False, got
-    except ConnectionResetError:
-        return True, got
-    return False, got
-
-
 def test_a_bracketed_ipv6_host_is_served_and_the_start_line_names_the_real_address(server):
     logs = _logs(server)
     line = next(x for x in logs.splitlines() if x.startswith("serving "))
@@ -74,13 +56,13 @@ def test_a_half_sent_request_head_is_dropped_after_the_read_timeout(server):
     with _connect(server) as s:
         s.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: " + ADDR.encode() + b"\r\nContent-Type: app")
         t0 = time.monotonic()
-        closed, _ = _closed_within(s, 8)
+        closed, _ = read_until_closed(s, 8)
         assert closed and time.monotonic() - t0 < 6  # --read-timeout 1.5: was held open forever
 
 
 def test_a_connection_that_sends_nothing_is_dropped(server):
     with _connect(server) as s:
-        closed, _ = _closed_within(s, 8)
+        closed, _ = read_until_closed(s, 8)
         assert closed
 
 
@@ -88,7 +70,7 @@ def test_a_half_sent_body_gets_a_408_json_answer(server):
     with _connect(server) as s:
         s.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 1000\r\n\r\n{\"notes\": [{\"text\": \"" + SECRET.encode())
-        closed, got = _closed_within(s, 10)
+        closed, got = read_until_closed(s, 10)
     head, _, body = got.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408") and closed
     assert "--read-timeout" in json.loads(body)["error"]["message"] and SECRET.encode() not in got
@@ -98,7 +80,7 @@ def test_a_half_sent_body_gets_a_408_json_answer(server):
 def test_a_malformed_http_request_gets_a_json_400(server, raw):
     with _connect(server) as s:
         s.sendall(raw + b"\r\n\r\n")
-        closed, got = _closed_within(s, 10)
+        closed, got = read_until_closed(s, 10)
     head, _, body = got.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head.lower()
     assert "malformed HTTP request" in json.loads(body)["error"]["message"]

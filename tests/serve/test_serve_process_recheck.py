@@ -13,7 +13,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from tests.helpers import SECRET, serve_process, start_load  # noqa: E402
+from tests.helpers import SECRET, read_until_closed, serve_process, start_load  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -33,18 +33,8 @@ def _exchange(server, data: bytes, seconds: float = 5.0) -> tuple[bytes, bool]:
     """(what the server sent within SECONDS, whether it closed the connection)."""
     with socket.create_connection(("127.0.0.1", server["port"]), timeout=seconds) as s:
         s.sendall(data)
-        got, t0 = b"", time.monotonic()
-        try:
-            while time.monotonic() - t0 < seconds:
-                chunk = s.recv(65536)
-                if not chunk:
-                    return got, True
-                got += chunk
-        except (TimeoutError, socket.timeout):
-            return got, False
-        except ConnectionResetError:
-            return got, True
-    return got, False
+        closed, got = read_until_closed(s, seconds)
+    return got, closed
 
 
 def _answers(got: bytes) -> list[tuple[int, dict]]:

@@ -184,7 +184,6 @@ def predict_file(
     shard: tuple[int, int] = (0, 1),
     progress: bool = True,
     on_bad: Callable[[str], None] | None = None,
-    encode: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     input_format: str | None = None,
     output_format: str | None = None,
     context: Mapping[str, Any] | None = None,
@@ -195,8 +194,6 @@ def predict_file(
         shard: (i, n): score only records whose position p satisfies p % n == i (deterministic).
         resume: skip ids already present in OUT.partial (or, when there is none, in OUT) and append to it; an id
             that occurs n times in the input is skipped as often as it already occurs in the output.
-        encode: turns each record into the JSON line written instead (JSONL only); counts and --strict still go by
-            the record.
         input_format: a reader of `clinicode.formats` (None: by the input's name).
         output_format: a writer of `clinicode.formats` (None: CSV when output ends in .csv, else JSONL); "fhir"
             writes one Bundle a line, built with CONTEXT (`systems`, `source`), and cannot --resume.
@@ -210,7 +207,7 @@ def predict_file(
     fmt = formats.writer(output_format).name if output_format else formats.writer_for(str(output)).name
     if threshold is not None:
         check_threshold(threshold)  # before any output is claimed (the rule of every face: clinicode.config)
-    if (encode is not None or fmt == "fhir") and (resume or str(output).endswith(".csv")):
+    if fmt == "fhir" and (resume or str(output).endswith(".csv")):
         raise ConfigError("--format fhir writes one JSON Bundle per line: give an --output not "
                           "ending in .csv, and drop "
                           "--resume (FHIR output is written whole; rerun to replace it).")
@@ -252,7 +249,7 @@ def predict_file(
     writer = _Writer(output, fmt=fmt, append=resume and bool(done), claim=claim, run_id=run_id, context=context)
     try:
         counts = _score(predictor, writer, first, records, done, shard=shard, top_k=top_k, threshold=threshold,
-                        explain=explain, strict=strict, progress=progress, on_bad=on_bad, encode=encode)
+                        explain=explain, strict=strict, progress=progress, on_bad=on_bad)
         writer.finish()
     finally:
         writer.close()
@@ -263,10 +260,9 @@ def predict_file(
 
 def _score(predictor: Predictor, writer: _Writer, first: Record, records: Any, done: Counter[str], *,
            shard: tuple[int, int], top_k: int | None, threshold: float | None, explain: int, strict: bool,
-           progress: bool, on_bad: Callable[[str], None] | None,
-           encode: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, int]:
-    """Score FIRST and RECORDS (skipping the ids in DONE) into WRITER, each record through ENCODE when given (FHIR);
-    returns the counts."""
+           progress: bool, on_bad: Callable[[str], None] | None) -> dict[str, int]:
+    """Score FIRST and RECORDS (skipping the ids in DONE) into WRITER (which writes each in its format); returns the
+    counts."""
     from tqdm.auto import tqdm
 
     i_shard, n_shard = shard
@@ -287,7 +283,7 @@ def _score(predictor: Predictor, writer: _Writer, first: Record, records: Any, d
                                           "drop --strict to skip it)")
             else:
                 counts["scored"] += 1
-            writer.write(encode(rec) if encode is not None else rec)
+            writer.write(rec)
         writer.flush()
         bar.update(len(chunk))
 

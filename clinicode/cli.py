@@ -669,6 +669,29 @@ def review_decide_cli(
                f"{'; finished' if r['done'] else ''}; codes now: {', '.join(r['codes']) or 'none'}")
 
 
+@review_app.command("next")
+@_friendly
+def review_next_cli(
+    db: Annotated[Optional[str], _db_opt()] = None,
+    reviewer: Annotated[Optional[str], typer.Option(help="Who reviews: notes others hold, and double-coded notes "
+                                                         "not assigned to them, are left out.")] = None,
+    count: Annotated[int, typer.Option("--count", "-n", help="How many notes to propose, best first.")] = 1,
+    order: Annotated[str, typer.Option(help="teach (uncertain notes and rare codes first, alike notes spread out) "
+                                            "or arrival (queue order).")] = "teach",
+) -> None:
+    """Print the ids of the notes to review next, one a line, by the next-note rule (the app's *Next note*)."""
+    from clinicode.review import open_db
+
+    if count < 1:
+        raise ConfigError(f"--count must be >= 1, got {count}.")
+    with open_db(db, readonly=True) as rdb:
+        ids = rdb.next_notes(count, order=order, reviewer=reviewer)
+    if not ids:
+        typer.echo("no open note to review", err=True)
+    for i in ids:
+        typer.echo(i)
+
+
 @review_app.command("export")
 @_friendly
 def review_export_cli(

@@ -19,6 +19,7 @@ import streamlit as st
 
 import clinicode.review as review
 from clinicode.errors import ClinicodeError
+from clinicode.review import teach
 
 import render
 
@@ -86,7 +87,21 @@ try:
                              columns=["id", "status", "claimed by", "best score", "suggested codes"])
         st.dataframe(table, hide_index=True, width="stretch", key="review_table", column_config={
             "best score": st.column_config.ProgressColumn("best score", min_value=0.0, max_value=1.0, format="%.2f")})
-        openable = [n["id"] for n in shown if n["status"] != "done"]
+        order = st.radio("Order", list(teach.ORDERS), horizontal=True, key="review_order",
+                         index=list(teach.ORDERS).index(teach.DEFAULT_ORDER),
+                         help="teach: notes the model is least sure of and notes of rare codes first, alike notes "
+                              "spread out (the rule of `clinicode review next`); arrival: queue order.")
+        ranked = db.next_notes(len(everything), order=order, reviewer=reviewer or None)
+        rank = {i: r for r, i in enumerate(ranked)}
+        openable = sorted((n["id"] for n in shown if n["status"] != "done"), key=lambda i: rank.get(i, len(rank)))
+        if st.button("Next note", key="review_next_btn", disabled=not (ranked and reviewer),
+                     help="Open the note the rule proposes next." if reviewer else "Type your name first."):
+            previous = st.session_state.get(OPEN)
+            if _act(db.claim, ranked[0], reviewer):
+                if previous and previous != ranked[0]:
+                    _act(db.release, previous, reviewer)
+                st.session_state[OPEN] = ranked[0]
+            st.rerun()
         o1, o2 = st.columns([3, 1])
         pick = o1.selectbox("Note to review", openable, key="review_pick", index=0 if openable else None,
                             placeholder="no open note matches the filters")

@@ -85,7 +85,27 @@ def _v3(con: sqlite3.Connection) -> None:
         con.execute("UPDATE models SET system = ? WHERE sha256 = ?", (system.name, sha))
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]   # step i takes a file from version i to i+1
+def _v4(con: sqlite3.Connection) -> None:
+    """Additive, for the next-note rule, retraining, double coding and the audit trail (#44): each queued note's
+    signals; each decision's checkpoint, source (model, title, person, adjudication) and the code's state before it;
+    assignments of a note to coders (double coding, blind to each other); each coder's time on a note. Earlier
+    files keep every row: their decisions have no checkpoint (`decision_checkpoint` reads their note's), source or
+    prior state."""
+    con.execute("""CREATE TABLE note_signals (
+        note TEXT PRIMARY KEY REFERENCES notes(id), checkpoint_sha256 TEXT NOT NULL,
+        uncertainty REAL NOT NULL, rarity REAL NOT NULL)""")
+    con.execute("ALTER TABLE decisions ADD COLUMN checkpoint_sha256 TEXT")
+    con.execute("ALTER TABLE decisions ADD COLUMN source TEXT")
+    con.execute("ALTER TABLE decisions ADD COLUMN was TEXT")
+    con.execute("""CREATE TABLE assignments (
+        note TEXT NOT NULL REFERENCES notes(id), reviewer TEXT NOT NULL, assigned_at TEXT NOT NULL,
+        finished_at TEXT, PRIMARY KEY (note, reviewer))""")
+    con.execute("""CREATE TABLE work (
+        note TEXT NOT NULL REFERENCES notes(id), reviewer TEXT NOT NULL, started REAL NOT NULL, finished REAL,
+        PRIMARY KEY (note, reviewer))""")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4]  # step i: version i to i+1
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -336,9 +356,11 @@ class ReviewDB:
             out.update(r[0] for r in rows)
         return out
 
-    def add_notes(self, items: Sequence[tuple[str, str, dict[str, Any]]], *, sha256: str, checkpoint: str) -> int:
+    def add_notes(self, items: Sequence[tuple[str, str, dict[str, Any]]], *, sha256: str, checkpoint: str,
+                  signals: dict[str, tuple[float, float]] | None = None) -> int:
         """Queue (id, text, Prediction.to_dict()) triples in one transaction; ids already present are left as they
-        are. Returns how many were new."""
+        are. signals: each note's (uncertainty, rarity) for the next-note rule (`teach`). Returns how many were
+        new."""
         now = utc_now()
 
         def run(con: sqlite3.Connection) -> int:
@@ -357,6 +379,9 @@ class ReviewDB:
                     [(note_id, sha256, checkpoint, p["code"], p.get("description") or "", float(p["score"]),
                       json.dumps(evidence.get(p["code"], [])), rank)
                      for rank, p in enumerate(rec.get("predicted", []), start=1)])
+                if signals and note_id in signals:
+                    con.execute("INSERT INTO note_signals (note, checkpoint_sha256, uncertainty, rarity) "
+                                "VALUES (?, ?, ?, ?)", (note_id, sha256, *signals[note_id]))
             return added
 
         return self.write(run)
@@ -391,6 +416,13 @@ class ReviewDB:
                         "claim_expires": r["claim_expires"] if claimed else None, "top_score": r["top"],
                         "codes": codes, "queued_at": r["queued_at"]})
         return out
+
+    def next_notes(self, k: int = 1, *, order: str | None = None, reviewer: str | None = None,
+                   now: float | None = None) -> list[str]:
+        """The next K notes to review by the next-note rule (`clinicode.review.teach.next_notes`)."""
+        from clinicode.review.teach import DEFAULT_ORDER, next_notes
+
+        return next_notes(self, k, order=order or DEFAULT_ORDER, reviewer=reviewer, now=now)
 
     def note(self, note_id: str) -> dict[str, Any]:
         """One note: text, status, claim, suggestions (with evidence), each code's latest decision, the log."""

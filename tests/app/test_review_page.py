@@ -125,3 +125,17 @@ def test_filters_and_a_missing_database(queued, tmp_path, monkeypatch):
     at = _page(None)
     assert any("no review database at" in e.value for e in at.error)
     assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_next_note_opens_what_the_rule_proposes(queued):
+    with review.open_db(queued) as rdb:
+        rdb.con.execute("UPDATE note_signals SET uncertainty = 9, rarity = 9 WHERE note = 'r2'")  # r2: most to teach
+        assert rdb.next_notes(1) == ["r2"] and rdb.next_notes(1, order="arrival") == ["r0"]
+    at = _page()
+    assert at.selectbox(key="review_pick").options[0] == "r2"   # the list follows the rule too
+    _ok(at.button(key="review_next_btn").click().run())
+    with review.open_db(queued) as rdb:
+        assert rdb.note("r2")["claimed_by"] == "ann"
+    assert any("Note r2" in h.value for h in at.subheader)
+    _ok(at.radio(key="review_order").set_value("arrival").run())
+    assert at.selectbox(key="review_pick").options[0] == "r0"

@@ -424,8 +424,11 @@ class ReviewDB:
 
         return next_notes(self, k, order=order or DEFAULT_ORDER, reviewer=reviewer, now=now)
 
-    def note(self, note_id: str) -> dict[str, Any]:
-        """One note: text, status, claim, suggestions (with evidence), each code's latest decision, the log."""
+    def note(self, note_id: str, *, reviewer: str | None = None) -> dict[str, Any]:
+        """One note: text, status, claim, suggestions (with evidence), each code's latest decision, the log.
+
+        A double-coded note not yet adjudicated is blind: `state` and `log` hold REVIEWER's decisions only (none when
+        REVIEWER is None); `assigned` names its coders and when each finished."""
         rows = self.read("SELECT * FROM notes WHERE id = ?", (note_id,))
         if not rows:
             raise ReviewError(f"no note {note_id!r} in the review database {self.path}; check the id (see "
@@ -435,12 +438,16 @@ class ReviewDB:
                  "evidence": json.loads(s["evidence"]), "checkpoint": s["checkpoint_path"],
                  "checkpoint_sha256": s["checkpoint_sha256"]}
                 for s in self.read("SELECT * FROM suggestions WHERE note = ? ORDER BY rank", (note_id,))]
-        log = [dict(r) for r in self.read("SELECT id, code, action, reviewer, at FROM decisions "
-                                           "WHERE note = ? ORDER BY id",
+        log = [dict(r) for r in self.read("SELECT id, code, action, reviewer, at, source, was, checkpoint_sha256 "
+                                           "FROM decisions WHERE note = ? ORDER BY id",
                                            (note_id,))]
+        assigned = {r[0]: r[1] for r in self.read("SELECT reviewer, finished_at FROM assignments WHERE note = ? "
+                                                  "ORDER BY rowid", (note_id,))}
+        if assigned and n["status"] != "done":
+            log = [r for r in log if r["reviewer"] == reviewer]
         return {"id": n["id"], "text": n["text"], "status": n["status"], "claimed_by": n["claimed_by"],
                 "claim_expires": n["claim_expires"], "queued_at": n["queued_at"], "suggestions": sugg,
-                "state": _state(log), "log": log}
+                "state": _state(log), "log": log, "assigned": assigned}
 
     def model_codes(self, note_id: str | None = None) -> list[tuple[str, str]]:
         """(code, description) of the checkpoints that scored NOTE (every queued checkpoint when None)."""
@@ -467,9 +474,19 @@ class ReviewDB:
 
         def run(con: sqlite3.Connection) -> float:
             n = _open_note(con, self.path, note_id)
-            _check_claim(n, reviewer, now)
             expires = now + minutes * 60
+            coders = [r[0] for r in con.execute("SELECT reviewer FROM assignments WHERE note = ?", (note_id,))]
+            if coders:  # double coded: each coder works blind and in parallel; nobody else holds it
+                if reviewer not in coders:
+                    raise ClaimedError(f"note {note_id!r} is double coded by {' and '.join(sorted(coders))}; pick "
+                                       "another note.")
+                con.execute("INSERT OR IGNORE INTO work (note, reviewer, started) VALUES (?, ?, ?)",
+                            (note_id, reviewer, now))
+                return expires
+            _check_claim(n, reviewer, now)
             con.execute("UPDATE notes SET claimed_by = ?, claim_expires = ? WHERE id = ?", (reviewer, expires, note_id))
+            con.execute("INSERT OR IGNORE INTO work (note, reviewer, started) VALUES (?, ?, ?)",
+                        (note_id, reviewer, now))
             return expires
 
         return self.write(run)

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from clinicode.artifacts import make_manifest
 from clinicode.codes.systems import LOCAL, CodeSystem, family_of
 from clinicode.files import atomic_dir, check_output, manifest_kind, new_private_file, write_manifest
+from clinicode.review.audit import agreement, audit_log, work_times
 from clinicode.review.database import ReviewDB, ReviewError
 
 EXPORT_KIND = "review-export"
@@ -36,7 +37,9 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
     was), and every other reviewed note joins train. Codes coders added that the base's label set lacks are appended
     to its labels.json.
     The folder is new, empty or an earlier export; it appears atomically, and its files (they hold note text) are
-    owner-only. `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`.
+    owner-only. `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`; `audit.jsonl` every
+    decision (who, when, from what, to what, source, checkpoint), `work.jsonl` each coder's time per note and
+    `agreement.json` the double coders' kappa (`clinicode.review.audit`).
     """
     out = Path(out)
     check_output(out, option="--out", command="review export", folder=True, recognise=is_review_export,
@@ -82,6 +85,10 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
         if labels_json is not None:
             _write_private(tmp / "labels.json", json.dumps(labels_json, indent=1, ensure_ascii=False) + "\n")
         _write_private(tmp / "descriptions.tsv", "".join(f"{c}\t{titles[c]}\n" for c in codes if titles.get(c)))
+        # the audit trail beside the decisions (no note text): every change, each coder's time, double coders' kappa
+        _write_private(tmp / "audit.jsonl", "".join(json.dumps(r) + "\n" for r in audit_log(db)))
+        _write_private(tmp / "work.jsonl", "".join(json.dumps(r) + "\n" for r in work_times(db)))
+        _write_private(tmp / "agreement.json", json.dumps(agreement(db), indent=1) + "\n")
         counts = {name: len(part) for name, part in splits.items()}
         counts.setdefault("test", 0)
         write_manifest(tmp, make_manifest(EXPORT_KIND, counts=counts, codes=len(codes), reviewed=len(notes),

@@ -139,3 +139,26 @@ def test_next_note_opens_what_the_rule_proposes(queued):
     assert any("Note r2" in h.value for h in at.subheader)
     _ok(at.radio(key="review_order").set_value("arrival").run())
     assert at.selectbox(key="review_pick").options[0] == "r0"
+
+
+def test_double_coding_is_blind_and_its_agreement_and_times_are_shown(queued):
+    from clinicode.review.audit import assign
+
+    with review.open_db(queued) as rdb:
+        assign(rdb, ["r0"], ["ann", "bob"])
+        sugg = [s["code"] for s in rdb.note("r0")["suggestions"]]
+        rdb.decide("r0", "bob", accept=sugg, done=True)
+    ann = _page("ann")
+    _ok(ann.selectbox(key="review_pick").set_value("r0").run())
+    _ok(ann.button(key="review_open_btn").click().run())
+    assert any("Double coded by ann and bob" in i.value for i in ann.info)
+    assert not any("accepted" in m.value for m in ann.markdown if ":green[" in m.value)  # bob's decisions hidden
+    for c in sugg:
+        _ok(ann.button(key=f"review_reject_{c}").click().run())
+    _ok(ann.button(key="review_finish").click().run())
+    kappa_codes = [d.value for d in ann.dataframe if "kappa" in d.value.columns][0]
+    assert set(kappa_codes["code"]) >= set(sugg) and (kappa_codes["agree"] == 0).loc[
+        kappa_codes["code"].isin(sugg)].all()
+    times = [d.value for d in ann.dataframe if "median seconds per note" in d.value.columns][0]
+    assert set(times["reviewer"]) == {"ann", "bob"}
+    assert any("learning curves" in h.value for h in ann.subheader)   # benchmarks/review_learning.json, plotted

@@ -7,7 +7,7 @@ For each data set (../shared/data/<name>-disease-mesh or cmc2007-radiology-icd9)
 training notes, or every code) and seed: a tfidf-lr model (`train --model tfidf-lr`'s fit, seconds each) is fitted
 on a random seed set (--seed-share of train); each round the rule picks the next --batch-share of train from the notes
 not yet reviewed, the coder's decisions on them are their gold codes, and the model is refitted on every note reviewed
-so far. Test micro-F1 and macro-F1 (threshold 0.5, as the baseline's class weights make it) after each refit, and the
+so far. Test micro-F1 and macro-F1 at the threshold tuned on dev (as `train` tunes it) after each refit, and the
 refit's time. `arrival` is the queue's order (a random permutation per seed: the notes' arrival); the other rules are
 `clinicode.review.teach.pick` with weights (uncertainty, rarity, diversity) of (1,0,0), (0,1,0) and (1,1,1), on the
 same signals `review queue` stores (`teach.signals`; unseen codes by their titles, from labels.tsv).
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import machine_line, publish  # noqa: E402
 from clinicode.baseline import fit_tfidf_lr  # noqa: E402
-from clinicode.metrics import binarize, macro_prf, micro_prf  # noqa: E402
+from clinicode.metrics import binarize, macro_prf, micro_prf, tune_threshold  # noqa: E402
 from clinicode.review import teach  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -50,9 +50,9 @@ def _read(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def load(name: str, codes: str) -> tuple[list[dict], list[dict], list[str], list[str]]:
+def load(name: str, codes: str) -> tuple[list[dict], list[dict], list[dict], list[str], list[str]]:
     folder = DATA / SETS[name]
-    train, test = _read(folder / "train.jsonl"), _read(folder / "test.jsonl")
+    train, dev, test = (_read(folder / f"{s}.jsonl") for s in ("train", "dev", "test"))
     titles: dict[str, str] = {}
     with open(folder / "labels.tsv", encoding="utf-8") as f:
         head = f.readline().rstrip("\n").split("\t")
@@ -62,7 +62,7 @@ def load(name: str, codes: str) -> tuple[list[dict], list[dict], list[str], list
     count = collections.Counter(c for r in train for c in r["labels"])
     ranked = [c for c, _ in sorted(count.items(), key=lambda kv: (-kv[1], kv[0]))]
     chosen = ranked[:50] if codes == "top50" else ranked
-    return train, test, chosen, [titles.get(c, "") for c in chosen]
+    return train, dev, test, chosen, [titles.get(c, "") for c in chosen]
 
 
 def multi_hot(rows: list[dict], codes: list[str]) -> np.ndarray:
@@ -75,13 +75,15 @@ def multi_hot(rows: list[dict], codes: list[str]) -> np.ndarray:
     return y
 
 
-def scores(model, texts: list[str], y: np.ndarray) -> tuple[float, float]:
-    yhat = binarize(model.predict_proba(texts), 0.5)
-    return micro_prf(y, yhat)[2], macro_prf(y, yhat)[2]
+def scores(model, dev: tuple[list[str], np.ndarray], test: tuple[list[str], np.ndarray]) -> tuple[float, float, float]:
+    """(test micro-F1, test macro-F1, threshold): at the threshold tuned on dev, as `train` does."""
+    t = tune_threshold(dev[1], model.predict_proba(dev[0]))
+    yhat = binarize(model.predict_proba(test[0]), t)
+    return micro_prf(test[1], yhat)[2], macro_prf(test[1], yhat)[2], t
 
 
-def simulate(rule: str, texts: list[str], y: np.ndarray, test_texts: list[str], y_test: np.ndarray, hits: np.ndarray,
-             vecs, *, seed: int, seed_n: int, batch: int) -> list[dict]:
+def simulate(rule: str, texts: list[str], y: np.ndarray, dev: tuple, test: tuple, hits: np.ndarray, vecs, *,
+             seed: int, seed_n: int, batch: int) -> list[dict]:
     order = list(np.random.default_rng(seed).permutation(len(texts)))
     reviewed, pool = order[:seed_n], order[seed_n:]
     curve = []
@@ -89,16 +91,16 @@ def simulate(rule: str, texts: list[str], y: np.ndarray, test_texts: list[str], 
         t0 = time.perf_counter()
         model = fit_tfidf_lr([texts[i] for i in reviewed], y[reviewed], single_label=False)
         took = time.perf_counter() - t0
-        micro, macro = scores(model, test_texts, y_test)
+        micro, macro, threshold = scores(model, dev, test)
         curve.append({"reviewed": len(reviewed), "share": len(reviewed) / len(texts), "micro_f1": micro,
-                      "macro_f1": macro, "refit_s": took})
+                      "macro_f1": macro, "threshold": threshold, "refit_s": took})
         if not pool:
             return curve
         if rule == "arrival":
             nxt = pool[:batch]
         else:
             probs = model.predict_proba([texts[i] for i in pool])
-            unc, rare = teach.signals(probs, 0.5, y[reviewed].sum(axis=0), hits[pool])
+            unc, rare = teach.signals(probs, threshold, y[reviewed].sum(axis=0), hits[pool])
             nxt = [pool[j] for j in teach.pick(unc, rare, batch, vecs=vecs[pool], weights=RULES[rule])]
         taken = set(nxt)
         reviewed = reviewed + nxt
@@ -125,23 +127,24 @@ def main() -> None:
     lines = []
     for name in a.data:
         for codes in a.codes:
-            train, test, chosen, titles = load(name, codes)
-            texts, test_texts = [r["text"] for r in train], [r["text"] for r in test]
-            y, y_test = multi_hot(train, chosen), multi_hot(test, chosen)
+            train, dev_rows, test_rows, chosen, titles = load(name, codes)
+            texts, y = [r["text"] for r in train], multi_hot(train, chosen)
+            dev = ([r["text"] for r in dev_rows], multi_hot(dev_rows, chosen))
+            test = ([r["text"] for r in test_rows], multi_hot(test_rows, chosen))
             hits = teach.title_hits(texts, titles)
             vecs = teach.vectors(texts)
             t0 = time.perf_counter()
             full = fit_tfidf_lr(texts, y, single_label=False)
             full_s = time.perf_counter() - t0
-            full_micro, full_macro = scores(full, test_texts, y_test)
+            full_micro, full_macro, _ = scores(full, dev, test)
             seed_n, batch = max(1, round(a.seed_share * len(texts))), max(1, round(a.batch_share * len(texts)))
             key = f"{name}/{codes}"
-            entry = {"data": SETS[name], "codes": len(chosen), "train_notes": len(texts), "test_notes": len(test),
+            entry = {"data": SETS[name], "codes": len(chosen), "train_notes": len(texts), "test_notes": len(test_rows),
                      "full": {"micro_f1": full_micro, "macro_f1": full_macro, "fit_s": full_s},
                      "seed_notes": seed_n, "batch_notes": batch, "curves": {}}
             for rule in a.rules:
-                entry["curves"][rule] = [simulate(rule, texts, y, test_texts, y_test, hits, vecs, seed=s,
-                                                  seed_n=seed_n, batch=batch) for s in a.seeds]
+                entry["curves"][rule] = [simulate(rule, texts, y, dev, test, hits, vecs, seed=s, seed_n=seed_n,
+                                                  batch=batch) for s in a.seeds]
                 print(f"{key} {rule}: done", file=sys.stderr)
             results[key] = entry
             lines += _table(key, entry, a.seeds)
@@ -153,7 +156,7 @@ def main() -> None:
         f"`python benchmarks/bench_review_learning.py --data {' '.join(a.data)} --codes {' '.join(a.codes)} --seeds "
         f"{' '.join(map(str, a.seeds))}`: a simulated coder replays gold codes in the order each rule proposes; "
         f"tfidf-lr refitted on every note reviewed so far (seed set {a.seed_share:.0%} of train, then "
-        f"{a.batch_share:.0%} of train per round), test micro- and macro-F1 at threshold 0.5, mean over "
+        f"{a.batch_share:.0%} of train per round), test micro- and macro-F1 at the dev-tuned threshold, mean over "
         f"{len(a.seeds)} seeds (min-max in brackets). `full`: tfidf-lr fitted on every training note. Rules: "
         "`arrival` (queue order), `uncertainty`, `rarity`, `teach` (both plus diversity: `review next`'s "
         f"default). Refit: mean seconds per refit along the curve. {machine_line()}",

@@ -15,6 +15,7 @@ from clinicode.review.audit import agreement, audit_log, work_times
 from clinicode.review.database import ReviewDB, ReviewError
 
 EXPORT_KIND = "review-export"
+AUDIT_FILE = "audit.json"  # the audit trail beside the notes (no note text; not a split, so not .jsonl)
 
 
 def is_review_export(folder: Path) -> bool:
@@ -37,9 +38,9 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
     was), and every other reviewed note joins train. Codes coders added that the base's label set lacks are appended
     to its labels.json.
     The folder is new, empty or an earlier export; it appears atomically, and its files (they hold note text) are
-    owner-only. `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`; `audit.jsonl` every
-    decision (who, when, from what, to what, source, checkpoint), `work.jsonl` each coder's time per note and
-    `agreement.json` the double coders' kappa (`clinicode.review.audit`).
+    owner-only. `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`; `audit.json` every
+    decision (who, when, from what, to what, source, checkpoint), each coder's time per note and the double coders'
+    kappa (`clinicode.review.audit`).
     """
     out = Path(out)
     check_output(out, option="--out", command="review export", folder=True, recognise=is_review_export,
@@ -86,9 +87,8 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
             _write_private(tmp / "labels.json", json.dumps(labels_json, indent=1, ensure_ascii=False) + "\n")
         _write_private(tmp / "descriptions.tsv", "".join(f"{c}\t{titles[c]}\n" for c in codes if titles.get(c)))
         # the audit trail beside the decisions (no note text): every change, each coder's time, double coders' kappa
-        _write_private(tmp / "audit.jsonl", "".join(json.dumps(r) + "\n" for r in audit_log(db)))
-        _write_private(tmp / "work.jsonl", "".join(json.dumps(r) + "\n" for r in work_times(db)))
-        _write_private(tmp / "agreement.json", json.dumps(agreement(db), indent=1) + "\n")
+        _write_private(tmp / AUDIT_FILE, json.dumps({"decisions": audit_log(db), "work": work_times(db),
+                                                     "agreement": agreement(db)}, indent=1) + "\n")
         counts = {name: len(part) for name, part in splits.items()}
         counts.setdefault("test", 0)
         write_manifest(tmp, make_manifest(EXPORT_KIND, counts=counts, codes=len(codes), reviewed=len(notes),

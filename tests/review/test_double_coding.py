@@ -138,12 +138,14 @@ def test_adjudication_records_the_final_decision_and_the_audit_says_who_what_fro
     out = tmp_path / "export"
     with open_db(path, readonly=True) as db:
         export(db, out)
-    rows = [json.loads(line) for line in (out / "audit.jsonl").read_text().splitlines()]
-    assert len(rows) == len(audit_log(open_db(path, readonly=True))) and {"was", "source", "reviewer", "at",
-                                                                           "checkpoint_sha256"} <= set(rows[0])
-    assert json.loads((out / "agreement.json").read_text())["adjudicated"] == 2
-    assert any(json.loads(line)["seconds"] for line in (out / "work.jsonl").read_text().splitlines())
-    assert "note 1" not in (out / "audit.jsonl").read_text()   # no note text in the audit trail
+    trail = json.loads((out / "audit.json").read_text())
+    rows = trail["decisions"]
+    with open_db(path, readonly=True) as db:
+        assert rows == audit_log(db)
+    assert {"was", "source", "reviewer", "at", "checkpoint_sha256"} <= set(rows[0])
+    assert trail["agreement"]["adjudicated"] == 2
+    assert any(w["seconds"] for w in trail["work"])
+    assert "note 1" not in (out / "audit.json").read_text()   # no note text in the audit trail
 
 
 def test_a_single_coders_change_says_from_what(tmp_path):

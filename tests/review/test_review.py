@@ -80,7 +80,7 @@ def test_a_version_1_file_is_migrated_keeping_its_rows(tmp_path):
         db.con.execute("INSERT INTO decisions (note, code, action, reviewer, at) VALUES "
                        "('a', '401.9', 'accept', 'ann', '2026-01-01T00:00:01Z')")
     with open_db(path) as db:
-        assert db.con.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.con.execute("PRAGMA user_version").fetchone()[0] == 4
         assert db.model_codes("a") == [("401.9", "Hypertension")]  # v2's models table filled from v1's suggestions
         assert db.code_system("a").name == "ICD-9-CM"              # v3's code system inferred from those codes
         note = db.note("a")

@@ -772,6 +772,45 @@ def review_agreement_cli(
         typer.echo(f"\ntime per note and coder: median {done[len(done) // 2]:.0f} s over {len(done):,} finished")
 
 
+@review_app.command("retrain")
+@_friendly
+def review_retrain_cli(
+    checkpoint: Annotated[Path, typer.Option(help="The run (or its checkpoint/) to update; it is never changed.")],
+    data: Annotated[Path, typer.Option(help="The dataset it was trained on (dev and test are kept as they are).")],
+    out: Annotated[Path, typer.Option(help="The new run folder (new or empty): its checkpoint, and its data/.")],
+    db: Annotated[Optional[str], _db_opt()] = None,
+    epochs: Annotated[int, typer.Option(help="LEAM: epochs of the warm start.")] = 3,
+    sample: Annotated[int, typer.Option(help="LEAM: training notes of --data trained on beside the decided ones "
+                                             "(tfidf-lr refits on all of them).")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed of the sample and of the warm start.")] = 0,
+    device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
+) -> None:
+    """A new checkpoint from the finished notes' decisions: tfidf-lr refits on train + decided notes; LEAM starts
+    from the checkpoint's weights and trains a few epochs on the decided notes and a sample of train."""
+    from clinicode.checkpoint import load_checkpoint, resolve_checkpoint_dir
+    from clinicode.review import db_path, open_db
+    from clinicode.review.export import retrain_data
+    from clinicode.train import RUN_DATA, check_run_folder, retrain
+
+    if epochs < 1 or sample < 0:
+        raise ConfigError(f"--epochs must be >= 1 and --sample >= 0, got {epochs} and {sample}.")
+    check_run_folder(out, resume=False, inputs={"--data": data, "--checkpoint": checkpoint})  # before RUN/data
+    ck = load_checkpoint(resolve_checkpoint_dir(checkpoint), verify=True)
+    warm = ck.model_kind.trained_by_loop
+    with open_db(db, readonly=True) as rdb:
+        made = retrain_data(rdb, Path(out) / RUN_DATA, base=data, labels=list(zip(ck.labels.codes,
+                                                                                     ck.labels.descriptions)),
+                            sample=sample if warm else None, seed=seed)
+    typer.echo(f"{made['reviewed']:,} finished notes and {made['sampled']:,} training notes of {data} -> "
+               f"{Path(out) / RUN_DATA}", err=True)
+    r = retrain(checkpoint=ck, out_dir=out, data_dir=Path(out) / RUN_DATA, epochs=epochs, seed=seed,
+                device=device, provenance={"checkpoint": str(ck.path), "checkpoint_sha256": ck.manifest_sha256,
+                                           "review_db": str(Path(db_path(db)).resolve()),
+                                           "decided_notes": made["reviewed"], "sampled_notes": made["sampled"]})
+    typer.echo(f"retrained {ck.kind} from {ck.path} ({'warm start, ' + str(epochs) + ' epochs' if warm else 'refit'}) "
+               f"-> {r['run']}: test micro-F1 {r['test'].get('f1_micro', float('nan')):.4f} in {r['seconds']:.1f} s")
+
+
 @review_app.command("export")
 @_friendly
 def review_export_cli(

@@ -9,6 +9,7 @@ RUN/state (`train_state`) holds the last finished epoch, so `resume=True` contin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -20,9 +21,9 @@ import torch
 from safetensors.torch import load_file
 
 from clinicode.batching import bucketed_batches, pad_batch
-from clinicode.checkpoint import CHECKPOINT_DIR
+from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint
 from clinicode.config import LEAMConfig, ModelOptions, TrainConfig
-from clinicode.constants import HISTORY_FILE, WEIGHTS_FILE
+from clinicode.constants import HISTORY_FILE, RUN_DATA_DIR, WEIGHTS_FILE
 from clinicode.errors import DataFormatError
 from clinicode.files import releases_claims, write_bytes_atomic
 from clinicode.metrics import HEADLINE, all_metrics, tune_threshold
@@ -42,7 +43,7 @@ from clinicode.train_state import STATE_DIR, make_optimizer, save_state
 
 log = logging.getLogger(__name__)
 
-__all__ = ["train", "check_run_folder", "make_optimizer", "STATE_DIR"]
+__all__ = ["train", "retrain", "check_run_folder", "make_optimizer", "STATE_DIR", "RUN_DATA", "RETRAIN_EPOCHS"]
 
 
 def _metric_view(m: dict[str, Any]) -> dict[str, Any]:
@@ -206,6 +207,8 @@ def train(
     progress: bool = True,
     on_epoch: Callable[[dict[str, Any]], None] | None = None,
     report: Callable[[str], None] | None = None,
+    warm_start: Checkpoint | None = None,
+    manifest_extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train LEAM (or tfidf-lr) on a prepared dataset and write RUN/checkpoint.
 
@@ -218,11 +221,14 @@ def train(
         resume: continue from RUN/state after an interruption.
         on_epoch: called with each epoch's history row.
         report: called with status lines for the user (the memory plan).
+        warm_start: a checkpoint of the same label set to start from (its weights and tokenizer; `retrain`).
+        manifest_extra: fields added to the checkpoint's manifest (`retrain`'s `retrained_from`).
     Returns:
         {"threshold", "dev", "test", "run"} with the final metrics.
     """
     run, ds, extra, options = open_run(Path(out_dir), config, Path(data_dir), model_options,
                                        descriptions_path=descriptions_path, resume=resume)
+    extra.update(manifest_extra or {})
     seed_everything(config.seed)
     if options is None:
         return train_whole(run, ds, config, extra)  # a kind fitted whole (tfidf-lr): no epoch loop
@@ -265,3 +271,33 @@ def train(
         dist.destroy_process_group()
     return {**result, "run": str(run), "best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
             "stopped": trainer.stopped()}
+
+
+RUN_DATA = RUN_DATA_DIR  # where `review retrain` writes the new run's own data (RUN/data)
+RETRAIN_EPOCHS = 3       # a warm start's epochs (`review retrain --epochs`)
+
+
+def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: int = RETRAIN_EPOCHS, seed: int = 0,
+            device: str | None = None, provenance: dict[str, Any] | None = None,
+            progress: bool = False) -> dict[str, Any]:
+    """A new run from CHECKPOINT and DATA_DIR (`review retrain`: decided notes with the checkpoint's label set, and
+    base training notes); the old checkpoint is only read. A kind fitted whole (tfidf-lr) is refitted on DATA_DIR's
+    train; a kind trained by the loop (LEAM) starts from CHECKPOINT's weights and tokenizer and trains EPOCHS epochs.
+    The new manifest records `retrained_from` (PROVENANCE: the old checkpoint's path and hash, the review database,
+    how many decided notes).
+
+    Returns:
+        `train`'s result with "seconds" (the whole retrain's wall time).
+    """
+    t0 = time.perf_counter()
+    cfg = dataclasses.replace(checkpoint.train_config, top_k=None, seed=seed,
+                              **({"device": device} if device else {}))
+    extra = {"retrained_from": provenance or {"checkpoint": str(checkpoint.path),
+                                              "checkpoint_sha256": checkpoint.manifest_sha256}}
+    if checkpoint.model_kind.trained_by_loop:
+        cfg = dataclasses.replace(cfg, epochs=epochs)
+        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, warm_start=checkpoint,
+                       manifest_extra=extra)
+    else:
+        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, manifest_extra=extra)
+    return {**result, "seconds": time.perf_counter() - t0}

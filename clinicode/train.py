@@ -234,7 +234,7 @@ def train(
         return train_whole(run, ds, config, extra)  # a kind fitted whole (tfidf-lr): no epoch loop
 
     setup = TrainingSetup(ds, run, config, options, given_options(model_options), resume=resume, report=report,
-                          manifest_extra={**extra, "world_size": world()[1]})
+                          manifest_extra={**extra, "world_size": world()[1]}, warm_start=warm_start)
     trainer = _Trainer(setup, progress=progress, on_epoch=on_epoch)
     trainer.fit()
     if trainer.stopped() == "epochs" and setup.state["bad_epochs"] == 0 and setup.rank == 0:

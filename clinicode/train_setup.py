@@ -149,7 +149,7 @@ class TrainingSetup:
 
     def __init__(self, ds: PreparedDataset, run: Path, cfg: TrainConfig, options: ModelOptions,
                  as_given: dict[str, Any], *, resume: bool, report: Callable[[str], None] | None,
-                 manifest_extra: dict[str, Any]) -> None:
+                 manifest_extra: dict[str, Any], warm_start: Checkpoint | None = None) -> None:
         self.ds, self.run, self.cfg = ds, run, cfg
         self.manifest_extra = manifest_extra
         self.device = pick_device(cfg.device)
@@ -168,6 +168,14 @@ class TrainingSetup:
             self.model = LEAM(self.model_config)
             resumed.load_model(self.model)
             log.info("resuming %s after epoch %d", run, self.state["epoch"])
+        elif warm_start is not None:  # `review retrain`: the checkpoint's tokenizer and weights, a fresh loop state
+            if warm_start.kind != cfg.model or list(warm_start.labels.codes) != list(self.labels.codes):
+                raise ConfigError(f"a warm start needs a {cfg.model} checkpoint of the data's label set; "
+                                  f"{warm_start.path} is {warm_start.kind} with {len(warm_start.labels)} codes.")
+            self.state = {"epoch": 0, "best_score": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
+            self.tokenizer, self.model = warm_start.tokenizer, warm_start.model
+            self.model_config = self.model.config
+            log.info("warm start from %s", warm_start.path)
         else:
             self.state = {"epoch": 0, "best_score": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
             t0 = time.perf_counter()
@@ -206,7 +214,7 @@ class TrainingSetup:
         self.average = (WeightAverage(self.model, cfg.ema_decay, resumed.average() if resumed else None)
                         if cfg.ema_decay > 0 else None)
 
-        if resumed is not None:
+        if resumed is not None or warm_start is not None:
             self.train_ids = self.tokenizer.encode_ids(train_df["text"].tolist())
         self.dev_ids = self.tokenizer.encode_ids(dev_df["text"].tolist())
         # [N, K] 0/1 as bytes, built as bytes (a quarter of float32's memory at 50,000 notes x 9,000 codes, and no

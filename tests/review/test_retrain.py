@@ -75,3 +75,30 @@ def test_retrain_refuses_bad_options_and_a_used_folder(tfidf_run, demo_data, tmp
     (used / "mine.txt").write_text("keep")
     fails(["review", "retrain", "--checkpoint", tfidf_run, "--data", demo_data, "--out", used, "--db", db], "--out")
     assert (used / "mine.txt").read_text() == "keep" and not (used / "data").exists()
+
+
+def test_a_leam_checkpoint_is_warm_started_from_its_weights(tiny_run, demo_data, tmp_path):
+    from clinicode.checkpoint import load_checkpoint
+
+    db, _ = _decided(tiny_run, demo_data, tmp_path, n=12)
+    before = _hashes(tiny_run / "checkpoint")
+    out = tmp_path / "warm"
+    res = succeeds(["review", "retrain", "--checkpoint", tiny_run, "--data", demo_data, "--out", out, "--db", db,
+                    "--epochs", "2", "--sample", "40", "--device", "cpu"])
+    assert "retrained leam" in res.stdout and "warm start, 2 epochs" in res.stdout
+    assert _hashes(tiny_run / "checkpoint") == before
+    old, new = load_checkpoint(tiny_run / "checkpoint"), load_checkpoint(out / "checkpoint")
+    assert new.tokenizer.vocab_size == old.tokenizer.vocab_size                 # the old vocabulary, no new word2vec
+    assert new.manifest["retrained_from"]["checkpoint_sha256"] == old.manifest_sha256
+    train = (out / "data" / "train.jsonl").read_text().splitlines()
+    assert len(train) == 12 + 40                                                 # decided + the sample
+    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    assert len(history) == 2
+    ow, nw = old.model.state_dict(), new.model.state_dict()
+    moved = [k for k in ow if not (ow[k] == nw[k]).all()]
+    assert moved, "the warm start trained the weights"
+    # started from the old weights, not from scratch: the new label vectors stay close to the old ones
+    import torch
+
+    cos = torch.nn.functional.cosine_similarity(old.model.label_emb.detach(), new.model.label_emb.detach(), dim=1)
+    assert float(cos.mean()) > 0.9

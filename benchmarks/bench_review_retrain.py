@@ -58,7 +58,7 @@ def _cli(*args: object) -> tuple[float, str]:
 
 
 def _micro(run: Path) -> float:
-    return json.loads((run / "checkpoint" / "manifest.json").read_text())["metrics_test"]["f1_micro"]
+    return json.loads((run / "checkpoint" / "metrics_test.json").read_text())["f1_micro"]
 
 
 def _train(run: Path, data: Path, model: str, seed: int) -> float:

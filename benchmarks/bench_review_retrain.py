@@ -8,7 +8,8 @@ dropped from every split, as `train --top-k 50` drops them). --decisions trainin
 the base run trains on the others; the held-out notes are queued with it (`review queue`), a simulated coder decides
 them by their gold codes, and `review retrain` makes a new run from those decisions. The full run trains on every
 training note, as a full retrain would. Times are whole commands (`train`, `review retrain`), each a fresh process;
-test micro-F1 at each run's dev-tuned threshold. Runs are kept in --work-dir and reused.
+test micro-F1 at each run's dev-tuned threshold. The full and base runs are kept in --work-dir and reused;
+each retrain writes a new database and run (nothing is deleted).
 """
 
 from __future__ import annotations
@@ -100,9 +101,8 @@ def main() -> None:
     base_s = _train(work / "base", work / "base-data", a.model, a.seed)
     notes = work / "held.jsonl"
     notes.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}) + "\n" for r in held))
-    db = work / "review.sqlite"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")  # a new database and run each time: nothing under --work-dir is deleted
+    db = work / f"review-{stamp}.sqlite"
     _cli("review", "queue", "--checkpoint", work / "base", "--input", notes, "--db", db)
     from clinicode.review import open_db
 
@@ -112,10 +112,7 @@ def main() -> None:
             suggested = {s["code"] for s in rdb.note(r["id"])["suggestions"]}
             rdb.decide(r["id"], "simulated-coder", accept=sorted(suggested & gold), reject=sorted(suggested - gold),
                        add=sorted(gold - suggested), done=True)
-    out = work / f"retrained-e{a.epochs}-n{a.sample}"
-    import shutil
-
-    shutil.rmtree(out, ignore_errors=True)
+    out = work / f"retrained-e{a.epochs}-n{a.sample}-{stamp}"
     retrain_s, _ = _cli("review", "retrain", "--checkpoint", work / "base", "--data", work / "base-data", "--out", out,
                         "--db", db, "--epochs", a.epochs, "--sample", a.sample, "--seed", a.seed, "--device", "cpu")
     full, base, new = _micro(work / "full"), _micro(work / "base"), _micro(out)

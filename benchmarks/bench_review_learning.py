@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import machine_line, publish  # noqa: E402
-from clinicode.models.tfidf_lr.baseline import fit_tfidf_lr  # noqa: E402
 from clinicode.metrics import binarize, macro_prf, micro_prf, tune_threshold  # noqa: E402
+from clinicode.models.tfidf_lr.baseline import fit_tfidf_lr  # noqa: E402
 from clinicode.review import teach  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"

@@ -146,15 +146,18 @@ def main() -> None:
                 entry["curves"][rule] = [simulate(rule, texts, y, dev, test, hits, vecs, seed=s, seed_n=seed_n,
                                                   batch=batch) for s in a.seeds]
                 print(f"{key} {rule}: done", file=sys.stderr)
+            entry["seeds"] = a.seeds
             results[key] = entry
-            lines += _table(key, entry, a.seeds)
+    for key, entry in results.items():  # every set measured so far (the curves file keeps earlier runs' sets)
+        lines += _table(key, entry, entry.get("seeds", a.seeds))
     if not a.no_write:
         CURVES.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     head = [
         "## review: which note next (`benchmarks/bench_review_learning.py`)",
         "",
-        f"`python benchmarks/bench_review_learning.py --data {' '.join(a.data)} --codes {' '.join(a.codes)} --seeds "
-        f"{' '.join(map(str, a.seeds))}`: a simulated coder replays gold codes in the order each rule proposes; "
+        f"`python benchmarks/bench_review_learning.py --data DATA --codes top50|all --seeds "
+        f"{' '.join(map(str, a.seeds))} --batch-share {a.batch_share}`: a simulated coder replays gold codes in the "
+        "order each rule proposes; "
         f"tfidf-lr refitted on every note reviewed so far (seed set {a.seed_share:.0%} of train, then "
         f"{a.batch_share:.0%} of train per round), test micro- and macro-F1 at the dev-tuned threshold, mean over "
         f"{len(a.seeds)} seeds (min-max in brackets). `full`: tfidf-lr fitted on every training note. Rules: "

@@ -62,13 +62,14 @@ def _micro(run: Path) -> float:
     return json.loads((run / "checkpoint" / "metrics_test.json").read_text())["f1_micro"]
 
 
-def _train(run: Path, data: Path, model: str, seed: int) -> float:
+def _train(run: Path, data: Path, model: str, seed: int, epochs: int | None) -> float:
     """Seconds of `train` (cached in RUN/seconds.json)."""
     marker = run / "seconds.json"
     if marker.exists():
         return json.loads(marker.read_text())["seconds"]
+    cap = ["--epochs", epochs] if epochs and model != "tfidf-lr" else []
     took, _ = _cli("train", "--data", data, "--out", run, "--model", model, "--seed", seed, "--device", "cpu",
-                   "--no-progress", "--descriptions", DATA / "descriptions.tsv")
+                   "--no-progress", "--descriptions", DATA / "descriptions.tsv", *cap)
     marker.write_text(json.dumps({"seconds": took}))
     return took
 
@@ -80,10 +81,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--sample", type=int, default=200)
+    ap.add_argument("--train-epochs", type=int, default=None,
+                    help="cap the full and base trains' epochs (default: train's own, with early stopping)")
     ap.add_argument("--work-dir", type=Path, default=Path("/tmp/clinicode-bench-retrain"))
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
-    work = a.work_dir / f"{a.model}-d{a.decisions}-s{a.seed}"
+    work = a.work_dir / f"{a.model}-d{a.decisions}-s{a.seed}{f'-cap{a.train_epochs}' if a.train_epochs else ''}"
     train, dev, test = _rows("train"), _rows("dev"), _rows("test")
     count = collections.Counter(c for r in train for c in r["labels"])
     codes = [c for c, _ in sorted(count.items(), key=lambda kv: (-kv[1], kv[0]))][:50]
@@ -97,8 +100,8 @@ def main() -> None:
     _write(work / "full-data", {"train": train, "dev": dev, "test": test}, codes, titles)
     _write(work / "base-data", {"train": [r for r in train if r["id"] not in held_ids], "dev": dev, "test": test},
            codes, titles)
-    full_s = _train(work / "full", work / "full-data", a.model, a.seed)
-    base_s = _train(work / "base", work / "base-data", a.model, a.seed)
+    full_s = _train(work / "full", work / "full-data", a.model, a.seed, a.train_epochs)
+    base_s = _train(work / "base", work / "base-data", a.model, a.seed, a.train_epochs)
     notes = work / "held.jsonl"
     notes.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}) + "\n" for r in held))
     stamp = time.strftime("%Y%m%d-%H%M%S")  # a new database and run each time: nothing under --work-dir is deleted
@@ -119,10 +122,12 @@ def main() -> None:
     kind = "warm start" if a.model != "tfidf-lr" else "refit"
     lines = [
         f"### retrain from {a.decisions} decisions, {a.model} (`benchmarks/bench_review_retrain.py --model {a.model} "
-        f"--epochs {a.epochs} --sample {a.sample} --seed {a.seed}`)",
+        f"--epochs {a.epochs} --sample {a.sample} --seed {a.seed}"
+        f"{f' --train-epochs {a.train_epochs}' if a.train_epochs else ''}`)",
         "",
         f"bc5cdr-disease-mesh, the 50 codes of most training notes; {a.decisions} training notes held out and decided "
-        f"by a simulated coder (their gold codes) on the base run's suggestions. Whole commands, fresh processes. "
+        f"by a simulated coder (their gold codes) on the base run's suggestions. Whole commands, fresh processes"
+        f"{f'; full and base trains capped at {a.train_epochs} epochs' if a.train_epochs else ''}. "
         f"{machine_line()}",
         "",
         "| run | trained on | seconds | test micro-F1 |",

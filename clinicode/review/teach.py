@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 ORDERS = ("teach", "arrival")
 DEFAULT_ORDER = "teach"   # measured: benchmarks/bench_review_learning.py (BENCHMARKS.md, "review: which note next")
+CANDIDATES = 500          # the best notes by the signals whose texts the diversity term compares
+DIVERSE = 50              # places of a ranking the greedy diversity walk decides; the rest follow the signals
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset("a an and the of or in on to with by for due not other unspecified nos".split())
 
@@ -135,9 +137,12 @@ def pick(uncertainty: "np.ndarray", rarity: "np.ndarray", k: int, *, texts: Sequ
 
 
 def order_notes(pool: Sequence[Mapping[str, Any]], k: int, *, order: str = DEFAULT_ORDER,
-                weights: Weights = TEACH) -> list[str]:
-    """The ids of the next K notes of POOL (dicts with id, text, uncertainty, rarity; in arrival order).
+                weights: Weights = TEACH, text_of: Any = None) -> list[str]:
+    """The ids of the next K notes of POOL (dicts with id, uncertainty, rarity and, unless TEXT_OF is given, text; in
+    arrival order). TEXT_OF(ids) -> texts reads the texts of the few notes the diversity term compares.
 
+    The greedy diversity walk runs over the DIVERSE best notes by the signals alone (CANDIDATES of them are compared);
+    the rest follow by the signals, so ranking a queue of thousands costs one tf-idf fit over a few hundred notes.
     A note queued before its signals were stored (an older database) counts 0 on both: it comes after scored ones.
     """
     import numpy as np
@@ -147,7 +152,13 @@ def order_notes(pool: Sequence[Mapping[str, Any]], k: int, *, order: str = DEFAU
         return [p["id"] for p in pool[:max(k, 0)]]
     unc = np.array([p.get("uncertainty") or 0.0 for p in pool])
     rare = np.array([p.get("rarity") or 0.0 for p in pool])
-    chosen = pick(unc, rare, k, texts=[p["text"] for p in pool], weights=weights)
+    base = weights.uncertainty * _ranks(unc) + weights.rarity * _ranks(rare)
+    by_base = [int(i) for i in np.argsort(-base, kind="stable")]
+    head = by_base[:CANDIDATES]
+    texts = text_of([pool[i]["id"] for i in head]) if text_of is not None else [pool[i]["text"] for i in head]
+    chosen = [head[j] for j in pick(unc[head], rare[head], min(k, DIVERSE), texts=texts, weights=weights)]
+    taken = set(chosen)
+    chosen += [i for i in by_base if i not in taken][:max(k - len(chosen), 0)]
     return [pool[i]["id"] for i in chosen]
 
 
@@ -155,13 +166,13 @@ def next_notes(db: Any, k: int = 1, *, order: str = DEFAULT_ORDER, reviewer: str
                now: float | None = None, weights: Weights = TEACH) -> list[str]:
     """The ids of the next K notes REVIEWER should open, by ORDER: open notes (not done) that no one else holds a
     claim on, leaving out double-coded notes REVIEWER is not assigned to or has finished. `review next` and the
-    app's Review page both call this."""
+    app's Review page both call this. Note text is read only for the few notes the diversity term compares."""
     import time
 
     check_order(order)
     now = time.time() if now is None else now
     rows = db.read("""
-        SELECT n.id, n.text, n.claimed_by, n.claim_expires, s.uncertainty, s.rarity,
+        SELECT n.id, n.claimed_by, n.claim_expires, s.uncertainty, s.rarity,
                (SELECT COUNT(*) FROM assignments a WHERE a.note = n.id) AS assigned,
                (SELECT COUNT(*) FROM assignments a WHERE a.note = n.id AND a.reviewer = ? AND a.finished_at IS NULL)
                  AS mine
@@ -174,9 +185,18 @@ def next_notes(db: Any, k: int = 1, *, order: str = DEFAULT_ORDER, reviewer: str
                 continue
         elif r["claimed_by"] not in (None, reviewer) and (r["claim_expires"] or 0) > now:
             continue
-        pool.append({"id": r["id"], "text": r["text"], "uncertainty": r["uncertainty"], "rarity": r["rarity"]})
-    return order_notes(pool, k, order=order, weights=weights)
+        pool.append({"id": r["id"], "uncertainty": r["uncertainty"], "rarity": r["rarity"]})
+
+    def text_of(ids: list[str]) -> list[str]:
+        texts: dict[str, str] = {}
+        for i in range(0, len(ids), 500):
+            part = ids[i:i + 500]
+            texts.update((r[0], r[1]) for r in db.read(
+                f"SELECT id, text FROM notes WHERE id IN ({','.join('?' * len(part))})", part))
+        return [texts[i] for i in ids]
+
+    return order_notes(pool, k, order=order, weights=weights, text_of=text_of)
 
 
-__all__ = ["next_notes", "DEFAULT_ORDER", "ORDERS", "TEACH", "Weights", "check_order", "order_notes", "pick", "signals",
+__all__ = ["CANDIDATES", "DIVERSE", "next_notes", "DEFAULT_ORDER", "ORDERS", "TEACH", "Weights", "check_order", "order_notes", "pick", "signals",
            "title_hits", "title_words", "vectors"]

@@ -131,3 +131,26 @@ def test_a_database_of_the_previous_schema_opens_with_every_decision(tmp_path):
                                                                            (None, "done", "ann")]
         assert db.stats()["overall"]["accepted"] == 1
         assert db.next_notes(2) == ["b"]
+
+
+def test_a_long_queue_reads_only_the_candidates_texts():
+    rng = np.random.default_rng(0)
+    pool = [{"id": f"n{i}", "uncertainty": float(u), "rarity": float(r)}
+            for i, (u, r) in enumerate(zip(rng.random(3000), rng.random(3000)))]
+    asked: list[str] = []
+
+    def text_of(ids):
+        asked.extend(ids)
+        topics = ["cardiac failure", "renal failure", "hepatic cirrhosis", "pulmonary embolism", "stroke aphasia",
+                  "skin rash", "femur fracture"]
+        return [f"patient with {topics[int(i[1:]) % 7]}" for i in ids]
+
+    ranked = teach.order_notes(pool, 3000, text_of=text_of)
+    assert sorted(ranked) == sorted(p["id"] for p in pool)                 # every note, once
+    assert len(asked) == teach.CANDIDATES                                   # no more texts than the candidates
+    topics = [int(i[1:]) % 7 for i in ranked[:7]]
+    assert len(set(topics)) == 7                                            # alike notes spread out at the top
+    base = teach._ranks(np.array([p["uncertainty"] for p in pool])) + teach._ranks(
+        np.array([p["rarity"] for p in pool]))
+    tail = [int(i[1:]) for i in ranked[teach.DIVERSE:]]
+    assert all(base[a] >= base[b] for a, b in zip(tail, tail[1:]))          # after the walk: by the signals

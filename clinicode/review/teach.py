@@ -198,5 +198,5 @@ def next_notes(db: Any, k: int = 1, *, order: str = DEFAULT_ORDER, reviewer: str
     return order_notes(pool, k, order=order, weights=weights, text_of=text_of)
 
 
-__all__ = ["CANDIDATES", "DIVERSE", "next_notes", "DEFAULT_ORDER", "ORDERS", "TEACH", "Weights", "check_order", "order_notes", "pick", "signals",
-           "title_hits", "title_words", "vectors"]
+__all__ = ["CANDIDATES", "DEFAULT_ORDER", "DIVERSE", "ORDERS", "TEACH", "Weights", "check_order", "next_notes",
+           "order_notes", "pick", "signals", "title_hits", "title_words", "vectors"]

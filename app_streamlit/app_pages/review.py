@@ -186,6 +186,8 @@ try:
                 st.success("This note is finished; its decisions are final.")
             elif coders and reviewer in coders and coders[reviewer]:
                 st.success("You finished this note; it waits for the other coder and adjudication.")
+            elif coders and reviewer not in coders:
+                st.warning("Only its two coders decide on this note: you can read it, not decide.")
             elif holder and holder != reviewer:
                 st.warning(f"Claimed by {holder} until {_until(note['claim_expires'])}: you can read it, not decide.")
             elif holder == reviewer:

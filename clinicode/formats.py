@@ -9,7 +9,8 @@ makes training's dataset splits of them. Writers turn output records (`Predictio
              fhir (FHIR R4 DocumentReference resources, one JSON object a line; chosen by name only)
     writers  jsonl (.jsonl)  csv (.csv)  fhir (one FHIR R4 Bundle a line)
 
-Bounds every text reader shares: a `.gz` name is read through gzip, a leading UTF-8 byte-order mark is dropped, and
+Bounds every text reader shares: a `.gz` name is read through gzip, a zip, bzip2, xz, zstd or Parquet file under a
+text name is refused by its first bytes, a leading UTF-8 byte-order mark is dropped, and
 a record (a JSONL line, a CSV or Parquet cell, a .txt note) of more than MAX_RECORD_BYTES is reported as a bad row,
 never loaded whole nor dropped in silence. `reader(name)` / `writer(name)` look a format up, with a one-line error
 naming the known ones; `reader_for(file name)` picks one by the name's ending. Adding a format: docs/predict.md.
@@ -171,6 +172,8 @@ def open_binary(source: Path | str | Upload | BinaryIO, name: str | None = None,
     whatever its name (stdin, a pipe, a misnamed file); a text format's leading UTF-8 byte-order mark is dropped.
 
     Raises:
+        DataFormatError: a text format's stream (or a .gz name's raw bytes) starts like a zip, bzip2, xz, zstd or
+            Parquet file: one line saying what it is and how to fix it.
         DataFormatError: a text format's stream starts with a UTF-16 or UTF-32 byte-order mark (named by WHERE, else
             by the name), which no reader can decode line by line; one line saying how to re-encode it.
     """
@@ -234,6 +237,8 @@ def _binary_kind(head: bytes) -> tuple[str, str] | None:
                                                              b"\t\n\r")):
             return what, fix
     return None
+
+
 # UTF-32 first: its little-endian mark starts with UTF-16's.
 _WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
               (codecs.BOM_UTF16_BE, "UTF-16"))
@@ -377,8 +382,8 @@ def csv_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, strings:
                     chunk = next(chunks, None)
                 except pd.errors.ParserWarning:
                     raise DataFormatError(f"{where}: row 1 has more fields than the header (an unquoted comma in the "
-                                          "text?); quote every text cell (\"Pt with chest pain, SOB\"), as "
-                                          "DataFrame.to_csv and csv.writer do.") from None
+                                          "text?); quote each text cell holding a comma (1,\"text, with a comma\"), "
+                                          "as DataFrame.to_csv and csv.writer do.") from None
             if chunk is None:
                 return
             check_columns(chunk, where, require)

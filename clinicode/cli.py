@@ -74,7 +74,8 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             typer.echo(f"error: {os_error_message(err)}", err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            typer.echo(f"interrupted; outputs written so far are intact{hint}", err=True)
+            to_stdout = str(kwargs.get("output", "")) == "-"  # predict to stdout: nothing to continue
+            typer.echo(f"interrupted; outputs written so far are intact{'' if to_stdout else hint}", err=True)
             raise typer.Exit(130) from None
 
     return wrapper
@@ -514,7 +515,7 @@ def predict_cli(
     opts = PredictConfig.from_user(top_k=top_k, explain=explain, threshold=threshold,  # the one rule (serve's too)
                                    **_given(memory_mb=memory_budget))
     pred = Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget),
-                                     titles=load_descriptions_tsv(titles) if titles else None)
+                                     titles=load_descriptions_tsv(titles, unique=True) if titles else None)
     if titles and not pred.title_index:
         raise DataFormatError(f"--titles {titles}: no code with a title outside the checkpoint's {len(pred.codes):,} "
                               "codes; give code<TAB>title lines for codes the model was not trained on.")

@@ -106,8 +106,8 @@ def _addable(db: ReviewDB, code: str, note_id: str, system: CodeSystem, model: S
     spelled = system.canonical(code)
     member = system.member(spelled) if spelled is not None else None
     if member is None or member is LOCAL:
-        other = next((s for s in (ICD9_CM, ICD10, MESH_OMIM) if s is not system and s.canonical(code) is not None),
-                     None)
+        other = next((s.member(spelling) for s in (ICD9_CM, ICD10, MESH_OMIM)
+                      if s is not system and (spelling := s.canonical(code)) is not None), None)
         if other is not None and system is not LOCAL:
             raise ReviewError(f"note {note_id!r}: --add {code} is a code of {other.name}, but the model that "
                               f"scored this note codes in {system.name}; add the {system.name} code (such as "

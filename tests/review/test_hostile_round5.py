@@ -120,7 +120,7 @@ def test_mesh_and_omim_ids_are_codes_of_a_mesh_run(tmp_path):
                     "--add", "MESH:C535662", "--add", "d006331"])
     assert "codes now: D006331, MESH:C535662, OMIM:312080" in res.stdout
     fails(["review", "decide", "--db", db, "--id", "n0", "--reviewer", "ann", "--add", "J18.9"],
-          "--add J18.9 is a code of ICD-10-CM/PCS, but the model that scored this note codes in MeSH/OMIM")
+          "--add J18.9 is a code of ICD-10-CM, but the model that scored this note codes in MeSH/OMIM")
 
 
 @pytest.mark.parametrize("code", ["", "401.9\x1b[2J", "x" * 41])

@@ -331,7 +331,7 @@ def _check_inside(folder: Path, name: Any) -> None:
     if p.is_symlink():
         target = os.path.realpath(p)
         if not target.startswith(os.path.realpath(folder) + os.sep):
-            raise CheckpointError(f"{folder}: {name} is a symbolic link leading outside the checkpoint folder; a "
+            raise CheckpointError(f"{folder}: {shown} is a symbolic link leading outside the checkpoint folder; a "
                                   "checkpoint's files are its own: copy the file in instead of linking it, or restore "
                                   "the checkpoint (nothing was read).")
 

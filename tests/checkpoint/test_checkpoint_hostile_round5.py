@@ -92,7 +92,7 @@ def test_a_symlink_leading_outside_is_refused_before_reading_it(ck, outside, mon
     (ck / name).symlink_to(target)
     _edit_manifest(ck, lambda m: m["files"].__setitem__(name, sha256_file(target)))
     seen = _spy_reads(monkeypatch, target)
-    with pytest.raises(CheckpointError, match=rf"{name} is a symbolic link leading outside the checkpoint folder"):
+    with pytest.raises(CheckpointError, match=rf"'{name}' is a symbolic link leading outside the checkpoint folder"):
         load_checkpoint(ck)
     assert seen == []
 

@@ -112,3 +112,79 @@ def test_sigterm_closes_an_idle_keep_alive_connection_at_once(tiny_run, tmp_path
         assert srv["proc"].wait(20) == 0
         log = srv["log"].read_text(encoding="utf-8", errors="replace")
         assert "stopping" in log and "Traceback" not in log
+
+
+# ------------------------------------------------------------------ both HTTP stacks (#43: httptools is the default)
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def stack(request, tiny_run, tmp_path_factory):
+    with serve_process(tiny_run, tmp_path_factory.mktemp(f"serve-{request.param}"), "--http", request.param,
+                       "--read-timeout", "2") as srv:
+        srv["stack"] = request.param
+        yield srv
+
+
+def _send(srv, data: bytes, seconds: float = 6, pause: float = 0.0) -> tuple[bool, bytes]:
+    with socket.create_connection(("127.0.0.1", srv["port"]), timeout=seconds) as s:
+        for i in range(0, len(data), 4096):
+            try:
+                s.sendall(data[i:i + 4096])
+            except OSError:  # refused mid-way: the answer is what counts
+                break
+            time.sleep(pause)
+        return read_until_closed(s, seconds)
+
+
+def _json_400(got: bytes) -> str:
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head.lower(), got[:200]
+    return json.loads(body)["error"]["message"]
+
+
+def test_each_stack_names_itself_in_the_log_and_serves(stack):
+    log = stack["log"].read_text(encoding="utf-8", errors="replace")
+    assert f"HTTP/1.1 parser: {'httptools (compiled)' if stack['stack'] == 'httptools' else 'h11'}" in log
+    r = httpx.post(stack["base"] + "/v1/predict", content=BODY, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200 and r.json()["results"][0]["id"] == "n1"
+
+
+@pytest.mark.parametrize("head", [
+    b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n",           # one header
+    b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    + b"".join(b"X-%d: %s\r\n" % (i, b"c" * 90) for i in range(250)) + b"\r\n",                   # many headers
+    b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Endless: " + b"d" * 40_000,                       # never ends
+])
+def test_a_head_over_16_kb_is_a_json_400(stack, head):
+    if stack["stack"] == "h11" and head.endswith(b"\r\n\r\n"):
+        pytest.skip("h11 (the fallback) bounds only a head still incomplete at 16 KB; a whole one read at once passes")
+    closed, got = _send(stack, head, pause=0.01)
+    assert closed and "malformed HTTP request" in _json_400(got)
+
+
+def test_a_body_framed_two_ways_is_a_json_400_on_each_stack(stack):
+    closed, got = _send(stack, b"POST /v1/predict HTTP/1.1\r\n" + HEAD + b"Content-Length: 4\r\n"
+                        b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    assert closed and "Transfer-Encoding and Content-Length" in _json_400(got)
+
+
+def test_a_half_sent_head_is_dropped_after_the_read_timeout_on_each_stack(stack):
+    t0 = time.monotonic()
+    closed, got = _send(stack, b"POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\n", seconds=8)
+    assert closed and got == b"" and 1.5 < time.monotonic() - t0 < 6
+
+
+def test_an_absolute_form_target_is_answered_on_each_stack(stack):
+    closed, got = _send(stack, f"GET http://127.0.0.1:{stack['port']}/health HTTP/1.1\r\n".encode()
+                        + b"Host: evil.example\r\nConnection: close\r\n\r\n")
+    assert _status(got) == 200, got[:200]
+    _, got = _send(stack, b"GET http://evil.example/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    assert _status(got) == 421, got[:200]
+
+
+def test_an_unknown_http_stack_is_one_line_and_status_1(tiny_run):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "clinicode", "serve", "--checkpoint", str(tiny_run), "--port", "0",
+                        "--http", "tornado"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "--http 'tornado': expected auto, httptools or h11." in r.stderr
+    assert "Traceback" not in r.stderr

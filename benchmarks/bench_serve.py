@@ -207,52 +207,82 @@ def main() -> None:
                  f"{multi_row['errors']} | {multi_row['rate'] / batch_excl:.2f}x |")
     if interleaved:
         lines += ["", f"**One interleaved run** ({args.interleave} rounds; each round runs whole-process `clinicode "
-                  "predict` on the one-note and the 200-note files, then the 8-client load against each server, so "
-                  "all meet the same load; ratio = serve notes/s over that round's batch predict, start-up excluded; "
-                  "medians over the rounds, each round's in brackets):", "",
-                  "| server | 8 clients x 1 note: ratio | p95 ms | 8 clients x "
-                  f"{k} notes: ratio | p95 ms |", "|---|---|---|---|---|"]
+                  "predict` on the one-note and the 200-note files, then the 8-client loads against each server, so "
+                  "all meet the same load). Throughput ratio: serve notes/s over that round's batch predict, "
+                  "start-up excluded (rounds where the subtraction was not positive left out). CPU ratio: batch "
+                  "predict's CPU a note (start-up excluded) over the server process's CPU a note, which other jobs "
+                  "disturb less than wall time. Medians over the rounds, each round's in brackets:", "",
+                  "| server | 8 clients x 1 note: ratio | CPU ratio | p95 ms | 8 clients x "
+                  f"{k} notes: ratio | CPU ratio | p95 ms |", "|---|---|---|---|---|---|---|"]
+
+        def each(xs: list[float]) -> str:
+            return ", ".join(f"{x:.2f}" for x in xs)
+
         for name, r in interleaved:
-            lines.append(f"| {name} | {r['one']:.2f}x ({', '.join(f'{x:.2f}' for x in r['ones'])}) | "
-                         f"{r['one_p95']:.0f} | {r['multi']:.2f}x ({', '.join(f'{x:.2f}' for x in r['multis'])}) | "
-                         f"{r['multi_p95']:.0f} |")
+            lines.append(f"| {name} | {r['one']:.2f}x ({each(r['ones'])}) | {r['cpu1']:.2f}x ({each(r['cpu1s'])}) | "
+                         f"{r['one_p95']:.0f} | {r['multi']:.2f}x ({each(r['multis'])}) | "
+                         f"{r['cpuk']:.2f}x ({each(r['cpuks'])}) | {r['multi_p95']:.0f} |")
     lines += ["", machine_line()]
     publish("serve", lines, write=not args.no_write)
 
 
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system) process PID has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def interleave(args: argparse.Namespace, ck_dir: Path, bodies: list[bytes], multi: list[bytes], predict, n: int):
     """Rounds of: batch predict (one-note file, then all notes), then the 8-client loads (one note, then
-    --notes-per-request notes a request) against a server of each HTTP stack; the ratios per round."""
+    --notes-per-request notes a request) against a server of each HTTP parser. Per round: the throughput ratio (a
+    round whose start-up-excluded predict time is not positive is left out) and the CPU ratio (batch predict's CPU a
+    note, start-up excluded, over the server process's CPU a note), which a loaded machine disturbs less."""
     k = args.notes_per_request
     servers = [("h11 (`--http h11`, before)", *start_server(ck_dir, args.work_dir, "h11")[:2]),
                ("httptools (`--http auto`, the default)", *start_server(ck_dir, args.work_dir, "auto")[:2])]
-    out: dict[str, dict[str, list[float]]] = {name: {"ones": [], "multis": [], "p95": [], "mp95": []}
-                                              for name, _, _ in servers}
+    keys = ("ones", "multis", "p95", "mp95", "cpu1", "cpuk")
+    out: dict[str, dict[str, list[float]]] = {name: {key: [] for key in keys} for name, _, _ in servers}
     try:
         for _, _, port in servers:
             load(port, bodies[:16], 4, 4)  # warm-up
         for _ in range(args.interleave):
-            t0 = time.perf_counter()
+            c0, t0 = _children_cpu(), time.perf_counter()
             predict("one.jsonl")
-            t1 = time.perf_counter()
+            c1, t1 = _children_cpu(), time.perf_counter()
             predict("notes.jsonl")
-            t2 = time.perf_counter()
-            batch = n / max(1e-9, (t2 - t1) - (t1 - t0))
-            for name, _, port in servers:
-                one = load(port, bodies, 8, max(1, len(bodies) // 8))
-                many = load(port, multi, 8, max(1, len(multi) // 8), k)
-                out[name]["ones"].append(one["rate"] / batch)
-                out[name]["multis"].append(many["rate"] / batch)
-                out[name]["p95"].append(one["p95"])
-                out[name]["mp95"].append(many["p95"])
+            c2, t2 = _children_cpu(), time.perf_counter()
+            wall = (t2 - t1) - (t1 - t0)
+            batch = n / wall if wall > 0 else None
+            batch_cpu = ((c2 - c1) - (c1 - c0)) / n
+            for name, proc, port in servers:
+                r = out[name]
+                for rows, per, notes_per, rate, p95, cpu in ((bodies, len(bodies) // 8, 1, "ones", "p95", "cpu1"),
+                                                             (multi, len(multi) // 8, k, "multis", "mp95", "cpuk")):
+                    before = _cpu(proc.pid)
+                    got = load(port, rows, 8, max(1, per), notes_per)
+                    used = (_cpu(proc.pid) - before) / (got["n"] * notes_per)
+                    if batch is not None:
+                        r[rate].append(got["rate"] / batch)
+                    r[p95].append(got["p95"])
+                    r[cpu].append(batch_cpu / used if used > 0 else float("nan"))
     finally:
         for _, proc, _ in servers:
             proc.terminate()
             proc.wait(30)
-    return [(name, {"one": statistics.median(r["ones"]), "ones": r["ones"], "one_p95": statistics.median(r["p95"]),
-                    "multi": statistics.median(r["multis"]), "multis": r["multis"],
-                    "multi_p95": statistics.median(r["mp95"])}) for name, r in out.items()]
 
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs) if xs else float("nan")
+
+    return [(name, {"one": med(r["ones"]), "ones": r["ones"], "one_p95": med(r["p95"]), "cpu1": med(r["cpu1"]),
+                    "cpu1s": r["cpu1"], "multi": med(r["multis"]), "multis": r["multis"], "multi_p95": med(r["mp95"]),
+                    "cpuk": med(r["cpuk"]), "cpuks": r["cpuk"]}) for name, r in out.items()]
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")

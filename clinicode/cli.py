@@ -577,6 +577,8 @@ def serve_cli(
                             typer.Option(help="Browser origin allowed to call the service, e.g. "
                                               "https://coding.example.org (repeat; '*': any).")] = None,
     device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
+    http: Annotated[str, typer.Option(help="HTTP/1.1 parser: auto (httptools, compiled, when installed; else h11), "
+                                           "httptools or h11.")] = "auto",
 ) -> None:
     """Serve a checkpoint over HTTP: JSON records and FHIR R4 Bundles (docs/serve.md). Exit status: 0 after SIGTERM or
     Ctrl-C, 1 for a bad option, token file, checkpoint, address or busy port, 2 for a malformed command line."""
@@ -593,7 +595,8 @@ def serve_cli(
         typer.echo(f"serving {len(pred.codes):,} codes from {pred.checkpoint.path} on {url} "
                    f"({'bearer token required' if secured else 'no token: loopback only'}); docs at /docs", err=True)
 
-    run(checkpoint, host=host, port=port, token_file=token_file, limits=limits, on_ready=ready, **_given(device=device))
+    run(checkpoint, host=host, port=port, token_file=token_file, limits=limits, on_ready=ready, http=http,
+        **_given(device=device))
 
 
 # ------------------------------------------------------------------------------------------------ review queue

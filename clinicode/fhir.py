@@ -79,9 +79,12 @@ def _fhir_uri(v: Any) -> bool:
 
 
 def _check_reference(v: Any, where: str) -> None:
+    if isinstance(v, str) and len(v) > 4096:
+        raise DataFormatError(f"{where} is too long ({len(v):,} characters; a FHIR string holds at most 4,096); "
+                              f"{_SUBJECT_HOW}.")
     if not _fhir_uri(v):
-        raise DataFormatError(f"{where} is an empty or blank string, over 4,096 characters, or holds spaces or "
-                              f"control characters; {_SUBJECT_HOW}.")
+        raise DataFormatError(f"{where} is an empty or blank string, or holds spaces or control characters; "
+                              f"{_SUBJECT_HOW}.")
     if v.startswith("#"):  # would point into each Condition's own `contained`, which holds nothing: a dangling link
         raise DataFormatError(f"{where} is a reference to a contained resource ('#...'), which cannot be carried into "
                               f"the Bundle; {_SUBJECT_HOW}.")
@@ -211,8 +214,25 @@ def _note_id(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"url": EXT_NOTE_ID, "valueString": rid}] if _fhir_string(rid) else []
 
 
-_BAD_ID = ("the note's id is empty, blank or holds control characters, so its codes cannot be carried into FHIR; "
-           "give each note an id of visible characters.")
+def _bad_id(rec: Mapping[str, Any]) -> str:
+    """Why the note's id is no FHIR string (so no resource can name it), and how to fix it."""
+    rid = str(rec["id"])
+    if len(rid) > 4096:
+        return (f"the note's id is too long ({len(rid):,} characters; a FHIR string holds at most 4,096), so its codes "
+                "cannot be carried into FHIR; give each note a shorter id.")
+    return ("the note's id is empty, blank or holds control characters, so its codes cannot be carried into FHIR; "
+            "give each note an id of visible characters.")
+
+
+def _nothing_predicted(rec: Mapping[str, Any], document: str | None) -> dict[str, Any]:
+    """An informational OperationOutcome for a note scored with no code over the threshold: the Bundle still names
+    the note (its id, and its DocumentReference when it came as one)."""
+    what = f"{document} (note {str(rec['id'])[:64]!r})" if document else f"note {str(rec['id'])[:64]!r}"
+    out = {"resourceType": "OperationOutcome", "meta": {"tag": [MACHINE_TAG]},
+           "issue": [{"severity": "information", "code": "informational",
+                      "diagnostics": f"{what} was scored; no code reached the threshold, so none is suggested."}],
+           "extension": _note_id(rec)}
+    return out
 
 
 def _outcome(rec: Mapping[str, Any], message: str | None = None) -> dict[str, Any]:
@@ -249,13 +269,15 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
         if "error" in rec:
             resources = [_outcome(rec)]
         elif not _note_id(rec):  # every resource would name a note id that is no FHIR string: an invalid Bundle
-            resources = [_outcome(rec, _BAD_ID)]
+            resources = [_outcome(rec, _bad_id(rec))]
         else:
             subject = subject_reference(subjects[i] if subjects else None)
             doc = documents[i] if documents else None
             resources = [_resource(rec, p, subject, systems, doc) for p in rec.get("predicted", [])]
             resources += [_resource(rec, {"code": m["code"], "description": m.get("title")}, subject, systems, doc,
                                     title=m) for m in rec.get("title_suggestions") or []]
+            if not resources:
+                resources = [_nothing_predicted(rec, doc)]
         if source is not None:
             for r in resources:
                 r["meta"]["source"] = f"{CHECKPOINT_SYSTEM}/{source['checkpoint_sha256']}"
@@ -272,6 +294,7 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
 
 
 # ------------------------------------------------------------------ FHIR in
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*")
 _FHIR_ID = re.compile(r"[A-Za-z0-9\-.]{1,64}")
 # Text charsets a DocumentReference may name (Python's codec names, after `codecs.lookup`): the Unicode forms, ASCII,
 # the ISO-8859 family and the Windows/Mac code pages. Python's other codecs are no text charsets ('undefined' always
@@ -313,9 +336,15 @@ def _attachment_text(att: Any) -> str:
     if codec is None:
         raise DataFormatError(f"names charset {_shown(charset, 20)}, which is not a text charset known here (send "
                               "UTF-8 or another IANA text charset, e.g. iso-8859-1, windows-1252, utf-16)")
-    try:  # FHIR's base64Binary may be wrapped in lines (MIME style): whitespace is no data
-        raw = base64.b64decode("".join(att["data"].split()), validate=True)
+    data = "".join(att["data"].split())  # base64Binary may be wrapped in lines (MIME style): whitespace is no data
+    try:
+        raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
+        if len(data) % 4 in (2, 3) and _BASE64.fullmatch(data):  # all base64, only the final '=' are missing
+            missing = 4 - len(data) % 4
+            raise DataFormatError(f"has base64 data whose '=' padding is missing ({len(data):,} characters, not a "
+                                  f"multiple of 4; add {'=' * missing!r} at its end, or encode with `base64 -w0 "
+                                  "note.txt`)") from None
         raise DataFormatError("has data that is not valid base64 (encode the note's bytes with base64, e.g. "
                               "`base64 -w0 note.txt`)") from None
     if codec in ("utf-16", "utf-32") and not raw.startswith(_BOMS[codec]):

@@ -72,6 +72,13 @@ def _word_spans(offs: Sequence[tuple[int, int]], g: np.ndarray, n: int) -> list[
 # evidence_quality of a checkpoint that shows no per-code spans
 NO_PHRASES = "a {kind} checkpoint shows no per-code spans; only the floors are measured"
 
+
+def _no_words(text: str) -> str:
+    """Why a note gave no tokens, from what it holds (never its text)."""
+    if not any(c.isalpha() for c in text):
+        return "no words after tokenisation (no letters: only numbers, punctuation, symbols or emoji)"
+    return "no words after tokenisation (none of its letters form a word the model reads)"
+
 @dataclass(frozen=True)
 class Span:
     """A character span [start, end) of the original note with a weight."""
@@ -356,8 +363,7 @@ class Predictor:
             if encs is not None:
                 rec.truncated, rec.n_tokens = encs[j].truncated, len(encs[j].ids)
                 if len(encs[j].ids) == 0:
-                    rec.error = (f"note {ids[i]!r}: no words after tokenisation (numbers and punctuation only); "
-                                 "nothing to code")
+                    rec.error = f"note {ids[i]!r}: {_no_words(prepared.texts[j])}; nothing to code"
                     rec.predicted, rec.scores = [], {}
             if self.title_index is not None and rec.error is None:
                 rec.title_suggestions = self.title_index.match(prepared.texts[j], limit=TITLE_SUGGESTIONS)

@@ -163,7 +163,8 @@ def prepare_cli(
                            typer.Option(help="MIMIC-IV: 9 or 10 (required: its tables hold both).")] = None,
     splits_dir: Annotated[Optional[Path],
                           typer.Option(help="Folder of "
-                                            "{train,dev,test}_{50,full}_hadm_ids.csv (CAML, MIMIC-IV-ICD).")] = None,
+                                            "{train,dev,test}_{50,full}_hadm_ids.csv (CAML, MIMIC-IV-ICD); "
+                                            "default for MIMIC-III: CAML's, packaged.")] = None,
     splits_file: Annotated[Optional[Path],
                            typer.Option(help="Edin et al.'s split CSV (hadm_id,split with train/val/test).")] = None,
     label_set: Annotated[Optional[str], typer.Option(help=_LABEL_SET_HELP)] = None,
@@ -248,7 +249,8 @@ def train_cli(
                         typer.Option(help="With a MIMIC-IV --mimic-dir: the folder holding note/.")] = None,
     icd_version: Annotated[Optional[int], typer.Option(help="With a MIMIC-IV --mimic-dir: 9 or 10.")] = None,
     splits_dir: Annotated[Optional[Path],
-                          typer.Option(help="With --mimic-dir: a folder of published split id lists.")] = None,
+                          typer.Option(help="With --mimic-dir: a folder of published split id lists "
+                                            "(MIMIC-III: CAML's packaged ones by default).")] = None,
     splits_file: Annotated[Optional[Path],
                            typer.Option(help="With --mimic-dir: Edin et al.'s hadm_id,split CSV.")] = None,
     label_set: Annotated[Optional[str], typer.Option(help="With --mimic-dir: " + _LABEL_SET_HELP)] = None,

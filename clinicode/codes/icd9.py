@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import re
 from pathlib import Path
 
@@ -73,10 +74,10 @@ MAX_DESCRIPTION_LINE = 64 << 10  # bytes per line of a descriptions file (real o
 
 
 def load_descriptions_tsv(path: Path) -> dict[str, str]:
-    """Read CAML's ICD9_descriptions.tsv (code<TAB>description, no header) into a dict."""
+    """Read CAML's ICD9_descriptions.tsv (code<TAB>description, no header; `.gz` through gzip) into a dict."""
     out: dict[str, str] = {}
     try:
-        with open(path, "rb") as f:
+        with (gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")) as f:
             for n, raw in enumerate(read_lines_bounded(f, MAX_DESCRIPTION_LINE), start=1):
                 if isinstance(raw, LineTooLong):  # e.g. /dev/zero or a binary file: stop at once, not out of memory
                     raise DataFormatError(f"{path}: line {n} is longer than {MAX_DESCRIPTION_LINE >> 10} KiB; expected "
@@ -89,7 +90,7 @@ def load_descriptions_tsv(path: Path) -> dict[str, str]:
                 code, _, desc = line.rstrip("\r\n").partition("\t")
                 if code:
                     out[code.strip()] = desc.strip()
-    except OSError as err:
+    except (OSError, EOFError) as err:
         raise DataFormatError(f"{path}: cannot read code descriptions "
-                              f"({err.strerror or type(err).__name__}).") from None
+                              f"({getattr(err, 'strerror', None) or type(err).__name__}).") from None
     return out

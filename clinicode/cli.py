@@ -491,9 +491,13 @@ def predict_cli(
                                                  default_of(PredictConfig, "memory_mb"))] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
     titles: Annotated[Optional[Path],
-                      typer.Option(help="code<TAB>title file: also list its codes that the checkpoint lacks and whose "
-                                        "every title word occurs in a note, as `title_suggestions` (suggestions "
-                                        "from the title, not predictions).")] = None,
+                      typer.Option(help="code<TAB>title file: the candidates for `suggested` (codes the checkpoint "
+                                        "lacks whose title stands in a note; suggestions, not predictions). Default: "
+                                        "the code system's own titles (ICD-10-CM's).")] = None,
+    tree: Annotated[Optional[Path],
+                    typer.Option(help="code<TAB>tree numbers file (MeSH's mesh_tree.tsv): places the candidates in "
+                                      "the hierarchy, so a trained code under one counts.")] = None,
+    suggest: Annotated[bool, typer.Option(help="List `suggested` codes from the titles (--no-suggest: none).")] = True,
     format: Annotated[str, typer.Option("--format",
                                         help="records (JSONL, or CSV when --output ends in .csv), or an output format: "
                                              f"{_formats_help(WRITERS)}.")] = "records",
@@ -503,6 +507,7 @@ def predict_cli(
 ) -> None:
     """Score notes in batch: one output record per input record, in input order."""
     from clinicode.codes.icd9 import load_descriptions_tsv
+    from clinicode.codes.suggest import read_tree
     from clinicode.predict import Predictor
     from clinicode.predict_io import predict_file
 
@@ -514,9 +519,12 @@ def predict_cli(
 
     opts = PredictConfig.from_user(top_k=top_k, explain=explain, threshold=threshold,  # the one rule (serve's too)
                                    **_given(memory_mb=memory_budget))
+    if (titles or tree) and not suggest:
+        raise ConfigError("--titles and --tree are for suggestions; drop them or --no-suggest.")
     pred = Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget),
-                                     titles=load_descriptions_tsv(titles) if titles else None)
-    if titles and not pred.title_index:
+                                     titles=load_descriptions_tsv(titles) if titles else None,
+                                     tree=read_tree(tree) if tree else None, suggest=suggest)
+    if titles and not pred.suggester:
         raise DataFormatError(f"--titles {titles}: no code with a title outside the checkpoint's {len(pred.codes):,} "
                               "codes; give code<TAB>title lines for codes the model was not trained on.")
     context = None
@@ -524,7 +532,8 @@ def predict_cli(
         from clinicode.fhir import code_systems, predictor_source
 
         # the same builder as `clinicode serve`; each Bundle names the checkpoint that suggested its codes
-        context = {"systems": code_systems(pred.codes, pred.code_system), "source": predictor_source(pred)}
+        context = {"systems": code_systems(pred.codes, pred.code_system), "source": predictor_source(pred),
+                   "family": pred.code_system}
     counts = predict_file(pred, input=input, output=output, top_k=opts.top_k, threshold=opts.threshold,
                           explain=opts.explain, strict=strict, resume=resume, shard=_parse_shard(shard),
                           progress=progress and sys.stderr.isatty(), input_format=input_format,

@@ -42,6 +42,10 @@ REQUEST_SYSTEM = f"{NAMESPACE}/request-id"                    # Bundle.identifie
 LOCAL_SYSTEM = f"{NAMESPACE}/CodeSystem/label"                # a checkpoint's own label that is no ICD code
 MACHINE_TAG = {"system": TAG_SYSTEM, "code": "machine-generated",
                "display": "Suggested by clinicode (a statistical model); not reviewed by a person"}
+# A code the checkpoint was not trained on, suggested because its title stands in the note (#43): no model score.
+TITLE_TAG = {"system": TAG_SYSTEM, "code": "suggested-from-title",
+             "display": "Suggested from the code's title found in the note; the model was not trained on this code"}
+EXT_SUGGESTION = f"{NAMESPACE}/StructureDefinition/suggested-from-title"  # valueString: why (the suggester's reason)
 
 _VER_STATUS = "http://terminology.hl7.org/CodeSystem/condition-ver-status"
 _CATEGORY = "http://terminology.hl7.org/CodeSystem/condition-category"
@@ -133,9 +137,23 @@ def subject_reference(subject: Any) -> dict[str, Any]:
 
 
 def _span_ext(span: Mapping[str, Any]) -> dict[str, Any]:
-    return {"url": EXT_EVIDENCE, "extension": [{"url": "start", "valueInteger": int(span["start"])},
-                                               {"url": "end", "valueInteger": int(span["end"])},
-                                               {"url": "weight", "valueDecimal": float(span["weight"])}]}
+    parts = [{"url": "start", "valueInteger": int(span["start"])}, {"url": "end", "valueInteger": int(span["end"])}]
+    if "weight" in span:  # a suggestion's title spans have none
+        parts.append({"url": "weight", "valueDecimal": float(span["weight"])})
+    return {"url": EXT_EVIDENCE, "extension": parts}
+
+
+def _suggested_resource(rec: Mapping[str, Any], sug: Mapping[str, Any], subject: dict[str, Any],
+                        family: _cs.CodeSystem, document: str | None) -> dict[str, Any]:
+    """A code suggested from its title: always an unconfirmed Condition (or a Procedure of unknown status), tagged
+    `suggested-from-title` beside machine-generated, with the reason and the title's spans; no score extension (the
+    model gave it none)."""
+    res = _resource(rec, {"code": sug["code"], "description": sug.get("title", ""), "score": 0.0}, subject,
+                    code_systems([sug["code"]], family), document)
+    res["meta"]["tag"] = [MACHINE_TAG, TITLE_TAG]
+    res["extension"] = [{"url": EXT_SUGGESTION, "valueString": str(sug.get("reason") or "title in the note")},
+                        *_note_id(rec), *(_span_ext(s) for s in sug.get("spans", []))]
+    return res
 
 
 def model_device(source: Mapping[str, Any]) -> dict[str, Any]:
@@ -212,8 +230,10 @@ def _outcome(rec: Mapping[str, Any], message: str | None = None) -> dict[str, An
 
 def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[str, str]] | None = None,
            subjects: Sequence[Any] | None = None, documents: Sequence[str | None] | None = None,
-           source: Mapping[str, Any] | None = None, request_id: str | None = None) -> dict[str, Any]:
-    """A FHIR R4 `collection` Bundle of the predicted codes of RECORDS (as `Prediction.to_dict()` gives them).
+           source: Mapping[str, Any] | None = None, request_id: str | None = None,
+           family: _cs.CodeSystem | None = None) -> dict[str, Any]:
+    """A FHIR R4 `collection` Bundle of the predicted codes of RECORDS (as `Prediction.to_dict()` gives them), and of
+    their `suggested` codes, tagged `suggested-from-title` (a coder tells them apart by the tag).
 
     Args:
         systems: `code_systems(predictor.codes)`; codes missing from it are classified alone.
@@ -223,9 +243,10 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
         source: the checkpoint's identity (`model_source`): each resource's `meta.source` names the checkpoint and
             the Bundle's first entry is a Device describing it.
         request_id: the service's request id, kept as the Bundle's `identifier`.
+        family: the checkpoint's code system, for suggested codes (not in SYSTEMS); default every ICD system.
     Returns:
         the Bundle as a JSON-ready dict: one Condition or Procedure per predicted code (record order, then score
-        order), one OperationOutcome per record with an error.
+        order), then one per suggested code, one OperationOutcome per record with an error.
     """
     systems = systems or {}
     entries = []
@@ -240,6 +261,8 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
             subject = subject_reference(subjects[i] if subjects else None)
             doc = documents[i] if documents else None
             resources = [_resource(rec, p, subject, systems, doc) for p in rec.get("predicted", [])]
+            resources += [_suggested_resource(rec, p, subject, family or _cs.MIXED, doc)
+                          for p in rec.get("suggested", [])]
         if source is not None:
             for r in resources:
                 r["meta"]["source"] = f"{CHECKPOINT_SYSTEM}/{source['checkpoint_sha256']}"

@@ -1,4 +1,5 @@
-"""Training: a prepared dataset -> LEAM (or tfidf-lr) -> RUN/checkpoint. The loop and its decisions, nothing else.
+"""Training: a prepared dataset -> a model kind (LEAM, tfidf-lr, ...) -> RUN/checkpoint. The loop and its decisions,
+nothing else: what is model-specific it asks the kind (`clinicode.models.ModelKind`), and it imports no model.
 
 Model selection and early stopping use dev micro-F1 at the dev-tuned threshold (accuracy for single-label data); dev is
 scored by the same `Predictor` that `evaluate` and `predict` use, so per-epoch numbers come from the final code path.
@@ -17,16 +18,15 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR
-from clinicode.config import LEAMConfig, ModelOptions, TrainConfig
-from clinicode.constants import HISTORY_FILE, WEIGHTS_FILE
+from clinicode.config import TrainConfig
+from clinicode.constants import HISTORY_FILE
 from clinicode.errors import DataFormatError
 from clinicode.files import releases_claims, write_bytes_atomic
 from clinicode.metrics import HEADLINE, all_metrics, tune_threshold
-from clinicode.model import LEAM
+from clinicode.models import train_kind
 from clinicode.predict import Predictor
 from clinicode.runtime import barrier, release_freed_memory, seed_everything, world
 from clinicode.train_setup import (
@@ -50,7 +50,7 @@ def _metric_view(m: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Trainer:
-    """One LEAM run's loop over the state its `TrainingSetup` built (held, not inherited: `self.setup`); `train()`
+    """One run's epoch loop over the state its `TrainingSetup` built (held, not inherited: `self.setup`); `train()`
     below is the public entry.
 
     Under torchrun (WORLD_SIZE > 1) each process takes its share of each global batch, and DistributedDataParallel
@@ -66,7 +66,7 @@ class _Trainer:
 
     # What a caller hooks into during the loop (a test wraps the optimiser's step), read from the setup.
     @property
-    def model(self) -> LEAM:
+    def model(self) -> torch.nn.Module:
         return self.setup.model
 
     @property
@@ -74,7 +74,7 @@ class _Trainer:
         return self.setup.opt
 
     @property
-    def model_config(self) -> LEAMConfig:
+    def model_config(self) -> Any:
         return self.setup.model_config
 
     def train_epoch(self, epoch: int) -> float:
@@ -110,7 +110,7 @@ class _Trainer:
             setup.scaler.scale(loss * share if share != 1 else loss).backward()
             setup.scaler.step(setup.opt)
             setup.scaler.update()
-            setup.model.constrain()
+            setup.kind.after_step(setup.model)
             step = int(setup.state.get("steps", 0))
             setup.state["steps"] = step + 1
             if setup.average is not None:
@@ -173,7 +173,7 @@ class _Trainer:
             row = {"epoch": epoch, "train_loss": round(loss, 6), "lr": lr_now, "dev_threshold": t,
                    "seconds": round(time.perf_counter() - t0, 2),
                    "best": improved, **{f"dev_{k}": v for k, v in _metric_view(m).items()},
-                   **{k: round(v, 4) for k, v in setup.model.window_stats().items()}}
+                   **{k: round(v, 4) for k, v in setup.kind.epoch_stats(setup.model).items()}}
             setup.state["history"].append(row)
             if setup.rank == 0:
                 write_bytes_atomic(setup.run / HISTORY_FILE,
@@ -200,20 +200,21 @@ def train(
     out_dir: Path,
     config: TrainConfig,
     data_dir: Path,
-    model_options: ModelOptions | dict[str, Any] | None = None,
+    model_options: Any = None,
     descriptions_path: Path | None = None,
     resume: bool = False,
     progress: bool = True,
     on_epoch: Callable[[dict[str, Any]], None] | None = None,
     report: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Train LEAM (or tfidf-lr) on a prepared dataset and write RUN/checkpoint.
+    """Train the model kind `config.model` names (LEAM by default) on a prepared dataset and write RUN/checkpoint.
 
     Args:
         out_dir: the run folder (RUN): checkpoint/, state/, history.jsonl, scores_test.npz, run.json.
         config: training options.
         data_dir: a prepared dataset folder (or any coded-notes folder); RUN/data may be the run's own.
-        model_options: the LEAM options (`config.ModelOptions`), or a dict of some of them (the rest default).
+        model_options: the kind's options (`ModelKind.options_type`; LEAM's `ModelOptions`), or a dict of some of
+            them (the rest default); a kind that takes none (tfidf-lr) refuses any with one line.
         descriptions_path: optional code<TAB>description file filling labels without a description.
         resume: continue from RUN/state after an interruption.
         on_epoch: called with each epoch's history row.
@@ -224,7 +225,7 @@ def train(
     run, ds, extra, options = open_run(Path(out_dir), config, Path(data_dir), model_options,
                                        descriptions_path=descriptions_path, resume=resume)
     seed_everything(config.seed)
-    if options is None:
+    if not train_kind(config.model).trained_by_loop:
         return train_whole(run, ds, config, extra)  # a kind fitted whole (tfidf-lr): no epoch loop
 
     setup = TrainingSetup(ds, run, config, options, given_options(model_options), resume=resume, report=report,
@@ -247,10 +248,10 @@ def train(
             return {"run": str(run), "rank": setup.rank, "best_epoch": setup.state["best_epoch"]}
     setup.release_training()
     ck_dir = run / CHECKPOINT_DIR
-    if not (ck_dir / WEIGHTS_FILE).is_file():
+    if not all((ck_dir / name).is_file() for name in setup.kind.files):
         raise DataFormatError(f"{run}: training ended without a checkpoint (no epoch finished); check the data and "
                               "options.")
-    setup.model.load_state_dict(load_file(str(ck_dir / WEIGHTS_FILE)))  # the best-on-dev state, not the last one
+    setup.kind.load_weights(ck_dir, setup.model)  # the best-on-dev state, not the last one
     setup.model.to(setup.device).eval()
 
     def save_final(t: float, md: dict, mt: dict) -> None:

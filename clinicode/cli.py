@@ -757,6 +757,11 @@ def review_stats_cli(
             else:
                 typer.echo(f"{code:<12} {t['threshold']:>8.3f} {t['decisions']:>9,} {pct(t['rate']):>8} "
                            f"{pct(t['lower_bound']):>7} {t['share']:>6.0%} {t['all_decisions']:>5,}")
+    ft = s["from_title"]
+    typer.echo(f"\nsuggested from the title (codes the model lacks; not in the counts above): {ft['accepted']:,} "
+               f"accepted, {ft['rejected']:,} rejected, accept rate {pct(ft['accept_rate'])}")
+    for code, v in ft["per_code"].items():
+        typer.echo(f"{code:<12} {v['accepted']:>8,} {v['rejected']:>8,}")
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Container, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from clinicode.codes import chapters
 from clinicode.codes.icd9 import format_diagnosis, format_procedure, is_icd9_diagnosis, is_icd9_procedure
@@ -122,24 +122,6 @@ class CodeSystem:
             raise DataFormatError(f"{shown!r} is not a {self.name} code; expected a code such as {self.example!r} "
                                   "(dotted or not, any case).")
         return spelled
-
-    def canonical(self, code: str, known: Container[str] = ()) -> str:
-        """CODE as this system spells it, the one spelling rule for codes a user gives (a titles file, gold mentions):
-        stripped, upper case and dotted ('s72001a' -> 'S72.001A', '4280' -> '428.0'). KNOWN (a label set): a
-        spelling in it wins, so an undotted ICD-9 digit string that is a procedure of the set ('3893' -> '38.93')
-        is read as that procedure; otherwise digits are a diagnosis, as `normalise` reads them. A string that is no
-        code of this system comes back stripped, as given (never raises).
-        """
-        if not isinstance(code, str):
-            return code
-        c = code.strip()
-        if c in known:
-            return c
-        readings = [part._normalise(c) for part in self.leaves  # 'S72001A' has PCS's shape but no PCS section
-                    if part._valid(c) and not (part is ICD10_PCS and c[:1].upper() not in PCS_SECTIONS)]
-        if ICD9_CM in self.leaves and "." not in c and c.isdigit() and len(c) >= 3 and is_icd9_procedure(c):
-            readings.append(format_procedure(c))  # undotted digits: a diagnosis or a procedure; KNOWN decides
-        return next((r for r in readings if r in known), readings[0] if readings else c)
 
     def kind(self, code: str) -> str:
         """DIAGNOSIS or PROCEDURE; a code of no member (and every code of LOCAL, MeSH or OMIM) is a diagnosis."""

@@ -12,13 +12,13 @@ import logging
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Container, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from clinicode.checkpoint import Checkpoint, load_checkpoint
-from clinicode.codes.systems import PROCEDURE, CodeSystem
+from clinicode.codes.systems import CodeSystem
 from clinicode.codes.titles import TitleIndex, TitleMatch
 from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError, DataFormatError
@@ -93,17 +93,6 @@ class CodeScore:
     code: str
     description: str
     score: float
-
-
-def spelled_as_labels(system: CodeSystem, code: str, known: Container[str]) -> str:
-    """CODE as a label set KNOWN spells it, by the system's one spelling rule (`CodeSystem.canonical`): MIMIC's
-    undotted 'I5020' or '4280' is the set's 'I50.20' or '428.0'. Undotted ICD-9 digits read as a diagnosis unless the
-    set holds them as a procedure ('966' is 96.6 there); a string that is no code of the system comes back stripped."""
-    c = code.strip()
-    if c in known:
-        return c
-    readings = [system.canonical(c), system.canonical(c, PROCEDURE)]
-    return next((r for r in readings if r is not None and r in known), readings[0] or c)
 
 
 @dataclass
@@ -230,7 +219,7 @@ class Predictor:
         out: dict[str, str] = {}
         given: dict[str, str] = {}
         for code, title in titles.items():
-            key = spelled_as_labels(self.code_system, code, known)
+            key = self.code_system.canonical(code, known) or code.strip()  # no code of the system: as given
             if key in out and out[key] != title:
                 raise DataFormatError(f"--titles: {given[key][:40]!r} and {code[:40]!r} are both code {key[:40]!r} "
                                       "with different titles; keep one code<TAB>title line per code.")
@@ -440,7 +429,7 @@ class Predictor:
             for m in note:
                 code = str(m["code"])
                 if code not in spell:
-                    spell[code] = spelled_as_labels(self.code_system, code, known)
+                    spell[code] = self.code_system.canonical(code, known) or code.strip()
                 if spell[code] not in known:
                     outside[code] += 1
         mentions = [[{**m, "code": spell[str(m["code"])]} for m in note] for note in mentions]

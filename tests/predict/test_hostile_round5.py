@@ -27,7 +27,7 @@ from clinicode.codes.titles import TitleIndex
 from clinicode.data.prepared import load_dataset
 from clinicode.errors import DataFormatError
 from clinicode.fhir import note_from_document_reference
-from clinicode.predict import Predictor, spelled_as_labels
+from clinicode.predict import Predictor
 
 from helpers import SECRET, fails, runner, snapshot, succeeds
 
@@ -317,13 +317,12 @@ def test_evidence_codes_are_read_in_the_checkpoints_spelling_and_the_others_coun
 
 
 # ------------------------------------------------------------------ 6. titles: spellings, BOM, header, duplicates
-def test_codes_are_read_in_the_spelling_of_the_label_set():
-    assert spelled_as_labels(ICD10, "S72001A", {"S72.001A"}) == "S72.001A"   # no PCS section starts with S
-    assert spelled_as_labels(ICD10, "I5020", set()) == "I50.20"
-    assert spelled_as_labels(ICD9_CM, "4280", {"428.0"}) == "428.0"
-    assert spelled_as_labels(ICD9_CM, "3893", {"38.93"}) == "38.93"          # the label set's procedure
-    assert spelled_as_labels(ICD9_CM, "3893", set()) == "389.3"              # else a diagnosis, as MIMIC spells them
-    assert spelled_as_labels(ICD9_CM, " not a code ", set()) == "not a code"
+def test_canonical_spells_undotted_codes_as_the_system_does():
+    assert ICD10.canonical("S72001A") == "S72.001A"          # no PCS section starts with S
+    assert ICD10.canonical("02HV33Z") == "02HV33Z"
+    assert ICD9_CM.canonical("4280") == "428.0"
+    assert ICD9_CM.canonical("3893", {"38.93"}) == "38.93"    # the label set decides an undotted procedure
+    assert ICD9_CM.canonical(" not a code ") is None          # no code of the system (callers keep it as given)
 
 
 def test_titles_in_undotted_spelling_match_the_checkpoints_codes(tmp_path, tiny_run):

@@ -43,6 +43,10 @@ LOCAL_SYSTEM = f"{NAMESPACE}/CodeSystem/label"                # a checkpoint's o
 MACHINE_TAG = {"system": TAG_SYSTEM, "code": "machine-generated",
                "display": "Suggested by clinicode (a statistical model); not reviewed by a person"}
 
+# `predict --titles`: a code outside the checkpoint's, suggested because every word of its title occurs in the note
+TITLE_TAG = {"system": TAG_SYSTEM, "code": "title-match",
+             "display": "Every word of the code's title occurs in the note; not a model prediction (no score)"}
+
 _VER_STATUS = "http://terminology.hl7.org/CodeSystem/condition-ver-status"
 _CATEGORY = "http://terminology.hl7.org/CodeSystem/condition-category"
 _ABSENT = "http://hl7.org/fhir/StructureDefinition/data-absent-reason"
@@ -173,16 +177,25 @@ def model_source(*, checkpoint_sha256: str, model: str, name: str | None, clinic
 
 
 def _resource(rec: Mapping[str, Any], pred: Mapping[str, Any], subject: dict[str, Any],
-              systems: Mapping[str, tuple[str, str]], document: str | None) -> dict[str, Any]:
+              systems: Mapping[str, tuple[str, str]], document: str | None, *,
+              title: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One Condition or Procedure of a predicted code (PRED), or of a title suggestion (TITLE: no score, its word
+    spans as evidence without weight, tagged TITLE_TAG)."""
     code = pred["code"]
     kind, system = systems.get(code) or code_systems([code], _cs.MIXED)[code]
     coding = {"system": system, "code": code}
     if pred.get("description"):
         coding["display"] = pred["description"]
-    ext = [{"url": EXT_SCORE, "valueDecimal": float(pred["score"])}, *_note_id(rec)]
-    ext += [_span_ext(s) for s in ((rec.get("evidence") or {}).get("codes") or {}).get(code, [])]
+    if title is None:
+        ext = [{"url": EXT_SCORE, "valueDecimal": float(pred["score"])}, *_note_id(rec)]
+        ext += [_span_ext(s) for s in ((rec.get("evidence") or {}).get("codes") or {}).get(code, [])]
+    else:
+        ext = [*_note_id(rec), *({"url": EXT_EVIDENCE, "extension": [{"url": "start", "valueInteger": int(s["start"])},
+                                                                      {"url": "end", "valueInteger": int(s["end"])}]}
+                                 for s in title.get("spans", []))]
     res: dict[str, Any] = {"resourceType": "Condition" if kind == DIAGNOSIS else "Procedure",
-                           "meta": {"tag": [MACHINE_TAG]}, "extension": ext}
+                           "meta": {"tag": [MACHINE_TAG] if title is None else [MACHINE_TAG, TITLE_TAG]},
+                           "extension": ext}
     if kind == DIAGNOSIS:
         res["verificationStatus"] = {"coding": [{"system": _VER_STATUS, "code": "unconfirmed"}]}
         res["category"] = [{"coding": [{"system": _CATEGORY, "code": "encounter-diagnosis"}]}]
@@ -245,7 +258,8 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
         request_id: the service's request id, kept as the Bundle's `identifier`.
     Returns:
         the Bundle as a JSON-ready dict: one Condition or Procedure per predicted code (record order, then score
-        order), one OperationOutcome per record with an error.
+        order), then one per title suggestion (`predict --titles`; tagged TITLE_TAG, no score), one
+        OperationOutcome per record with an error.
     """
     systems = systems or {}
     entries = []
@@ -260,6 +274,8 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
             subject = subject_reference(subjects[i] if subjects else None)
             doc = documents[i] if documents else None
             resources = [_resource(rec, p, subject, systems, doc) for p in rec.get("predicted", [])]
+            resources += [_resource(rec, {"code": m["code"], "description": m.get("title")}, subject, systems, doc,
+                                    title=m) for m in rec.get("title_suggestions") or []]
             if not resources:
                 resources = [_nothing_predicted(rec, doc)]
         if source is not None:
@@ -333,8 +349,8 @@ def _attachment_text(att: Any) -> str:
                               "`base64 -w0 note.txt`)") from None
     if codec in ("utf-16", "utf-32") and not raw.startswith(_BOMS[codec]):
         codec += "-be"  # no byte-order mark: big-endian (RFC 2781 4.3); Python's codec would read it little-endian
-    try:
-        return raw.decode(codec)
+    try:  # a byte-order mark is no text: kept, it would shift every evidence offset by one
+        return raw.decode(codec).removeprefix("\ufeff")
     except UnicodeError:  # UnicodeDecodeError, and the plain UnicodeError some codecs raise
         raise DataFormatError(f"has data that does not decode as {_shown(charset, 20)} (send UTF-8 text or name its "
                               "charset in contentType)") from None

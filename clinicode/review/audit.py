@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from clinicode.review.database import ReviewDB, ReviewError, _open_note, _reviewer, _state, utc_now
 
-SOURCES = ("model", "person", "adjudication")  # who proposed the code a decision is about
+SOURCES = ("model", "title", "person", "adjudication")  # who proposed the code a decision is about
 
 
 def assign(db: ReviewDB, note_ids: Sequence[str], coders: Sequence[str]) -> int:
@@ -185,7 +185,7 @@ def agreement(db: ReviewDB) -> dict[str, Any]:
 def audit_log(db: ReviewDB) -> list[dict[str, Any]]:
     """Every decision: note, code, action (to what), was (from what: the code's earlier state for that reviewer, or
     each coder's for an adjudication), reviewer, at, source, checkpoint (the one whose suggestions the note showed;
-    for rows written before schema 4, the note's). No note text."""
+    for rows written before schema 5, the note's). No note text."""
     from clinicode.review.decisions import note_checkpoint
 
     rows = [dict(r) for r in db.read("SELECT id, note, code, action, was, reviewer, at, source, checkpoint_sha256 "

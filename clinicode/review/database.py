@@ -87,11 +87,18 @@ def _v3(con: sqlite3.Connection) -> None:
 
 
 def _v4(con: sqlite3.Connection) -> None:
+    """Where each suggestion came from (#43): 'model' (a predicted code, the only kind before) or 'title' (a code the
+    checkpoint lacks whose title stands in the note); decisions on the two are counted apart."""
+    con.execute("ALTER TABLE suggestions ADD COLUMN source TEXT NOT NULL DEFAULT 'model' "
+                "CHECK (source IN ('model', 'title'))")
+
+
+def _v5(con: sqlite3.Connection) -> None:
     """Additive, for the next-note rule, retraining, double coding and the audit trail (#44): each queued note's
     signals; each decision's checkpoint, source (model, title, person, adjudication) and the code's state before it;
     assignments of a note to coders (double coding, blind to each other); each coder's time on a note. Earlier
-    files keep every row: their decisions have no checkpoint (`decision_checkpoint` reads their note's), source or
-    prior state."""
+    files keep every row: their decisions have no checkpoint (`audit_log` reads their note's), source or prior
+    state."""
     con.execute("""CREATE TABLE note_signals (
         note TEXT PRIMARY KEY REFERENCES notes(id), checkpoint_sha256 TEXT NOT NULL,
         uncertainty REAL NOT NULL, rarity REAL NOT NULL)""")
@@ -106,7 +113,8 @@ def _v4(con: sqlite3.Connection) -> None:
         PRIMARY KEY (note, reviewer))""")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4]  # step i: version i to i+1
+# step i takes a file from version i to i+1
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -383,12 +391,20 @@ class ReviewDB:
                     continue
                 added += 1
                 evidence = (rec.get("evidence") or {}).get("codes") or {}
+                predicted = rec.get("predicted", [])
                 con.executemany(
                     "INSERT INTO suggestions (note, checkpoint_sha256, checkpoint_path, code, description, score, "
-                    "evidence, rank) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "evidence, rank, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'model')",
                     [(note_id, sha256, checkpoint, p["code"], p.get("description") or "", float(p["score"]),
                       json.dumps(evidence.get(p["code"], [])), rank)
-                     for rank, p in enumerate(rec.get("predicted", []), start=1)])
+                     for rank, p in enumerate(predicted, start=1)])
+                # codes suggested from their titles (#43), after the model's; their score is a rank, not a probability
+                con.executemany(
+                    "INSERT OR IGNORE INTO suggestions (note, checkpoint_sha256, checkpoint_path, code, description, "
+                    "score, evidence, rank, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'title')",
+                    [(note_id, sha256, checkpoint, p["code"], p.get("title") or "", float(p["score"]),
+                      json.dumps([{**sp, "weight": 1.0} for sp in p.get("spans", [])]), rank)
+                     for rank, p in enumerate(rec.get("suggested") or [], start=len(predicted) + 1)])
                 if signals and note_id in signals:
                     con.execute("INSERT INTO note_signals (note, checkpoint_sha256, uncertainty, rarity) "
                                 "VALUES (?, ?, ?, ?)", (note_id, sha256, *signals[note_id]))
@@ -446,7 +462,7 @@ class ReviewDB:
         n = rows[0]
         sugg = [{"code": s["code"], "description": s["description"], "score": s["score"], "rank": s["rank"],
                  "evidence": json.loads(s["evidence"]), "checkpoint": s["checkpoint_path"],
-                 "checkpoint_sha256": s["checkpoint_sha256"]}
+                 "checkpoint_sha256": s["checkpoint_sha256"], "source": s["source"]}
                 for s in self.read("SELECT * FROM suggestions WHERE note = ? ORDER BY rank", (note_id,))]
         log = [dict(r) for r in self.read("SELECT id, code, action, reviewer, at, source, was, checkpoint_sha256 "
                                            "FROM decisions WHERE note = ? ORDER BY id",

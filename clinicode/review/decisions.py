@@ -54,7 +54,8 @@ def decide(db: ReviewDB, note_id: str, reviewer: str, *, accept: Sequence[str] =
                 raise ReviewError(f"note {note_id!r}: {reviewer} finished it already; it waits for adjudication.")
         else:
             _check_claim(n, reviewer, now)
-        suggested = {r[0] for r in con.execute("SELECT code FROM suggestions WHERE note = ?", (note_id,))}
+        proposed = {r[0]: r[1] for r in con.execute("SELECT code, source FROM suggestions WHERE note = ?", (note_id,))}
+        suggested = set(proposed)
         mine = " AND reviewer = ?" if assigned else ""
         state = _state([dict(r) for r in con.execute("SELECT code, action FROM decisions "
                                                      f"WHERE note = ?{mine} ORDER BY id",
@@ -82,7 +83,7 @@ def decide(db: ReviewDB, note_id: str, reviewer: str, *, accept: Sequence[str] =
                               "reject or add each code once.")
         at = utc_now()
         sha = note_checkpoint(con, note_id)
-        rows = [(note_id, c, a, reviewer, at, sha, "model" if c in suggested else "person", before.get(c))
+        rows = [(note_id, c, a, reviewer, at, sha, proposed.get(c, "person"), before.get(c))
                 for a, cs in (("accept", accept), ("reject", reject), ("add", add)) for c in cs]
         for r in rows:
             state[r[1]] = r[2]

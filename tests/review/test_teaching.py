@@ -110,9 +110,10 @@ def test_queue_stores_each_notes_signals(tiny_run, tmp_path):
         assert sorted(rdb.next_notes(3)) == ["q0", "q1", "q2"]
 
 
-def test_a_database_of_the_previous_schema_opens_with_every_decision(tmp_path):
-    path = tmp_path / "v3.sqlite"
-    with open_db(path, _target=3) as db:  # what today's clinicode before #44 wrote
+@pytest.mark.parametrize("version", [3, 4])
+def test_a_database_of_the_previous_schema_opens_with_every_decision(tmp_path, version):
+    path = tmp_path / f"v{version}.sqlite"
+    with open_db(path, _target=version) as db:  # what clinicode wrote before #44 (4: today's, with #43)
         db.con.execute("INSERT INTO models (sha256, path, codes, first_used, system) VALUES (?, '/r', "
                        "'[[\"401.9\", \"Hypertension\"]]', '2026-01-01T00:00:00Z', 'ICD-9-CM')", (SHA,))
         for i in ("a", "b"):
@@ -125,7 +126,7 @@ def test_a_database_of_the_previous_schema_opens_with_every_decision(tmp_path):
                        "('a', NULL, 'done', 'ann', '2026-01-02T00:00:00Z')")
         db.con.execute("UPDATE notes SET status = 'done' WHERE id = 'a'")
     with open_db(path) as db:
-        assert db.con.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert db.con.execute("PRAGMA user_version").fetchone()[0] == 5
         log = db.note("a")["log"]
         assert [(r["code"], r["action"], r["reviewer"]) for r in log] == [("401.9", "accept", "ann"),
                                                                            (None, "done", "ann")]

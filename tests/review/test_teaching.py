@@ -119,7 +119,8 @@ def test_a_database_of_the_previous_schema_opens_with_every_decision(tmp_path, v
         for i in ("a", "b"):
             db.con.execute("INSERT INTO notes (id, text, status, queued_at) VALUES (?, 'text', 'pending', "
                            "'2026-01-01T00:00:00Z')", (i,))
-            db.con.execute("INSERT INTO suggestions VALUES (?, ?, '/r', '401.9', 'Hypertension', 0.7, '[]', 1)",
+            db.con.execute("INSERT INTO suggestions (note, checkpoint_sha256, checkpoint_path, code, description, "
+                           "score, evidence, rank) VALUES (?, ?, '/r', '401.9', 'Hypertension', 0.7, '[]', 1)",
                            (i, SHA))
         db.con.execute("INSERT INTO decisions (note, code, action, reviewer, at) VALUES "
                        "('a', '401.9', 'accept', 'ann', '2026-01-02T00:00:00Z'), "

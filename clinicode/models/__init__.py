@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from clinicode.errors import CheckpointError, ConfigError
-from clinicode.models import leam, tfidf_lr
+from clinicode.models import fused, leam, tfidf_lr
 
 if TYPE_CHECKING:
     import numpy as np
@@ -85,6 +85,7 @@ class ModelKind(Protocol):
 
 
 MODEL_KINDS: dict[str, ModelKind] = {
+    fused.KIND.name: fused.KIND,
     leam.KIND.name: leam.KIND,
     tfidf_lr.KIND.name: tfidf_lr.KIND,
 }

@@ -1,0 +1,139 @@
+"""The fused model's design measured post hoc on trained LEAM and tfidf-lr runs (docs/accuracy-tuning.md, round 14).
+
+Stacked fusion (`clinicode.models.fused.fusion`): each part's logits divided by a temperature fitted on dev, mixed
+per frequency band of training-note counts (1-2, 3-10, 11-50, >50) with LEAM weights chosen on dev by a rule fixed
+in advance, then optionally a per-code threshold for rare codes (SCutfbr, tuned on dev) folded into the logit. Every
+number is fitted on dev; test only reports. Beside it: each part alone, round 13's logit blend (w = 0.25, one global
+weight, no temperatures), and the fused model with one part switched off at scoring (what each part contributes per
+band). Whether per-code thresholds help is judged on dev alone, by 2-fold cross-fitting within dev (fit on one half,
+score the other), before test is read.
+
+    python benchmarks/study_fusion.py --leam RUN[,RUN...] --lr RUN --data ../shared/data/bc5cdr-disease-mesh
+        [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from study_blend import aligned, scored
+
+RARE = 10   # the rare band of #41: codes with fewer than 10 training notes
+
+
+def band_figures(y: np.ndarray, s: np.ndarray, t: float, counts: np.ndarray) -> dict:
+    """Headline figures at threshold t, and macro-AUC / macro-F1 (per-code mean) over the rare codes and per band."""
+    from clinicode.metrics import all_metrics, auc_macro, f1_by_threshold
+
+    m = all_metrics(y, s, threshold=t)
+    out = {k: m[k] for k in ("f1_micro", "f1_macro", "auc_macro", "prec_at_8")}
+    groups = {"rare<10": counts < RARE, "1-2": counts <= 2, "3-10": (counts > 2) & (counts <= 10),
+              "11-50": (counts > 10) & (counts <= 50), ">50": counts > 50}
+    for name, keep in groups.items():
+        cols = np.flatnonzero(keep & (y.sum(axis=0) > 0))
+        if not len(cols):
+            continue
+        out[f"{name}_auc"] = auc_macro(y[:, cols], s[:, cols])[0]
+        out[f"{name}_f1"] = float(f1_by_threshold(y[:, cols], s[:, cols], np.array([t]))["f1_macro_mean"][0])
+        out[f"{name}_n"] = int(len(cols))
+    return out
+
+
+def study(leam: dict, lr: dict, counts: np.ndarray) -> dict:
+    from clinicode.metrics import tune_threshold
+    from clinicode.models.fused.fusion import Fusion, fit_fusion, fused_logits, logit, per_code_offsets, sigmoid
+
+    z = {s: (logit(leam[s]), logit(aligned(lr, leam["codes"], s))) for s in ("dev", "test")}
+    y = {s: leam[f"y_{s}"] for s in ("dev", "test")}
+    fusion = fit_fusion(y["dev"], *z["dev"], counts)
+    rows: dict[str, dict] = {}
+
+    def add(name: str, f: Fusion | None, parts: str = "both", w: float | None = None) -> None:
+        if f is None:  # round 13's blend: w LEAM + (1 - w) tfidf-lr on raw log-odds
+            zz = {s: w * z[s][0] + (1 - w) * z[s][1] for s in z}
+        else:
+            zz = {s: fused_logits(*z[s], f, counts, parts=parts) for s in z}
+        sd, st = sigmoid(zz["dev"]), sigmoid(zz["test"])
+        t = tune_threshold(y["dev"], sd)
+        rows[name] = {"threshold": t, "dev": band_figures(y["dev"], sd, t, counts),
+                      "test": band_figures(y["test"], st, t, counts), "_z": zz}
+
+    add("LEAM", None, w=1.0)
+    add("tfidf-lr", None, w=0.0)
+    add("logit blend w=0.25 (round 13)", None, w=0.25)
+    add("fused", fusion)
+    add("fused, LEAM part only", fusion, "leam")
+    add("fused, tfidf-lr part only", fusion, "lr")
+    # per-code thresholds: the offsets are fitted on the fused dev scores at the fused dev threshold
+    t = rows["fused"]["threshold"]
+    with_off = Fusion(**{**fusion.__dict__, "offsets": per_code_offsets(y["dev"], rows["fused"]["_z"]["dev"], counts,
+                                                                        t)})
+    add("fused + per-code thresholds", with_off)
+    # the dev-only judgement of the per-code thresholds: 2-fold within dev, 5 random halvings
+    cv = []
+    rng = np.random.default_rng(0)
+    zd = rows["fused"]["_z"]["dev"]
+    for _ in range(5):
+        order = rng.permutation(len(zd))
+        halves = (order[: len(order) // 2], order[len(order) // 2:])
+        for a, b in (halves, halves[::-1]):
+            ta = tune_threshold(y["dev"][a], sigmoid(zd[a]))
+            off = per_code_offsets(y["dev"][a], zd[a], counts, ta)
+            base = band_figures(y["dev"][b], sigmoid(zd[b]), ta, counts)
+            got = band_figures(y["dev"][b], sigmoid(zd[b] + off), ta, counts)
+            cv.append({k: got[k] - base[k] for k in ("f1_micro", "f1_macro", "rare<10_f1", "prec_at_8")
+                       if k in got and k in base})
+    cv_mean = {k: float(np.mean([c[k] for c in cv if k in c])) for k in cv[0]}
+    for r in rows.values():
+        r.pop("_z")
+    return {"fusion": fusion.to_json(), "n_offsets": int(np.count_nonzero(with_off.offsets)), "rows": rows,
+            "offsets_dev_cv": cv_mean}
+
+
+def show(name: str, res: dict) -> None:
+    keys = ("f1_micro", "f1_macro", "auc_macro", "prec_at_8", "rare<10_auc", "rare<10_f1", "1-2_auc", "3-10_auc",
+            "11-50_auc", ">50_auc")
+    cv = {k: round(v, 4) for k, v in res["offsets_dev_cv"].items()}
+    print(f"\n### {name}\n\nfusion (dev): {json.dumps(res['fusion'])}; per-code offsets: {res['n_offsets']}; "
+          f"their effect on held-out dev halves (mean of 10): {json.dumps(cv)}\n")
+    print("| model | split | " + " | ".join(keys) + " |")
+    print("|---|---|" + "---|" * len(keys))
+    for model, r in res["rows"].items():
+        for split in ("dev", "test"):
+            f = r[split]
+            print(f"| {model} | {split} | " + " | ".join(f"{f[k]:.4f}" if k in f else "-" for k in keys) + " |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--leam", required=True, help="comma-separated LEAM run folders (each fused with --lr).")
+    ap.add_argument("--lr", required=True, help="the tfidf-lr run folder.")
+    ap.add_argument("--data", required=True, help="the prepared dataset both were trained on.")
+    ap.add_argument("--json", default=None, metavar="OUT")
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    data = Path(args.data)
+    lr = scored(Path(args.lr), data)
+    out = {}
+    for run in [r for r in args.leam.split(",") if r]:
+        leam = scored(Path(run), data)
+        held = json.loads((Path(run) / "checkpoint" / "train_counts.json").read_text(encoding="utf-8"))["counts"]
+        counts = np.array([held.get(c, 0) for c in leam["codes"]])
+        out[run] = res = study(leam, lr, counts)
+        show(Path(run).name, res)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

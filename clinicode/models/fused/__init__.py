@@ -1,0 +1,131 @@
+"""The fused model (`train --model fused`, the default): each code's logit is LEAM's plus tfidf-lr's, stacked.
+
+`a_k * leam_k + c_k * lr_k + offset_k`: the two parts' logits, each over its own temperature and mixed with the weight
+of the code's frequency band (rare codes lean on the bag-of-words part, frequent ones on LEAM), plus a per-code
+threshold for rare codes folded into the logit (`fusion.py`; every number learnt on dev). One checkpoint holds both
+parts' files (LEAM's weights, config and tokenizer; tfidf-lr's weights and vocabulary) and `fusion.safetensors`
+(a, c, offset and the LEAM share w, one value per code) with `fusion.json` (temperatures, band weights, the rule).
+
+The evidence it shows for a code mixes both parts' words in the code's proportion w: LEAM's word-code cosines and
+tfidf-lr's coefficient x tf-idf weight of each word in the note (`FusedScorer.word_rows`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+from clinicode.errors import CheckpointError
+from clinicode.files import write_bytes_atomic, write_json_atomic
+from clinicode.models import leam as leam_kind, tfidf_lr as lr_kind
+
+if TYPE_CHECKING:
+    from clinicode.config import TrainConfig
+    from clinicode.data.labels import LabelSet
+
+FUSION_WEIGHTS = "fusion.safetensors"
+FUSION_META = "fusion.json"
+FUSION_FORMAT = "clinicode.fusion"
+_VECTORS = ("a", "c", "offset", "w")   # [K] each: LEAM's coefficient, tfidf-lr's, the per-code shift, LEAM's share
+
+
+@dataclass
+class FusedModel:
+    """A loaded fused model: the LEAM, the TfidfLR and the per-code fusion vectors ([K] float64 each)."""
+
+    leam: Any
+    lr: Any
+    a: np.ndarray
+    c: np.ndarray
+    offset: np.ndarray
+    w: np.ndarray
+    fusion: dict[str, Any]       # the fitted summary: temperatures, band weights, edges, rule, offsets used
+
+    @property
+    def config(self) -> Any:
+        return self.leam.config
+
+    def fuse(self, z_leam: np.ndarray, z_lr: np.ndarray) -> np.ndarray:
+        """[N, K] fused logits from the parts' [N, K] logits."""
+        return self.a * z_leam.astype(np.float64) + self.c * z_lr.astype(np.float64) + self.offset
+
+
+def fusion_header(path: Path) -> dict[str, tuple[int, ...]]:
+    return leam_kind.weight_shapes(path)
+
+
+class FusedKind:
+    """LEAM and tfidf-lr in one checkpoint, their logits fused per code with weights learnt on dev."""
+
+    name = "fused"
+    summary = "LEAM and tfidf-lr fused per code, the default"
+    files = (*leam_kind.KIND.files, *lr_kind.KIND.files, FUSION_WEIGHTS, FUSION_META)
+    can_explain = True
+    can_embed = True
+    scores_ids = False      # the tfidf-lr part reads the text itself
+    trained_by_loop = True  # the LEAM part is; tfidf-lr is fitted first and the fusion on dev last (clinicode.train)
+
+    def save(self, folder: Path, model: FusedModel, tokenizer: Any | None) -> None:
+        from safetensors.numpy import save as st_save
+
+        leam_kind.KIND.save(folder, model.leam, tokenizer)
+        lr_kind.KIND.save(folder, model.lr, None)
+        write_bytes_atomic(folder / FUSION_WEIGHTS, st_save(
+            {k: np.ascontiguousarray(getattr(model, k), dtype=np.float64) for k in _VECTORS},
+            metadata={"clinicode": "fusion"}))
+        write_json_atomic(folder / FUSION_META, {"format": FUSION_FORMAT, "format_version": 1, **model.fusion})
+
+    def verify(self, folder: Path) -> None:
+        config = leam_kind.check_weight_shapes(folder)
+        held = fusion_header(folder / FUSION_WEIGHTS)
+        want = {k: (config.n_labels,) for k in _VECTORS}
+        if held != want:
+            raise CheckpointError(f"{folder / FUSION_WEIGHTS}: holds {held}, the model's {config.n_labels} codes need "
+                                  f"{want}; the pieces come from different runs, retrain.")
+
+    def load(self, folder: Path, *, labels: LabelSet, train_config: TrainConfig, device: Any) -> tuple[FusedModel, Any]:
+        from safetensors.numpy import load as st_load
+
+        self.verify(folder)
+        leam, tokenizer = leam_kind.KIND.load(folder, labels=labels, train_config=train_config, device=device)
+        lr, _ = lr_kind.KIND.load(folder, labels=labels, train_config=train_config, device=device)
+        try:
+            vectors = st_load((folder / FUSION_WEIGHTS).read_bytes())
+            meta = json.loads((folder / FUSION_META).read_text(encoding="utf-8"))
+            if meta.get("format") != FUSION_FORMAT:
+                raise ValueError(f"format {meta.get('format')!r}")
+        except Exception as err:  # safetensors raises its own error type for a damaged header
+            raise CheckpointError(f"{folder}: {FUSION_WEIGHTS} or {FUSION_META} is damaged ({type(err).__name__}); "
+                                  "retrain.") from None
+        if not all(np.isfinite(v).all() for v in vectors.values()):
+            raise CheckpointError(f"{folder / FUSION_WEIGHTS}: holds values that are not finite; retrain.")
+        fusion = {k: v for k, v in meta.items() if k not in ("format", "format_version")}
+        return FusedModel(leam, lr, **{k: vectors[k].astype(np.float64) for k in _VECTORS}, fusion=fusion), tokenizer
+
+    def single_label(self, model: FusedModel) -> bool:
+        return not model.leam.config.multilabel
+
+    def device(self, model: FusedModel) -> Any:
+        return leam_kind.KIND.device(model.leam)
+
+    def card(self, model: FusedModel) -> dict[str, Any]:
+        return {"model_config": asdict(model.leam.config), "fusion": dict(model.fusion)}
+
+    def display_name(self, model_config: Mapping[str, Any]) -> str:
+        return "LEAM + tfidf-lr (fused)"
+
+    def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> Any:
+        from clinicode.models.fused.scorer import FusedScorer
+
+        return FusedScorer(checkpoint.model, checkpoint.tokenizer, max_len=checkpoint.max_len, device=device,
+                           batch_size=batch_size, memory_mb=memory_mb)
+
+    def fit(self, texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> Any:
+        raise NotImplementedError("the fused model's LEAM part is trained by the epoch loop (`clinicode.train`).")
+
+
+KIND = FusedKind()

@@ -1,0 +1,160 @@
+"""How the fused model's two parts become one score per code, every number of it learnt on dev (numpy only).
+
+Each code k's logit is `a[b] * leam_k + c[b] * lr_k + offset_k`: LEAM's logit and tfidf-lr's, each divided by its own
+temperature (fitted on dev first, so the two are on one scale: LEAM's every-code logits are far sharper), mixed with
+the weight w[b] of the code's frequency band b (its training-note count: 1-2, 3-10, 11-50, >50), so rare codes can
+lean on the bag-of-words part and frequent ones on LEAM; a[b] = w[b] / T_leam, c[b] = (1 - w[b]) / T_lr. The
+weights are chosen on dev by one rule fixed in advance (`fit_fusion`). `offset_k` is a per-code threshold folded into
+the logit (`per_code_offsets`, Lin and Lin's SCutfbr): the checkpoint keeps one global threshold, and a code's own
+threshold t_k on dev becomes the shift that maps t_k onto it.
+
+Nothing here reads train or test: callers pass dev's gold and dev's scores (docs/accuracy-tuning.md, round 14).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+# Upper edges of the frequency bands, in training notes: band 0 holds codes with 1-2 notes, 1: 3-10, 2: 11-50, 3: more.
+BAND_EDGES = (2, 10, 50)
+WEIGHT_GRID = tuple(round(float(x), 2) for x in np.linspace(0.0, 1.0, 11))
+TEMPERATURES = np.geomspace(0.05, 20.0, 49)   # the grid each part's temperature is fitted on
+PASSES = 2                # coordinate-ascent passes over the bands
+RARE_BELOW = 10           # per-code thresholds only for codes with fewer training notes than this
+FBR = 0.3                 # a rare code keeps the global threshold unless its own reaches this dev F1 (SCutfbr's fbr)
+MIN_DEV_POSITIVES = 2     # and unless dev holds at least this many of its notes
+_CLIP = 30.0
+
+
+def logit(p: np.ndarray, eps: float = 1e-7) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), eps, 1 - eps)
+    return np.log(p) - np.log1p(-p)
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * np.clip(z, -_CLIP, _CLIP)))
+
+
+def bands(train_counts: Sequence[int] | np.ndarray, edges: Sequence[int] = BAND_EDGES) -> np.ndarray:
+    """[K] each code's band index from its training-note count (0: the rarest)."""
+    return np.searchsorted(np.asarray(edges), np.asarray(train_counts), side="left").astype(np.int64)
+
+
+@dataclass
+class Fusion:
+    """The learnt numbers of one fused model: temperatures, the band weights, per-code offsets (`fused_logits`)."""
+
+    t_leam: float = 1.0
+    t_lr: float = 1.0
+    weights: list[float] = field(default_factory=lambda: [0.5] * (len(BAND_EDGES) + 1))  # LEAM's share per band
+    edges: list[int] = field(default_factory=lambda: list(BAND_EDGES))
+    offsets: np.ndarray | None = None    # [K] float; None: no per-code thresholds
+    rule: str = ""
+
+    def coefficients(self, train_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """([K] LEAM's coefficient, [K] tfidf-lr's) for codes of these training counts."""
+        w = np.asarray(self.weights, dtype=np.float64)[bands(train_counts, self.edges)]
+        return w / self.t_leam, (1.0 - w) / self.t_lr
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t_leam": self.t_leam, "t_lr": self.t_lr, "weights": list(self.weights), "edges": list(self.edges),
+                "rule": self.rule}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], offsets: np.ndarray | None) -> Fusion:
+        return cls(t_leam=float(obj["t_leam"]), t_lr=float(obj["t_lr"]), weights=[float(w) for w in obj["weights"]],
+                   edges=[int(e) for e in obj["edges"]], offsets=offsets, rule=str(obj.get("rule", "")))
+
+
+def fused_logits(z_leam: np.ndarray, z_lr: np.ndarray, fusion: Fusion, train_counts: np.ndarray, *,
+                 parts: str = "both") -> np.ndarray:
+    """[N, K] fused logits; PARTS "leam" or "lr" switches the other part off (its term is 0), for ablations."""
+    a, c = fusion.coefficients(train_counts)
+    z = np.zeros(np.broadcast_shapes(z_leam.shape, z_lr.shape), dtype=np.float64)
+    if parts in ("both", "leam"):
+        z += a * z_leam
+    if parts in ("both", "lr"):
+        z += c * z_lr
+    if fusion.offsets is not None:
+        z += fusion.offsets
+    return z
+
+
+def fit_temperature(y: np.ndarray, z: np.ndarray) -> float:
+    """The T of the grid with the lowest mean binary cross-entropy of sigmoid(z / T) against y (dev)."""
+    y = np.asarray(y, dtype=bool)
+    best, best_t = np.inf, 1.0
+    for t in TEMPERATURES:
+        s = np.clip(z / t, -_CLIP, _CLIP)
+        loss = float(np.mean(np.logaddexp(0.0, s) - np.where(y, s, 0.0)))   # softplus(s) - y s
+        if loss < best:
+            best, best_t = loss, float(t)
+    return best_t
+
+
+def _objective(y: np.ndarray, z: np.ndarray) -> float:
+    """The rule's dev figure: micro-F1 at the dev-tuned threshold plus macro-AUC."""
+    from clinicode.metrics import auc_macro, f1_by_threshold
+
+    s = sigmoid(z)
+    f1 = float(f1_by_threshold(y, s, np.linspace(0.0, 1.0, 100))["f1_micro"].max())
+    return f1 + auc_macro(y, s)[0]
+
+
+RULE = ("temperatures: lowest dev cross-entropy of each part alone; band weights: coordinate ascent (2 passes, rarest "
+        "band first, grid 0, 0.1, ..., 1) on dev micro-F1 at the dev-tuned threshold + dev macro-AUC; ties: the larger "
+        "LEAM weight")
+
+
+def fit_fusion(y_dev: np.ndarray, z_leam: np.ndarray, z_lr: np.ndarray, train_counts: np.ndarray) -> Fusion:
+    """Temperatures and band weights from dev alone (`RULE`).
+
+    Args:
+        y_dev: [N_dev, K] 0/1 dev gold.
+        z_leam, z_lr: [N_dev, K] each part's dev logits.
+        train_counts: [K] training notes per code (the bands).
+    """
+    y = np.asarray(y_dev, dtype=bool)
+    fusion = Fusion(t_leam=fit_temperature(y, z_leam), t_lr=fit_temperature(y, z_lr), rule=RULE)
+    band = bands(train_counts, fusion.edges)
+    present = [b for b in range(len(fusion.weights)) if (band == b).any()]
+    best = _objective(y, fused_logits(z_leam, z_lr, fusion, train_counts))
+    for _ in range(PASSES):
+        for b in present:
+            keep = fusion.weights[b]
+            for w in sorted(WEIGHT_GRID, reverse=True):     # larger LEAM weight first: ties keep it
+                if w == keep:
+                    continue
+                fusion.weights[b] = w
+                got = _objective(y, fused_logits(z_leam, z_lr, fusion, train_counts))
+                if got > best + 1e-12:
+                    best, keep = got, w
+            fusion.weights[b] = keep
+    return fusion
+
+
+def per_code_offsets(y_dev: np.ndarray, z: np.ndarray, train_counts: np.ndarray, threshold: float, *,
+                     rare_below: int = RARE_BELOW, fbr: float = FBR,
+                     min_positives: int = MIN_DEV_POSITIVES) -> np.ndarray:
+    """[K] logit shifts that give each rare code its own dev-tuned threshold under the global THRESHOLD.
+
+    A code with fewer than RARE_BELOW training notes and at least MIN_POSITIVES dev notes gets the threshold t_k of
+    the 100-point grid with its best dev F1 (the first such); if that F1 is below FBR it keeps the global threshold
+    (SCutfbr's fallback). Its offset is logit(threshold) - logit(t_k): [score > threshold] after the shift is
+    [score > t_k] before it. Every other code's offset is 0.
+    """
+    from clinicode.metrics import f1_by_threshold
+
+    y = np.asarray(y_dev, dtype=bool)
+    s = sigmoid(z)
+    offsets = np.zeros(y.shape[1], dtype=np.float64)
+    grid = np.linspace(0.0, 1.0, 100)[1:-1]    # 0 and 1 would be infinite shifts
+    for k in np.flatnonzero((np.asarray(train_counts) < rare_below) & (y.sum(axis=0) >= min_positives)):
+        curve = f1_by_threshold(y[:, k:k + 1], s[:, k:k + 1], grid)["f1_macro_mean"]
+        g = int(np.argmax(curve))
+        if curve[g] >= fbr:
+            offsets[k] = float(logit(np.float64(threshold)) - logit(np.float64(grid[g])))
+    return offsets

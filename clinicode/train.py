@@ -331,5 +331,7 @@ def train(
         import torch.distributed as dist
 
         dist.destroy_process_group()
+    if lr_part is not None:
+        result["fusion"] = fused.fusion
     return {**result, "run": str(run), "best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
             "stopped": trainer.stopped()}

@@ -46,12 +46,29 @@ def band_figures(y: np.ndarray, s: np.ndarray, t: float, counts: np.ndarray) -> 
     return out
 
 
-def study(leam: dict, lr: dict, counts: np.ndarray) -> dict:
+def fused_parts(run: Path, data_dir: Path) -> tuple[dict, dict, np.ndarray]:
+    """The two parts' dev and test logits of a fused run ({"dev": (z_leam, z_lr), ...}), the gold, the counts."""
+    from clinicode.evaluate import scored_split
+    from clinicode.predict import Predictor
+
+    pred = Predictor.from_checkpoint(run, device="cpu")
+    z, y = {}, {}
+    for split in ("dev", "test"):
+        df, yy, _ = scored_split(pred, data_dir, split)
+        z[split], y[split] = pred.scorer.logits(df["text"].tolist()), yy.astype(bool)
+    ck = pred.checkpoint
+    return z, y, np.array([ck.train_counts.get(c, 0) for c in ck.labels.codes])
+
+
+def study(leam: dict | None, lr: dict | None, counts: np.ndarray, parts: tuple[dict, dict] | None = None) -> dict:
     from clinicode.metrics import tune_threshold
     from clinicode.models.fused.fusion import Fusion, fit_fusion, fused_logits, logit, per_code_offsets, sigmoid
 
-    z = {s: (logit(leam[s]), logit(aligned(lr, leam["codes"], s))) for s in ("dev", "test")}
-    y = {s: leam[f"y_{s}"] for s in ("dev", "test")}
+    if parts is not None:
+        z, y = parts
+    else:
+        z = {s: (logit(leam[s]), logit(aligned(lr, leam["codes"], s))) for s in ("dev", "test")}
+        y = {s: leam[f"y_{s}"] for s in ("dev", "test")}
     fusion = fit_fusion(y["dev"], *z["dev"], counts)
     rows: dict[str, dict] = {}
 
@@ -113,8 +130,9 @@ def show(name: str, res: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--leam", required=True, help="comma-separated LEAM run folders (each fused with --lr).")
-    ap.add_argument("--lr", required=True, help="the tfidf-lr run folder.")
+    ap.add_argument("--leam", default="", help="comma-separated LEAM run folders (each fused with --lr).")
+    ap.add_argument("--lr", default=None, help="the tfidf-lr run folder.")
+    ap.add_argument("--fused", default="", help="comma-separated fused run folders: their two parts, refitted.")
     ap.add_argument("--data", required=True, help="the prepared dataset both were trained on.")
     ap.add_argument("--json", default=None, metavar="OUT")
     args = ap.parse_args()
@@ -123,8 +141,12 @@ def main() -> None:
 
     torch.set_num_threads(1)
     data = Path(args.data)
-    lr = scored(Path(args.lr), data)
     out = {}
+    for run in [r for r in args.fused.split(",") if r]:
+        z, y, counts = fused_parts(Path(run), data)
+        out[run] = res = study(None, None, counts, parts=(z, y))
+        show(Path(run).name, res)
+    lr = scored(Path(args.lr), data) if args.lr else None
     for run in [r for r in args.leam.split(",") if r]:
         leam = scored(Path(run), data)
         held = json.loads((Path(run) / "checkpoint" / "train_counts.json").read_text(encoding="utf-8"))["counts"]

@@ -9,6 +9,7 @@ RUN/state (`train_state`) holds the last finished epoch, so `resume=True` contin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -274,13 +275,16 @@ def train(
         lr_part = fit_lr_part(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
                               single_label=single_label(ds, config))
         _say(report, f"tfidf-lr part fitted in {time.perf_counter() - t0:.0f} s")
-    setup = TrainingSetup(ds, run, config, options, given_options(model_options), resume=resume, report=report,
+    # the fused model's LEAM part stops early (--fused-epochs); the checkpoint keeps the options as given
+    loop_config = (dataclasses.replace(config, epochs=min(config.epochs, config.fused_epochs))
+                   if lr_part is not None else config)
+    setup = TrainingSetup(ds, run, loop_config, options, given_options(model_options), resume=resume, report=report,
                           manifest_extra={**extra, "world_size": world()[1]})
     trainer = _Trainer(setup, progress=progress, on_epoch=on_epoch)
-    if setup.world == 1 and int(setup.state["epoch"]) < config.epochs:
+    if setup.world == 1 and int(setup.state["epoch"]) < loop_config.epochs:
         _say(report, estimate(setup))
     trainer.fit()
-    if trainer.stopped() == "epochs" and setup.state["bad_epochs"] == 0 and setup.rank == 0:
+    if trainer.stopped() == "epochs" and setup.state["bad_epochs"] == 0 and setup.rank == 0 and lr_part is None:
         note = (f"training reached --epochs {config.epochs} while dev was still improving (best at epoch "
                 f"{setup.state['best_epoch']}); a larger --epochs would probably do better.")
         if report is not None:

@@ -86,6 +86,8 @@ def study(leam: dict | None, lr: dict | None, counts: np.ndarray, parts: tuple[d
     add("tfidf-lr", None, w=0.0)
     add("logit blend w=0.25 (round 13)", None, w=0.25)
     add("fused", fusion)
+    old_rule = fit_fusion(y["dev"], *z["dev"], counts, rule="f1+auc")
+    add("fused, rule f1+auc", old_rule)
     add("fused, LEAM part only", fusion, "leam")
     add("fused, tfidf-lr part only", fusion, "lr")
     # per-code thresholds: the offsets are fitted on the fused dev scores at the fused dev threshold
@@ -108,10 +110,26 @@ def study(leam: dict | None, lr: dict | None, counts: np.ndarray, parts: tuple[d
             cv.append({k: got[k] - base[k] for k in ("f1_micro", "f1_macro", "rare<10_f1", "prec_at_8")
                        if k in got and k in base})
     cv_mean = {k: float(np.mean([c[k] for c in cv if k in c])) for k in cv[0]}
+    # the two weight rules judged on dev alone: fitted on one half of dev, scored on the other (5 halvings x 2)
+    rules_cv: dict[str, list[dict]] = {r: [] for r in ("f1+auc", "auc+platt")}
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        order = rng.permutation(len(y["dev"]))
+        halves = (order[: len(order) // 2], order[len(order) // 2:])
+        for a, b in (halves, halves[::-1]):
+            za, zb = (z["dev"][0][a], z["dev"][1][a]), (z["dev"][0][b], z["dev"][1][b])
+            for r in rules_cv:
+                f = fit_fusion(y["dev"][a], *za, counts, rule=r)
+                ta = tune_threshold(y["dev"][a], sigmoid(fused_logits(*za, f, counts)))
+                rules_cv[r].append(band_figures(y["dev"][b], sigmoid(fused_logits(*zb, f, counts)), ta, counts))
+    rules_mean = {r: {k: float(np.nanmean([x[k] for x in v if k in x])) for k in ("f1_micro", "auc_macro",
+                                                                                   "prec_at_8", "f1_macro",
+                                                                                   "rare<10_auc")}
+                  for r, v in rules_cv.items()}
     for r in rows.values():
         r.pop("_z")
     return {"fusion": fusion.to_json(), "n_offsets": int(np.count_nonzero(with_off.offsets)), "rows": rows,
-            "offsets_dev_cv": cv_mean}
+            "offsets_dev_cv": cv_mean, "rules_dev_cv": rules_mean}
 
 
 def show(name: str, res: dict) -> None:
@@ -120,6 +138,10 @@ def show(name: str, res: dict) -> None:
     cv = {k: round(v, 4) for k, v in res["offsets_dev_cv"].items()}
     print(f"\n### {name}\n\nfusion (dev): {json.dumps(res['fusion'])}; per-code offsets: {res['n_offsets']}; "
           f"their effect on held-out dev halves (mean of 10): {json.dumps(cv)}\n")
+    for r, m in res["rules_dev_cv"].items():
+        print(f"rule {r}, fitted on half of dev, scored on the other (mean of 10): "
+              + ", ".join(f"{k} {v:.4f}" for k, v in m.items()))
+    print()
     print("| model | split | " + " | ".join(keys) + " |")
     print("|---|---|" + "---|" * len(keys))
     for model, r in res["rows"].items():

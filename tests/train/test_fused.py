@@ -89,12 +89,13 @@ def test_fusion_and_per_code_thresholds_are_learnt_on_dev(fused_run, demo_data):
         a, c = f.coefficients(counts)
         from clinicode.metrics import tune_threshold
 
-        z = a * z_leam + c * z_lr
-        off = (per_code_offsets(y, z, counts, tune_threshold(y, sigmoid(z))) if PER_CODE_THRESHOLDS
-               else np.zeros(len(counts)))
-        fits[split] = (f.t_leam, f.t_lr, f.weights, a, c, off)
-    t_leam, t_lr, weights, a, c, off = fits["dev"]
+        z = a * z_leam + c * z_lr + f.bias(counts)
+        off = f.bias(counts) + (per_code_offsets(y, z, counts, tune_threshold(y, sigmoid(z))) if PER_CODE_THRESHOLDS
+                                else 0.0)
+        fits[split] = (f.t_leam, f.t_lr, f.weights, a, c, off, f.scales, f.biases)
+    t_leam, t_lr, weights, a, c, off = fits["dev"][:6]
     assert (stored["t_leam"], stored["t_lr"], stored["weights"]) == (t_leam, t_lr, weights)
+    assert (stored["scales"], stored["biases"]) == (fits["dev"][6], fits["dev"][7])
     np.testing.assert_array_equal(ck.model.a, a)
     np.testing.assert_array_equal(ck.model.c, c)
     np.testing.assert_array_equal(ck.model.offset, off)
@@ -114,6 +115,7 @@ def test_band_weights_follow_dev_and_offsets_map_a_code_threshold_onto_the_globa
     z_leam = np.where(counts > 10, good, noise)
     z_lr = np.where(counts > 10, noise, good)
     f = fit_fusion(y, z_leam, z_lr, counts)
+    assert max(f.scales) > 0 and all(np.isfinite(f.biases))
     assert f.weights[0] <= 0.3 and f.weights[1] <= 0.3 and f.weights[2] >= 0.7 and f.weights[3] >= 0.7
     z = fused_logits(z_leam, z_lr, f, counts)
     t = 0.4

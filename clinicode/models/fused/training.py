@@ -53,7 +53,8 @@ def fuse(leam: Any, tokenizer: Any, lr: Any, *, dev_texts: Sequence[str], y_dev:
     y = np.asarray(y_dev, dtype=bool)
     fusion: Fusion = fit_fusion(y, z_leam, z_lr, train_counts)
     a, c = fusion.coefficients(train_counts)
-    z = a * z_leam + c * z_lr
+    bias = fusion.bias(train_counts)
+    z = a * z_leam + c * z_lr + bias
     offsets = np.zeros(k)
     t = None
     if per_code and leam.config.multilabel:
@@ -64,4 +65,4 @@ def fuse(leam: Any, tokenizer: Any, lr: Any, *, dev_texts: Sequence[str], y_dev:
                "per_code_rule": (f"codes with fewer than 10 training notes and at least 2 dev notes: own dev-tuned "
                                  f"threshold when its dev F1 reaches 0.3 (SCutfbr), under the global {t:.3f}")
                if t is not None else "none"}
-    return FusedModel(leam, lr, a=a, c=c, offset=offsets, w=w, fusion=summary)
+    return FusedModel(leam, lr, a=a, c=c, offset=bias + offsets, w=w, fusion=summary)

@@ -47,7 +47,7 @@ def band_figures(y: np.ndarray, s: np.ndarray, t: float, counts: np.ndarray) -> 
 
 
 def fused_parts(run: Path, data_dir: Path) -> tuple[dict, dict, np.ndarray]:
-    """The two parts' dev and test logits of a fused run ({"dev": (z_leam, z_lr), ...}), the gold, the counts."""
+    """The parts' dev and test logits of a fused run ({"dev": (z_leam, z_lr, z_title), ...}), the gold, the counts."""
     from clinicode.evaluate import scored_split
     from clinicode.predict import Predictor
 
@@ -60,23 +60,39 @@ def fused_parts(run: Path, data_dir: Path) -> tuple[dict, dict, np.ndarray]:
     return z, y, np.array([ck.train_counts.get(c, 0) for c in ck.labels.codes])
 
 
+def _rows(zs: tuple, idx: np.ndarray) -> tuple:
+    return tuple(None if x is None else x[idx] for x in zs)
+
+
 def study(leam: dict | None, lr: dict | None, counts: np.ndarray, parts: tuple[dict, dict] | None = None) -> dict:
+    """Every variant fitted on dev and scored on dev and test; the rules and the per-code thresholds also judged by
+    cross-fitting within dev. PARTS: ({split: (z_leam, z_lr, z_title)}, {split: gold}) of a fused run."""
     from clinicode.metrics import tune_threshold
     from clinicode.models.fused.fusion import Fusion, fit_fusion, fused_logits, logit, per_code_offsets, sigmoid
 
     if parts is not None:
         z, y = parts
     else:
-        z = {s: (logit(leam[s]), logit(aligned(lr, leam["codes"], s))) for s in ("dev", "test")}
+        z = {s: (logit(leam[s]), logit(aligned(lr, leam["codes"], s)), None) for s in ("dev", "test")}
         y = {s: leam[f"y_{s}"] for s in ("dev", "test")}
-    fusion = fit_fusion(y["dev"], *z["dev"], counts)
+    titles = z["dev"][2] is not None
+
+    def fl(zs: tuple, f: Fusion, part: str = "both") -> np.ndarray:
+        return fused_logits(zs[0], zs[1], f, counts, parts=part, z_title=zs[2])
+
+    def fit(zs: tuple, yy: np.ndarray, rule: str) -> Fusion:
+        if rule == "auc+platt, no titles":
+            return fit_fusion(yy, zs[0], zs[1], counts, rule="auc+platt")
+        return fit_fusion(yy, zs[0], zs[1], counts, rule=rule, z_title=zs[2])
+
+    fusion = fit(z["dev"], y["dev"], "auc+platt")
     rows: dict[str, dict] = {}
 
-    def add(name: str, f: Fusion | None, parts: str = "both", w: float | None = None) -> None:
+    def add(name: str, f: Fusion | None, part: str = "both", w: float | None = None) -> None:
         if f is None:  # round 13's blend: w LEAM + (1 - w) tfidf-lr on raw log-odds
             zz = {s: w * z[s][0] + (1 - w) * z[s][1] for s in z}
         else:
-            zz = {s: fused_logits(*z[s], f, counts, parts=parts) for s in z}
+            zz = {s: fl(z[s], f, part) for s in z}
         sd, st = sigmoid(zz["dev"]), sigmoid(zz["test"])
         t = tune_threshold(y["dev"], sd)
         rows[name] = {"threshold": t, "dev": band_figures(y["dev"], sd, t, counts),
@@ -86,10 +102,13 @@ def study(leam: dict | None, lr: dict | None, counts: np.ndarray, parts: tuple[d
     add("tfidf-lr", None, w=0.0)
     add("logit blend w=0.25 (round 13)", None, w=0.25)
     add("fused", fusion)
-    old_rule = fit_fusion(y["dev"], *z["dev"], counts, rule="f1+auc")
-    add("fused, rule f1+auc", old_rule)
+    rules = ["f1+auc", "auc+platt, no titles"] + (["auc+platt"] if titles else [])
+    for r in rules[:-1] if titles else rules[:1]:
+        add(f"fused, rule {r}", fit(z["dev"], y["dev"], r))
     add("fused, LEAM part only", fusion, "leam")
     add("fused, tfidf-lr part only", fusion, "lr")
+    if titles:
+        add("fused, title match off", fusion, "no-title")
     # per-code thresholds: the offsets are fitted on the fused dev scores at the fused dev threshold
     t = rows["fused"]["threshold"]
     with_off = Fusion(**{**fusion.__dict__, "offsets": per_code_offsets(y["dev"], rows["fused"]["_z"]["dev"], counts,
@@ -110,18 +129,18 @@ def study(leam: dict | None, lr: dict | None, counts: np.ndarray, parts: tuple[d
             cv.append({k: got[k] - base[k] for k in ("f1_micro", "f1_macro", "rare<10_f1", "prec_at_8")
                        if k in got and k in base})
     cv_mean = {k: float(np.mean([c[k] for c in cv if k in c])) for k in cv[0]}
-    # the two weight rules judged on dev alone: fitted on one half of dev, scored on the other (5 halvings x 2)
-    rules_cv: dict[str, list[dict]] = {r: [] for r in ("f1+auc", "auc+platt")}
+    # the weight rules judged on dev alone: fitted on one half of dev, scored on the other (5 halvings x 2)
+    rules_cv: dict[str, list[dict]] = {r: [] for r in rules}
     rng = np.random.default_rng(1)
     for _ in range(5):
         order = rng.permutation(len(y["dev"]))
         halves = (order[: len(order) // 2], order[len(order) // 2:])
         for a, b in (halves, halves[::-1]):
-            za, zb = (z["dev"][0][a], z["dev"][1][a]), (z["dev"][0][b], z["dev"][1][b])
-            for r in rules_cv:
-                f = fit_fusion(y["dev"][a], *za, counts, rule=r)
-                ta = tune_threshold(y["dev"][a], sigmoid(fused_logits(*za, f, counts)))
-                rules_cv[r].append(band_figures(y["dev"][b], sigmoid(fused_logits(*zb, f, counts)), ta, counts))
+            za, zb = _rows(z["dev"], a), _rows(z["dev"], b)
+            for r in rules:
+                f = fit(za, y["dev"][a], r)
+                ta = tune_threshold(y["dev"][a], sigmoid(fl(za, f)))
+                rules_cv[r].append(band_figures(y["dev"][b], sigmoid(fl(zb, f)), ta, counts))
     rules_mean = {r: {k: float(np.nanmean([x[k] for x in v if k in x])) for k in ("f1_micro", "auc_macro",
                                                                                    "prec_at_8", "f1_macro",
                                                                                    "rare<10_auc")}

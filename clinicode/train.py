@@ -314,10 +314,12 @@ def train(
         t0 = time.perf_counter()
         dev = ds.split("dev")
         fused = fuse(setup.model, setup.tokenizer, lr_part, dev_texts=dev["text"].tolist(), y_dev=setup.y_dev,
-                     train_counts=setup.train_counts, max_len=config.max_len, device=setup.device,
+                     train_counts=setup.train_counts, descriptions=setup.labels.descriptions,
+                     max_len=config.max_len, device=setup.device,
                      batch_size=config.eval_batch_size, memory_mb=config.memory_mb)
         _say(report, f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: LEAM's share per band "
-                     f"{fused.fusion['weights']} (bands up to {fused.fusion['edges']} training notes, then more), "
+                     f"{fused.fusion['weights']}, title match {fused.fusion['title_weights']} (bands up to "
+                     f"{fused.fusion['edges']} training notes, then more), "
                      f"{fused.fusion['per_code_thresholds']} per-code thresholds")
 
         def save_fused(t: float, md: dict, mt: dict) -> None:

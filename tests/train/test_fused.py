@@ -48,8 +48,9 @@ def test_fused_checkpoint_saves_verifies_loads_and_round_trips(fused_run, demo_d
     pred = Predictor.from_checkpoint(run, device="cpu")
     s = pred.score(texts[:20])
     # the score is the sigmoid of the stored fusion of the two parts' logits, nothing else
-    z_leam, z_lr = pred.scorer.logits(texts[:20])
-    np.testing.assert_allclose(s, sigmoid(ck.model.a * z_leam + ck.model.c * z_lr + ck.model.offset), atol=1e-6)
+    z_leam, z_lr, z_title = pred.scorer.logits(texts[:20])
+    np.testing.assert_allclose(s, sigmoid(ck.model.a * z_leam + ck.model.c * z_lr + ck.model.e * z_title
+                                          + ck.model.offset), atol=1e-6)
     np.testing.assert_array_equal(s, Predictor.from_checkpoint(ck_dir, device="cpu").score(texts[:20]))
     m = json.loads((ck_dir / "metrics_test.json").read_text())
     assert m["f1_micro"] == pytest.approx(res["test"]["f1_micro"]) and m["auc_macro"] > 0.75
@@ -84,18 +85,18 @@ def test_fusion_and_per_code_thresholds_are_learnt_on_dev(fused_run, demo_data):
     for split in ("train", "dev", "test"):
         texts, labels = _split(demo_data, split)
         y = ck.labels.multi_hot(labels).astype(bool)
-        z_leam, z_lr = pred.scorer.logits(texts)
-        f = fit_fusion(y, z_leam, z_lr, counts)
+        z_leam, z_lr, z_title = pred.scorer.logits(texts)
+        f = fit_fusion(y, z_leam, z_lr, counts, z_title=z_title)
         a, c = f.coefficients(counts)
         from clinicode.metrics import tune_threshold
 
-        z = a * z_leam + c * z_lr + f.bias(counts)
+        z = a * z_leam + c * z_lr + f.title_coefficients(counts) * z_title + f.bias(counts)
         off = f.bias(counts) + (per_code_offsets(y, z, counts, tune_threshold(y, sigmoid(z))) if PER_CODE_THRESHOLDS
                                 else 0.0)
-        fits[split] = (f.t_leam, f.t_lr, f.weights, a, c, off, f.scales, f.biases)
+        fits[split] = (f.t_leam, f.t_lr, f.weights, a, c, off, f.scales, f.biases, f.title_weights)
     t_leam, t_lr, weights, a, c, off = fits["dev"][:6]
     assert (stored["t_leam"], stored["t_lr"], stored["weights"]) == (t_leam, t_lr, weights)
-    assert (stored["scales"], stored["biases"]) == (fits["dev"][6], fits["dev"][7])
+    assert (stored["scales"], stored["biases"], stored["title_weights"]) == fits["dev"][6:9]
     np.testing.assert_array_equal(ck.model.a, a)
     np.testing.assert_array_equal(ck.model.c, c)
     np.testing.assert_array_equal(ck.model.offset, off)
@@ -138,6 +139,7 @@ def test_evidence_shows_the_words_that_carried_the_bag_of_words_part(fused_run, 
     enc = scorer.encode([text], offsets=True)[0]
     ids = np.asarray(enc.ids)
     code = int(np.argmax(model.lr.decision_function([text])[0]))
+    model.c[code] = abs(model.c[code]) or 1.0   # the code's tfidf-lr part counts (the fit may have given it 0)
     # the tfidf-lr part's word contributions, from its own features: coefficient x tf-idf weight in this note
     x = model.lr.transform([text]).toarray()[0]
     per_feature = model.lr.coef[code] * x
@@ -147,9 +149,9 @@ def test_evidence_shows_the_words_that_carried_the_bag_of_words_part(fused_run, 
     feature = model.lr.vocabulary.index(word)
     assert per_feature[feature] == pytest.approx(per_feature.max(), rel=0.05)
     # a code that leans wholly on tfidf-lr shows those words; wholly on LEAM, LEAM's cosines
-    saved = model.w.copy()
+    saved, saved_e = model.w.copy(), model.e.copy()
     try:
-        model.w[:] = 0.0
+        model.w[:], model.e[:] = 0.0, 0.0
         lr_only = scorer.word_rows(ids, [code])[0]
         assert int(np.argmax(lr_only)) == best_token
         model.w[:] = 1.0
@@ -157,7 +159,7 @@ def test_evidence_shows_the_words_that_carried_the_bag_of_words_part(fused_run, 
         g = scorer.leam.word_rows(ids, [code])[0]
         assert int(np.argmax(leam_only)) == int(np.argmax(g))
     finally:
-        model.w[:] = saved
+        model.w[:], model.e[:] = saved, saved_e
     rec = pred.predict([text], explain=3)[0]
     assert rec.predicted and set(rec.code_phrases) == {c.code for c in rec.predicted}
     assert all(spans for spans in rec.code_phrases.values())

@@ -4,7 +4,9 @@
 of the code's frequency band (rare codes lean on the bag-of-words part, frequent ones on LEAM), plus a per-code
 threshold for rare codes folded into the logit (`fusion.py`; every number learnt on dev). One checkpoint holds both
 parts' files (LEAM's weights, config and tokenizer; tfidf-lr's weights and vocabulary) and `fusion.safetensors`
-(a, c, offset and the LEAM share w, one value per code) with `fusion.json` (temperatures, band weights, the rule).
+(a, c, e, offset and the LEAM share w, one value per code) with `fusion.json` (temperatures, band weights, the
+rule). The third part, the title match, is the tf-idf cosine of the note and the code's title (labels.json's
+description), rebuilt from the labels when the checkpoint loads.
 
 The evidence it shows for a code mixes both parts' words in the code's proportion w: LEAM's word-code cosines and
 tfidf-lr's coefficient x tf-idf weight of each word in the note (`FusedScorer.word_rows`).
@@ -30,28 +32,39 @@ if TYPE_CHECKING:
 FUSION_WEIGHTS = "fusion.safetensors"
 FUSION_META = "fusion.json"
 FUSION_FORMAT = "clinicode.fusion"
-_VECTORS = ("a", "c", "offset", "w")   # [K] each: LEAM's coefficient, tfidf-lr's, the per-code shift, LEAM's share
+# [K] each: LEAM's coefficient, tfidf-lr's, the title match's, the per-code shift, LEAM's share
+_VECTORS = ("a", "c", "e", "offset", "w")
 
 
 @dataclass
 class FusedModel:
-    """A loaded fused model: the LEAM, the TfidfLR and the per-code fusion vectors ([K] float64 each)."""
+    """A loaded fused model: the LEAM, the TfidfLR, the codes' titles as tf-idf rows and the per-code fusion vectors
+    ([K] float64 each)."""
 
     leam: Any
     lr: Any
     a: np.ndarray
     c: np.ndarray
+    e: np.ndarray
     offset: np.ndarray
     w: np.ndarray
     fusion: dict[str, Any]       # the fitted summary: temperatures, band weights, edges, rule, offsets used
+    titles: Any = None           # [K, V] sparse: each code's title in tfidf-lr's features (`title_rows`)
 
     @property
     def config(self) -> Any:
         return self.leam.config
 
-    def fuse(self, z_leam: np.ndarray, z_lr: np.ndarray) -> np.ndarray:
-        """[N, K] fused logits from the parts' [N, K] logits."""
-        return self.a * z_leam.astype(np.float64) + self.c * z_lr.astype(np.float64) + self.offset
+    def fuse(self, z_leam: np.ndarray, z_lr: np.ndarray, z_title: np.ndarray) -> np.ndarray:
+        """[N, K] fused logits from the parts' [N, K] logits and title matches."""
+        return (self.a * z_leam.astype(np.float64) + self.c * z_lr.astype(np.float64)
+                + self.e * z_title.astype(np.float64) + self.offset)
+
+
+def title_rows(lr: Any, descriptions: Sequence[str]) -> Any:
+    """[K, V] sparse: each code's title (its description; none: an empty row) as tfidf-lr's tf-idf features, so a
+    note's title match is the cosine of its tf-idf row with the title's."""
+    return lr.transform([d or "" for d in descriptions]).astype(np.float32)
 
 
 def fusion_header(path: Path) -> dict[str, tuple[int, ...]]:
@@ -104,7 +117,8 @@ class FusedKind:
         if not all(np.isfinite(v).all() for v in vectors.values()):
             raise CheckpointError(f"{folder / FUSION_WEIGHTS}: holds values that are not finite; retrain.")
         fusion = {k: v for k, v in meta.items() if k not in ("format", "format_version")}
-        return FusedModel(leam, lr, **{k: vectors[k].astype(np.float64) for k in _VECTORS}, fusion=fusion), tokenizer
+        return FusedModel(leam, lr, **{k: vectors[k].astype(np.float64) for k in _VECTORS}, fusion=fusion,
+                          titles=title_rows(lr, labels.descriptions)), tokenizer
 
     def single_label(self, model: FusedModel) -> bool:
         return not model.leam.config.multilabel

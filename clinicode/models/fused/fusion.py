@@ -21,6 +21,7 @@ import numpy as np
 # Upper edges of the frequency bands, in training notes: band 0 holds codes with 1-2 notes, 1: 3-10, 2: 11-50, 3: more.
 BAND_EDGES = (2, 10, 50)
 WEIGHT_GRID = tuple(round(float(x), 2) for x in np.linspace(0.0, 1.0, 11))
+TITLE_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)   # the title match's weight per band (its cosine is in [0, 1])
 TEMPERATURES = np.geomspace(0.05, 20.0, 49)   # the grid each part's temperature is fitted on
 PASSES = 2                # coordinate-ascent passes over the bands
 RARE_BELOW = 10           # per-code thresholds only for codes with fewer training notes than this
@@ -57,6 +58,8 @@ class Fusion:
     # (its AUC), only how the bands compare under one threshold and within a note (micro-F1, P@8)
     scales: list[float] = field(default_factory=lambda: [1.0] * (len(BAND_EDGES) + 1))
     biases: list[float] = field(default_factory=lambda: [0.0] * (len(BAND_EDGES) + 1))
+    # per band, the weight of the title match (tf-idf cosine of the note and the code's title), before the scale
+    title_weights: list[float] = field(default_factory=lambda: [0.0] * (len(BAND_EDGES) + 1))
 
     def coefficients(self, train_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """([K] LEAM's coefficient, [K] tfidf-lr's) for codes of these training counts."""
@@ -65,24 +68,33 @@ class Fusion:
         scale = np.asarray(self.scales, dtype=np.float64)[b]
         return scale * w / self.t_leam, scale * (1.0 - w) / self.t_lr
 
+    def title_coefficients(self, train_counts: np.ndarray) -> np.ndarray:
+        """[K] the title match's coefficient (band weight x band scale)."""
+        b = bands(train_counts, self.edges)
+        return np.asarray(self.scales, dtype=np.float64)[b] * np.asarray(self.title_weights, dtype=np.float64)[b]
+
     def bias(self, train_counts: np.ndarray) -> np.ndarray:
         """[K] each code's band bias."""
         return np.asarray(self.biases, dtype=np.float64)[bands(train_counts, self.edges)]
 
     def to_json(self) -> dict[str, Any]:
         return {"t_leam": self.t_leam, "t_lr": self.t_lr, "weights": list(self.weights), "edges": list(self.edges),
-                "scales": list(self.scales), "biases": list(self.biases), "rule": self.rule}
+                "scales": list(self.scales), "biases": list(self.biases), "title_weights": list(self.title_weights),
+                "rule": self.rule}
 
 
 def fused_logits(z_leam: np.ndarray, z_lr: np.ndarray, fusion: Fusion, train_counts: np.ndarray, *,
-                 parts: str = "both") -> np.ndarray:
-    """[N, K] fused logits; PARTS "leam" or "lr" switches the other part off (its term is 0), for ablations."""
+                 parts: str = "both", z_title: np.ndarray | None = None) -> np.ndarray:
+    """[N, K] fused logits; PARTS "leam" or "lr" switches the other parts off (their terms are 0), "no-title" the
+    title match, for ablations. Z_TITLE: [N, K] each note's title match (None: no title part)."""
     a, c = fusion.coefficients(train_counts)
     z = np.zeros(np.broadcast_shapes(z_leam.shape, z_lr.shape), dtype=np.float64)
-    if parts in ("both", "leam"):
+    if parts in ("both", "leam", "no-title"):
         z += a * z_leam
-    if parts in ("both", "lr"):
+    if parts in ("both", "lr", "no-title"):
         z += c * z_lr
+    if z_title is not None and parts == "both":
+        z += fusion.title_coefficients(train_counts) * z_title
     z += fusion.bias(train_counts)
     if fusion.offsets is not None:
         z += fusion.offsets
@@ -115,9 +127,10 @@ RULE = ("temperatures: lowest dev cross-entropy of each part alone; band weights
         "LEAM weight")
 
 
-RULE_AUC = ("temperatures: lowest dev cross-entropy of each part alone; band weights: each band's largest dev "
-            "macro-AUC (grid 0, 0.1, ..., 1; ties: the larger LEAM weight); then each band's scale and bias of the "
-            "mixed logit: lowest dev cross-entropy (Platt scaling)")
+RULE_AUC = ("temperatures: lowest dev cross-entropy of each part alone; band weights (LEAM's share, and the title "
+            "match's weight): each band's largest dev macro-AUC (grids 0, 0.1, ..., 1 and 0, 1, 2, 4, ..., 32; ties: "
+            "the larger LEAM share, the smaller title weight); then each band's scale and bias of the mixed logit: "
+            "lowest dev cross-entropy (Platt scaling)")
 RULES = {"f1+auc": RULE, "auc+platt": RULE_AUC}
 DEFAULT_RULE = "auc+platt"
 
@@ -157,13 +170,14 @@ def _platt(x: np.ndarray, y: np.ndarray, iters: int = 30) -> tuple[float, float]
 
 
 def fit_fusion(y_dev: np.ndarray, z_leam: np.ndarray, z_lr: np.ndarray, train_counts: np.ndarray, *,
-               rule: str = DEFAULT_RULE) -> Fusion:
+               rule: str = DEFAULT_RULE, z_title: np.ndarray | None = None) -> Fusion:
     """Temperatures, band weights (and, by RULE "auc+platt", each band's scale and bias) from dev alone (`RULES`).
 
     Args:
         y_dev: [N_dev, K] 0/1 dev gold.
         z_leam, z_lr: [N_dev, K] each part's dev logits.
         train_counts: [K] training notes per code (the bands).
+        z_title: [N_dev, K] the title match of each dev note and code (rule "auc+platt"; None: no title part).
     """
     from clinicode.metrics import auc_macro
 
@@ -176,15 +190,18 @@ def fit_fusion(y_dev: np.ndarray, z_leam: np.ndarray, z_lr: np.ndarray, train_co
             cols = np.flatnonzero(band == b)
             ranked = [c for c in cols if 0 < y[:, c].sum() < len(y)]   # codes whose AUC dev can measure
             if ranked:
-                best_w, best = fusion.weights[b], -1.0
+                best_w, best_d, best = fusion.weights[b], 0.0, -1.0
                 for w in sorted(WEIGHT_GRID, reverse=True):        # ties keep the larger LEAM weight
                     m = w * z_leam[:, ranked] / fusion.t_leam + (1 - w) * z_lr[:, ranked] / fusion.t_lr
-                    got = auc_macro(y[:, ranked], m)[0]
-                    if got > best + 1e-12:
-                        best, best_w = got, w
-                fusion.weights[b] = best_w
-            w = fusion.weights[b]
+                    for d in (TITLE_GRID if z_title is not None else (0.0,)):   # ties: the smaller title weight
+                        got = auc_macro(y[:, ranked], m + d * z_title[:, ranked] if d else m)[0]
+                        if got > best + 1e-12:
+                            best, best_w, best_d = got, w, d
+                fusion.weights[b], fusion.title_weights[b] = best_w, best_d
+            w, d = fusion.weights[b], fusion.title_weights[b]
             x = w * z_leam[:, cols] / fusion.t_leam + (1 - w) * z_lr[:, cols] / fusion.t_lr
+            if d:
+                x = x + d * z_title[:, cols]
             fusion.scales[b], fusion.biases[b] = _platt(x, y[:, cols])
         return fusion
     best = _objective(y, fused_logits(z_leam, z_lr, fusion, train_counts))

@@ -78,9 +78,18 @@ class FusedScorer:
             return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
         return (0.5 * (1.0 + np.tanh(0.5 * np.clip(z, -30.0, 30.0)))).astype(np.float32)
 
-    def logits(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """([N, K] LEAM's logits, [N, K] tfidf-lr's) of raw notes: the parts before fusion (ablations, studies)."""
-        return self.leam.score(texts), self.model.lr.decision_function(list(texts))
+    def bag_of_words(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """([N, K] tfidf-lr's logits, [N, K] title matches) from one tf-idf pass over the notes."""
+        lr = self.model.lr
+        x = lr.transform(list(texts)).astype(np.float32)                               # [N, V]
+        z_lr = np.asarray(x @ lr.coef.T, dtype=np.float32) + lr.intercept               # [N, K]
+        z_title = np.asarray((x @ self.model.titles.T).todense(), dtype=np.float32)     # [N, K]
+        return z_lr, z_title
+
+    def logits(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """([N, K] LEAM's logits, tfidf-lr's, title matches) of raw notes: the parts before fusion (ablations,
+        studies)."""
+        return (self.leam.score(texts), *self.bag_of_words(texts))
 
     def score(self, texts: Sequence[str]) -> np.ndarray:
         return self._probabilities(self.model.fuse(*self.logits(texts)))
@@ -90,8 +99,8 @@ class FusedScorer:
 
     def score_encoded(self, encs: Sequence[Any], *, attention: bool) -> tuple[np.ndarray, list[Any] | None]:
         z_leam, extras = self.leam.score_encoded([e.enc for e in encs], attention=attention)
-        z_lr = self.model.lr.decision_function([e.text for e in encs])
-        return self._probabilities(self.model.fuse(z_leam, z_lr)), extras
+        z_lr, z_title = self.bag_of_words([e.text for e in encs])
+        return self._probabilities(self.model.fuse(z_leam, z_lr, z_title)), extras
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self.leam.embed(texts)
@@ -99,10 +108,10 @@ class FusedScorer:
     def label_embeddings(self) -> np.ndarray:
         return self.leam.label_embeddings()
 
-    def lr_word_rows(self, tok_ids: np.ndarray, codes: list[int]) -> np.ndarray:
+    def lr_word_rows(self, tok_ids: np.ndarray, codes: list[int], *, matrix: Any = None) -> np.ndarray:
         """[len(codes), L] tfidf-lr's share of each code's logit carried by each token's word: coefficient x the
         word's tf-idf weight in this note (as tfidf-lr weighs it: sublinear tf, idf, unit norm over the note's known
-        words); 0 for words it does not know."""
+        words); 0 for words it does not know. MATRIX: another [K, V] weight than the coefficients (the titles)."""
         lr = self.model.lr
         feats = self._feature[np.asarray(tok_ids, dtype=np.int64)]                    # [L]
         known = feats >= 0
@@ -114,16 +123,22 @@ class FusedScorer:
         xl = np.array([weight.get(int(f), 0.0) for f in feats])                       # [L] each token's weight
         out = np.zeros((len(codes), len(feats)), dtype=np.float64)
         if known.any():
-            out[:, known] = lr.coef[np.asarray(codes)][:, feats[known]] * xl[known]
+            rows = lr.coef[np.asarray(codes)] if matrix is None else matrix[np.asarray(codes)].toarray()
+            out[:, known] = rows[:, feats[known]] * xl[known]
         return out
 
     def word_rows(self, tok_ids: np.ndarray, codes: list[int]) -> np.ndarray:
-        """[len(codes), L] each token's evidence for each code: w_k x LEAM's cosine + (1 - w_k) x tfidf-lr's word
-        contribution (positive part), each scaled by its note-best first."""
+        """[len(codes), L] each token's evidence for each code: w_k x LEAM's cosine + (1 - w_k) x the bag-of-words
+        parts' word contributions to the fused logit (c_k x tfidf-lr's + e_k x the title match's; positive part),
+        each scaled by its note-best first."""
         g = self.leam.word_rows(tok_ids, codes).astype(np.float64)                   # [n, L]
         if not len(codes) or not g.shape[1]:
             return g.astype(np.float32)
-        contrib = np.clip(self.lr_word_rows(tok_ids, codes), 0.0, None)              # [n, L]
+        k = np.asarray(codes)
+        contrib = self.model.c[k][:, None] * self.lr_word_rows(tok_ids, codes)
+        if self.model.titles is not None and self.model.e[k].any():
+            contrib += self.model.e[k][:, None] * self.lr_word_rows(tok_ids, codes, matrix=self.model.titles)
+        contrib = np.clip(contrib, 0.0, None)                                         # [n, L]
         gmax = g.max(axis=1, keepdims=True)
         cmax = contrib.max(axis=1, keepdims=True)
         gs = np.where(gmax > 0, g / np.where(gmax > 0, gmax, 1.0), g)

@@ -331,7 +331,7 @@ def train_cli(
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --out.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Train LEAM (or tfidf-lr) and write a self-contained checkpoint."""
+    """Train the fused model (LEAM and tfidf-lr; or --model leam, --paper, --model tfidf-lr) into a checkpoint."""
     from clinicode.evaluate import format_table
     from clinicode.runtime import keep_freed_memory
     from clinicode.train import train
@@ -341,6 +341,10 @@ def train_cli(
     keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
     if model is not None:
         train_kind(model)  # an unknown --model: one line naming the known kinds, before anything else is read
+    if paper:  # the paper's model is a LEAM: the leam kind, not the default's fused one
+        if model not in (None, "leam"):
+            raise ConfigError(f"--paper trains the paper's LEAM (--model leam); leave out --model {model}.")
+        model = "leam"
     cfg = TrainConfig(**_given(model=model, epochs=epochs, fused_epochs=fused_epochs, batch_size=batch_size, lr=lr,
                                max_len=max_len, embeddings=embeddings,
                                weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight,

@@ -114,7 +114,8 @@ def is_paper_model(model_config: dict[str, Any]) -> bool:
 class TrainConfig:
     """Training options; saved as train_config.json beside the weights."""
 
-    model: str = "leam"             # a model kind's name (clinicode.models.MODEL_KINDS): "leam" or "tfidf-lr"
+    model: str = "fused"            # a model kind's name (clinicode.models.MODEL_KINDS): "fused" (LEAM and tfidf-lr
+                                    # fused per code, #41), "leam" or "tfidf-lr"
     epochs: int = 200               # a cap only: patience ends runs (small sets: 15-60 epochs; a cap of 50 ended
                                     # runs still improving)
     fused_epochs: int = 30          # --model fused: its LEAM part's cap (min with epochs); tfidf-lr carries the rare

@@ -261,9 +261,10 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
     same settings is returned as it is (see `--runs`)."""
     import torch
 
-    from clinicode.config import LEAMConfig, TrainConfig
+    from clinicode.config import TrainConfig
     from clinicode.constants import CHECKPOINT_DIR, LABELS_FILE
     from clinicode.data.labels import LabelSet
+    from clinicode.models.leam.options import LEAMConfig
     from clinicode.train import train
 
     run_key = {"dataset": dataset, "model": name or model, "seed": seed, "threads": torch.get_num_threads(),
@@ -660,7 +661,8 @@ def write_section(text: str, path: Path) -> None:
 def _parse_sets(pairs: list[str]) -> dict:
     """KEY=VALUE pairs as TrainConfig or LEAMConfig fields (training or model options), each value parsed as its
     field's type."""
-    from clinicode.config import LEAMConfig, TrainConfig
+    from clinicode.config import TrainConfig
+    from clinicode.models.leam.options import LEAMConfig
 
     model_fields = {f.name: f for f in dataclasses.fields(LEAMConfig) if f.name not in ("vocab_size", "n_labels")}
     fields = {**{f.name: f for f in dataclasses.fields(TrainConfig)}, **model_fields}
@@ -751,7 +753,8 @@ def main() -> None:
                                                    for i in range(n_seeds)]
                 gaps[(dataset, name)] = gap(dirs[dataset], leam, lr)
         evidence = evidence_rows(results, dirs)
-    from clinicode.config import LEAMConfig, TrainConfig
+    from clinicode.config import TrainConfig
+    from clinicode.models.leam.options import LEAMConfig
 
     d = TrainConfig()
     text = "\n".join([

@@ -70,7 +70,7 @@ def main() -> None:
         pred.predict([n], top_k=None, threshold=0.0, explain=5)
         lat.append(time.perf_counter() - t)
     ck = pred.checkpoint
-    from clinicode.model import LEAM
+    from clinicode.models.leam.model import LEAM
 
     plain = LEAM(ck.model.config, fast=False)  # the model's plain PyTorch path: the reference
     plain.load_state_dict(ck.model.state_dict())

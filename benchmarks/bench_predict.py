@@ -25,9 +25,10 @@ import torch
 from benchmarks._common import machine_line, median_time, publish, synthetic_notes
 from clinicode.batching import pad_batch
 from clinicode.checkpoint import load_checkpoint, save_checkpoint
-from clinicode.config import LEAMConfig, TrainConfig
+from clinicode.config import TrainConfig
 from clinicode.data.labels import LabelSet
-from clinicode.model import LEAM
+from clinicode.models.leam.model import LEAM
+from clinicode.models.leam.options import LEAMConfig
 from clinicode.predict import Predictor
 from clinicode.tokenizer import ClinicalTokenizer
 
@@ -73,7 +74,7 @@ def main() -> None:
                 ids, mask = pad_batch(tok.encode_ids(notes[i:i + 64]))
                 torch.sigmoid(model(ids, mask).logits)
 
-    from clinicode.baseline import TfidfLR, TfidfLRConfig
+    from clinicode.models.tfidf_lr.baseline import TfidfLR, TfidfLRConfig
 
     rng = np.random.default_rng(0)
     n_fit = min(400, n)

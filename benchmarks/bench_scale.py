@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import OWN_MARK, machine_line, mark_own, publish, remove_own, synthetic_notes  # noqa: E402
-from clinicode.config import LEAMConfig  # noqa: E402
 from clinicode.memory import plan  # noqa: E402
+from clinicode.models.leam.options import LEAMConfig  # noqa: E402
 
 PLAIN_TRAIN_LIMIT_MB = 8_000  # the machine has 24 GB; the plain model's training batch above this is not attempted
 
@@ -108,7 +108,7 @@ def child_straightforward(spec: dict) -> dict:
 
     from clinicode.batching import pad_batch
     from clinicode.checkpoint import load_checkpoint
-    from clinicode.model import LEAM
+    from clinicode.models.leam.model import LEAM
 
     ck = load_checkpoint(Path(spec["checkpoint"]))
     model = LEAM(ck.model.config, fast=False)

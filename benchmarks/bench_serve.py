@@ -33,9 +33,10 @@ import torch
 
 from benchmarks._common import machine_line, median_time, publish, synthetic_notes
 from clinicode.checkpoint import save_checkpoint
-from clinicode.config import LEAMConfig, TrainConfig
+from clinicode.config import TrainConfig
 from clinicode.data.labels import LabelSet
-from clinicode.model import LEAM
+from clinicode.models.leam.model import LEAM
+from clinicode.models.leam.options import LEAMConfig
 from clinicode.tokenizer import ClinicalTokenizer
 
 LEVELS = (1, 8, 32)

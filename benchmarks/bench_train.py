@@ -31,8 +31,8 @@ def _child(spec: dict) -> dict:
 
     import torch
 
-    from clinicode.config import LEAMConfig
-    from clinicode.model import LEAM
+    from clinicode.models.leam.model import LEAM
+    from clinicode.models.leam.options import LEAMConfig
 
     torch.manual_seed(0)
     if spec.get("malloc", True):
@@ -140,7 +140,7 @@ def tfidf_fit_rate(n: int = 400) -> float:
     import numpy as np
 
     from benchmarks._common import synthetic_notes
-    from clinicode.baseline import TfidfLR, TfidfLRConfig
+    from clinicode.models.tfidf_lr.baseline import TfidfLR, TfidfLRConfig
 
     notes = synthetic_notes(n, seed=3)
     y = (np.random.default_rng(0).random((n, 50)) < 0.1).astype(np.float32)
@@ -217,15 +217,16 @@ def main() -> None:
               "|---|---|---|"]
     lines += [f"| `{name}` | {ms:.1f} | {pct:.0f}% |" for name, ms, pct in prof["profile"]]
     lines += ["",
-              "What moved it (each step kept the mathematics; see `clinicode/kernels.py`): G as one [B, L, K] matrix "
-              "product; the phrase window, bias, ReLU and max over codes fused into one pass per 4 notes (shifted "
-              "multiply-adds instead of a 1-channel convolution, no [B, L, K] intermediate kept), whose backward keeps "
-              "only each position's winning code, so the window and bias gradients are gathers over B*L positions; "
-              "the cosine's backward as two matrix products and one row-scaled add instead of autograd's chain "
-              "through the norm; the word-vector gradient by `index_add_` instead of `embedding_dense_backward`; "
-              "fused AdamW; and glibc keeping freed memory, which removes page faults on every step's fresh "
-              "buffers. The matrix products are now near the machine's peak; most of the rest is memory-bound "
-              "elementwise work on [B, L, K] tensors and the dense 50,000 x 100 word-vector gradient and update."]
+              "What moved it (each step kept the mathematics; see `clinicode/models/leam/kernels.py`): G as one "
+              "[B, L, K] matrix product; the phrase window, bias, ReLU and max over codes fused into one pass per 4 "
+              "notes (shifted multiply-adds instead of a 1-channel convolution, no [B, L, K] intermediate kept), "
+              "whose backward keeps only each position's winning code, so the window and bias gradients are gathers "
+              "over B*L positions; the cosine's backward as two matrix products and one row-scaled add instead of "
+              "autograd's chain through the norm; the word-vector gradient by `index_add_` instead of "
+              "`embedding_dense_backward`; fused AdamW; and glibc keeping freed memory, which removes page faults "
+              "on every step's fresh buffers. The matrix products are now near the machine's peak; most of the rest "
+              "is memory-bound elementwise work on [B, L, K] tensors and the dense 50,000 x 100 word-vector gradient "
+              "and update."]
     lines += ["",
               "tfidf-lr fit on 400 synthetic notes of 2,500 tokens, 50 labels: "
               f"{tfidf_fit_rate():.0f} notes/s (for scale).",

@@ -18,16 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from clinicode import __version__
 from clinicode.artifacts import make_manifest
 from clinicode.codes.systems import CodeSystem, infer_code_system
-from clinicode.config import (  # is_paper_model: re-exported for readers of a card's model_config
-    LEAMConfig,
-    TrainConfig,
-    config_from_dict,
-    config_to_dict,
-    is_paper_model,
-    load_config,
-    save_config,
-    saved_config,
-)
+from clinicode.config import TrainConfig, config_from_dict, config_to_dict, load_config, save_config, saved_config
 from clinicode.constants import (  # noqa: F401  (artefact names are re-exported: the app takes them from here)
     CHECKPOINT_DIR,
     HISTORY_FILE,
@@ -48,11 +39,7 @@ from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.files import atomic_dir, manifest_kind, read_json, sha256_file, write_json_atomic
 from clinicode.models import MODEL_KINDS, ModelKind, model_kind
-from clinicode.models.leam import (  # noqa: F401  (re-exported: the header checks were here first)
-    check_weight_shapes,
-    leam_weight_shapes,
-    weight_shapes,
-)
+from clinicode.models.leam.options import LEAMConfig
 from clinicode.tokenizer import ClinicalTokenizer
 
 if TYPE_CHECKING:  # torch and the model load only with the weights: verifying a checkpoint needs neither
@@ -376,7 +363,7 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
 
 
 __all__ = ["Checkpoint", "TRAIN_COUNTS_FILE", "read_train_counts", "load_checkpoint", "save_checkpoint",
-           "resolve_checkpoint_dir", "config_to_dict", "config_from_dict", "is_paper_model",
+           "resolve_checkpoint_dir", "config_to_dict", "config_from_dict",
            "MODEL_KINDS", "model_kind"]  # the model kinds, for the app (which imports checkpoint, not models)
 
 

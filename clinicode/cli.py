@@ -17,20 +17,12 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from clinicode import __version__
-from clinicode.config import (
-    PAPER_MODEL,
-    CompareConfig,
-    DemoConfig,
-    LEAMConfig,
-    PredictConfig,
-    PrepareConfig,
-    TrainConfig,
-    default_of,
-)
+from clinicode.config import CompareConfig, DemoConfig, PredictConfig, PrepareConfig, TrainConfig, default_of
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.files import claim_folder, releases_claims
 from clinicode.formats import READERS, WRITERS, reader
 from clinicode.models import MODEL_KINDS, train_kind
+from clinicode.models.leam.options import PAPER_MODEL, LEAMConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Automated ICD coding of clinical notes with LEAM.")
@@ -341,9 +333,9 @@ def train_cli(
     keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
     if model is not None:
         train_kind(model)  # an unknown --model: one line naming the known kinds, before anything else is read
-    if paper:  # the paper's model is a LEAM: the leam kind, not the default's fused one
-        if model not in (None, "leam"):
-            raise ConfigError(f"--paper trains the paper's LEAM (--model leam); leave out --model {model}.")
+    if paper and model == "fused":  # the paper's model is a LEAM: the leam kind, not the default's fused one
+        raise ConfigError("--paper trains the paper's LEAM (--model leam); leave out --model fused.")
+    if paper and model is None:
         model = "leam"
     cfg = TrainConfig(**_given(model=model, epochs=epochs, fused_epochs=fused_epochs, batch_size=batch_size, lr=lr,
                                max_len=max_len, embeddings=embeddings,
@@ -354,19 +346,28 @@ def train_cli(
                                patience_steps=patience_steps, lr_patience_steps=lr_patience_steps,
                                lr_schedule=lr_schedule, lr_decay=lr_decay, lr_patience=lr_patience,
                                memory_mb=memory_budget, top_k=None if mimic_dir is not None else top_k))
-    # Every model option is passed, given or default, so --resume compares them all with the run's.
-    options = {k: default_of(_M, k) for k in ("embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight",
-                                              "compat",
-                                              "code_evidence", "window_nonneg")}
-    if paper:
+    given_leam = _given(embed_dim=embed_dim, radius=radius, hidden_dim=hidden_dim, dropout=dropout,
+                        label_reg_weight=label_reg, compat=compat, code_evidence=code_evidence,
+                        window_nonneg=window_nonneg)
+    if train_kind(cfg.model).options_type is None:  # LEAM's flags for a kind without options: one line, not saved
+        flags = [f"--{'label-reg' if k == 'label_reg_weight' else k.replace('_', '-')}" for k in given_leam]
+        flags += ["--paper"] if paper else []
+        if flags:
+            raise ConfigError(f"--model {cfg.model} takes no model options, got {', '.join(flags)}; they are LEAM's, "
+                              "leave them out.")
+        options: dict[str, Any] = {}
+    else:
+        # Every model option is passed, given or default, so --resume compares them all with the run's.
+        options = {k: default_of(_M, k) for k in ("embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight",
+                                                  "compat", "code_evidence", "window_nonneg")}
+    if paper and options:
         if code_evidence or window_nonneg:
             flag = "--code-evidence" if code_evidence else "--window-nonneg"
             raise ConfigError(f"--paper trains the paper's model, which has no code evidence and a free window; give "
                               f"one of --paper or {flag}.")
         options.update(PAPER_MODEL)
-    options.update(_given(embed_dim=embed_dim, radius=radius, hidden_dim=hidden_dim, dropout=dropout,
-                          label_reg_weight=label_reg, compat=compat, code_evidence=code_evidence,
-                          window_nonneg=window_nonneg))
+    if options:
+        options.update(given_leam)
 
     def on_epoch(row: dict[str, Any]) -> None:
         typer.echo(f"epoch {row['epoch']:>3}  loss {row['train_loss']:.4f}  dev micro-F1 "

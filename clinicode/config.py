@@ -1,7 +1,7 @@
 """Frozen per-stage configuration dataclasses with range checks and strict JSON I/O (unknown keys rejected).
 
-The only home of every default: library functions take theirs from here, and CLI options stay None unless given
-(their --help shows the value from here).
+The only home of every default but a model kind's own (LEAM's: clinicode/models/leam/options.py): library functions
+take theirs from here, and CLI options stay None unless given (their --help shows the value from here).
 """
 
 from __future__ import annotations
@@ -16,98 +16,6 @@ from clinicode.errors import ConfigError
 from clinicode.files import write_json_atomic
 
 T = TypeVar("T")
-
-
-def _check_model_options(o: Any) -> None:
-    """The checks of the options a user chooses (`ModelOptions` and `LEAMConfig` share them, and their messages)."""
-    if o.embed_dim < 1 or o.hidden_dim < 1:
-        raise ConfigError(f"LEAMConfig: embed_dim and hidden_dim must be >= 1, got {o.embed_dim}, {o.hidden_dim}.")
-    if o.radius < 0:
-        raise ConfigError(f"LEAMConfig.radius (r) must be >= 0, got {o.radius}; the window is 2r+1 tokens.")
-    if not 0.0 <= o.dropout < 1.0:
-        raise ConfigError(f"LEAMConfig.dropout must be in [0, 1), got {o.dropout}.")
-    if o.label_reg_codes < 1:
-        raise ConfigError(f"LEAMConfig.label_reg_codes must be >= 1, got {o.label_reg_codes}.")
-    if o.compat not in ("cosine", "linear"):
-        raise ConfigError(f"LEAMConfig.compat must be 'cosine' or 'linear', got {o.compat!r}.")
-    if not 0.0 < o.phrase_init <= 100.0:
-        raise ConfigError(f"LEAMConfig.phrase_init must be in (0, 100], got {o.phrase_init}.")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelOptions:
-    """The LEAM options a user chooses (`train`'s model flags); the data adds vocab_size, n_labels and multilabel.
-
-    Saved as given (run.json's `model_options`, checked by --resume); the model's full set is LEAMConfig.
-    """
-
-    embed_dim: int = 100            # CAML's CBOW vectors (docs/domain.md section 6)
-    radius: int = 10                # r: the phrase window over G spans 2r+1 positions
-    hidden_dim: int = 1000          # MLP head (paper's reference code: 300); 1000 tuned on dev (decay_scope embeddings)
-    dropout: float = 0.5
-    label_reg_weight: float = 1.0   # lambda of the label-embedding regulariser (paper: 1)
-    label_reg_codes: int = 256      # the regulariser averages over all codes up to this many, else a random this-many
-    compat: str = "cosine"          # "cosine" (the paper's model) or "linear" (its ablation: no phrase window)
-    phrase_init: float = 1.0        # initial sum of W1: every tap starts at phrase_init / (2r+1) (1.0 = a local mean)
-    code_evidence: bool = True      # not the paper: each code's logit also gets a_k * max_l window(G)_lk
-    window_nonneg: bool = True      # not the paper: W1's taps kept >= 0 after each step (a flipped window read each
-                                    # code's worst phrase and collapsed seeds; issue 35, docs/accuracy-tuning.md)
-
-    def __post_init__(self) -> None:
-        _check_model_options(self)
-
-    @classmethod
-    def from_dict(cls, options: dict[str, Any] | None) -> ModelOptions:
-        """The options from a dict of some of them (the rest default), naming an unknown key."""
-        return config_from_dict(cls, dict(options or {}), source="model options")
-
-    def leam_config(self, *, vocab_size: int, n_labels: int, multilabel: bool = True) -> LEAMConfig:
-        """The model's constructor arguments: these options plus what the data decides."""
-        return LEAMConfig(vocab_size=vocab_size, n_labels=n_labels, multilabel=multilabel, **dataclasses.asdict(self))
-
-
-@dataclass(frozen=True, kw_only=True)
-class LEAMConfig:
-    """The model's constructor arguments (`ModelOptions` + what the data decides); saved as model_config.json."""
-
-    vocab_size: int
-    n_labels: int
-    embed_dim: int = ModelOptions.embed_dim
-    radius: int = ModelOptions.radius
-    hidden_dim: int = ModelOptions.hidden_dim
-    dropout: float = ModelOptions.dropout
-    label_reg_weight: float = ModelOptions.label_reg_weight
-    label_reg_codes: int = ModelOptions.label_reg_codes
-    compat: str = ModelOptions.compat
-    multilabel: bool = True         # sigmoid + BCE; False: softmax + CE (one label per note)
-    phrase_init: float = ModelOptions.phrase_init
-    code_evidence: bool = ModelOptions.code_evidence
-    window_nonneg: bool = ModelOptions.window_nonneg
-
-    def __post_init__(self) -> None:
-        if self.vocab_size < 3:
-            raise ConfigError(f"LEAMConfig.vocab_size must be >= 3 (PAD, UNK and a word), got {self.vocab_size}.")
-        if self.n_labels < 1:
-            raise ConfigError(f"LEAMConfig.n_labels must be >= 1, got {self.n_labels}.")
-        _check_model_options(self)
-
-    @property
-    def options(self) -> ModelOptions:
-        """The options a user chose, without what the data decided."""
-        return ModelOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ModelOptions)})
-
-
-# The model options that make LEAM exactly Wang et al.'s (ACL 2018) model: `train --paper`, and every pipeline recipe
-# that reproduces a published LEAM row pins them. The default differs (code evidence) because it codes better on
-# ICD-coded data at 50 to thousands of codes (docs/accuracy-tuning.md, round 10).
-PAPER_OPTIONS = ModelOptions(code_evidence=False, window_nonneg=False)
-# The options where the paper's model departs from the default, as a dict (saved-config defaults, `**` in tests).
-PAPER_MODEL: dict[str, Any] = {k: getattr(PAPER_OPTIONS, k) for k in ("code_evidence", "window_nonneg")}
-
-
-def is_paper_model(model_config: dict[str, Any]) -> bool:
-    """True when saved model options (model_config.json as read back) describe the paper's model."""
-    return all(model_config.get(k, v) == v for k, v in PAPER_MODEL.items())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -450,15 +358,15 @@ def save_config(cfg: Any, path: Path) -> None:
 
 # A configuration saved with a run or checkpoint (train_config.json, model_config.json, state/state.json) before a
 # field existed meant the behaviour of its time, not today's default: runs before the plateau schedule kept the
-# learning rate constant, and models before code evidence was the default were the paper's.
+# learning rate constant. A model kind's configuration says its own (a class attribute `saved_absent`: LEAM's).
 SAVED_ABSENT: dict[type, dict[str, Any]] = {TrainConfig: {"lr_schedule": "constant", "patience_steps": 0,
-                                                          "lr_patience_steps": 0},
-                                            LEAMConfig: dict(PAPER_MODEL)}
+                                                          "lr_patience_steps": 0}}
 
 
 def saved_config(cls: type[T], data: dict[str, Any], *, source: str) -> T:
     """`cls` as saved with a run or checkpoint; fields the saved file predates take their value of that time."""
-    return config_from_dict(cls, {**SAVED_ABSENT.get(cls, {}), **data}, source=source)
+    absent = SAVED_ABSENT.get(cls) or getattr(cls, "saved_absent", {})
+    return config_from_dict(cls, {**absent, **data}, source=source)
 
 
 def load_config(cls: type[T], path: Path) -> T:

@@ -19,8 +19,8 @@ RSS in benchmarks/bench_train.py and bench_predict.py.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from clinicode.config import LEAMConfig
 from clinicode.errors import ConfigError
 
 MB = 1 << 20
@@ -62,15 +62,15 @@ class MemoryPlan:
 ORDERS = ("plain", "table", "few codes", "many codes")
 
 
-def order(cfg: LEAMConfig, *, device: str = "cpu", fast: bool = True, table: bool = False) -> str:
+def order(cfg: Any, *, device: str = "cpu", fast: bool = True, table: bool = False) -> str:
     """Which computation order a forward runs: the one decision, made here (`plan` adds the budget's say on the table;
-    `clinicode.model.LEAM.forward` follows what it is given, or asks this).
+    `clinicode.models.leam.model.LEAM.forward` follows what it is given, or asks this).
 
     "plain": the reference expressions (`fast=False`), every [B, L, K] tensor stored; "table": G gathered from the
     stored [V, K] word-code table (inference); "few codes": G computed (K <= P, on the CPU, cosine), window, bias, ReLU
     and max fused by `kernels.phrase_max`; "many codes": the window on the word vectors, codes scored by blocks
     (`kernels.code_max`; also every CUDA run and the linear ablation). With `code_evidence`, each order computes the
-    evidence in the same pass (see `clinicode.model`).
+    evidence in the same pass (see `clinicode.models.leam.model`).
     """
     if table:
         return "table"
@@ -81,7 +81,7 @@ def order(cfg: LEAMConfig, *, device: str = "cpu", fast: bool = True, table: boo
     return "many codes"
 
 
-def plan(cfg: LEAMConfig, *, batch_size: int, max_len: int, budget_mb: int, device: str = "cpu", training: bool,
+def plan(cfg: Any, *, batch_size: int, max_len: int, budget_mb: int, device: str = "cpu", training: bool,
          fast: bool = True) -> MemoryPlan:
     """The computation order and block sizes for batches of `batch_size` notes of up to `max_len` tokens.
 

@@ -3,7 +3,7 @@
 The CLI, `evaluate` and the app all score through `Predictor.score`, so their numbers agree exactly.
 The numbers come from the checkpoint's model kind (`clinicode.models`): its `Scorer` scores, and the kind says what
 else it shows (attention and phrase spans, note and code vectors). For LEAM that is the model's own forward as
-`clinicode.memory.plan` decides within the memory budget (`clinicode.models.leam_scorer`).
+`clinicode.memory.plan` decides within the memory budget (`clinicode.models.leam.scorer`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Training: a prepared dataset -> LEAM (or tfidf-lr) -> RUN/checkpoint. The loop and its decisions, nothing else.
+"""Training: a prepared dataset -> a model kind (LEAM, tfidf-lr, ...) -> RUN/checkpoint. The loop and its decisions,
+nothing else: what is model-specific it asks the kind (`clinicode.models.ModelKind`), and it imports no model.
 
 Model selection and early stopping use dev micro-F1 at the dev-tuned threshold (accuracy for single-label data); dev is
 scored by the same `Predictor` that `evaluate` and `predict` use, so per-epoch numbers come from the final code path.
@@ -18,19 +19,15 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
-from clinicode.config import LEAMConfig, ModelOptions, TrainConfig
-from clinicode.constants import HISTORY_FILE, WEIGHTS_FILE
+from clinicode.config import TrainConfig
+from clinicode.constants import HISTORY_FILE
 from clinicode.errors import DataFormatError
 from clinicode.files import releases_claims, write_bytes_atomic
 from clinicode.metrics import HEADLINE, all_metrics, tune_threshold
-from clinicode.model import LEAM
 from clinicode.models import train_kind
-from clinicode.models.fused import KIND as FUSED
-from clinicode.models.fused.training import fit_lr_part, fuse
 from clinicode.predict import Predictor
 from clinicode.runtime import barrier, release_freed_memory, seed_everything, world
 from clinicode.train_setup import (
@@ -55,7 +52,7 @@ def _metric_view(m: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Trainer:
-    """One LEAM run's loop over the state its `TrainingSetup` built (held, not inherited: `self.setup`); `train()`
+    """One run's epoch loop over the state its `TrainingSetup` built (held, not inherited: `self.setup`); `train()`
     below is the public entry.
 
     Under torchrun (WORLD_SIZE > 1) each process takes its share of each global batch, and DistributedDataParallel
@@ -71,7 +68,7 @@ class _Trainer:
 
     # What a caller hooks into during the loop (a test wraps the optimiser's step), read from the setup.
     @property
-    def model(self) -> LEAM:
+    def model(self) -> torch.nn.Module:
         return self.setup.model
 
     @property
@@ -79,7 +76,7 @@ class _Trainer:
         return self.setup.opt
 
     @property
-    def model_config(self) -> LEAMConfig:
+    def model_config(self) -> Any:
         return self.setup.model_config
 
     def train_epoch(self, epoch: int) -> float:
@@ -115,7 +112,7 @@ class _Trainer:
             setup.scaler.scale(loss * share if share != 1 else loss).backward()
             setup.scaler.step(setup.opt)
             setup.scaler.update()
-            setup.model.constrain()
+            setup.kind.after_step(setup.model)
             step = int(setup.state.get("steps", 0))
             setup.state["steps"] = step + 1
             if setup.average is not None:
@@ -178,7 +175,7 @@ class _Trainer:
             row = {"epoch": epoch, "train_loss": round(loss, 6), "lr": lr_now, "dev_threshold": t,
                    "seconds": round(time.perf_counter() - t0, 2),
                    "best": improved, **{f"dev_{k}": v for k, v in _metric_view(m).items()},
-                   **{k: round(v, 4) for k, v in setup.model.window_stats().items()}}
+                   **{k: round(v, 4) for k, v in setup.kind.epoch_stats(setup.model).items()}}
             setup.state["history"].append(row)
             if setup.rank == 0:
                 write_bytes_atomic(setup.run / HISTORY_FILE,
@@ -240,20 +237,21 @@ def train(
     out_dir: Path,
     config: TrainConfig,
     data_dir: Path,
-    model_options: ModelOptions | dict[str, Any] | None = None,
+    model_options: Any = None,
     descriptions_path: Path | None = None,
     resume: bool = False,
     progress: bool = True,
     on_epoch: Callable[[dict[str, Any]], None] | None = None,
     report: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Train LEAM (or tfidf-lr) on a prepared dataset and write RUN/checkpoint.
+    """Train the model kind `config.model` names (LEAM by default) on a prepared dataset and write RUN/checkpoint.
 
     Args:
         out_dir: the run folder (RUN): checkpoint/, state/, history.jsonl, scores_test.npz, run.json.
         config: training options.
         data_dir: a prepared dataset folder (or any coded-notes folder); RUN/data may be the run's own.
-        model_options: the LEAM options (`config.ModelOptions`), or a dict of some of them (the rest default).
+        model_options: the kind's options (`ModelKind.options_type`; LEAM's `ModelOptions`), or a dict of some of
+            them (the rest default); a kind that takes none (tfidf-lr) refuses any with one line.
         descriptions_path: optional code<TAB>description file filling labels without a description.
         resume: continue from RUN/state after an interruption.
         on_epoch: called with each epoch's history row.
@@ -264,27 +262,28 @@ def train(
     run, ds, extra, options = open_run(Path(out_dir), config, Path(data_dir), model_options,
                                        descriptions_path=descriptions_path, resume=resume)
     seed_everything(config.seed)
-    if options is None:
+    if not train_kind(config.model).trained_by_loop:
         return train_whole(run, ds, config, extra)  # a kind fitted whole (tfidf-lr): no epoch loop
 
     kind = train_kind(config.model)
-    lr_part = None
-    if kind.name == FUSED.name:  # the bag-of-words part first: seconds, and the LEAM part's estimate follows it
+    before = None
+    if hasattr(kind, "before_loop"):  # a part fitted before the epochs (the fused model's tfidf-lr): seconds
         t0 = time.perf_counter()
         train_df = ds.split("train")
-        lr_part = fit_lr_part(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
-                              single_label=single_label(ds, config))
-        _say(report, f"tfidf-lr part fitted in {time.perf_counter() - t0:.0f} s")
-    # the fused model's LEAM part stops early (--fused-epochs); the checkpoint keeps the options as given
-    loop_config = (dataclasses.replace(config, epochs=min(config.epochs, config.fused_epochs))
-                   if lr_part is not None else config)
+        before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
+                                  single_label=single_label(ds, config))
+        _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s")
+    # a kind may cap its loop's epochs (the fused model's LEAM part: --fused-epochs); the checkpoint keeps the options
+    # as given
+    loop_config = (dataclasses.replace(config, epochs=kind.loop_epochs(config)) if hasattr(kind, "loop_epochs")
+                   else config)
     setup = TrainingSetup(ds, run, loop_config, options, given_options(model_options), resume=resume, report=report,
                           manifest_extra={**extra, "world_size": world()[1]})
     trainer = _Trainer(setup, progress=progress, on_epoch=on_epoch)
     if setup.world == 1 and int(setup.state["epoch"]) < loop_config.epochs:
         _say(report, estimate(setup))
     trainer.fit()
-    if trainer.stopped() == "epochs" and setup.state["bad_epochs"] == 0 and setup.rank == 0 and lr_part is None:
+    if trainer.stopped() == "epochs" and setup.state["bad_epochs"] == 0 and setup.rank == 0 and loop_config is config:
         note = (f"training reached --epochs {config.epochs} while dev was still improving (best at epoch "
                 f"{setup.state['best_epoch']}); a larger --epochs would probably do better.")
         if report is not None:
@@ -300,36 +299,39 @@ def train(
             return {"run": str(run), "rank": setup.rank, "best_epoch": setup.state["best_epoch"]}
     setup.release_training()
     ck_dir = run / CHECKPOINT_DIR
-    if not (ck_dir / WEIGHTS_FILE).is_file():
+    if not all((ck_dir / name).is_file() for name in setup.kind.files):
         raise DataFormatError(f"{run}: training ended without a checkpoint (no epoch finished); check the data and "
                               "options.")
-    setup.model.load_state_dict(load_file(str(ck_dir / WEIGHTS_FILE)))  # the best-on-dev state, not the last one
+    setup.kind.load_weights(ck_dir, setup.model)  # the best-on-dev state, not the last one
     setup.model.to(setup.device).eval()
 
     def save_final(t: float, md: dict, mt: dict) -> None:
         setup.state["epoch"] = setup.state["best_epoch"]
         setup.save_best(t, md, mt)
 
-    if lr_part is not None:  # the fused model: its fusion learnt on dev, then finished like any kind
+    fusion = None
+    if hasattr(kind, "after_loop"):  # the kind's model from the loop's (the fused model: its fusion learnt on dev)
         t0 = time.perf_counter()
         dev = ds.split("dev")
-        fused = fuse(setup.model, setup.tokenizer, lr_part, dev_texts=dev["text"].tolist(), y_dev=setup.y_dev,
-                     train_counts=setup.train_counts, descriptions=setup.labels.descriptions,
-                     max_len=config.max_len, device=setup.device,
-                     batch_size=config.eval_batch_size, memory_mb=config.memory_mb)
-        _say(report, f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: LEAM's share per band "
-                     f"{fused.fusion['weights']}, title match {fused.fusion['title_weights']} (bands up to "
-                     f"{fused.fusion['edges']} training notes, then more), "
-                     f"{fused.fusion['per_code_thresholds']} per-code thresholds")
+        final = kind.after_loop(setup.model, setup.tokenizer, before, dev_texts=dev["text"].tolist(),
+                                y_dev=setup.y_dev, train_counts=setup.train_counts,
+                                descriptions=setup.labels.descriptions, max_len=config.max_len, device=setup.device,
+                                batch_size=config.eval_batch_size, memory_mb=config.memory_mb)
+        fusion = getattr(final, "fusion", None)
+        if fusion:
+            _say(report, f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: LEAM's share per band "
+                         f"{fusion['weights']}, title match {fusion['title_weights']} (bands up to "
+                         f"{fusion['edges']} training notes, then more), {fusion['per_code_thresholds']} per-code "
+                         "thresholds")
 
-        def save_fused(t: float, md: dict, mt: dict) -> None:
-            save_checkpoint(run / CHECKPOINT_DIR, kind=FUSED.name, model=fused, labels=setup.labels, threshold=t,
+        def save_kind(t: float, md: dict, mt: dict) -> None:
+            save_checkpoint(run / CHECKPOINT_DIR, kind=kind.name, model=final, labels=setup.labels, threshold=t,
                             train_config=config, tokenizer=setup.tokenizer, metrics_dev=md, metrics_test=mt,
                             extra={**setup.manifest_extra, "epoch": setup.state["best_epoch"], "seed": config.seed},
                             train_counts=setup.train_counts)
 
-        ck = Checkpoint(run / CHECKPOINT_DIR, FUSED.name, fused, setup.labels, 0.5, config, {}, setup.tokenizer)
-        result = finish(run, ds, ck, save_fused, train_counts=setup.train_counts)
+        ck = Checkpoint(run / CHECKPOINT_DIR, kind.name, final, setup.labels, 0.5, config, {}, setup.tokenizer)
+        result = finish(run, ds, ck, save_kind, train_counts=setup.train_counts)
     else:
         result = finish(run, ds, setup.checkpoint(0.5), save_final, train_counts=setup.train_counts,
                         dev_ids=setup.dev_ids)
@@ -337,7 +339,7 @@ def train(
         import torch.distributed as dist
 
         dist.destroy_process_group()
-    if lr_part is not None:
-        result["fusion"] = fused.fusion
+    if fusion:
+        result["fusion"] = fusion
     return {**result, "run": str(run), "best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
             "stopped": trainer.stopped()}

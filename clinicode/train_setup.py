@@ -5,7 +5,8 @@ Set-up: check RUN and the data, claim RUN, fit the tokenizer and the starting ve
 --resume), plan memory, build the optimiser, the weight average and the DDP wrapper (`TrainingSetup`). Finishing: tune
 the threshold on dev with the inference path, score test once, write the metrics, scores and the final checkpoint
 (`finish`). A model kind fitted whole, without the loop (the tfidf-lr baseline), is set up and finished here
-(`train_whole`).
+(`train_whole`). Everything model-specific is asked of the run's model kind (`clinicode.models.ModelKind`): this module
+imports no model.
 """
 
 from __future__ import annotations
@@ -26,18 +27,15 @@ from clinicode.artifacts import holds_training, is_run_data, is_run_folder, make
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.codes.icd9 import load_descriptions_tsv
 from clinicode.codes.systems import infer_code_system
-from clinicode.config import ModelOptions, TrainConfig, config_to_dict
+from clinicode.config import TrainConfig, config_to_dict
 from clinicode.constants import EVIDENCE, RUN_FILE, SCORES_TEST_FILE
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.embeddings import initial_vectors
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.files import check_output, claim_folder, write_json_atomic
-from clinicode.memory import plan
 from clinicode.metrics import binarize, metrics_report, tune_threshold
-from clinicode.model import LEAM
-from clinicode.models import train_kind
-from clinicode.models.leam import KIND as LEAM_KIND
+from clinicode.models import ModelKind, kind_options, train_kind
 from clinicode.predict import Predictor
 from clinicode.runtime import init_distributed, pick_device, release_freed_memory, seed_everything, world
 from clinicode.tokenizer import ClinicalTokenizer
@@ -111,9 +109,9 @@ class Objective(torch.nn.Module):
     dropout masks are then the global batch's (`ShareDropout`, which `distributed` puts in place of the model's).
     """
 
-    def __init__(self, model: LEAM, pos_weight: torch.Tensor | None, block: tuple[int, int], order: str) -> None:
+    def __init__(self, kind: ModelKind, model: torch.nn.Module, pos_weight: torch.Tensor | None, plan: Any) -> None:
         super().__init__()
-        self.model, self.pos_weight, self.block, self.order = model, pos_weight, block, order
+        self.kind, self.model, self.pos_weight, self.plan = kind, model, pos_weight, plan
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, y: torch.Tensor,
                 share: tuple[slice, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,11 +119,10 @@ class Objective(torch.nn.Module):
         for m in dropouts:
             m.share = share
         try:
-            logits = self.model(ids, mask, block=self.block, order=self.order).logits
+            return self.kind.loss(self.model, ids, mask, y, pos_weight=self.pos_weight, plan=self.plan)
         finally:
             for m in dropouts:
                 m.share = None
-        return self.model.loss(logits.float(), y, pos_weight=self.pos_weight)
 
 
 def distributed(objective: Objective, device: torch.device) -> torch.nn.Module:
@@ -141,16 +138,21 @@ def distributed(objective: Objective, device: torch.device) -> torch.nn.Module:
 
 
 class TrainingSetup:
-    """One LEAM run's data, model, optimiser and state before its first (or, on --resume, next) epoch.
+    """One run's data, model, optimiser and state before its first (or, on --resume, next) epoch, for a model kind
+    `trained_by_loop` (LEAM): the kind builds the model, its configuration and memory plan, and scores the loss.
 
     Under torchrun (WORLD_SIZE > 1) every process builds the same tokenizer, vectors and batch order (all seeded);
     the objective is wrapped in DistributedDataParallel. `train._Trainer` holds this state and runs the loop over it.
     """
 
-    def __init__(self, ds: PreparedDataset, run: Path, cfg: TrainConfig, options: ModelOptions,
+    def __init__(self, ds: PreparedDataset, run: Path, cfg: TrainConfig, options: Any,
                  as_given: dict[str, Any], *, resume: bool, report: Callable[[str], None] | None,
                  manifest_extra: dict[str, Any]) -> None:
         self.ds, self.run, self.cfg = ds, run, cfg
+        # the kind the loop trains: the one named, or the part of it a loop trains (the fused model's LEAM: its
+        # checkpoints until the loop ends are that part's; `train` builds the named kind's model afterwards)
+        named = train_kind(cfg.model)
+        self.kind = kind = getattr(named, "loop_kind", None) or named
         self.manifest_extra = manifest_extra
         self.device = pick_device(cfg.device)
         self.rank, self.world = init_distributed(self.device)
@@ -162,10 +164,10 @@ class TrainingSetup:
         seed_everything(cfg.seed)
 
         resumed = (load_state(self.state_dir, run=run, train_config=cfg, model_options=as_given,
-                              data=manifest_extra["data"]) if resume else None)
+                              data=manifest_extra["data"], config_type=kind.config_type) if resume else None)
         if resumed is not None:
             self.state, self.tokenizer, self.model_config = resumed.state, resumed.tokenizer, resumed.model_config
-            self.model = LEAM(self.model_config)
+            self.model = kind.build(self.model_config)
             resumed.load_model(self.model)
             log.info("resuming %s after epoch %d", run, self.state["epoch"])
         else:
@@ -176,23 +178,22 @@ class TrainingSetup:
             self.train_ids = tokens.ids()                                 # read once: epochs and word2vec reuse them
             log.info("vocabulary of %d words from %d training notes in %.1fs", self.tokenizer.vocab_size,
                      len(train_df), time.perf_counter() - t0)
-            self.model_config = options.leam_config(vocab_size=self.tokenizer.vocab_size, n_labels=len(self.labels),
-                                                    multilabel=self.multilabel)
-            self.model = LEAM(self.model_config)
+            self.model_config = kind.model_config(options, vocab_size=self.tokenizer.vocab_size,
+                                                  n_labels=len(self.labels), multilabel=self.multilabel)
+            self.model = kind.build(self.model_config)
             t0 = time.perf_counter()
             words, codes, info = initial_vectors(
                 cfg.embeddings, tokens, self.tokenizer,
                 [d or c for c, d in zip(self.labels.codes, self.labels.descriptions)],
-                dim=self.model_config.embed_dim, seed=cfg.seed, w2v_epochs=cfg.w2v_epochs)
-            with torch.no_grad():
-                self.model.word_emb.weight.copy_(torch.from_numpy(words))
-                self.model.label_emb.copy_(torch.from_numpy(codes))
+                dim=kind.vector_dim(self.model_config), seed=cfg.seed, w2v_epochs=cfg.w2v_epochs)
+            kind.start_from(self.model, words, codes)
             log.info("embeddings %s in %.1fs; %d/%d codes started from description words", cfg.embeddings,
                      time.perf_counter() - t0, info["label_init_from_words"], len(self.labels))
             self.manifest_extra.update(info)
             del tokens
-        self.plan = plan(self.model_config, batch_size=cfg.batch_size, max_len=cfg.max_len, budget_mb=cfg.memory_mb,
-                         device=self.device.type, training=True, fast=self.model.fast)
+        self.plan = kind.memory_plan(self.model_config, batch_size=cfg.batch_size, max_len=cfg.max_len,
+                                     budget_mb=cfg.memory_mb, device=self.device.type, training=True,
+                                     fast=getattr(self.model, "fast", True))
         if self.rank == 0:
             log.info("%s", self.plan.summary())
             if report is not None:
@@ -216,7 +217,7 @@ class TrainingSetup:
         self.y_dev = self.labels.multi_hot(dev_df["labels"])
         self.pos_weight = (pos_weight(self.y_train, cfg.pos_weight).to(self.device)
                            if self.multilabel and cfg.pos_weight > 0 else None)
-        self.objective: torch.nn.Module = Objective(self.model, self.pos_weight, self.plan.block, self.plan.order)
+        self.objective: torch.nn.Module = Objective(kind, self.model, self.pos_weight, self.plan)
         if self.world > 1:
             self.objective = distributed(self.objective, self.device)
         release_freed_memory()  # the vocabulary's and word2vec's freed buffers, before the first epoch's
@@ -232,12 +233,12 @@ class TrainingSetup:
 
     def checkpoint(self, threshold: float) -> Checkpoint:
         """The current weights as an (unsaved) checkpoint, for scoring through `Predictor`."""
-        return Checkpoint(self.run / CHECKPOINT_DIR, LEAM_KIND.name, self.model, self.labels, threshold, self.cfg, {},
+        return Checkpoint(self.run / CHECKPOINT_DIR, self.kind.name, self.model, self.labels, threshold, self.cfg, {},
                           self.tokenizer)
 
     def save_best(self, threshold: float, metrics_dev: dict[str, Any],
                   metrics_test: dict[str, Any] | None = None) -> None:
-        save_checkpoint(self.run / CHECKPOINT_DIR, kind=LEAM_KIND.name, model=self.model, labels=self.labels,
+        save_checkpoint(self.run / CHECKPOINT_DIR, kind=self.kind.name, model=self.model, labels=self.labels,
                         threshold=threshold, train_config=self.cfg, tokenizer=self.tokenizer,
                         metrics_dev=metrics_dev, metrics_test=metrics_test,
                         extra={**self.manifest_extra, "epoch": self.state["epoch"], "seed": self.cfg.seed},
@@ -319,12 +320,12 @@ def check_run_folder(run: Path, *, resume: bool, inputs: dict[str, Path | str | 
                         inputs={k: (None if k == "--data" and is_run_data(run, v) else v) for k, v in inputs.items()})
 
 
-def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: ModelOptions | dict[str, Any] | None,
-             *, descriptions_path: Path | None,
-             resume: bool) -> tuple[Path, PreparedDataset, dict[str, Any], ModelOptions | None]:
+def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: Any, *,
+             descriptions_path: Path | None, resume: bool) -> tuple[Path, PreparedDataset, dict[str, Any], Any]:
     """Check RUN, the data and the options, then claim RUN and write run.json; bad input leaves no run folder.
 
-    `model_options`: the LEAM options, or a dict of some of them (the rest default), saved in run.json as given.
+    `model_options`: the kind's options (`ModelKind.options_type`), or a dict of some of them (the rest default),
+    saved in run.json as given; a kind that takes none refuses any.
 
     Returns:
         (RUN resolved, the dataset with descriptions filled, the manifest's extra fields ({"data": ...}), the
@@ -336,10 +337,7 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
     vectors = config.embeddings if config.embeddings not in ("w2v", "random") else None
     run = check_run_folder(Path(out_dir), resume=resume,
                            inputs={"--data": data_dir, "--descriptions": descriptions_path, "--embeddings": vectors})
-    options: ModelOptions | None = None
-    if kind.trained_by_loop:  # unknown or out-of-range model options fail before anything is written
-        options = (model_options if isinstance(model_options, ModelOptions)
-                   else ModelOptions.from_dict(model_options))
+    options = kind_options(kind, model_options)  # unknown or out-of-range options fail before anything is written
     ds = load_dataset(Path(data_dir), top_k=config.top_k)
     ds.labels = with_descriptions(ds.labels, descriptions_path)
     n_train, n_dev = len(ds.split("train")), len(ds.split("dev"))
@@ -350,10 +348,10 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
         if not any(len(row) for row in ds.split(split)["labels"]):
             raise DataFormatError(f"{data_dir}: no {split} note has a code of the label set ({len(ds.labels)} codes), "
                                   f"so {why}; check the data's labels (and labels.json).")
-    if options is not None:  # a batch that cannot fit the memory budget fails now, not after the vocabulary
-        plan(options.leam_config(vocab_size=3, n_labels=len(ds.labels)), batch_size=config.batch_size,
-             max_len=config.max_len, budget_mb=config.memory_mb, device=pick_device(config.device).type,
-             training=True)
+    if kind.trained_by_loop:  # a batch that cannot fit the memory budget fails now, not after the vocabulary
+        kind.memory_plan(kind.model_config(options, vocab_size=3, n_labels=len(ds.labels), multilabel=True),
+                         batch_size=config.batch_size, max_len=config.max_len, budget_mb=config.memory_mb,
+                         device=pick_device(config.device).type, training=True)
     fingerprint = hashlib.sha256((dataset_fingerprint(Path(data_dir))
                                   + json.dumps(ds.labels.to_json())).encode()).hexdigest()
     extra: dict[str, Any] = {"data": {
@@ -373,9 +371,9 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
     return run, ds, extra, options
 
 
-def given_options(model_options: ModelOptions | dict[str, Any] | None) -> dict[str, Any]:
+def given_options(model_options: Any) -> dict[str, Any]:
     """The model options as the user gave them (run.json, --resume's comparison): a dict of some, or all of them."""
-    if isinstance(model_options, ModelOptions):
+    if model_options is not None and not isinstance(model_options, dict):  # the kind's options type (a dataclass)
         return config_to_dict(model_options)
     return dict(model_options or {})
 
@@ -387,9 +385,10 @@ def train_whole(run: Path, ds: PreparedDataset, config: TrainConfig, extra: dict
     if world()[1] > 1:
         raise ConfigError(f"--model {kind.name} trains in one process; run it without torchrun.")
     ck_dir = run / CHECKPOINT_DIR
-    train_df = ds.split("train")
-    model = kind.fit(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
-                     single_label=single_label(ds, config))
+    train_df, dev_df = ds.split("train"), ds.split("dev")
+    model = kind.fit(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]), labels=ds.labels,
+                     dev_texts=dev_df["text"].tolist(), y_dev=ds.labels.multi_hot(dev_df["labels"]),
+                     single_label=single_label(ds, config), seed=config.seed)
 
     counts = ds.labels.counts(train_df["labels"])
 

@@ -15,7 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from clinicode.artifacts import write_safetensors_atomic
-from clinicode.config import LEAMConfig, TrainConfig, config_to_dict, saved_config
+from clinicode.config import TrainConfig, config_to_dict, saved_config
 from clinicode.errors import CheckpointError, ConfigError
 from clinicode.files import atomic_dir, read_json, sha256_file, write_json_atomic
 from clinicode.tokenizer import ClinicalTokenizer
@@ -173,7 +173,7 @@ def _optim_from_tensors(opt: torch.optim.Optimizer, tensors: dict[str, torch.Ten
 
 def save_state(state_dir: Path, *, model: torch.nn.Module, opt: torch.optim.Optimizer, average: WeightAverage | None,
                tokenizer: ClinicalTokenizer, state: dict[str, Any], train_config: TrainConfig,
-               model_config: LEAMConfig, data: dict[str, Any]) -> None:
+               model_config: Any, data: dict[str, Any]) -> None:
     """Write RUN/state atomically: a kill leaves the previous epoch's state whole.
 
     Args:
@@ -199,7 +199,7 @@ class Resumed:
     """What `load_state` found in RUN/state, checked against this run's options and data."""
 
     def __init__(self, state: dict[str, Any], tensors: dict[str, dict[str, torch.Tensor]], tokenizer: ClinicalTokenizer,
-                 model_config: LEAMConfig) -> None:
+                 model_config: Any) -> None:
         self.state, self.tensors, self.tokenizer, self.model_config = state, tensors, tokenizer, model_config
 
     def load_model(self, model: torch.nn.Module) -> None:
@@ -228,9 +228,10 @@ RESUME_MAY_CHANGE = ("device", "epochs", "memory_mb")
 
 
 def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_options: dict[str, Any],
-               data: dict[str, Any]) -> Resumed | None:
+               data: dict[str, Any], config_type: type) -> Resumed | None:
     """RUN/state for `--resume`, every file checked against the hashes state.json lists, and every option and the
     data against this run's. None when there is no state.json (a run that never finished an epoch starts over).
+    `config_type`: the model kind's configuration class (`ModelKind.config_type`), read from state.json.
 
     Raises:
         CheckpointError: a state file is missing, damaged, truncated or from another run (the message names it).
@@ -271,7 +272,7 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
         diff = ", ".join(f"{k}: {da[k]} then {db[k]}" for k in da if da[k] != db[k] and k not in RESUME_MAY_CHANGE)
         raise ConfigError(f"--resume: {run} was started with different options ({diff}); "
                           "repeat the original options or start a new --out folder.")
-    model_config = saved_config(LEAMConfig, state["model_config"], source="state/state.json")
+    model_config = saved_config(config_type, state["model_config"], source="state/state.json")
     changed = [f"{k}: {getattr(model_config, k)} then {v}"
                for k, v in model_options.items() if getattr(model_config, k) != v]
     if changed:

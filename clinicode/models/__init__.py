@@ -2,8 +2,9 @@
 
 A model kind (`ModelKind`) is named by the manifest's "model" field and `train --model`. It owns its checkpoint files
 (saving, checking and loading them), scores notes through a `Scorer`, and says what else it can do (`can_explain`,
-`can_embed`, `scores_ids`) so callers ask the kind instead of comparing names. `MODEL_KINDS` is the registry:
-a new model is one module beside `leam` and `tfidf_lr` plus one line here (docs/architecture.md, "Adding a model").
+`can_embed`, `scores_ids`) so callers ask the kind instead of comparing names, and tells training what it needs
+(`trained_by_loop`, `options_type`; the epoch loop asks it to build, score the loss and step). `MODEL_KINDS` is the
+registry: a new model is one folder beside `leam/` and `tfidf_lr/` plus one line here (docs/architecture.md).
 
 Importing this package imports neither torch nor scikit-learn: a kind loads them when it saves, loads or scores.
 """
@@ -13,14 +14,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
+from clinicode.config import config_from_dict
 from clinicode.errors import CheckpointError, ConfigError
-from clinicode.models import fused, leam, tfidf_lr
+from clinicode.models.fused.kind import KIND as FUSED
+from clinicode.models.leam.kind import KIND as LEAM
+from clinicode.models.tfidf_lr.kind import KIND as TFIDF_LR
 
 if TYPE_CHECKING:
     import numpy as np
 
     from clinicode.config import TrainConfig
     from clinicode.data.labels import LabelSet
+    from clinicode.memory import MemoryPlan
 
 
 class Scorer(Protocol):
@@ -52,7 +57,8 @@ class ModelKind(Protocol):
     can_explain: bool        # token attention and per-code phrase spans (predict --explain, explain_codes, evidence)
     can_embed: bool          # note and code vectors (Predictor.embed and label_embeddings; the app's embedding map)
     scores_ids: bool         # scores notes its tokenizer already encoded (Predictor.score_ids: training's dev scoring)
-    trained_by_loop: bool    # trained by the epoch loop (`train`, with ModelOptions); else fitted whole by `fit`
+    trained_by_loop: bool    # trained by `train`'s epoch loop (the members below "The epoch loop"); else by `fit`
+    options_type: type | None  # the options a user chooses (`train(model_options=...)`); None: the kind takes none
 
     def save(self, folder: Path, model: Any, tokenizer: Any | None) -> None:
         """Write the kind's files (`files`) for MODEL (and its tokenizer, if it has one) into FOLDER."""
@@ -80,14 +86,51 @@ class ModelKind(Protocol):
     def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> Scorer:
         """A `Scorer` for a loaded checkpoint of this kind."""
 
-    def fit(self, texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> Any:
-        """A model fitted whole on training notes and their [N, K] 0/1 labels (kinds not `trained_by_loop`)."""
+    def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
+            y_dev: np.ndarray, single_label: bool, seed: int) -> Any:
+        """A model fitted whole (kinds not `trained_by_loop`) on training notes and their [N, K] 0/1 labels over
+        LABELS; the dev notes and labels (for the kind's own choices: the threshold is tuned on dev afterwards) and
+        the run's seed."""
+
+    # The epoch loop (`train`, `train_setup`) asks a kind `trained_by_loop` for the rest; a kind fitted whole raises
+    # NotImplementedError from them. The model is a torch.nn.Module fed token ids; `config_type` is its configuration
+    # (the options plus what the data decides), saved with its state for --resume.
+    config_type: type | None
+
+    def model_config(self, options: Any, *, vocab_size: int, n_labels: int, multilabel: bool) -> Any:
+        """The model's configuration: OPTIONS (an `options_type`) plus what the data decides."""
+
+    def build(self, model_config: Any) -> Any:
+        """A fresh model of MODEL_CONFIG (a torch.nn.Module)."""
+
+    def vector_dim(self, model_config: Any) -> int:
+        """The size of the word and code vectors the loop starts the model from (`start_from`)."""
+
+    def start_from(self, model: Any, words: np.ndarray, codes: np.ndarray) -> None:
+        """Copy starting vectors into MODEL: [V, P] words (the tokenizer's rows) and [K, P] codes."""
+
+    def memory_plan(self, model_config: Any, *, batch_size: int, max_len: int, budget_mb: int, device: str,
+                    training: bool, fast: bool = True) -> MemoryPlan:
+        """One batch's memory plan (`clinicode.memory`); raises ConfigError when a batch cannot fit BUDGET_MB."""
+
+    def loss(self, model: Any, ids: Any, mask: Any, y: Any, *, pos_weight: Any,
+             plan: MemoryPlan) -> tuple[Any, Any]:
+        """(the loss to minimise, the task loss to report) of one batch: ids and mask [B, L], y [B, K] float."""
+
+    def after_step(self, model: Any) -> None:
+        """Called after each optimiser step (constraints on the weights)."""
+
+    def epoch_stats(self, model: Any) -> dict[str, float]:
+        """Figures about the weights for an epoch's history row."""
+
+    def load_weights(self, folder: Path, model: Any) -> None:
+        """The weights of the checkpoint in FOLDER (written by `save`) into MODEL."""
 
 
 MODEL_KINDS: dict[str, ModelKind] = {
-    fused.KIND.name: fused.KIND,
-    leam.KIND.name: leam.KIND,
-    tfidf_lr.KIND.name: tfidf_lr.KIND,
+    FUSED.name: FUSED,
+    LEAM.name: LEAM,
+    TFIDF_LR.name: TFIDF_LR,
 }
 
 
@@ -118,6 +161,28 @@ def model_kind(name: object, *, folder: Path | None = None) -> ModelKind:
     return kind
 
 
+def kind_options(kind: ModelKind, given: Any) -> Any:
+    """KIND's options from what `train` was given (an `options_type`, a dict of some of them, or None), or None
+    for a kind that takes none.
+
+    Raises:
+        ConfigError: an unknown or out-of-range option; or options given for a kind that takes none (they would be
+            saved with the run as if they applied).
+    """
+    if kind.options_type is None:
+        named = sorted(given if isinstance(given, dict) else vars(given)) if given else []
+        if named:
+            raise ConfigError(f"--model {kind.name} takes no model options, got {', '.join(named)}; leave them out "
+                              "(they are another kind's).")
+        return None
+    if isinstance(given, kind.options_type):
+        return given
+    if given is not None and not isinstance(given, dict):
+        raise ConfigError(f"--model {kind.name}: model options must be a dict or {kind.options_type.__name__}, got "
+                          f"{type(given).__name__}.")
+    return config_from_dict(kind.options_type, dict(given or {}), source="model options")
+
+
 def train_kind(name: object) -> ModelKind:
     """The registered kind `train --model NAME` asks for.
 
@@ -130,4 +195,4 @@ def train_kind(name: object) -> ModelKind:
     return kind
 
 
-__all__ = ["MODEL_KINDS", "ModelKind", "Scorer", "known_kinds", "model_kind", "train_kind"]
+__all__ = ["MODEL_KINDS", "ModelKind", "Scorer", "kind_options", "known_kinds", "model_kind", "train_kind"]

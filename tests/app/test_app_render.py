@@ -396,11 +396,11 @@ def test_the_model_card_names_which_model_a_run_is():
 
 
 def test_the_model_card_asks_the_one_paper_model_rule(monkeypatch):
-    """The app names a run "LEAM (paper)" by `clinicode.config.is_paper_model`, not a copy of its rule: were the
-    paper's options to grow, the card follows."""
-    from clinicode import config
+    """The app names a run "LEAM (paper)" by `clinicode.models.leam.options.is_paper_model`, not a copy of its
+    rule: were the paper's options to grow, the card follows."""
+    from clinicode.models.leam import options
 
-    monkeypatch.setattr(config, "PAPER_MODEL", {**config.PAPER_MODEL, "compat": "cosine"})
+    monkeypatch.setattr(options, "PAPER_MODEL", {**options.PAPER_MODEL, "compat": "cosine"})
     linear = {"model": "leam", "model_config": {"code_evidence": False, "window_nonneg": False, "compat": "linear"}}
     assert render.model_name(linear) == "LEAM (variant)"
     assert render.model_name({"model": "leam", "model_config": {"compat": "cosine"}}) == "LEAM (paper)"

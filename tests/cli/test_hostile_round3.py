@@ -311,9 +311,9 @@ def test_9_absurd_config_sizes_are_refused_from_the_weights_header(absurd_runs, 
 
 
 def test_9_model_shapes_the_precheck_expects_are_the_models(tiny_run):
-    from clinicode.checkpoint import leam_weight_shapes, weight_shapes
-    from clinicode.config import LEAMConfig
-    from clinicode.model import LEAM
+    from clinicode.models.leam.kind import leam_weight_shapes, weight_shapes
+    from clinicode.models.leam.model import LEAM
+    from clinicode.models.leam.options import LEAMConfig
 
     for evidence in (False, True):
         cfg = LEAMConfig(vocab_size=13, n_labels=7, embed_dim=6, hidden_dim=5, radius=2, code_evidence=evidence)

@@ -101,7 +101,7 @@ def test_each_leam_recipe_pins_the_papers_model(recipe):
     model is (the default adds code evidence and a non-negative window)."""
     import dataclasses
 
-    from clinicode.config import PAPER_MODEL, LEAMConfig, is_paper_model
+    from clinicode.models.leam.options import PAPER_MODEL, LEAMConfig, is_paper_model
 
     config = load_recipe(recipe)
     if config["train"].get("model") != "leam":

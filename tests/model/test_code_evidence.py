@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import clinicode.model
+import clinicode.models.leam.model
 from clinicode.batching import pad_batch
-from clinicode.config import LEAMConfig
 from clinicode.memory import plan
-from clinicode.model import LEAM, _cosine, _window
+from clinicode.models.leam.model import LEAM, _cosine, _window
+from clinicode.models.leam.options import LEAMConfig
 
 NOTES = [[2, 3, 4, 5, 6, 7, 8, 30, 31, 2, 2], [9, 10, 11], [12], [13, 14, 15, 16, 17]]
 
@@ -50,7 +50,7 @@ def test_every_fast_path_equals_the_plain_forward(compat, n_labels, monkeypatch)
         runs.append((fast, {"order": "few codes"}))
     for model, kw in runs:                                              # every order, block edges inside notes
         torch.testing.assert_close(model(ids, mask, **kw).logits, want, rtol=1e-5, atol=1e-6, msg=str(kw))
-    monkeypatch.setattr(clinicode.kernels, "_NOTES_PER_PASS", 1)         # one note per pass of the fused kernels
+    monkeypatch.setattr(clinicode.models.leam.kernels, "_NOTES_PER_PASS", 1)  # one note per pass of the fused kernels
     torch.testing.assert_close(fast(ids, mask).logits, want, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast(ids, mask, table=table).logits, want, rtol=1e-5, atol=1e-6)
 
@@ -108,8 +108,9 @@ def test_weights_are_never_negative_and_off_is_exactly_the_paper():
     torch.manual_seed(3)
     cfg = LEAMConfig(vocab_size=40, n_labels=23, embed_dim=8, radius=2, hidden_dim=16, code_evidence=True)
     model = LEAM(cfg).eval()
-    start = torch.nn.functional.softplus(torch.tensor(clinicode.model.EVIDENCE_RHO0))
-    assert clinicode.model.EVIDENCE_RHO0 == 0.0 and torch.allclose(model.evidence_weight(), start.expand(23))
+    start = torch.nn.functional.softplus(torch.tensor(clinicode.models.leam.model.EVIDENCE_RHO0))
+    assert clinicode.models.leam.model.EVIDENCE_RHO0 == 0.0
+    assert torch.allclose(model.evidence_weight(), start.expand(23))
     with torch.no_grad():
         model.evidence_rho.copy_(torch.linspace(-50.0, 50.0, 23))
     assert (model.evidence_weight() >= 0).all()                          # a code's best match never counts against it

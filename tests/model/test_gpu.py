@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from clinicode.batching import pad_batch
-from clinicode.config import LEAMConfig
-from clinicode.model import LEAM
+from clinicode.models.leam.model import LEAM
+from clinicode.models.leam.options import LEAMConfig
 
 pytestmark = pytest.mark.gpu
 

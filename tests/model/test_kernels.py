@@ -1,11 +1,12 @@
-"""The CPU kernels compute the model's plain expressions (`clinicode.model._cosine`, `_window`, F.embedding),
-forward and backward, and pass gradcheck. Whole-model checks of the same are in tests/model/test_model.py."""
+"""The CPU kernels compute the model's plain expressions (`clinicode.models.leam.model._cosine`, `_window`,
+F.embedding), forward and backward, and pass gradcheck. Whole-model checks of the same are in
+tests/model/test_model.py."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from clinicode.kernels import (
+from clinicode.models.leam.kernels import (
     best_dot,
     code_max,
     code_max_evidence,
@@ -16,7 +17,7 @@ from clinicode.kernels import (
     phrase_window,
     table_phrase_max,
 )
-from clinicode.model import _cosine, _window
+from clinicode.models.leam.model import _cosine, _window
 
 
 def _grads(out: torch.Tensor, inputs, grad: torch.Tensor, **kw):

@@ -3,12 +3,12 @@ when nothing fits."""
 
 import pytest
 
-from clinicode.config import (
-    PAPER_MODEL,  # these tests pin the paper's model (the default adds code evidence)
-    LEAMConfig,
-)
 from clinicode.errors import ConfigError
 from clinicode.memory import CPU_BLOCK, plan
+from clinicode.models.leam.options import (  # these tests pin the paper's model (the default adds code evidence)
+    PAPER_MODEL,
+    LEAMConfig,
+)
 
 
 def _cfg(K, V=50_000, P=100, **kw):

@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from clinicode.batching import pad_batch
-from clinicode.config import (
-    PAPER_MODEL,  # these tests pin the paper's model (the default adds code evidence)
-    LEAMConfig,
-)
 from clinicode.errors import ConfigError
 from clinicode.memory import order
-from clinicode.model import LEAM
+from clinicode.models.leam.model import LEAM
+from clinicode.models.leam.options import (  # these tests pin the paper's model (the default adds code evidence)
+    PAPER_MODEL,
+    LEAMConfig,
+)
 
 
 def _model(**kw):
@@ -228,8 +228,8 @@ def test_phrase_anchors_are_each_windows_strongest_real_token(compat):
     """The explanation's anchor of u[k, l]: the token l' of the window l-r..l+r inside the note with the largest
     W1[l' - l + r] * G[l', k] (first on ties), written out position by position; negative taps included."""
     from clinicode.batching import pad_batch
-    from clinicode.config import LEAMConfig
-    from clinicode.model import LEAM, _cosine
+    from clinicode.models.leam.model import LEAM, _cosine
+    from clinicode.models.leam.options import LEAMConfig
 
     torch.manual_seed(21)
     model = LEAM(LEAMConfig(vocab_size=30, n_labels=6, embed_dim=8, radius=2, hidden_dim=8, compat=compat)).eval()

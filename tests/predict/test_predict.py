@@ -276,7 +276,7 @@ def _variant(predictor, *, n_labels=None, fast=True, seed=0):
     import torch
 
     from clinicode.data.labels import LabelSet
-    from clinicode.model import LEAM
+    from clinicode.models.leam.model import LEAM
 
     ck = copy.copy(predictor.checkpoint)
     if n_labels is None:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from clinicode.baseline import META_NAME, WEIGHTS_NAME, TfidfLR, TfidfLRConfig, _Analyzer
 from clinicode.errors import CheckpointError, ConfigError
 from clinicode.metrics import micro_prf
+from clinicode.models.tfidf_lr.baseline import META_NAME, WEIGHTS_NAME, TfidfLR, TfidfLRConfig, _Analyzer
 
 # Invented snippets; each label has its own cue words, the filler is shared noise.
 CUES = [["heart", "failure", "cardiac"], ["kidney", "renal", "dialysis"], ["pneumonia", "lung", "cough"]]
@@ -200,7 +200,7 @@ def test_config_validation(kwargs: dict, message: str) -> None:
 
 
 def test_parallel_fit_matches_serial_fit(monkeypatch: pytest.MonkeyPatch, toy, fitted: TfidfLR) -> None:
-    import clinicode.baseline as baseline
+    import clinicode.models.tfidf_lr.baseline as baseline
 
     texts, y, _, _ = toy
     monkeypatch.setattr(baseline, "_PARALLEL_MIN_DOCS", 0)  # force the two-process path on the toy data

@@ -81,7 +81,8 @@ def test_a_run_without_it_resumed_with_it_is_refused(tiny_run, demo_data, tmp_pa
 
 
 def test_a_model_config_saved_before_the_option_reads_as_the_papers_model():
-    from clinicode.config import LEAMConfig, saved_config
+    from clinicode.config import saved_config
+    from clinicode.models.leam.options import LEAMConfig
 
     old = {"vocab_size": 100, "n_labels": 50, "embed_dim": 32, "radius": 3, "hidden_dim": 64, "dropout": 0.2,
            "label_reg_weight": 1.0, "label_reg_codes": 256, "compat": "cosine", "multilabel": True, "phrase_init": 1.0}

@@ -91,8 +91,8 @@ import torch
 from safetensors.torch import save_file
 
 from clinicode.batching import pad_batch
-from clinicode.config import ModelOptions
-from clinicode.model import LEAM
+from clinicode.models.leam.options import ModelOptions
+from clinicode.models.leam.model import LEAM
 from clinicode.runtime import init_distributed
 from clinicode.train_setup import Objective, distributed
 

@@ -4,8 +4,9 @@ import dataclasses
 
 import pytest
 
-from clinicode.config import PAPER_MODEL, PAPER_OPTIONS, LEAMConfig, ModelOptions, saved_config
+from clinicode.config import saved_config
 from clinicode.errors import ConfigError
+from clinicode.models.leam.options import PAPER_MODEL, PAPER_OPTIONS, LEAMConfig, ModelOptions
 
 
 def test_model_options_build_the_models_config_with_what_the_data_decides():

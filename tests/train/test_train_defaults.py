@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from clinicode.config import LEAMConfig, TrainConfig
+from clinicode.config import TrainConfig
 from clinicode.embeddings import auto_w2v_epochs
 from clinicode.errors import ConfigError
-from clinicode.model import LEAM
+from clinicode.models.leam.model import LEAM
+from clinicode.models.leam.options import LEAMConfig
 from clinicode.train_setup import pos_weight as _pos_weight
 
 
@@ -61,7 +62,7 @@ def test_paper_flag_trains_exactly_the_papers_model_and_the_default_does_not(tmp
     from typer.testing import CliRunner
 
     from clinicode.cli import app
-    from clinicode.config import PAPER_MODEL, is_paper_model
+    from clinicode.models.leam.options import PAPER_MODEL, is_paper_model
 
     d = _tiny_set(tmp_path / "data")
     small = ["--embed-dim", "8", "--window", "1", "--hidden-dim", "8", "--epochs", "3", "--lr", "0.05", "--w2v-epochs",

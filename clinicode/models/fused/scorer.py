@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from clinicode.models.leam_scorer import LEAMScorer
+from clinicode.models.leam.scorer import LEAMScorer
 from clinicode.tokenizer import ClinicalTokenizer
 
 

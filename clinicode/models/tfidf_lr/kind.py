@@ -1,5 +1,5 @@
-"""The tfidf-lr baseline (`clinicode.baseline.TfidfLR`) as a model kind: it reads raw text, shows no spans and has no
-note or code vectors. scikit-learn loads only when a model is fitted, saved or loaded.
+"""The tfidf-lr baseline (`baseline.TfidfLR`) as a model kind: fitted whole (no epoch loop, no options), it reads raw
+text, shows no spans and has no note or code vectors. scikit-learn loads only when a model is fitted, saved or loaded.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ class TfidfLRKind:
     can_explain = False
     can_embed = False
     scores_ids = False
-    trained_by_loop = False
+    trained_by_loop = False  # fitted whole by `fit`: the epoch loop's members are left out
+    options_type = None      # `train --model tfidf-lr` refuses LEAM's options (`clinicode.models.kind_options`)
+    config_type = None
 
     def save(self, folder: Path, model: Any, tokenizer: Any | None) -> None:
         model.save(folder)
@@ -54,7 +56,7 @@ class TfidfLRKind:
         return None  # its files are checked when loaded (TfidfLR.load): there is no header to compare cheaply
 
     def load(self, folder: Path, *, labels: LabelSet, train_config: TrainConfig, device: Any) -> tuple[Any, None]:
-        from clinicode.baseline import TfidfLR
+        from clinicode.models.tfidf_lr.baseline import TfidfLR
 
         model = TfidfLR.load(folder)
         if model.n_labels != len(labels):
@@ -77,8 +79,11 @@ class TfidfLRKind:
     def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> TfidfLRScorer:
         return TfidfLRScorer(checkpoint.model)
 
-    def fit(self, texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> Any:
-        from clinicode.baseline import fit_tfidf_lr
+    def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
+            y_dev: np.ndarray, single_label: bool, seed: int) -> Any:
+        """Fit on train alone; dev and the seed are not used (liblinear's own random_state is fixed at 0, so a
+        checkpoint's bytes do not depend on --seed)."""
+        from clinicode.models.tfidf_lr.baseline import fit_tfidf_lr
 
         return fit_tfidf_lr(texts, y, single_label=single_label)
 

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from clinicode.batching import bucketed_batches, pad_batch
-from clinicode.kernels import EPS
 from clinicode.memory import MemoryPlan, plan
+from clinicode.models.leam.kernels import EPS
 from clinicode.tokenizer import ClinicalTokenizer
 
 _PIPELINE_CHUNK = 256  # notes tokenised ahead while the model scores the previous chunk

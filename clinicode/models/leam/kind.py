@@ -1,5 +1,5 @@
 """LEAM as a model kind: its checkpoint files (safetensors weights, model_config.json, tokenizer.json), their checks,
-and its scorer (`clinicode.models.leam_scorer`, loaded with torch on first use).
+its scorer (`scorer`) and what the epoch loop asks of it (`model`, loaded with torch on first use).
 
 Verifying a LEAM checkpoint reads the weights' header only: no torch, no allocation.
 """
@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from clinicode.artifacts import write_safetensors_atomic
-from clinicode.config import LEAMConfig, is_paper_model, load_config, save_config
+from clinicode.config import load_config, save_config
 from clinicode.constants import MODEL_CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from clinicode.errors import CheckpointError, ClinicodeError
+from clinicode.models.leam.options import LEAMConfig, ModelOptions, is_paper_model
 from clinicode.tokenizer import ClinicalTokenizer
 
 if TYPE_CHECKING:
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 
     from clinicode.config import TrainConfig
     from clinicode.data.labels import LabelSet
-    from clinicode.models.leam_scorer import LEAMScorer
+    from clinicode.memory import MemoryPlan
+    from clinicode.models.leam.scorer import LEAMScorer
 
 
 def leam_weight_shapes(config: LEAMConfig) -> dict[str, tuple[int, ...]]:
@@ -87,9 +89,11 @@ class LEAMKind:
     can_embed = True
     scores_ids = True
     trained_by_loop = True
+    options_type = ModelOptions
+    config_type = LEAMConfig
 
     def save(self, folder: Path, model: Any, tokenizer: ClinicalTokenizer | None) -> None:
-        from clinicode.model import LEAM
+        from clinicode.models.leam.model import LEAM
 
         assert tokenizer is not None and isinstance(model, LEAM)
         state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
@@ -105,7 +109,7 @@ class LEAMKind:
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        from clinicode.model import LEAM
+        from clinicode.models.leam.model import LEAM
 
         model_config = check_weight_shapes(folder)  # before anything is built or allocated
         tokenizer = ClinicalTokenizer.load(folder / TOKENIZER_FILE)
@@ -165,13 +169,55 @@ class LEAMKind:
         return "LEAM (paper)" if is_paper_model(dict(model_config)) else "LEAM (variant)"
 
     def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> LEAMScorer:
-        from clinicode.models.leam_scorer import LEAMScorer
+        from clinicode.models.leam.scorer import LEAMScorer
 
         return LEAMScorer(checkpoint.model, checkpoint.tokenizer, max_len=checkpoint.max_len, device=device,
                           batch_size=batch_size, memory_mb=memory_mb)
 
-    def fit(self, texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> Any:
+    def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
+            y_dev: np.ndarray, single_label: bool, seed: int) -> Any:
         raise NotImplementedError("LEAM is trained by the epoch loop (`clinicode.train.train`), not fitted whole.")
+
+    # What the epoch loop asks (`ModelKind`, "The epoch loop").
+    def model_config(self, options: ModelOptions, *, vocab_size: int, n_labels: int, multilabel: bool) -> LEAMConfig:
+        return options.leam_config(vocab_size=vocab_size, n_labels=n_labels, multilabel=multilabel)
+
+    def build(self, model_config: LEAMConfig) -> Any:
+        from clinicode.models.leam.model import LEAM
+
+        return LEAM(model_config)
+
+    def vector_dim(self, model_config: LEAMConfig) -> int:
+        return model_config.embed_dim
+
+    def start_from(self, model: Any, words: np.ndarray, codes: np.ndarray) -> None:
+        import torch
+
+        with torch.no_grad():
+            model.word_emb.weight.copy_(torch.from_numpy(words))
+            model.label_emb.copy_(torch.from_numpy(codes))
+
+    def memory_plan(self, model_config: LEAMConfig, *, batch_size: int, max_len: int, budget_mb: int, device: str,
+                    training: bool, fast: bool = True) -> MemoryPlan:
+        from clinicode.memory import plan
+
+        return plan(model_config, batch_size=batch_size, max_len=max_len, budget_mb=budget_mb, device=device,
+                    training=training, fast=fast)
+
+    def loss(self, model: Any, ids: Any, mask: Any, y: Any, *, pos_weight: Any, plan: MemoryPlan) -> tuple[Any, Any]:
+        logits = model(ids, mask, block=plan.block, order=plan.order).logits
+        return model.loss(logits.float(), y, pos_weight=pos_weight)
+
+    def after_step(self, model: Any) -> None:
+        model.constrain()
+
+    def epoch_stats(self, model: Any) -> dict[str, float]:
+        return model.window_stats()
+
+    def load_weights(self, folder: Path, model: Any) -> None:
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
 
 
 KIND = LEAMKind()

@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from clinicode import kernels
-from clinicode.config import LEAMConfig
-from clinicode.kernels import EPS
 from clinicode.memory import CPU_BLOCK, ORDERS, order as compute_order
+from clinicode.models.leam import kernels
+from clinicode.models.leam.kernels import EPS
+from clinicode.models.leam.options import LEAMConfig
 
 EVIDENCE_RHO0 = 0.0       # code_evidence: a_k = softplus(rho_k) starts at log 2 (docs/accuracy-tuning.md, round 9)
 

@@ -23,7 +23,7 @@ against it, forward and backward, and with gradcheck) with fewer passes over mem
   evidence's max over positions of each code's window score, read from the block of scores the attention has just
   computed (the max along the other axis): the evidence costs a reduction, not a second product.
 
-`clinicode.memory.order` decides which of them a forward runs; `clinicode.model.LEAM.forward` follows it.
+`clinicode.memory.order` decides which of them a forward runs; `clinicode.models.leam.model.LEAM.forward` follows it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 _NOTES_PER_PASS = 4
 _BLOCK = 32          # rows per block in the banded product for the window-weight gradient
-EPS = 1e-8           # the one epsilon of every norm in LEAM: v / (|v| + EPS), here, in clinicode.model and at predict
+EPS = 1e-8           # the one epsilon of every norm in LEAM: v / (|v| + EPS), here, in `model` and at predict
 
 
 def _shifted_sum(src: torch.Tensor, weights: list[float], L: int, out: torch.Tensor) -> torch.Tensor:
@@ -221,7 +221,7 @@ class _PhraseMax(torch.autograd.Function):
                                                                     g.reshape(-1).double()).to(g.dtype)
         if ctx.needs_input_grad[1]:
             # dw[j] = sum_l g[l] * G[l + j - r, arg[l]]: the window of each position's winning code only. The evidence
-            # adds nothing here: it reads W1 but does not train it (clinicode.model).
+            # adds nothing here: it reads W1 but does not train it (clinicode.models.leam.model).
             windows = Gp.unfold(1, n, 1)                              # [B, L, K, n] a view
             picked = windows.gather(2, arg[:, :, None, None].expand(B, L, 1, n)).squeeze(2)  # [B, L, n]
             grad_w = torch.einsum("bln,bl->n", picked.double(), g.double()).to(w.dtype)
@@ -255,7 +255,7 @@ def phrase_max(G: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Te
 def phrase_max_evidence(G: torch.Tensor, w: torch.Tensor, bias: torch.Tensor,
                         mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`phrase_max` and, from the same window in the same pass, e[b, k] = max over the note's real positions of
-    phrase_window(G, w)[b, l, k] (before the bias and the ReLU: the code evidence of `clinicode.model`).
+    phrase_window(G, w)[b, l, k] (before the bias and the ReLU: the code evidence of `clinicode.models.leam.model`).
 
     e's gradient reaches G through each code's best position only (ties: the first position, as `torch.max`) and never
     reaches w or bias (the evidence reads the window but does not train it). m is 0 on padding (no gradient there;
@@ -434,7 +434,7 @@ def code_max_evidence(S: torch.Tensor, C: torch.Tensor, bias: torch.Tensor | Non
     """`code_max` over the notes' real positions and, from the same score blocks, each code's best position per note.
 
     Row blocks stay inside one note, so the max over a block's rows (the other axis of the same [rows, codes] scores)
-    gives each code's best position: the code evidence of `clinicode.model` costs one more max per block, not another
+    gives each code's best position: the code evidence of `model` costs one more max per block, not another
     product: the blocks keep each code's best value and the row block holding it (`amax`; the max with indices along
     rows was 20x slower), then each code's scores are recomputed over that one block to find the row (+ rows/L of the
     product). Positions are compared with the bias added, which is the same for every position of a code (so the same

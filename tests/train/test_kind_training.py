@@ -1,0 +1,119 @@
+"""Training asks the model kind (#45): the epoch loop builds, scores the loss and steps through the kind it is given,
+a kind fitted whole gets the labels, the dev split and the seed, and a kind without options refuses LEAM's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clinicode.config import TrainConfig
+from clinicode.errors import ConfigError
+from clinicode.models import MODEL_KINDS, kind_options, train_kind
+from clinicode.models.leam.kind import LEAMKind
+from clinicode.models.tfidf_lr.kind import TfidfLRKind
+from clinicode.predict import Predictor
+from clinicode.train import train
+
+from conftest import TINY_MODEL
+from helpers import fails, succeeds
+
+
+def _small_data(folder: Path) -> Path:
+    folder.mkdir()
+    for split in ("train", "dev"):
+        rows = [{"id": f"{split}{i}", "text": ["fever cough", "rash itch", "fever rash"][i % 3] + f" note {i}",
+                 "labels": [["A"], ["B"], ["A", "B"]][i % 3]} for i in range(12)]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+class ProbeLoopKind(LEAMKind):
+    """LEAM under another name that counts what the loop asks of it: the loop must go through the kind, not LEAM."""
+
+    name = "probe-loop"
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    def _count(self, what: str) -> None:
+        self.calls[what] = self.calls.get(what, 0) + 1
+
+    def build(self, model_config):
+        self._count("build")
+        return super().build(model_config)
+
+    def loss(self, model, ids, mask, y, *, pos_weight, plan):
+        self._count("loss")
+        return super().loss(model, ids, mask, y, pos_weight=pos_weight, plan=plan)
+
+    def after_step(self, model) -> None:
+        self._count("after_step")
+        super().after_step(model)
+
+    def epoch_stats(self, model):
+        self._count("epoch_stats")
+        return super().epoch_stats(model)
+
+
+class ProbeWholeKind(TfidfLRKind):
+    """tfidf-lr under another name that records what `fit` was given."""
+
+    name = "probe-whole"
+
+    def fit(self, texts, y, *, labels, dev_texts, y_dev, single_label, seed):
+        self.given = dict(texts=list(texts), y=y, labels=labels, dev_texts=list(dev_texts), y_dev=y_dev, seed=seed)
+        return super().fit(texts, y, labels=labels, dev_texts=dev_texts, y_dev=y_dev, single_label=single_label,
+                           seed=seed)
+
+
+def test_the_epoch_loop_trains_whatever_kind_it_is_given(tmp_path, monkeypatch):
+    kind = ProbeLoopKind()
+    monkeypatch.setitem(MODEL_KINDS, kind.name, kind)
+    data = _small_data(tmp_path / "data")
+    res = train(out_dir=tmp_path / "run", config=TrainConfig(model=kind.name, epochs=2, batch_size=8, w2v_epochs=1,
+                                                             seed=3, device="cpu"),
+                data_dir=data, model_options={**TINY_MODEL, "embed_dim": 8, "hidden_dim": 8}, progress=False)
+    steps = sum(-(-12 // 8) for _ in range(2))  # two epochs of 12 notes in batches of 8
+    assert kind.calls == {"build": 1, "loss": steps, "after_step": steps, "epoch_stats": 2}
+    manifest = json.loads((tmp_path / "run" / "checkpoint" / "manifest.json").read_text())
+    assert manifest["model"] == kind.name and res["best_epoch"] >= 1
+    assert Predictor.from_checkpoint(tmp_path / "run", device="cpu").kind == kind.name
+
+
+def test_a_kind_fitted_whole_gets_labels_the_dev_split_and_the_seed(tmp_path, monkeypatch):
+    kind = ProbeWholeKind()
+    monkeypatch.setitem(MODEL_KINDS, kind.name, kind)
+    data = _small_data(tmp_path / "data")
+    train(out_dir=tmp_path / "run", config=TrainConfig(model=kind.name, seed=11), data_dir=data, progress=False)
+    given = kind.given
+    assert list(given["labels"].codes) == ["A", "B"] and given["seed"] == 11
+    assert len(given["texts"]) == 12 and given["y"].shape == (12, 2)
+    assert given["dev_texts"][0].startswith("fever cough note 0") and given["y_dev"].shape == (12, 2)
+    assert np.array_equal(given["y_dev"][2], [1, 1])
+    assert not kind.trained_by_loop and MODEL_KINDS["leam"].trained_by_loop
+
+
+@pytest.mark.parametrize("given", [{"embed_dim": 8}, {"code_evidence": False}])
+def test_a_kind_without_options_refuses_leams_in_one_line_and_writes_nothing(tmp_path, given):
+    data = _small_data(tmp_path / "data")
+    with pytest.raises(ConfigError, match=f"--model tfidf-lr takes no model options, got {next(iter(given))}"):
+        train(out_dir=tmp_path / "run", config=TrainConfig(model="tfidf-lr"), data_dir=data, model_options=given,
+              progress=False)
+    assert not (tmp_path / "run").exists()
+    assert kind_options(train_kind("tfidf-lr"), {}) is None and kind_options(train_kind("tfidf-lr"), None) is None
+    assert kind_options(train_kind("leam"), {"embed_dim": 8}).embed_dim == 8
+
+
+def test_train_cli_refuses_leam_flags_for_tfidf_lr_and_saves_no_options_without_them(tmp_path):
+    data = _small_data(tmp_path / "data")
+    fails(["train", "--data", data, "--out", tmp_path / "bad", "--model", "tfidf-lr", "--embed-dim", "8",
+           "--no-progress"], "--model tfidf-lr takes no model options, got --embed-dim")
+    fails(["train", "--data", data, "--out", tmp_path / "bad", "--model", "tfidf-lr", "--paper", "--no-progress"],
+          "got --paper")
+    assert not (tmp_path / "bad").exists()
+    succeeds(["train", "--data", data, "--out", tmp_path / "run", "--model", "tfidf-lr", "--no-progress"])
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["model_options"] == {}  # LEAM's defaults are no longer saved as if they applied

@@ -253,8 +253,11 @@ def _window_stats(run: Path) -> dict:
     return out
 
 
+REUSE_ONLY = False   # --reuse-only
+
+
 def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | None, work: Path,
-            options: dict | None = None, name: str | None = None) -> dict:
+            options: dict | None = None, name: str | None = None) -> dict | None:
     """Train one model with default settings (LEAM: optionally with OPTIONS, TrainConfig or LEAMConfig fields,
     changed) into WORK/DATASET-NAME-SEED (NAME: the row's name, default MODEL); return its test metrics, the rare-code
     slice, how training ended, wall-clock seconds and the run folder. A row kept beside it by an earlier call with the
@@ -276,6 +279,8 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
         if row.get("key") == run_key and Path(row["run"]).is_dir():
             print(f"reusing {kept.name} (trained at {row.get('commit')})", file=sys.stderr, flush=True)
             return {**row, "reused": True}
+    if REUSE_ONLY:   # --reuse-only: report what --runs holds, train nothing
+        return None
 
     model_fields = {f.name for f in dataclasses.fields(LEAMConfig)}
     extra = dict(options or {}) if model in ("leam", "fused") else {}
@@ -692,6 +697,8 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone.")
     ap.add_argument("--rows", default=",".join(ROW_KIND),
                     help=f"model rows beside tfidf-lr, comma-separated, of {', '.join(ROW_KIND)}.")
+    ap.add_argument("--reuse-only", action="store_true",
+                    help="with --runs: report the rows it holds and train nothing (a row it lacks is left out).")
     ap.add_argument("--no-paper", action="store_true",
                     help="run only the default LEAM beside tfidf-lr, not the paper's model too (half the compute).")
     ap.add_argument("--runs", default=None, metavar="DIR",
@@ -704,6 +711,8 @@ def main() -> None:
                          "lr_schedule=constant or label_reg_weight=0; repeatable; "
                          "implies --no-write.")
     args = ap.parse_args()
+    global REUSE_ONLY
+    REUSE_ONLY = bool(args.reuse_only)
     options = _parse_sets(args.set)
     if args.embeddings:
         if not Path(args.embeddings).is_file():
@@ -740,17 +749,21 @@ def main() -> None:
         dirs = {d: make_proxy(d, work / "data") if d in PROXIES else source_dir(d) for d in datasets}
         top_ks = {d: top_k_for(d, dirs[d]) for d in datasets}
         for dataset in datasets:
-            lr = results[(dataset, "tfidf-lr")] = [
-                run_one(dataset, dirs[dataset], "tfidf-lr", 1337, top_ks[dataset], work)]
+            lr = [r for r in [run_one(dataset, dirs[dataset], "tfidf-lr", 1337, top_ks[dataset], work)] if r]
+            if not lr:
+                continue
+            results[(dataset, "tfidf-lr")] = lr
             for name, opts in rows.items():
                 cap = FUSED_SEEDS.get(dataset, args.seeds) if name == "fused" else \
                     SEEDS_CAP.get(dataset, {}).get(name, args.seeds)
                 n_seeds = min(args.seeds, cap)
                 if n_seeds == 0:                                      # a row this machine could not afford
                     continue
-                leam = results[(dataset, name)] = [run_one(dataset, dirs[dataset], ROW_KIND[name], 1337 + i,
-                                                           top_ks[dataset], work, opts, name)
-                                                   for i in range(n_seeds)]
+                leam = [r for r in (run_one(dataset, dirs[dataset], ROW_KIND[name], 1337 + i, top_ks[dataset], work,
+                                            opts, name) for i in range(n_seeds)) if r]
+                if not leam:
+                    continue
+                results[(dataset, name)] = leam
                 gaps[(dataset, name)] = gap(dirs[dataset], leam, lr)
         evidence = evidence_rows(results, dirs)
     from clinicode.config import TrainConfig

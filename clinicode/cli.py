@@ -251,8 +251,9 @@ def train_cli(
     top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None,
     epochs: Annotated[Optional[int], _opt("Maximum epochs (a cap: the schedule and --patience end runs first).",
                                           default_of(_T, "epochs"))] = None,
-    fused_epochs: Annotated[Optional[int], _opt("--model fused: its LEAM part trains at most this many epochs "
-                                                "(and at most --epochs).", default_of(_T, "fused_epochs"))] = None,
+    fused_epochs: Annotated[Optional[int], _opt("--model fused on more than 100 codes: its LEAM part trains at "
+                                                "most this many epochs (and at most --epochs).",
+                                                default_of(_T, "fused_epochs"))] = None,
     patience: Annotated[Optional[int], _opt("Stop when more than this many epochs in a row bring no dev micro-F1 gain.",
                                             default_of(_T, "patience"))] = None,
     patience_steps: Annotated[Optional[int],

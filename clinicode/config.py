@@ -26,8 +26,8 @@ class TrainConfig:
                                     # fused per code, #41), "leam" or "tfidf-lr"
     epochs: int = 200               # a cap only: patience ends runs (small sets: 15-60 epochs; a cap of 50 ended
                                     # runs still improving)
-    fused_epochs: int = 30          # --model fused: its LEAM part's cap (min with epochs); tfidf-lr carries the rare
-                                    # codes, so LEAM stops early (docs/accuracy-tuning.md, round 14)
+    fused_epochs: int = 30          # --model fused on more than 100 codes: its LEAM part's cap (min with epochs);
+                                    # tfidf-lr and the titles carry the rare codes (docs/accuracy-tuning.md, round 14)
     batch_size: int = 16
     lr: float = 1e-2                # tuned on hoc/mtsamples/cmc2007 dev (BENCHMARKS.md); was 2e-3
     optimizer: str = "adamw"        # "adamw" (decoupled weight decay) or "adam" (weight_decay as L2 in the gradient)

@@ -275,15 +275,16 @@ def train(
         _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s")
     # a kind may cap its loop's epochs (the fused model's LEAM part: --fused-epochs); the checkpoint keeps the options
     # as given
-    loop_config = (dataclasses.replace(config, epochs=kind.loop_epochs(config)) if hasattr(kind, "loop_epochs")
-                   else config)
+    loop_config = (dataclasses.replace(config, epochs=kind.loop_epochs(config, len(ds.labels)))
+                   if hasattr(kind, "loop_epochs") else config)
     setup = TrainingSetup(ds, run, loop_config, options, given_options(model_options), resume=resume, report=report,
                           manifest_extra={**extra, "world_size": world()[1]})
     trainer = _Trainer(setup, progress=progress, on_epoch=on_epoch)
     if setup.world == 1 and int(setup.state["epoch"]) < loop_config.epochs:
         _say(report, estimate(setup))
     trainer.fit()
-    if trainer.stopped() == "epochs" and setup.state["bad_epochs"] == 0 and setup.rank == 0 and loop_config is config:
+    if (trainer.stopped() == "epochs" and setup.state["bad_epochs"] == 0 and setup.rank == 0
+            and loop_config.epochs == config.epochs):
         note = (f"training reached --epochs {config.epochs} while dev was still improving (best at epoch "
                 f"{setup.state['best_epoch']}); a larger --epochs would probably do better.")
         if report is not None:

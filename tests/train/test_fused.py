@@ -179,3 +179,13 @@ def test_cli_predicts_and_explains_with_a_fused_checkpoint(fused_run, tmp_path):
     assert r.exit_code == 0, r.output
     rec = json.loads(out.read_text().splitlines()[0])
     assert rec["id"] == "n1" and rec["predicted"] and rec["evidence"]["codes"]
+
+
+def test_the_leam_part_is_capped_only_on_large_label_sets():
+    from clinicode.models import MODEL_KINDS
+
+    kind = MODEL_KINDS["fused"]
+    assert kind.loop_epochs(TrainConfig(), 664) == 30          # every code: tfidf-lr and the titles carry the tail
+    assert kind.loop_epochs(TrainConfig(), 50) == 200          # 50 codes: LEAM trains until its patience ends it
+    assert kind.loop_epochs(TrainConfig(epochs=10), 664) == 10
+    assert kind.loop_epochs(TrainConfig(fused_epochs=45), 101) == 45

@@ -74,7 +74,8 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             typer.echo(f"error: {os_error_message(err)}", err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            typer.echo(f"interrupted; outputs written so far are intact{hint}", err=True)
+            to_stdout = str(kwargs.get("output", "")) == "-"  # predict to stdout: nothing to continue
+            typer.echo(f"interrupted; outputs written so far are intact{'' if to_stdout else hint}", err=True)
             raise typer.Exit(130) from None
 
     return wrapper
@@ -155,7 +156,8 @@ def prepare_cli(
                            typer.Option(help="MIMIC-IV: 9 or 10 (required: its tables hold both).")] = None,
     splits_dir: Annotated[Optional[Path],
                           typer.Option(help="Folder of "
-                                            "{train,dev,test}_{50,full}_hadm_ids.csv (CAML, MIMIC-IV-ICD).")] = None,
+                                            "{train,dev,test}_{50,full}_hadm_ids.csv (CAML, MIMIC-IV-ICD); "
+                                            "default for MIMIC-III: CAML's, packaged.")] = None,
     splits_file: Annotated[Optional[Path],
                            typer.Option(help="Edin et al.'s split CSV (hadm_id,split with train/val/test).")] = None,
     label_set: Annotated[Optional[str], typer.Option(help=_LABEL_SET_HELP)] = None,
@@ -240,7 +242,8 @@ def train_cli(
                         typer.Option(help="With a MIMIC-IV --mimic-dir: the folder holding note/.")] = None,
     icd_version: Annotated[Optional[int], typer.Option(help="With a MIMIC-IV --mimic-dir: 9 or 10.")] = None,
     splits_dir: Annotated[Optional[Path],
-                          typer.Option(help="With --mimic-dir: a folder of published split id lists.")] = None,
+                          typer.Option(help="With --mimic-dir: a folder of published split id lists "
+                                            "(MIMIC-III: CAML's packaged ones by default).")] = None,
     splits_file: Annotated[Optional[Path],
                            typer.Option(help="With --mimic-dir: Edin et al.'s hadm_id,split CSV.")] = None,
     label_set: Annotated[Optional[str], typer.Option(help="With --mimic-dir: " + _LABEL_SET_HELP)] = None,
@@ -497,9 +500,13 @@ def predict_cli(
                                                  default_of(PredictConfig, "memory_mb"))] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
     titles: Annotated[Optional[Path],
-                      typer.Option(help="code<TAB>title file: also list its codes that the checkpoint lacks and whose "
-                                        "every title word occurs in a note, as `title_suggestions` (suggestions "
-                                        "from the title, not predictions).")] = None,
+                      typer.Option(help="code<TAB>title file: the candidates for `suggested` (codes the checkpoint "
+                                        "lacks whose title stands in a note; suggestions, not predictions). Default: "
+                                        "the code system's own titles (ICD-10-CM's).")] = None,
+    tree: Annotated[Optional[Path],
+                    typer.Option(help="code<TAB>tree numbers file (MeSH's mesh_tree.tsv): places the candidates in "
+                                      "the hierarchy, so a trained code under one counts.")] = None,
+    suggest: Annotated[bool, typer.Option(help="List `suggested` codes from the titles (--no-suggest: none).")] = True,
     format: Annotated[str, typer.Option("--format",
                                         help="records (JSONL, or CSV when --output ends in .csv), or an output format: "
                                              f"{_formats_help(WRITERS)}.")] = "records",
@@ -509,6 +516,7 @@ def predict_cli(
 ) -> None:
     """Score notes in batch: one output record per input record, in input order."""
     from clinicode.codes.icd9 import load_descriptions_tsv
+    from clinicode.codes.suggest import read_tree
     from clinicode.predict import Predictor
     from clinicode.predict_io import predict_file
 
@@ -520,9 +528,12 @@ def predict_cli(
 
     opts = PredictConfig.from_user(top_k=top_k, explain=explain, threshold=threshold,  # the one rule (serve's too)
                                    **_given(memory_mb=memory_budget))
+    if (titles or tree) and not suggest:
+        raise ConfigError("--titles and --tree are for suggestions; drop them or --no-suggest.")
     pred = Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget),
-                                     titles=load_descriptions_tsv(titles) if titles else None)
-    if titles and not pred.title_index:
+                                     titles=load_descriptions_tsv(titles, unique=True) if titles else None,
+                                     tree=read_tree(tree) if tree else None, suggest=suggest)
+    if titles and not pred.suggester:
         raise DataFormatError(f"--titles {titles}: no code with a title outside the checkpoint's {len(pred.codes):,} "
                               "codes; give code<TAB>title lines for codes the model was not trained on.")
     context = None
@@ -530,7 +541,8 @@ def predict_cli(
         from clinicode.fhir import code_systems, predictor_source
 
         # the same builder as `clinicode serve`; each Bundle names the checkpoint that suggested its codes
-        context = {"systems": code_systems(pred.codes, pred.code_system), "source": predictor_source(pred)}
+        context = {"systems": code_systems(pred.codes, pred.code_system), "source": predictor_source(pred),
+                   "family": pred.code_system}
     counts = predict_file(pred, input=input, output=output, top_k=opts.top_k, threshold=opts.threshold,
                           explain=opts.explain, strict=strict, resume=resume, shard=_parse_shard(shard),
                           progress=progress and sys.stderr.isatty(), input_format=input_format,
@@ -583,6 +595,8 @@ def serve_cli(
                             typer.Option(help="Browser origin allowed to call the service, e.g. "
                                               "https://coding.example.org (repeat; '*': any).")] = None,
     device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
+    http: Annotated[str, typer.Option(help="HTTP/1.1 parser: auto (httptools, compiled, when installed; else h11), "
+                                           "httptools or h11.")] = "auto",
 ) -> None:
     """Serve a checkpoint over HTTP: JSON records and FHIR R4 Bundles (docs/serve.md). Exit status: 0 after SIGTERM or
     Ctrl-C, 1 for a bad option, token file, checkpoint, address or busy port, 2 for a malformed command line."""
@@ -599,7 +613,8 @@ def serve_cli(
         typer.echo(f"serving {len(pred.codes):,} codes from {pred.checkpoint.path} on {url} "
                    f"({'bearer token required' if secured else 'no token: loopback only'}); docs at /docs", err=True)
 
-    run(checkpoint, host=host, port=port, token_file=token_file, limits=limits, on_ready=ready, **_given(device=device))
+    run(checkpoint, host=host, port=port, token_file=token_file, limits=limits, on_ready=ready, http=http,
+        **_given(device=device))
 
 
 # ------------------------------------------------------------------------------------------------ review queue
@@ -621,16 +636,23 @@ def review_queue_cli(
                      typer.Option(help="Notes, as `predict` reads them: .jsonl/.csv/.parquet with id and text, a .txt "
                                        "file, a folder of .txt, or -.")],
     db: Annotated[Optional[str], _db_opt()] = None,
-    explain: Annotated[int, typer.Option(help="Evidence phrases stored per suggested code.")] = 5,
+    explain: Annotated[int, typer.Option(help="Evidence phrases stored per suggested code (>= 1).")] = 5,
     device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
     memory_budget: Annotated[Optional[int], _opt("MB of scratch memory one batch and the word-code table may use.",
                                                  default_of(PredictConfig, "memory_mb"))] = None,
+    input_format: Annotated[Optional[str],
+                            typer.Option(help=f"Input format, as `predict` reads it (default: by --input's name): "
+                                              f"{_formats_help(READERS)}.")] = None,
 ) -> None:
     """Score notes and queue them for review with the model's suggested codes and evidence."""
     from clinicode.predict import Predictor
     from clinicode.review import db_path, open_db, queue
+    from clinicode.review.queue import check_explain
 
-    explain = PredictConfig.from_user(explain=explain, **_given(memory_mb=memory_budget)).explain  # predict's rule
+    explain = check_explain(explain)  # the queue's bound (>= 1), before predict's rules check the rest
+    PredictConfig.from_user(explain=explain, **_given(memory_mb=memory_budget))
+    if input_format is not None:
+        reader(input_format)  # an unknown name stops here, before the checkpoint loads or a database is created
 
     def load() -> Predictor:
         return Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget))
@@ -640,7 +662,7 @@ def review_queue_cli(
     with open_db(path) as rdb:                # an existing one is checked before the model is loaded
         try:
             pred = pred or load()
-            counts = queue(rdb, pred, input, explain=explain,
+            counts = queue(rdb, pred, input, explain=explain, input_format=input_format,
                            on_bad=lambda msg: typer.echo(f"bad record: {msg}", err=True))
         except KeyboardInterrupt:
             rdb.discard_if_unused()
@@ -696,6 +718,13 @@ def review_export_cli(
     if c.get("kept_out"):
         typer.echo(f"{c['kept_out']:,} reviewed notes are in the base's dev or test split: left out, so those splits "
                    "keep the base's labels and the new model is measured as the old one was")
+    if c.get("untrained"):
+        shown = ", ".join(c["untrained"][:5]) + (", ..." if len(c["untrained"]) > 5 else "")
+        where = ("left out of labels.json" if base else
+                 "training reads only codes of train notes, so it drops them from dev/test")
+        typer.echo(f"{len(c['untrained']):,} reviewed codes have no training note in this export (their notes are all "
+                   f"in dev or test{', or kept out' if base else ''}): {where}; no model learns them until a train "
+                   f"note carries them ({shown}; all in manifest.json, codes_without_training_notes)")
 
 
 @review_app.command("stats")
@@ -753,6 +782,11 @@ def review_stats_cli(
             else:
                 typer.echo(f"{code:<12} {t['threshold']:>8.3f} {t['decisions']:>9,} {pct(t['rate']):>8} "
                            f"{pct(t['lower_bound']):>7} {t['share']:>6.0%} {t['all_decisions']:>5,}")
+    ft = s["from_title"]
+    typer.echo(f"\nsuggested from the title (codes the model lacks; not in the counts above): {ft['accepted']:,} "
+               f"accepted, {ft['rejected']:,} rejected, accept rate {pct(ft['accept_rate'])}")
+    for code, v in ft["per_code"].items():
+        typer.echo(f"{code:<12} {v['accepted']:>8,} {v['rejected']:>8,}")
 
 
 def main() -> None:

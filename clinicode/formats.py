@@ -487,7 +487,7 @@ register_reader(Reader("fhir", (), fhir_rows, "FHIR R4 DocumentReference resourc
 
 
 # ------------------------------------------------------------------ writers
-CSV_HEADER = ("id", "predicted", "scores", "truncated", "error")
+CSV_HEADER = ("id", "predicted", "scores", "truncated", "error", "suggested")
 
 
 def record_line(rec: Mapping[str, Any]) -> str:
@@ -498,7 +498,9 @@ def record_line(rec: Mapping[str, Any]) -> str:
 def csv_row(rec: Mapping[str, Any]) -> list[Any]:
     """One output record as the row of the CSV output (columns `CSV_HEADER`)."""
     pred = ";".join(p["code"] for p in rec.get("predicted", []))
-    return [rec["id"], pred, json.dumps(rec.get("scores", {})), rec.get("truncated", ""), rec.get("error", "")]
+    suggested = ";".join(p["code"] for p in rec.get("suggested", []))  # from the titles, not predictions (#43)
+    return [rec["id"], pred, json.dumps(rec.get("scores", {})), rec.get("truncated", ""), rec.get("error", ""),
+            suggested]
 
 
 def _jsonl_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] | None = None):
@@ -524,7 +526,7 @@ def _fhir_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] |
     def write(rec: Mapping[str, Any], note: Any = None) -> None:
         subject, document = getattr(note, "subject", None), getattr(note, "document", None)
         f.write(record_line(bundle([rec], systems=ctx.get("systems"), source=ctx.get("source"),
-                                   subjects=[subject], documents=[document])))
+                                   subjects=[subject], documents=[document], family=ctx.get("family"))))
 
     return write
 
@@ -532,7 +534,8 @@ def _fhir_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] |
 register_writer(Writer("jsonl", (".jsonl",), "application/x-ndjson", _jsonl_writer,
                        "one JSON record a line"))
 register_writer(Writer("csv", (".csv",), "text/csv", _csv_writer,
-                       "CSV: id, predicted (';'-joined), scores (JSON), truncated, error", line_per_record=False))
+                       "CSV: id, predicted (';'-joined), scores (JSON), truncated, error, suggested (';'-joined)",
+                       line_per_record=False))
 register_writer(Writer("fhir", (), "application/fhir+ndjson", _fhir_writer,
                        "one FHIR R4 Bundle a note and line (docs/serve.md)"))
 

@@ -254,6 +254,9 @@ def train_cli(
     top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None,
     epochs: Annotated[Optional[int], _opt("Maximum epochs (a cap: the schedule and --patience end runs first).",
                                           default_of(_T, "epochs"))] = None,
+    fused_epochs: Annotated[Optional[int], _opt("--model fused on more than 100 codes: its LEAM part trains at "
+                                                "most this many epochs (and at most --epochs).",
+                                                default_of(_T, "fused_epochs"))] = None,
     patience: Annotated[Optional[int], _opt("Stop when more than this many epochs in a row bring no dev micro-F1 gain.",
                                             default_of(_T, "patience"))] = None,
     patience_steps: Annotated[Optional[int],
@@ -324,7 +327,7 @@ def train_cli(
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --out.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Train LEAM (or tfidf-lr) and write a self-contained checkpoint."""
+    """Train the fused model (LEAM and tfidf-lr; or --model leam, --paper, --model tfidf-lr) into a checkpoint."""
     from clinicode.evaluate import format_table
     from clinicode.runtime import keep_freed_memory
     from clinicode.train import train
@@ -334,8 +337,12 @@ def train_cli(
     keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
     if model is not None:
         train_kind(model)  # an unknown --model: one line naming the known kinds, before anything else is read
-    cfg = TrainConfig(**_given(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len,
-                               embeddings=embeddings,
+    if paper and model == "fused":  # the paper's model is a LEAM: the leam kind, not the default's fused one
+        raise ConfigError("--paper trains the paper's LEAM (--model leam); leave out --model fused.")
+    if paper and model is None:
+        model = "leam"
+    cfg = TrainConfig(**_given(model=model, epochs=epochs, fused_epochs=fused_epochs, batch_size=batch_size, lr=lr,
+                               max_len=max_len, embeddings=embeddings,
                                weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight,
                                decay_scope=decay_scope,
                                ema_decay=ema_decay, w2v_epochs=w2v_epochs, min_doc_freq=min_doc_freq,

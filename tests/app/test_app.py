@@ -306,7 +306,8 @@ def many_codes_runs(tmp_path_factory) -> Path:
                 f.write(json.dumps({"id": f"{split}{i}", "text": " ".join(words),
                                     "labels": [codes[k] for k in ks]}) + "\n")
     root = tmp_path_factory.mktemp("app_runs_many")
-    cfg = TrainConfig(epochs=4, batch_size=16, lr=2e-2, embeddings="random", min_doc_freq=1, seed=3, device="cpu")
+    cfg = TrainConfig(model="leam", epochs=4, batch_size=16, lr=2e-2, embeddings="random", min_doc_freq=1, seed=3,
+                      device="cpu")
     train(out_dir=root / "many", config=cfg, data_dir=data,
           model_options={"embed_dim": 16, "radius": 1, "hidden_dim": 32, "dropout": 0.0}, progress=False)
     return root
@@ -362,7 +363,8 @@ def seed_runs(demo_data, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("app_runs_seeds")
     for name, seed, lr, evidence in (("s7", 7, 2e-2, False), ("s8", 8, 2e-2, False), ("s9-old", 9, 2e-2, False),
                                      ("other-lr", 9, 1e-2, False), ("evidence", 7, 2e-2, True)):
-        cfg = TrainConfig(epochs=2, batch_size=16, lr=lr, w2v_epochs=1, seed=seed, device="cpu", embeddings="random")
+        cfg = TrainConfig(model="leam", epochs=2, batch_size=16, lr=lr, w2v_epochs=1, seed=seed, device="cpu",
+                          embeddings="random")
         train(out_dir=root / name, config=cfg, data_dir=demo_data,
               model_options={**TINY_MODEL, "code_evidence": evidence, "window_nonneg": evidence}, progress=False)
     old = root / "s9-old" / "checkpoint" / "model_config.json"

@@ -202,7 +202,7 @@ def test_cli_bad_inputs_exit_1_with_one_line(tiny_run, tmp_path):
         (["evaluate", "--checkpoint", str(tiny_run), "--data", str(tmp_path / "nodata")], ""),
         (["train", "--out", str(tmp_path / "r")], "give exactly one of --data"),
         (["train", "--out", str(tmp_path / "r"), "--data", str(tmp_path), "--model", "svm"],
-         "--model must be 'leam' or 'tfidf-lr'"),
+         "--model must be 'fused', 'leam' or 'tfidf-lr'"),
     ]
     (tmp_path / "bad.xml").write_text("<x/>")
     cases.append((["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path / "bad.xml")],

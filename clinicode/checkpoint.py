@@ -249,6 +249,7 @@ def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[st
         CheckpointError: naming the piece that is missing, damaged or unlisted, and how to fix it.
     """
     folder = resolve_checkpoint_dir(path)
+    _check_inside(folder, MANIFEST_FILE)
     try:
         manifest = read_json(folder / MANIFEST_FILE)
     except (OSError, json.JSONDecodeError) as err:
@@ -271,6 +272,8 @@ def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[st
     if not isinstance(files, dict):
         raise CheckpointError(f"{folder}: manifest.json has no 'files' table of SHA-256 hashes; the "
                               "checkpoint is damaged, retrain it.")
+    for name in (*files, METRICS_DEV_FILE, METRICS_TEST_FILE):  # before anything reads or hashes them
+        _check_inside(folder, name)
     kind = manifest.get("model")
     plugin = MODEL_KINDS.get(kind) if isinstance(kind, str) else None  # an unknown kind: load_checkpoint says so
     # Every piece that loading reads must be covered by a hash, or a swapped file would load unchecked.
@@ -295,6 +298,45 @@ def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[st
         except CheckpointError as err:  # a newer clinicode's config may hold keys this one does not know
             raise CheckpointError(upgrade or str(err)) from err
     return folder, manifest
+
+
+def _check_inside(folder: Path, name: Any) -> None:
+    """NAME, as manifest.json lists it, must be a file of FOLDER itself: a plain file name (no folder part, no '..',
+    not absolute) that is no symbolic link leading out of the folder. Checked before anything opens it, so an edited
+    manifest cannot make loading read (and hash) /etc/passwd or another user's file.
+
+    Raises:
+        CheckpointError: naming the entry and why it is refused.
+    """
+    shown = ascii(name)[:80] if isinstance(name, str) else type(name).__name__
+    if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\x00" in name
+            or os.path.isabs(name)):
+        raise CheckpointError(f"{folder}: manifest.json lists {shown}, expected the name of a file inside the "
+                              "checkpoint folder (no folder part, no '..'); the manifest was edited or damaged, "
+                              "restore the checkpoint or retrain (nothing was read).")
+    p = folder / name
+    if p.is_symlink():
+        target = os.path.realpath(p)
+        if not target.startswith(os.path.realpath(folder) + os.sep):
+            raise CheckpointError(f"{folder}: {shown} is a symbolic link leading outside the checkpoint folder; a "
+                                  "checkpoint's files are its own: copy the file in instead of linking it, or restore "
+                                  "the checkpoint (nothing was read).")
+
+
+def _read_threshold(folder: Path) -> float:
+    """The tuned threshold from threshold.json: {"threshold": a number from 0 to 1, ...}.
+
+    Raises:
+        CheckpointError: one line naming the file, what it holds and what it should.
+    """
+    raw = read_json(folder / THRESHOLD_FILE)
+    value = raw.get("threshold") if isinstance(raw, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        got = ("no 'threshold' key" if isinstance(raw, dict) and "threshold" not in raw
+               else f"threshold {str(value)[:40]}" if isinstance(raw, dict) else f"a JSON {type(raw).__name__}")
+        raise CheckpointError(f"{folder / THRESHOLD_FILE}: holds {got}, expected {{\"threshold\": a probability from 0 "
+                              "to 1}; the checkpoint was edited or damaged, restore it or retrain.")
+    return float(value)
 
 
 def read_train_counts(folder: Path, manifest: dict[str, Any], labels: LabelSet) -> dict[str, int] | None:
@@ -341,7 +383,7 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
         labels = LabelSet(labels.codes, system.display_titles(labels.codes, labels.descriptions),  # what readers show
                           system)
         train_config = load_config(TrainConfig, folder / TRAIN_CONFIG_FILE)
-        threshold = float(read_json(folder / THRESHOLD_FILE)["threshold"])
+        threshold = _read_threshold(folder)
         metrics_dev = read_json(folder / METRICS_DEV_FILE) if (folder / METRICS_DEV_FILE).is_file() else {}
         metrics_test = read_json(folder / METRICS_TEST_FILE) if (folder / METRICS_TEST_FILE).is_file() else {}
     except CheckpointError:
@@ -349,10 +391,6 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
     except (ClinicodeError, OSError, KeyError, ValueError, TypeError) as err:
         # A newer clinicode's files may hold keys this one does not know: say so rather than name the key.
         raise CheckpointError(newer_writer(folder, manifest) or f"{folder}: {err}") from err
-    if not 0.0 <= threshold <= 1.0:  # also rejects NaN
-        raise CheckpointError(f"{folder}: {THRESHOLD_FILE} holds threshold {threshold}, expected a "
-                              "probability in [0, 1]; retrain.")
-
     # The kind's own files and their agreement with labels and options (its header checks ran in verify_checkpoint,
     # where a newer clinicode's model config says "upgrade").
     model, tokenizer = plugin.load(folder, labels=labels, train_config=train_config, device=device)

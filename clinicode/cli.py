@@ -74,7 +74,8 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             typer.echo(f"error: {os_error_message(err)}", err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            typer.echo(f"interrupted; outputs written so far are intact{hint}", err=True)
+            to_stdout = str(kwargs.get("output", "")) == "-"  # predict to stdout: nothing to continue
+            typer.echo(f"interrupted; outputs written so far are intact{'' if to_stdout else hint}", err=True)
             raise typer.Exit(130) from None
 
     return wrapper
@@ -515,7 +516,7 @@ def predict_cli(
     opts = PredictConfig.from_user(top_k=top_k, explain=explain, threshold=threshold,  # the one rule (serve's too)
                                    **_given(memory_mb=memory_budget))
     pred = Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget),
-                                     titles=load_descriptions_tsv(titles) if titles else None)
+                                     titles=load_descriptions_tsv(titles, unique=True) if titles else None)
     if titles and not pred.title_index:
         raise DataFormatError(f"--titles {titles}: no code with a title outside the checkpoint's {len(pred.codes):,} "
                               "codes; give code<TAB>title lines for codes the model was not trained on.")
@@ -577,6 +578,8 @@ def serve_cli(
                             typer.Option(help="Browser origin allowed to call the service, e.g. "
                                               "https://coding.example.org (repeat; '*': any).")] = None,
     device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
+    http: Annotated[str, typer.Option(help="HTTP/1.1 parser: auto (httptools, compiled, when installed; else h11), "
+                                           "httptools or h11.")] = "auto",
 ) -> None:
     """Serve a checkpoint over HTTP: JSON records and FHIR R4 Bundles (docs/serve.md). Exit status: 0 after SIGTERM or
     Ctrl-C, 1 for a bad option, token file, checkpoint, address or busy port, 2 for a malformed command line."""
@@ -593,7 +596,8 @@ def serve_cli(
         typer.echo(f"serving {len(pred.codes):,} codes from {pred.checkpoint.path} on {url} "
                    f"({'bearer token required' if secured else 'no token: loopback only'}); docs at /docs", err=True)
 
-    run(checkpoint, host=host, port=port, token_file=token_file, limits=limits, on_ready=ready, **_given(device=device))
+    run(checkpoint, host=host, port=port, token_file=token_file, limits=limits, on_ready=ready, http=http,
+        **_given(device=device))
 
 
 # ------------------------------------------------------------------------------------------------ review queue
@@ -615,16 +619,23 @@ def review_queue_cli(
                      typer.Option(help="Notes, as `predict` reads them: .jsonl/.csv/.parquet with id and text, a .txt "
                                        "file, a folder of .txt, or -.")],
     db: Annotated[Optional[str], _db_opt()] = None,
-    explain: Annotated[int, typer.Option(help="Evidence phrases stored per suggested code.")] = 5,
+    explain: Annotated[int, typer.Option(help="Evidence phrases stored per suggested code (>= 1).")] = 5,
     device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
     memory_budget: Annotated[Optional[int], _opt("MB of scratch memory one batch and the word-code table may use.",
                                                  default_of(PredictConfig, "memory_mb"))] = None,
+    input_format: Annotated[Optional[str],
+                            typer.Option(help=f"Input format, as `predict` reads it (default: by --input's name): "
+                                              f"{_formats_help(READERS)}.")] = None,
 ) -> None:
     """Score notes and queue them for review with the model's suggested codes and evidence."""
     from clinicode.predict import Predictor
     from clinicode.review import db_path, open_db, queue
+    from clinicode.review.queue import check_explain
 
-    explain = PredictConfig.from_user(explain=explain, **_given(memory_mb=memory_budget)).explain  # predict's rule
+    explain = check_explain(explain)  # the queue's bound (>= 1), before predict's rules check the rest
+    PredictConfig.from_user(explain=explain, **_given(memory_mb=memory_budget))
+    if input_format is not None:
+        reader(input_format)  # an unknown name stops here, before the checkpoint loads or a database is created
 
     def load() -> Predictor:
         return Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget))
@@ -634,7 +645,7 @@ def review_queue_cli(
     with open_db(path) as rdb:                # an existing one is checked before the model is loaded
         try:
             pred = pred or load()
-            counts = queue(rdb, pred, input, explain=explain,
+            counts = queue(rdb, pred, input, explain=explain, input_format=input_format,
                            on_bad=lambda msg: typer.echo(f"bad record: {msg}", err=True))
         except KeyboardInterrupt:
             rdb.discard_if_unused()
@@ -690,6 +701,13 @@ def review_export_cli(
     if c.get("kept_out"):
         typer.echo(f"{c['kept_out']:,} reviewed notes are in the base's dev or test split: left out, so those splits "
                    "keep the base's labels and the new model is measured as the old one was")
+    if c.get("untrained"):
+        shown = ", ".join(c["untrained"][:5]) + (", ..." if len(c["untrained"]) > 5 else "")
+        where = ("left out of labels.json" if base else
+                 "training reads only codes of train notes, so it drops them from dev/test")
+        typer.echo(f"{len(c['untrained']):,} reviewed codes have no training note in this export (their notes are all "
+                   f"in dev or test{', or kept out' if base else ''}): {where}; no model learns them until a train "
+                   f"note carries them ({shown}; all in manifest.json, codes_without_training_notes)")
 
 
 @review_app.command("stats")

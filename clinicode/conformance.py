@@ -217,7 +217,7 @@ def _writer_text(w: Writer, records: Any, *, header: bool = True, context: Mappi
     buf = io.StringIO(newline="")
     write = w.open(buf, header=header, context=dict(context or SAMPLE_CONTEXT))
     for r in records:
-        write(r)
+        write(r, note=None)  # as predict calls it (NOTE: the input record, when it has one)
     return buf.getvalue()
 
 

@@ -118,8 +118,10 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
         split carries gold mentions.
     """
     if output is not None:
-        check_output(output, option="--output", command="evaluate", folder=False, recognise=is_evaluation_output,
-                     inputs={"--data": data_dir, "--checkpoint": _checkpoint_dir(checkpoint, predictor)})
+        # a link: its target is written (the link stays)
+        output = check_output(output, option="--output", command="evaluate", folder=False,
+                              recognise=is_evaluation_output,
+                              inputs={"--data": data_dir, "--checkpoint": _checkpoint_dir(checkpoint, predictor)})
     pred = predictor or Predictor.from_checkpoint(checkpoint, device=device)
     df, y, report = scored_split(pred, data_dir, split)
     labels = pred.labels
@@ -227,6 +229,11 @@ def format_evidence(ev: dict[str, Any]) -> list[str]:
     lines = [f"evidence over {ev['n_pairs']:,} correctly predicted codes with a gold mention "
              f"({ev['n_correct_without_evidence']:,} more had none), {k} spans per code:",
              f"{'spans':<16}{'hit@1':>8}{f'hit@{k}':>8}{'tok P':>8}{'tok R':>8}{'tok F1':>8}{'words':>8}"]
+    outside = ev.get("n_mentions_outside", 0)
+    if outside:
+        shown = ", ".join(ev.get("outside_codes", []))
+        lines.append(f"{outside:,} gold mentions name a code the model has no label for (e.g. {shown}); they count in "
+                     "no figure: spell them as the labels do, or they are codes outside the label set")
     for name, label in (("model", "model"), ("title", "title words"), ("random", "random")):
         q = ev.get(name)
         if q is None:
@@ -267,8 +274,8 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
     if output is not None:
         inputs = {"--data": data_dir, **{f"--a {r}": _checkpoint_dir(r, None) for r in runs_a},
                   **{f"--b {r}": _checkpoint_dir(r, None) for r in runs_b}}
-        check_output(output, option="--output", command="compare", folder=False, recognise=is_comparison_output,
-                     inputs=inputs)
+        output = check_output(output, option="--output", command="compare", folder=False,
+                              recognise=is_comparison_output, inputs=inputs)
     preds = [[Predictor.from_checkpoint(r, device=device) for r in runs] for runs in (runs_a, runs_b)]
     first = preds[0][0]
     codes = sorted(first.codes)

@@ -43,6 +43,10 @@ LOCAL_SYSTEM = f"{NAMESPACE}/CodeSystem/label"                # a checkpoint's o
 MACHINE_TAG = {"system": TAG_SYSTEM, "code": "machine-generated",
                "display": "Suggested by clinicode (a statistical model); not reviewed by a person"}
 
+# `predict --titles`: a code outside the checkpoint's, suggested because every word of its title occurs in the note
+TITLE_TAG = {"system": TAG_SYSTEM, "code": "title-match",
+             "display": "Every word of the code's title occurs in the note; not a model prediction (no score)"}
+
 _VER_STATUS = "http://terminology.hl7.org/CodeSystem/condition-ver-status"
 _CATEGORY = "http://terminology.hl7.org/CodeSystem/condition-category"
 _ABSENT = "http://hl7.org/fhir/StructureDefinition/data-absent-reason"
@@ -75,9 +79,12 @@ def _fhir_uri(v: Any) -> bool:
 
 
 def _check_reference(v: Any, where: str) -> None:
+    if isinstance(v, str) and len(v) > 4096:
+        raise DataFormatError(f"{where} is too long ({len(v):,} characters; a FHIR string holds at most 4,096); "
+                              f"{_SUBJECT_HOW}.")
     if not _fhir_uri(v):
-        raise DataFormatError(f"{where} is an empty or blank string, over 4,096 characters, or holds spaces or "
-                              f"control characters; {_SUBJECT_HOW}.")
+        raise DataFormatError(f"{where} is an empty or blank string, or holds spaces or control characters; "
+                              f"{_SUBJECT_HOW}.")
     if v.startswith("#"):  # would point into each Condition's own `contained`, which holds nothing: a dangling link
         raise DataFormatError(f"{where} is a reference to a contained resource ('#...'), which cannot be carried into "
                               f"the Bundle; {_SUBJECT_HOW}.")
@@ -170,16 +177,25 @@ def model_source(*, checkpoint_sha256: str, model: str, name: str | None, clinic
 
 
 def _resource(rec: Mapping[str, Any], pred: Mapping[str, Any], subject: dict[str, Any],
-              systems: Mapping[str, tuple[str, str]], document: str | None) -> dict[str, Any]:
+              systems: Mapping[str, tuple[str, str]], document: str | None, *,
+              title: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One Condition or Procedure of a predicted code (PRED), or of a title suggestion (TITLE: no score, its word
+    spans as evidence without weight, tagged TITLE_TAG)."""
     code = pred["code"]
     kind, system = systems.get(code) or code_systems([code], _cs.MIXED)[code]
     coding = {"system": system, "code": code}
     if pred.get("description"):
         coding["display"] = pred["description"]
-    ext = [{"url": EXT_SCORE, "valueDecimal": float(pred["score"])}, *_note_id(rec)]
-    ext += [_span_ext(s) for s in ((rec.get("evidence") or {}).get("codes") or {}).get(code, [])]
+    if title is None:
+        ext = [{"url": EXT_SCORE, "valueDecimal": float(pred["score"])}, *_note_id(rec)]
+        ext += [_span_ext(s) for s in ((rec.get("evidence") or {}).get("codes") or {}).get(code, [])]
+    else:
+        ext = [*_note_id(rec), *({"url": EXT_EVIDENCE, "extension": [{"url": "start", "valueInteger": int(s["start"])},
+                                                                      {"url": "end", "valueInteger": int(s["end"])}]}
+                                 for s in title.get("spans", []))]
     res: dict[str, Any] = {"resourceType": "Condition" if kind == DIAGNOSIS else "Procedure",
-                           "meta": {"tag": [MACHINE_TAG]}, "extension": ext}
+                           "meta": {"tag": [MACHINE_TAG] if title is None else [MACHINE_TAG, TITLE_TAG]},
+                           "extension": ext}
     if kind == DIAGNOSIS:
         res["verificationStatus"] = {"coding": [{"system": _VER_STATUS, "code": "unconfirmed"}]}
         res["category"] = [{"coding": [{"system": _CATEGORY, "code": "encounter-diagnosis"}]}]
@@ -198,8 +214,25 @@ def _note_id(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"url": EXT_NOTE_ID, "valueString": rid}] if _fhir_string(rid) else []
 
 
-_BAD_ID = ("the note's id is empty, blank or holds control characters, so its codes cannot be carried into FHIR; "
-           "give each note an id of visible characters.")
+def _bad_id(rec: Mapping[str, Any]) -> str:
+    """Why the note's id is no FHIR string (so no resource can name it), and how to fix it."""
+    rid = str(rec["id"])
+    if len(rid) > 4096:
+        return (f"the note's id is too long ({len(rid):,} characters; a FHIR string holds at most 4,096), so its codes "
+                "cannot be carried into FHIR; give each note a shorter id.")
+    return ("the note's id is empty, blank or holds control characters, so its codes cannot be carried into FHIR; "
+            "give each note an id of visible characters.")
+
+
+def _nothing_predicted(rec: Mapping[str, Any], document: str | None) -> dict[str, Any]:
+    """An informational OperationOutcome for a note scored with no code over the threshold: the Bundle still names
+    the note (its id, and its DocumentReference when it came as one)."""
+    what = f"{document} (note {str(rec['id'])[:64]!r})" if document else f"note {str(rec['id'])[:64]!r}"
+    out = {"resourceType": "OperationOutcome", "meta": {"tag": [MACHINE_TAG]},
+           "issue": [{"severity": "information", "code": "informational",
+                      "diagnostics": f"{what} was scored; no code reached the threshold, so none is suggested."}],
+           "extension": _note_id(rec)}
+    return out
 
 
 def _outcome(rec: Mapping[str, Any], message: str | None = None) -> dict[str, Any]:
@@ -225,7 +258,8 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
         request_id: the service's request id, kept as the Bundle's `identifier`.
     Returns:
         the Bundle as a JSON-ready dict: one Condition or Procedure per predicted code (record order, then score
-        order), one OperationOutcome per record with an error.
+        order), then one per title suggestion (`predict --titles`; tagged TITLE_TAG, no score), one
+        OperationOutcome per record with an error.
     """
     systems = systems or {}
     entries = []
@@ -235,11 +269,15 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
         if "error" in rec:
             resources = [_outcome(rec)]
         elif not _note_id(rec):  # every resource would name a note id that is no FHIR string: an invalid Bundle
-            resources = [_outcome(rec, _BAD_ID)]
+            resources = [_outcome(rec, _bad_id(rec))]
         else:
             subject = subject_reference(subjects[i] if subjects else None)
             doc = documents[i] if documents else None
             resources = [_resource(rec, p, subject, systems, doc) for p in rec.get("predicted", [])]
+            resources += [_resource(rec, {"code": m["code"], "description": m.get("title")}, subject, systems, doc,
+                                    title=m) for m in rec.get("title_suggestions") or []]
+            if not resources:
+                resources = [_nothing_predicted(rec, doc)]
         if source is not None:
             for r in resources:
                 r["meta"]["source"] = f"{CHECKPOINT_SYSTEM}/{source['checkpoint_sha256']}"
@@ -256,6 +294,7 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
 
 
 # ------------------------------------------------------------------ FHIR in
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*")
 _FHIR_ID = re.compile(r"[A-Za-z0-9\-.]{1,64}")
 # Text charsets a DocumentReference may name (Python's codec names, after `codecs.lookup`): the Unicode forms, ASCII,
 # the ISO-8859 family and the Windows/Mac code pages. Python's other codecs are no text charsets ('undefined' always
@@ -297,15 +336,21 @@ def _attachment_text(att: Any) -> str:
     if codec is None:
         raise DataFormatError(f"names charset {_shown(charset, 20)}, which is not a text charset known here (send "
                               "UTF-8 or another IANA text charset, e.g. iso-8859-1, windows-1252, utf-16)")
-    try:  # FHIR's base64Binary may be wrapped in lines (MIME style): whitespace is no data
-        raw = base64.b64decode("".join(att["data"].split()), validate=True)
+    data = "".join(att["data"].split())  # base64Binary may be wrapped in lines (MIME style): whitespace is no data
+    try:
+        raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
+        if len(data) % 4 in (2, 3) and _BASE64.fullmatch(data):  # all base64, only the final '=' are missing
+            missing = 4 - len(data) % 4
+            raise DataFormatError(f"has base64 data whose '=' padding is missing ({len(data):,} characters, not a "
+                                  f"multiple of 4; add {'=' * missing!r} at its end, or encode with `base64 -w0 "
+                                  "note.txt`)") from None
         raise DataFormatError("has data that is not valid base64 (encode the note's bytes with base64, e.g. "
                               "`base64 -w0 note.txt`)") from None
     if codec in ("utf-16", "utf-32") and not raw.startswith(_BOMS[codec]):
         codec += "-be"  # no byte-order mark: big-endian (RFC 2781 4.3); Python's codec would read it little-endian
-    try:
-        return raw.decode(codec)
+    try:  # a byte-order mark is no text: kept, it would shift every evidence offset by one
+        return raw.decode(codec).removeprefix("\ufeff")
     except UnicodeError:  # UnicodeDecodeError, and the plain UnicodeError some codecs raise
         raise DataFormatError(f"has data that does not decode as {_shown(charset, 20)} (send UTF-8 text or name its "
                               "charset in contentType)") from None

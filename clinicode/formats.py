@@ -9,7 +9,8 @@ makes training's dataset splits of them. Writers turn output records (`Predictio
              fhir (FHIR R4 DocumentReference resources, one JSON object a line; chosen by name only)
     writers  jsonl (.jsonl)  csv (.csv)  fhir (one FHIR R4 Bundle a line)
 
-Bounds every text reader shares: a `.gz` name is read through gzip, a leading UTF-8 byte-order mark is dropped, and
+Bounds every text reader shares: a `.gz` name is read through gzip, a zip, bzip2, xz, zstd or Parquet file under a
+text name is refused by its first bytes, a leading UTF-8 byte-order mark is dropped, and
 a record (a JSONL line, a CSV or Parquet cell, a .txt note) of more than MAX_RECORD_BYTES is reported as a bad row,
 never loaded whole nor dropped in silence. `reader(name)` / `writer(name)` look a format up, with a one-line error
 naming the known ones; `reader_for(file name)` picks one by the name's ending. Adding a format: docs/predict.md.
@@ -74,7 +75,8 @@ class Reader:
 
 @dataclass(frozen=True)
 class Writer:
-    """An output format: `open(f, header=..., context=...)` gives the function that writes one record to text file f.
+    """An output format: `open(f, header=..., context=...)` gives the function that writes one record to text file f
+    (`write(rec, note=None)`; NOTE: the input record it came from, for what a format carries beyond the output record).
 
     `context` carries what a format needs beyond the record (FHIR: `systems` and `source`, see `clinicode.fhir`).
     What it can do is declared, and consumers ask it instead of its name (`clinicode.conformance.check_writer`).
@@ -88,7 +90,7 @@ class Writer:
     # resume: the ids of the records a partial file holds, as often as each was written (None: `predict --resume`
     # refuses the format); the file may hold a torn last record, whose id is not counted
     done_ids: Callable[[TextIO], Counter[str]] | None = None
-    subjects: bool = False  # carries each note's subject (context "subjects", one per record: serve passes them)
+    subjects: bool = False  # carries each note's subject (from `note`; serve passes them as context "subjects")
     app: bool = False       # offered by the app's downloads (needs a file ending)
     serve: bool = False     # offered by serve's ?format= (its answer to a batch: `document`)
     # a batch as one response body (serve) and its media type; None: the file `to_bytes` writes, as `media_type`
@@ -199,6 +201,8 @@ def open_binary(source: Path | str | Upload | BinaryIO, name: str | None = None,
     whatever its name (stdin, a pipe, a misnamed file); a text format's leading UTF-8 byte-order mark is dropped.
 
     Raises:
+        DataFormatError: a text format's stream (or a .gz name's raw bytes) starts like a zip, bzip2, xz, zstd or
+            Parquet file: one line saying what it is and how to fix it.
         DataFormatError: a text format's stream starts with a UTF-16 or UTF-32 byte-order mark (named by WHERE, else
             by the name), which no reader can decode line by line; one line saying how to re-encode it.
     """
@@ -208,12 +212,23 @@ def open_binary(source: Path | str | Upload | BinaryIO, name: str | None = None,
         name = name or str(source)
     gz = text and suffix(name or "").endswith(".gz")
     if isinstance(source, Upload):
-        f: BinaryIO = gzip.GzipFile(fileobj=io.BytesIO(source.data)) if gz else io.BytesIO(source.data)
+        f: BinaryIO = io.BytesIO(source.data)
     elif isinstance(source, (str, Path)):
-        f = gzip.open(source, "rb") if gz else open(source, "rb")  # gzip.open of a path closes the file with itself
+        f = open(source, "rb")
     else:
-        f = gzip.GzipFile(fileobj=source) if gz else source
-    if text and not gz and _head(f, 2) == GZIP_MAGIC:
+        f = source
+    if text:
+        other = _binary_kind(_head(f, 10))
+        if other is not None:
+            if isinstance(source, (str, Path)):
+                f.close()
+            what, fix = other
+            shown = Path(name).name if name else "FILE"
+            raise DataFormatError(f"{where or name or 'input'}: {what}, not {'gzip-compressed ' if gz else ''}text "
+                                  f"(its first bytes say so); {fix.replace('FILE', shown)}.")
+    if gz:  # a path we opened is closed with the gzip stream over it
+        f = _GzipOwning(f) if isinstance(source, (str, Path)) else gzip.GzipFile(fileobj=f)
+    elif text and _head(f, 2) == GZIP_MAGIC:
         f = _GzipOwning(f) if isinstance(source, (str, Path)) else gzip.GzipFile(fileobj=f)  # a pipe: not reopened
     if text:
         _skip_bom(f)
@@ -228,6 +243,31 @@ def open_binary(source: Path | str | Upload | BinaryIO, name: str | None = None,
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+# Files that are no text however they are named: (first bytes, what the file is, how to fix; FILE: its name).
+_BINARY_MAGIC = (
+    (b"PK\x03\x04", "a zip archive", "unzip it (`unzip FILE`) and pass the file inside"),
+    (b"PK\x05\x06", "an empty zip archive", "unzip it (`unzip FILE`) and pass the file inside"),
+    (b"\xfd7zXZ\x00", "xz-compressed data", "decompress it (`unxz -k FILE`), or compress it with gzip instead "
+                                         "(a .gz name is read as it is)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed data", "decompress it (`unzstd FILE`), or compress it with gzip instead"),
+    (b"PAR1", "a Parquet file", "name it .parquet (or pass --input-format parquet)"),
+)
+_BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")  # bzip2's header and first block's magic
+
+
+def _binary_kind(head: bytes) -> tuple[str, str] | None:
+    """(what the file is, how to fix) for the first bytes of a zip, bzip2, xz, zstd or Parquet file, else None."""
+    if _BZIP2.match(head):
+        return "bzip2-compressed data", ("decompress it (`bunzip2 -k FILE`), or compress it with gzip instead "
+                                         "(a .gz name is read as it is)")
+    for magic, what, fix in _BINARY_MAGIC:
+        # Parquet's "PAR1" is followed by binary page headers; a text file may start with the word "PAR1"
+        if head.startswith(magic) and (magic != b"PAR1" or (len(head) > 4 and head[4] < 0x20 and head[4] not in
+                                                             b"\t\n\r")):
+            return what, fix
+    return None
+
+
 # UTF-32 first: its little-endian mark starts with UTF-16's.
 _WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
               (codecs.BOM_UTF16_BE, "UTF-16"))
@@ -293,7 +333,13 @@ def _fields_phrase(fields: tuple[str, ...]) -> str:
 def jsonl_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, fields: tuple[str, ...] = ("id", "text"),
                **_: Any) -> Iterator[Row]:
     """One JSON object a line, decoded line by line: a line over LIMIT bytes, not UTF-8, not JSON or not an object
-    is a bad row (the rest of the file is still read); blank lines are skipped."""
+    is a bad row (the rest of the file is still read); blank lines are skipped.
+
+    Raises:
+        DataFormatError: the first non-blank line opens a JSON array (a pretty-printed `[...]` file), which is not
+            JSONL; one line saying how to convert it.
+    """
+    first = True
     for n, line in enumerate(read_lines_bounded(f, limit), start=1):
         if isinstance(line, LineTooLong):
             yield Row(n, None, too_big_problem(limit))
@@ -308,6 +354,10 @@ def jsonl_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, fields
             text = text[1:]
         if not text.strip():
             continue
+        if first and text.lstrip().startswith("["):
+            raise DataFormatError(f"{where}: a JSON array, not JSONL (one JSON object a line, each with "
+                                  f"{_fields_phrase(fields)}); convert it with `jq -c '.[]' {where} > notes.jsonl`.")
+        first = False
         try:
             obj = json.loads(text)
         except (ValueError, RecursionError) as err:  # a 4,301-digit number is a ValueError, 1,000 brackets recurse
@@ -344,16 +394,43 @@ def csv_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, strings:
              require: tuple[str, ...] = (), unique: tuple[str, ...] = (), **_: Any) -> Iterator[Row]:
     """CSV with a header row, BATCH_ROWS at a time; `id` (every column with STRINGS) is read as text. pandas'
     EmptyDataError and ParserError pass through for the caller to word."""
+    import warnings
+
     import pandas as pd
 
     def frames() -> Iterator[Any]:
-        for chunk in pd.read_csv(f, dtype=str if strings else {"id": str}, chunksize=BATCH_ROWS,
-                                 keep_default_na=False, na_values=[], encoding="utf-8"):
+        # index_col=False: pandas would otherwise make the leading columns an index when the first data row has more
+        # fields than the header (an unquoted comma in the text), so ids would be read as text; its warning that
+        # data would be lost is the refusal
+        chunks = pd.read_csv(f, dtype=str if strings else {"id": str}, chunksize=BATCH_ROWS, index_col=False,
+                             keep_default_na=False, na_values=[], encoding="utf-8")
+        while True:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", pd.errors.ParserWarning)
+                try:
+                    chunk = next(chunks, None)
+                except pd.errors.ParserWarning:
+                    raise DataFormatError(f"{where}: row 1 has more fields than the header (an unquoted comma in the "
+                                          "text?); quote each text cell holding a comma (1,\"text, with a comma\"), "
+                                          "as DataFrame.to_csv and csv.writer do.") from None
+            if chunk is None:
+                return
             check_columns(chunk, where, require)
             _check_duplicates(chunk.columns, where, ("id", "text", *require, *unique))  # UNIQUE: the caller's too
             yield chunk
 
-    yield from _table_rows(frames(), limit=limit)
+    for row in _table_rows(frames(), limit=limit):
+        if row.fields is not None and len(row.fields) > 1 and all(v == k for k, v in row.fields.items()):
+            row = Row(row.n, None, "a repeated header row (files joined with `cat`?); keep only the first file's "
+                                   "header, e.g. `tail -n +2 b.csv >> a.csv`")
+        yield row
+
+
+def csv_error_row(err: BaseException) -> int | None:
+    """The data row (1-based, the header not counted) a pandas ParserError names, or None: pandas counts records
+    from the header ('Expected 2 fields in line 1502'), so a quoted cell spanning lines does not shift it."""
+    m = re.search(r"\bline (\d+)", str(err))
+    return int(m.group(1)) - 1 if m else None
 
 
 def _check_duplicates(columns: Any, where: str, keys: tuple[str, ...]) -> None:
@@ -386,7 +463,7 @@ def parquet_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, colu
         while True:
             try:
                 batch = next(batches, None)
-                df = None if batch is None else batch.to_pandas()
+                df = None if batch is None else batch.to_pandas(integer_object_nulls=True)  # ids 1, 3, not 1.0
             except (pa.ArrowException, OSError) as err:
                 raise DataFormatError(f"{where}: damaged parquet file after row {done:,} ({type(err).__name__}); "
                                       "write it again or use .jsonl/.csv.") from None
@@ -427,7 +504,8 @@ def fhir_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, **_: An
         except DataFormatError as err:
             yield Row(row.n, None, str(err).rstrip("."))
             continue
-        yield Row(row.n, {"id": row.fields.get("id"), "text": note["text"], "subject": note["subject"]})
+        yield Row(row.n, {"id": row.fields.get("id"), "text": note["text"], "subject": note["subject"],
+                          "document": note["document"]})
 
 
 _EXAMPLE = [{"id": "n1", "text": "fever and chills", "labels": ["A01"]},
@@ -490,23 +568,31 @@ def csv_row(rec: Mapping[str, Any]) -> list[Any]:
 
 
 def _jsonl_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] | None = None):
-    return lambda rec: f.write(record_line(rec))
+    return lambda rec, note=None: f.write(record_line(rec))
 
 
 def _csv_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] | None = None):
     w = csv.writer(f)
     if header:
         w.writerow(CSV_HEADER)
-    return lambda rec: w.writerow(csv_row(rec))
+    return lambda rec, note=None: w.writerow(csv_row(rec))
 
 
 def _fhir_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] | None = None):
     """One Bundle a record and line; CONTEXT: `systems` and `source` (`clinicode.fhir.code_systems`,
-    `predictor_source`), so each Bundle names the checkpoint that suggested its codes."""
+    `predictor_source`), so each Bundle names the checkpoint that suggested its codes. NOTE, the input record
+    (`clinicode.records.Record`) when given: a DocumentReference's `subject` and its `document` link go into the
+    Bundle as `$analyze` puts them (`clinicode.fhir.note_from_document_reference`, then `bundle`)."""
     from clinicode.fhir import bundle
 
     ctx = dict(context or {})
-    return lambda rec: f.write(record_line(bundle([rec], systems=ctx.get("systems"), source=ctx.get("source"))))
+
+    def write(rec: Mapping[str, Any], note: Any = None) -> None:
+        subject, document = getattr(note, "subject", None), getattr(note, "document", None)
+        f.write(record_line(bundle([rec], systems=ctx.get("systems"), source=ctx.get("source"),
+                                   subjects=[subject], documents=[document])))
+
+    return write
 
 
 def _jsonl_done(f: TextIO) -> Counter[str]:

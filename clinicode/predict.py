@@ -9,6 +9,7 @@ else it shows (attention and phrase spans, note and code vectors). For LEAM that
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -20,7 +21,7 @@ from clinicode.checkpoint import Checkpoint, load_checkpoint
 from clinicode.codes.systems import CodeSystem
 from clinicode.codes.titles import TitleIndex, TitleMatch
 from clinicode.config import PREDICT, check_threshold
-from clinicode.errors import ConfigError
+from clinicode.errors import ConfigError, DataFormatError
 from clinicode.memory import MemoryPlan
 from clinicode.metrics import EVIDENCE_K, evidence_figures, predicted_codes, predicted_indices
 from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
@@ -70,6 +71,13 @@ def _word_spans(offs: Sequence[tuple[int, int]], g: np.ndarray, n: int) -> list[
 
 # evidence_quality of a checkpoint that shows no per-code spans
 NO_PHRASES = "a {kind} checkpoint shows no per-code spans; only the floors are measured"
+
+
+def _no_words(text: str) -> str:
+    """Why a note gave no tokens, from what it holds (never its text)."""
+    if not any(c.isalpha() for c in text):
+        return "no words after tokenisation (no letters: only numbers, punctuation, symbols or emoji)"
+    return "no words after tokenisation (none of its letters form a word the model reads)"
 
 @dataclass(frozen=True)
 class Span:
@@ -195,10 +203,29 @@ class Predictor:
         self.device = torch.device(device)
         self.batch_size = batch_size
         # codes the checkpoint was not trained on, suggested from their titles (`title_suggestions`), when given
-        self.title_index = TitleIndex(titles, exclude=self.labels.codes) if titles else None
+        self.title_index = TitleIndex(self._canonical_titles(titles), exclude=self.labels.codes) if titles else None
         self.scorer = self.model_kind.scorer(checkpoint, device=self.device, batch_size=batch_size,
                                              memory_mb=memory_mb)
         self.plan: MemoryPlan | None = getattr(self.scorer, "plan", None)  # a model with a memory plan (LEAM)
+
+    def _canonical_titles(self, titles: Mapping[str, str]) -> dict[str, str]:
+        """TITLES keyed by the checkpoint's spelling of each code (`CodeSystem.canonical`: MIMIC's undotted 'I5020'
+        is the checkpoint's 'I50.20'), so a code the checkpoint has is never suggested as one it lacks.
+
+        Raises:
+            DataFormatError: two spellings of one code ('4280' and '428.0') with different titles.
+        """
+        known = set(self.labels.codes)
+        out: dict[str, str] = {}
+        given: dict[str, str] = {}
+        for code, title in titles.items():
+            key = self.code_system.canonical(code, known)
+            if key in out and out[key] != title:
+                raise DataFormatError(f"--titles: {given[key][:40]!r} and {code[:40]!r} are both code {key[:40]!r} "
+                                      "with different titles; keep one code<TAB>title line per code.")
+            out.setdefault(key, title)
+            given.setdefault(key, code)
+        return out
 
     @classmethod
     def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = PREDICT.batch_size,
@@ -336,8 +363,7 @@ class Predictor:
             if encs is not None:
                 rec.truncated, rec.n_tokens = encs[j].truncated, len(encs[j].ids)
                 if len(encs[j].ids) == 0:
-                    rec.error = (f"note {ids[i]!r}: no words after tokenisation (numbers and punctuation only); "
-                                 "nothing to code")
+                    rec.error = f"note {ids[i]!r}: {_no_words(prepared.texts[j])}; nothing to code"
                     rec.predicted, rec.scores = [], {}
             if self.title_index is not None and rec.error is None:
                 rec.title_suggestions = self.title_index.match(prepared.texts[j], limit=TITLE_SUGGESTIONS)
@@ -396,8 +422,21 @@ class Predictor:
             raise ConfigError(f"evidence needs k >= 1 spans per code (the explain count), got {k}.")
         if not any(len(m) for m in mentions):
             return None
+        known = set(self.labels.codes)
+        spell = {}  # each mention's code in the checkpoint's spelling (`CodeSystem.canonical`: '4280' is 428.0)
+        outside: Counter[str] = Counter()
+        for note in mentions:
+            for m in note:
+                code = str(m["code"])
+                if code not in spell:
+                    spell[code] = self.code_system.canonical(code, known)
+                if spell[code] not in known:
+                    outside[code] += 1
+        mentions = [[{**m, "code": spell[str(m["code"])]} for m in note] for note in mentions]
         correct = self.correct_code_spans(texts, gold, explain=k, threshold=threshold)
         out = evidence_figures(texts, mentions, correct, dict(zip(self.labels.codes, self.labels.descriptions)), k=k)
+        out["n_mentions_outside"] = sum(outside.values())  # mentions of codes that are no label of the checkpoint
+        out["outside_codes"] = [c for c, _ in outside.most_common(5)]
         if not self.model_kind.can_explain:
             out["model_note"] = NO_PHRASES.format(kind=self.kind)
         return out

@@ -16,6 +16,7 @@ Bad records get an `error` field and are counted; they never stop the run unless
 
 from __future__ import annotations
 
+import errno
 import functools
 import itertools
 import os
@@ -148,13 +149,47 @@ class _Writer:
     def close(self) -> None:
         """Release the lock without finishing (an error stopped the run; OUT.partial stays for --resume)."""
         if not self.stdout and not self.f.closed:
-            self.f.close()
+            try:
+                self.f.close()
+            except OSError:  # its last flush failed (a full disk): the error being raised already says so
+                pass
 
     def finish(self) -> None:
         self.flush()
         if not self.stdout:
             self.claim.publish(self.run_id)  # the marker, then the rename to OUT
             self.f.close()  # releases the lock, after the rename
+
+
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file-size limit
+
+
+def _write_failed(err: OSError, path: Path, *, started: bool) -> Exception:
+    """The one line for an output that could not be written (a full disk above all): names the file and what to do
+    next. STARTED: records were being written to PATH (OUT.partial), which is kept for --resume."""
+    if err.errno not in _NO_ROOM:
+        return err
+    what = err.strerror or "no space left"
+    if started:
+        return ConfigError(f"{what} while writing {path}; free space (or choose another --output), then run the "
+                           f"same command with --resume to continue from the records in {path.name}, or without "
+                           "--resume to start over (it is replaced).")
+    return ConfigError(f"{what} while writing {path} (nothing was written); free space or choose another --output, "
+                       "then run the command again.")
+
+
+# Endings that promise a compressed or binary file, which predict does not write: refused, never plain JSONL under them.
+_NOT_WRITTEN = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd", ".zip": "zip", ".parquet": "Parquet"}
+
+
+def check_output_suffix(output: str | Path) -> None:
+    """Refuse an --output whose ending names a compressed or binary format (.jsonl.gz, .parquet, ...): predict writes
+    plain text (JSONL, CSV or FHIR NDJSON) and would otherwise write it under a name that says otherwise."""
+    end = Path(str(output).lower()).suffix
+    if end in _NOT_WRITTEN:
+        raise ConfigError(f"--output {output}: predict writes plain text (JSONL, CSV or FHIR NDJSON), not "
+                          f"{_NOT_WRITTEN[end]}; name the output .jsonl or .csv and convert the finished file "
+                          "(e.g. `gzip OUT.jsonl`; Parquet: pandas.read_json(OUT, lines=True).to_parquet(...)).")
 
 
 def _done_ids(p: Path, fmt: str) -> Counter[str]:
@@ -213,10 +248,15 @@ def predict_file(
         raise ConfigError(f"--format {fmt} cannot resume: drop --resume (its output is written whole; rerun to "
                           "replace it).")
     to_file = str(output) != "-"
+    if resume and not to_file:
+        raise ConfigError("--resume continues the OUT.partial of an --output file; output to stdout (--output -) "
+                          "cannot be continued: give --output FILE, or drop --resume to score everything again.")
     if to_file:
-        check_output(Path(output), option="--output", command="predict", folder=False,
-                     recognise=functools.partial(is_marked_file, kind=OUTPUT_KIND),
-                     inputs={"--input": input, "--checkpoint": predictor.checkpoint.path})
+        check_output_suffix(output)
+        # a link: its target is written (the link stays)
+        output = check_output(Path(output), option="--output", command="predict", folder=False,
+                              recognise=functools.partial(is_marked_file, kind=OUTPUT_KIND),
+                              inputs={"--input": input, "--checkpoint": predictor.checkpoint.path})
     records = read_records(input, input_format)
     first = next(records, None)  # file-level input errors surface here, before OUT.partial is created
     if first is None:
@@ -244,6 +284,9 @@ def predict_file(
                 done = _done_ids(partial, fmt)
             if not done:
                 write_json_atomic(sidecar, settings)  # before the first record, so every OUT.partial has its settings
+        except OSError as err:
+            claim.abandon()
+            raise _write_failed(err, sidecar, started=False) from None
         except BaseException:
             claim.abandon()
             raise
@@ -252,6 +295,10 @@ def predict_file(
         counts = _score(predictor, writer, first, records, done, shard=shard, top_k=top_k, threshold=threshold,
                         explain=explain, strict=strict, progress=progress, on_bad=on_bad)
         writer.finish()
+    except OSError as err:
+        if claim is None or err.errno not in _NO_ROOM:
+            raise
+        raise _write_failed(err, claim.partial, started=True) from None
     finally:
         writer.close()
     if claim is not None:
@@ -272,7 +319,7 @@ def _score(predictor: Predictor, writer: _Writer, first: Record, records: Any, d
     bar = tqdm(desc="notes", unit="note", disable=not progress, file=sys.stderr)
 
     def write(chunk: list[Record], preds: list[Prediction]) -> None:
-        for p in preds:
+        for note, p in zip(chunk, preds):
             rec = p.to_dict()
             if "error" in rec:
                 counts["errors"] += 1
@@ -284,7 +331,7 @@ def _score(predictor: Predictor, writer: _Writer, first: Record, records: Any, d
                                           "drop --strict to skip it)")
             else:
                 counts["scored"] += 1
-            writer.write(rec)
+            writer.write(rec, note=note)
         writer.flush()
         bar.update(len(chunk))
 

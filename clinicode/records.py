@@ -32,6 +32,8 @@ class Record:
     id: str
     text: Any
     error: str | None = None
+    subject: Any = None          # FHIR input: the DocumentReference's subject (a Reference), for FHIR output
+    document: str | None = None  # FHIR input: 'DocumentReference/<id>', cited by FHIR output's Conditions
 
 
 def text_error(rid: str, text: Any) -> str | None:
@@ -66,7 +68,7 @@ def _record(rid: str, text: Any) -> Record:
     return Record(rid, None if err else text, err)
 
 
-def _row_records(rows: Iterator[Row], source: str) -> Iterator[Record]:
+def _row_records(rows: Iterator[Row], source: str, *, fhir: bool = False) -> Iterator[Record]:
     """Records of a JSONL-like reader's rows: a bad row keeps its place as `line-N` with its problem."""
     for row in rows:
         n = row.n
@@ -74,6 +76,11 @@ def _row_records(rows: Iterator[Row], source: str) -> Iterator[Record]:
             yield Record(f"line-{n}", None, f"line {n} of {source}: {row.problem}")
             continue
         obj = row.fields
+        bad_id = id_problem(obj.get("id"))
+        if bad_id is not None:
+            yield Record(f"line-{n}", None, f"line {n} of {source}: the 'id' is {bad_id}; an id is a string or an "
+                                            "integer (\"n1\" or 17)")
+            continue
         rid = f"line-{n}" if obj.get("id") is None else str(obj["id"])
         if not is_unicode(rid):  # the id goes into messages and outputs: it must be text, so it is not quoted here
             yield Record(f"line-{n}", None, f"line {n} of {source}: the 'id' holds a lone UTF-16 surrogate "
@@ -82,13 +89,28 @@ def _row_records(rows: Iterator[Row], source: str) -> Iterator[Record]:
         if "text" not in obj:
             yield Record(rid, None, f"record {rid!r} (line {n}): no 'text' field")
             continue
-        yield _record(rid, obj["text"])
+        rec = _record(rid, obj["text"])
+        if fhir:  # checked by the fhir reader (`clinicode.fhir.note_from_document_reference`); JSONL's are not
+            rec.subject, rec.document = obj.get("subject"), obj.get("document")
+        yield rec
+
+
+def id_problem(rid: Any) -> str | None:
+    """What a JSON id is when it is no string or integer ('true', 'an object', ...), or None (None: no id)."""
+    if rid is None or isinstance(rid, str) or (isinstance(rid, int) and not isinstance(rid, bool)):
+        return None
+    if isinstance(rid, bool):
+        return f"{str(rid).lower()} (a boolean)"
+    if isinstance(rid, float):
+        return "a number that is not an integer (a fraction, an exponent or out of range)"
+    return {dict: "an object", list: "a list"}.get(type(rid), type(rid).__name__)
 
 
 def _jsonl_records(f: BinaryIO, source: str, reader: str = "jsonl") -> Iterator[Record]:
     """Records of a binary JSONL stream, decoded line by line: a line that is not UTF-8 or longer than MAX_LINE_BYTES
     is a bad record with its line number (the rest of the file is still read), never a whole-file failure."""
-    yield from _row_records(formats.READERS[reader].rows(f, source, limit=MAX_LINE_BYTES), source)
+    yield from _row_records(formats.READERS[reader].rows(f, source, limit=MAX_LINE_BYTES), source,
+                            fhir=reader == "fhir")
 
 
 def _first_bad_line(raw: Callable[[], BinaryIO]) -> int | None:
@@ -145,9 +167,18 @@ def _csv_records(src: Any, where: str) -> Iterator[Record]:
         raise DataFormatError(f"{where}: empty file; expected a CSV header with columns "
                               "id,text and one row per note.") from None
     except pd.errors.ParserError as err:
-        raise DataFormatError(f"{where}: not a readable CSV after row {offset[0]:,} "
-                              f"({type(err).__name__}); expected columns "
+        row = formats.csv_error_row(err)
+        at = f"at row {row:,} ({_csv_problem(err)})" if row is not None else f"after row {offset[0]:,}"
+        raise DataFormatError(f"{where}: not a readable CSV {at}; expected columns "
                               "id,text with the note text quoted.") from None
+
+
+def _csv_problem(err: BaseException) -> str:
+    """pandas' reason for a CSV parse error without its location ('expected 2 fields, saw 3'), never a cell."""
+    import re
+
+    m = re.search(r"Expected (\d+) fields in line \d+, saw (\d+)", str(err))
+    return f"expected {m.group(1)} fields, saw {m.group(2)}" if m else type(err).__name__
 
 
 def _parquet_records(src: Any, where: str) -> Iterator[Record]:

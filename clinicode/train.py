@@ -172,7 +172,8 @@ class _Trainer:
                     group["lr"] *= cfg.lr_decay
             row = {"epoch": epoch, "train_loss": round(loss, 6), "lr": lr_now, "dev_threshold": t,
                    "seconds": round(time.perf_counter() - t0, 2),
-                   "best": improved, **{f"dev_{k}": v for k, v in _metric_view(m).items()},
+                   "best": improved, **({} if usable else {"codes_everything": True}),
+                   **{f"dev_{k}": v for k, v in _metric_view(m).items()},
                    **{k: round(v, 4) for k, v in setup.kind.epoch_stats(setup.model).items()}}
             setup.state["history"].append(row)
             if setup.rank == 0:
@@ -249,6 +250,11 @@ def train(
     setup.release_training()
     ck_dir = run / CHECKPOINT_DIR
     if not all((ck_dir / name).is_file() for name in setup.kind.files):
+        history = setup.state["history"]
+        if history and all(r.get("codes_everything") for r in history):
+            raise DataFormatError(f"{run}: all {len(history):,} epochs finished, but after each one the model marked "
+                                  "every code on every dev note at its tuned threshold, and such a model is never "
+                                  "saved; train longer (--epochs), lower --lr, or check that the dev labels vary.")
         raise DataFormatError(f"{run}: training ended without a checkpoint (no epoch finished); check the data and "
                               "options.")
     setup.kind.load_weights(ck_dir, setup.model)  # the best-on-dev state, not the last one

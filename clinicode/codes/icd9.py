@@ -72,9 +72,21 @@ def format_code(code: str, *, is_diagnosis: bool) -> str:
 MAX_DESCRIPTION_LINE = 64 << 10  # bytes per line of a descriptions file (real ones are under 300)
 
 
-def load_descriptions_tsv(path: Path) -> dict[str, str]:
-    """Read CAML's ICD9_descriptions.tsv (code<TAB>description, no header) into a dict."""
+# First lines that name the columns instead of holding a code (MIMIC's d_icd_* tables, pandas' to_csv(sep="\t")).
+_HEADER_CODES = frozenset({"code", "codes", "icd_code", "icd9_code", "icd10_code", "icd", "id"})
+_HEADER_TITLES = frozenset({"title", "titles", "description", "descriptions", "long_title", "short_title", "desc",
+                            "name", ""})
+
+
+def load_descriptions_tsv(path: Path, *, unique: bool = False) -> dict[str, str]:
+    """Read CAML's ICD9_descriptions.tsv (code<TAB>description) into a dict.
+
+    A UTF-8 byte-order mark is dropped, and a first line naming the columns ('code<TAB>title', 'icd_code<TAB>
+    long_title', ...) is a header, not a code. UNIQUE (`predict --titles`): a code given twice is refused (one line
+    naming it and both lines), never one of its titles dropped in silence; otherwise the last line wins.
+    """
     out: dict[str, str] = {}
+    first_line: dict[str, int] = {}
     try:
         with open(path, "rb") as f:
             for n, raw in enumerate(read_lines_bounded(f, MAX_DESCRIPTION_LINE), start=1):
@@ -86,9 +98,19 @@ def load_descriptions_tsv(path: Path) -> dict[str, str]:
                 except UnicodeDecodeError:
                     raise DataFormatError(f"{path}: line {n} is not UTF-8 text; save the "
                                           "descriptions file as UTF-8.") from None
+                if n == 1:
+                    line = line.removeprefix("\ufeff")
                 code, _, desc = line.rstrip("\r\n").partition("\t")
-                if code:
-                    out[code.strip()] = desc.strip()
+                if n == 1 and code.strip().lower() in _HEADER_CODES and desc.strip().lower() in _HEADER_TITLES:
+                    continue
+                code = code.strip()
+                if not code:
+                    continue
+                if unique and code in first_line:
+                    raise DataFormatError(f"{path}: code {code[:40]!r} is given twice (lines {first_line[code]:,} and "
+                                          f"{n:,}); keep one code<TAB>title line per code.")
+                first_line.setdefault(code, n)
+                out[code] = desc.strip()
     except OSError as err:
         raise DataFormatError(f"{path}: cannot read code descriptions "
                               f"({err.strerror or type(err).__name__}).") from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Container, Iterable, Mapping
 
 from clinicode.codes import chapters
 from clinicode.codes.icd9 import format_diagnosis, format_procedure, is_icd9_diagnosis, is_icd9_procedure
@@ -53,6 +53,9 @@ class CodeSystem:
     _kind: Callable[[str], str] = field(default=lambda c: DIAGNOSIS, repr=False)
     _group: Callable[[str], str] = field(default=lambda c: chapters.OTHER, repr=False)
     _titles: Callable[[list[str]], dict[str, str]] = field(default=lambda codes: {}, repr=False)
+    # (system, stripped code, kind or None) -> the code's spelling in this single system, or None
+    _spell: Callable[["CodeSystem", str, "str | None"], "str | None"] = field(
+        default=lambda s, c, kind: s._normalise(c) if s._valid(c) and kind in (None, s._kind(c)) else None, repr=False)
 
     @property
     def is_family(self) -> bool:
@@ -76,18 +79,67 @@ class CodeSystem:
         """True when CODE (dotted or not, any case) is a code of this system."""
         return self.member(code) is not None
 
+    def canonical(self, code: str, kind: str | None = None) -> str | None:
+        """CODE in this system's one spelling, or None when it is no code of it: THE rule for matching a code however
+        it was written (a coder's `review decide --add`, a `--titles` file, MIMIC's undotted tables) against the
+        checkpoint's codes. Upper case, dotted as the classification dots; the spelling decides what the code is:
+
+        - ICD-10-CM/PCS: 'S72001A' and 's72.001a' are 'S72.001A' (a PCS code never starts with S). An undotted
+          7-character code that both shapes allow (first character a PCS section letter B C D F G H X, then a digit:
+          'H401131', 'X000XXA', 'B2111ZZ') is the ICD-10-CM code when the CMS tables know it, else the PCS code.
+          'ZZZZZZZ' is neither.
+        - ICD-9-CM: dotted after 2 characters is a procedure ('00.40'); undotted digits are a diagnosis ('0040' is
+          '004.0', as MIMIC's diagnosis tables spell them). Pass kind=PROCEDURE for codes from a procedures table
+          ('0040' -> '00.40').
+        - MeSH/OMIM: 'd009369' -> 'D009369', 'omim:312080' -> 'OMIM:312080', 'MESH:C535662' kept with its prefix.
+        - local (a checkpoint's own labels): any non-blank string, stripped.
+
+        Args:
+            code: as written (surrounding blanks are ignored).
+            kind: DIAGNOSIS or PROCEDURE when the source says which (a d_icd_procedures table); None: the rule above.
+        """
+        if not isinstance(code, str) or not code.strip():
+            return None
+        c = code.strip()
+        found = [(part, spelled) for part in self.leaves
+                 if (spelled := part._spell(part, c, kind)) is not None]
+        if not found:
+            return None
+        if len(found) > 1 and {ICD10_PCS, ICD10_CM} <= {part for part, _ in found}:  # 'H401131': CM or PCS?
+            cm = next(spelled for part, spelled in found if part is ICD10_CM)
+            return cm if _cms_knows(cm) else next(spelled for part, spelled in found if part is ICD10_PCS)
+        return found[0][1]
+
     def normalise(self, code: str) -> str:
-        """CODE in clinicode's spelling: upper case, dotted as its classification dots ('y92230' -> 'Y92.230').
+        """`canonical(code)`, raising when CODE is no code of this system.
 
         Raises:
             DataFormatError: CODE is no code of this system (the message names the system and gives an example).
         """
-        part = self.member(code)
-        if part is None:
+        spelled = self.canonical(code)
+        if spelled is None:
             shown = code.strip()[:40] if isinstance(code, str) else type(code).__name__
             raise DataFormatError(f"{shown!r} is not a {self.name} code; expected a code such as {self.example!r} "
                                   "(dotted or not, any case).")
-        return part._normalise(code.strip())
+        return spelled
+
+    def canonical(self, code: str, known: Container[str] = ()) -> str:
+        """CODE as this system spells it, the one spelling rule for codes a user gives (a titles file, gold mentions):
+        stripped, upper case and dotted ('s72001a' -> 'S72.001A', '4280' -> '428.0'). KNOWN (a label set): a
+        spelling in it wins, so an undotted ICD-9 digit string that is a procedure of the set ('3893' -> '38.93')
+        is read as that procedure; otherwise digits are a diagnosis, as `normalise` reads them. A string that is no
+        code of this system comes back stripped, as given (never raises).
+        """
+        if not isinstance(code, str):
+            return code
+        c = code.strip()
+        if c in known:
+            return c
+        readings = [part._normalise(c) for part in self.leaves  # 'S72001A' has PCS's shape but no PCS section
+                    if part._valid(c) and not (part is ICD10_PCS and c[:1].upper() not in PCS_SECTIONS)]
+        if ICD9_CM in self.leaves and "." not in c and c.isdigit() and len(c) >= 3 and is_icd9_procedure(c):
+            readings.append(format_procedure(c))  # undotted digits: a diagnosis or a procedure; KNOWN decides
+        return next((r for r in readings if r in known), readings[0] if readings else c)
 
     def kind(self, code: str) -> str:
         """DIAGNOSIS or PROCEDURE; a code of no member (and every code of LOCAL, MeSH or OMIM) is a diagnosis."""
@@ -146,6 +198,26 @@ def _icd9_normalise(c: str) -> str:
     return format_procedure(c) if _icd9_is_procedure(c) or not is_icd9_diagnosis(c) else format_diagnosis(c)
 
 
+def _icd9_spell(system: CodeSystem, c: str, kind: str | None) -> str | None:
+    if kind is None:
+        return _icd9_normalise(c) if _icd9_valid(c) else None
+    if kind == PROCEDURE:  # dotted after 2 characters, or 3-4 undotted digits from a procedures table
+        ok = _icd9_is_procedure(c) or ("." not in c and len(c) >= 3 and is_icd9_procedure(c))
+        return format_procedure(c) if ok else None
+    return format_diagnosis(c) if kind == DIAGNOSIS and is_icd9_diagnosis(c) else None
+
+
+def _pcs_valid(c: str) -> bool:
+    # 7 characters of PCS's alphabet, never dotted, led by one of its sections ('S72001A' is ICD-10-CM's S72.001A)
+    return "." not in c and is_icd10_pcs(c) and c[:1].upper() in PCS_SECTIONS
+
+
+def _cms_knows(dotted: str) -> bool:
+    """True when the CMS ICD-10-CM tables list DOTTED (loads them once, ~3 s: asked only for an undotted 7-character
+    code that both ICD-10 shapes allow)."""
+    return bool(icd10_cm_titles([dotted]))
+
+
 # Descriptors D000544 / D000069279, supplementary concepts C537666; the NCBI disease corpus once writes 'MESH:C535662'
 # (kept as written: it is that set's label).
 _MESH = re.compile(r"(?:MESH:)?[DC][0-9]{6}(?:[0-9]{3})?")
@@ -158,14 +230,14 @@ def _mesh_group(c: str) -> str:
 
 ICD9_CM = CodeSystem(
     "ICD-9-CM", "http://hl7.org/fhir/sid/icd-9-cm", example="401.9",  # HL7's URI covers all three volumes
-    _valid=_icd9_valid, _normalise=_icd9_normalise,
+    _valid=_icd9_valid, _normalise=_icd9_normalise, _spell=_icd9_spell,
     _kind=lambda c: PROCEDURE if _icd9_is_procedure(c) else DIAGNOSIS, _group=chapters.icd9_chapter)
 ICD10_CM = CodeSystem(
     "ICD-10-CM", "http://hl7.org/fhir/sid/icd-10-cm", example="J18.9",
     _valid=is_icd10_cm, _normalise=format_icd10_cm, _group=chapters.icd10_cm_chapter, _titles=icd10_cm_titles)
 ICD10_PCS = CodeSystem(
     "ICD-10-PCS", "http://www.cms.gov/Medicare/Coding/ICD10", example="02HV33Z",
-    _valid=lambda c: "." not in c and is_icd10_pcs(c), _normalise=str.upper,
+    _valid=_pcs_valid, _normalise=str.upper,
     _kind=lambda c: PROCEDURE, _group=chapters.icd10_pcs_section)
 MESH = CodeSystem(
     "MeSH", "https://www.nlm.nih.gov/mesh", example="D009369",

@@ -158,8 +158,10 @@ def _read_csv(path: Path) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise DataFormatError(f"{path} is empty; expected a header with columns id, text, labels.") from None
     except (pd.errors.ParserError, ValueError) as err:
-        raise DataFormatError(f"{path} cannot be parsed as CSV ({type(err).__name__}); expected "
-                              "columns id, text, labels.") from err
+        row = formats.csv_error_row(err) if isinstance(err, pd.errors.ParserError) else None
+        at = f" at row {row:,}" if row is not None else ""
+        raise DataFormatError(f"{path} cannot be parsed as CSV{at} ({type(err).__name__}); expected "
+                              "columns id, text, labels with the text quoted.") from err
     if LABELS in df.columns:
         comma = next((i for i, s in enumerate(df[LABELS]) if "," in s), None)
         if comma is not None:
@@ -260,8 +262,12 @@ def _as_evidence(value: Any, text: str, path: Path, doc_id: str) -> list[dict[st
     if isinstance(value, str):  # CSV: the list as a JSON string
         try:
             value = json.loads(value) if value.strip() else []
-        except json.JSONDecodeError:
-            value = None
+        except (json.JSONDecodeError, RecursionError):
+            why = (" but a Python repr (single quotes, as DataFrame.to_csv writes a list of dicts); write the "
+                   "column with json.dumps" if value.lstrip().startswith(("[{'", "[('", "{'")) else "")
+            raise DataFormatError(f"{path}: document {doc_id!r} has an evidence cell that is not JSON{why}; give "
+                                  "each cell as a JSON list of {\"code\": ..., \"start\": ..., \"end\": ...}, "
+                                  "or leave it empty for none.") from None
     if value is None or (isinstance(value, float) and value != value):
         return []
     if isinstance(value, np.ndarray):

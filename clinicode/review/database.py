@@ -12,6 +12,7 @@ import random
 import sqlite3
 import stat
 import time
+import unicodedata
 import urllib.parse
 from datetime import datetime, timezone
 from pathlib import Path
@@ -170,7 +171,10 @@ def _check_private(path: Path, st: os.stat_result) -> None:
 
 def _check_companions(path: Path) -> None:
     """A -wal, -shm or -journal file that clinicode did not make for this user (another owner, others may read it, a
-    link or a FIFO) is refused before SQLite opens the database: SQLite would write note text into it."""
+    link or a FIFO) is refused before SQLite opens the database: SQLite would write note text into it. The advice
+    never removes one: a -wal may hold committed decisions that are in no other file (after a crash, or while the app
+    has the database open), so a shared one is made owner-only again with chmod, as the database itself is."""
+    loose, other = [], []
     for suffix in COMPANIONS:
         comp = Path(f"{path}{suffix}")
         try:
@@ -178,16 +182,22 @@ def _check_companions(path: Path) -> None:
         except FileNotFoundError:
             continue
         if not stat.S_ISREG(st.st_mode):
-            why = f"a {path_kind(st.st_mode, devices=True)}"
+            other.append(f"{comp} is a {path_kind(st.st_mode, devices=True)}")
         elif st.st_uid != os.geteuid():
-            why = f"owned by another user (uid {st.st_uid})"
+            other.append(f"{comp} is owned by another user (uid {st.st_uid})")
         elif st.st_mode & 0o077:
-            why = f"readable or writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
-        else:
-            continue
-        raise ReviewError(f"{comp} is not the review database's own {suffix[1:]} file: it is {why}, and SQLite "
-                          "would write note text into it. If it is a leftover of yours and no one uses the database, "
-                          "remove it; otherwise pass another --db path (nothing was opened).")
+            loose.append((comp, stat.S_IMODE(st.st_mode)))
+    if other:
+        raise ReviewError(f"{'; '.join(other)}: not the review database's own file, and SQLite would write note text "
+                          "into it (it may also hold decisions not yet in the database, so keep it); pass another "
+                          "--db path, or ask whoever made it (nothing was opened).")
+    if loose:
+        names = " ".join(str(c) for c, _ in loose)
+        modes = ", ".join(f"{c.name} mode {m:04o}" for c, m in loose)
+        raise ReviewError(f"the review database's own files can be read or written by others ({modes}); they hold "
+                          f"note text and may hold decisions not yet in {path.name}: if they are yours, "
+                          f"`chmod 600 {names}` (keep them: removing one loses those decisions), or pass another "
+                          "--db path (nothing was opened).")
 
 
 def _on_read_only_medium(path: Path) -> bool:
@@ -485,8 +495,17 @@ def _state(log: Iterable[dict[str, Any]]) -> dict[str, str]:
 
 
 def _reviewer(name: Any) -> str:
+    """The reviewer's name as stored with every decision: 1-100 printable characters. A name holding a control or
+    format character (an escape sequence, a newline, a tab, a right-to-left override) is refused, never stored: it
+    would rewrite the terminal or split the line of everyone who reads the log or `review stats`."""
     if not isinstance(name, str) or not name.strip() or len(name) > 100:
         raise ReviewError("--reviewer must be a name (1-100 characters), so every decision says who made it.")
+    bad = next((ch for ch in name.strip() if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")),
+               None)
+    if bad is not None:
+        raise ReviewError(f"--reviewer {ascii(name.strip()[:40])} holds the control character U+{ord(bad):04X}; a "
+                          "reviewer name is printable text on one line (letters, digits, spaces, punctuation): pass "
+                          "it without escape codes, tabs or line breaks (nothing was saved).")
     return name.strip()
 
 
@@ -580,6 +599,32 @@ def open_db(db: str | Path | None = None, *, create: bool = True, readonly: bool
                               "pass a --db path on a writable disk.") from None
         created = _create_owner_only(path)
         st = path.stat()
+    if not created:
+        return _open_existing(path, st, readonly=readonly, target=_target)
+    companions = {s for s in COMPANIONS if os.path.lexists(f"{path}{s}")}  # planted before us: never ours to remove
+    try:
+        return _open_existing(path, st, readonly=readonly, target=_target, created=True)
+    except BaseException:
+        _remove_created(path, st, companions)  # a refused or failed first open leaves nothing it created
+        raise
+
+
+def _remove_created(path: Path, st: os.stat_result, kept: set[str]) -> None:
+    """Remove the database file this process created a moment ago (only if it is still that file), and the SQLite
+    companions that appeared with it; companions that were there before stay."""
+    try:
+        now = path.lstat()
+    except OSError:
+        return
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        return  # replaced meanwhile: not ours any more
+    for suffix in COMPANIONS:
+        if suffix not in kept:
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
+
+
+def _open_existing(path: Path, st: os.stat_result, *, readonly: bool, target: int, created: bool = False) -> ReviewDB:
     _check_db_file(path, st)
     _check_header(path, st)
     _check_private(path, st)
@@ -612,7 +657,7 @@ def open_db(db: str | Path | None = None, *, create: bool = True, readonly: bool
                 con.execute("PRAGMA query_only = ON")
                 _check_readable(con, path)
             else:
-                _open_for_writing(con, path, target=_target)
+                _open_for_writing(con, path, target=target)
         except sqlite3.Error as err:
             con.close()
             raise _translate(err, path) from None

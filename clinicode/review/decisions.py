@@ -3,7 +3,6 @@ code system; and the code search of the Review page's *Add a code*."""
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import time
 from typing import Any, Sequence
@@ -21,8 +20,6 @@ from clinicode.review.database import (
     _state,
     utc_now,
 )
-
-_CODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,15}$")
 
 
 def decide(db: ReviewDB, note_id: str, reviewer: str, *, accept: Sequence[str] = (), reject: Sequence[str] = (),
@@ -99,49 +96,57 @@ def decide(db: ReviewDB, note_id: str, reviewer: str, *, accept: Sequence[str] =
 
 
 def _addable(db: ReviewDB, code: str, note_id: str, system: CodeSystem, model: Sequence[str]) -> str:
-    """CODE as stored when a coder adds it: one of the model's codes (any case or dotting), or a code of the
-    note's code system in clinicode's spelling (an ICD-10-CM code must be in the CMS tables; ICD-9-CM and
-    ICD-10-PCS ship no tables, so their shape is checked)."""
+    """CODE as stored when a coder adds it: one of the model's codes (however spelled), or a code of the note's code
+    system in that system's one spelling (`CodeSystem.canonical`: 'S72001A' is 'S72.001A' on an ICD-10 run,
+    'omim:312080' is 'OMIM:312080' on a MeSH/OMIM run); an ICD-10-CM code must be in the CMS tables (ICD-9-CM,
+    ICD-10-PCS and MeSH ship no tables, so their shape is checked)."""
     known = _same_code(system, code, set(model))
     if known:
         return known
-    member = system.member(code)
+    spelled = system.canonical(code)
+    member = system.member(spelled) if spelled is not None else None
     if member is None or member is LOCAL:
-        other = next((s.member(code) for s in (ICD9_CM, ICD10, MESH_OMIM) if s is not system and s.is_valid(code)),
-                     None)
+        other = next((s.member(spelling) for s in (ICD9_CM, ICD10, MESH_OMIM)
+                      if s is not system and (spelling := s.canonical(code)) is not None), None)
         if other is not None and system is not LOCAL:
             raise ReviewError(f"note {note_id!r}: --add {code} is a code of {other.name}, but the model that "
                               f"scored this note codes in {system.name}; add the {system.name} code (such as "
                               f"{system.example}) instead.")
         raise ReviewError(f"note {note_id!r}: --add {code} is neither one of the model's codes nor a valid "
                           f"{system.name} code; check the spelling (the Review page searches codes and titles).")
-    normalised = system.normalise(code)
-    if member is ICD10_CM and not member.titles([normalised]):
+    if member is ICD10_CM and not member.titles([spelled]):
         raise ReviewError(f"note {note_id!r}: --add {code} is neither one of the model's codes nor a valid "
                           "ICD-10-CM code (not in the CMS tables); check the spelling (the Review page searches "
                           "codes and titles).")
-    return _same_code(system, normalised, set(model)) or normalised
+    return spelled
 
 
 def _same_code(system: CodeSystem, code: str, codes: set[str]) -> str | None:
-    """The one of CODES that CODE names, whatever its case or dotting ('y92230' finds 'Y92.230'), else None."""
+    """The one of CODES that CODE names in the note's code system (`CodeSystem.canonical` on both sides: 'y92230' finds
+    'Y92.230'; on ICD-9-CM '0040' is diagnosis 004.0 and never procedure 00.40), else None."""
     if code in codes:
         return code
-    keys = {c.upper(): c for c in codes}
-    if code.upper() in keys:
-        return keys[code.upper()]
-    if system.is_valid(code):
-        normalised = system.normalise(code)
-        if normalised in codes:
-            return normalised
-    bare = {c.upper().replace(".", ""): c for c in codes}
-    return bare.get(code.upper().replace(".", ""))
+    spelled = system.canonical(code)
+    if spelled is not None:
+        if spelled in codes:
+            return spelled
+        by_spelling = {system.canonical(c): c for c in codes}
+        if spelled in by_spelling:
+            return by_spelling[spelled]
+    keys = {c.upper(): c for c in codes}  # a checkpoint's own labels (no standard system): any case
+    return keys.get(code.upper())
+
+
+MAX_CODE_CHARS = 40  # the longest code of any system is 16 characters ('MESH:D000069279')
 
 
 def _norm_code(code: Any) -> str:
+    """A code as typed, stripped; blank, over-long or holding control characters is refused (the code system decides
+    the rest, in `_same_code` and `_addable`)."""
     c = str(code).strip()
-    if not _CODE.match(c):
-        raise ReviewError(f"{c[:20]!r} is not a code; expected letters, digits and dots such as 428.0 or I50.9.")
+    if not c or len(c) > MAX_CODE_CHARS or not c.isprintable():
+        raise ReviewError(f"{c[:20]!r} is not a code; expected a code of the model's code system such as 428.0, "
+                          "I50.9, 02HV33Z or D009369 (dotted or not, any case).")
     return c
 
 

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from clinicode.artifacts import make_manifest
 from clinicode.codes.systems import LOCAL, CodeSystem, family_of
+from clinicode.constants import MANIFEST_FILE
 from clinicode.files import atomic_dir, check_output, manifest_kind, new_private_file, write_manifest
 from clinicode.review.database import ReviewDB, ReviewError
 
@@ -34,7 +35,9 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
     in the base's train takes the coders' codes there), a reviewed note whose id is in the base's dev or test is left
     out (counted as `kept_out`: dev and test stay exactly the base's, so the new model is measured as the old one
     was), and every other reviewed note joins train. Codes coders added that the base's label set lacks are appended
-    to its labels.json.
+    to its labels.json when at least one training note carries them; a code with no training note in the folder
+    (its notes all in dev or test, or kept out) is left out of labels.json and listed as `untrained` (and in the
+    manifest's `codes_without_training_notes`): no model can learn it from this folder.
     The folder is new, empty or an earlier export; it appears atomically, and its files (they hold note text) are
     owner-only. `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`.
     """
@@ -73,7 +76,13 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
                     part.append({"id": str(i), "text": t, "labels": list(lab)})
             splits[name] = part
         splits["train"].extend(rows.values())
-        labels_json = _merged_labels(ds.labels, [c for c in codes if c not in ds.labels], titles, system)
+    # A code whose reviewed notes all fell in dev or test (or were kept out) has no training note: no model can learn
+    # it from this folder. Named, recorded in the manifest, and never appended to a base's labels.json.
+    taught = {c for r in splits["train"] for c in r["labels"]}
+    untrained = [c for c in codes if c not in taught and (base is None or c not in ds.labels)]
+    if base is not None:
+        labels_json = _merged_labels(ds.labels, [c for c in codes if c not in ds.labels and c in taught], titles,
+                                     system)
     with atomic_dir(out, replaces=is_review_export) as tmp:
         os.chmod(tmp, 0o700)
         for name, part in splits.items():
@@ -85,8 +94,10 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
         counts = {name: len(part) for name, part in splits.items()}
         counts.setdefault("test", 0)
         write_manifest(tmp, make_manifest(EXPORT_KIND, counts=counts, codes=len(codes), reviewed=len(notes),
-                                          source=str(db.path), base=None if base is None else str(base)))
-    return {**counts, "codes": len(codes), "reviewed": len(notes), "kept_out": kept_out}
+                                          source=str(db.path), base=None if base is None else str(base),
+                                          codes_without_training_notes=untrained))
+        os.chmod(tmp / MANIFEST_FILE, 0o600)  # like every file of the folder (docs/review.md)
+    return {**counts, "codes": len(codes), "reviewed": len(notes), "kept_out": kept_out, "untrained": untrained}
 
 
 def _merged_labels(base: Any, new: Sequence[str], titles: dict[str, str], system: CodeSystem) -> list[dict[str, str]]:

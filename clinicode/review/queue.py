@@ -18,9 +18,24 @@ CHUNK = 256                          # notes scored and stored per transaction b
 EXPLAIN = 5                          # evidence phrases stored per suggested code
 
 
+def check_explain(value: Any) -> int:
+    """THE bound of `review queue --explain`: evidence phrases stored per suggested code, an integer >= 1 (a queued
+    suggestion with no evidence would give the coder nothing to check). The CLI and `queue` ask it, so both say the
+    same line.
+
+    Raises:
+        ConfigError: anything else, naming the value and the bound.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"--explain must be an integer >= 1 (evidence phrases stored per suggested code), got "
+                          f"{str(value)[:20]}; e.g. --explain {EXPLAIN}.")
+    return value
+
+
 def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, explain: int = EXPLAIN, chunk: int = CHUNK,
-          on_bad: Callable[[str], None] | None = None) -> dict[str, int]:
-    """Score every note of INPUT (anything `clinicode predict` reads) and queue it with its suggestions.
+          on_bad: Callable[[str], None] | None = None, input_format: str | None = None) -> dict[str, int]:
+    """Score every note of INPUT (anything `clinicode predict` reads, in INPUT_FORMAT: a reader of
+    `clinicode.formats`, e.g. fhir for DocumentReferences; None: by INPUT's name) and queue it with its suggestions.
 
     Notes whose id is already queued (or repeats an earlier record) are not scored again and change nothing.
     Bad records (no text, invalid JSON, nothing left after tokenising) are reported through `on_bad` and counted.
@@ -31,9 +46,8 @@ def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, expl
     Raises:
         DataFormatError: an unreadable or empty input.
     """
-    if explain < 1:
-        raise ConfigError(f"--explain must be >= 1 (evidence phrases per suggested code), got {explain}.")
-    records = read_records(input)
+    explain = check_explain(explain)
+    records = read_records(input, input_format)
     first = next(records, None)
     if first is None:
         raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, "

@@ -38,6 +38,7 @@ from clinicode.serve.gate import (
 from clinicode.serve.metrics import Metrics
 from clinicode.serve.parsing import (
     _OPTION_KEYS,
+    ANALYZE_EXAMPLE,
     BadRequest,
     ClientGone,
     Limits,
@@ -66,6 +67,7 @@ class Service:
         self.failed: BaseException | None = None
         self.draining = False
         self.pending = 0
+        self.reading = 0  # bytes of request bodies being read (not yet admitted)
         self.metrics = Metrics()
         self._lock = threading.Lock()
         # orders "start serving" (a load ending) and "start stopping" (`drain`); reentrant: a second signal may
@@ -116,9 +118,33 @@ class Service:
             timer.daemon = True
             timer.start()
 
+    async def read(self, request: Any) -> bytes:
+        """REQUEST's body, read before the request is admitted (`admitted`), so clients slow to send their bodies hold
+        no place in the queue: each is bounded by `--read-timeout` and `--max-body-mb`, and the bytes of all bodies
+        being read at once by `max_pending` x `max_body_bytes` (a body that would pass it gets 503). A client sending
+        slowly holds only the bytes it has sent."""
+        budget = self.limits.max_pending * self.limits.max_body_bytes
+        held = [0]
+
+        def take(n: int) -> None:
+            with self._lock:
+                if self.reading + n > budget:
+                    raise BadRequest(503, f"the server is busy reading other requests ({self.reading:,} bytes of "
+                                          f"bodies, the limit of --max-pending x --max-body-mb); retry in a second.",
+                                     headers={"Retry-After": "1", "Connection": "close"})
+                self.reading += n
+                held[0] += n
+
+        try:
+            return await read_body(request, self.limits.max_body_bytes, self.limits.read_timeout, take)
+        finally:
+            with self._lock:
+                self.reading -= held[0]
+
     @contextlib.contextmanager
     def admitted(self) -> Iterator[None]:
-        """Count a request for the bounded queue: at `max_pending` requests, the next gets 503 with Retry-After."""
+        """Count a request for the bounded queue: at `max_pending` requests, the next gets 503 with Retry-After. A
+        request is counted once its body is read (`read`)."""
         with self._lock:
             if self.pending >= self.limits.max_pending:
                 raise BadRequest(503, f"the server is busy: {self.pending:,} requests are being scored "
@@ -169,6 +195,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
             svc.batcher.stop()
 
     app = FastAPI(title="clinicode", version=__version__, lifespan=lifespan, redirect_slashes=False,
+                  redoc_url=None,  # one API page (/docs); ReDoc would fetch its script from a CDN
                   description="ICD code suggestions for clinical notes (LEAM). Suggestions are unconfirmed: a coder "
                               "reviews them. See docs/serve.md.")
     app.state.service = svc
@@ -295,8 +322,8 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
             raise BadRequest(422, f"format={fmt[:20]!r} is not known; use {choices}.")
         check_content_type(request, _JSON_ROUTES["/v1/predict"])
         scorer()
+        body = await svc.read(request)
         with svc.admitted():
-            body = await read_body(request, limits.max_body_bytes, limits.read_timeout)
             notes, opts = parse_predict(parse_json(body), limits, query)
             records = await score(notes, opts)
         if fmt != SERVICE_ENVELOPE:
@@ -324,10 +351,10 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
         opts = merge_options({}, query, limits)
         check_content_type(request, _JSON_ROUTES[ANALYZE])
         scorer()
+        body = await svc.read(request)
         with svc.admitted():
-            body = await read_body(request, limits.max_body_bytes, limits.read_timeout)
             try:
-                note = note_from_document_reference(parse_json(body))
+                note = note_from_document_reference(parse_json(body, ANALYZE_EXAMPLE))
             except DataFormatError as err:
                 raise BadRequest(422, str(err)) from None
             if len(note["text"]) > limits.max_text_chars:

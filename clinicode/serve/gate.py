@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from urllib.parse import parse_qs
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from clinicode.formats import WRITERS
 from clinicode.serve.parsing import BadRequest
@@ -102,6 +102,11 @@ class Gate:
         name = host_name(host)
         return name in self.hosts or (self.wildcard and _is_ip(name))
 
+    def cors(self, origin: str | None) -> bool:
+        """Whether ORIGIN is one `--allow-origin` names ("*": any), so its pages get CORS headers (a preflight's
+        answer, Access-Control-Allow-Origin on every answer)."""
+        return origin is not None and ("*" in self.origins or origin.strip().rstrip("/").lower() in self.origins)
+
     def origin_ok(self, origin: str | None, host: str | None) -> bool:
         if origin is None or "*" in self.origins:
             return True
@@ -110,6 +115,30 @@ class Gate:
             return True
         scheme, sep, authority = o.partition("://")
         return bool(sep) and scheme in ("http", "https") and host is not None and authority == host.strip().lower()
+
+
+_CORS_HEADERS = "Authorization, Content-Type, Accept, X-Request-ID"
+_CORS_EXPOSED = "X-Request-ID, X-Clinicode-Checkpoint, X-Clinicode-Model, X-Clinicode-Version, Retry-After"
+
+
+def _absolute_form(scope: dict[str, Any]) -> dict[str, Any] | str | None:
+    """SCOPE with an absolute-form request target (`POST http://host/v1/predict HTTP/1.1`, RFC 9112 section 3.2.2)
+    read as its path, and its authority as the Host (which the target overrides); None for the usual origin-form; a
+    message when the target is no http(s) URI with a host."""
+    raw = scope.get("raw_path") or b""
+    lowered = raw[:8].lower()
+    if not (lowered.startswith(b"http://") or lowered.startswith(b"https://")):
+        return None
+    from urllib.parse import unquote
+
+    rest = raw.split(b"://", 1)[1]
+    authority, slash, tail = rest.partition(b"/")
+    if not authority or b"@" in authority:
+        return ("an absolute request target must name a host without user information, e.g. "
+                "http://127.0.0.1:8000/v1/predict")
+    raw_path = b"/" + tail
+    headers = [(k, v) for k, v in scope.get("headers", []) if k != b"host"] + [(b"host", authority)]
+    return {**scope, "raw_path": raw_path, "path": unquote(raw_path.decode("latin-1")), "headers": headers}
 
 
 class _Front:
@@ -122,6 +151,9 @@ class _Front:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        absolute = _absolute_form(scope)
+        if isinstance(absolute, dict):
+            scope = absolute
         loop = asyncio.get_running_loop()
         start = loop.time()
         scope["clinicode.start"] = start
@@ -131,17 +163,22 @@ class _Front:
         path, method = scope.get("path", ""), scope.get("method", "")
         fhir = path.startswith("/fhir/")
         status = [0]
+        host, origin = _header(scope, b"host"), _header(scope, b"origin")
+        # a page of an --allow-origin origin may read every answer (errors too) and the headers naming the model
+        cors = [(b"access-control-allow-origin", origin.encode("latin-1")), (b"vary", b"Origin"),
+                (b"access-control-expose-headers", _CORS_EXPOSED.encode())] if self.gate.cors(origin) else []
 
         async def stamped(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
                 message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode()),
-                                      *self.svc.identity]
+                                      *self.svc.identity, *cors]
             await send(message)
 
-        host, origin = _header(scope, b"host"), _header(scope, b"origin")
         refusal = None
-        if _header(scope, b"transfer-encoding") is not None and _header(scope, b"content-length") is not None:
+        if isinstance(absolute, str):
+            refusal = _error(400, absolute + ".", fhir=fhir, headers={"Connection": "close"})
+        elif _header(scope, b"transfer-encoding") is not None and _header(scope, b"content-length") is not None:
             # the body's length said two ways: a proxy in front may read it by the other (request smuggling), so
             # refused, and the connection closed (RFC 9112 section 6.1)
             refusal = _error(400, "the request has both Transfer-Encoding and Content-Length; send one of them.",
@@ -152,6 +189,13 @@ class _Front:
         elif not self.gate.origin_ok(origin, host):
             refusal = _error(403, f"cross-origin request from {(origin or '')[:60]!r} refused; a web page may call "
                                   "this service only if the server is started with --allow-origin ORIGIN.", fhir=fhir)
+        elif (method == "OPTIONS" and cors and path in _ANSWERS
+              and _header(scope, b"access-control-request-method") is not None):
+            # a browser's preflight for a page of an allowed origin: which methods and headers it may send
+            methods = ", ".join(sorted(_ANSWERS[path][0]))
+            refusal = Response(status_code=204, headers={"Access-Control-Allow-Methods": methods,
+                                                         "Access-Control-Allow-Headers": _CORS_HEADERS,
+                                                         "Access-Control-Max-Age": "600"})
         elif self.svc.draining and path not in ("/health", "/ready", "/metrics"):
             refusal = _error(503, "the server is shutting down; retry against another instance or after its restart.",
                              fhir=fhir, headers={"Retry-After": "5", "Connection": "close"})

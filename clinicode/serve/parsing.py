@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from fastapi import Request
 from starlette.requests import ClientDisconnect
@@ -31,6 +31,9 @@ _NOTE_KEYS = {"id", "text", "subject"}
 _BODY_KEYS = {"notes", "top_k", "explain", "threshold"}
 _OPTION_KEYS = ("top_k", "explain", "threshold")
 _EXAMPLE = 'send {"notes": [{"id": "n1", "text": "..."}]} as application/json'
+ANALYZE_EXAMPLE = ('send one DocumentReference as application/fhir+json: {"resourceType": "DocumentReference", '
+                   '"id": "note-7", "content": [{"attachment": {"contentType": "text/plain", '
+                   '"data": "<the note, base64>"}}]}')
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")  # the JSON escape of a UTF-16 surrogate (paired ones are fine)
 
 
@@ -38,9 +41,11 @@ class ClientGone(Exception):
     """The client closed its connection before sending the whole request (not the server's error)."""
 
 
-async def read_body(request: Request, limit: int, timeout: float = 30.0) -> bytes:
+async def read_body(request: Request, limit: int, timeout: float = 30.0,
+                    take: Callable[[int], None] | None = None) -> bytes:
     """The request body, refused with 413 as soon as it passes `limit` bytes (declared or streamed), and with 408 when
-    it has not all arrived within `timeout` seconds of the request's start (a slow or stalled client)."""
+    it has not all arrived within `timeout` seconds of the request's start (a slow or stalled client). TAKE, when
+    given, is told of each chunk's size before it is kept (it may refuse it by raising BadRequest)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BadRequest(413, f"request body is {int(declared):,} bytes; the limit is {limit:,} (--max-body-mb); "
@@ -63,6 +68,8 @@ async def read_body(request: Request, limit: int, timeout: float = 30.0) -> byte
         if size > limit:
             raise BadRequest(413, f"request body is over the limit of {limit:,} bytes (--max-body-mb); send fewer or "
                                   "shorter notes per request.")
+        if take is not None:
+            take(len(chunk))
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -82,27 +89,28 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def parse_json(body: bytes) -> Any:
+def parse_json(body: bytes, example: str = _EXAMPLE) -> Any:
     """The JSON value of BODY (UTF-8), or BadRequest: malformed JSON, NaN/Infinity, numbers over Python's 4,300-digit
     limit and nesting deeper than Python's recursion limit are 400s; a lone UTF-16 surrogate (legal JSON, but no
-    Unicode text) and a field given twice in one object are 422s naming where or which."""
+    Unicode text) and a field given twice in one object are 422s naming where or which. EXAMPLE (what to send: the
+    route's own) ends the 400s' messages."""
     if not body.strip():
-        raise BadRequest(400, f"request body is empty; {_EXAMPLE}.")
+        raise BadRequest(400, f"request body is empty; {example}.")
     try:
         text = body.decode("utf-8-sig")  # JSON over HTTP is UTF-8 (RFC 8259); json.loads would guess UTF-16 from bytes
     except UnicodeDecodeError:
-        raise BadRequest(400, f"request body is not UTF-8 text; {_EXAMPLE}.") from None
+        raise BadRequest(400, f"request body is not UTF-8 text; {example}.") from None
     try:
         obj = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as err:  # its message names a position, never the text
         raise BadRequest(400, f"request body is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); "
-                              f"{_EXAMPLE}.") from None
+                              f"{example}.") from None
     except ValueError:  # int() of a number over sys.get_int_max_str_digits() digits
         raise BadRequest(400, "request body holds a number too long to read (over 4,300 digits); send numbers of "
                               "ordinary size.") from None
     except RecursionError:
-        raise BadRequest(400, "request body is nested too deeply to read; a request is an object of notes, "
-                              f"nested a few levels at most: {_EXAMPLE}.") from None
+        raise BadRequest(400, "request body is nested too deeply to read; a request is nested "
+                              f"a few levels at most: {example}.") from None
     if _SURROGATE.search(text):
         where = _surrogate_at(obj)
         if where is not None:

@@ -1,4 +1,5 @@
-"""The h11 protocol the server speaks: uvicorn's, with a deadline for a request's head and one for its answer."""
+"""The HTTP/1.1 protocol the server speaks: uvicorn's (httptools, compiled, when installed; else h11), with a deadline
+for a request's head and one for its answer."""
 
 from __future__ import annotations
 
@@ -13,17 +14,37 @@ from typing import Any
 log = logging.getLogger("clinicode.serve")
 
 
-def _protocol(read_timeout: float, write_timeout: float = 30.0) -> type:
-    """uvicorn's h11 protocol with a deadline for a request's head: a connection whose request line and headers have
-    not all arrived within READ_TIMEOUT seconds of its first byte (or of the connection) is closed. uvicorn times only
-    idle keep-alive connections; a half-sent request would be held forever.
+MAX_HEAD = 16 * 1024  # request line and headers, as h11's default bound (`send_400_response` names it)
+_SMUGGLING = "the request has both Transfer-Encoding and Content-Length; send one of them."
+
+
+def compiled_available() -> bool:
+    """Whether httptools (the compiled HTTP parser, llhttp) can be imported."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _protocol(read_timeout: float, write_timeout: float = 30.0, parser: str = "h11") -> type:
+    """uvicorn's HTTP/1.1 protocol (PARSER: "h11", pure Python, or "httptools", llhttp compiled) with a deadline for a
+    request's head: a connection whose request line and headers have not all arrived within READ_TIMEOUT seconds of
+    its first byte (or of the connection) is closed. uvicorn times only idle keep-alive connections; a half-sent
+    request would be held forever.
 
     And one for answers: a connection whose answer has waited WRITE_TIMEOUT seconds in the server's send buffer (the
     client does not read it, or too slowly) is reset. uvicorn waits for such a client forever, even to close the
-    connection (asyncio's close first sends what is buffered), and a graceful stop waits for it too."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    connection (asyncio's close first sends what is buffered), and a graceful stop waits for it too.
 
-    class TimedH11(H11Protocol):
+    Both parsers answer a malformed request with the same JSON 400 and bound a request's head to 16 KB (h11 by its
+    own limit; for httptools, which has none, by counting)."""
+    if parser == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
+    else:
+        from uvicorn.protocols.http.h11_impl import H11Protocol as Base
+
+    class Timed(Base):  # type: ignore[misc, valid-type]
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._head_timer: asyncio.TimerHandle | None = None
@@ -73,11 +94,14 @@ def _protocol(read_timeout: float, write_timeout: float = 30.0) -> type:
 
         def data_received(self, data: bytes) -> None:
             cycle = self.cycle
-            super().data_received(data)
+            self._feed(data)
             if self.cycle is not cycle:
                 self._disarm()  # a request's head arrived: the app times its body (read_body)
             elif self.cycle is None or self.cycle.response_complete:
                 self._arm()     # bytes of the next request's head: it must be complete in time
+
+        def _feed(self, data: bytes) -> None:
+            super().data_received(data)
 
         def _head_timed_out(self) -> None:
             self._head_timer = None
@@ -98,15 +122,87 @@ def _protocol(read_timeout: float, write_timeout: float = 30.0) -> type:
             log.info("an Upgrade request (WebSocket, h2c) is answered as plain HTTP; this service speaks HTTP/1.1 only")
 
         def send_400_response(self, msg: str) -> None:  # a malformed request: JSON too, not uvicorn's plain text
-            import h11
-
-            body = json.dumps({"error": {"status": 400, "message": "malformed HTTP request (bad request line or "
-                                         "headers, or headers over 16 KB); send an HTTP/1.1 request."}}).encode()
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                       (b"connection", b"close")]
-            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
-                          h11.EndOfMessage()):
-                self.transport.write(self.conn.send(event))
+            message = _SMUGGLING if msg == _SMUGGLING else (
+                "malformed HTTP request (bad request line or headers, or headers over 16 KB); send an HTTP/1.1 "
+                "request.")
+            body = json.dumps({"error": {"status": 400, "message": message}}).encode()
+            self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: "
+                                 + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
             self.transport.close()
 
-    return TimedH11
+    if parser != "httptools":
+        return Timed
+
+    import httptools
+
+    class TimedHttpTools(Timed):
+        """The httptools side: its parser has no bound on a head's size (counted here, as h11 does: 16 KB), stops
+        at an Upgrade header (the request is then read on as plain HTTP), and reads an absolute-form target as its
+        path alone (its authority is kept in `raw_path` for the app's Host check)."""
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._head_bytes = self._head_raw = 0  # the head's url and headers; the bytes fed while in it
+            self._in_head = False
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._in_head, self._head_bytes, self._head_raw = True, 0, 0
+
+        def on_url(self, url: bytes) -> None:
+            super().on_url(url)
+            self._count(len(url))
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            super().on_header(name, value)
+            self._count(len(name) + len(value) + 4)
+
+        def _count(self, n: int) -> None:
+            self._head_bytes += n
+            if self._head_bytes > MAX_HEAD:
+                raise ValueError("head over 16 KB")  # httptools: HttpParserCallbackError, answered with a 400
+
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            super().on_headers_complete()
+            target = self.url.partition(b"?")[0]
+            if target[:8].lower().startswith((b"http://", b"https://")) and self.scope.get("path") is not None:
+                self.scope["raw_path"] = target  # the app reads the authority (gate._absolute_form)
+
+        def _feed(self, data: bytes) -> None:
+            self._unset_keepalive_if_required()
+            if self.parser is None:
+                return
+            if self._in_head and self._head_raw > MAX_HEAD:  # one header growing inside httptools, never complete
+                self.send_400_response("head over 16 KB")
+                return
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserUpgrade:
+                self._unsupported_upgrade_warning()
+                self._after_upgrade(data)
+            except httptools.HttpParserError as err:
+                self.send_400_response(_SMUGGLING if "Transfer-Encoding can't be present with Content-Length"
+                                       in str(err) else str(err))
+                return
+            if self._in_head:
+                self._head_raw += len(data)
+
+        def _after_upgrade(self, data: bytes) -> None:
+            """After an Upgrade head (no WebSocket here) the parser stops reading; what follows the head in DATA, and
+            later data, would be lost: the request is answered and the connection closed after it."""
+            if self.cycle is not None:
+                self.cycle.keep_alive = False
+                if not self.cycle.response_complete:
+                    self.cycle.more_body = False
+                    self.cycle.message_event.set()
+            self.parser = _Closed()
+
+    return TimedHttpTools
+
+
+class _Closed:
+    """A parser that ignores what it is fed: the connection closes after its current answer."""
+
+    def feed_data(self, data: bytes) -> None:
+        pass

@@ -21,7 +21,7 @@ from clinicode.errors import ClinicodeError, ConfigError
 from clinicode.predict import Predictor
 from clinicode.serve.app import Service, create_app
 from clinicode.serve.parsing import Limits
-from clinicode.serve.protocol import _protocol
+from clinicode.serve.protocol import _protocol, compiled_available
 
 log = logging.getLogger("clinicode.serve")
 
@@ -122,6 +122,22 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{addr}]:{port}" if ":" in addr else f"http://{addr}:{port}"
 
 
+def http_parser(http: str) -> str:
+    """The HTTP parser `--http` names: "httptools" (compiled) or "h11"; "auto": httptools when it is installed (the
+    `serve` extra), else h11. ConfigError for another name or a missing library."""
+    choice = http.strip().lower()
+    if choice not in ("auto", "httptools", "h11"):
+        raise ConfigError(f"--http {http[:20]!r}: expected auto, httptools or h11.")
+    if choice == "h11":
+        return "h11"
+    if compiled_available():
+        return "httptools"
+    if choice == "httptools":
+        raise ConfigError("--http httptools needs the httptools package; run `pip install "
+                          "\"clinicode[serve]\"`, or choose --http h11.")
+    return "h11"
+
+
 def _log_config() -> dict[str, Any]:
     from uvicorn.config import LOGGING_CONFIG
 
@@ -131,7 +147,7 @@ def _log_config() -> dict[str, Any]:
 
 
 def run(checkpoint: Path, *, host: str = "127.0.0.1", port: int = 8000, token_file: Path | None = None,
-        limits: Limits = Limits(), device: str = "auto", on_ready: Any = None) -> None:
+        limits: Limits = Limits(), device: str = "auto", on_ready: Any = None, http: str = "auto") -> None:
     """Check the token and the checkpoint folder, bind HOST:PORT, then serve (uvicorn) while the checkpoint loads in a
     thread (/ready answers 503 until it has); SIGTERM or SIGINT stop it gracefully (`Service.drain`).
 
@@ -141,6 +157,7 @@ def run(checkpoint: Path, *, host: str = "127.0.0.1", port: int = 8000, token_fi
     """
     import uvicorn
 
+    parser = http_parser(http)
     token = check_bind(host, token_file)
     resolve_checkpoint_dir(checkpoint)  # a wrong folder is named at once, before anything listens
     sock = bind_socket(host, port)
@@ -164,9 +181,13 @@ def run(checkpoint: Path, *, host: str = "127.0.0.1", port: int = 8000, token_fi
     # ws="none": no route takes a WebSocket, and uvicorn's handshake refusal would be a bodiless text/plain 403 that
     # passes the Host, Origin and token checks unseen; an Upgrade request is then answered as plain HTTP (JSON).
     config = uvicorn.Config(app, log_config=_log_config(), access_log=False, server_header=False, lifespan="on",
-                            ws="none", http=_protocol(limits.read_timeout, limits.write_timeout),
+                            ws="none", http=_protocol(limits.read_timeout, limits.write_timeout, parser),
+                            # asyncio's loop: uvloop saved no CPU a note here (#43's profile), ran Python's signal
+                            # handlers up to 0.1 s late and aborted the process at a stop while the model loaded
+                            loop="asyncio",
                             timeout_keep_alive=int(max(1, limits.idle_timeout)),
                             timeout_graceful_shutdown=int(limits.grace) + 30)
+    log.info("HTTP/1.1 parser: %s", "httptools (compiled)" if parser == "httptools" else "h11")
     server = _Server(config, app.state.service)
     try:
         server.run(sockets=[sock])

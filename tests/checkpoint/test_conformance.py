@@ -74,7 +74,7 @@ def test_a_writer_that_loses_ids_on_resume_or_a_reader_that_misreads_are_caught(
 def _tsv_writer(f, *, header=True, context=None):
     if header:
         f.write("id\tcodes\n")
-    return lambda rec: f.write(f"{json.dumps(str(rec['id']))}\t"
+    return lambda rec, note=None: f.write(f"{json.dumps(str(rec['id']))}\t"
                                f"{','.join(p['code'] for p in rec.get('predicted', []))}\n")
 
 

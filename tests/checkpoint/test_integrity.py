@@ -211,7 +211,8 @@ def test_same_or_older_releases_are_not_called_newer():
 def test_threshold_outside_0_1_is_refused(ck, value):
     (ck / "threshold.json").write_text(json.dumps({"threshold": float(value)}))
     _rehash(ck, "threshold.json")
-    with pytest.raises(CheckpointError, match=r"threshold\.json holds threshold .*expected a probability in \[0, 1\]"):
+    with pytest.raises(CheckpointError, match=r"threshold\.json: holds threshold .*expected \{\"threshold\": a "
+                                              r"probability from 0 to 1\}"):
         load_checkpoint(ck)
 
 

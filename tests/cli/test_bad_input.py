@@ -334,7 +334,8 @@ def test_predict_record_errors_never_quote_the_note(tiny_run, tmp_path):
     succeeds(_predict(tiny_run, src, out))
     errs = [json.loads(x)["error"] for x in out.read_text().splitlines()]
     assert errs == ["note 'a': 'text' is list, expected a string", "record 'b' (line 2): no 'text' field",
-                    "note 'c': no words after tokenisation (numbers and punctuation only); nothing to code"]
+                    "note 'c': no words after tokenisation (no letters: only numbers, punctuation, symbols or emoji); "
+                    "nothing to code"]
 
 
 def test_predict_huge_note_is_scored_and_flagged_truncated(tiny_run, tmp_path):

@@ -70,6 +70,35 @@ def test_invalid_codes_are_refused_with_one_line(system, code):
         system.normalise(code)
 
 
+# CodeSystem.canonical: the one spelling of a code however written, decided by the system (#42): review's --add and
+# --titles files ask it, so an undotted MIMIC spelling finds the checkpoint's dotted code
+@pytest.mark.parametrize("system, given, kind, want", [
+    (ICD10, "S72001A", None, "S72.001A"),   # was taken for an ICD-10-PCS code by its 7-character shape
+    (ICD10, "s72.001a", None, "S72.001A"), (ICD10, "J189", None, "J18.9"), (ICD10, "02hv33z", None, "02HV33Z"),
+    (ICD10, "H401131", None, "H40.1131"),   # both shapes allow it: the CMS tables know the ICD-10-CM code
+    (ICD10, "X000XXA", None, "X00.0XXA"),
+    (ICD10, "B2111ZZ", None, "B2111ZZ"),    # both shapes allow it, no such ICD-10-CM code: the PCS code
+    (ICD10, "ZZZZZZZ", None, None), (ICD10, "SZZZZZZ", None, None), (ICD10, "401.9", None, None),
+    (ICD10, "J189", PROCEDURE, None), (ICD10, "02HV33Z", PROCEDURE, "02HV33Z"), (ICD10, "02HV33Z", DIAGNOSIS, None),
+    (ICD9_CM, "0040", None, "004.0"), (ICD9_CM, "00.40", None, "00.40"),  # undotted digits: a diagnosis
+    (ICD9_CM, "0040", PROCEDURE, "00.40"), (ICD9_CM, "0040", DIAGNOSIS, "004.0"), (ICD9_CM, "00.40", DIAGNOSIS, None),
+    (ICD9_CM, "004.0", PROCEDURE, None), (ICD9_CM, "v5861", None, "V58.61"), (ICD9_CM, "J18.9", None, None),
+    (MESH_OMIM, "OMIM:312080", None, "OMIM:312080"), (MESH_OMIM, "mesh:c535662", None, "MESH:C535662"),
+    (MESH_OMIM, "d009369", None, "D009369"), (MESH_OMIM, "S72.001A", None, None),
+    (LOCAL, " my label ", None, "my label"), (LOCAL, "  ", None, None), (ICD10, None, None, None),
+])
+def test_canonical_is_the_systems_one_spelling(system, given, kind, want):
+    assert system.canonical(given, kind) == want
+    if want is not None:
+        assert system.canonical(want, kind) == want  # idempotent
+        assert system.normalise(given) == want or kind is not None
+
+
+def test_an_undotted_icd10_cm_code_is_no_pcs_code():
+    assert ICD10.member("S72001A") is ICD10_CM and ICD10.kind("S72001A") == DIAGNOSIS
+    assert not ICD10_PCS.is_valid("S72001A") and not ICD10.is_valid("ZZZZZZZ")
+
+
 def test_each_system_has_its_fhir_uri_and_kind():
     assert ICD9_CM.uri == "http://hl7.org/fhir/sid/icd-9-cm"
     assert ICD10_CM.uri == "http://hl7.org/fhir/sid/icd-10-cm"

@@ -86,11 +86,12 @@ def test_every_face_takes_or_refuses_the_same_top_k(value):
 
 
 # ------------------------------------------------------------------------------------------ both faces
-def test_cli_review_queue_checks_explain_with_predicts_rule(tiny_run, tmp_path):
+def test_cli_review_queue_checks_explain_with_its_own_bound(tiny_run, tmp_path):
+    # the queue stores evidence for the coder, so its bound is >= 1 (#42: '-1' once said '>= 0', then 0 was refused)
     src = tmp_path / "n.jsonl"
     src.write_text('{"id": "a", "text": "hypertension"}\n')
     fails(["review", "queue", "--checkpoint", tiny_run, "--input", src, "--db", tmp_path / "r.db", "--explain", "-1"],
-          "--explain must be an integer >= 0, got -1; e.g. --explain 3")
+          "--explain must be an integer >= 1 (evidence phrases stored per suggested code), got -1; e.g. --explain 5")
     assert not (tmp_path / "r.db").exists()
 
 

@@ -141,11 +141,13 @@ def test_a_companion_file_planted_by_someone_else_is_refused_before_sqlite_opens
             os.chown(comp, 65534, 65534)
     cmds = _review_cmds(db, tmp_path)
     before = snapshot(tmp_path)
-    why = {"mode 0666": "readable or writable by others (mode 0666)", "another owner": "owned by another user (uid "
-           "65534)", "a link": "a symbolic link"}[planted]
+    why = {"mode 0666": f"can be read or written by others ({comp.name} mode 0666)",
+           "another owner": f"{comp} is owned by another user (uid 65534)",
+           "a link": f"{comp} is a symbolic link"}[planted]
     for args in cmds:
-        res = fails(args, f"{comp} is not the review database's own {suffix[1:]} file: it is {why}")
+        res = fails(args, why)
         assert "nothing was opened" in res.stderr
+        assert (f"`chmod 600 {comp}`" in res.stderr) == (planted == "mode 0666")  # the fix that keeps its data
     assert snapshot(tmp_path) == before  # no note text, no schema, not even SQLite's lock bytes went into it
 
 

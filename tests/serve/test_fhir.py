@@ -98,15 +98,22 @@ def test_bundle_without_subject_uses_data_absent_reason_and_errors_become_operat
                      {"id": "none", "predicted": [], "scores": {}, "truncated": False}])
     validate(b)
     kinds = [e["resource"]["resourceType"] for e in b["entry"]]
-    assert kinds == ["Condition", "Procedure", "OperationOutcome"]  # a note with no code above the threshold: nothing
+    # a note with no code above the threshold: an informational OperationOutcome naming it (#42: it left no trace)
+    assert kinds == ["Condition", "Procedure", "OperationOutcome", "OperationOutcome"]
+    nothing = b["entry"][3]["resource"]
+    assert nothing["issue"][0]["severity"] == "information" and "no code reached" in nothing["issue"][0]["diagnostics"]
+    assert _ext(nothing, fhir.EXT_NOTE_ID)[0]["valueString"] == "none"
     assert b["entry"][0]["resource"]["subject"]["extension"][0]["valueCode"] == "unknown"
     outcome = b["entry"][2]["resource"]
     assert outcome["issue"][0]["severity"] == "error" and "empty text" in outcome["issue"][0]["diagnostics"]
     assert _ext(outcome, fhir.EXT_NOTE_ID)[0]["valueString"] == "bad"
     assert not _ext(b["entry"][0]["resource"], fhir.EXT_EVIDENCE)
-    empty = fhir.bundle([{"id": "x", "predicted": [], "scores": {}, "truncated": False}])
+    empty = fhir.bundle([{"id": "x", "predicted": [], "scores": {}, "truncated": False}],
+                        documents=["DocumentReference/d9"])
     validate(empty)
-    assert "entry" not in empty
+    [only] = [e["resource"] for e in empty["entry"]]
+    assert "DocumentReference/d9" in only["issue"][0]["diagnostics"]
+    assert "entry" not in fhir.bundle([])
 
 
 def test_icd10_bundle_uses_cm_and_pcs_systems():

@@ -239,9 +239,9 @@ def predict_file(
     if threshold is not None:
         check_threshold(threshold)  # before any output is claimed (the rule of every face: clinicode.config)
     chosen = formats.writer(fmt)
-    other = next((w for w in formats.WRITERS.values() if w is not chosen and formats.suffix(str(output)) in w.suffixes),
-                 None)
-    if not chosen.suffixes and other is not None:  # a format without a file ending of its own (fhir)
+    other = formats.writer_for(str(output))  # the format the output's name promises (the default: any other name)
+    # a format without a file ending of its own (fhir: JSON lines) under a name that promises another (.csv)
+    if not chosen.suffixes and other is not chosen and other is not formats.writer_for("-"):
         raise ConfigError(f"--format {fmt} writes {chosen.what}: give an --output not ending in "
                           f"{formats.suffix(str(output))} (that is {other.name}'s ending).")
     if resume and chosen.done_ids is None:

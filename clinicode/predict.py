@@ -219,7 +219,7 @@ class Predictor:
         out: dict[str, str] = {}
         given: dict[str, str] = {}
         for code, title in titles.items():
-            key = self.code_system.canonical(code, known)
+            key = self.code_system.canonical(code, known) or code.strip()  # no code of the system: as given
             if key in out and out[key] != title:
                 raise DataFormatError(f"--titles: {given[key][:40]!r} and {code[:40]!r} are both code {key[:40]!r} "
                                       "with different titles; keep one code<TAB>title line per code.")
@@ -429,7 +429,7 @@ class Predictor:
             for m in note:
                 code = str(m["code"])
                 if code not in spell:
-                    spell[code] = self.code_system.canonical(code, known)
+                    spell[code] = self.code_system.canonical(code, known) or code.strip()
                 if spell[code] not in known:
                     outside[code] += 1
         mentions = [[{**m, "code": spell[str(m["code"])]} for m in note] for note in mentions]

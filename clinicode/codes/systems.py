@@ -79,7 +79,7 @@ class CodeSystem:
         """True when CODE (dotted or not, any case) is a code of this system."""
         return self.member(code) is not None
 
-    def canonical(self, code: str, kind: str | None = None) -> str | None:
+    def canonical(self, code: str, known: Container[str] = (), *, kind: str | None = None) -> str | None:
         """CODE in this system's one spelling, or None when it is no code of it: THE rule for matching a code however
         it was written (a coder's `review decide --add`, a `--titles` file, MIMIC's undotted tables) against the
         checkpoint's codes. Upper case, dotted as the classification dots; the spelling decides what the code is:
@@ -94,17 +94,32 @@ class CodeSystem:
         - MeSH/OMIM: 'd009369' -> 'D009369', 'omim:312080' -> 'OMIM:312080', 'MESH:C535662' kept with its prefix.
         - local (a checkpoint's own labels): any non-blank string, stripped.
 
+        KNOWN (a label set, e.g. the checkpoint's codes): a spelling in it wins, so an undotted ICD-9 digit string that
+        is a procedure of the set ('3893' with 38.93 known) is read as that procedure.
+
         Args:
             code: as written (surrounding blanks are ignored).
-            kind: DIAGNOSIS or PROCEDURE when the source says which (a d_icd_procedures table); None: the rule above.
+            known: codes in this system's spelling whose reading of CODE is preferred; () for none.
+            kind: DIAGNOSIS or PROCEDURE when the source says which (a d_icd_procedures table); None: the rules above.
+        Returns:
+            The spelling, or None for a blank string, a non-string or a string that is no code of this system
+            (callers keeping such an entry use `canonical(c, known) or c.strip()`).
         """
         if not isinstance(code, str) or not code.strip():
             return None
         c = code.strip()
+        if c in known:
+            return c
         found = [(part, spelled) for part in self.leaves
                  if (spelled := part._spell(part, c, kind)) is not None]
+        if kind is None and ICD9_CM in self.leaves and "." not in c and c.isdigit() and len(c) >= 3 \
+                and is_icd9_procedure(c):
+            found.append((ICD9_CM, format_procedure(c)))  # undotted digits: a diagnosis, or a procedure KNOWN holds
         if not found:
             return None
+        chosen = next((spelled for _, spelled in found if spelled in known), None)
+        if chosen is not None:
+            return chosen
         if len(found) > 1 and {ICD10_PCS, ICD10_CM} <= {part for part, _ in found}:  # 'H401131': CM or PCS?
             cm = next(spelled for part, spelled in found if part is ICD10_CM)
             return cm if _cms_knows(cm) else next(spelled for part, spelled in found if part is ICD10_PCS)
@@ -122,24 +137,6 @@ class CodeSystem:
             raise DataFormatError(f"{shown!r} is not a {self.name} code; expected a code such as {self.example!r} "
                                   "(dotted or not, any case).")
         return spelled
-
-    def canonical(self, code: str, known: Container[str] = ()) -> str:
-        """CODE as this system spells it, the one spelling rule for codes a user gives (a titles file, gold mentions):
-        stripped, upper case and dotted ('s72001a' -> 'S72.001A', '4280' -> '428.0'). KNOWN (a label set): a
-        spelling in it wins, so an undotted ICD-9 digit string that is a procedure of the set ('3893' -> '38.93')
-        is read as that procedure; otherwise digits are a diagnosis, as `normalise` reads them. A string that is no
-        code of this system comes back stripped, as given (never raises).
-        """
-        if not isinstance(code, str):
-            return code
-        c = code.strip()
-        if c in known:
-            return c
-        readings = [part._normalise(c) for part in self.leaves  # 'S72001A' has PCS's shape but no PCS section
-                    if part._valid(c) and not (part is ICD10_PCS and c[:1].upper() not in PCS_SECTIONS)]
-        if ICD9_CM in self.leaves and "." not in c and c.isdigit() and len(c) >= 3 and is_icd9_procedure(c):
-            readings.append(format_procedure(c))  # undotted digits: a diagnosis or a procedure; KNOWN decides
-        return next((r for r in readings if r in known), readings[0] if readings else c)
 
     def kind(self, code: str) -> str:
         """DIAGNOSIS or PROCEDURE; a code of no member (and every code of LOCAL, MeSH or OMIM) is a diagnosis."""

@@ -126,7 +126,7 @@ def _same_code(system: CodeSystem, code: str, codes: set[str]) -> str | None:
     'Y92.230'; on ICD-9-CM '0040' is diagnosis 004.0 and never procedure 00.40), else None."""
     if code in codes:
         return code
-    spelled = system.canonical(code)
+    spelled = system.canonical(code, codes)  # the codes' own reading first: '3893' is 38.93 when that is one
     if spelled is not None:
         if spelled in codes:
             return spelled

@@ -182,8 +182,8 @@ def run(checkpoint: Path, *, host: str = "127.0.0.1", port: int = 8000, token_fi
     # passes the Host, Origin and token checks unseen; an Upgrade request is then answered as plain HTTP (JSON).
     config = uvicorn.Config(app, log_config=_log_config(), access_log=False, server_header=False, lifespan="on",
                             ws="none", http=_protocol(limits.read_timeout, limits.write_timeout, parser),
-                            # asyncio's loop: uvloop saved no CPU a note here (#43's profile), ran Python's signal
-                            # handlers up to 0.1 s late and aborted the process at a stop while the model loaded
+                            # asyncio's loop: uvloop saved no CPU a note here (#43's profile) and ran Python's
+                            # signal handlers up to 0.1 s late
                             loop="asyncio",
                             timeout_keep_alive=int(max(1, limits.idle_timeout)),
                             timeout_graceful_shutdown=int(limits.grace) + 30)

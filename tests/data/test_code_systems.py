@@ -88,9 +88,9 @@ def test_invalid_codes_are_refused_with_one_line(system, code):
     (LOCAL, " my label ", None, "my label"), (LOCAL, "  ", None, None), (ICD10, None, None, None),
 ])
 def test_canonical_is_the_systems_one_spelling(system, given, kind, want):
-    assert system.canonical(given, kind) == want
+    assert system.canonical(given, kind=kind) == want
     if want is not None:
-        assert system.canonical(want, kind) == want  # idempotent
+        assert system.canonical(want, kind=kind) == want  # idempotent
         assert system.normalise(given) == want or kind is not None
 
 

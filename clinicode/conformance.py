@@ -58,7 +58,7 @@ def sample_notes(n: int = 36, seed: int = 0) -> tuple[list[str], np.ndarray]:
 # ---------------------------------------------------------------------------------------------- model kinds
 _CHECKPOINT_OWN = {MANIFEST_FILE, LABELS_FILE, THRESHOLD_FILE, TRAIN_CONFIG_FILE, "metrics_dev.json",
                    "metrics_test.json", "train_counts.json"}
-_LOOP_MEMBERS = ("model_config", "build", "vector_dim", "start_from", "memory_plan", "loss", "after_step",
+_LOOP_MEMBERS = ("model_config", "build", "vector_dim", "start_from", "memory_plan", "forward", "loss", "after_step",
                  "epoch_stats", "load_weights")
 
 
@@ -119,7 +119,9 @@ def _trained(kind: ModelKind, texts: list[str], y: np.ndarray, labels: LabelSet,
     model.train()
     for start in (0, 8):
         ids, mask = pad_batch(tokenizer.encode_ids(texts[start:start + 8]))
-        loss, task = kind.loss(model, ids, mask, torch.from_numpy(y[start:start + 8]), pos_weight=None, plan=plan)
+        logits = kind.forward(model, ids, mask, plan=plan)
+        _need(tuple(logits.shape) == (len(ids), len(labels)), who, "`forward` must give [B, K] logits.")
+        loss, task = kind.loss(model, logits, torch.from_numpy(y[start:start + 8]), pos_weight=None)
         _need(loss.dim() == 0 and math.isfinite(float(loss.detach())) and math.isfinite(float(task.detach())), who,
               "`loss` must return two finite scalars (the loss to minimise, the task loss).")
         opt.zero_grad()

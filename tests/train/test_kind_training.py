@@ -47,9 +47,13 @@ class ProbeLoopKind(LEAMKind):
         self._count("build")
         return super().build(model_config)
 
-    def loss(self, model, ids, mask, y, *, pos_weight, plan):
+    def forward(self, model, ids, mask, *, plan):
+        self._count("forward")
+        return super().forward(model, ids, mask, plan=plan)
+
+    def loss(self, model, logits, y, *, pos_weight):
         self._count("loss")
-        return super().loss(model, ids, mask, y, pos_weight=pos_weight, plan=plan)
+        return super().loss(model, logits, y, pos_weight=pos_weight)
 
     def after_step(self, model) -> None:
         self._count("after_step")
@@ -79,7 +83,7 @@ def test_the_epoch_loop_trains_whatever_kind_it_is_given(tmp_path, monkeypatch):
                                                              seed=3, device="cpu"),
                 data_dir=data, model_options={**TINY_MODEL, "embed_dim": 8, "hidden_dim": 8}, progress=False)
     steps = sum(-(-12 // 8) for _ in range(2))  # two epochs of 12 notes in batches of 8
-    assert kind.calls == {"build": 1, "loss": steps, "after_step": steps, "epoch_stats": 2}
+    assert kind.calls == {"build": 1, "forward": steps, "loss": steps, "after_step": steps, "epoch_stats": 2}
     manifest = json.loads((tmp_path / "run" / "checkpoint" / "manifest.json").read_text())
     assert manifest["model"] == kind.name and res["best_epoch"] >= 1
     assert Predictor.from_checkpoint(tmp_path / "run", device="cpu").kind == kind.name

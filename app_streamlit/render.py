@@ -300,6 +300,84 @@ def highlight_html(
     )
 
 
+# One colour per shown code (colour-blind-safe, Okabe-Ito order), reused in turn beyond eight codes; each code is
+# also named beside its words, so the colour is never the only mark.
+CODE_PALETTE = ((0, 114, 178), (213, 94, 0), (0, 158, 115), (204, 121, 167), (86, 180, 233), (230, 159, 0),
+                (117, 112, 179), (153, 153, 153))
+
+
+def codes_html(text: str, spans_by_code: Mapping[str, Sequence[Any]], *, suggested: Sequence[str] = (),
+               element_id: str = "note-hl") -> str:
+    """The note as HTML with each code's own evidence: its spans marked in that code's colour (CODE_PALETTE, in the
+    order of SPANS_BY_CODE) and the code named right after its words (`<sup class="code-tag">`); a SUGGESTED code's
+    name ends in "?" and its marks are dashed (a suggestion from the title, not a prediction).
+
+    Spans are (start, end[, weight]) offsets, dicts or objects; where two codes' spans overlap, the earlier span
+    keeps the words (a span is never split) and the later code is named beside them too. Every piece of `text` and
+    every code is `html.escape`d.
+    """
+    n = len(text)
+    marks = []
+    for i, (code, spans) in enumerate(spans_by_code.items()):
+        for sp in spans:
+            a, b = (int(sp["start"]), int(sp["end"])) if isinstance(sp, Mapping) else \
+                (int(sp[0]), int(sp[1])) if isinstance(sp, (tuple, list)) else (int(sp.start), int(sp.end))
+            a, b = max(0, min(a, n)), max(0, min(b, n))
+            if b > a:
+                marks.append((a, b, i, code))
+    marks.sort(key=lambda m: (m[0], m[2]))
+    parts, pos, last = [], 0, (-1, -1)
+    shown = set(suggested)
+
+    def tag(code: str, i: int) -> str:
+        r, g, bl = CODE_PALETTE[i % len(CODE_PALETTE)]
+        c = html.escape(code, quote=True)
+        return (f'<sup class="code-tag" data-code="{c}" style="color: rgb({r}, {g}, {bl}); font-weight: 600">'
+                f'{c}{"?" if code in shown else ""}</sup>')
+
+    for a, b, i, code in marks:
+        if a < pos:  # overlaps the span drawn last: its words stay as drawn; this code is named beside them too
+            if a < last[1] and b > last[0] and f'data-code="{html.escape(code, quote=True)}"' not in parts[-1]:
+                parts[-1] += tag(code, i)
+            continue
+        r, g, bl = CODE_PALETTE[i % len(CODE_PALETTE)]
+        c = html.escape(code, quote=True)
+        sug = code in shown
+        border = "dashed" if sug else "solid"
+        parts.append(html.escape(text[pos:a], quote=True))
+        parts.append(
+            f'<mark class="code-ev{" suggested" if sug else ""}" data-code="{c}" data-start="{a}" data-end="{b}" '
+            f'style="background-color: rgba({r}, {g}, {bl}, 0.22); border-bottom: 2px {border} rgb({r}, {g}, {bl}); '
+            f'color: inherit; padding: 0 1px; border-radius: 2px">{html.escape(text[a:b], quote=True)}</mark>'
+            + tag(code, i)
+        )
+        pos, last = b, (a, b)
+    parts.append(html.escape(text[pos:], quote=True))
+    return (
+        f'<div id="{element_id}" class="note-hl" style="white-space: pre-wrap; font-family: ui-monospace, monospace; '
+        f'font-size: 0.85rem; line-height: 1.7; max-height: 32rem; overflow-y: auto; padding: 0.75rem; '
+        f'border: 1px solid rgba(128,128,128,0.35); border-radius: 0.4rem">' + "".join(parts) + "</div>"
+    )
+
+
+def suggestion_table(suggested: Sequence[Any]) -> pd.DataFrame:
+    """The codes suggested from their titles (`Prediction.suggested`), best first: code, title, why."""
+    return pd.DataFrame({"code": [x.code for x in suggested], "title": [x.title for x in suggested],
+                         "why": [x.reason for x in suggested]}, columns=["code", "title", "why"])
+
+
+def code_tags(html_str: str) -> list[tuple[str, str]]:
+    """(code, words) of each code named in `codes_html` output, in note order: the words are those of the mark the
+    code's name follows (a code whose span overlaps another's is named beside those words)."""
+    import re
+
+    out = []
+    for words, tags in re.findall(r'<mark class="code-ev[^"]*"[^>]*>(.*?)</mark>((?:<sup class="code-tag"[^>]*>'
+                                  r'[^<]*</sup>)+)', html_str, flags=re.S):
+        out += [(html.unescape(c), html.unescape(words)) for c in re.findall(r'data-code="([^"]*)"', tags)]
+    return out
+
+
 def marked_texts(html_str: str) -> list[str]:
     """The unescaped text inside each `<mark>` of `highlight_html` output (for tests and checks)."""
     out, pos = [], 0

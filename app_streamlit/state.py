@@ -70,12 +70,21 @@ def resolve_run(root: Path, name: str) -> Path | None:
     return (root / name).resolve()
 
 
-@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
 def load_predictor(run_dir: str) -> Any:
-    """The `Predictor` of a run folder, loaded once per process (keyed by the resolved path string)."""
+    """The `Predictor` of a run folder, loaded once per process (keyed by the resolved path string and the titles).
+    Its suggestion candidates: the code system's titles (ICD-10-CM), or the file $CLINICODE_TITLES (code<TAB>title)
+    with $CLINICODE_TREE (code<TAB>tree numbers) when set, as `predict --titles/--tree`."""
+    return _load_predictor(run_dir, os.environ.get("CLINICODE_TITLES"), os.environ.get("CLINICODE_TREE"))
+
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
+def _load_predictor(run_dir: str, titles: str | None, tree: str | None) -> Any:
+    from clinicode.codes.icd9 import load_descriptions_tsv
+    from clinicode.codes.suggest import read_tree
     from clinicode.predict import Predictor  # lazy: pulls in torch
 
-    return Predictor.from_checkpoint(run_dir, device="cpu")
+    return Predictor.from_checkpoint(run_dir, device="cpu", titles=load_descriptions_tsv(titles) if titles else None,
+                                     tree=read_tree(tree) if tree else None)
 
 
 @st.cache_data(show_spinner=False, max_entries=4)

@@ -98,6 +98,13 @@ SPREAD_SETS = ("bc5cdr-disease-mesh",)
 # LEAM rows: name -> the LEAMConfig/TrainConfig fields it changes. "leam" is the library's default model (code
 # evidence); "leam (paper)" is Wang et al.'s model exactly (`train --paper`).
 VARIANTS = {"leam (paper)": {"code_evidence": False, "window_nonneg": False}}
+# Each row's model kind: "fused" is the library's default since #41 (LEAM and tfidf-lr fused per code), "leam" the
+# default before it (`train --model leam`), "leam (paper)" `train --paper`.
+ROW_KIND = {"fused": "fused", "leam": "leam", "leam (paper)": "leam"}
+# Seeds of the fused row where fewer than --seeds (#41: bc5cdr-all and ncbi-all first, then bc5cdr top 50)
+FUSED_SEEDS = {"bc5cdr-disease-mesh-all": 3, "ncbi-disease-mesh-all": 3, "bc5cdr-disease-mesh": 3,
+               "ncbi-disease-mesh": 3, "cmc2007-radiology-icd9": 3}
+RARE_BAND = 10   # #41's rare band: codes with fewer than 10 training notes
 START, END = "<!-- bench:accuracy:start -->", "<!-- bench:accuracy:end -->"
 METRICS = (("f1_micro", "micro-F1"), ("f1_macro", "macro-F1"), ("auc_macro", "macro-AUC"),
            ("auc_micro", "micro-AUC"), ("prec_at_5", "P@5"), ("prec_at_8", "P@8"))
@@ -246,8 +253,11 @@ def _window_stats(run: Path) -> dict:
     return out
 
 
+REUSE_ONLY = False   # --reuse-only
+
+
 def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | None, work: Path,
-            options: dict | None = None, name: str | None = None) -> dict:
+            options: dict | None = None, name: str | None = None) -> dict | None:
     """Train one model with default settings (LEAM: optionally with OPTIONS, TrainConfig or LEAMConfig fields,
     changed) into WORK/DATASET-NAME-SEED (NAME: the row's name, default MODEL); return its test metrics, the rare-code
     slice, how training ended, wall-clock seconds and the run folder. A row kept beside it by an earlier call with the
@@ -269,9 +279,11 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
         if row.get("key") == run_key and Path(row["run"]).is_dir():
             print(f"reusing {kept.name} (trained at {row.get('commit')})", file=sys.stderr, flush=True)
             return {**row, "reused": True}
+    if REUSE_ONLY:   # --reuse-only: report what --runs holds, train nothing
+        return None
 
     model_fields = {f.name for f in dataclasses.fields(LEAMConfig)}
-    extra = dict(options or {}) if model == "leam" else {}
+    extra = dict(options or {}) if model in ("leam", "fused") else {}
     model_options = {k: extra.pop(k) for k in list(extra) if k in model_fields}
     cfg = TrainConfig(model=model, seed=seed, top_k=top_k, device="cpu", **extra)
     desc = descriptions_for(dataset, data_dir)
@@ -292,10 +304,16 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
                # how far the last epoch's training loss sits above the run's lowest (0 = still at its lowest)
                loss_rise=(losses[-1] / min(losses) - 1.0) if losses and min(losses) > 0 else 0.0,
                at_cap_improving=bool(history) and res.get("stopped") == "epochs" and bool(history[-1].get("best")))
-    if model == "leam":
+    if model in ("leam", "fused"):
         row.update(_window_stats(Path(res["run"])), **_window_path(history))
         if res["test"].get("evidence"):   # scored by train itself where the test notes carry gold mentions
             row["evidence"] = res["test"]["evidence"]
+    if model == "fused":   # what each part contributes per band: the fused model with one part switched off
+        row["parts"] = parts_per_band(Path(res["run"]), data_dir)
+        row["fusion"] = res.get("fusion")
+    import resource
+
+    row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # this process's peak so far
     row["unseen_share"] = unseen_share(data_dir, LabelSet.load(Path(res["run"]) / CHECKPOINT_DIR / LABELS_FILE).codes)
     print(json.dumps({"dataset": dataset, "model": name or model, "seed": seed, **row}), file=sys.stderr, flush=True)
     row = {**row, "run": res["run"], "key": run_key, "commit": _commit()}
@@ -303,6 +321,132 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
     tmp.write_text(json.dumps(row, indent=1), encoding="utf-8")
     tmp.replace(kept)
     return row
+
+
+def band_figures(y, s, t: float, counts) -> dict:
+    """Headline figures at threshold t, and macro-AUC / per-code mean F1 over the rare band (fewer than RARE_BAND
+    training notes) and the four frequency bands of the fused model (1-2, 3-10, 11-50, >50 training notes); a band's
+    figures count its codes with a gold test note."""
+    import numpy as np
+
+    from clinicode.metrics import all_metrics, auc_macro, f1_by_threshold
+
+    m = all_metrics(y, s, threshold=t)
+    out = {k: m[k] for k in ("f1_micro", "f1_macro", "auc_macro", "prec_at_8")}
+    groups = {"rare<10": counts < RARE_BAND, "1-2": counts <= 2, "3-10": (counts > 2) & (counts <= 10),
+              "11-50": (counts > 10) & (counts <= 50), ">50": counts > 50}
+    for name, keep in groups.items():
+        cols = np.flatnonzero(keep & (y.sum(axis=0) > 0))
+        if not len(cols):
+            continue
+        out[f"{name}_auc"] = auc_macro(y[:, cols], s[:, cols])[0]
+        out[f"{name}_f1"] = float(f1_by_threshold(y[:, cols], s[:, cols], np.array([t]))["f1_macro_mean"][0])
+        out[f"{name}_n"] = int(len(cols))
+    return out
+
+
+def parts_per_band(run: Path, data_dir: Path) -> dict:
+    """Test figures of a fused run per band: as trained, with the LEAM part switched off at scoring (its term 0), and
+    with the tfidf-lr part switched off; the checkpoint's threshold and per-code shifts stay."""
+    import numpy as np
+
+    from clinicode.evaluate import scored_split
+    from clinicode.predict import Predictor
+
+    pred = Predictor.from_checkpoint(run, device="cpu")
+    df, y, _ = scored_split(pred, data_dir, "test")
+    model, ck = pred.scorer.model, pred.checkpoint
+    z_leam, z_lr, z_title = pred.scorer.logits(df["text"].tolist())
+    counts = np.array([ck.train_counts.get(c, 0) for c in ck.labels.codes])
+    y = y.astype(bool)
+    out, zero = {}, np.zeros_like(z_lr)
+    for name, z in (("fused", model.fuse(z_leam, z_lr, z_title)), ("LEAM off", model.fuse(zero, z_lr, z_title)),
+                    ("tfidf-lr off", model.fuse(z_leam, zero, z_title)),
+                    ("title match off", model.fuse(z_leam, z_lr, zero)),
+                    ("LEAM part only", model.fuse(z_leam, zero, zero))):
+        out[name] = band_figures(y, 0.5 * (1.0 + np.tanh(0.5 * np.clip(z, -30, 30))), ck.threshold, counts)
+    return out
+
+
+def parts_table(results: dict[tuple[str, str], list[dict]]) -> list[str]:
+    """What each part of the fused model contributes per band (test, mean over seeds)."""
+    keys = [("f1_micro", "micro-F1"), ("auc_macro", "macro-AUC"), ("prec_at_8", "P@8"), ("f1_macro", "macro-F1"),
+            ("rare<10_auc", "<10 notes macro-AUC"), ("rare<10_f1", "<10 notes macro-F1"), ("1-2_auc", "1-2 AUC"),
+            ("3-10_auc", "3-10 AUC"), ("11-50_auc", "11-50 AUC"), (">50_auc", ">50 AUC")]
+    lines = ["| dataset | runs | scored with | " + " | ".join(n for _, n in keys) + " |",
+             "|---|---|---|" + "---|" * len(keys)]
+    for (dataset, name), rows in results.items():
+        have = [r["parts"] for r in rows if r.get("parts")]
+        if ROW_KIND.get(name) != "fused" or not have:
+            continue
+        for part in have[0]:
+            cells = []
+            for k, _ in keys:
+                vals = [p[part][k] for p in have if k in p[part]]
+                cells.append(f"{statistics.mean(vals):.4f}" if vals else "-")
+            lines.append(f"| {dataset} | {len(have)} | {part} | " + " | ".join(cells) + " |")
+    if len(lines) == 2:
+        return []
+    return ["What each part of the fused model contributes (test, mean over its seeds; the same checkpoint scored "
+            "with one part's term set to 0, threshold and per-code shifts kept). Bands: training notes per code; a "
+            "band counts its codes with a gold test note.", "", *lines, ""]
+
+
+ISSUE41_EVIDENCE = {"bc5cdr-disease-mesh": (0.87, 0.67), "bc5cdr-disease-mesh-all": (0.85, 0.63)}
+# The leam row's seed means as BENCHMARKS.md held them before #41 (e8b22bc), for a call that does not rerun the leam
+# row: #41's bars for the fused model are relative to it.
+LEAM_BEFORE = {"bc5cdr-disease-mesh": {"f1_micro": 0.7062, "prec_at_8": 0.2182, "f1_macro": 0.7035},
+               "bc5cdr-disease-mesh-all": {"f1_micro": 0.5202, "prec_at_8": 0.2442, "f1_macro": 0.1385},
+               "ncbi-disease-mesh": {"f1_micro": 0.8092, "prec_at_8": 0.2073, "f1_macro": 0.5451},
+               "ncbi-disease-mesh-all": {"f1_micro": 0.6167, "prec_at_8": 0.2475, "f1_macro": 0.0785},
+               "cmc2007-radiology-icd9": {"f1_micro": 0.7710, "prec_at_8": 0.1486, "f1_macro": 0.3827}}
+
+
+def issue41_goals(results: dict[tuple[str, str], list[dict]], evidence: dict | None = None) -> list[str]:
+    """#41's goals for the fused row, each with its numbers: every code (the NAME-all sets) against tfidf-lr and the
+    previous default (the leam row, seed mean); top 50 against the leam row; evidence on bc5cdr; time."""
+    out = []
+    for (d, name), rows in results.items():
+        if ROW_KIND.get(name) != "fused" or (d, "tfidf-lr") not in results:
+            continue
+        lr = results[(d, "tfidf-lr")][0]
+        leam = results.get((d, "leam")) or []
+        before = LEAM_BEFORE.get(d) if not leam else None
+        f1 = [r["f1_micro"] for r in rows]
+
+        def mean_of(key: str) -> float | None:
+            if leam:
+                return statistics.mean(r[key] for r in leam)
+            return before[key] if before else None
+
+        checks: list[tuple[str, float, float, bool]] = []   # (what, got, bar, got >= bar is met)
+        if d in ALL_CODES:
+            p8_bar = max(v for v in (mean_of("prec_at_8"), lr["prec_at_8"]) if v is not None) + 0.02
+            mf1_bar = 1.5 * max(v for v in (mean_of("f1_macro"), lr["f1_macro"]) if v is not None)
+            checks += [("worst micro-F1", min(f1), lr["f1_micro"] + 0.08, True),
+                       ("worst P@8", min(r["prec_at_8"] for r in rows), p8_bar, True),
+                       ("worst macro-AUC", min(r["auc_macro"] for r in rows), lr["auc_macro"] + 0.01, True),
+                       ("worst macro-F1", min(r["f1_macro"] for r in rows), mf1_bar, True)]
+            if len(rows) > 1:
+                checks.append(("best - worst micro-F1", max(f1) - min(f1), 0.02, False))
+            if d == "bc5cdr-disease-mesh-all":
+                checks.append(("slowest train s", max(r["seconds"] for r in rows), 150.0, False))
+        else:
+            if leam or before:
+                checks.append(("worst micro-F1", min(f1), mean_of("f1_micro") - 0.01, True))
+            if len(rows) > 1:
+                checks.append(("best - worst micro-F1", max(f1) - min(f1), 0.03, False))
+        if evidence and d in ISSUE41_EVIDENCE and (d, name) in evidence:
+            reps = [r["model"] for r in evidence[(d, name)]]
+            for key, bar in zip(("hit_at_1", "token_f1"), ISSUE41_EVIDENCE[d]):
+                checks.append((f"worst evidence {key.replace('_at_', '@').replace('token_', 'word ')}",
+                               min(x[key] for x in reps), bar, True))
+        parts = [f"{what} {got:.4f} (goal {'>=' if up else '<='} {bar:.4f}: "
+                 f"{'met' if (got >= bar - 1e-12 if up else got <= bar + 1e-12) else 'NOT met'})"
+                 for what, got, bar, up in checks]
+        source = " (leam: BENCHMARKS.md's row before #41)" if before else ""
+        out.append(f"- {d}, {name}, {len(rows)} seed(s){source}: " + "; ".join(parts))
+    return out
 
 
 def gap(data_dir: Path, leam: list[dict], lr: list[dict]) -> dict:
@@ -551,6 +695,10 @@ def main() -> None:
                          "(default 2, as in BENCHMARKS.md).")
     ap.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated folder names under ../shared/data.")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone.")
+    ap.add_argument("--rows", default=",".join(ROW_KIND),
+                    help=f"model rows beside tfidf-lr, comma-separated, of {', '.join(ROW_KIND)}.")
+    ap.add_argument("--reuse-only", action="store_true",
+                    help="with --runs: report the rows it holds and train nothing (a row it lacks is left out).")
     ap.add_argument("--no-paper", action="store_true",
                     help="run only the default LEAM beside tfidf-lr, not the paper's model too (half the compute).")
     ap.add_argument("--runs", default=None, metavar="DIR",
@@ -563,6 +711,8 @@ def main() -> None:
                          "lr_schedule=constant or label_reg_weight=0; repeatable; "
                          "implies --no-write.")
     args = ap.parse_args()
+    global REUSE_ONLY
+    REUSE_ONLY = bool(args.reuse_only)
     options = _parse_sets(args.set)
     if args.embeddings:
         if not Path(args.embeddings).is_file():
@@ -584,7 +734,12 @@ def main() -> None:
         sys.exit(f"no data for {', '.join(missing)} under {DATA}; expected {{train,dev,test}}.jsonl per set.")
     results: dict[tuple[str, str], list[dict]] = {}
     gaps: dict[tuple[str, str], dict] = {}
-    rows = {"leam": options} if options or args.no_paper else {"leam": {}, **VARIANTS}   # screening runs one LEAM row
+    chosen = [r for r in args.rows.split(",") if r]
+    unknown = [r for r in chosen if r not in ROW_KIND]
+    if unknown:
+        sys.exit(f"--rows {args.rows}: unknown row {unknown[0]!r}; expected some of {', '.join(ROW_KIND)}.")
+    rows = {r: ({**VARIANTS.get(r, {}), **options}) for r in chosen
+            if not (args.no_paper and r == "leam (paper)")}
     t_all = time.perf_counter()
     _commit()  # each row names the code this process trains with, not the tree when the row is written
     if args.runs:
@@ -594,14 +749,21 @@ def main() -> None:
         dirs = {d: make_proxy(d, work / "data") if d in PROXIES else source_dir(d) for d in datasets}
         top_ks = {d: top_k_for(d, dirs[d]) for d in datasets}
         for dataset in datasets:
-            lr = results[(dataset, "tfidf-lr")] = [
-                run_one(dataset, dirs[dataset], "tfidf-lr", 1337, top_ks[dataset], work)]
+            lr = [r for r in [run_one(dataset, dirs[dataset], "tfidf-lr", 1337, top_ks[dataset], work)] if r]
+            if not lr:
+                continue
+            results[(dataset, "tfidf-lr")] = lr
             for name, opts in rows.items():
-                n_seeds = min(args.seeds, SEEDS_CAP.get(dataset, {}).get(name, args.seeds))
+                cap = FUSED_SEEDS.get(dataset, args.seeds) if name == "fused" else \
+                    SEEDS_CAP.get(dataset, {}).get(name, args.seeds)
+                n_seeds = min(args.seeds, cap)
                 if n_seeds == 0:                                      # a row this machine could not afford
                     continue
-                leam = results[(dataset, name)] = [run_one(dataset, dirs[dataset], "leam", 1337 + i, top_ks[dataset],
-                                                           work, opts, name) for i in range(n_seeds)]
+                leam = [r for r in (run_one(dataset, dirs[dataset], ROW_KIND[name], 1337 + i, top_ks[dataset], work,
+                                            opts, name) for i in range(n_seeds)) if r]
+                if not leam:
+                    continue
+                results[(dataset, name)] = leam
                 gaps[(dataset, name)] = gap(dirs[dataset], leam, lr)
         evidence = evidence_rows(results, dirs)
     from clinicode.config import TrainConfig
@@ -658,6 +820,12 @@ def main() -> None:
         robustness_table(results),
         "",
         *evidence_table(evidence),
+        "",
+        *parts_table(results),
+        "Goals of #41 (the fused model, the default; every code against tfidf-lr and the leam row, top 50 against "
+        "the leam row):",
+        "",
+        *issue41_goals(results, evidence),
         "",
         "Goals of the accuracy issue:",
         "",

@@ -25,6 +25,7 @@ SCRIPTS = [
     ("bench_serve.py", [], ["--requests", "64", "--repeat", "1"]),
     ("bench_review.py", [], ["--notes", "200", "--repeat", "1"]),
     ("bench_compare.py", [], ["--notes", "500", "--codes", "500", "--repeat", "1"]),
+    ("bench_suggestions.py", [], []),
 ]
 
 

@@ -156,7 +156,8 @@ def prepare_cli(
                            typer.Option(help="MIMIC-IV: 9 or 10 (required: its tables hold both).")] = None,
     splits_dir: Annotated[Optional[Path],
                           typer.Option(help="Folder of "
-                                            "{train,dev,test}_{50,full}_hadm_ids.csv (CAML, MIMIC-IV-ICD).")] = None,
+                                            "{train,dev,test}_{50,full}_hadm_ids.csv (CAML, MIMIC-IV-ICD); "
+                                            "default for MIMIC-III: CAML's, packaged.")] = None,
     splits_file: Annotated[Optional[Path],
                            typer.Option(help="Edin et al.'s split CSV (hadm_id,split with train/val/test).")] = None,
     label_set: Annotated[Optional[str], typer.Option(help=_LABEL_SET_HELP)] = None,
@@ -241,7 +242,8 @@ def train_cli(
                         typer.Option(help="With a MIMIC-IV --mimic-dir: the folder holding note/.")] = None,
     icd_version: Annotated[Optional[int], typer.Option(help="With a MIMIC-IV --mimic-dir: 9 or 10.")] = None,
     splits_dir: Annotated[Optional[Path],
-                          typer.Option(help="With --mimic-dir: a folder of published split id lists.")] = None,
+                          typer.Option(help="With --mimic-dir: a folder of published split id lists "
+                                            "(MIMIC-III: CAML's packaged ones by default).")] = None,
     splits_file: Annotated[Optional[Path],
                            typer.Option(help="With --mimic-dir: Edin et al.'s hadm_id,split CSV.")] = None,
     label_set: Annotated[Optional[str], typer.Option(help="With --mimic-dir: " + _LABEL_SET_HELP)] = None,
@@ -252,6 +254,9 @@ def train_cli(
     top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None,
     epochs: Annotated[Optional[int], _opt("Maximum epochs (a cap: the schedule and --patience end runs first).",
                                           default_of(_T, "epochs"))] = None,
+    fused_epochs: Annotated[Optional[int], _opt("--model fused on more than 100 codes: its LEAM part trains at "
+                                                "most this many epochs (and at most --epochs).",
+                                                default_of(_T, "fused_epochs"))] = None,
     patience: Annotated[Optional[int], _opt("Stop when more than this many epochs in a row bring no dev micro-F1 gain.",
                                             default_of(_T, "patience"))] = None,
     patience_steps: Annotated[Optional[int],
@@ -322,7 +327,7 @@ def train_cli(
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --out.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Train LEAM (or tfidf-lr) and write a self-contained checkpoint."""
+    """Train the fused model (LEAM and tfidf-lr; or --model leam, --paper, --model tfidf-lr) into a checkpoint."""
     from clinicode.evaluate import format_table
     from clinicode.runtime import keep_freed_memory
     from clinicode.train import train
@@ -332,8 +337,12 @@ def train_cli(
     keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
     if model is not None:
         train_kind(model)  # an unknown --model: one line naming the known kinds, before anything else is read
-    cfg = TrainConfig(**_given(model=model, epochs=epochs, batch_size=batch_size, lr=lr, max_len=max_len,
-                               embeddings=embeddings,
+    if paper and model == "fused":  # the paper's model is a LEAM: the leam kind, not the default's fused one
+        raise ConfigError("--paper trains the paper's LEAM (--model leam); leave out --model fused.")
+    if paper and model is None:
+        model = "leam"
+    cfg = TrainConfig(**_given(model=model, epochs=epochs, fused_epochs=fused_epochs, batch_size=batch_size, lr=lr,
+                               max_len=max_len, embeddings=embeddings,
                                weight_decay=weight_decay, optimizer=optimizer, pos_weight=pos_weight,
                                decay_scope=decay_scope,
                                ema_decay=ema_decay, w2v_epochs=w2v_epochs, min_doc_freq=min_doc_freq,
@@ -491,9 +500,13 @@ def predict_cli(
                                                  default_of(PredictConfig, "memory_mb"))] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
     titles: Annotated[Optional[Path],
-                      typer.Option(help="code<TAB>title file: also list its codes that the checkpoint lacks and whose "
-                                        "every title word occurs in a note, as `title_suggestions` (suggestions "
-                                        "from the title, not predictions).")] = None,
+                      typer.Option(help="code<TAB>title file: the candidates for `suggested` (codes the checkpoint "
+                                        "lacks whose title stands in a note; suggestions, not predictions). Default: "
+                                        "the code system's own titles (ICD-10-CM's).")] = None,
+    tree: Annotated[Optional[Path],
+                    typer.Option(help="code<TAB>tree numbers file (MeSH's mesh_tree.tsv): places the candidates in "
+                                      "the hierarchy, so a trained code under one counts.")] = None,
+    suggest: Annotated[bool, typer.Option(help="List `suggested` codes from the titles (--no-suggest: none).")] = True,
     format: Annotated[str, typer.Option("--format",
                                         help="records (JSONL, or CSV when --output ends in .csv), or an output format: "
                                              f"{_formats_help(WRITERS)}.")] = "records",
@@ -503,6 +516,7 @@ def predict_cli(
 ) -> None:
     """Score notes in batch: one output record per input record, in input order."""
     from clinicode.codes.icd9 import load_descriptions_tsv
+    from clinicode.codes.suggest import read_tree
     from clinicode.predict import Predictor
     from clinicode.predict_io import predict_file
 
@@ -515,9 +529,12 @@ def predict_cli(
 
     opts = PredictConfig.from_user(top_k=top_k, explain=explain, threshold=threshold,  # the one rule (serve's too)
                                    **_given(memory_mb=memory_budget))
+    if (titles or tree) and not suggest:
+        raise ConfigError("--titles and --tree are for suggestions; drop them or --no-suggest.")
     pred = Predictor.from_checkpoint(checkpoint, **_given(device=device, memory_mb=memory_budget),
-                                     titles=load_descriptions_tsv(titles, unique=True) if titles else None)
-    if titles and not pred.title_index:
+                                     titles=load_descriptions_tsv(titles, unique=True) if titles else None,
+                                     tree=read_tree(tree) if tree else None, suggest=suggest)
+    if titles and not pred.suggester:
         raise DataFormatError(f"--titles {titles}: no code with a title outside the checkpoint's {len(pred.codes):,} "
                               "codes; give code<TAB>title lines for codes the model was not trained on.")
     context = None
@@ -525,7 +542,8 @@ def predict_cli(
         from clinicode.fhir import code_systems, predictor_source
 
         # the same builder as `clinicode serve`; each Bundle names the checkpoint that suggested its codes
-        context = {"systems": code_systems(pred.codes, pred.code_system), "source": predictor_source(pred)}
+        context = {"systems": code_systems(pred.codes, pred.code_system), "source": predictor_source(pred),
+                   "family": pred.code_system}
     counts = predict_file(pred, input=input, output=output, top_k=opts.top_k, threshold=opts.threshold,
                           explain=opts.explain, strict=strict, resume=resume, shard=_parse_shard(shard),
                           progress=progress and sys.stderr.isatty(), input_format=input_format,
@@ -765,6 +783,11 @@ def review_stats_cli(
             else:
                 typer.echo(f"{code:<12} {t['threshold']:>8.3f} {t['decisions']:>9,} {pct(t['rate']):>8} "
                            f"{pct(t['lower_bound']):>7} {t['share']:>6.0%} {t['all_decisions']:>5,}")
+    ft = s["from_title"]
+    typer.echo(f"\nsuggested from the title (codes the model lacks; not in the counts above): {ft['accepted']:,} "
+               f"accepted, {ft['rejected']:,} rejected, accept rate {pct(ft['accept_rate'])}")
+    for code, v in ft["per_code"].items():
+        typer.echo(f"{code:<12} {v['accepted']:>8,} {v['rejected']:>8,}")
 
 
 def main() -> None:

@@ -22,9 +22,12 @@ T = TypeVar("T")
 class TrainConfig:
     """Training options; saved as train_config.json beside the weights."""
 
-    model: str = "leam"             # a model kind's name (clinicode.models.MODEL_KINDS): "leam" or "tfidf-lr"
+    model: str = "fused"            # a model kind's name (clinicode.models.MODEL_KINDS): "fused" (LEAM and tfidf-lr
+                                    # fused per code, #41), "leam" or "tfidf-lr"
     epochs: int = 200               # a cap only: patience ends runs (small sets: 15-60 epochs; a cap of 50 ended
                                     # runs still improving)
+    fused_epochs: int = 30          # --model fused on more than 100 codes: its LEAM part's cap (min with epochs);
+                                    # tfidf-lr and the titles carry the rare codes (docs/accuracy-tuning.md, round 14)
     batch_size: int = 16
     lr: float = 1e-2                # tuned on hoc/mtsamples/cmc2007 dev (BENCHMARKS.md); was 2e-3
     optimizer: str = "adamw"        # "adamw" (decoupled weight decay) or "adam" (weight_decay as L2 in the gradient)
@@ -68,7 +71,7 @@ class TrainConfig:
         # and the start of every run (`train_setup.open_run`) ask it, before anything is written.
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"--model must name a model kind, got {self.model!r}.")
-        for name in ("epochs", "batch_size", "max_len", "min_doc_freq", "eval_batch_size"):
+        for name in ("epochs", "fused_epochs", "batch_size", "max_len", "min_doc_freq", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
         if self.w2v_epochs < 0:

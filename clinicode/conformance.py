@@ -134,6 +134,11 @@ def _trained(kind: ModelKind, texts: list[str], y: np.ndarray, labels: LabelSet,
     _need(isinstance(stats, dict) and all(isinstance(k, str) and isinstance(v, float) for k, v in stats.items()),
           who, "`epoch_stats` must return {name: float}.")
     model.eval()
+    if hasattr(kind, "after_loop"):  # the optional hooks around the loop, as `train` calls them (the fused kind)
+        before = kind.before_loop(texts[:24], y[:24], single_label=False) if hasattr(kind, "before_loop") else None
+        model = kind.after_loop(model, tokenizer, before, dev_texts=texts[24:], y_dev=y[24:],
+                                train_counts=y[:24].sum(0).astype(int), descriptions=list(labels.descriptions),
+                                max_len=max_len, device="cpu", batch_size=8, memory_mb=512)
     return model, tokenizer
 
 

@@ -42,10 +42,11 @@ REQUEST_SYSTEM = f"{NAMESPACE}/request-id"                    # Bundle.identifie
 LOCAL_SYSTEM = f"{NAMESPACE}/CodeSystem/label"                # a checkpoint's own label that is no ICD code
 MACHINE_TAG = {"system": TAG_SYSTEM, "code": "machine-generated",
                "display": "Suggested by clinicode (a statistical model); not reviewed by a person"}
+# A code the checkpoint was not trained on, suggested because its title stands in the note (#43): no model score.
+TITLE_TAG = {"system": TAG_SYSTEM, "code": "suggested-from-title",
+             "display": "Suggested from the code's title found in the note; the model was not trained on this code"}
+EXT_SUGGESTION = f"{NAMESPACE}/StructureDefinition/suggested-from-title"  # valueString: why (the suggester's reason)
 
-# `predict --titles`: a code outside the checkpoint's, suggested because every word of its title occurs in the note
-TITLE_TAG = {"system": TAG_SYSTEM, "code": "title-match",
-             "display": "Every word of the code's title occurs in the note; not a model prediction (no score)"}
 
 _VER_STATUS = "http://terminology.hl7.org/CodeSystem/condition-ver-status"
 _CATEGORY = "http://terminology.hl7.org/CodeSystem/condition-category"
@@ -140,9 +141,21 @@ def subject_reference(subject: Any) -> dict[str, Any]:
 
 
 def _span_ext(span: Mapping[str, Any]) -> dict[str, Any]:
-    return {"url": EXT_EVIDENCE, "extension": [{"url": "start", "valueInteger": int(span["start"])},
-                                               {"url": "end", "valueInteger": int(span["end"])},
-                                               {"url": "weight", "valueDecimal": float(span["weight"])}]}
+    parts = [{"url": "start", "valueInteger": int(span["start"])}, {"url": "end", "valueInteger": int(span["end"])}]
+    if "weight" in span:  # a suggestion's title spans have none
+        parts.append({"url": "weight", "valueDecimal": float(span["weight"])})
+    return {"url": EXT_EVIDENCE, "extension": parts}
+
+
+def _suggested_resource(rec: Mapping[str, Any], sug: Mapping[str, Any], subject: dict[str, Any],
+                        family: _cs.CodeSystem, document: str | None) -> dict[str, Any]:
+    """A code suggested from its title: an unconfirmed Condition (or a Procedure of unknown status), tagged
+    `suggested-from-title` beside machine-generated, with the reason and the title's spans; no score extension (the
+    model gave it none)."""
+    res = _resource(rec, {"code": sug["code"], "description": sug.get("title", "")}, subject,
+                    code_systems([sug["code"]], family), document, title=sug)
+    res["extension"].insert(0, {"url": EXT_SUGGESTION, "valueString": str(sug.get("reason") or "title in the note")})
+    return res
 
 
 def model_device(source: Mapping[str, Any]) -> dict[str, Any]:
@@ -245,8 +258,10 @@ def _outcome(rec: Mapping[str, Any], message: str | None = None) -> dict[str, An
 
 def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[str, str]] | None = None,
            subjects: Sequence[Any] | None = None, documents: Sequence[str | None] | None = None,
-           source: Mapping[str, Any] | None = None, request_id: str | None = None) -> dict[str, Any]:
-    """A FHIR R4 `collection` Bundle of the predicted codes of RECORDS (as `Prediction.to_dict()` gives them).
+           source: Mapping[str, Any] | None = None, request_id: str | None = None,
+           family: _cs.CodeSystem | None = None) -> dict[str, Any]:
+    """A FHIR R4 `collection` Bundle of the predicted codes of RECORDS (as `Prediction.to_dict()` gives them), and of
+    their `suggested` codes, tagged `suggested-from-title` (a coder tells them apart by the tag).
 
     Args:
         systems: `code_systems(predictor.codes)`; codes missing from it are classified alone.
@@ -256,10 +271,11 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
         source: the checkpoint's identity (`model_source`): each resource's `meta.source` names the checkpoint and
             the Bundle's first entry is a Device describing it.
         request_id: the service's request id, kept as the Bundle's `identifier`.
+        family: the checkpoint's code system, for suggested codes (not in SYSTEMS); default every ICD system.
     Returns:
         the Bundle as a JSON-ready dict: one Condition or Procedure per predicted code (record order, then score
-        order), then one per title suggestion (`predict --titles`; tagged TITLE_TAG, no score), one
-        OperationOutcome per record with an error.
+        order), then one per suggested code (tagged TITLE_TAG, no score), one OperationOutcome per record with an
+        error.
     """
     systems = systems or {}
     entries = []
@@ -274,8 +290,8 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
             subject = subject_reference(subjects[i] if subjects else None)
             doc = documents[i] if documents else None
             resources = [_resource(rec, p, subject, systems, doc) for p in rec.get("predicted", [])]
-            resources += [_resource(rec, {"code": m["code"], "description": m.get("title")}, subject, systems, doc,
-                                    title=m) for m in rec.get("title_suggestions") or []]
+            resources += [_suggested_resource(rec, p, subject, family or _cs.MIXED, doc)
+                          for p in rec.get("suggested", [])]
             if not resources:
                 resources = [_nothing_predicted(rec, doc)]
         if source is not None:

@@ -553,7 +553,7 @@ register_reader(Reader("fhir", (), fhir_rows, "FHIR R4 DocumentReference resourc
 
 
 # ------------------------------------------------------------------ writers
-CSV_HEADER = ("id", "predicted", "scores", "truncated", "error")
+CSV_HEADER = ("id", "predicted", "scores", "truncated", "error", "suggested")
 
 
 def record_line(rec: Mapping[str, Any]) -> str:
@@ -564,7 +564,9 @@ def record_line(rec: Mapping[str, Any]) -> str:
 def csv_row(rec: Mapping[str, Any]) -> list[Any]:
     """One output record as the row of the CSV output (columns `CSV_HEADER`)."""
     pred = ";".join(p["code"] for p in rec.get("predicted", []))
-    return [rec["id"], pred, json.dumps(rec.get("scores", {})), rec.get("truncated", ""), rec.get("error", "")]
+    suggested = ";".join(p["code"] for p in rec.get("suggested", []))  # from the titles, not predictions (#43)
+    return [rec["id"], pred, json.dumps(rec.get("scores", {})), rec.get("truncated", ""), rec.get("error", ""),
+            suggested]
 
 
 def _jsonl_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] | None = None):
@@ -590,7 +592,7 @@ def _fhir_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] |
     def write(rec: Mapping[str, Any], note: Any = None) -> None:
         subject, document = getattr(note, "subject", None), getattr(note, "document", None)
         f.write(record_line(bundle([rec], systems=ctx.get("systems"), source=ctx.get("source"),
-                                   subjects=[subject], documents=[document])))
+                                   subjects=[subject], documents=[document], family=ctx.get("family"))))
 
     return write
 
@@ -619,14 +621,15 @@ def _fhir_document(records: list[Mapping[str, Any]], context: Mapping[str, Any])
     from clinicode.fhir import bundle
 
     return bundle(records, systems=context.get("systems"), subjects=context.get("subjects"),
-                  source=context.get("source"), request_id=context.get("request_id"))
+                  source=context.get("source"), request_id=context.get("request_id"),
+                  family=context.get("family"))
 
 
 register_writer(Writer("jsonl", (".jsonl",), "application/x-ndjson", _jsonl_writer,
                        "one JSON record a line", done_ids=_jsonl_done, app=True))
 register_writer(Writer("csv", (".csv",), "text/csv", _csv_writer,
-                       "CSV: id, predicted (';'-joined), scores (JSON), truncated, error", done_ids=_csv_done,
-                       app=True))
+                       "CSV: id, predicted (';'-joined), scores (JSON), truncated, error, suggested (';'-joined)",
+                       done_ids=_csv_done, app=True))
 register_writer(Writer("fhir", (), "application/fhir+ndjson", _fhir_writer,
                        "one FHIR R4 Bundle a note and line (docs/serve.md)", subjects=True, serve=True,
                        document_of=_fhir_document, document_type="application/fhir+json"))

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from clinicode.checkpoint import Checkpoint, load_checkpoint
+from clinicode.codes.suggest import Suggester, Suggestion, system_titles
 from clinicode.codes.systems import CodeSystem
-from clinicode.codes.titles import TitleIndex, TitleMatch
 from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.memory import MemoryPlan
@@ -31,7 +31,23 @@ log = logging.getLogger(__name__)
 # A code's evidence: the words whose cosine with the code vector is at least this share of the note's best for that
 # code. Chosen on bc5cdr dev against gold mentions (docs/accuracy-tuning.md, round 12; docs/predict.md).
 WORD_BAR = 0.8
-TITLE_SUGGESTIONS = 10  # title suggestions per note at most (bc5cdr dev: 0.46 per note on average)
+TITLE_SUGGESTIONS = 10  # `predict --titles` before #43 listed this many at most (benchmarks/bench_suggestions.py)
+
+
+class _RowScores:
+    """One note's scores of the checkpoint's codes, read by code (what the suggester asks of the model)."""
+
+    def __init__(self, labels: Any, row: np.ndarray) -> None:
+        self._labels, self._row = labels, row
+
+    def __bool__(self) -> bool:
+        return True
+
+    def get(self, code: str, default: float = 0.0) -> float:
+        try:
+            return float(self._row[self._labels.index(code)])
+        except (KeyError, ValueError):
+            return default
 
 
 def _top(values: np.ndarray, n: int) -> np.ndarray:
@@ -103,9 +119,9 @@ class Prediction:
     code_phrases: for each predicted code, at most `explain` spans of the words closest to the code vector (cosine at
         least `WORD_BAR` of the note's best; neighbouring words joined), best first, weighted by that cosine.
     attention: every kept token's span with its beta weight (for highlighting), when explain > 0.
-    title_suggestions: when the predictor was given titles, the codes outside the checkpoint's whose every title word
-        occurs in the note, most specific first: suggestions from the title, not predictions (no model score, no
-        threshold).
+    suggested: when the predictor has candidates (its code system's titles, or a titles file), the codes outside the
+        checkpoint's whose title stands in the note, best first (`clinicode.codes.suggest`): suggestions from the
+        title, not predictions (their score is a rank, not a probability; never in `predicted` or `scores`).
     """
 
     id: str | None
@@ -117,7 +133,7 @@ class Prediction:
     code_phrases: dict[str, list[Span]] | None = None
     attention: list[Span] | None = None
     error: str | None = None
-    title_suggestions: list[TitleMatch] | None = None
+    suggested: list[Suggestion] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON output record (see `clinicode predict`)."""
@@ -134,10 +150,8 @@ class Prediction:
                 "spans": [_span(s) for s in self.evidence],
                 "codes": {c: [_span(s) for s in spans] for c, spans in (self.code_phrases or {}).items()},
             }
-        if self.title_suggestions is not None:
-            out["title_suggestions"] = [{"code": m.code, "title": m.title, "specificity": m.specificity,
-                                         "spans": [{"start": a, "end": b} for a, b in m.spans]}
-                                        for m in self.title_suggestions]
+        if self.suggested is not None:
+            out["suggested"] = [m.to_dict() for m in self.suggested]
         return out
 
     def at(self, threshold: float, *, single_label: bool = False,
@@ -193,7 +207,8 @@ class Predictor:
 
     def __init__(self, checkpoint: Checkpoint, *, device: torch.device | str = "cpu",
                  batch_size: int = PREDICT.batch_size,
-                 memory_mb: int = PREDICT.memory_mb, titles: Mapping[str, str] | None = None) -> None:
+                 memory_mb: int = PREDICT.memory_mb, titles: Mapping[str, str] | None = None,
+                 tree: Mapping[str, Sequence[str]] | None = None, suggest: bool = True) -> None:
         self.checkpoint = checkpoint
         self.labels = checkpoint.labels
         self.threshold = checkpoint.threshold
@@ -202,8 +217,9 @@ class Predictor:
         self.single_label = checkpoint.single_label  # softmax scores: the top code is the prediction
         self.device = torch.device(device)
         self.batch_size = batch_size
-        # codes the checkpoint was not trained on, suggested from their titles (`title_suggestions`), when given
-        self.title_index = TitleIndex(self._canonical_titles(titles), exclude=self.labels.codes) if titles else None
+        # codes the checkpoint was not trained on, suggested from their titles (`suggested`): TITLES when given, else
+        # the titles its code system ships (ICD-10-CM's); `suggest=False` turns them off
+        self.suggester = self._suggester(titles, tree) if suggest else None
         self.scorer = self.model_kind.scorer(checkpoint, device=self.device, batch_size=batch_size,
                                              memory_mb=memory_mb)
         self.plan: MemoryPlan | None = getattr(self.scorer, "plan", None)  # a model with a memory plan (LEAM)
@@ -229,15 +245,28 @@ class Predictor:
 
     @classmethod
     def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = PREDICT.batch_size,
-                        memory_mb: int = PREDICT.memory_mb, titles: Mapping[str, str] | None = None) -> "Predictor":
+                        memory_mb: int = PREDICT.memory_mb, titles: Mapping[str, str] | None = None,
+                        tree: Mapping[str, Sequence[str]] | None = None, suggest: bool = True) -> "Predictor":
         """Load (and verify) a checkpoint folder or a run folder containing checkpoint/.
 
-        `titles` (code -> title): codes outside the checkpoint's, suggested from their titles in every record
-        (`Prediction.title_suggestions`; docs/predict.md).
+        Suggestions (`Prediction.suggested`; docs/predict.md): `titles` (code -> title) are the candidates, default
+        the checkpoint's code system's own titles (ICD-10-CM's billable codes; ICD-9-CM and MeSH ship none, so
+        give them); `tree` (code -> tree numbers, MeSH's) places them in the hierarchy; `suggest=False`: none.
         """
         dev = pick_device(device)
         return cls(load_checkpoint(Path(path), device=dev), device=dev, batch_size=batch_size, memory_mb=memory_mb,
-                   titles=titles)
+                   titles=titles, tree=tree, suggest=suggest)
+
+    def _suggester(self, titles: Mapping[str, str] | None,
+                   tree: Mapping[str, Sequence[str]] | None) -> Suggester | None:
+        if titles is None:
+            titles = system_titles(self.code_system)
+            if not titles:
+                return None
+        else:
+            titles = self._canonical_titles(titles)  # the checkpoint's spelling: its own codes are never candidates
+        own = dict(zip(self.labels.codes, self.labels.descriptions))
+        return Suggester(titles, own=own, tree=tree)
 
     @property
     def codes(self) -> tuple[str, ...]:
@@ -365,8 +394,8 @@ class Predictor:
                 if len(encs[j].ids) == 0:
                     rec.error = f"note {ids[i]!r}: {_no_words(prepared.texts[j])}; nothing to code"
                     rec.predicted, rec.scores = [], {}
-            if self.title_index is not None and rec.error is None:
-                rec.title_suggestions = self.title_index.match(prepared.texts[j], limit=TITLE_SUGGESTIONS)
+            if self.suggester is not None and rec.error is None:
+                rec.suggested = self.suggester.suggest(prepared.texts[j], _RowScores(self.labels, s))
             if explain > 0 and extras is not None and extras[j] is not None and rec.error is None:
                 beta = extras[j]
                 offs = encs[j].offsets

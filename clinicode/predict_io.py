@@ -367,7 +367,7 @@ def _settings(predictor: Predictor, *, input: str | Path, fmt: str, top_k: int |
         "threshold": predictor.threshold if threshold is None else float(threshold),
         "explain": explain,
         "shard": list(shard),
-        "titles": predictor.title_index.fingerprint if predictor.title_index is not None else None,
+        "titles": predictor.suggester.fingerprint if predictor.suggester is not None else None,
         "input_file": None if str(input) == "-" else input_fingerprint(input),
         "run_id": run_id,
         "environment": environment_hash(),  # recorded, not compared: a resume may follow an upgrade

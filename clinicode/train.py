@@ -10,6 +10,7 @@ RUN/state (`train_state`) holds the last finished epoch, so `resume=True` contin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 from clinicode.batching import bucketed_batches, pad_batch
-from clinicode.checkpoint import CHECKPOINT_DIR
+from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.config import TrainConfig
 from clinicode.constants import HISTORY_FILE
 from clinicode.errors import DataFormatError
@@ -36,6 +37,7 @@ from clinicode.train_setup import (
     given_options,
     marks_everything,
     open_run,
+    single_label,
     train_whole,
 )
 from clinicode.train_state import STATE_DIR, make_optimizer, save_state
@@ -195,6 +197,41 @@ class _Trainer:
         return "patience" if self.setup.state["bad_epochs"] > self.patience[0] else "epochs"
 
 
+def _say(report: Callable[[str], None] | None, line: str) -> None:
+    if report is not None:
+        report(line)
+    log.info("%s", line)
+
+
+def estimate(setup: TrainingSetup, n_steps: int = 3) -> str:
+    """How long the run will roughly take, said before the first epoch: the time of a few training steps' forward and
+    backward passes measured on this machine (no weight changes; dropout is reseeded at each epoch), times the
+    batches of an epoch, plus dev scoring (a forward pass over dev, about a third of a training step per note),
+    times the epochs."""
+    cfg = setup.cfg
+    n_train = len(setup.train_ids)
+    if not n_train:  # on --resume the training ids are read back only when the loop needs them
+        return "time estimate: unavailable on --resume"
+    steps = -(-n_train // cfg.batch_size)
+    rng = np.random.default_rng([cfg.seed, 0])
+    batches = bucketed_batches([len(s) for s in setup.train_ids], cfg.batch_size, rng=rng)[:n_steps]
+    setup.model.train()
+    t0 = time.perf_counter()
+    for batch in batches:
+        ids, mask = pad_batch([setup.train_ids[i] for i in batch])
+        loss, _ = setup.objective(ids.to(setup.device), mask.to(setup.device),
+                                  setup.y_train[batch].float().to(setup.device))
+        loss.backward()
+    setup.model.zero_grad(set_to_none=True)
+    per_step = (time.perf_counter() - t0) / max(len(batches), 1) * 1.15   # the optimiser's step: ~15% more
+    epoch_s = per_step * steps * (1.0 + len(setup.dev_ids) / (3.0 * n_train))
+    patience, _ = cfg.patience_epochs(steps)
+    low = epoch_s * min(cfg.epochs, patience + 1)
+    return (f"time estimate: ~{epoch_s:.1f} s an epoch ({steps} batches at ~{per_step * 1000:.0f} ms measured, "
+            f"plus dev scoring); at most {cfg.epochs} epochs: at most ~{epoch_s * cfg.epochs / 60:.1f} min, "
+            f"at least ~{low:.0f} s (patience {patience} epochs)")
+
+
 @releases_claims
 def train(
     *,
@@ -229,11 +266,26 @@ def train(
     if not train_kind(config.model).trained_by_loop:
         return train_whole(run, ds, config, extra)  # a kind fitted whole (tfidf-lr): no epoch loop
 
-    setup = TrainingSetup(ds, run, config, options, given_options(model_options), resume=resume, report=report,
+    kind = train_kind(config.model)
+    before = None
+    if hasattr(kind, "before_loop"):  # a part fitted before the epochs (the fused model's tfidf-lr): seconds
+        t0 = time.perf_counter()
+        train_df = ds.split("train")
+        before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
+                                  single_label=single_label(ds, config))
+        _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s")
+    # a kind may cap its loop's epochs (the fused model's LEAM part: --fused-epochs); the checkpoint keeps the options
+    # as given
+    loop_config = (dataclasses.replace(config, epochs=kind.loop_epochs(config, len(ds.labels)))
+                   if hasattr(kind, "loop_epochs") else config)
+    setup = TrainingSetup(ds, run, loop_config, options, given_options(model_options), resume=resume, report=report,
                           manifest_extra={**extra, "world_size": world()[1]})
     trainer = _Trainer(setup, progress=progress, on_epoch=on_epoch)
+    if setup.world == 1 and int(setup.state["epoch"]) < loop_config.epochs:
+        _say(report, estimate(setup))
     trainer.fit()
-    if trainer.stopped() == "epochs" and setup.state["bad_epochs"] == 0 and setup.rank == 0:
+    if (trainer.stopped() == "epochs" and setup.state["bad_epochs"] == 0 and setup.rank == 0
+            and loop_config.epochs == config.epochs):
         note = (f"training reached --epochs {config.epochs} while dev was still improving (best at epoch "
                 f"{setup.state['best_epoch']}); a larger --epochs would probably do better.")
         if report is not None:
@@ -264,11 +316,37 @@ def train(
         setup.state["epoch"] = setup.state["best_epoch"]
         setup.save_best(t, md, mt)
 
-    result = finish(run, ds, setup.checkpoint(0.5), save_final, train_counts=setup.train_counts,
-                    dev_ids=setup.dev_ids)
+    fusion = None
+    if hasattr(kind, "after_loop"):  # the kind's model from the loop's (the fused model: its fusion learnt on dev)
+        t0 = time.perf_counter()
+        dev = ds.split("dev")
+        final = kind.after_loop(setup.model, setup.tokenizer, before, dev_texts=dev["text"].tolist(),
+                                y_dev=setup.y_dev, train_counts=setup.train_counts,
+                                descriptions=setup.labels.descriptions, max_len=config.max_len, device=setup.device,
+                                batch_size=config.eval_batch_size, memory_mb=config.memory_mb)
+        fusion = getattr(final, "fusion", None)
+        if fusion:
+            _say(report, f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: LEAM's share per band "
+                         f"{fusion['weights']}, title match {fusion['title_weights']} (bands up to "
+                         f"{fusion['edges']} training notes, then more), {fusion['per_code_thresholds']} per-code "
+                         "thresholds")
+
+        def save_kind(t: float, md: dict, mt: dict) -> None:
+            save_checkpoint(run / CHECKPOINT_DIR, kind=kind.name, model=final, labels=setup.labels, threshold=t,
+                            train_config=config, tokenizer=setup.tokenizer, metrics_dev=md, metrics_test=mt,
+                            extra={**setup.manifest_extra, "epoch": setup.state["best_epoch"], "seed": config.seed},
+                            train_counts=setup.train_counts)
+
+        ck = Checkpoint(run / CHECKPOINT_DIR, kind.name, final, setup.labels, 0.5, config, {}, setup.tokenizer)
+        result = finish(run, ds, ck, save_kind, train_counts=setup.train_counts)
+    else:
+        result = finish(run, ds, setup.checkpoint(0.5), save_final, train_counts=setup.train_counts,
+                        dev_ids=setup.dev_ids)
     if setup.world > 1:
         import torch.distributed as dist
 
         dist.destroy_process_group()
+    if fusion:
+        result["fusion"] = fusion
     return {**result, "run": str(run), "best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
             "stopped": trainer.stopped()}

@@ -150,7 +150,10 @@ class TrainingSetup:
                  as_given: dict[str, Any], *, resume: bool, report: Callable[[str], None] | None,
                  manifest_extra: dict[str, Any]) -> None:
         self.ds, self.run, self.cfg = ds, run, cfg
-        self.kind = kind = train_kind(cfg.model)
+        # the kind the loop trains: the one named, or the part of it a loop trains (the fused model's LEAM: its
+        # checkpoints until the loop ends are that part's; `train` builds the named kind's model afterwards)
+        named = train_kind(cfg.model)
+        self.kind = kind = getattr(named, "loop_kind", None) or named
         self.manifest_extra = manifest_extra
         self.device = pick_device(cfg.device)
         self.rank, self.world = init_distributed(self.device)

@@ -1,6 +1,6 @@
 """Reproduce the LEAM paper's MIMIC-III top-50 row: the `mimic3-top50` recipe of pipelines/reproduce.py.
 
-    python -m pipelines.mimic3_top50 --mimic-dir MIMIC --splits-dir ../shared/data/caml-mimic-ids --out runs/mimic3_leam
+    python -m pipelines.mimic3_top50 --mimic-dir MIMIC --out runs/mimic3_leam
 
 Kept as its own command because the paper's row is the project's anchor; `--config` and `--set` work as in reproduce.
 """
@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from clinicode.data.splits import CAML_IDS
 from pipelines.reproduce import CONFIGS, RECIPES, load_recipe, parse_sets, run_and_print
 
 DEFAULT_CONFIG = CONFIGS / RECIPES["mimic3-top50"]
@@ -20,8 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mimic-dir", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--splits-dir", type=Path, default=None,
-                    help="CAML's split-id folder (needed for comparable numbers)")
+    ap.add_argument("--splits-dir", type=Path, default=CAML_IDS,
+                    help="CAML's split-id folder (default: the copy packaged with clinicode)")
     ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a train option, e.g. --set epochs=2")

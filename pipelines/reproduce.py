@@ -1,7 +1,7 @@
 """Reproduce a published MIMIC coding protocol with LEAM: prepare -> train -> evaluate, one recipe in, one run out.
 
     python -m pipelines.reproduce --recipe mimic4-icd10-top50 --mimic-dir MIMIC_IV --note-dir MIMIC_IV_NOTE \\
-        --splits-root ../shared/data --out runs/mimic4_icd10_top50
+        --out runs/mimic4_icd10_top50
 
 Each recipe is a versioned config in pipelines/configs/ naming its protocol (clinicode/data/protocols.py, which pins
 the published document counts that `prepare` must reproduce, or stop). Orchestration only: every step is a public
@@ -20,6 +20,7 @@ from typing import Any
 from clinicode.config import TrainConfig, config_from_dict
 from clinicode.data.prepare import prepare_mimic
 from clinicode.data.protocols import by_name
+from clinicode.data.splits import PUBLISHED
 from clinicode.errors import ClinicodeError, ConfigError
 from clinicode.evaluate import evaluate
 from clinicode.files import write_json_atomic
@@ -59,13 +60,13 @@ def run_pipeline(config: dict[str, Any], *, mimic_dir: Path, out: Path, splits_r
     """Run prepare, train and evaluate into `out`; returns the report (also written to out/pipeline_report.json).
 
     Args:
-        splits_root: the folder the recipe's split paths are relative to (e.g. ../shared/data).
+        splits_root: the folder the recipe's split paths are relative to; default the lists packaged with clinicode.
         splits_dir: a split folder given directly (overrides the recipe's, as mimic3_top50 does).
     """
     prep = dict(config.get("prepare", {}))
     for key in ("splits_dir", "splits_file"):
         if prep.get(key) is not None:
-            prep[key] = Path(splits_root or ".") / prep[key]
+            prep[key] = Path(splits_root or PUBLISHED) / prep[key]
     if splits_dir is not None:
         prep.pop("splits_file", None)
         prep["splits_dir"] = splits_dir
@@ -129,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recipe", required=True, help=f"one of {', '.join(RECIPES)}, or a config JSON")
     ap.add_argument("--mimic-dir", type=Path, required=True)
     ap.add_argument("--note-dir", type=Path, default=None, help="MIMIC-IV-Note (the folder holding note/)")
-    ap.add_argument("--splits-root", type=Path, default=Path("../shared/data"),
-                    help="folder the recipe's split files are relative to (default ../shared/data)")
+    ap.add_argument("--splits-root", type=Path, default=None,
+                    help="folder the recipe's split files are relative to (default: the published lists packaged "
+                         "with clinicode, clinicode/data/split_lists)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a train option, e.g. --set epochs=2")

@@ -143,6 +143,24 @@ with left:
     with_evidence(predicted)                                   # the export holds every predicted code's evidence
     record = render.prediction_record(p, threshold=thr, run=run.name, note_id=note_id, gold=gold,
                                       single_label=pred.single_label, descriptions=descs)
+    suggested = list(p.suggested or [])
+    st.subheader(f"{len(suggested)} suggested from the title")
+    if pred.suggester is None:
+        st.caption("No suggestions: this run's code system ships no titles (ICD-10-CM does). Start the app with "
+                   "CLINICODE_TITLES=code<TAB>title file (and CLINICODE_TREE for MeSH) to suggest other codes.")
+    elif not suggested:
+        st.caption(f"No code outside the model's {len(pred.codes):,} has its title in this note "
+                   f"({len(pred.suggester):,} candidates).")
+    else:
+        st.caption(f"**Not predictions.** Codes the model was not trained on whose title stands in the note "
+                   f"(from {len(pred.suggester):,} candidates): check them before coding. Marked with **?** in the "
+                   "note.")
+        st.dataframe(
+            render.suggestion_table(suggested), hide_index=True, width="stretch", key="suggested_table",
+            column_config={"code": st.column_config.TextColumn("Code", width="small"),
+                           "title": st.column_config.TextColumn("Title"),
+                           "why": st.column_config.TextColumn("Why suggested")},
+        )
     st.download_button(
         "Download predictions (JSON)", render.json_bytes(record), file_name=f"{note_id or 'note'}_codes.json",
         mime="application/json", key="dl_json", on_click="ignore", icon=":material/download:",
@@ -173,16 +191,36 @@ with left:
 
 with right:
     st.subheader("Evidence")
+    each = "Each shown code's own evidence"
     attn = "Attention β (shared by all codes)"
-    choices = [attn] + predicted
+    choices = [each, attn] + predicted
     if gold is not None:  # missed gold codes can be inspected too
         choices += [c for c in gold if c not in predicted]
     choices += [c for c in found if c not in choices]           # and any code found by the search
+    titles_of = {x.code: x.title for x in suggested}
     pick = st.selectbox(
         "Highlight", choices, key="hl_code",
-        format_func=lambda c: c if c == attn else f"{c} — {descs.get(c, '')}",
+        format_func=lambda c: c if c in (each, attn) else f"{c} — {descs.get(c, titles_of.get(c, ''))}",
     )
-    if not pred.model_kind.can_explain:
+    if pick == each:
+        # the default: what evaluate measures (each code's own spans), one colour and the code's name per code
+        with_evidence(predicted)
+        # suggestions first: where a predicted code's words overlap a title, the dashed mark shows, both are named
+        spans = {x.code: list(x.spans) for x in suggested}
+        spans.update({c: p.code_phrases.get(c, []) for c in predicted if p.code_phrases.get(c)})
+        if spans:
+            st.caption(
+                "Each predicted code's own evidence (the words closest to the code: what `evaluate` measures) and "
+                "each suggested code's title in the note: one colour per code, the code named after its words; a "
+                "suggestion's name ends in **?** and its words are underlined dashed."
+                + ("" if pred.model_kind.can_explain else f" A {pred.kind} model shows no words for its predicted "
+                   "codes.")
+            )
+        else:
+            st.caption("No code is shown with evidence at this threshold; lower it, pick a code, or choose the "
+                       "shared attention.")
+        body = render.codes_html(text, spans, suggested=[x.code for x in suggested])
+    elif not pred.model_kind.can_explain:
         st.caption(f"A {pred.kind} model has no attention or phrase evidence; the note is shown as text.")
         body = render.highlight_html(text, [])
     elif pick == attn:

@@ -132,7 +132,10 @@ try:
             label = {"accept": ":green[accepted]", "reject": ":red[rejected]", None: ":gray[undecided]"}
             for s in sugg:
                 r1, r2, r3, r4 = st.columns([6, 2, 1, 1])
-                r1.markdown(f"`{s['code']}` {s['description']} · score {s['score']:.2f}")
+                if s.get("source") == "title":  # #43: not a prediction, a code the model lacks whose title is here
+                    r1.markdown(f":violet-badge[suggested from the title] `{s['code']}` {s['description']}")
+                else:
+                    r1.markdown(f"`{s['code']}` {s['description']} · score {s['score']:.2f}")
                 r2.markdown(label.get(state.get(s["code"]), ""))
                 if r3.button("Accept", key=f"review_accept_{s['code']}", disabled=not can_decide):
                     _act(db.decide, note_id, reviewer, accept=[s["code"]])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import re
 from pathlib import Path
 
@@ -88,7 +89,7 @@ def load_descriptions_tsv(path: Path, *, unique: bool = False) -> dict[str, str]
     out: dict[str, str] = {}
     first_line: dict[str, int] = {}
     try:
-        with open(path, "rb") as f:
+        with (gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")) as f:
             for n, raw in enumerate(read_lines_bounded(f, MAX_DESCRIPTION_LINE), start=1):
                 if isinstance(raw, LineTooLong):  # e.g. /dev/zero or a binary file: stop at once, not out of memory
                     raise DataFormatError(f"{path}: line {n} is longer than {MAX_DESCRIPTION_LINE >> 10} KiB; expected "
@@ -111,7 +112,7 @@ def load_descriptions_tsv(path: Path, *, unique: bool = False) -> dict[str, str]
                                           f"{n:,}); keep one code<TAB>title line per code.")
                 first_line.setdefault(code, n)
                 out[code] = desc.strip()
-    except OSError as err:
+    except (OSError, EOFError) as err:
         raise DataFormatError(f"{path}: cannot read code descriptions "
-                              f"({err.strerror or type(err).__name__}).") from None
+                              f"({getattr(err, 'strerror', None) or type(err).__name__}).") from None
     return out

@@ -31,7 +31,16 @@ from clinicode.data import mimic, mimic4
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import is_prepared_dataset
 from clinicode.data.protocols import Protocol, find_protocol
-from clinicode.data.splits import TOP50_CODES_FILE, read_split_file, read_splits, split_file
+from clinicode.data.splits import (
+    CAML_IDS,
+    TOP50_CODES_FILE,
+    packaged,
+    read_id_list,
+    read_split_file,
+    read_splits,
+    resolve,
+    split_file,
+)
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.files import atomic_dir, check_output, sha256_file, write_manifest
 
@@ -176,7 +185,7 @@ def _mimic3_titles(mimic_dir: Path, splits_dir: Path | None) -> tuple[dict[str, 
     """Dotted code -> LONG_TITLE from D_ICD_* (mapped through the dotted code), ICD9_descriptions.tsv as fallback."""
     out: dict[str, str] = {}
     sources: dict[str, str] = {}
-    tsv = Path(splits_dir) / DESCRIPTIONS_TSV if splits_dir is not None else None
+    tsv = resolve(Path(splits_dir) / DESCRIPTIONS_TSV) if splits_dir is not None else None
     if tsv is not None and tsv.is_file():
         out.update(load_descriptions_tsv(tsv))
         sources["tsv"] = str(tsv)
@@ -422,6 +431,7 @@ def prepare_mimic(
     """
     t0 = time.perf_counter()
     mimic_dir, out_dir = Path(mimic_dir), Path(out_dir)
+    splits_dir, splits_file = packaged(splits_dir), packaged(splits_file)  # a name of the packaged lists works too
     cfg = PrepareConfig(label_set=label_set, top_k=top_k, min_code_count=min_code_count, icd_version=icd_version,
                         chunksize=chunksize, note_chunksize=note_chunksize)  # range checks live there
     if splits_dir is not None and splits_file is not None:
@@ -445,28 +455,23 @@ def prepare_mimic(
 
     # Split lists first: a bad file fails before the long read of the notes.
     kind = "full" if chosen_set == "full" else "50"
-    split_files: list[Path] = []
-    if splits_dir is not None:
-        split_ids = read_splits(splits_dir, kind)
-        split_files = [split_file(splits_dir, s, kind) for s in SPLITS]
-    elif splits_file is not None:
-        split_ids = read_split_file(splits_file)
-        split_files = [Path(splits_file)]
-    else:
-        split_ids = None
-    pinned = Path(splits_dir) / TOP50_CODES_FILE if splits_dir is not None and chosen_set == "top50" else None
-    pinned = pinned if pinned is not None and pinned.is_file() else None
-    protocol = find_protocol(split_files + ([pinned] if pinned else []))
-    matches = protocol is not None and (protocol.mimic, protocol.icd_version, protocol.label_set,
-                                        protocol.min_code_count) == (
-        release, cfg.icd_version or 9, chosen_set, cfg.min_code_count if chosen_set == "full" else 1)
-    if expect_published_counts and not matches:
-        raise ConfigError("expect_published_counts=True needs a published protocol's split files with its options "
-                          "(see docs/reproducing.md); these files or options are not one.")
-    check_counts = matches if expect_published_counts is None else bool(expect_published_counts)
+    default = release == "mimic3" and splits_dir is None and splits_file is None  # CAML's lists if the data is MIMIC's
+    choice = _split_choice(splits_dir, splits_file, kind, chosen_set, release, cfg,
+                           None if default else expect_published_counts)
 
     with atomic_dir(out_dir, replaces=is_prepared_dataset) as tmp:
         source = _mimic3(mimic_dir, splits_dir, cfg) if release == "mimic3" else _mimic4(mimic_dir, note_dir, cfg, tmp)
+        if default and _are_listed(source, kind):
+            # MIMIC-III's own admissions and no split option: CAML's packaged lists, its protocol (a fresh clone needs
+            # no other folder). Other data (a synthetic demo's invented ids) keeps the hash split by patient.
+            splits_dir = CAML_IDS
+            choice = _split_choice(splits_dir, None, kind, chosen_set, release, cfg, expect_published_counts)
+            tsv = resolve(CAML_IDS / DESCRIPTIONS_TSV)
+            source.titles = {**load_descriptions_tsv(tsv), **source.titles}
+            source.title_sources["tsv"] = str(tsv)
+        elif default and expect_published_counts:
+            choice = _split_choice(None, None, kind, chosen_set, release, cfg, expect_published_counts)  # raises
+        split_ids, split_files, pinned, protocol, matches, check_counts = choice
         plan = _Plan(cfg, chosen_set, split_ids, split_files, pinned, protocol, matches, check_counts, mimic_dir,
                      splits_dir, splits_file, out_dir)
         summary, manifest, docs, labels = _assemble(source, plan)
@@ -480,6 +485,38 @@ def prepare_mimic(
             notes.rmdir()
     log.info("prepared %s in %.1f s: %s", out_dir, time.perf_counter() - t0, summary["splits"])
     return summary
+
+
+def _split_choice(splits_dir: Path | None, splits_file: Path | None, kind: str, chosen_set: str, release: str,
+                  cfg: PrepareConfig, expect_published_counts: bool | None) -> tuple:
+    """(split ids or None, split files, pinned top-50 list, protocol, options match it, check its counts)."""
+    split_files: list[Path] = []
+    if splits_dir is not None:
+        split_ids = read_splits(splits_dir, kind)
+        split_files = [split_file(splits_dir, s, kind) for s in SPLITS]
+    elif splits_file is not None:
+        split_ids = read_split_file(splits_file)
+        split_files = [resolve(splits_file)]
+    else:
+        split_ids = None
+    pinned = Path(splits_dir) / TOP50_CODES_FILE if splits_dir is not None and chosen_set == "top50" else None
+    pinned = pinned if pinned is not None and pinned.is_file() else None
+    protocol = find_protocol(split_files + ([pinned] if pinned else []))
+    matches = protocol is not None and (protocol.mimic, protocol.icd_version, protocol.label_set,
+                                        protocol.min_code_count) == (
+        release, cfg.icd_version or 9, chosen_set, cfg.min_code_count if chosen_set == "full" else 1)
+    if expect_published_counts and not matches:
+        raise ConfigError("expect_published_counts=True needs a published protocol's split files with its options "
+                          "(see docs/reproducing.md); these files or options are not one.")
+    check_counts = matches if expect_published_counts is None else bool(expect_published_counts)
+    return split_ids, split_files, pinned, protocol, matches, check_counts
+
+
+def _are_listed(source: _Source, kind: str) -> bool:
+    """True when most of CAML's packaged ids of KIND are admissions of this data (real MIMIC-III, not a demo's)."""
+    listed = [h for s in SPLITS for h in read_id_list(split_file(CAML_IDS, s, kind))]
+    present = set(source.docs["HADM_ID"].tolist())
+    return sum(h in present for h in listed) * 2 > len(listed)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ section 12 compares the protocols. Identifiers only; no MIMIC data here.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,8 +85,9 @@ PROTOCOLS: tuple[Protocol, ...] = (
 
 
 def _sha256(path: Path) -> str:
+    """SHA-256 of a file's content; of the decompressed content for a `.gz` (the packaged lists are gzipped)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with (gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")) as f:
         while block := f.read(1 << 20):
             h.update(block)
     return h.hexdigest()

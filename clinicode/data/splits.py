@@ -1,24 +1,57 @@
 """Published split lists: CAML / MIMIC-IV-ICD folders of `{train,dev,test}_{50,full}_hadm_ids.csv` (one HADM_ID a line,
 with or without a `hadm_id` header) and Edin et al.'s `hadm_id,split` CSV (train/val/test; val is clinicode's dev).
 
-Id lists only; never reads notes or codes.
+Id lists only; never reads notes or codes. The published lists ship with the package (PUBLISHED, gzipped; a `.gz`
+file is read through gzip wherever its plain name is asked for), so a fresh clone needs no other folder.
 """
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from pathlib import Path
 
 from clinicode.constants import SPLITS
 from clinicode.errors import DataFormatError
+from clinicode.formats import open_binary
 
 SPLIT_FILE_TEMPLATE = "{split}_{kind}_hadm_ids.csv"
 TOP50_CODES_FILE = "top50_codes.txt"          # a pinned top-50 list beside the split files (MIMIC-IV-ICD)
 EDIN_SPLITS = {"train": "train", "val": "dev", "test": "test"}
+# The published lists, packaged (origin and licence of each: split_lists/README.md). Folder names as in the recipes.
+PUBLISHED = Path(__file__).parent / "split_lists"
+CAML_IDS = PUBLISHED / "caml-mimic-ids"
+
+
+def resolve(path: Path) -> Path:
+    """PATH itself, or PATH.gz when only the gzipped file exists (the packaged lists are gzipped)."""
+    path = Path(path)
+    gz = path.with_name(path.name + ".gz")
+    return gz if not path.exists() and gz.is_file() else path
+
+
+def packaged(path: Path | None) -> Path | None:
+    """A --splits-dir/--splits-file as given, or, when it is relative and names nothing here, the packaged list of
+    that name (`--splits-dir mimic-splits/nguyen2023/icd10` on a fresh clone)."""
+    if path is None:
+        return None
+    path = Path(path)
+    if path.is_absolute() or path.exists() or resolve(path).exists():
+        return path
+    inside = resolve(PUBLISHED / path)
+    return PUBLISHED / path if inside.exists() else path
 
 
 def split_file(splits_dir: Path, split: str, kind: str = "50") -> Path:
-    """Path of the id list of `split` inside `splits_dir`: kind "50" (top-50 label sets) or "full"."""
-    return Path(splits_dir) / SPLIT_FILE_TEMPLATE.format(split=split, kind=kind)
+    """Path of the id list of `split` inside `splits_dir`: kind "50" (top-50 label sets) or "full"; `.csv.gz` when
+    only that exists."""
+    return resolve(Path(splits_dir) / SPLIT_FILE_TEMPLATE.format(split=split, kind=kind))
+
+
+def _read_text(path: Path, encoding: str) -> str:
+    """A whole (small) id list as text; `.gz` through gzip."""
+    with open_binary(path, where=str(path)) as f:
+        return f.read().decode(encoding)
 
 
 def read_id_list(path: Path) -> list[int]:
@@ -27,14 +60,14 @@ def read_id_list(path: Path) -> list[int]:
     Raises:
         DataFormatError: if the file is missing, not UTF-8, holds a non-integer line or a duplicate id.
     """
-    path = Path(path)
+    path = resolve(path)
     if not path.is_file():
         raise DataFormatError(
             f"split file {path} not found; expected CAML's id list there (copy it from caml-mimic's mimicdata/)."
         )
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
+        lines = _read_text(path, "utf-8").splitlines()
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError) as err:
         raise DataFormatError(f"{path} cannot be read as UTF-8 text ({type(err).__name__}); "
                               "expected one HADM_ID per line.") from err
     ids: list[int] = []
@@ -101,12 +134,12 @@ def read_split_file(path: Path) -> dict[str, list[int]]:
     Raises:
         DataFormatError: missing or unreadable file, wrong header, an unknown split name, a non-integer or repeated id.
     """
-    path = Path(path)
+    path = resolve(path)
     if not path.is_file():
         raise DataFormatError(f"--splits-file {path}: no such file; expected a CSV with columns hadm_id,split.")
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
+        lines = _read_text(path, "utf-8-sig").splitlines()
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError) as err:
         raise DataFormatError(f"{path} cannot be read as UTF-8 text ({type(err).__name__}); "
                               "expected hadm_id,split rows.") from err
     if not lines or [c.strip().lower() for c in lines[0].split(",")] != ["hadm_id", "split"]:

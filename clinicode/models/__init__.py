@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from clinicode.config import config_from_dict
 from clinicode.errors import CheckpointError, ConfigError
+from clinicode.models.fused.kind import KIND as FUSED
 from clinicode.models.leam.kind import KIND as LEAM
 from clinicode.models.tfidf_lr.kind import KIND as TFIDF_LR
 
@@ -130,6 +131,7 @@ class ModelKind(Protocol):
 
 
 MODEL_KINDS: dict[str, ModelKind] = {
+    FUSED.name: FUSED,
     LEAM.name: LEAM,
     TFIDF_LR.name: TFIDF_LR,
 }

@@ -86,7 +86,15 @@ def _v3(con: sqlite3.Connection) -> None:
         con.execute("UPDATE models SET system = ? WHERE sha256 = ?", (system.name, sha))
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]   # step i takes a file from version i to i+1
+def _v4(con: sqlite3.Connection) -> None:
+    """Where each suggestion came from (#43): 'model' (a predicted code, the only kind before) or 'title' (a code the
+    checkpoint lacks whose title stands in the note); decisions on the two are counted apart."""
+    con.execute("ALTER TABLE suggestions ADD COLUMN source TEXT NOT NULL DEFAULT 'model' "
+                "CHECK (source IN ('model', 'title'))")
+
+
+# step i takes a file from version i to i+1
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -361,12 +369,20 @@ class ReviewDB:
                     continue
                 added += 1
                 evidence = (rec.get("evidence") or {}).get("codes") or {}
+                predicted = rec.get("predicted", [])
                 con.executemany(
                     "INSERT INTO suggestions (note, checkpoint_sha256, checkpoint_path, code, description, score, "
-                    "evidence, rank) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "evidence, rank, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'model')",
                     [(note_id, sha256, checkpoint, p["code"], p.get("description") or "", float(p["score"]),
                       json.dumps(evidence.get(p["code"], [])), rank)
-                     for rank, p in enumerate(rec.get("predicted", []), start=1)])
+                     for rank, p in enumerate(predicted, start=1)])
+                # codes suggested from their titles (#43), after the model's; their score is a rank, not a probability
+                con.executemany(
+                    "INSERT OR IGNORE INTO suggestions (note, checkpoint_sha256, checkpoint_path, code, description, "
+                    "score, evidence, rank, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'title')",
+                    [(note_id, sha256, checkpoint, p["code"], p.get("title") or "", float(p["score"]),
+                      json.dumps([{**sp, "weight": 1.0} for sp in p.get("spans", [])]), rank)
+                     for rank, p in enumerate(rec.get("suggested") or [], start=len(predicted) + 1)])
             return added
 
         return self.write(run)
@@ -411,7 +427,7 @@ class ReviewDB:
         n = rows[0]
         sugg = [{"code": s["code"], "description": s["description"], "score": s["score"], "rank": s["rank"],
                  "evidence": json.loads(s["evidence"]), "checkpoint": s["checkpoint_path"],
-                 "checkpoint_sha256": s["checkpoint_sha256"]}
+                 "checkpoint_sha256": s["checkpoint_sha256"], "source": s["source"]}
                 for s in self.read("SELECT * FROM suggestions WHERE note = ? ORDER BY rank", (note_id,))]
         log = [dict(r) for r in self.read("SELECT id, code, action, reviewer, at FROM decisions "
                                            "WHERE note = ? ORDER BY id",

@@ -22,16 +22,18 @@ def finished(db: ReviewDB) -> list[dict[str, Any]]:
                         "WHERE n.status = 'done' ORDER BY d.id"):
         log[r["note"]].append(dict(r))
     suggested: dict[str, set[str]] = {i: set() for i in notes}
+    from_title: dict[str, set[str]] = {i: set() for i in notes}
     scores: dict[str, dict[str, tuple[float, str]]] = {i: {} for i in notes}
-    for r in db.read("SELECT s.note, s.code, s.score, s.checkpoint_sha256 FROM suggestions s JOIN notes n "
+    for r in db.read("SELECT s.note, s.code, s.score, s.checkpoint_sha256, s.source FROM suggestions s JOIN notes n "
                         "ON n.id = s.note WHERE n.status = 'done'"):
-        suggested[r[0]].add(r[1])
+        (from_title if r[4] == "title" else suggested)[r[0]].add(r[1])
         scores[r[0]][r[1]] = (r[2], r[3])
     out = []
     for note_id, text in notes.items():
         state = _state(log[note_id])
         done_at = max((r["at"] for r in log[note_id] if r["action"] == "done"), default=None)
         out.append({"id": note_id, "text": text, "state": state, "suggested": suggested[note_id],
+                    "from_title": from_title[note_id],
                     "scores": scores[note_id], "done_at": done_at,
                     "labels": sorted(c for c, a in state.items() if a in ("accept", "add"))})
     return out
@@ -46,7 +48,9 @@ def stats(db: ReviewDB, *, by: str = "day", min_decisions: int = MIN_ROUTE_DECIS
     suggested, coded: misses); precision = accepted / (accepted + rejected), recall = accepted / (accepted + added).
     Per code also: `suggested` and `accept_rate` (= precision: how often coders kept the model's suggestion),
     `coded` and `missed_rate` (= added / coded: how often the code was coded without the model suggesting it).
-    `routing` gives, per checkpoint and per code with at least MIN_DECISIONS decided suggestions, the lowest score
+    `from_title`: decisions on codes suggested from their titles (#43), counted apart: never in the model's counts,
+    rates or routing. `routing` gives, per checkpoint and per code with at least MIN_DECISIONS decided suggestions,
+    the lowest score
     at and above which at least MIN_DECISIONS suggestions were accepted at a rate >= TARGET (`route_threshold`),
     with the decisions behind it. It is a report: nothing is accepted without a coder.
 
@@ -60,6 +64,7 @@ def stats(db: ReviewDB, *, by: str = "day", min_decisions: int = MIN_ROUTE_DECIS
     per_code: dict[str, dict[str, Any]] = {}
     per_time: dict[str, dict[str, Any]] = {}
     decided: dict[tuple[str, str], list[tuple[float, bool]]] = {}  # (checkpoint, code) -> (score, accepted)
+    title, title_codes = _counts(), {}  # decisions on codes suggested from their titles
     for n in finished(db):
         period = _period(n["done_at"], by)
         bucket = per_time.setdefault(period, _counts())
@@ -67,6 +72,11 @@ def stats(db: ReviewDB, *, by: str = "day", min_decisions: int = MIN_ROUTE_DECIS
         overall["notes"] += 1
         for code, action in n["state"].items():
             kind = {"accept": "accepted", "reject": "rejected", "add": "added"}[action]
+            if code in n["from_title"]:  # a suggestion from the title: counted apart, never the model's (#43)
+                if kind != "added":
+                    title[kind] += 1
+                    title_codes.setdefault(code, _counts())[kind] += 1
+                continue
             if kind != "added" and code not in n["suggested"]:
                 continue  # a withdrawn addition (reject after add) counts for nothing
             for c in (overall, bucket, per_code.setdefault(code, _counts())):
@@ -83,7 +93,11 @@ def stats(db: ReviewDB, *, by: str = "day", min_decisions: int = MIN_ROUTE_DECIS
             entry["codes"][code] = route_threshold(pairs, target=target, min_decisions=min_decisions)
     return {"overall": _rates(overall), "per_code": {c: _rates(v) for c, v in sorted(per_code.items())},
             "over_time": {p: _rates(v) for p, v in sorted(per_time.items())}, "by": by, "open_notes": pending,
-            "routing": {"target": target, "min_decisions": min_decisions, "by_checkpoint": routing}}
+            "routing": {"target": target, "min_decisions": min_decisions, "by_checkpoint": routing},
+            "from_title": {"accepted": title["accepted"], "rejected": title["rejected"],
+                           "accept_rate": _rates(title)["accept_rate"],
+                           "per_code": {c: {"accepted": v["accepted"], "rejected": v["rejected"]}
+                                        for c, v in sorted(title_codes.items())}}}
 
 
 def route_threshold(pairs: Sequence[tuple[float, bool]], *, target: float = ROUTE_TARGET,

@@ -63,6 +63,7 @@ class Service:
         self.identity: list[tuple[bytes, bytes]] = []   # headers naming the checkpoint, on every answer once loaded
         self.source: dict[str, Any] | None = None
         self.systems: dict[str, tuple[str, str]] = {}
+        self.family: Any = None                         # the checkpoint's code system, for its suggested codes (#43)
         self.batcher: Batcher | None = None
         self.failed: BaseException | None = None
         self.draining = False
@@ -78,6 +79,7 @@ class Service:
         self.source = predictor_source(predictor)
         name, sha = self.source["name"], self.source["checkpoint_sha256"]
         self.systems = code_systems(predictor.codes, predictor.code_system)
+        self.family = predictor.code_system
         self.info = {"model": predictor.kind, "name": name, "n_codes": len(predictor.codes), "checkpoint_sha256": sha,
                      "clinicode_version": __version__}
         self.identity = [(b"x-clinicode-checkpoint", sha.encode()), (b"x-clinicode-model", predictor.kind.encode()),
@@ -328,7 +330,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
             records = await score(notes, opts)
         if fmt != SERVICE_ENVELOPE:
             w = WRITERS[fmt]
-            context = {"systems": svc.systems, "source": svc.source,
+            context = {"systems": svc.systems, "source": svc.source, "family": svc.family,
                        "request_id": request.scope.get("clinicode.request_id")}
             if w.subjects:
                 context["subjects"] = [n["subject"] for n in notes]
@@ -364,7 +366,7 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
             records = await score([note], opts)
         return JSONResponse(bundle(records, systems=svc.systems, subjects=[note["subject"]],
                                    documents=[note["document"]], source=svc.source,
-                                   request_id=request.scope.get("clinicode.request_id")),
+                                   request_id=request.scope.get("clinicode.request_id"), family=svc.family),
                             media_type=FHIR_JSON)
 
     if token is not None:  # /docs then offers "Authorize": its requests carry the token the user types in

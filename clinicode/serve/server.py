@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import stat
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -193,6 +194,14 @@ def run(checkpoint: Path, *, host: str = "127.0.0.1", port: int = 8000, token_fi
         server.run(sockets=[sock])
     finally:
         sock.close()
+    if not failure and any(t.name == "clinicode-load" and t.is_alive() for t in threading.enumerate()):
+        # stopped while the checkpoint loads: the server is down and wrote nothing; ending the interpreter under the
+        # loading thread would tear torch's thread pool down beneath it (`terminate called ...`, status -6)
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
     if failure:
         err = failure[0]
         raise err if isinstance(err, ClinicodeError) else ConfigError(

@@ -52,7 +52,8 @@ def build_coded_run(root: Path, n_codes: int, *, n_train: int = 400, epochs: int
     data = root / f"data-{n_codes}"
     write_coded_notes(data, n_codes, n_train=n_train)
     runs = root / f"runs-{n_codes}"  # one run per folder: the app opens on it
-    cfg = TrainConfig(epochs=epochs, batch_size=16, lr=2e-2, embeddings="random", patience=3, seed=7, device="cpu",
+    cfg = TrainConfig(model="leam", epochs=epochs, batch_size=16,
+                      lr=2e-2, embeddings="random", patience=3, seed=7, device="cpu",
                       max_len=400)
     train(out_dir=runs / f"icd10-{n_codes}", config=cfg, data_dir=data, progress=False,
           model_options=dict(embed_dim=32, radius=3, hidden_dim=64, dropout=0.2))

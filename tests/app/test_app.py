@@ -50,6 +50,13 @@ def _predicted(at: AppTest) -> list[str]:
     return list(at.session_state["predicted_codes"])
 
 
+def render_mod():
+    sys.path.insert(0, str(ROOT / "app_streamlit"))
+    import render
+
+    return render
+
+
 def _code_table(at: AppTest):
     (df,) = [d.value for d in at.dataframe if "probability" in d.value.columns]
     return df
@@ -89,14 +96,24 @@ def test_pasted_note_gets_codes_highlights_and_escaping(app_env):
     assert "outcome" not in df.columns  # no gold for a pasted note
     assert df["probability"].is_monotonic_decreasing
     (hl,) = [h.value for h in at.html if 'id="note-hl"' in h.value]
-    assert '<mark class="attn"' in hl
+    # the default highlight (#43): each predicted code's own evidence, the code named beside its words
+    assert at.selectbox(key="hl_code").value == "Each shown code's own evidence"
+    assert '<mark class="attn"' not in hl
+    tags = render_mod().code_tags(hl)
+    assert tags and {c for c, _ in tags} <= set(_predicted(at))
+    assert all(f'<sup class="code-tag" data-code="{c}"' in hl for c, _ in tags)
     assert "<script" not in hl and "&lt;" in hl
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in re.sub(r"<mark[^>]*>|</mark>|<sup[^>]*>[^<]*</sup>", "", hl)
+    # the shared attention is one choice away
+    at.selectbox(key="hl_code").set_value("Attention β (shared by all codes)").run()
+    (hl,) = [h.value for h in at.html if 'id="note-hl"' in h.value]
+    assert '<mark class="attn"' in hl and "code-tag" not in hl
     text_only = re.sub(r"<mark[^>]*>|</mark>", "", hl)   # tokens are marked one by one; the text between is intact
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text_only
     assert at.download_button(key="dl_json").label.startswith("Download predictions")
     # one predicted code's own evidence replaces the attention view
     at.slider(key="threshold_tiny").set_value(0.0).run()
-    code = at.selectbox(key="hl_code").options[1]
+    code = at.selectbox(key="hl_code").options[2]
     at.selectbox(key="hl_code").set_value(code.split(" — ")[0]).run()
     _ok(at)
     (hl,) = [h.value for h in at.html if 'id="note-hl"' in h.value]
@@ -289,7 +306,8 @@ def many_codes_runs(tmp_path_factory) -> Path:
                 f.write(json.dumps({"id": f"{split}{i}", "text": " ".join(words),
                                     "labels": [codes[k] for k in ks]}) + "\n")
     root = tmp_path_factory.mktemp("app_runs_many")
-    cfg = TrainConfig(epochs=4, batch_size=16, lr=2e-2, embeddings="random", min_doc_freq=1, seed=3, device="cpu")
+    cfg = TrainConfig(model="leam", epochs=4, batch_size=16, lr=2e-2, embeddings="random", min_doc_freq=1, seed=3,
+                      device="cpu")
     train(out_dir=root / "many", config=cfg, data_dir=data,
           model_options={"embed_dim": 16, "radius": 1, "hidden_dim": 32, "dropout": 0.0}, progress=False)
     return root
@@ -345,7 +363,8 @@ def seed_runs(demo_data, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("app_runs_seeds")
     for name, seed, lr, evidence in (("s7", 7, 2e-2, False), ("s8", 8, 2e-2, False), ("s9-old", 9, 2e-2, False),
                                      ("other-lr", 9, 1e-2, False), ("evidence", 7, 2e-2, True)):
-        cfg = TrainConfig(epochs=2, batch_size=16, lr=lr, w2v_epochs=1, seed=seed, device="cpu", embeddings="random")
+        cfg = TrainConfig(model="leam", epochs=2, batch_size=16, lr=lr, w2v_epochs=1, seed=seed, device="cpu",
+                          embeddings="random")
         train(out_dir=root / name, config=cfg, data_dir=demo_data,
               model_options={**TINY_MODEL, "code_evidence": evidence, "window_nonneg": evidence}, progress=False)
     old = root / "s9-old" / "checkpoint" / "model_config.json"
@@ -382,3 +401,23 @@ def test_model_card_shows_rare_codes_and_the_spread_over_seeds(seed_runs, monkey
     assert [m.value for m in at.metric][0] == "LEAM + evidence"
     assert any("Not the paper's LEAM" in c.value for c in at.caption)
     assert not [d for d in at.dataframe if "worst below mean" in d.value.columns]
+
+
+def test_suggestions_from_the_title_are_shown_apart_and_marked_in_the_note(app_env, tmp_path, monkeypatch):
+    """#43: codes the checkpoint lacks whose title stands in the note are listed under their own heading (never in
+    the predicted codes) and highlighted by default with a dashed mark and their code followed by '?'."""
+    titles = tmp_path / "titles.tsv"
+    titles.write_text("584.8\tAcute renal failure\n999.1\tAir embolism\n", encoding="utf-8")
+    monkeypatch.setenv("CLINICODE_TITLES", str(titles))
+    at = _ok(_app().run())
+    note = "Seen for acute renal failure after surgery; hypertension."
+    at.text_area(key="note_text").input(note).run()
+    _ok(at.button(key="predict").click().run())
+    (sug,) = [d.value for d in at.dataframe if "why" in d.value.columns]
+    assert sug["code"].tolist() == ["584.8"] and sug["title"].tolist() == ["Acute renal failure"]
+    assert "584.8" not in _predicted(at) and "584.8" not in set(_code_table(at)["code"])
+    assert any("suggested from the title" in h.value for h in at.subheader)
+    (hl,) = [h.value for h in at.html if 'id="note-hl"' in h.value]
+    assert ("584.8", "acute renal failure") in render_mod().code_tags(hl)
+    assert 'class="code-ev suggested" data-code="584.8"' in hl and ">584.8?</sup>" in hl and "dashed" in hl
+    monkeypatch.delenv("CLINICODE_TITLES")

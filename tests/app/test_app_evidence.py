@@ -36,7 +36,8 @@ def evidence_runs(demo_data, tmp_path_factory) -> Path:
                                     "evidence": [{"code": c, "start": first[0], "end": first[1]}
                                                  for c in row["labels"]]}) + "\n")
     root = tmp_path_factory.mktemp("app_runs_evidence")
-    cfg = TrainConfig(epochs=3, batch_size=16, lr=2e-2, w2v_epochs=1, seed=7, device="cpu", embeddings="random")
+    cfg = TrainConfig(model="leam", epochs=3, batch_size=16, lr=2e-2, w2v_epochs=1, seed=7, device="cpu",
+                      embeddings="random")
     train(out_dir=root / "mentions", config=cfg, data_dir=coded, model_options=TINY_MODEL, progress=False)
     train(out_dir=root / "plain", config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False)
     return root, coded

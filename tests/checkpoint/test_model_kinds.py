@@ -113,8 +113,11 @@ def _save(folder: Path, kind: str = "keywords") -> Path:
 
 def test_the_built_in_kinds_are_registered_with_their_capabilities():
     # the built-in ones, whatever else is registered (every registered kind: tests/checkpoint/test_conformance.py)
-    assert list(MODEL_KINDS)[:2] == ["leam", "tfidf-lr"] and all(repr(n) in known_kinds() for n in MODEL_KINDS)
-    leam, lr = MODEL_KINDS["leam"], MODEL_KINDS["tfidf-lr"]
+    assert {"fused", "leam", "tfidf-lr"} <= set(MODEL_KINDS) and all(repr(n) in known_kinds() for n in MODEL_KINDS)
+    leam, lr, fused = MODEL_KINDS["leam"], MODEL_KINDS["tfidf-lr"], MODEL_KINDS["fused"]
+    # the fused kind explains and embeds through its LEAM part; its tfidf-lr part reads the text, so no ids alone
+    assert (fused.can_explain, fused.can_embed, fused.scores_ids, fused.trained_by_loop) == (True, True, False, True)
+    assert fused.files == (*leam.files, *lr.files, "fusion.safetensors", "fusion.json")
     assert (leam.can_explain, leam.can_embed, leam.scores_ids, leam.trained_by_loop) == (True, True, True, True)
     assert (lr.can_explain, lr.can_embed, lr.scores_ids, lr.trained_by_loop) == (False, False, False, False)
     assert leam.files == ("model.safetensors", "model_config.json", "tokenizer.json")
@@ -163,8 +166,8 @@ def test_a_kind_that_is_no_longer_registered_is_one_line_naming_the_known_ones(t
     monkeypatch.delitem(MODEL_KINDS, "keywords")
     with pytest.raises(CheckpointError) as err:
         load_checkpoint(folder)
-    assert str(err.value) == (f"{folder}: unknown model kind 'keywords' in manifest.json; expected 'leam' or "
-                              "'tfidf-lr'.")
+    assert str(err.value) == (f"{folder}: unknown model kind 'keywords' in manifest.json; expected 'fused', "
+                              "'leam' or 'tfidf-lr'.")
 
 
 def test_an_unknown_kind_in_a_manifest_is_one_line_from_the_cli(tiny_run, tmp_path):
@@ -185,11 +188,11 @@ def test_an_unknown_kind_in_a_manifest_is_one_line_from_the_cli(tiny_run, tmp_pa
 
 
 def test_an_unknown_kind_is_refused_before_anything_is_written(tmp_path, keywords):
-    with pytest.raises(CheckpointError, match=r"^unknown model kind 'svm'; expected 'leam', 'tfidf-lr' or "
+    with pytest.raises(CheckpointError, match=r"^unknown model kind 'svm'; expected 'fused', 'leam', 'tfidf-lr' or "
                                               r"'keywords'\.$"):
         _save(tmp_path / "checkpoint", kind="svm")
     assert not (tmp_path / "checkpoint").exists()
-    with pytest.raises(ConfigError, match=r"^--model must be 'leam', 'tfidf-lr' or 'keywords', got 'svm'\.$"):
+    with pytest.raises(ConfigError, match=r"^--model must be 'fused', 'leam', 'tfidf-lr' or 'keywords', got 'svm'\.$"):
         train_kind("svm")
     assert train_kind("keywords") is keywords and model_kind("leam") is MODEL_KINDS["leam"]
 
@@ -201,8 +204,8 @@ def test_a_hand_edited_model_field_is_named_in_one_short_line(given, shown):
     # and shown cut so the message stays one readable line.
     with pytest.raises(CheckpointError) as err:
         model_kind(given, folder=Path("run/checkpoint"))
-    assert str(err.value) == (f"run/checkpoint: unknown model kind {shown} in manifest.json; expected 'leam' or "
-                              "'tfidf-lr'.")
+    assert str(err.value) == (f"run/checkpoint: unknown model kind {shown} in manifest.json; expected 'fused', "
+                              "'leam' or 'tfidf-lr'.")
     with pytest.raises(ConfigError) as err:
         train_kind(given)
     assert len(str(err.value)) < 120

@@ -263,7 +263,8 @@ def other_state(demo_data, tmp_path_factory) -> Path:
     from conftest import TINY_MODEL
 
     run = tmp_path_factory.mktemp("other") / "run"
-    train(out_dir=run, config=TrainConfig(epochs=1, lr=2e-2, w2v_epochs=1, min_doc_freq=2, top_k=40, seed=8,
+    train(out_dir=run, config=TrainConfig(model="leam", epochs=1,
+                                          lr=2e-2, w2v_epochs=1, min_doc_freq=2, top_k=40, seed=8,
                                           device="cpu"), data_dir=demo_data,
           model_options=dict(TINY_MODEL, hidden_dim=48), progress=False)
     return run / "state"

@@ -175,3 +175,21 @@ def test_the_readme_stays_a_front_page():
     """The README is the front page (what clinicode is, how to start, where each topic lives): at most 200 lines, the
     rest in docs/."""
     assert len(README.read_text(encoding="utf-8").splitlines()) <= 200
+
+
+def test_the_readme_commands_run_on_a_fresh_clone():
+    """Every folder a README command reads (--data, --mimic-dir, --checkpoint, --a, --b) is one an earlier README
+    command wrote (--out), and no command reaches outside the repository (#43: `../shared/data/mtsamples` was one):
+    a fresh clone runs them top to bottom."""
+    written: set[str] = set()
+    seen = 0
+    for line in _commands():
+        assert "../" not in line, f"README reaches outside the repository: {line}"
+        opts = dict(re.findall(r"(--[a-z-]+)\s+([^\s-][^\s]*)", line))
+        for opt in ("--data", "--mimic-dir", "--checkpoint", "--a", "--b"):
+            if opt in opts:
+                assert opts[opt] in written, f"README reads {opts[opt]} before any command writes it: {line}"
+                seen += 1
+        if "--out" in opts:
+            written.add(opts["--out"])
+    assert seen >= 8

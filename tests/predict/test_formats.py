@@ -79,8 +79,8 @@ def test_the_writers_write_what_predict_wrote_before():
              "truncated": False}, {"id": "b", "error": "note 'b': empty text; nothing to code"}]
     assert records_bytes(recs) == b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in recs)
     rows = list(csv.reader(io.StringIO(records_bytes(recs, fmt="csv").decode())))
-    assert rows[0] == ["id", "predicted", "scores", "truncated", "error"]
-    assert rows[1] == ["a", "401.9", '{"401.9": 0.9}', "False", ""]
+    assert rows[0] == ["id", "predicted", "scores", "truncated", "error", "suggested"]  # suggested: #43
+    assert rows[1] == ["a", "401.9", '{"401.9": 0.9}', "False", "", ""]
     bundle = json.loads(formats.writer("fhir").to_bytes(recs[:1]).decode().splitlines()[0])
     assert bundle["resourceType"] == "Bundle"
 

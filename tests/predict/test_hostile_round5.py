@@ -334,7 +334,7 @@ def test_titles_in_undotted_spelling_match_the_checkpoints_codes(tmp_path, tiny_
                       + "99999\tzebra fever\n", encoding="utf-8")
     src = _jsonl(tmp_path / "notes.jsonl", [{"id": "a", "text": "congestive heart failure with zebra fever"}])
     rec = _records(succeeds(_predict(tiny_run, src, "-", "--titles", titles)).stdout)[0]
-    assert [m["code"] for m in rec["title_suggestions"]] == ["999.99"]
+    assert [m["code"] for m in rec["suggested"]] == ["999.99"]  # #43: `suggested` replaced `title_suggestions`
 
 
 def test_a_titles_file_drops_its_byte_order_mark_and_header(tmp_path):
@@ -365,7 +365,7 @@ def test_title_suggestions_travel_in_the_fhir_bundle_marked_as_such(tmp_path, ti
     titles.write_text("999.99\tZebra fever, unspecified\n", encoding="utf-8")
     src = _jsonl(tmp_path / "notes.jsonl", [{"id": "a", "text": "congestive heart failure with zebra fever"}])
     bundle = _bundles(succeeds(_predict(tiny_run, src, "-", "--titles", titles, "--format", "fhir")).stdout)[0]
-    suggested = [r for r in _coded(bundle) if any(t["code"] == "title-match" for t in r["meta"]["tag"])]
+    suggested = [r for r in _coded(bundle) if any(t["code"] == "suggested-from-title" for t in r["meta"]["tag"])]
     assert [r["code"]["coding"][0]["code"] for r in suggested] == ["999.99"]
     assert not any(x["url"].endswith("/score") for x in suggested[0]["extension"])
 

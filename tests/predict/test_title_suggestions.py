@@ -1,12 +1,15 @@
-"""`predict --titles`: codes the checkpoint lacks, suggested when every word of their title occurs in the note; marked
-as suggestions from the title, never predictions (no model score, no threshold)."""
+"""Suggestions from the whole code system (#43): codes a checkpoint lacks, suggested when their title stands in the
+note, ranked with the note's words, the hierarchy and the model's scores; shown as `suggested`, outside `predicted`,
+in every output format (JSONL, CSV, FHIR)."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
 
+from clinicode.codes.suggest import BAR, Suggester, norm
 from clinicode.predict import Predictor
 
 from helpers import fails, succeeds
@@ -21,11 +24,64 @@ def titles(tiny_run, tmp_path_factory):
     path = tmp_path_factory.mktemp("titles") / "titles.tsv"
     path.write_text(f"999.1\tAir embolism\n{own}\tEmbolism air (the checkpoint's own code)\n"
                     "584.5\tAcute kidney failure with lesion of tubular necrosis\n584.8\tAcute renal failure\n"
-                    "E000\tOf the\n", encoding="utf-8")
+                    "998.0\tFailure, placed line\nE000\tOf the\n", encoding="utf-8")
     return path, own
 
 
-def test_suggestions_are_the_untrained_codes_whose_title_words_all_occur(tiny_run, titles):
+# ------------------------------------------------------------------ the ranking (pure text, no checkpoint)
+def test_a_title_counts_as_a_phrase_with_unspecified_and_nos_optional():
+    s = Suggester({"R07.9": "Chest pain, unspecified", "R10.9": "Unspecified abdominal pain",
+                   "R51": "Headache NOS"})
+    assert [x.code for x in s.suggest("Seen for chest pain since Monday.")] == ["R07.9"]
+    note = "abdominal pain and a headache"
+    assert {x.code for x in s.suggest(note)} == {"R10.9", "R51"}
+    [got] = s.suggest("Seen for chest pain since Monday.")
+    assert got.spans == ((9, 19),) and got.reason == "title in the note" and got.score >= BAR
+
+
+def test_scattered_title_words_are_not_suggested_but_inverted_titles_and_spelling_variants_are():
+    s = Suggester({"D1": "Diabetes Insipidus, Nephrogenic", "D2": "Pain, Chest", "D3": "Hypokalemia",
+                   "D4": "Brain Neoplasms", "D5": "Graft vs Host Disease"})
+    assert s.suggest("pain in the left side of the chest") == []          # every word, never as a phrase
+    assert [x.code for x in s.suggest("a case of nephrogenic diabetes insipidus")] == ["D1"]
+    assert [x.code for x in s.suggest("marked hypokalaemia")] == ["D3"]    # British spelling
+    assert [x.code for x in s.suggest("two brain tumours")] == ["D4"]      # plural, British, tumour = neoplasm
+    assert [x.code for x in s.suggest("acute graft-versus-host disease")] == ["D5"]
+    assert norm("metastases") == norm("metastasis") and norm("abscess") == "abscess"
+
+
+def test_a_title_inside_a_longer_title_found_there_is_not_suggested():
+    s = Suggester({"S": "Syndrome", "N": "Neuroleptic Malignant Syndrome"}, own={"K": "Renal failure, acute"})
+    assert [x.code for x in s.suggest("neuroleptic malignant syndrome after haloperidol")] == ["N"]
+    both = Suggester({"R": "Renal Failure"}, own={"K": "Acute Renal Failure"})
+    assert both.suggest("acute renal failure") == []                     # the checkpoint's own code covers it
+    assert [x.code for x in both.suggest("renal failure, chronic")] == ["R"]
+
+
+def test_broad_titles_rank_below_specific_ones():
+    many = {f"H{i}": f"Hepatitis {w}" for i, w in enumerate(["A", "B", "C", "D", "E", "Viral", "Toxic", "Chronic",
+                                                             "Autoimmune", "Alcoholic", "Animal", "Lupoid"])}
+    s = Suggester({"H": "Hepatitis", **many, "P": "Polymyositis"})
+    got = s.suggest("hepatitis and polymyositis")
+    assert [x.code for x in got] == ["P", "H"] and got[0].score - got[1].score > 0.8
+    assert s.narrower("H") == 11 and s.narrower("P") == 0                # "Hepatitis A": "a" is a stop word
+
+
+def test_a_trained_code_under_a_candidate_that_scores_high_drops_it():
+    """What the model knows: when the checkpoint scores a code under the candidate (MeSH tree numbers), the model
+    already names the specific concept."""
+    tree = {"D1": ("C06.552",), "K1": ("C06.552.380",), "D2": ("C10.228",)}
+    s = Suggester({"D1": "Hepatitis", "D2": "Brain Diseases"}, own={"K1": "Liver injury, drug induced"}, tree=tree)
+    assert s.trained_below("D1") == ("K1",) and s.trained_below("D2") == ()
+    note = "hepatitis and brain diseases"
+    assert {x.code for x in s.suggest(note, {"K1": 0.0})} == {"D1", "D2"}
+    assert {x.code for x in s.suggest(note, {"K1": 0.9})} == {"D2"}
+    icd = Suggester({"428": "Heart failure"}, own={"428.0": "Congestive heart failure, unspecified"})
+    assert icd.trained_below("428") == ("428.0",)                        # ICD: a longer code of the stem
+
+
+# ------------------------------------------------------------------ predict
+def test_suggestions_are_the_untrained_codes_whose_title_stands_in_the_note(tiny_run, titles):
     path, own = titles
     from clinicode.codes.icd9 import load_descriptions_tsv
 
@@ -33,36 +89,83 @@ def test_suggestions_are_the_untrained_codes_whose_title_words_all_occur(tiny_ru
     with_titles = Predictor.from_checkpoint(tiny_run, device="cpu", titles=load_descriptions_tsv(path))
     [a] = plain.predict([NOTE], threshold=0.0, top_k=None)
     [b] = with_titles.predict([NOTE], threshold=0.0, top_k=None)
-    got = {m.code: m for m in b.title_suggestions}
-    assert set(got) == {"999.1", "584.8"}          # the checkpoint's own code is the model's; 584.5 lacks words
+    got = {m.code: m for m in b.suggested}
+    # the checkpoint's own code is the model's; 584.5's words are missing; 998.0's words are there, not as a phrase
+    assert set(got) == {"999.1", "584.8"}
     assert [NOTE[s:e] for s, e in got["584.8"].spans] == ["acute renal failure"]
-    assert b.title_suggestions[0].code == "584.8"  # three words are more specific than two
     # not predictions: the model's codes, scores and threshold logic are untouched
     assert [(c.code, c.score) for c in b.predicted] == [(c.code, c.score) for c in a.predicted]
     assert b.scores == a.scores and not set(got) & {c.code for c in b.predicted}
     rec = b.to_dict()
-    assert rec["title_suggestions"][0] == {"code": "584.8", "title": "Acute renal failure",
-                                           "specificity": pytest.approx(got["584.8"].specificity),
-                                           "spans": [{"start": NOTE.index("acute"), "end": NOTE.index(" noted")}]}
-    assert "title_suggestions" not in a.to_dict()  # without titles the record is as before
+    first = next(x for x in rec["suggested"] if x["code"] == "584.8")
+    assert first == {"code": "584.8", "title": "Acute renal failure", "score": pytest.approx(got["584.8"].score,
+                                                                                                abs=1e-4),
+                     "spans": [{"start": NOTE.index("acute"), "end": NOTE.index(" noted")}], "source": "title",
+                     "reason": "title in the note"}
+    assert plain.suggester is None and "suggested" not in a.to_dict()  # ICD-9 ships no titles: nothing to suggest
     [none] = with_titles.predict(["hypertension only"])
-    assert none.title_suggestions == [] and none.to_dict()["title_suggestions"] == []
+    assert none.suggested == [] and none.to_dict()["suggested"] == []
 
 
-def test_cli_predict_titles_writes_them_and_refuses_a_file_without_new_codes(tiny_run, titles, tmp_path):
+def test_an_icd10_checkpoint_suggests_from_every_billable_icd10_cm_code_by_default(tmp_path):
+    notes = {"I10": "essential hypertension on lisinopril", "E11.9": "type 2 diabetes on metformin",
+             "J18.9": "pneumonia with cough and fever"}
+    rows = [{"id": f"{c}-{i}", "text": f"{t} visit {i}", "labels": [c]} for i in range(6) for c, t in notes.items()]
+    data = tmp_path / "icd10"
+    data.mkdir()
+    for part, sl in (("train", slice(0, 12)), ("dev", slice(12, 18))):
+        (data / f"{part}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[sl]), encoding="utf-8")
+    succeeds(["train", "--data", data, "--out", tmp_path / "run", "--model", "tfidf-lr", "--no-progress"])
+    pred = Predictor.from_checkpoint(tmp_path / "run", device="cpu")
+    assert pred.suggester is not None and len(pred.suggester) > 70_000
+    text = "Essential hypertension. Chest pain, unspecified; acute kidney failure noted."
+    [rec] = pred.predict([text])
+    assert {s.code for s in rec.suggested} >= {"R07.9", "N17.9"}
+    assert "I10" not in {s.code for s in rec.suggested}                   # its own code is the model's to predict
+    [off] = Predictor.from_checkpoint(tmp_path / "run", device="cpu", suggest=False).predict([text])
+    assert off.suggested is None
+
+
+def test_cli_predict_writes_suggested_in_jsonl_csv_and_fhir(tiny_run, titles, tmp_path):
     path, own = titles
     notes = tmp_path / "notes.jsonl"
     notes.write_text(json.dumps({"id": "n1", "text": NOTE}) + "\n" + json.dumps({"id": "n2", "text": "   "}) + "\n",
                      encoding="utf-8")
-    out = tmp_path / "out.jsonl"
-    succeeds(["predict", "--checkpoint", tiny_run, "--input", notes, "--output", out, "--titles", path,
-              "--device", "cpu", "--no-progress"])
-    recs = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    assert [m["code"] for m in recs[0]["title_suggestions"]] == ["584.8", "999.1"]
-    assert "title_suggestions" not in recs[1] and recs[1]["error"]           # a bad record stays an error record
+    base = ["predict", "--checkpoint", tiny_run, "--input", notes, "--titles", path, "--device", "cpu",
+            "--no-progress"]
+    succeeds([*base, "--output", tmp_path / "out.jsonl"])
+    recs = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert {m["code"] for m in recs[0]["suggested"]} == {"584.8", "999.1"}
+    assert not {m["code"] for m in recs[0]["suggested"]} & {p["code"] for p in recs[0]["predicted"]}
+    assert "suggested" not in recs[1] and recs[1]["error"]                 # a bad record stays an error record
+
+    succeeds([*base, "--output", tmp_path / "out.csv"])
+    rows = list(csv.DictReader((tmp_path / "out.csv").open(encoding="utf-8")))
+    assert set(rows[0]["suggested"].split(";")) == {"584.8", "999.1"} and rows[1]["suggested"] == ""
+
+    succeeds([*base, "--output", tmp_path / "out.ndjson", "--format", "fhir"])
+    [bundle, _] = [json.loads(line) for line in (tmp_path / "out.ndjson").read_text(encoding="utf-8").splitlines()]
+    coded = [e["resource"] for e in bundle["entry"] if e["resource"]["resourceType"] in ("Condition", "Procedure")]
+    tagged = [c for c in coded if any(t["code"] == "suggested-from-title" for t in c["meta"]["tag"])]
+    assert {c["code"]["coding"][0]["code"] for c in tagged} == {"584.8", "999.1"}
+    assert len(coded) == len(tagged) + len(recs[0]["predicted"])          # predicted codes stay untagged
+    for c in tagged:
+        assert c["verificationStatus"]["coding"][0]["code"] == "unconfirmed"
+        assert c["code"]["coding"][0]["system"] == "http://hl7.org/fhir/sid/icd-9-cm"
+        urls = {x["url"].rsplit("/", 1)[1] for x in c["extension"]}
+        assert "suggested-from-title" in urls and "score" not in urls     # no model score for a title's code
+
+
+def test_cli_predict_refuses_a_titles_file_without_new_codes_and_titles_without_suggestions(tiny_run, titles,
+                                                                                          tmp_path):
+    path, own = titles
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text(json.dumps({"id": "n1", "text": NOTE}) + "\n", encoding="utf-8")
     only_own = tmp_path / "own.tsv"
     only_own.write_text(f"{own}\tSomething\n", encoding="utf-8")
-    fails(["predict", "--checkpoint", tiny_run, "--input", notes, "--output", tmp_path / "o2.jsonl",
-           "--titles", only_own, "--device", "cpu"], "no code with a title outside the checkpoint's")
-    fails(["predict", "--checkpoint", tiny_run, "--input", notes, "--output", tmp_path / "o3.jsonl",
-           "--titles", tmp_path / "missing.tsv", "--device", "cpu"], "cannot read code descriptions")
+    base = ["predict", "--checkpoint", tiny_run, "--input", notes, "--device", "cpu"]
+    fails([*base, "--output", tmp_path / "o2.jsonl", "--titles", only_own],
+          "no code with a title outside the checkpoint's")
+    fails([*base, "--output", tmp_path / "o3.jsonl", "--titles", tmp_path / "missing.tsv"],
+          "cannot read code descriptions")
+    fails([*base, "--output", tmp_path / "o4.jsonl", "--titles", path, "--no-suggest"], "drop them or --no-suggest")

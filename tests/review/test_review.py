@@ -52,7 +52,7 @@ def test_new_database_is_owner_only_wal_and_versioned(tmp_path):
             f = Path(str(path) + suffix)
             assert f.exists() and _mode(f) == 0o600, (suffix, oct(_mode(f)))
         assert db.con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.con.execute("PRAGMA user_version").fetchone()[0] == review.SCHEMA_VERSION == 3
+        assert db.con.execute("PRAGMA user_version").fetchone()[0] == review.SCHEMA_VERSION == 4  # 4: #43
         assert db.con.execute("PRAGMA application_id").fetchone()[0] == review.APPLICATION_ID
 
 
@@ -80,7 +80,8 @@ def test_a_version_1_file_is_migrated_keeping_its_rows(tmp_path):
         db.con.execute("INSERT INTO decisions (note, code, action, reviewer, at) VALUES "
                        "('a', '401.9', 'accept', 'ann', '2026-01-01T00:00:01Z')")
     with open_db(path) as db:
-        assert db.con.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.con.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert db.note("a")["suggestions"][0]["source"] == "model"  # v4: every earlier suggestion is the model's
         assert db.model_codes("a") == [("401.9", "Hypertension")]  # v2's models table filled from v1's suggestions
         assert db.code_system("a").name == "ICD-9-CM"              # v3's code system inferred from those codes
         note = db.note("a")
@@ -432,3 +433,31 @@ def test_add_a_code_search_finds_model_codes_then_icd10_cm_by_code_or_title_word
     icd9 = [("428.0", "Congestive heart failure"), ("401.9", "Hypertension")]
     assert search_codes("heart failure", icd9, limit=5) == [("428.0", "Congestive heart failure", "model")]
     assert search_codes("", [("428.0", "Congestive heart failure")]) == []
+
+
+def test_suggestions_from_the_title_are_queued_marked_and_counted_apart(tmp_path):
+    """#43: a record's `suggested` codes join the note's suggestions marked source 'title'; decisions on them are
+    counted in stats' `from_title`, never in the model's precision, recall, per-code rates or routing."""
+    rec = _rec("401.9", "428.0")
+    rec["suggested"] = [{"code": "584.8", "title": "Acute renal failure", "score": 1.2, "source": "title",
+                         "reason": "title in the note", "spans": [{"start": 0, "end": 7}]},
+                        {"code": "999.1", "title": "Air embolism", "score": 0.4, "source": "title",
+                         "reason": "title in the note", "spans": [{"start": 8, "end": 12}]}]
+    path = tmp_path / "t.sqlite"
+    with open_db(path) as db:
+        db.add_model("f" * 64, "/runs/fake", [(c, f"title of {c}") for c in ("401.9", "428.0")])
+        db.add_notes([("n0", TEXT, rec)], sha256="f" * 64, checkpoint="/runs/fake")
+        sugg = db.note("n0")["suggestions"]
+        assert [(s["code"], s["source"]) for s in sugg] == [("401.9", "model"), ("428.0", "model"),
+                                                             ("584.8", "title"), ("999.1", "title")]
+        assert sugg[2]["evidence"] == [{"start": 0, "end": 7, "weight": 1.0}]
+        db.decide("n0", "ann", accept=["401.9", "584.8"], reject=["428.0", "999.1"], done=True)
+        s = db.stats()
+    o = s["overall"]
+    assert (o["accepted"], o["rejected"], o["added"]) == (1, 1, 0) and o["precision"] == 0.5
+    assert set(s["per_code"]) == {"401.9", "428.0"}
+    assert s["from_title"]["accepted"] == 1 and s["from_title"]["rejected"] == 1
+    assert s["from_title"]["per_code"] == {"584.8": {"accepted": 1, "rejected": 0},
+                                           "999.1": {"accepted": 0, "rejected": 1}}
+    out = succeeds(["review", "stats", "--db", path]).stdout
+    assert "suggested from the title (codes the model lacks; not in the counts above): 1 accepted, 1 rejected" in out

@@ -83,7 +83,10 @@ def test_the_epoch_loop_trains_whatever_kind_it_is_given(tmp_path, monkeypatch):
                                                              seed=3, device="cpu"),
                 data_dir=data, model_options={**TINY_MODEL, "embed_dim": 8, "hidden_dim": 8}, progress=False)
     steps = sum(-(-12 // 8) for _ in range(2))  # two epochs of 12 notes in batches of 8
-    assert kind.calls == {"build": 1, "forward": steps, "loss": steps, "after_step": steps, "epoch_stats": 2}
+    calls = kind.calls
+    assert (calls["build"], calls["after_step"], calls["epoch_stats"]) == (1, steps, 2)
+    # every step's forward and loss through the kind (plus the time estimate's few measured ones before epoch 1)
+    assert calls["forward"] == calls["loss"] >= steps
     manifest = json.loads((tmp_path / "run" / "checkpoint" / "manifest.json").read_text())
     assert manifest["model"] == kind.name and res["best_epoch"] >= 1
     assert Predictor.from_checkpoint(tmp_path / "run", device="cpu").kind == kind.name

@@ -13,7 +13,7 @@ from tests.conftest import TINY_MODEL
 
 
 def _cfg() -> TrainConfig:
-    return TrainConfig(epochs=2, batch_size=16, lr=2e-2, w2v_epochs=2, patience=3, seed=11, device="cpu")
+    return TrainConfig(model="leam", epochs=2, batch_size=16, lr=2e-2, w2v_epochs=2, patience=3, seed=11, device="cpu")
 
 
 def test_release_freed_memory_trims_the_heap_on_linux():

@@ -62,7 +62,7 @@ def test_train_takes_model_options_or_a_dict_of_some_and_trains_the_same(tmp_pat
 
     from conftest import TINY_MODEL
 
-    cfg = TrainConfig(epochs=1, batch_size=16, lr=5e-3, seed=3, device="cpu", embeddings="random")
+    cfg = TrainConfig(model="leam", epochs=1, batch_size=16, lr=5e-3, seed=3, device="cpu", embeddings="random")
     a = train(out_dir=tmp_path / "a", config=cfg, data_dir=demo_data, model_options=TINY_MODEL, progress=False)
     b = train(out_dir=tmp_path / "b", config=cfg, data_dir=demo_data, model_options=ModelOptions(**TINY_MODEL),
               progress=False)

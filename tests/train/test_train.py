@@ -80,7 +80,8 @@ def _stop_after(epoch: int):
 
 def _cfg(**kw):
     # patience in epochs alone (the tests count epochs; test_patience_waits_at_least_its_steps_... sets the floor)
-    return TrainConfig(**{**dict(epochs=3, batch_size=16, lr=5e-3, w2v_epochs=1, patience=5, seed=3, device="cpu",
+    return TrainConfig(**{**dict(model="leam",
+                                 epochs=3, batch_size=16, lr=5e-3, w2v_epochs=1, patience=5, seed=3, device="cpu",
                                  embeddings="random", patience_steps=0, lr_patience_steps=0), **kw})
 
 
@@ -195,7 +196,8 @@ def test_bad_data_or_options_leave_no_run_folder(tmp_path, demo_data):
         train(out_dir=tmp_path / "r2", config=_cfg(), data_dir=demo_data, model_options={"radius": -1}, progress=False)
     assert not (tmp_path / "r2").exists()
     with pytest.raises(ConfigError, match="over --memory-budget 64 MB; lower --batch-size"):
-        train(out_dir=tmp_path / "r3", config=TrainConfig(batch_size=512, memory_mb=64), data_dir=demo_data,
+        train(out_dir=tmp_path / "r3", config=TrainConfig(model="leam", batch_size=512,
+                                                                    memory_mb=64), data_dir=demo_data,
               progress=False)
     assert not (tmp_path / "r3").exists()
 

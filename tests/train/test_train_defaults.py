@@ -13,6 +13,8 @@ from clinicode.train_setup import pos_weight as _pos_weight
 
 def test_library_defaults_are_the_tuned_ones():
     cfg = TrainConfig()
+    # the default kind is the fused model (#41): LEAM's part stops at 30 epochs, tfidf-lr carries the rare codes
+    assert (cfg.model, cfg.fused_epochs) == ("fused", 30)
     assert (cfg.lr, cfg.optimizer, cfg.weight_decay, cfg.pos_weight, cfg.w2v_epochs) == (1e-2, "adamw", 0.3, 0.25, 0)
     assert (cfg.decay_scope, cfg.ema_decay) == ("embeddings", 0.99)
     assert (cfg.lr_schedule, cfg.lr_decay, cfg.lr_patience, cfg.patience, cfg.epochs) == ("plateau", 0.5, 2, 5, 200)
@@ -74,6 +76,12 @@ def test_paper_flag_trains_exactly_the_papers_model_and_the_default_does_not(tmp
     assert {k: saved["paper"][k] for k in PAPER_MODEL} == PAPER_MODEL == {"code_evidence": False,
                                                                           "window_nonneg": False}
     assert is_paper_model(saved["paper"]) and not is_paper_model(saved["default"])
+    kinds = {n: json.loads((tmp_path / n / "checkpoint" / "manifest.json").read_text())["model"] for n in saved}
+    assert kinds == {"paper": "leam", "default": "fused"}     # the default is the fused model (#41); --paper a LEAM
+    res = CliRunner().invoke(app, ["train", "--data", str(d), "--out", str(tmp_path / "pf"), *small, "--paper",
+                                   "--model", "fused"])
+    assert res.exit_code == 1 and "--paper trains the paper's LEAM (--model leam)" in res.output
+    assert not (tmp_path / "pf").exists()
     assert saved["default"]["code_evidence"] and saved["default"]["window_nonneg"]
     for flag in ("--code-evidence", "--window-nonneg"):
         res = CliRunner().invoke(app, ["train", "--data", str(d), "--out", str(tmp_path / "both"), *small, "--paper",
@@ -136,13 +144,14 @@ def test_training_applies_the_window_constraint_after_every_step(tmp_path, monke
 
     monkeypatch.setattr(_Trainer, "train_epoch", push_down)
     for nonneg in (True, False):
-        cfg = TrainConfig(epochs=1, w2v_epochs=1, device="cpu", ema_decay=0.0)
+        cfg = TrainConfig(model="leam", epochs=1, w2v_epochs=1, device="cpu", ema_decay=0.0)
         train(out_dir=tmp_path / f"run-{nonneg}", config=cfg, data_dir=d, progress=False,
               model_options=dict(embed_dim=8, radius=1, hidden_dim=8, window_nonneg=nonneg))
     assert (seen[True] >= 0).all() and (seen[False] < 0).all()
 
 
-CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "patience", "batch_size", "max_len", "lr",
+CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "fused_epochs", "patience", "batch_size",
+                                                  "max_len", "lr",
                                                   "embeddings",
                                                   "seed", "weight_decay", "optimizer", "pos_weight", "decay_scope",
                                                   "ema_decay",

@@ -79,10 +79,11 @@ def check_weight_shapes(folder: Path) -> LEAMConfig:
 
 
 class LEAMKind:
-    """LEAM (Wang et al., ACL 2018, with clinicode's options): the model `train` trains by default."""
+    """LEAM (Wang et al., ACL 2018, with clinicode's options): `train --model leam`, `--paper`, and the fused model's
+    attention part."""
 
     name = "leam"
-    summary = "label-embedding attention, the default"
+    summary = "label-embedding attention (with code evidence; --paper: the paper's)"
     files = (WEIGHTS_FILE, MODEL_CONFIG_FILE, TOKENIZER_FILE)
     can_explain = True
     can_embed = True

@@ -1,0 +1,323 @@
+"""Codes a checkpoint lacks, suggested from their titles: found in the note's words, ranked with what the model knows.
+
+A checkpoint predicts its own codes; every other code of its code system is a *candidate*, suggested when its title
+stands in the note. `Suggester` finds them and scores each one (no probability: a rank that one dev-chosen bar cuts):
+
+- **the note's words.** The title as a phrase (in order, or with its comma-inverted parts turned round: "Diabetes
+  Insipidus, Nephrogenic" is found as "nephrogenic diabetes insipidus"), plural or singular, with "unspecified" and
+  "NOS" optional ("Chest pain, unspecified" is found as "chest pain"). A phrase that lies inside a longer title found
+  in the same place (a candidate's or one of the checkpoint's own codes': "Syndrome" inside "neuroleptic malignant
+  syndrome") does not count. Every title word present in any order counts less.
+- **specificity.** A title that many other titles narrow ("Syndrome", "Hepatitis", "Body Weight": every title holding
+  all its words is narrower) loses; the rarest title word's inverse frequency over the titles adds a little.
+- **what the model knows.** A candidate under which the checkpoint has a trained code (ICD: a longer code of the same
+  stem; MeSH: a tree number below one of its own, when the tree is given) loses by that code's score: the model
+  already scores the specific concept. (Trained parents and siblings scoring high were measured too: no gain on dev.)
+
+Pure text and arithmetic (no torch): what `predict`, `serve`, the app and the review queue show as `suggested`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+WORD = re.compile(r"[^\W_]+")
+STOPWORDS = frozenset("a an and as at by for from in into of on or other the to with without".split())
+OPTIONAL = frozenset({"unspecified", "nos"})  # ICD's residual titles: the note rarely says them
+
+
+# the words notes use for MeSH's and ICD's "neoplasm", and "vs" spelt out
+SYNONYMS = {"tumor": "neoplasm", "cancer": "neoplasm", "vs": "versus"}
+
+
+@functools.lru_cache(maxsize=1 << 17)  # titles and notes share a small vocabulary: each word is worked out once
+def norm(word: str) -> str:
+    """A word for comparing: lower case, British spelling made American ("haemorrhage", "tumour", "oedema",
+    "leucocyte"), a regular plural made singular ("diseases" -> "disease", "injuries" -> "injury", "metastases" ->
+    "metastasis"; "-ss", "-us", "-is" endings kept: "abscess", "hepatitis"), and SYNONYMS."""
+    w = word.lower().replace("aem", "em").replace("leuco", "leuko").replace("hoea", "hea")
+    if w.startswith("oe"):
+        w = "e" + w[2:]
+    w = _singular(w)
+    if len(w) > 5 and w.endswith("our"):
+        w = w[:-3] + "or"
+    return SYNONYMS.get(w, w)
+
+
+def _singular(w: str) -> str:
+    if len(w) > 4 and w.endswith("ses"):
+        return w[:-3] + "sis"
+    if len(w) > 4 and w.endswith("ies"):
+        return w[:-3] + "y"
+    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        return w[:-1]
+    return w
+
+
+def _phrases(title: str) -> list[tuple[str, ...]]:
+    """The word sequences a title is found as: as written and with its comma-separated parts turned round (MeSH and
+    ICD write the head first: "Death, Sudden, Cardiac" is said "sudden cardiac death"); optional words dropped."""
+    parts = [[norm(w) for w in WORD.findall(p) if w.lower() != "s"] for p in title.split(",")]
+    parts = [[w for w in p if w not in OPTIONAL] for p in parts]
+    parts = [p for p in parts if p]
+    if not parts:
+        return []
+    orders = [parts]
+    if len(parts) > 1:
+        orders += [parts[1:] + parts[:1], parts[:0:-1] + parts[:1]]
+    out: list[tuple[str, ...]] = []
+    for order in orders:
+        seq = tuple(w for p in order for w in p)
+        if seq not in out:
+            out.append(seq)
+    return out
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A code the checkpoint lacks, suggested from its title.
+
+    Attributes:
+        code, title: the candidate.
+        score: the suggestion's rank score (not a probability); shown when at or above the suggester's bar.
+        spans: where its title stands in the note, (start, end) character offsets: the phrase, else its words.
+        reason: one line saying why ("title in the note 2 times", "...; trained D009 under it scored 0.04").
+    """
+
+    code: str
+    title: str
+    score: float
+    spans: tuple[tuple[int, int], ...]
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "title": self.title, "score": round(self.score, 4),
+                "spans": [{"start": a, "end": b} for a, b in self.spans], "source": "title", "reason": self.reason}
+
+
+# The rank score's weights and bar, chosen on BC5CDR dev (the most unseen gold found with >= 70% right, <= 1 a note)
+# with every MeSH disease descriptor as candidates and an every-code tfidf-lr checkpoint
+# (benchmarks/bench_suggestions.py); test only reports.
+PHRASE = 1.0        # the title stands in the note as a phrase (not inside a longer title found there)
+SPECIFIC = 0.1      # per unit of the title's rarest word's inverse frequency over the titles
+BROAD = 0.25        # per doubling of (1 + the number of titles narrower than this one)
+TRAINED_BELOW = 4.0  # times the best score of a trained code under the candidate
+BAR = 0.0           # suggested at or above this score; a title found only as scattered words is never suggested
+LIMIT = 3           # suggestions per note at most
+SPANS = 5           # spans shown per suggestion at most (the first in the note)
+
+
+class Suggester:
+    """Candidates (code -> title) and what ranks them; `suggest(text, scores)` gives one note's suggestions.
+
+    Args:
+        titles: code -> title of the code system (the candidates); titles without a word are left out.
+        own: the checkpoint's codes -> titles: never suggested, and their titles found in a note cover shorter ones.
+        tree: code -> tree numbers (MeSH), for parents and siblings; None: ICD's categories from the codes.
+        bar, limit: the score at or above which a candidate is suggested, and suggestions per note at most.
+    """
+
+    def __init__(self, titles: Mapping[str, str], *, own: Mapping[str, str] | None = None,
+                 tree: Mapping[str, Sequence[str]] | None = None, bar: float = BAR, limit: int = LIMIT) -> None:
+        own = dict(own or {})
+        self.bar, self.limit = bar, limit
+        req = {c: self._required(t) for c, t in titles.items() if c not in own}
+        self._req = {c: r for c, r in req.items() if r}
+        self.titles = {c: titles[c].strip() for c in self._req}
+        self._phr: dict[str, list[tuple[str, ...]]] = {}  # worked out when a candidate is first found in a note
+        self._own_phr = {c: _phrases(t) for c, t in own.items() if t and t.strip()}
+        df = Counter(w for ws in self._req.values() for w in ws)
+        n = len(self._req)
+        self._idf = {w: math.log((n + 1) / (k + 1)) + 1.0 for w, k in df.items()}
+        self._by_word: dict[str, list[str]] = {}
+        for c, ws in self._req.items():
+            self._by_word.setdefault(min(ws, key=lambda w: (df[w], w)), []).append(c)
+        self._own_first: dict[str, list[tuple[str, ...]]] = {}
+        for seqs in self._own_phr.values():
+            for s in seqs:
+                self._own_first.setdefault(s[0], []).append(s)
+        # the checkpoint's codes under each candidate (its descendants in the hierarchy), and how broad a title is
+        self._tree = None if tree is None else {c: tuple(v) for c, v in tree.items()}
+        self._below = self._trained_below(list(own))
+        self._every = list(self._req.values()) + [r for r in (self._required(t) for t in own.values() if t) if r]
+        self._postings: dict[str, list[int]] = {}
+        for i, ws in enumerate(self._every):
+            for w in ws:
+                self._postings.setdefault(w, []).append(i)
+        self._narrower: dict[str, int] = {}  # worked out when a candidate is first found in a note
+        digest = hashlib.sha256()
+        for c in sorted(self.titles):
+            digest.update(f"{c}\t{self.titles[c]}\n".encode("utf-8"))
+        if tree is not None:
+            digest.update(repr(sorted(self._tree.items())).encode("utf-8"))  # type: ignore[union-attr]
+        self.fingerprint = digest.hexdigest()
+
+    @staticmethod
+    def _required(title: str) -> frozenset[str]:
+        return frozenset(norm(w) for w in WORD.findall(title)) - STOPWORDS - OPTIONAL
+
+    def _trained_below(self, own: list[str]) -> dict[str, tuple[str, ...]]:
+        """candidate -> the checkpoint's codes below it: MeSH tree numbers under one of its own, else (ICD) longer
+        codes of its stem ('I21' above 'I21.4')."""
+        out: dict[str, tuple[str, ...]] = {}
+        if self._tree is not None:
+            own_nodes = [(n, k) for k in own for n in self._tree.get(k, ())]
+            for c in self.titles:
+                mine = tuple(n + "." for n in self._tree.get(c, ()))
+                below = {k for n, k in own_nodes if mine and n.startswith(mine)}
+                if below:
+                    out[c] = tuple(sorted(below))
+            return out
+        stems: dict[str, list[str]] = {}
+        for k in own:
+            bare = k.replace(".", "")
+            for n in range(3, len(bare)):
+                stems.setdefault(bare[:n], []).append(k)
+        for c in self.titles:
+            below = stems.get(c.replace(".", ""))
+            if below:
+                out[c] = tuple(sorted(below))
+        return out
+
+    def narrower(self, code: str) -> int:
+        """How many titles (candidates' and the checkpoint's) hold every required word of CODE's title and more."""
+        n = self._narrower.get(code)
+        if n is None:
+            ws = self._req[code]
+            rarest = min(ws, key=lambda w: len(self._postings[w]))
+            n = self._narrower[code] = sum(1 for i in self._postings[rarest] if ws < self._every[i])
+        return n
+
+    def _phrases_of(self, code: str) -> list[tuple[str, ...]]:
+        p = self._phr.get(code)
+        if p is None:
+            p = self._phr[code] = _phrases(self.titles[code])
+        return p
+
+    def __len__(self) -> int:
+        return len(self.titles)
+
+    def trained_below(self, code: str) -> tuple[str, ...]:
+        """The checkpoint's codes under CODE in the hierarchy."""
+        return self._below.get(code, ())
+
+    def candidates(self, text: str) -> list[dict]:
+        """Every candidate with each title word in the note, with its features (for ranking and for the benchmark):
+        code, phrase (uncovered phrase occurrences), covered (phrases inside a longer title), own_covered (inside one
+        of the checkpoint's titles), specificity, spans."""
+        toks = [(norm(m.group()), m.start(), m.end()) for m in WORD.finditer(text) if m.group().lower() != "s"]
+        words = [t[0] for t in toks]
+        present = set(words)
+        at: dict[str, list[int]] = {}
+        for i, w in enumerate(words):
+            at.setdefault(w, []).append(i)
+        found = [c for w in present for c in self._by_word.get(w, ()) if self._req[c] <= present]
+
+        def occurrences(seqs: Iterable[tuple[str, ...]]) -> set[tuple[int, int]]:
+            out = set()
+            for s in seqs:
+                for i in at.get(s[0], ()):
+                    if tuple(words[i:i + len(s)]) == s:
+                        out.add((i, i + len(s)))
+            return out
+
+        occ = {c: occurrences(self._phrases_of(c)) for c in found}
+        own_occ = set()
+        for w in present:
+            own_occ |= occurrences(self._own_first.get(w, ()))
+        spans_all = [(a, b, c) for c, o in occ.items() for a, b in o]
+        rows = []
+        for c in found:
+            free, by_own, by_other = [], 0, 0
+            for a, b in occ[c]:
+                if any(x <= a and b <= y and y - x > b - a for x, y in own_occ):
+                    by_own += 1
+                elif any(x <= a and b <= y and y - x > b - a for x, y, _ in spans_all):
+                    by_other += 1
+                else:
+                    free.append((a, b))
+            if free:
+                spans = tuple(sorted((toks[a][1], toks[b - 1][2]) for a, b in free))[:SPANS]
+            else:
+                req = self._req[c]
+                spans = tuple(_runs([(w in req, s, e) for w, s, e in toks]))[:SPANS]
+            rows.append({"code": c, "phrase": len(free), "covered": by_other, "own_covered": by_own,
+                         "specificity": max(self._idf[w] for w in self._req[c]), "narrower": self.narrower(c),
+                         "spans": spans})
+        return rows
+
+    def score(self, row: dict, below: float) -> float | None:
+        """The rank score of one candidate row (`candidates`) given the best score of a trained code under it; None
+        when its title is not in the note as a phrase (scattered words: 6% right on BC5CDR dev)."""
+        if not row["phrase"]:
+            return None
+        return (PHRASE + SPECIFIC * row["specificity"] - BROAD * math.log2(1 + row["narrower"])
+                - TRAINED_BELOW * below)
+
+    def suggest(self, text: str, scores: Mapping[str, float] | None = None) -> list[Suggestion]:
+        """One note's suggestions, best first: candidates scoring at or above the bar, at most `limit`.
+
+        Args:
+            text: the note.
+            scores: the checkpoint's scores of its own codes for this note (what the model knows); None: none.
+        """
+        out = []
+        for row in self.candidates(text):
+            c = row["code"]
+            below = [(scores.get(k, 0.0), k) for k in self.trained_below(c)] if scores else []
+            best, who = max(below) if below else (0.0, None)
+            s = self.score(row, best)
+            if s is None or s < self.bar:
+                continue
+            why = "title in the note" + (f" {row['phrase']} times" if row["phrase"] > 1 else "")
+            if who is not None:
+                why += f"; trained {who} under it scored {best:.2f}"
+            out.append(Suggestion(c, self.titles[c], s, row["spans"], why))
+        out.sort(key=lambda x: (-x.score, x.code))
+        return out[: self.limit]
+
+
+def _runs(flags: list[tuple[bool, int, int]]) -> list[tuple[int, int]]:
+    """(start, end) of each run of flagged neighbouring words."""
+    runs: list[tuple[int, int]] = []
+    prev = False
+    for on, s, e in flags:
+        if on:
+            if prev:
+                runs[-1] = (runs[-1][0], e)
+            else:
+                runs.append((s, e))
+        prev = on
+    return runs
+
+
+def read_tree(path) -> dict[str, tuple[str, ...]]:
+    """code<TAB>tree numbers (';'-joined, as MeSH's mesh_tree.tsv) -> {code: (number, ...)}."""
+    from clinicode.codes.icd9 import load_descriptions_tsv  # the same bounded, UTF-8, .gz-aware reader
+
+    return {c: tuple(n.strip() for n in v.split(";") if n.strip()) for c, v in load_descriptions_tsv(path).items()}
+
+
+def system_titles(system) -> dict[str, str]:
+    """The candidates a code system ships: every billable ICD-10-CM code's title (the CMS tables in
+    `simple-icd-10-cm`, 74,736 codes) for a system holding ICD-10-CM; {} for the others (ICD-9-CM, ICD-10-PCS, MeSH and
+    a checkpoint's own labels ship no titles: give them as a file)."""
+    from clinicode.codes import systems
+
+    if system is None or systems.ICD10_CM not in system.leaves:
+        return {}
+    return dict(_icd10_cm_billable())
+
+
+@functools.lru_cache(maxsize=1)
+def _icd10_cm_billable() -> tuple[tuple[str, str], ...]:
+    from clinicode.codes.icd10 import _cm_module
+
+    cm = _cm_module()
+    return tuple((c, cm.get_description(c)) for c in cm.get_all_codes(with_dots=True) if cm.is_leaf(c))

@@ -1,0 +1,243 @@
+"""How the fused model's two parts become one score per code, every number of it learnt on dev (numpy only).
+
+Each code k's logit is `a[b] * leam_k + c[b] * lr_k + offset_k`: LEAM's logit and tfidf-lr's, each divided by its own
+temperature (fitted on dev first, so the two are on one scale: LEAM's every-code logits are far sharper), mixed with
+the weight w[b] of the code's frequency band b (its training-note count: 1-2, 3-10, 11-50, >50), so rare codes can
+lean on the bag-of-words part and frequent ones on LEAM; a[b] = w[b] / T_leam, c[b] = (1 - w[b]) / T_lr. The
+weights are chosen on dev by one rule fixed in advance (`fit_fusion`). `offset_k` is a per-code threshold folded into
+the logit (`per_code_offsets`, Lin and Lin's SCutfbr): the checkpoint keeps one global threshold, and a code's own
+threshold t_k on dev becomes the shift that maps t_k onto it.
+
+Nothing here reads train or test: callers pass dev's gold and dev's scores (docs/accuracy-tuning.md, round 14).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+# Upper edges of the frequency bands, in training notes: band 0 holds codes with 1-2 notes, 1: 3-10, 2: 11-50, 3: more.
+BAND_EDGES = (2, 10, 50)
+WEIGHT_GRID = tuple(round(float(x), 2) for x in np.linspace(0.0, 1.0, 11))
+TITLE_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)   # the title match's weight per band (its cosine is in [0, 1])
+TEMPERATURES = np.geomspace(0.05, 20.0, 49)   # the grid each part's temperature is fitted on
+PASSES = 2                # coordinate-ascent passes over the bands
+RARE_BELOW = 10           # per-code thresholds only for codes with fewer training notes than this
+FBR = 0.3                 # a rare code keeps the global threshold unless its own reaches this dev F1 (SCutfbr's fbr)
+MIN_DEV_POSITIVES = 2     # and unless dev holds at least this many of its notes
+_CLIP = 30.0
+
+
+def logit(p: np.ndarray, eps: float = 1e-7) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), eps, 1 - eps)
+    return np.log(p) - np.log1p(-p)
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * np.clip(z, -_CLIP, _CLIP)))
+
+
+def bands(train_counts: Sequence[int] | np.ndarray, edges: Sequence[int] = BAND_EDGES) -> np.ndarray:
+    """[K] each code's band index from its training-note count (0: the rarest)."""
+    return np.searchsorted(np.asarray(edges), np.asarray(train_counts), side="left").astype(np.int64)
+
+
+@dataclass
+class Fusion:
+    """The learnt numbers of one fused model: temperatures, the band weights, per-code offsets (`fused_logits`)."""
+
+    t_leam: float = 1.0
+    t_lr: float = 1.0
+    weights: list[float] = field(default_factory=lambda: [0.5] * (len(BAND_EDGES) + 1))  # LEAM's share per band
+    edges: list[int] = field(default_factory=lambda: list(BAND_EDGES))
+    offsets: np.ndarray | None = None    # [K] float; None: no per-code thresholds
+    rule: str = ""
+    # per band, a scale and a bias of the mixed logit (Platt scaling on dev): they move no code's ranking of notes
+    # (its AUC), only how the bands compare under one threshold and within a note (micro-F1, P@8)
+    scales: list[float] = field(default_factory=lambda: [1.0] * (len(BAND_EDGES) + 1))
+    biases: list[float] = field(default_factory=lambda: [0.0] * (len(BAND_EDGES) + 1))
+    # per band, the weight of the title match (tf-idf cosine of the note and the code's title), before the scale
+    title_weights: list[float] = field(default_factory=lambda: [0.0] * (len(BAND_EDGES) + 1))
+
+    def coefficients(self, train_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """([K] LEAM's coefficient, [K] tfidf-lr's) for codes of these training counts."""
+        b = bands(train_counts, self.edges)
+        w = np.asarray(self.weights, dtype=np.float64)[b]
+        scale = np.asarray(self.scales, dtype=np.float64)[b]
+        return scale * w / self.t_leam, scale * (1.0 - w) / self.t_lr
+
+    def title_coefficients(self, train_counts: np.ndarray) -> np.ndarray:
+        """[K] the title match's coefficient (band weight x band scale)."""
+        b = bands(train_counts, self.edges)
+        return np.asarray(self.scales, dtype=np.float64)[b] * np.asarray(self.title_weights, dtype=np.float64)[b]
+
+    def bias(self, train_counts: np.ndarray) -> np.ndarray:
+        """[K] each code's band bias."""
+        return np.asarray(self.biases, dtype=np.float64)[bands(train_counts, self.edges)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t_leam": self.t_leam, "t_lr": self.t_lr, "weights": list(self.weights), "edges": list(self.edges),
+                "scales": list(self.scales), "biases": list(self.biases), "title_weights": list(self.title_weights),
+                "rule": self.rule}
+
+
+def fused_logits(z_leam: np.ndarray, z_lr: np.ndarray, fusion: Fusion, train_counts: np.ndarray, *,
+                 parts: str = "both", z_title: np.ndarray | None = None) -> np.ndarray:
+    """[N, K] fused logits; PARTS "leam" or "lr" switches the other parts off (their terms are 0), "no-title" the
+    title match, for ablations. Z_TITLE: [N, K] each note's title match (None: no title part)."""
+    a, c = fusion.coefficients(train_counts)
+    z = np.zeros(np.broadcast_shapes(z_leam.shape, z_lr.shape), dtype=np.float64)
+    if parts in ("both", "leam", "no-title"):
+        z += a * z_leam
+    if parts in ("both", "lr", "no-title"):
+        z += c * z_lr
+    if z_title is not None and parts == "both":
+        z += fusion.title_coefficients(train_counts) * z_title
+    z += fusion.bias(train_counts)
+    if fusion.offsets is not None:
+        z += fusion.offsets
+    return z
+
+
+def fit_temperature(y: np.ndarray, z: np.ndarray) -> float:
+    """The T of the grid with the lowest mean binary cross-entropy of sigmoid(z / T) against y (dev)."""
+    y = np.asarray(y, dtype=bool)
+    best, best_t = np.inf, 1.0
+    for t in TEMPERATURES:
+        s = np.clip(z / t, -_CLIP, _CLIP)
+        loss = float(np.mean(np.logaddexp(0.0, s) - np.where(y, s, 0.0)))   # softplus(s) - y s
+        if loss < best:
+            best, best_t = loss, float(t)
+    return best_t
+
+
+def _objective(y: np.ndarray, z: np.ndarray) -> float:
+    """The rule's dev figure: micro-F1 at the dev-tuned threshold plus macro-AUC."""
+    from clinicode.metrics import auc_macro, f1_by_threshold
+
+    s = sigmoid(z)
+    f1 = float(f1_by_threshold(y, s, np.linspace(0.0, 1.0, 100))["f1_micro"].max())
+    return f1 + auc_macro(y, s)[0]
+
+
+RULE = ("temperatures: lowest dev cross-entropy of each part alone; band weights: coordinate ascent (2 passes, rarest "
+        "band first, grid 0, 0.1, ..., 1) on dev micro-F1 at the dev-tuned threshold + dev macro-AUC; ties: the larger "
+        "LEAM weight")
+
+
+RULE_AUC = ("temperatures: lowest dev cross-entropy of each part alone; band weights (LEAM's share, and the title "
+            "match's weight): each band's largest dev macro-AUC (grids 0, 0.1, ..., 1 and 0, 1, 2, 4, ..., 32; ties: "
+            "the larger LEAM share, the smaller title weight); then each band's scale and bias of the mixed logit: "
+            "lowest dev cross-entropy (Platt scaling)")
+RULES = {"f1+auc": RULE, "auc+platt": RULE_AUC}
+DEFAULT_RULE = "auc+platt"
+
+
+def _platt(x: np.ndarray, y: np.ndarray, iters: int = 30) -> tuple[float, float]:
+    """(scale, bias) of the lowest mean cross-entropy of sigmoid(scale x + bias) against y: Newton's method on the
+    two parameters from (1, 0), each step halved until the loss falls, a small ridge towards (1, 0), and the scale
+    kept in [0.05, 20] (positive: a band's ranking never flips)."""
+    x, t = x.ravel().astype(np.float64), y.ravel().astype(np.float64)
+    feats = np.stack([x, np.ones_like(x)], axis=1)                                   # [n, 2]
+    ridge, prior = 1e-3, np.array([1.0, 0.0])
+
+    def loss(theta: np.ndarray) -> float:
+        s = np.clip(feats @ theta, -_CLIP, _CLIP)
+        return float(np.mean(np.logaddexp(0.0, s) - t * s)) + 0.5 * ridge * float(((theta - prior) ** 2).sum())
+
+    theta, current = prior.copy(), loss(prior)
+    for _ in range(iters):
+        p = sigmoid(feats @ theta)
+        grad = feats.T @ (p - t) / len(t) + ridge * (theta - prior)
+        hess = (feats * (p * (1 - p))[:, None]).T @ feats / len(t) + ridge * np.eye(2)
+        step = np.linalg.solve(hess, grad)
+        for _ in range(30):
+            cand = theta - step
+            cand[0] = min(max(cand[0], 0.05), 20.0)
+            got = loss(cand)
+            if got <= current:
+                break
+            step = step / 2
+        else:
+            break
+        done = abs(current - got) < 1e-10
+        theta, current = cand, got
+        if done:
+            break
+    return float(theta[0]), float(theta[1])
+
+
+def fit_fusion(y_dev: np.ndarray, z_leam: np.ndarray, z_lr: np.ndarray, train_counts: np.ndarray, *,
+               rule: str = DEFAULT_RULE, z_title: np.ndarray | None = None) -> Fusion:
+    """Temperatures, band weights (and, by RULE "auc+platt", each band's scale and bias) from dev alone (`RULES`).
+
+    Args:
+        y_dev: [N_dev, K] 0/1 dev gold.
+        z_leam, z_lr: [N_dev, K] each part's dev logits.
+        train_counts: [K] training notes per code (the bands).
+        z_title: [N_dev, K] the title match of each dev note and code (rule "auc+platt"; None: no title part).
+    """
+    from clinicode.metrics import auc_macro
+
+    y = np.asarray(y_dev, dtype=bool)
+    fusion = Fusion(t_leam=fit_temperature(y, z_leam), t_lr=fit_temperature(y, z_lr), rule=RULES[rule])
+    band = bands(train_counts, fusion.edges)
+    present = [b for b in range(len(fusion.weights)) if (band == b).any()]
+    if rule == "auc+platt":
+        for b in present:
+            cols = np.flatnonzero(band == b)
+            ranked = [c for c in cols if 0 < y[:, c].sum() < len(y)]   # codes whose AUC dev can measure
+            if ranked:
+                best_w, best_d, best = fusion.weights[b], 0.0, -1.0
+                for w in sorted(WEIGHT_GRID, reverse=True):        # ties keep the larger LEAM weight
+                    m = w * z_leam[:, ranked] / fusion.t_leam + (1 - w) * z_lr[:, ranked] / fusion.t_lr
+                    for d in (TITLE_GRID if z_title is not None else (0.0,)):   # ties: the smaller title weight
+                        got = auc_macro(y[:, ranked], m + d * z_title[:, ranked] if d else m)[0]
+                        if got > best + 1e-12:
+                            best, best_w, best_d = got, w, d
+                fusion.weights[b], fusion.title_weights[b] = best_w, best_d
+            w, d = fusion.weights[b], fusion.title_weights[b]
+            x = w * z_leam[:, cols] / fusion.t_leam + (1 - w) * z_lr[:, cols] / fusion.t_lr
+            if d:
+                x = x + d * z_title[:, cols]
+            fusion.scales[b], fusion.biases[b] = _platt(x, y[:, cols])
+        return fusion
+    best = _objective(y, fused_logits(z_leam, z_lr, fusion, train_counts))
+    for _ in range(PASSES):
+        for b in present:
+            keep = fusion.weights[b]
+            for w in sorted(WEIGHT_GRID, reverse=True):     # larger LEAM weight first: ties keep it
+                if w == keep:
+                    continue
+                fusion.weights[b] = w
+                got = _objective(y, fused_logits(z_leam, z_lr, fusion, train_counts))
+                if got > best + 1e-12:
+                    best, keep = got, w
+            fusion.weights[b] = keep
+    return fusion
+
+
+def per_code_offsets(y_dev: np.ndarray, z: np.ndarray, train_counts: np.ndarray, threshold: float, *,
+                     rare_below: int = RARE_BELOW, fbr: float = FBR,
+                     min_positives: int = MIN_DEV_POSITIVES) -> np.ndarray:
+    """[K] logit shifts that give each rare code its own dev-tuned threshold under the global THRESHOLD.
+
+    A code with fewer than RARE_BELOW training notes and at least MIN_POSITIVES dev notes gets the threshold t_k of
+    the 100-point grid with its best dev F1 (the first such); if that F1 is below FBR it keeps the global threshold
+    (SCutfbr's fallback). Its offset is logit(threshold) - logit(t_k): [score > threshold] after the shift is
+    [score > t_k] before it. Every other code's offset is 0.
+    """
+    from clinicode.metrics import f1_by_threshold
+
+    y = np.asarray(y_dev, dtype=bool)
+    s = sigmoid(z)
+    offsets = np.zeros(y.shape[1], dtype=np.float64)
+    grid = np.linspace(0.0, 1.0, 100)[1:-1]    # 0 and 1 would be infinite shifts
+    for k in np.flatnonzero((np.asarray(train_counts) < rare_below) & (y.sum(axis=0) >= min_positives)):
+        curve = f1_by_threshold(y[:, k:k + 1], s[:, k:k + 1], grid)["f1_macro_mean"]
+        g = int(np.argmax(curve))
+        if curve[g] >= fbr:
+            offsets[k] = float(logit(np.float64(threshold)) - logit(np.float64(grid[g])))
+    return offsets

@@ -1,0 +1,211 @@
+"""The fused model (`train --model fused`, the default): each code's logit is LEAM's plus tfidf-lr's, stacked.
+
+`a_k * leam_k + c_k * lr_k + offset_k`: the two parts' logits, each over its own temperature and mixed with the weight
+of the code's frequency band (rare codes lean on the bag-of-words part, frequent ones on LEAM), plus a per-code
+threshold for rare codes folded into the logit (`fusion.py`; every number learnt on dev). One checkpoint holds both
+parts' files (LEAM's weights, config and tokenizer; tfidf-lr's weights and vocabulary) and `fusion.safetensors`
+(a, c, e, offset and the LEAM share w, one value per code) with `fusion.json` (temperatures, band weights, the
+rule). The third part, the title match, is the tf-idf cosine of the note and the code's title (labels.json's
+description), rebuilt from the labels when the checkpoint loads.
+
+The evidence it shows for a code mixes both parts' words in the code's proportion w: LEAM's word-code cosines and
+tfidf-lr's coefficient x tf-idf weight of each word in the note (`FusedScorer.word_rows`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+from clinicode.errors import CheckpointError
+from clinicode.files import write_bytes_atomic, write_json_atomic
+from clinicode.models.leam.kind import KIND as LEAM_KIND, check_weight_shapes, weight_shapes
+from clinicode.models.leam.options import LEAMConfig, ModelOptions
+from clinicode.models.tfidf_lr.kind import KIND as LR_KIND
+
+if TYPE_CHECKING:
+    from clinicode.config import TrainConfig
+    from clinicode.data.labels import LabelSet
+    from clinicode.memory import MemoryPlan
+
+FUSION_WEIGHTS = "fusion.safetensors"
+FUSION_META = "fusion.json"
+FUSION_FORMAT = "clinicode.fusion"
+# [K] each: LEAM's coefficient, tfidf-lr's, the title match's, the per-code shift, LEAM's share
+_VECTORS = ("a", "c", "e", "offset", "w")
+CAP_FROM = 100   # the LEAM part's --fused-epochs applies to label sets of more codes than this
+
+
+@dataclass
+class FusedModel:
+    """A loaded fused model: the LEAM, the TfidfLR, the codes' titles as tf-idf rows and the per-code fusion vectors
+    ([K] float64 each)."""
+
+    leam: Any
+    lr: Any
+    a: np.ndarray
+    c: np.ndarray
+    e: np.ndarray
+    offset: np.ndarray
+    w: np.ndarray
+    fusion: dict[str, Any]       # the fitted summary: temperatures, band weights, edges, rule, offsets used
+    titles: Any = None           # [K, V] sparse: each code's title in tfidf-lr's features (`title_rows`)
+
+    @property
+    def config(self) -> Any:
+        return self.leam.config
+
+    def fuse(self, z_leam: np.ndarray, z_lr: np.ndarray, z_title: np.ndarray) -> np.ndarray:
+        """[N, K] fused logits from the parts' [N, K] logits and title matches."""
+        return (self.a * z_leam.astype(np.float64) + self.c * z_lr.astype(np.float64)
+                + self.e * z_title.astype(np.float64) + self.offset)
+
+
+def title_rows(lr: Any, descriptions: Sequence[str]) -> Any:
+    """[K, V] sparse: each code's title (its description; none: an empty row) as tfidf-lr's tf-idf features, so a
+    note's title match is the cosine of its tf-idf row with the title's."""
+    return lr.transform([d or "" for d in descriptions]).astype(np.float32)
+
+
+def fusion_header(path: Path) -> dict[str, tuple[int, ...]]:
+    return weight_shapes(path)
+
+
+class FusedKind:
+    """LEAM and tfidf-lr in one checkpoint, their logits fused per code with weights learnt on dev."""
+
+    name = "fused"
+    summary = "LEAM and tfidf-lr fused per code, the default"
+    files = (*LEAM_KIND.files, *LR_KIND.files, FUSION_WEIGHTS, FUSION_META)
+    can_explain = True
+    can_embed = True
+    scores_ids = False      # the tfidf-lr part reads the text itself
+    trained_by_loop = True  # the LEAM part is; tfidf-lr is fitted first and the fusion on dev last (`before_loop`,
+    #                         `after_loop`)
+    options_type = ModelOptions   # LEAM's options, for its part
+    config_type = LEAMConfig
+    loop_kind = LEAM_KIND         # the loop trains, scores on dev and saves the LEAM part as a LEAM until `after_loop`
+
+    def save(self, folder: Path, model: FusedModel, tokenizer: Any | None) -> None:
+        from safetensors.numpy import save as st_save
+
+        LEAM_KIND.save(folder, model.leam, tokenizer)
+        LR_KIND.save(folder, model.lr, None)
+        write_bytes_atomic(folder / FUSION_WEIGHTS, st_save(
+            {k: np.ascontiguousarray(getattr(model, k), dtype=np.float64) for k in _VECTORS},
+            metadata={"clinicode": "fusion"}))
+        write_json_atomic(folder / FUSION_META, {"format": FUSION_FORMAT, "format_version": 1, **model.fusion})
+
+    def verify(self, folder: Path) -> None:
+        config = check_weight_shapes(folder)
+        held = fusion_header(folder / FUSION_WEIGHTS)
+        want = {k: (config.n_labels,) for k in _VECTORS}
+        if held != want:
+            raise CheckpointError(f"{folder / FUSION_WEIGHTS}: holds {held}, the model's {config.n_labels} codes need "
+                                  f"{want}; the pieces come from different runs, retrain.")
+
+    def load(self, folder: Path, *, labels: LabelSet, train_config: TrainConfig, device: Any) -> tuple[FusedModel, Any]:
+        from safetensors.numpy import load as st_load
+
+        self.verify(folder)
+        leam, tokenizer = LEAM_KIND.load(folder, labels=labels, train_config=train_config, device=device)
+        lr, _ = LR_KIND.load(folder, labels=labels, train_config=train_config, device=device)
+        try:
+            vectors = st_load((folder / FUSION_WEIGHTS).read_bytes())
+            meta = json.loads((folder / FUSION_META).read_text(encoding="utf-8"))
+            if meta.get("format") != FUSION_FORMAT:
+                raise ValueError(f"format {meta.get('format')!r}")
+        except Exception as err:  # safetensors raises its own error type for a damaged header
+            raise CheckpointError(f"{folder}: {FUSION_WEIGHTS} or {FUSION_META} is damaged ({type(err).__name__}); "
+                                  "retrain.") from None
+        if not all(np.isfinite(v).all() for v in vectors.values()):
+            raise CheckpointError(f"{folder / FUSION_WEIGHTS}: holds values that are not finite; retrain.")
+        fusion = {k: v for k, v in meta.items() if k not in ("format", "format_version")}
+        return FusedModel(leam, lr, **{k: vectors[k].astype(np.float64) for k in _VECTORS}, fusion=fusion,
+                          titles=title_rows(lr, labels.descriptions)), tokenizer
+
+    def single_label(self, model: FusedModel) -> bool:
+        return not model.leam.config.multilabel
+
+    def device(self, model: FusedModel) -> Any:
+        return LEAM_KIND.device(model.leam)
+
+    def card(self, model: FusedModel) -> dict[str, Any]:
+        return {"model_config": asdict(model.leam.config), "fusion": dict(model.fusion)}
+
+    def display_name(self, model_config: Mapping[str, Any]) -> str:
+        return "LEAM + tfidf-lr (fused)"
+
+    def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> Any:
+        from clinicode.models.fused.scorer import FusedScorer
+
+        return FusedScorer(checkpoint.model, checkpoint.tokenizer, max_len=checkpoint.max_len, device=device,
+                           batch_size=batch_size, memory_mb=memory_mb)
+
+    def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
+            y_dev: np.ndarray, single_label: bool, seed: int) -> Any:
+        raise NotImplementedError("the fused model's LEAM part is trained by the epoch loop (`clinicode.train`).")
+
+    # Around the epoch loop (optional members of `ModelKind`, which `clinicode.train` asks for).
+    def loop_epochs(self, config: TrainConfig, n_labels: int) -> int:
+        """The LEAM part's epoch cap: --fused-epochs (at most --epochs) for a label set of more than CAP_FROM codes,
+        where LEAM's epochs are long and tfidf-lr and the titles carry the many rare codes; with fewer codes LEAM
+        trains as the leam kind does (its patience ends it): at 50 codes a 30-epoch LEAM part cost 0.026 micro-F1
+        (docs/accuracy-tuning.md, round 14)."""
+        return min(config.epochs, config.fused_epochs) if n_labels > CAP_FROM else config.epochs
+
+    def before_loop(self, texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> Any:
+        """The tfidf-lr part, fitted on the training notes before LEAM's epochs."""
+        from clinicode.models.fused.training import fit_lr_part
+
+        return fit_lr_part(texts, y, single_label=single_label)
+
+    def after_loop(self, model: Any, tokenizer: Any, before: Any, *, dev_texts: Sequence[str], y_dev: np.ndarray,
+                   train_counts: np.ndarray, descriptions: Sequence[str], max_len: int, device: Any,
+                   batch_size: int, memory_mb: int) -> FusedModel:
+        """The fused model of the trained LEAM part (MODEL) and BEFORE (the tfidf-lr part), fitted on dev."""
+        from clinicode.models.fused.training import fuse
+
+        return fuse(model, tokenizer, before, dev_texts=dev_texts, y_dev=y_dev, train_counts=train_counts,
+                    descriptions=descriptions, max_len=max_len, device=device, batch_size=batch_size,
+                    memory_mb=memory_mb)
+
+    # The epoch loop trains the LEAM part: LEAM's answers (`loop_kind`).
+    def model_config(self, options: ModelOptions, *, vocab_size: int, n_labels: int, multilabel: bool) -> LEAMConfig:
+        return LEAM_KIND.model_config(options, vocab_size=vocab_size, n_labels=n_labels, multilabel=multilabel)
+
+    def build(self, model_config: LEAMConfig) -> Any:
+        return LEAM_KIND.build(model_config)
+
+    def vector_dim(self, model_config: LEAMConfig) -> int:
+        return LEAM_KIND.vector_dim(model_config)
+
+    def start_from(self, model: Any, words: np.ndarray, codes: np.ndarray) -> None:
+        LEAM_KIND.start_from(model, words, codes)
+
+    def memory_plan(self, model_config: LEAMConfig, *, batch_size: int, max_len: int, budget_mb: int, device: str,
+                    training: bool, fast: bool = True) -> MemoryPlan:
+        return LEAM_KIND.memory_plan(model_config, batch_size=batch_size, max_len=max_len, budget_mb=budget_mb,
+                                     device=device, training=training, fast=fast)
+
+    def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan) -> Any:
+        return LEAM_KIND.forward(model, ids, mask, plan=plan)
+
+    def loss(self, model: Any, logits: Any, y: Any, *, pos_weight: Any) -> tuple[Any, Any]:
+        return LEAM_KIND.loss(model, logits, y, pos_weight=pos_weight)
+
+    def after_step(self, model: Any) -> None:
+        LEAM_KIND.after_step(model)
+
+    def epoch_stats(self, model: Any) -> dict[str, float]:
+        return LEAM_KIND.epoch_stats(model)
+
+    def load_weights(self, folder: Path, model: Any) -> None:
+        LEAM_KIND.load_weights(folder, model)
+
+
+KIND = FusedKind()

@@ -1,0 +1,147 @@
+"""The fused model's scorer: LEAM's logits (its own scorer, `LEAMScorer`) and tfidf-lr's on the same notes, fused per
+code (`FusedModel.fuse`), then the sigmoid (softmax for single-label data).
+
+Evidence for code k (`word_rows`) mixes the two parts' word signals in the code's LEAM share w_k: LEAM's word-code
+cosines (as the LEAM kind shows them) and tfidf-lr's coefficient x tf-idf weight of each word in the note (the
+words that carried its logit; words against the code count 0), each scaled to its note's best word first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from clinicode.models.leam.scorer import LEAMScorer
+from clinicode.tokenizer import ClinicalTokenizer
+
+
+class _LogitsOf:
+    """The LEAM as `LEAMScorer` uses it, but giving logits where it asks for probabilities."""
+
+    def __init__(self, leam: Any) -> None:
+        self._leam = leam
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._leam, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._leam(*args, **kwargs)
+
+    def probabilities(self, logits: Any) -> Any:
+        return logits
+
+
+class _WithText:
+    """A note's encoding (`ids`, `truncated`, `offsets`) with its text, which the tfidf-lr part reads."""
+
+    __slots__ = ("enc", "text")
+
+    def __init__(self, enc: Any, text: str) -> None:
+        self.enc, self.text = enc, text
+
+    @property
+    def ids(self) -> Any:
+        return self.enc.ids
+
+    @property
+    def truncated(self) -> bool:
+        return self.enc.truncated
+
+    @property
+    def offsets(self) -> Any:
+        return self.enc.offsets
+
+
+class FusedScorer:
+    """Scores notes with a loaded `FusedModel`; thread-safe as `LEAMScorer` is (no mutation after construction)."""
+
+    def __init__(self, model: Any, tokenizer: ClinicalTokenizer, *, max_len: int, device: Any, batch_size: int,
+                 memory_mb: int) -> None:
+        self.model = model
+        self.leam = LEAMScorer(_LogitsOf(model.leam), tokenizer, max_len=max_len, device=device,
+                               batch_size=batch_size, memory_mb=memory_mb)
+        self.plan = self.leam.plan
+        self.tokenizer = tokenizer
+        self.single = not model.leam.config.multilabel
+        lr = model.lr
+        where = {t: j for j, t in enumerate(lr.vocabulary)}
+        # tokenizer id -> tfidf-lr feature (-1: a word the bag-of-words part does not know)
+        self._feature = np.full(tokenizer.vocab_size, -1, dtype=np.int64)
+        for word, i in tokenizer.vocab().items():
+            self._feature[i] = where.get(word, -1)
+
+    def _probabilities(self, z: np.ndarray) -> np.ndarray:
+        if self.single:
+            z = z - z.max(axis=1, keepdims=True)
+            e = np.exp(z)
+            return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+        return (0.5 * (1.0 + np.tanh(0.5 * np.clip(z, -30.0, 30.0)))).astype(np.float32)
+
+    def bag_of_words(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """([N, K] tfidf-lr's logits, [N, K] title matches) from one tf-idf pass over the notes."""
+        lr = self.model.lr
+        x = lr.transform(list(texts)).astype(np.float32)                               # [N, V]
+        z_lr = np.asarray(x @ lr.coef.T, dtype=np.float32) + lr.intercept               # [N, K]
+        z_title = np.asarray((x @ self.model.titles.T).todense(), dtype=np.float32)     # [N, K]
+        return z_lr, z_title
+
+    def logits(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """([N, K] LEAM's logits, tfidf-lr's, title matches) of raw notes: the parts before fusion (ablations,
+        studies)."""
+        return (self.leam.score(texts), *self.bag_of_words(texts))
+
+    def score(self, texts: Sequence[str]) -> np.ndarray:
+        return self._probabilities(self.model.fuse(*self.logits(texts)))
+
+    def encode(self, texts: Sequence[str], *, offsets: bool) -> list[_WithText]:
+        return [_WithText(e, t) for e, t in zip(self.leam.encode(texts, offsets=offsets), texts)]
+
+    def score_encoded(self, encs: Sequence[Any], *, attention: bool) -> tuple[np.ndarray, list[Any] | None]:
+        z_leam, extras = self.leam.score_encoded([e.enc for e in encs], attention=attention)
+        z_lr, z_title = self.bag_of_words([e.text for e in encs])
+        return self._probabilities(self.model.fuse(z_leam, z_lr, z_title)), extras
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.leam.embed(texts)
+
+    def label_embeddings(self) -> np.ndarray:
+        return self.leam.label_embeddings()
+
+    def lr_word_rows(self, tok_ids: np.ndarray, codes: list[int], *, matrix: Any = None) -> np.ndarray:
+        """[len(codes), L] tfidf-lr's share of each code's logit carried by each token's word: coefficient x the
+        word's tf-idf weight in this note (as tfidf-lr weighs it: sublinear tf, idf, unit norm over the note's known
+        words); 0 for words it does not know. MATRIX: another [K, V] weight than the coefficients (the titles)."""
+        lr = self.model.lr
+        feats = self._feature[np.asarray(tok_ids, dtype=np.int64)]                    # [L]
+        known = feats >= 0
+        uniq, counts = np.unique(feats[known], return_counts=True)
+        tf = (1.0 + np.log(counts)) if lr.config.sublinear_tf else counts.astype(np.float64)
+        x = tf * lr.idf[uniq]
+        norm = float(np.sqrt((x * x).sum())) or 1.0
+        weight = dict(zip(uniq.tolist(), (x / norm).tolist()))
+        xl = np.array([weight.get(int(f), 0.0) for f in feats])                       # [L] each token's weight
+        out = np.zeros((len(codes), len(feats)), dtype=np.float64)
+        if known.any():
+            rows = lr.coef[np.asarray(codes)] if matrix is None else matrix[np.asarray(codes)].toarray()
+            out[:, known] = rows[:, feats[known]] * xl[known]
+        return out
+
+    def word_rows(self, tok_ids: np.ndarray, codes: list[int]) -> np.ndarray:
+        """[len(codes), L] each token's evidence for each code: w_k x LEAM's cosine + (1 - w_k) x the bag-of-words
+        parts' word contributions to the fused logit (c_k x tfidf-lr's + e_k x the title match's; positive part),
+        each scaled by its note-best first."""
+        g = self.leam.word_rows(tok_ids, codes).astype(np.float64)                   # [n, L]
+        if not len(codes) or not g.shape[1]:
+            return g.astype(np.float32)
+        k = np.asarray(codes)
+        contrib = self.model.c[k][:, None] * self.lr_word_rows(tok_ids, codes)
+        if self.model.titles is not None and self.model.e[k].any():
+            contrib += self.model.e[k][:, None] * self.lr_word_rows(tok_ids, codes, matrix=self.model.titles)
+        contrib = np.clip(contrib, 0.0, None)                                         # [n, L]
+        gmax = g.max(axis=1, keepdims=True)
+        cmax = contrib.max(axis=1, keepdims=True)
+        gs = np.where(gmax > 0, g / np.where(gmax > 0, gmax, 1.0), g)
+        cs = contrib / np.where(cmax > 0, cmax, 1.0)
+        w = self.model.w[np.asarray(codes)][:, None]
+        return (w * gs + (1.0 - w) * cs).astype(np.float32)

@@ -518,6 +518,13 @@ def batch_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return df
 
 
+def download_formats() -> list[Any]:
+    """The output formats the batch page offers as downloads: the writers that say the app may offer them."""
+    from clinicode.predict_io import offered_writers
+
+    return offered_writers("app")
+
+
 def batch_bytes(records: Sequence[Mapping[str, Any]], fmt: str) -> bytes:
     """The records as the file `clinicode predict --output x.jsonl` (fmt "jsonl") or `x.csv` ("csv") writes: the
     output formats' writer (`clinicode.formats`, through `records_bytes`), which predict's files go through too."""

@@ -521,8 +521,9 @@ def predict_cli(
     from clinicode.predict_io import predict_file
 
     if format != "records" and format not in WRITERS:
-        raise ConfigError(f"--format {format[:40]!r}: expected records or fhir, or a file format: "
-                          f"{', '.join(n for n in WRITERS if n != 'fhir')}.")
+        whole = " or ".join(["records", *(n for n, w in WRITERS.items() if not w.suffixes)])
+        raise ConfigError(f"--format {format[:40]!r}: expected {whole}, or a file format: "
+                          f"{', '.join(n for n, w in WRITERS.items() if w.suffixes)}.")
     if input_format is not None:
         reader(input_format)  # an unknown name stops here, before the checkpoint loads
 
@@ -537,7 +538,7 @@ def predict_cli(
         raise DataFormatError(f"--titles {titles}: no code with a title outside the checkpoint's {len(pred.codes):,} "
                               "codes; give code<TAB>title lines for codes the model was not trained on.")
     context = None
-    if format == "fhir":
+    if format != "records":  # what a writer may name beyond the record (`Writer`'s context): FHIR's systems, source
         from clinicode.fhir import code_systems, predictor_source
 
         # the same builder as `clinicode serve`; each Bundle names the checkpoint that suggested its codes

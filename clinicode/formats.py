@@ -24,6 +24,7 @@ import gzip
 import io
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTuple, TextIO
@@ -67,6 +68,9 @@ class Reader:
     rows: RowReader
     what: str  # for --help and messages
     text: bool = True  # a text format: .gz and a byte-order mark are handled before `rows` sees the bytes
+    # What it can do, which consumers ask instead of names (`clinicode.conformance.check_reader` holds it to them):
+    splits: bool = False  # reads coded notes (id, text, labels): `train --data`'s train.<ending>, dev..., test...
+    example: Callable[[], bytes] | None = None  # a file of two notes, "n1" and "n2" (labelled when `splits`)
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class Writer:
     (`write(rec, note=None)`; NOTE: the input record it came from, for what a format carries beyond the output record).
 
     `context` carries what a format needs beyond the record (FHIR: `systems` and `source`, see `clinicode.fhir`).
+    What it can do is declared, and consumers ask it instead of its name (`clinicode.conformance.check_writer`).
     """
 
     name: str
@@ -82,7 +87,15 @@ class Writer:
     media_type: str
     open: Callable[..., Callable[[Mapping[str, Any]], None]]
     what: str
-    line_per_record: bool = True  # JSONL-like: one line a record, so an interrupted run can resume by its ids
+    # resume: the ids of the records a partial file holds, as often as each was written (None: `predict --resume`
+    # refuses the format); the file may hold a torn last record, whose id is not counted
+    done_ids: Callable[[TextIO], Counter[str]] | None = None
+    subjects: bool = False  # carries each note's subject (from `note`; serve passes them as context "subjects")
+    app: bool = False       # offered by the app's downloads (needs a file ending)
+    serve: bool = False     # offered by serve's ?format= (its answer to a batch: `document`)
+    # a batch as one response body (serve) and its media type; None: the file `to_bytes` writes, as `media_type`
+    document_of: Callable[[list[Mapping[str, Any]], Mapping[str, Any]], Any] | None = None
+    document_type: str | None = None
 
     def to_bytes(self, records: Iterable[Mapping[str, Any]], *, context: Mapping[str, Any] | None = None) -> bytes:
         """The records as a whole file in memory, byte for byte what predict writes (UTF-8)."""
@@ -91,6 +104,12 @@ class Writer:
         for r in records:
             write(r)
         return buf.getvalue().encode("utf-8")
+
+    def document(self, records: list[Mapping[str, Any]], context: Mapping[str, Any]) -> Any:
+        """A batch as serve answers it in this format: bytes, or a JSON value (`document_of`)."""
+        if self.document_of is not None:
+            return self.document_of(records, context)
+        return self.to_bytes(records, context=context)
 
 
 READERS: dict[str, Reader] = {}
@@ -135,6 +154,16 @@ def reader_for(name: str) -> Reader | None:
     gz = end.endswith(".gz")
     base = end[:-3] if gz else end
     return next((r for r in READERS.values() if base in r.suffixes and (r.text or not gz)), None)
+
+
+def offered(where: str) -> list[Writer]:
+    """The writers offered by WHERE ("app": its downloads; "serve": its ?format=), in registry order."""
+    return [w for w in WRITERS.values() if getattr(w, where)]
+
+
+def split_readers() -> list[Reader]:
+    """The readers of training splits (`train --data`), in registry order: a split's first match wins."""
+    return [r for r in READERS.values() if r.splits]
 
 
 def writer_for(name: str, default: str = "jsonl") -> Writer:
@@ -479,11 +508,48 @@ def fhir_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, **_: An
                           "document": note["document"]})
 
 
-register_reader(Reader("jsonl", (".jsonl", ".json", ".ndjson"), jsonl_rows, "one JSON object a line"))
-register_reader(Reader("csv", (".csv",), csv_rows, "CSV with a header row"))
-register_reader(Reader("parquet", (".parquet",), parquet_rows, "Parquet", text=False))
+_EXAMPLE = [{"id": "n1", "text": "fever and chills", "labels": ["A01"]},
+            {"id": "n2", "text": "rash, \"itch\"", "labels": ["B02", "C03"]}]
+
+
+def _jsonl_example() -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in _EXAMPLE).encode()
+
+
+def _csv_example() -> bytes:
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(["id", "text", "labels"])
+    w.writerows([r["id"], r["text"], ";".join(r["labels"])] for r in _EXAMPLE)
+    return buf.getvalue().encode()
+
+
+def _parquet_example() -> bytes:
+    import pandas as pd
+
+    buf = io.BytesIO()
+    pd.DataFrame(_EXAMPLE).to_parquet(buf)
+    return buf.getvalue()
+
+
+def _fhir_example() -> bytes:
+    import base64
+
+    def doc(r: dict[str, Any]) -> dict[str, Any]:
+        data = base64.b64encode(r["text"].encode()).decode()
+        return {"resourceType": "DocumentReference", "id": r["id"], "status": "current",
+                "content": [{"attachment": {"contentType": "text/plain", "data": data}}]}
+    return "".join(json.dumps(doc(r)) + "\n" for r in _EXAMPLE).encode()
+
+
+register_reader(Reader("jsonl", (".jsonl", ".json", ".ndjson"), jsonl_rows, "one JSON object a line", splits=True,
+                       example=_jsonl_example))
+register_reader(Reader("csv", (".csv",), csv_rows, "CSV with a header row", splits=True, example=_csv_example))
+register_reader(Reader("parquet", (".parquet",), parquet_rows, "Parquet", text=False, splits=True,
+                       example=_parquet_example))
 register_reader(Reader("txt", (".txt",), txt_rows, "one note a .txt file (or a folder of them)"))
-register_reader(Reader("fhir", (), fhir_rows, "FHIR R4 DocumentReference resources, one a line"))
+register_reader(Reader("fhir", (), fhir_rows, "FHIR R4 DocumentReference resources, one a line",
+                       example=_fhir_example))
 
 
 # ------------------------------------------------------------------ writers
@@ -531,18 +597,52 @@ def _fhir_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] |
     return write
 
 
+def _jsonl_done(f: TextIO) -> Counter[str]:
+    done: Counter[str] = Counter()
+    for line in f:
+        try:
+            done[str(json.loads(line)["id"])] += 1
+        except (json.JSONDecodeError, KeyError, TypeError):
+            break  # a torn last line from a kill: re-score from here
+    return done
+
+
+def _csv_done(f: TextIO) -> Counter[str]:
+    rows = csv.reader(f)
+    done: Counter[str] = Counter()
+    for row in rows:
+        if row and row != list(CSV_HEADER):  # the header, and again where a resumed run's part starts
+            done[row[0]] += 1
+    return done
+
+
+def _fhir_document(records: list[Mapping[str, Any]], context: Mapping[str, Any]) -> Any:
+    """One Bundle of all the batch's notes (serve's ?format=fhir), each with its subject."""
+    from clinicode.fhir import bundle
+
+    return bundle(records, systems=context.get("systems"), subjects=context.get("subjects"),
+                  source=context.get("source"), request_id=context.get("request_id"),
+                  family=context.get("family"))
+
+
 register_writer(Writer("jsonl", (".jsonl",), "application/x-ndjson", _jsonl_writer,
-                       "one JSON record a line"))
+                       "one JSON record a line", done_ids=_jsonl_done, app=True))
 register_writer(Writer("csv", (".csv",), "text/csv", _csv_writer,
                        "CSV: id, predicted (';'-joined), scores (JSON), truncated, error, suggested (';'-joined)",
-                       line_per_record=False))
+                       done_ids=_csv_done, app=True))
 register_writer(Writer("fhir", (), "application/fhir+ndjson", _fhir_writer,
-                       "one FHIR R4 Bundle a note and line (docs/serve.md)"))
+                       "one FHIR R4 Bundle a note and line (docs/serve.md)", subjects=True, serve=True,
+                       document_of=_fhir_document, document_type="application/fhir+json"))
 
 
-# The service (`clinicode serve`) answers a batch in its own JSON envelope ("json") or as one FHIR R4 Bundle of all
-# its notes ("fhir", the fhir writer's builder, `clinicode.fhir.bundle`).
-SERVICE_FORMATS = ("json", "fhir")
+# The service (`clinicode serve`) answers a batch in its own JSON envelope ("json") or in a writer it is offered
+# (`Writer.serve`: "fhir", one FHIR R4 Bundle of all its notes).
+SERVICE_ENVELOPE = "json"
+
+
+def service_formats() -> list[str]:
+    """serve's ?format= choices: its JSON envelope, then the writers offered to it."""
+    return [SERVICE_ENVELOPE, *(w.name for w in offered("serve"))]
 
 
 # ------------------------------------------------------------------ messages

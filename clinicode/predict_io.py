@@ -16,11 +16,9 @@ Bad records get an `error` field and are counted; they never stop the run unless
 
 from __future__ import annotations
 
-import csv
 import errno
 import functools
 import itertools
-import json
 import os
 import sys
 import uuid
@@ -48,6 +46,11 @@ from clinicode.records import Record, read_records
 CHUNK = 256
 PARTIAL_KIND = "predict-partial"
 OUTPUT_KIND = "predict-output"
+
+
+def offered_writers(where: str) -> list[formats.Writer]:
+    """The output formats offered by WHERE ("app": the app's downloads; "serve": its ?format=), from the registry."""
+    return formats.offered(where)
 
 
 def records_bytes(records: Iterable[Mapping[str, Any]], *, fmt: str = "jsonl",
@@ -190,20 +193,13 @@ def check_output_suffix(output: str | Path) -> None:
 
 
 def _done_ids(p: Path, fmt: str) -> Counter[str]:
-    """How many records each id already has in `p` (a multiset, so duplicate input ids resume exactly)."""
-    done: Counter[str] = Counter()
-    if not p.is_file():
-        return done
+    """How many records each id already has in `p` (a multiset, so duplicate input ids resume exactly), as the
+    output format reads its own file back (`Writer.done_ids`)."""
+    read = formats.writer(fmt).done_ids
+    if not p.is_file() or read is None:
+        return Counter()
     with open(p, encoding="utf-8", newline="") as f:
-        if fmt == "csv":
-            done.update(row["id"] for row in csv.DictReader(f) if row.get("id") is not None)
-        else:
-            for line in f:
-                try:
-                    done[str(json.loads(line)["id"])] += 1
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    break  # a torn last line from a kill: re-score from here
-    return done
+        return read(f)
 
 
 def predict_file(
@@ -242,10 +238,15 @@ def predict_file(
     fmt = formats.writer(output_format).name if output_format else formats.writer_for(str(output)).name
     if threshold is not None:
         check_threshold(threshold)  # before any output is claimed (the rule of every face: clinicode.config)
-    if fmt == "fhir" and (resume or str(output).endswith(".csv")):
-        raise ConfigError("--format fhir writes one JSON Bundle per line: give an --output not "
-                          "ending in .csv, and drop "
-                          "--resume (FHIR output is written whole; rerun to replace it).")
+    chosen = formats.writer(fmt)
+    other = formats.writer_for(str(output))  # the format the output's name promises (the default: any other name)
+    # a format without a file ending of its own (fhir: JSON lines) under a name that promises another (.csv)
+    if not chosen.suffixes and other is not chosen and other is not formats.writer_for("-"):
+        raise ConfigError(f"--format {fmt} writes {chosen.what}: give an --output not ending in "
+                          f"{formats.suffix(str(output))} (that is {other.name}'s ending).")
+    if resume and chosen.done_ids is None:
+        raise ConfigError(f"--format {fmt} cannot resume: drop --resume (its output is written whole; rerun to "
+                          "replace it).")
     to_file = str(output) != "-"
     if resume and not to_file:
         raise ConfigError("--resume continues the OUT.partial of an --output file; output to stdout (--output -) "

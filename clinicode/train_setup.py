@@ -119,10 +119,11 @@ class Objective(torch.nn.Module):
         for m in dropouts:
             m.share = share
         try:
-            return self.kind.loss(self.model, ids, mask, y, pos_weight=self.pos_weight, plan=self.plan)
-        finally:
+            logits = self.kind.forward(self.model, ids, mask, plan=self.plan)
+        finally:  # the loss's own regulariser (LEAM's code vectors through the head) is no share of the batch
             for m in dropouts:
                 m.share = None
+        return self.kind.loss(self.model, logits, y, pos_weight=self.pos_weight)
 
 
 def distributed(objective: Objective, device: torch.device) -> torch.nn.Module:

@@ -74,13 +74,10 @@ st.dataframe(
         "error": st.column_config.TextColumn("Error"),
     },
 )
-d1, d2, _ = st.columns([1, 1, 3])
 stem = up.name.rsplit(".", 1)[0]
-d1.download_button(
-    "Download CSV", render.batch_bytes(records, "csv"), file_name=f"{stem}_codes.csv", mime="text/csv",
-    key="dl_batch_csv", on_click="ignore", icon=":material/download:",
-)
-d2.download_button(
-    "Download JSONL", render.batch_bytes(records, "jsonl"), file_name=f"{stem}_codes.jsonl", mime="application/jsonl",
-    key="dl_batch_jsonl", on_click="ignore", icon=":material/download:",
-)
+offered = render.download_formats()  # the output formats offered to the app (`Writer.app`), in registry order
+for col, w in zip(st.columns([1] * len(offered) + [3]), offered):
+    col.download_button(
+        f"Download {w.name.upper()}", render.batch_bytes(records, w.name), file_name=f"{stem}_codes{w.suffixes[0]}",
+        mime=w.media_type, key=f"dl_batch_{w.name}", on_click="ignore", icon=":material/download:",
+    )

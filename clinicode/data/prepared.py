@@ -31,9 +31,17 @@ from clinicode.formats import describe_columns
 
 log = logging.getLogger(__name__)
 
-# first match wins when a split exists in several formats; the text formats are read through `clinicode.formats`
-# (gzip, byte-order mark, the record bound), so each may be gzipped
-FORMATS = ("parquet", "jsonl", "jsonl.gz", "csv", "csv.gz")
+# A split is train.<ending> (dev, test) for every reader that reads splits (`formats.Reader.splits`: parquet, jsonl,
+# csv, and any format registered so), by its first ending; first match wins when a split exists in several formats,
+# binary formats first (parquet). Text formats are read through `clinicode.formats` (gzip, byte-order mark, the
+# record bound), so each may be gzipped.
+def split_endings() -> list[str]:
+    """The endings a split file may have, in the order they are looked for: parquet, jsonl, jsonl.gz, csv, csv.gz."""
+    readers = sorted(formats.split_readers(), key=lambda r: r.text)  # stable: registry order within each
+    return [e for r in readers for e in ((r.suffixes[0][1:], r.suffixes[0][1:] + ".gz") if r.text
+                                          else (r.suffixes[0][1:],))]
+
+
 REQUIRED_SPLITS = ("train", "dev")
 CSV_LABEL_SEP = ";"
 PREPARED_KIND = "prepared-dataset"
@@ -78,7 +86,7 @@ class PreparedDataset:
 
 
 def _find_split_file(folder: Path, split: str) -> Path | None:
-    for ext in FORMATS:
+    for ext in split_endings():
         p = folder / f"{split}.{ext}"
         if p.is_file():
             return p
@@ -120,6 +128,23 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
             raise _bad_row(path, "line", row)
         rows.append({k: row.fields.get(k) for k in (ID, TEXT, LABELS, SUBJECT_ID, EVIDENCE) if k in row.fields})
     return pd.DataFrame(rows)
+
+
+def _read_rows(path: Path, fmt: str) -> pd.DataFrame:
+    """A split in another registered format (`Reader.splits`): its rows' fields; labels a list, or a
+    ';'-separated string as in CSV."""
+    rows = []
+    for row in formats.read_rows(path, fmt, where=str(path), fields=(ID, TEXT, LABELS), strings=True):
+        if row.fields is None:  # told, never skipped
+            raise _bad_row(path, "record", row)
+        rec = {k: row.fields.get(k) for k in (ID, TEXT, LABELS, SUBJECT_ID, EVIDENCE) if k in row.fields}
+        if isinstance(rec.get(LABELS), str):
+            rec[LABELS] = [c.strip() for c in rec[LABELS].split(CSV_LABEL_SEP) if c.strip()]
+        rows.append(rec)
+    df = pd.DataFrame(rows)
+    if LABELS in df.columns:
+        df[LABELS] = _column(list(df[LABELS]), df.index)
+    return df
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -185,9 +210,10 @@ def _read_split(path: Path) -> pd.DataFrame:
     """Read one split file and validate its contract (columns, ids, text, label lists)."""
     fmt = formats.reader_for(path.name).name
     try:
-        if fmt != "parquet":
+        if formats.READERS[fmt].text:
             _check_utf8(path)
-        df = {"parquet": _read_parquet, "jsonl": _read_jsonl, "csv": _read_csv}[fmt](path)
+        read = {"parquet": _read_parquet, "jsonl": _read_jsonl, "csv": _read_csv}.get(fmt)
+        df = read(path) if read is not None else _read_rows(path, fmt)
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise DataFormatError(f"{path} is not a complete gzip file ({type(err).__name__}); compress it again "
                               "(gzip -k) or store it uncompressed.") from None

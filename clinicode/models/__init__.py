@@ -113,9 +113,12 @@ class ModelKind(Protocol):
                     training: bool, fast: bool = True) -> MemoryPlan:
         """One batch's memory plan (`clinicode.memory`); raises ConfigError when a batch cannot fit BUDGET_MB."""
 
-    def loss(self, model: Any, ids: Any, mask: Any, y: Any, *, pos_weight: Any,
-             plan: MemoryPlan) -> tuple[Any, Any]:
-        """(the loss to minimise, the task loss to report) of one batch: ids and mask [B, L], y [B, K] float."""
+    def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan) -> Any:
+        """[B, K] logits of one training batch (ids and mask [B, L]); under torchrun the notes' dropout masks are the
+        global batch's here, so the forward and `loss` are two steps (a regulariser in `loss` is not the batch's)."""
+
+    def loss(self, model: Any, logits: Any, y: Any, *, pos_weight: Any) -> tuple[Any, Any]:
+        """(the loss to minimise, the task loss to report) of a batch's logits and its [B, K] float labels."""
 
     def after_step(self, model: Any) -> None:
         """Called after each optimiser step (constraints on the weights)."""

@@ -13,14 +13,14 @@ from typing import Any, Callable, Iterator
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from clinicode import __version__
 from clinicode.config import PREDICT
 from clinicode.errors import DataFormatError
 from clinicode.fhir import bundle, code_systems, note_from_document_reference, predictor_source
-from clinicode.formats import SERVICE_FORMATS
+from clinicode.formats import SERVICE_ENVELOPE, WRITERS, service_formats
 from clinicode.predict import Predictor
 from clinicode.serve.batcher import Batcher, ShuttingDown
 from clinicode.serve.gate import (
@@ -307,8 +307,8 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
               openapi_extra={"requestBody": {"required": True,
                                              "content": {"application/json": {"schema": _PREDICT_SCHEMA}}},
                              "parameters": [{"name": "format", "in": "query", "required": False,
-                                             "schema": {"type": "string", "enum": list(SERVICE_FORMATS),
-                                                        "default": "json"}}]
+                                             "schema": {"type": "string", "enum": service_formats(),
+                                                        "default": SERVICE_ENVELOPE}}]
                                            + [{"name": n, "in": "query", "required": False, "schema": {"type": t},
                                                "description": "As the body's field of that name; given in both, "
                                                               "they must agree."}
@@ -317,20 +317,27 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
     @guarded
     async def predict(request: Request) -> JSONResponse:
         query = query_options(request, ("format", *_OPTION_KEYS))
-        fmt = query.get("format", "json")
-        if fmt not in SERVICE_FORMATS:
-            raise BadRequest(422, f"format={fmt[:20]!r} is not known; use format=json (the default) or format=fhir.")
+        fmt = query.get("format", SERVICE_ENVELOPE)
+        if fmt not in service_formats():  # its envelope, or a writer offered to serve (`Writer.serve`)
+            choices = " or ".join(f"format={n}" + (" (the default)" if n == SERVICE_ENVELOPE else "")
+                                  for n in service_formats())
+            raise BadRequest(422, f"format={fmt[:20]!r} is not known; use {choices}.")
         check_content_type(request, _JSON_ROUTES["/v1/predict"])
         scorer()
         body = await svc.read(request)
         with svc.admitted():
             notes, opts = parse_predict(parse_json(body), limits, query)
             records = await score(notes, opts)
-        if fmt == "fhir":
-            return JSONResponse(bundle(records, systems=svc.systems, subjects=[n["subject"] for n in notes],
-                                       source=svc.source, request_id=request.scope.get("clinicode.request_id"),
-                                       family=svc.family),
-                                media_type=FHIR_JSON)
+        if fmt != SERVICE_ENVELOPE:
+            w = WRITERS[fmt]
+            context = {"systems": svc.systems, "source": svc.source, "family": svc.family,
+                       "request_id": request.scope.get("clinicode.request_id")}
+            if w.subjects:
+                context["subjects"] = [n["subject"] for n in notes]
+            answer = w.document(records, context)
+            media = w.document_type or w.media_type
+            return (Response(answer, media_type=media) if isinstance(answer, bytes)
+                    else JSONResponse(answer, media_type=media))
         return JSONResponse({"results": records, "model": svc.info})
 
     @app.post(ANALYZE, summary="Score a FHIR DocumentReference (base64 text/plain attachment) into a FHIR R4 Bundle",

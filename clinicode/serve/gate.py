@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from clinicode.formats import WRITERS
 from clinicode.serve.parsing import BadRequest
 
 if TYPE_CHECKING:
@@ -334,8 +335,9 @@ class _Accept:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         if path == "/v1/predict" and len(query.get("format", ())) > 1:
             return await self.app(scope, receive, send)  # a repeated option: the route's 422 says so, not a 406
-        if path == "/v1/predict" and query.get("format") == ["fhir"]:
-            offered = (FHIR_JSON, *offered)
+        w = WRITERS.get(query.get("format", [""])[0]) if path == "/v1/predict" else None
+        if w is not None and w.serve:  # a writer offered to serve answers in its own media type
+            offered = (w.document_type or w.media_type, *offered)
         given = [v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"accept"]
         accept = ", ".join(given) if given else None
         if acceptable(accept, offered):

@@ -421,3 +421,35 @@ def test_suggestions_from_the_title_are_shown_apart_and_marked_in_the_note(app_e
     assert ("584.8", "acute renal failure") in render_mod().code_tags(hl)
     assert 'class="code-ev suggested" data-code="584.8"' in hl and ">584.8?</sup>" in hl and "dashed" in hl
     monkeypatch.delenv("CLINICODE_TITLES")
+
+
+@pytest.fixture(scope="module")
+def fused_runs(demo_data, tmp_path_factory) -> Path:
+    """A run of the default kind (`train` with no --model: the fused model), as `make demo` makes it."""
+    from clinicode.config import TrainConfig
+    from clinicode.train import train
+
+    from conftest import TINY_MODEL
+
+    sizes = {k: v for k, v in TINY_MODEL.items() if k not in ("code_evidence", "window_nonneg")}
+    root = tmp_path_factory.mktemp("app_runs_fused")
+    cfg = TrainConfig(epochs=3, batch_size=16, lr=2e-2, w2v_epochs=1, patience=3, seed=7, device="cpu")
+    assert cfg.model == "fused"
+    train(out_dir=root / "default", config=cfg, data_dir=demo_data, model_options=sizes, progress=False)
+    return root
+
+
+def test_the_default_kind_codes_a_note_with_each_codes_evidence_on_every_page(fused_runs, monkeypatch):
+    monkeypatch.setenv("CLINICODE_RUNS", str(fused_runs))
+    at = _ok(_app().run())
+    at.text_area(key="note_text").input(NOTE).run()
+    _ok(at.button(key="predict").click().run())
+    _ok(at.slider(key="threshold_default").set_value(0.0).run())
+    assert len(_code_table(at)) >= 10 and _predicted(at)
+    (hl,) = [h.value for h in at.html if 'id="note-hl"' in h.value]
+    tags = render_mod().code_tags(hl)
+    assert tags and {c for c, _ in tags} <= set(_predicted(at))
+    assert "<script" not in hl and "&lt;script&gt;" in re.sub(r"<mark[^>]*>|</mark>|<sup[^>]*>[^<]*</sup>", "", hl)
+    for page in PAGES:
+        _ok(at.switch_page(f"app_pages/{page}.py").run())
+        assert at.title, page

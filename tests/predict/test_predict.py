@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from clinicode.cli import app
 from clinicode.files import write_json_atomic
 from clinicode.metrics import all_metrics
+from clinicode.models import known_kinds
 from clinicode.predict import WORD_BAR, Predictor, _word_spans
 from clinicode.predict_io import _settings, predict_file
 
@@ -202,7 +203,7 @@ def test_cli_bad_inputs_exit_1_with_one_line(tiny_run, tmp_path):
         (["evaluate", "--checkpoint", str(tiny_run), "--data", str(tmp_path / "nodata")], ""),
         (["train", "--out", str(tmp_path / "r")], "give exactly one of --data"),
         (["train", "--out", str(tmp_path / "r"), "--data", str(tmp_path), "--model", "svm"],
-         "--model must be 'fused', 'leam' or 'tfidf-lr'"),
+         f"--model must be {known_kinds()}"),
     ]
     (tmp_path / "bad.xml").write_text("<x/>")
     cases.append((["predict", "--checkpoint", str(tiny_run), "--input", str(tmp_path / "bad.xml")],

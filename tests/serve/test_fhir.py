@@ -224,6 +224,7 @@ def test_predict_format_fhir_writes_one_bundle_per_note(tiny_run, demo_data, tmp
     # a rerun may replace its own FHIR output; FHIR output cannot be resumed or written as CSV
     succeeds(args + ["--output", tmp_path / "fhir.jsonl", "--format", "fhir"])
     fails(args + ["--output", tmp_path / "fhir.csv", "--format", "fhir"],
-          "--format fhir writes one JSON Bundle per line")
+          "--format fhir writes one FHIR R4 Bundle a note and line (docs/serve.md): give an --output not ending "
+          "in .csv (that is csv's ending)")
     fails(args + ["--output", tmp_path / "f2.jsonl", "--format", "fhir", "--resume"], "drop --resume")
     fails(args + ["--output", tmp_path / "f3.jsonl", "--format", "xml"], "expected records or fhir")

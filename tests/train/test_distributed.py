@@ -86,13 +86,15 @@ def test_uneven_batch_shares_weight_every_note_equally(tmp_path, dropout):
 # rank::world, as the training loop does. Rank 0 (or the one process) saves every parameter's gradient.
 _ONE_STEP = """
 import sys
+from types import SimpleNamespace
 
 import torch
 from safetensors.torch import save_file
 
 from clinicode.batching import pad_batch
-from clinicode.models.leam.options import ModelOptions
+from clinicode.models.leam.kind import KIND
 from clinicode.models.leam.model import LEAM
+from clinicode.models.leam.options import ModelOptions
 from clinicode.runtime import init_distributed
 from clinicode.train_setup import Objective, distributed
 
@@ -110,7 +112,8 @@ for order in ("plain", "few codes", "many codes"):
     with torch.no_grad():  # away from their starting values, so that every term has a gradient of its own
         model.evidence_rho.normal_()
         model.phrase_b.normal_()
-    objective = Objective(model, torch.full((K,), 2.0), (5, 5), order)  # blocks of 5 rows x 5 codes: several
+    plan = SimpleNamespace(block=(5, 5), order=order)  # blocks of 5 rows x 5 codes: several
+    objective = Objective(KIND, model, torch.full((K,), 2.0), plan)
     if world > 1:
         objective = distributed(objective, torch.device("cpu"))
     model.train()

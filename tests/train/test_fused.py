@@ -148,12 +148,17 @@ def test_evidence_shows_the_words_that_carried_the_bag_of_words_part(fused_run, 
     word = {i: w for w, i in scorer.tokenizer.vocab().items()}[int(ids[best_token])]
     feature = model.lr.vocabulary.index(word)
     assert per_feature[feature] == pytest.approx(per_feature.max(), rel=0.05)
-    # a code that leans wholly on tfidf-lr shows those words; wholly on LEAM, LEAM's cosines
+    # a code that leans wholly on tfidf-lr shows those words beside LEAM's, at half weight each (the evidence floor);
+    # wholly on LEAM, LEAM's cosines
     saved, saved_e = model.w.copy(), model.e.copy()
     try:
         model.w[:], model.e[:] = 0.0, 0.0
         lr_only = scorer.word_rows(ids, [code])[0]
-        assert int(np.argmax(lr_only)) == best_token
+        g = scorer.leam.word_rows(ids, [code])[0].astype(np.float64)
+        c = np.clip(model.c[code] * rows, 0.0, None)
+        expected = 0.5 * g / g.max() + 0.5 * c / c.max()
+        np.testing.assert_allclose(lr_only, expected, rtol=1e-5, atol=1e-6)
+        assert lr_only[best_token] >= 0.5 - 1e-6
         model.w[:] = 1.0
         leam_only = scorer.word_rows(ids, [code])[0]
         g = scorer.leam.word_rows(ids, [code])[0]

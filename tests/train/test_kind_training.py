@@ -21,11 +21,13 @@ from conftest import TINY_MODEL
 from helpers import fails, succeeds
 
 
-def _small_data(folder: Path) -> Path:
+def _small_data(folder: Path, *, single: bool = False) -> Path:
+    """12 train and 12 dev notes over codes A and B (with SINGLE, one code a note: A, B or C)."""
     folder.mkdir()
+    texts = ["fever cough", "rash itch", "fever rash"] if not single else ["fever cough", "rash itch", "knee pain"]
+    codes = [["A"], ["B"], ["A", "B"]] if not single else [["A"], ["B"], ["C"]]
     for split in ("train", "dev"):
-        rows = [{"id": f"{split}{i}", "text": ["fever cough", "rash itch", "fever rash"][i % 3] + f" note {i}",
-                 "labels": [["A"], ["B"], ["A", "B"]][i % 3]} for i in range(12)]
+        rows = [{"id": f"{split}{i}", "text": texts[i % 3] + f" note {i}", "labels": codes[i % 3]} for i in range(12)]
         (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
 
@@ -45,9 +47,13 @@ class ProbeLoopKind(LEAMKind):
         self._count("build")
         return super().build(model_config)
 
-    def loss(self, model, ids, mask, y, *, pos_weight, plan):
+    def forward(self, model, ids, mask, *, plan):
+        self._count("forward")
+        return super().forward(model, ids, mask, plan=plan)
+
+    def loss(self, model, logits, y, *, pos_weight):
         self._count("loss")
-        return super().loss(model, ids, mask, y, pos_weight=pos_weight, plan=plan)
+        return super().loss(model, logits, y, pos_weight=pos_weight)
 
     def after_step(self, model) -> None:
         self._count("after_step")
@@ -72,12 +78,15 @@ class ProbeWholeKind(TfidfLRKind):
 def test_the_epoch_loop_trains_whatever_kind_it_is_given(tmp_path, monkeypatch):
     kind = ProbeLoopKind()
     monkeypatch.setitem(MODEL_KINDS, kind.name, kind)
-    data = _small_data(tmp_path / "data")
+    data = _small_data(tmp_path / "data", single=True)  # single-label: every epoch's model is usable
     res = train(out_dir=tmp_path / "run", config=TrainConfig(model=kind.name, epochs=2, batch_size=8, w2v_epochs=1,
                                                              seed=3, device="cpu"),
                 data_dir=data, model_options={**TINY_MODEL, "embed_dim": 8, "hidden_dim": 8}, progress=False)
     steps = sum(-(-12 // 8) for _ in range(2))  # two epochs of 12 notes in batches of 8
-    assert kind.calls == {"build": 1, "loss": steps, "after_step": steps, "epoch_stats": 2}
+    calls = kind.calls
+    assert (calls["build"], calls["after_step"], calls["epoch_stats"]) == (1, steps, 2)
+    # every step's forward and loss through the kind (plus the time estimate's few measured ones before epoch 1)
+    assert calls["forward"] == calls["loss"] >= steps
     manifest = json.loads((tmp_path / "run" / "checkpoint" / "manifest.json").read_text())
     assert manifest["model"] == kind.name and res["best_epoch"] >= 1
     assert Predictor.from_checkpoint(tmp_path / "run", device="cpu").kind == kind.name

@@ -192,8 +192,11 @@ class FusedKind:
         return LEAM_KIND.memory_plan(model_config, batch_size=batch_size, max_len=max_len, budget_mb=budget_mb,
                                      device=device, training=training, fast=fast)
 
-    def loss(self, model: Any, ids: Any, mask: Any, y: Any, *, pos_weight: Any, plan: MemoryPlan) -> tuple[Any, Any]:
-        return LEAM_KIND.loss(model, ids, mask, y, pos_weight=pos_weight, plan=plan)
+    def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan) -> Any:
+        return LEAM_KIND.forward(model, ids, mask, plan=plan)
+
+    def loss(self, model: Any, logits: Any, y: Any, *, pos_weight: Any) -> tuple[Any, Any]:
+        return LEAM_KIND.loss(model, logits, y, pos_weight=pos_weight)
 
     def after_step(self, model: Any) -> None:
         LEAM_KIND.after_step(model)

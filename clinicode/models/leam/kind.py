@@ -204,8 +204,10 @@ class LEAMKind:
         return plan(model_config, batch_size=batch_size, max_len=max_len, budget_mb=budget_mb, device=device,
                     training=training, fast=fast)
 
-    def loss(self, model: Any, ids: Any, mask: Any, y: Any, *, pos_weight: Any, plan: MemoryPlan) -> tuple[Any, Any]:
-        logits = model(ids, mask, block=plan.block, order=plan.order).logits
+    def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan) -> Any:
+        return model(ids, mask, block=plan.block, order=plan.order).logits
+
+    def loss(self, model: Any, logits: Any, y: Any, *, pos_weight: Any) -> tuple[Any, Any]:
         return model.loss(logits.float(), y, pos_weight=pos_weight)
 
     def after_step(self, model: Any) -> None:

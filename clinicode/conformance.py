@@ -1,0 +1,293 @@
+"""Conformance checks for plugins (as scikit-learn's `check_estimator`): `check_kind` for a model kind, `check_writer`
+and `check_reader` for formats. Each runs the plugin through the public path on a small synthetic set and raises
+`ConformanceError` naming the plugin and the rule it breaks; the tests run them over every registered plugin."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from clinicode.checkpoint import load_checkpoint, save_checkpoint
+from clinicode.config import TrainConfig
+from clinicode.constants import LABELS_FILE, MANIFEST_FILE, THRESHOLD_FILE, TRAIN_CONFIG_FILE
+from clinicode.data.labels import LabelSet
+from clinicode.errors import CheckpointError
+from clinicode.formats import Reader, Writer
+from clinicode.models import MODEL_KINDS, ModelKind
+from clinicode.predict import Predictor
+
+
+class ConformanceError(AssertionError):
+    """A plugin breaks a rule of its registry; the message names the plugin and the rule."""
+
+
+def _need(ok: Any, who: str, rule: str) -> None:
+    if not ok:
+        raise ConformanceError(f"{who}: {rule}")
+
+
+# A small coded set: three codes, each with its own cue words over shared filler, so any model can learn it.
+_CODES = ("A01", "B02", "C03")
+_CUES = (("fever", "chills", "sepsis"), ("rash", "itch", "hives"), ("cough", "wheeze", "asthma"))
+_FILLER = "patient admitted stable discharged home daily follow clinic history noted".split()
+
+
+def sample_notes(n: int = 36, seed: int = 0) -> tuple[list[str], np.ndarray]:
+    """N synthetic notes and their [N, 3] 0/1 labels over `_CODES` (every note has at least one code)."""
+    rng = np.random.default_rng(seed)
+    y = (rng.random((n, len(_CODES))) < 0.4).astype(np.float32)
+    y[np.arange(n), np.arange(n) % len(_CODES)] = 1.0
+    texts = []
+    for row in y:
+        words = list(rng.choice(_FILLER, size=10))
+        for j in np.flatnonzero(row):
+            words += list(rng.choice(_CUES[j], size=2))
+        rng.shuffle(words)
+        texts.append(" ".join(words))
+    return texts, y
+
+
+# ---------------------------------------------------------------------------------------------- model kinds
+_CHECKPOINT_OWN = {MANIFEST_FILE, LABELS_FILE, THRESHOLD_FILE, TRAIN_CONFIG_FILE, "metrics_dev.json",
+                   "metrics_test.json", "train_counts.json"}
+_LOOP_MEMBERS = ("model_config", "build", "vector_dim", "start_from", "memory_plan", "forward", "loss", "after_step",
+                 "epoch_stats", "load_weights")
+
+
+def _check_declarations(kind: ModelKind, who: str) -> None:
+    _need(isinstance(kind.name, str) and kind.name and kind.name == kind.name.strip() and len(kind.name) <= 40,
+          who, "`name` must be a short non-empty string (the manifest's model, `train --model`).")
+    _need(isinstance(kind.summary, str) and kind.summary, who, "`summary` must be a non-empty string (--help).")
+    files = kind.files
+    _need(isinstance(files, tuple) and files and all(isinstance(f, str) and f and "/" not in f for f in files),
+          who, "`files` must be a non-empty tuple of file names (no folders).")
+    _need(len(set(files)) == len(files) and not set(files) & _CHECKPOINT_OWN, who,
+          f"`files` must be distinct and none of the checkpoint's own ({', '.join(sorted(_CHECKPOINT_OWN))}).")
+    for flag in ("can_explain", "can_embed", "scores_ids", "trained_by_loop"):
+        _need(isinstance(getattr(kind, flag, None), bool), who, f"`{flag}` must be a bool.")
+    opts = getattr(kind, "options_type", "missing")
+    _need(opts is None or (isinstance(opts, type) and dataclasses.is_dataclass(opts)), who,
+          "`options_type` must be None (no options) or a dataclass whose fields all have defaults.")
+    if opts is not None:
+        try:
+            opts()
+        except TypeError:
+            raise ConformanceError(f"{who}: `options_type()` must build the default options.") from None
+    members = ("save", "verify", "load", "single_label", "device", "card", "display_name", "scorer")
+    members += _LOOP_MEMBERS if kind.trained_by_loop else ("fit",)
+    for m in members:
+        _need(callable(getattr(kind, m, None)), who, f"`{m}` must be a method"
+              + (" (a kind trained by the loop)" if m in _LOOP_MEMBERS else "") + ".")
+    if kind.trained_by_loop:
+        _need(isinstance(getattr(kind, "config_type", None), type), who,
+              "`config_type` must be the model configuration's class (saved with --resume's state).")
+    _need(isinstance(kind.display_name({}), str), who, "`display_name({})` must be a string.")
+
+
+def _trained(kind: ModelKind, texts: list[str], y: np.ndarray, labels: LabelSet, max_len: int) -> tuple[Any, Any]:
+    """(model, tokenizer or None) trained as `train` would: one epoch-loop step, or `fit`."""
+    who = f"model kind {kind.name!r}"
+    if not kind.trained_by_loop:
+        model = kind.fit(texts[:24], y[:24], labels=labels, dev_texts=texts[24:], y_dev=y[24:], single_label=False,
+                         seed=0)
+        return model, None
+    import torch
+
+    from clinicode.batching import pad_batch
+    from clinicode.tokenizer import ClinicalTokenizer
+
+    tokenizer, _ = ClinicalTokenizer.fit_tokens(texts, min_doc_freq=1, max_len=max_len)
+    options = kind.options_type() if kind.options_type is not None else None
+    config = kind.model_config(options, vocab_size=tokenizer.vocab_size, n_labels=len(labels), multilabel=True)
+    _need(isinstance(config, kind.config_type), who, "`model_config` must return a `config_type`.")
+    model = kind.build(config)
+    _need(isinstance(model, torch.nn.Module), who, "`build` must return a torch.nn.Module.")
+    dim = kind.vector_dim(config)
+    rng = np.random.default_rng(0)
+    kind.start_from(model, rng.normal(size=(tokenizer.vocab_size, dim)).astype(np.float32),
+                    rng.normal(size=(len(labels), dim)).astype(np.float32))
+    plan = kind.memory_plan(config, batch_size=8, max_len=max_len, budget_mb=512, device="cpu", training=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.train()
+    for start in (0, 8):
+        ids, mask = pad_batch(tokenizer.encode_ids(texts[start:start + 8]))
+        logits = kind.forward(model, ids, mask, plan=plan)
+        _need(tuple(logits.shape) == (len(ids), len(labels)), who, "`forward` must give [B, K] logits.")
+        loss, task = kind.loss(model, logits, torch.from_numpy(y[start:start + 8]), pos_weight=None)
+        _need(loss.dim() == 0 and math.isfinite(float(loss.detach())) and math.isfinite(float(task.detach())), who,
+              "`loss` must return two finite scalars (the loss to minimise, the task loss).")
+        opt.zero_grad()
+        loss.backward()
+        _need(any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in model.parameters()), who,
+              "`loss` must give the model's weights a gradient.")
+        opt.step()
+        kind.after_step(model)
+    stats = kind.epoch_stats(model)
+    _need(isinstance(stats, dict) and all(isinstance(k, str) and isinstance(v, float) for k, v in stats.items()),
+          who, "`epoch_stats` must return {name: float}.")
+    model.eval()
+    if hasattr(kind, "after_loop"):  # the optional hooks around the loop, as `train` calls them (the fused kind)
+        before = kind.before_loop(texts[:24], y[:24], single_label=False) if hasattr(kind, "before_loop") else None
+        model = kind.after_loop(model, tokenizer, before, dev_texts=texts[24:], y_dev=y[24:],
+                                train_counts=y[:24].sum(0).astype(int), descriptions=list(labels.descriptions),
+                                max_len=max_len, device="cpu", batch_size=8, memory_mb=512)
+    return model, tokenizer
+
+
+def check_kind(kind: ModelKind) -> None:
+    """Check a model kind against `ModelKind` by using it: its declarations; trained as `train` would (one loop step,
+    or `fit`); saved, verified and loaded through the checkpoint; scored through `Predictor`; what it says it can do
+    (`can_explain`, `can_embed`, `scores_ids`) done; a checkpoint missing one of its `files` refused.
+
+    A kind not (yet) registered under its name is registered while it is checked, and the registry restored after.
+
+    Raises:
+        ConformanceError: the first rule the kind breaks, naming it.
+    """
+    who = f"model kind {getattr(kind, 'name', '?')!r}"
+    _check_declarations(kind, who)
+    before = MODEL_KINDS.get(kind.name)
+    MODEL_KINDS[kind.name] = kind
+    try:
+        _check_use(kind, who)
+    finally:
+        if before is None:
+            del MODEL_KINDS[kind.name]
+        else:
+            MODEL_KINDS[kind.name] = before
+
+
+def _check_use(kind: ModelKind, who: str) -> None:
+    texts, y = sample_notes()
+    labels = LabelSet(_CODES, ("fever", "rash", "cough"))
+    max_len = 64
+    model, tokenizer = _trained(kind, texts, y, labels, max_len)
+    card = kind.card(model)
+    _need(isinstance(card, dict) and isinstance(card.get("model_config"), dict), who,
+          "`card` must return {'model_config': {...}}.")
+    json.dumps(card)
+    _need(isinstance(kind.single_label(model), bool), who, "`single_label` must return a bool.")
+    with tempfile.TemporaryDirectory(prefix="clinicode-conformance-") as tmp:
+        folder = Path(tmp) / "checkpoint"
+        save_checkpoint(folder, kind=kind.name, model=model, labels=labels, threshold=0.5,
+                        train_config=TrainConfig(model=kind.name, max_len=max_len, device="cpu"), tokenizer=tokenizer)
+        for name in kind.files:
+            _need((folder / name).is_file(), who, f"`save` must write each of `files` ({name} is missing).")
+        kind.verify(folder)
+        pred = Predictor(load_checkpoint(folder), device="cpu", batch_size=8, memory_mb=512)
+        _need(pred.kind == kind.name, who, "the loaded checkpoint must name the kind.")
+        s = pred.score(texts)
+        _need(isinstance(s, np.ndarray) and s.shape == (len(texts), len(labels)) and s.dtype == np.float32, who,
+              "the scorer's `score` must give [N, K] float32.")
+        _need(np.isfinite(s).all() and (s >= 0).all() and (s <= 1).all(), who, "scores must be probabilities.")
+        _need(np.allclose(pred.score(texts[:5][::-1]), s[:5][::-1], atol=1e-5), who,
+              "a note's scores must not depend on the other notes of its batch or their order.")
+        record = pred.predict(texts[:2], explain=2 if kind.can_explain else 0)[0].to_dict()
+        _need(record["id"] == "0" and "scores" in record, who, "`Predictor.predict` must give records.")
+        if kind.can_explain:
+            _need(record.get("evidence", {}).get("spans"), who, "`can_explain`: predict --explain must give spans.")
+        if kind.can_embed:
+            _need(pred.embed(texts[:3]).shape[0] == 3 and pred.label_embeddings().shape[0] == len(labels), who,
+                  "`can_embed`: the scorer must give note and code vectors.")
+        if kind.scores_ids:
+            ids = pred.checkpoint.tokenizer.encode_ids(texts[:4])
+            _need(np.allclose(pred.score_ids(ids), s[:4], atol=1e-5), who,
+                  "`scores_ids`: score_ids must equal score on the same notes.")
+        (folder / kind.files[0]).unlink()
+        try:
+            load_checkpoint(folder)
+        except CheckpointError:
+            pass
+        else:
+            raise ConformanceError(f"{who}: a checkpoint without {kind.files[0]} must be refused.")
+
+
+# ---------------------------------------------------------------------------------------------- formats
+# Output records as `Prediction.to_dict()` gives them, with the ids that trouble a format: a duplicate, a comma, a
+# quote, a tab, a newline and non-ASCII text.
+SAMPLE_RECORDS: tuple[Mapping[str, Any], ...] = tuple(
+    {"id": i, "predicted": [{"code": "A01", "score": 0.9}], "scores": {"A01": 0.9, "B02": 0.2}, "truncated": False}
+    for i in ("n1", "n2", "n1", 'a,b "c"', "tab\there", "line\nbreak", "café")
+) + ({"id": "bad", "error": "the note is empty"},)
+SAMPLE_CONTEXT: Mapping[str, Any] = {"systems": {}, "source": None}
+
+
+def _writer_text(w: Writer, records: Any, *, header: bool = True, context: Mapping[str, Any] | None = None) -> str:
+    buf = io.StringIO(newline="")
+    write = w.open(buf, header=header, context=dict(context or SAMPLE_CONTEXT))
+    for r in records:
+        write(r, note=None)  # as predict calls it (NOTE: the input record, when it has one)
+    return buf.getvalue()
+
+
+def check_writer(w: Writer) -> None:
+    """Check an output format by using it: its declarations; the sample records written whole (`to_bytes`, UTF-8);
+    a format that can resume (`done_ids`) reads back the id of every record it wrote, also after an appended part
+    without header; a format offered by the app has a file ending; one offered by serve answers a batch.
+
+    Raises:
+        ConformanceError: the first rule the format breaks, naming it.
+    """
+    who = f"output format {getattr(w, 'name', '?')!r}"
+    _need(isinstance(w.name, str) and w.name.isidentifier() and w.name == w.name.lower(), who,
+          "`name` must be a lower-case word (predict --format, serve's ?format=).")
+    _need(isinstance(w.suffixes, tuple) and all(isinstance(s, str) and s.startswith(".") and s == s.lower()
+                                                  for s in w.suffixes), who,
+          "`suffixes` must be lower-case file endings ('.tsv').")
+    _need(isinstance(w.media_type, str) and "/" in w.media_type, who, "`media_type` must be a media type.")
+    _need(isinstance(w.what, str) and w.what, who, "`what` must say what the format is (--help).")
+    data = w.to_bytes(SAMPLE_RECORDS, context=SAMPLE_CONTEXT)
+    _need(isinstance(data, bytes) and data, who, "`to_bytes` must give the records as bytes.")
+    data.decode("utf-8")
+    if w.done_ids is not None:
+        want = Counter(str(r["id"]) for r in SAMPLE_RECORDS)
+        whole = _writer_text(w, SAMPLE_RECORDS)
+        _need(w.done_ids(io.StringIO(whole, newline="")) == want, who,
+              "`done_ids` must read back every written record's id, as often as it was written (--resume).")
+        parts = _writer_text(w, SAMPLE_RECORDS[:3]) + _writer_text(w, SAMPLE_RECORDS[3:], header=False)
+        _need(w.done_ids(io.StringIO(parts, newline="")) == want, who,
+              "`done_ids` must read a file continued without a header (--resume appends).")
+    if w.app:
+        _need(w.suffixes, who, "a format offered by the app needs a file ending (its download's name).")
+    if w.serve:
+        body = w.document(list(SAMPLE_RECORDS), {**SAMPLE_CONTEXT, "subjects": [None] * len(SAMPLE_RECORDS)})
+        _need(isinstance(body, (bytes, dict, list)), who, "`document` must give bytes or a JSON value (serve).")
+
+
+def check_reader(r: Reader) -> None:
+    """Check an input format by using it: its declarations, and its own `example` read back as two notes, "n1" and
+    "n2", with their text (and, for a format that reads training splits, their labels).
+
+    Raises:
+        ConformanceError: the first rule the format breaks, naming it.
+    """
+    from clinicode.formats import read_rows
+
+    who = f"input format {getattr(r, 'name', '?')!r}"
+    _need(isinstance(r.name, str) and r.name.isidentifier() and r.name == r.name.lower(), who,
+          "`name` must be a lower-case word (--input-format).")
+    _need(isinstance(r.suffixes, tuple) and all(isinstance(s, str) and s.startswith(".") and s == s.lower()
+                                                  for s in r.suffixes), who,
+          "`suffixes` must be lower-case file endings ('.tsv').")
+    _need(isinstance(r.what, str) and r.what and callable(r.rows), who, "`what` and `rows` must be given.")
+    _need(not r.splits or r.suffixes, who, "a format that reads training splits needs a file ending (train.<end>).")
+    if r.example is None:
+        return
+    example = r.example()
+    _need(isinstance(example, bytes), who, "`example()` must give a file's bytes.")
+    rows = list(read_rows(io.BytesIO(example), r, name=f"example{(r.suffixes or ('',))[0]}"))
+    good = [row.fields for row in rows if row.fields is not None]
+    _need(len(good) == 2 and [str(f.get("id")) for f in good] == ["n1", "n2"]
+          and all(isinstance(f.get("text"), str) and f["text"] for f in good), who,
+          "its `example()` must read back as two notes with ids n1 and n2 and their text.")
+    if r.splits:
+        _need(all(len(f.get("labels") if f.get("labels") is not None else "") > 0 for f in good), who,
+              "a format that reads training splits must give each example note its labels.")

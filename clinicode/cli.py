@@ -700,6 +700,148 @@ def review_decide_cli(
                f"{'; finished' if r['done'] else ''}; codes now: {', '.join(r['codes']) or 'none'}")
 
 
+@review_app.command("next")
+@_friendly
+def review_next_cli(
+    db: Annotated[Optional[str], _db_opt()] = None,
+    reviewer: Annotated[Optional[str], typer.Option(help="Who reviews: notes others hold, and double-coded notes "
+                                                         "not assigned to them, are left out.")] = None,
+    count: Annotated[int, typer.Option("--count", "-n", help="How many notes to propose, best first.")] = 1,
+    order: Annotated[str, typer.Option(help="teach (uncertain notes and rare codes first, alike notes spread out) "
+                                            "or arrival (queue order).")] = "teach",
+) -> None:
+    """Print the ids of the notes to review next, one a line, by the next-note rule (the app's *Next note*)."""
+    from clinicode.review import open_db
+
+    if count < 1:
+        raise ConfigError(f"--count must be >= 1, got {count}.")
+    with open_db(db, readonly=True) as rdb:
+        ids = rdb.next_notes(count, order=order, reviewer=reviewer)
+    if not ids:
+        typer.echo("no open note to review", err=True)
+    for i in ids:
+        typer.echo(i)
+
+
+@review_app.command("assign")
+@_friendly
+def review_assign_cli(
+    coder: Annotated[list[str], typer.Option(help="A coder of the notes; give it twice (double coding).")],
+    db: Annotated[Optional[str], _db_opt()] = None,
+    id: Annotated[Optional[list[str]], typer.Option("--id", help="A note to double code; repeatable.")] = None,
+    count: Annotated[int, typer.Option("--count", "-n", help="Without --id: this many open notes, chosen by "
+                                                              "--order.")] = 0,
+    order: Annotated[str, typer.Option(help="teach or arrival (as `review next`).")] = "teach",
+) -> None:
+    """Assign notes to two coders, each blind to the other's decisions, for agreement and adjudication."""
+    from clinicode.review import open_db
+    from clinicode.review.audit import assign
+
+    if not id and count < 1:
+        raise ConfigError("give the notes to double code: --id NOTE (repeatable) or --count N.")
+    with open_db(db, create=False) as rdb:
+        ids = list(id or [])
+        if not ids:
+            free = {n["id"] for n in rdb.notes(status=["pending"])} - {r[0] for r in rdb.read(
+                "SELECT note FROM assignments")}
+            ids = [i for i in rdb.next_notes(len(free) or 1, order=order) if i in free][:count]
+        n = assign(rdb, ids, coder)
+    typer.echo(f"assigned {n:,} notes to {' and '.join(coder)} (blind double coding)")
+
+
+@review_app.command("adjudicate")
+@_friendly
+def review_adjudicate_cli(
+    id: Annotated[str, typer.Option("--id", help="The double-coded note.")],
+    reviewer: Annotated[str, typer.Option(help="Who adjudicates (not one of its coders).")],
+    db: Annotated[Optional[str], _db_opt()] = None,
+    code: Annotated[Optional[list[str]], typer.Option(help="A final code (named by a coder or the model); "
+                                                           "repeatable; none: the note has no code.")] = None,
+) -> None:
+    """Record the final codes of a note both coders finished, and finish it."""
+    from clinicode.review import open_db
+    from clinicode.review.audit import adjudicate
+
+    with open_db(db, create=False) as rdb:
+        r = adjudicate(rdb, id, reviewer, code or [])
+    coders = "; ".join(f"{c}: {', '.join(sorted(a for a, v in s.items() if v in ('accept', 'add'))) or 'none'}"
+                       for c, s in sorted(r["coders"].items()))
+    typer.echo(f"note {r['note']}: final codes {', '.join(r['codes']) or 'none'} ({coders}); finished")
+
+
+@review_app.command("agreement")
+@_friendly
+def review_agreement_cli(
+    db: Annotated[Optional[str], _db_opt()] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as JSON.")] = False,
+) -> None:
+    """Double coders' agreement: Cohen's kappa per code and per coder, and time per note."""
+    from clinicode.review import open_db
+    from clinicode.review.audit import agreement, work_times
+
+    with open_db(db, readonly=True) as rdb:
+        rdb.check_integrity()
+        a, times = agreement(rdb), work_times(rdb)
+    if as_json:
+        typer.echo(json.dumps({**a, "time": times}, indent=2))
+        return
+
+    def k(x: float | None) -> str:
+        return "   -" if x is None else f"{x:5.2f}"
+
+    typer.echo(f"{a['notes']:,} double-coded notes both coders finished ({a['adjudicated']:,} adjudicated, "
+               f"{a['waiting']:,} waiting); overall kappa {k(a['overall_kappa'])}")
+    typer.echo(f"{'coder':<20} {'notes':>6} {'kappa with other':>16} {'kappa with final':>16}")
+    for c, v in a["per_coder"].items():
+        typer.echo(f"{c[:20]:<20} {v['notes']:>6} {k(v['kappa_with_other']):>16} {k(v['kappa_with_final']):>16}")
+    typer.echo(f"\n{'code':<12} {'first':>6} {'second':>6} {'agree':>6} {'kappa':>6}")
+    for c, v in a["per_code"].items():
+        typer.echo(f"{c:<12} {v['first']:>6} {v['second']:>6} {v['agree']:>6} {k(v['kappa']):>6}")
+    done = [t["seconds"] for t in times if t["seconds"] is not None]
+    if done:
+        done.sort()
+        typer.echo(f"\ntime per note and coder: median {done[len(done) // 2]:.0f} s over {len(done):,} finished")
+
+
+@review_app.command("retrain")
+@_friendly
+def review_retrain_cli(
+    checkpoint: Annotated[Path, typer.Option(help="The run (or its checkpoint/) to update; it is never changed.")],
+    data: Annotated[Path, typer.Option(help="The dataset it was trained on (dev and test are kept as they are).")],
+    out: Annotated[Path, typer.Option(help="The new run folder (new or empty): its checkpoint, and its data/.")],
+    db: Annotated[Optional[str], _db_opt()] = None,
+    epochs: Annotated[int, typer.Option(help="LEAM: epochs of the warm start.")] = 3,
+    sample: Annotated[int, typer.Option(help="LEAM: training notes of --data trained on beside the decided ones "
+                                             "(tfidf-lr refits on all of them).")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed of the sample and of the warm start.")] = 0,
+    device: Annotated[Optional[str], _opt("auto, cpu or cuda.", default_of(_T, "device"))] = None,
+) -> None:
+    """A new checkpoint from the finished notes' decisions: tfidf-lr refits on train + decided notes; LEAM starts
+    from the checkpoint's weights and trains a few epochs on the decided notes and a sample of train."""
+    from clinicode.checkpoint import load_checkpoint, resolve_checkpoint_dir
+    from clinicode.review import db_path, open_db
+    from clinicode.review.export import retrain_data
+    from clinicode.train import RUN_DATA, check_run_folder, retrain
+
+    if epochs < 1 or sample < 0:
+        raise ConfigError(f"--epochs must be >= 1 and --sample >= 0, got {epochs} and {sample}.")
+    check_run_folder(out, resume=False, inputs={"--data": data, "--checkpoint": checkpoint})  # before RUN/data
+    ck = load_checkpoint(resolve_checkpoint_dir(checkpoint), verify=True)
+    warm = ck.model_kind.trained_by_loop
+    with open_db(db, readonly=True) as rdb:
+        made = retrain_data(rdb, Path(out) / RUN_DATA, base=data, labels=list(zip(ck.labels.codes,
+                                                                                     ck.labels.descriptions)),
+                            sample=sample if warm else None, seed=seed)
+    typer.echo(f"{made['reviewed']:,} finished notes and {made['sampled']:,} training notes of {data} -> "
+               f"{Path(out) / RUN_DATA}", err=True)
+    r = retrain(checkpoint=ck, out_dir=out, data_dir=Path(out) / RUN_DATA, epochs=epochs, seed=seed,
+                device=device, provenance={"checkpoint": str(ck.path), "checkpoint_sha256": ck.manifest_sha256,
+                                           "review_db": str(Path(db_path(db)).resolve()),
+                                           "decided_notes": made["reviewed"], "sampled_notes": made["sampled"]})
+    typer.echo(f"retrained {ck.kind} from {ck.path} ({'warm start, ' + str(epochs) + ' epochs' if warm else 'refit'}) "
+               f"-> {r['run']}: test micro-F1 {r['test'].get('f1_micro', float('nan')):.4f} in {r['seconds']:.1f} s")
+
+
 @review_app.command("export")
 @_friendly
 def review_export_cli(
@@ -768,6 +910,9 @@ def review_stats_cli(
     for code, v in s["per_code"].items():
         typer.echo(f"{code:<12} {v['suggested']:>9,} {pct(v['accept_rate']):>11} {v['coded']:>8,} "
                    f"{pct(v['missed_rate']):>11}")
+    typer.echo("\ndecisions per checkpoint (the one whose suggestions the note showed)")
+    for sha, c in s["checkpoints"].items():
+        typer.echo(f"{sha[:12]:<12} {c['decisions']:>8,}  {c['checkpoint']}")
     r = s["routing"]
     typer.echo(f"\nscores at and above which suggestions were accepted >= {r['target']:.0%} (codes with >= "
                f"{r['min_decisions']} decided suggestions from one checkpoint; a report: nothing is accepted "

@@ -23,7 +23,7 @@ import torch
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.config import TrainConfig
-from clinicode.constants import HISTORY_FILE
+from clinicode.constants import HISTORY_FILE, RUN_DATA_DIR
 from clinicode.errors import DataFormatError
 from clinicode.files import releases_claims, write_bytes_atomic
 from clinicode.metrics import HEADLINE, all_metrics, tune_threshold
@@ -44,7 +44,7 @@ from clinicode.train_state import STATE_DIR, make_optimizer, save_state
 
 log = logging.getLogger(__name__)
 
-__all__ = ["train", "check_run_folder", "make_optimizer", "STATE_DIR"]
+__all__ = ["train", "retrain", "check_run_folder", "make_optimizer", "STATE_DIR", "RUN_DATA", "RETRAIN_EPOCHS"]
 
 
 def _metric_view(m: dict[str, Any]) -> dict[str, Any]:
@@ -244,6 +244,8 @@ def train(
     progress: bool = True,
     on_epoch: Callable[[dict[str, Any]], None] | None = None,
     report: Callable[[str], None] | None = None,
+    warm_start: Checkpoint | None = None,
+    manifest_extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train the model kind `config.model` names (LEAM by default) on a prepared dataset and write RUN/checkpoint.
 
@@ -257,11 +259,14 @@ def train(
         resume: continue from RUN/state after an interruption.
         on_epoch: called with each epoch's history row.
         report: called with status lines for the user (the memory plan).
+        warm_start: a checkpoint of the same label set to start from (its weights and tokenizer; `retrain`).
+        manifest_extra: fields added to the checkpoint's manifest (`retrain`'s `retrained_from`).
     Returns:
         {"threshold", "dev", "test", "run"} with the final metrics.
     """
     run, ds, extra, options = open_run(Path(out_dir), config, Path(data_dir), model_options,
                                        descriptions_path=descriptions_path, resume=resume)
+    extra.update(manifest_extra or {})
     seed_everything(config.seed)
     if not train_kind(config.model).trained_by_loop:
         return train_whole(run, ds, config, extra)  # a kind fitted whole (tfidf-lr): no epoch loop
@@ -279,7 +284,7 @@ def train(
     loop_config = (dataclasses.replace(config, epochs=kind.loop_epochs(config, len(ds.labels)))
                    if hasattr(kind, "loop_epochs") else config)
     setup = TrainingSetup(ds, run, loop_config, options, given_options(model_options), resume=resume, report=report,
-                          manifest_extra={**extra, "world_size": world()[1]})
+                          manifest_extra={**extra, "world_size": world()[1]}, warm_start=warm_start)
     trainer = _Trainer(setup, progress=progress, on_epoch=on_epoch)
     if setup.world == 1 and int(setup.state["epoch"]) < loop_config.epochs:
         _say(report, estimate(setup))
@@ -350,3 +355,33 @@ def train(
         result["fusion"] = fusion
     return {**result, "run": str(run), "best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
             "stopped": trainer.stopped()}
+
+
+RUN_DATA = RUN_DATA_DIR  # where `review retrain` writes the new run's own data (RUN/data)
+RETRAIN_EPOCHS = 3       # a warm start's epochs (`review retrain --epochs`)
+
+
+def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: int = RETRAIN_EPOCHS, seed: int = 0,
+            device: str | None = None, provenance: dict[str, Any] | None = None,
+            progress: bool = False) -> dict[str, Any]:
+    """A new run from CHECKPOINT and DATA_DIR (`review retrain`: decided notes with the checkpoint's label set, and
+    base training notes); the old checkpoint is only read. A kind fitted whole (tfidf-lr) is refitted on DATA_DIR's
+    train; a kind trained by the loop (LEAM) starts from CHECKPOINT's weights and tokenizer and trains EPOCHS epochs.
+    The new manifest records `retrained_from` (PROVENANCE: the old checkpoint's path and hash, the review database,
+    how many decided notes).
+
+    Returns:
+        `train`'s result with "seconds" (the whole retrain's wall time).
+    """
+    t0 = time.perf_counter()
+    cfg = dataclasses.replace(checkpoint.train_config, top_k=None, seed=seed,
+                              **({"device": device} if device else {}))
+    extra = {"retrained_from": provenance or {"checkpoint": str(checkpoint.path),
+                                              "checkpoint_sha256": checkpoint.manifest_sha256}}
+    if checkpoint.model_kind.trained_by_loop:
+        cfg = dataclasses.replace(cfg, epochs=epochs)
+        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, warm_start=checkpoint,
+                       manifest_extra=extra)
+    else:
+        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, manifest_extra=extra)
+    return {**result, "seconds": time.perf_counter() - t0}

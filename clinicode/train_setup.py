@@ -148,7 +148,7 @@ class TrainingSetup:
 
     def __init__(self, ds: PreparedDataset, run: Path, cfg: TrainConfig, options: Any,
                  as_given: dict[str, Any], *, resume: bool, report: Callable[[str], None] | None,
-                 manifest_extra: dict[str, Any]) -> None:
+                 manifest_extra: dict[str, Any], warm_start: Checkpoint | None = None) -> None:
         self.ds, self.run, self.cfg = ds, run, cfg
         # the kind the loop trains: the one named, or the part of it a loop trains (the fused model's LEAM: its
         # checkpoints until the loop ends are that part's; `train` builds the named kind's model afterwards)
@@ -171,6 +171,16 @@ class TrainingSetup:
             self.model = kind.build(self.model_config)
             resumed.load_model(self.model)
             log.info("resuming %s after epoch %d", run, self.state["epoch"])
+        elif warm_start is not None:  # `review retrain`: the checkpoint's tokenizer and weights, a fresh loop state
+            if warm_start.kind != cfg.model or list(warm_start.labels.codes) != list(self.labels.codes):
+                raise ConfigError(f"a warm start needs a {cfg.model} checkpoint of the data's label set; "
+                                  f"{warm_start.path} is {warm_start.kind} with {len(warm_start.labels)} codes.")
+            self.state = {"epoch": 0, "best_score": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
+            self.tokenizer = warm_start.tokenizer
+            self.model_config = warm_start.model.config  # a loop kind's model carries its configuration
+            self.model = kind.build(self.model_config)
+            kind.load_weights(warm_start.path, self.model)  # the checkpoint's weights, through its kind
+            log.info("warm start from %s", warm_start.path)
         else:
             self.state = {"epoch": 0, "best_score": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
             t0 = time.perf_counter()
@@ -208,7 +218,7 @@ class TrainingSetup:
         self.average = (WeightAverage(self.model, cfg.ema_decay, resumed.average() if resumed else None)
                         if cfg.ema_decay > 0 else None)
 
-        if resumed is not None:
+        if resumed is not None or warm_start is not None:
             self.train_ids = self.tokenizer.encode_ids(train_df["text"].tolist())
         self.dev_ids = self.tokenizer.encode_ids(dev_df["text"].tolist())
         # [N, K] 0/1 as bytes, built as bytes (a quarter of float32's memory at 50,000 notes x 9,000 codes, and no

@@ -9,9 +9,11 @@ $CLINICODE_REVIEW_DB (or the path typed here) names; the page never creates one 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 import altair as alt
 import pandas as pd
@@ -19,11 +21,13 @@ import streamlit as st
 
 import clinicode.review as review
 from clinicode.errors import ClinicodeError
+from clinicode.review import audit, teach
 
 import render
 
 OPEN = "review_open"      # session key: the id of the note this session has open
 FLASH = "review_flash"    # session key: a message to show after a rerun
+CURVES = Path(__file__).resolve().parents[2] / "benchmarks" / "review_learning.json"  # the next-note benchmark's curves
 
 
 def _until(epoch: float | None) -> str:
@@ -38,6 +42,51 @@ def _act(fn, *args, **kwargs) -> bool:
     except ClinicodeError as err:
         st.session_state[FLASH] = ("error", str(err))
         return False
+
+
+def _double_coding(db) -> None:
+    """Double coders' agreement (Cohen's kappa per coder and per code) and each coder's time per note."""
+    a = audit.agreement(db)
+    times = pd.DataFrame([t for t in audit.work_times(db) if t["seconds"] is not None],
+                         columns=["note", "reviewer", "seconds"])
+    st.subheader("Double coding")
+    if not a["notes"]:
+        st.caption("No note is double coded and finished by both coders yet (`clinicode review assign --coder A "
+                   "--coder B --count N`).")
+    else:
+        k = a["overall_kappa"]
+        st.caption(f"{a['notes']} note(s) both coders finished, {a['adjudicated']} adjudicated; Cohen's kappa over "
+                   f"every note and code: {'–' if k is None else f'{k:.2f}'} (1: full agreement; 0: chance).")
+        st.dataframe(pd.DataFrame([{"coder": c, **v} for c, v in a["per_coder"].items()],
+                                  columns=["coder", "notes", "kappa_with_other", "kappa_with_final"]),
+                     hide_index=True, width="stretch", key="review_kappa_coders")
+        st.dataframe(pd.DataFrame([{"code": c, **v} for c, v in a["per_code"].items()],
+                                  columns=["code", "notes", "first", "second", "agree", "kappa"]),
+                     hide_index=True, width="stretch", key="review_kappa_codes")
+    if len(times):
+        per = times.groupby("reviewer")["seconds"].agg(["count", "median"]).reset_index()
+        per.columns = ["reviewer", "notes finished", "median seconds per note"]
+        st.dataframe(per, hide_index=True, width="stretch", key="review_times")
+
+
+def _learning_curves() -> None:
+    """What each next-note rule taught a model in the simulated-coder benchmark (benchmarks/review_learning.json)."""
+    if not CURVES.exists():
+        return
+    data = json.loads(CURVES.read_text(encoding="utf-8"))
+    rows = [{"data": key, "rule": rule, "notes reviewed": p["reviewed"], "metric": m, "value": p[m], "seed": s}
+            for key, e in data.items() for rule, curves in e["curves"].items() for s, c in enumerate(curves)
+            for p in c for m in ("micro_f1", "macro_f1")]
+    if not rows:
+        return
+    st.subheader("Which note next: learning curves")
+    st.caption("A simulated coder replays gold codes in each rule's order; tfidf-lr refitted after each batch "
+               "(benchmarks/bench_review_learning.py, mean of the seeds). `teach` is `review next`'s rule.")
+    df = pd.DataFrame(rows).groupby(["data", "rule", "notes reviewed", "metric"], as_index=False)["value"].mean()
+    key = st.selectbox("Data", sorted(df["data"].unique()), key="review_curve_data")
+    st.altair_chart(alt.Chart(df[df["data"] == key]).mark_line(point=True).encode(
+        x=alt.X("notes reviewed:Q"), y=alt.Y("value:Q", title=None), color=alt.Color("rule:N"),
+        strokeDash=alt.StrokeDash("metric:N")), width="stretch")
 
 
 st.title("Review queue")
@@ -86,7 +135,21 @@ try:
                              columns=["id", "status", "claimed by", "best score", "suggested codes"])
         st.dataframe(table, hide_index=True, width="stretch", key="review_table", column_config={
             "best score": st.column_config.ProgressColumn("best score", min_value=0.0, max_value=1.0, format="%.2f")})
-        openable = [n["id"] for n in shown if n["status"] != "done"]
+        order = st.radio("Order", list(teach.ORDERS), horizontal=True, key="review_order",
+                         index=list(teach.ORDERS).index(teach.DEFAULT_ORDER),
+                         help="teach: notes the model is least sure of and notes of rare codes first, alike notes "
+                              "spread out (the rule of `clinicode review next`); arrival: queue order.")
+        ranked = db.next_notes(len(everything), order=order, reviewer=reviewer or None)
+        rank = {i: r for r, i in enumerate(ranked)}
+        openable = sorted((n["id"] for n in shown if n["status"] != "done"), key=lambda i: rank.get(i, len(rank)))
+        if st.button("Next note", key="review_next_btn", disabled=not (ranked and reviewer),
+                     help="Open the note the rule proposes next." if reviewer else "Type your name first."):
+            previous = st.session_state.get(OPEN)
+            if _act(db.claim, ranked[0], reviewer):
+                if previous and previous != ranked[0]:
+                    _act(db.release, previous, reviewer)
+                st.session_state[OPEN] = ranked[0]
+            st.rerun()
         o1, o2 = st.columns([3, 1])
         pick = o1.selectbox("Note to review", openable, key="review_pick", index=0 if openable else None,
                             placeholder="no open note matches the filters")
@@ -103,7 +166,7 @@ try:
         note_id = st.session_state.get(OPEN)
         if note_id:
             try:
-                note = db.note(note_id)
+                note = db.note(note_id, reviewer=reviewer or None)  # a double-coded note shows your decisions only
             except ClinicodeError as err:
                 st.session_state.pop(OPEN, None)
                 st.error(str(err))
@@ -112,8 +175,19 @@ try:
             st.subheader(f"Note {note_id}")
             now = time.time()
             holder = note["claimed_by"] if (note["claim_expires"] or 0) > now else None
+            coders = note["assigned"]
+            if coders and note["status"] != "done":
+                holder = None  # double coded: its two coders work at once, blind to each other
+                if reviewer not in coders:
+                    holder = " and ".join(sorted(coders))
+                st.info(f"Double coded by {' and '.join(sorted(coders))}, blind: you see your own decisions only. "
+                        "Once both finish, someone else adjudicates (`clinicode review adjudicate`).")
             if note["status"] == "done":
                 st.success("This note is finished; its decisions are final.")
+            elif coders and reviewer in coders and coders[reviewer]:
+                st.success("You finished this note; it waits for the other coder and adjudication.")
+            elif coders and reviewer not in coders:
+                st.warning("Only its two coders decide on this note: you can read it, not decide.")
             elif holder and holder != reviewer:
                 st.warning(f"Claimed by {holder} until {_until(note['claim_expires'])}: you can read it, not decide.")
             elif holder == reviewer:
@@ -127,7 +201,8 @@ try:
             spans = [e for s in sugg if ev in ("all suggestions", s["code"]) for e in s["evidence"]]
             st.html(render.highlight_html(note["text"], spans, rgb=render.EVIDENCE_RGB, css_class="evidence",
                                           element_id="review-hl"))
-            can_decide = note["status"] != "done" and not (holder and holder != reviewer) and bool(reviewer)
+            can_decide = (note["status"] != "done" and not (holder and holder != reviewer) and bool(reviewer)
+                          and not (coders and coders.get(reviewer)))
             st.markdown("**Suggested codes**" if sugg else "_The model suggested no code for this note._")
             label = {"accept": ":green[accepted]", "reject": ":red[rejected]", None: ":gray[undecided]"}
             for s in sugg:
@@ -204,6 +279,8 @@ try:
         st.dataframe(per_code, hide_index=True, width="stretch", key="review_per_code", column_config={
             "precision": st.column_config.NumberColumn(format="percent"),
             "recall": st.column_config.NumberColumn(format="percent")})
+        _double_coding(db)
+        _learning_curves()
         trend = pd.DataFrame([{"period": p, "metric": k, "value": v[k]} for p, v in stats["over_time"].items()
                               for k in ("precision", "recall") if v[k] is not None])
         if len(trend):

@@ -13,8 +13,9 @@ once both succeed; a damaged or foreign file, a database from a newer clinicode 
 `ReviewError` line, and a failed write rolls back whole, leaving what was saved before intact.
 
 Rooms: `database` (the file, its schema, opening it safely, transactions, claims), `decisions` (accept, reject, add),
-`queue` (scoring notes into it), `export` (a coded-notes folder for training), `stats` (agreement and what the queue
-teaches). This module re-exports their public names.
+`queue` (scoring notes into it), `teach` (which note next), `export` (a coded-notes folder for training, and
+`review retrain`'s data), `stats` (agreement and what the queue teaches), `audit` (double coding, kappa,
+adjudication, the audit trail, time per note). This module re-exports their public names.
 """
 
 from clinicode.review.database import (

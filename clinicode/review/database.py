@@ -93,8 +93,28 @@ def _v4(con: sqlite3.Connection) -> None:
                 "CHECK (source IN ('model', 'title'))")
 
 
+def _v5(con: sqlite3.Connection) -> None:
+    """Additive, for the next-note rule, retraining, double coding and the audit trail (#44): each queued note's
+    signals; each decision's checkpoint, source (model, title, person, adjudication) and the code's state before it;
+    assignments of a note to coders (double coding, blind to each other); each coder's time on a note. Earlier
+    files keep every row: their decisions have no checkpoint (`audit_log` reads their note's), source or prior
+    state."""
+    con.execute("""CREATE TABLE note_signals (
+        note TEXT PRIMARY KEY REFERENCES notes(id), checkpoint_sha256 TEXT NOT NULL,
+        uncertainty REAL NOT NULL, rarity REAL NOT NULL)""")
+    con.execute("ALTER TABLE decisions ADD COLUMN checkpoint_sha256 TEXT")
+    con.execute("ALTER TABLE decisions ADD COLUMN source TEXT")
+    con.execute("ALTER TABLE decisions ADD COLUMN was TEXT")
+    con.execute("""CREATE TABLE assignments (
+        note TEXT NOT NULL REFERENCES notes(id), reviewer TEXT NOT NULL, assigned_at TEXT NOT NULL,
+        finished_at TEXT, PRIMARY KEY (note, reviewer))""")
+    con.execute("""CREATE TABLE work (
+        note TEXT NOT NULL REFERENCES notes(id), reviewer TEXT NOT NULL, started REAL NOT NULL, finished REAL,
+        PRIMARY KEY (note, reviewer))""")
+
+
 # step i takes a file from version i to i+1
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -354,9 +374,11 @@ class ReviewDB:
             out.update(r[0] for r in rows)
         return out
 
-    def add_notes(self, items: Sequence[tuple[str, str, dict[str, Any]]], *, sha256: str, checkpoint: str) -> int:
+    def add_notes(self, items: Sequence[tuple[str, str, dict[str, Any]]], *, sha256: str, checkpoint: str,
+                  signals: dict[str, tuple[float, float]] | None = None) -> int:
         """Queue (id, text, Prediction.to_dict()) triples in one transaction; ids already present are left as they
-        are. Returns how many were new."""
+        are. signals: each note's (uncertainty, rarity) for the next-note rule (`teach`). Returns how many were
+        new."""
         now = utc_now()
 
         def run(con: sqlite3.Connection) -> int:
@@ -383,6 +405,9 @@ class ReviewDB:
                     [(note_id, sha256, checkpoint, p["code"], p.get("title") or "", float(p["score"]),
                       json.dumps([{**sp, "weight": 1.0} for sp in p.get("spans", [])]), rank)
                      for rank, p in enumerate(rec.get("suggested") or [], start=len(predicted) + 1)])
+                if signals and note_id in signals:
+                    con.execute("INSERT INTO note_signals (note, checkpoint_sha256, uncertainty, rarity) "
+                                "VALUES (?, ?, ?, ?)", (note_id, sha256, *signals[note_id]))
             return added
 
         return self.write(run)
@@ -418,8 +443,18 @@ class ReviewDB:
                         "codes": codes, "queued_at": r["queued_at"]})
         return out
 
-    def note(self, note_id: str) -> dict[str, Any]:
-        """One note: text, status, claim, suggestions (with evidence), each code's latest decision, the log."""
+    def next_notes(self, k: int = 1, *, order: str | None = None, reviewer: str | None = None,
+                   now: float | None = None) -> list[str]:
+        """The next K notes to review by the next-note rule (`clinicode.review.teach.next_notes`)."""
+        from clinicode.review.teach import DEFAULT_ORDER, next_notes
+
+        return next_notes(self, k, order=order or DEFAULT_ORDER, reviewer=reviewer, now=now)
+
+    def note(self, note_id: str, *, reviewer: str | None = None) -> dict[str, Any]:
+        """One note: text, status, claim, suggestions (with evidence), each code's latest decision, the log.
+
+        A double-coded note not yet adjudicated is blind: `state` and `log` hold REVIEWER's decisions only (none when
+        REVIEWER is None); `assigned` names its coders and when each finished."""
         rows = self.read("SELECT * FROM notes WHERE id = ?", (note_id,))
         if not rows:
             raise ReviewError(f"no note {note_id!r} in the review database {self.path}; check the id (see "
@@ -429,12 +464,16 @@ class ReviewDB:
                  "evidence": json.loads(s["evidence"]), "checkpoint": s["checkpoint_path"],
                  "checkpoint_sha256": s["checkpoint_sha256"], "source": s["source"]}
                 for s in self.read("SELECT * FROM suggestions WHERE note = ? ORDER BY rank", (note_id,))]
-        log = [dict(r) for r in self.read("SELECT id, code, action, reviewer, at FROM decisions "
-                                           "WHERE note = ? ORDER BY id",
+        log = [dict(r) for r in self.read("SELECT id, code, action, reviewer, at, source, was, checkpoint_sha256 "
+                                           "FROM decisions WHERE note = ? ORDER BY id",
                                            (note_id,))]
+        assigned = {r[0]: r[1] for r in self.read("SELECT reviewer, finished_at FROM assignments WHERE note = ? "
+                                                  "ORDER BY rowid", (note_id,))}
+        if assigned and n["status"] != "done":
+            log = [r for r in log if r["reviewer"] == reviewer]
         return {"id": n["id"], "text": n["text"], "status": n["status"], "claimed_by": n["claimed_by"],
                 "claim_expires": n["claim_expires"], "queued_at": n["queued_at"], "suggestions": sugg,
-                "state": _state(log), "log": log}
+                "state": _state(log), "log": log, "assigned": assigned}
 
     def model_codes(self, note_id: str | None = None) -> list[tuple[str, str]]:
         """(code, description) of the checkpoints that scored NOTE (every queued checkpoint when None)."""
@@ -461,9 +500,19 @@ class ReviewDB:
 
         def run(con: sqlite3.Connection) -> float:
             n = _open_note(con, self.path, note_id)
-            _check_claim(n, reviewer, now)
             expires = now + minutes * 60
+            coders = [r[0] for r in con.execute("SELECT reviewer FROM assignments WHERE note = ?", (note_id,))]
+            if coders:  # double coded: each coder works blind and in parallel; nobody else holds it
+                if reviewer not in coders:
+                    raise ClaimedError(f"note {note_id!r} is double coded by {' and '.join(sorted(coders))}; pick "
+                                       "another note.")
+                con.execute("INSERT OR IGNORE INTO work (note, reviewer, started) VALUES (?, ?, ?)",
+                            (note_id, reviewer, now))
+                return expires
+            _check_claim(n, reviewer, now)
             con.execute("UPDATE notes SET claimed_by = ?, claim_expires = ? WHERE id = ?", (reviewer, expires, note_id))
+            con.execute("INSERT OR IGNORE INTO work (note, reviewer, started) VALUES (?, ?, ?)",
+                        (note_id, reviewer, now))
             return expires
 
         return self.write(run)

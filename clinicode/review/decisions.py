@@ -45,11 +45,22 @@ def decide(db: ReviewDB, note_id: str, reviewer: str, *, accept: Sequence[str] =
 
     def run(con: sqlite3.Connection) -> dict[str, Any]:
         n = _open_note(con, db.path, note_id)
-        _check_claim(n, reviewer, now)
-        suggested = {r[0] for r in con.execute("SELECT code FROM suggestions WHERE note = ?", (note_id,))}
+        assigned = _assigned(con, note_id)
+        if assigned:  # double coded: only its coders decide, each blind to the other's decisions, claims aside
+            if reviewer not in assigned:
+                raise ReviewError(f"note {note_id!r} is double coded by {' and '.join(sorted(assigned))}; only they "
+                                  "decide on it (an adjudicator uses `clinicode review adjudicate`).")
+            if assigned[reviewer] is not None:
+                raise ReviewError(f"note {note_id!r}: {reviewer} finished it already; it waits for adjudication.")
+        else:
+            _check_claim(n, reviewer, now)
+        proposed = {r[0]: r[1] for r in con.execute("SELECT code, source FROM suggestions WHERE note = ?", (note_id,))}
+        suggested = set(proposed)
+        mine = " AND reviewer = ?" if assigned else ""
         state = _state([dict(r) for r in con.execute("SELECT code, action FROM decisions "
-                                                     "WHERE note = ? ORDER BY id",
-                                                     (note_id,))])
+                                                     f"WHERE note = ?{mine} ORDER BY id",
+                                                     (note_id, reviewer) if assigned else (note_id,))])
+        before = dict(state)
         added = {c for c, a in state.items() if a == "add"}
         for i, c in enumerate(accept):
             accept[i] = _same_code(system, c, suggested) or ""
@@ -71,21 +82,33 @@ def decide(db: ReviewDB, note_id: str, reviewer: str, *, accept: Sequence[str] =
             raise ReviewError(f"note {note_id!r}: code {twice[0]} is given more than once; accept, "
                               "reject or add each code once.")
         at = utc_now()
-        rows = [(note_id, c, a, reviewer, at) for a, cs in (("accept", accept), ("reject", reject),
-                                                            ("add", add)) for c in cs]
-        for _, c, a, _, _ in rows:
-            state[c] = a
+        sha = note_checkpoint(con, note_id)
+        rows = [(note_id, c, a, reviewer, at, sha, proposed.get(c, "person"), before.get(c))
+                for a, cs in (("accept", accept), ("reject", reject), ("add", add)) for c in cs]
+        for r in rows:
+            state[r[1]] = r[2]
         if done:
             undecided = sorted(c for c in suggested if state.get(c) not in ("accept", "reject"))
             if undecided:
                 raise ReviewError(f"note {note_id!r}: {len(undecided)} suggested code(s) have no decision yet "
                                   f"({', '.join(undecided[:5])}); accept or reject each before "
                                   "finishing (nothing was saved).")
-            rows.append((note_id, None, "done", reviewer, at))
-        con.executemany("INSERT INTO decisions (note, code, action, reviewer, at) VALUES (?, ?, ?, ?, ?)", rows)
+            rows.append((note_id, None, "done", reviewer, at, sha, "person", None))
+        con.executemany("INSERT INTO decisions (note, code, action, reviewer, at, checkpoint_sha256, source, was) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        start_work(con, note_id, reviewer, now)
         if done:
+            con.execute("UPDATE work SET finished = ? WHERE note = ? AND reviewer = ? AND finished IS NULL",
+                        (now, note_id, reviewer))
+        if done and assigned:
+            con.execute("UPDATE assignments SET finished_at = ? WHERE note = ? AND reviewer = ?",
+                        (at, note_id, reviewer))
+            con.execute("UPDATE notes SET status = 'in_progress' WHERE id = ?", (note_id,))
+        elif done:
             con.execute("UPDATE notes SET status = 'done', claimed_by = NULL, claim_expires = NULL WHERE id = ?",
                         (note_id,))
+        elif assigned:
+            con.execute("UPDATE notes SET status = 'in_progress' WHERE id = ?", (note_id,))
         else:
             con.execute("UPDATE notes SET status = 'in_progress', claimed_by = ?, claim_expires = ? WHERE id = ?",
                         (reviewer, now + CLAIM_MINUTES * 60, note_id))
@@ -93,6 +116,25 @@ def decide(db: ReviewDB, note_id: str, reviewer: str, *, accept: Sequence[str] =
                 "codes": sorted(c for c, a in state.items() if a in ("accept", "add"))}
 
     return db.write(run)
+
+
+def _assigned(con: sqlite3.Connection, note_id: str) -> dict[str, str | None]:
+    """{coder: finished_at or None} of a double-coded note; empty for a note coded once."""
+    return {r[0]: r[1] for r in con.execute("SELECT reviewer, finished_at FROM assignments WHERE note = ?",
+                                            (note_id,))}
+
+
+def note_checkpoint(con: sqlite3.Connection, note_id: str) -> str | None:
+    """The checkpoint whose suggestions NOTE shows (the one that scored it when it was queued)."""
+    row = con.execute("SELECT checkpoint_sha256 FROM suggestions WHERE note = ? UNION ALL "
+                      "SELECT checkpoint_sha256 FROM note_signals WHERE note = ? LIMIT 1",
+                      (note_id, note_id)).fetchone()
+    return None if row is None else row[0]
+
+
+def start_work(con: sqlite3.Connection, note_id: str, reviewer: str, now: float) -> None:
+    """Start REVIEWER's clock on NOTE (the first claim or decision; later ones keep the first start)."""
+    con.execute("INSERT OR IGNORE INTO work (note, reviewer, started) VALUES (?, ?, ?)", (note_id, reviewer, now))
 
 
 def _addable(db: ReviewDB, code: str, note_id: str, system: CodeSystem, model: Sequence[str]) -> str:

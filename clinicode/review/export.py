@@ -12,9 +12,11 @@ from clinicode.artifacts import make_manifest
 from clinicode.codes.systems import LOCAL, CodeSystem, family_of
 from clinicode.constants import MANIFEST_FILE
 from clinicode.files import atomic_dir, check_output, manifest_kind, new_private_file, write_manifest
+from clinicode.review.audit import agreement, audit_log, work_times
 from clinicode.review.database import ReviewDB, ReviewError
 
 EXPORT_KIND = "review-export"
+AUDIT_FILE = "audit.json"  # the audit trail beside the notes (no note text; not a split, so not .jsonl)
 
 
 def is_review_export(folder: Path) -> bool:
@@ -39,7 +41,9 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
     (its notes all in dev or test, or kept out) is left out of labels.json and listed as `untrained` (and in the
     manifest's `codes_without_training_notes`): no model can learn it from this folder.
     The folder is new, empty or an earlier export; it appears atomically, and its files (they hold note text) are
-    owner-only. `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`.
+    owner-only. `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`; `audit.json` every
+    decision (who, when, from what, to what, source, checkpoint), each coder's time per note and the double coders'
+    kappa (`clinicode.review.audit`).
     """
     out = Path(out)
     check_output(out, option="--out", command="review export", folder=True, recognise=is_review_export,
@@ -91,6 +95,9 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
         if labels_json is not None:
             _write_private(tmp / "labels.json", json.dumps(labels_json, indent=1, ensure_ascii=False) + "\n")
         _write_private(tmp / "descriptions.tsv", "".join(f"{c}\t{titles[c]}\n" for c in codes if titles.get(c)))
+        # the audit trail beside the decisions (no note text): every change, each coder's time, double coders' kappa
+        _write_private(tmp / AUDIT_FILE, json.dumps({"decisions": audit_log(db), "work": work_times(db),
+                                                     "agreement": agreement(db)}, indent=1) + "\n")
         counts = {name: len(part) for name, part in splits.items()}
         counts.setdefault("test", 0)
         write_manifest(tmp, make_manifest(EXPORT_KIND, counts=counts, codes=len(codes), reviewed=len(notes),
@@ -98,6 +105,71 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
                                           codes_without_training_notes=untrained))
         os.chmod(tmp / MANIFEST_FILE, 0o600)  # like every file of the folder (docs/review.md)
     return {**counts, "codes": len(codes), "reviewed": len(notes), "kept_out": kept_out, "untrained": untrained}
+
+
+RETRAIN_KIND = "prepared-dataset"  # a run's own data (RUN/data), which `train` accepts inside its --out
+
+
+def retrain_data(db: ReviewDB, out: str | Path, *, base: str | Path, labels: Sequence[tuple[str, str]],
+                 sample: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """The coded-notes folder `review retrain` trains on: the finished notes with the coders' codes, plus the base's
+    training notes (all of them, or a random SAMPLE for a warm start), and the base's dev and test unchanged, every
+    split's codes kept to LABELS (the checkpoint's (code, title) list, which labels.json fixes: a retrained model
+    has the same outputs). Base notes left without a code of LABELS are dropped, as `train --top-k` drops them;
+    reviewed notes are kept whatever they hold (a note coded with none of the codes is a lesson too). Reviewed
+    notes whose id is in the base's dev or test are left out (`kept_out`), as `export --base` does.
+
+    Returns:
+        {"train", "dev", "test", "reviewed", "sampled", "kept_out", "notes": ids of the reviewed notes used}.
+    """
+    import random
+
+    from clinicode.data.labels import LabelSet
+    from clinicode.data.prepared import load_dataset
+
+    out = Path(out)
+    check_output(out, option="--out", command="review retrain", folder=True,
+                 recognise=lambda f: manifest_kind(f) == RETRAIN_KIND, inputs={"--db": db.path, "--data": base})
+    db.check_integrity()
+    notes = db.finished()
+    if not notes:
+        raise ReviewError(f"no finished note in {db.path}; finish notes with `clinicode review decide ... --done` or "
+                          "on the Review page, then retrain.")
+    keep = {c for c, _ in labels}
+    ds = load_dataset(Path(base))
+    held = {str(i) for name in ("dev", "test") if name in ds.splits for i in ds.splits[name]["id"]}
+    reviewed = [{"id": n["id"], "text": n["text"], "labels": sorted(c for c in n["labels"] if c in keep)}
+                for n in notes if n["id"] not in held]
+    ids = {r["id"] for r in reviewed}
+
+    def rows(name: str) -> list[dict[str, Any]]:
+        df = ds.splits.get(name)
+        if df is None:
+            return []
+        out_rows = []
+        for i, t, lab in zip(df["id"], df["text"], df["labels"]):
+            codes = sorted(c for c in lab if c in keep)
+            if codes and str(i) not in ids:
+                out_rows.append({"id": str(i), "text": t, "labels": codes})
+        return out_rows
+
+    base_train = rows("train")
+    if sample is not None and sample < len(base_train):
+        base_train = random.Random(seed).sample(base_train, max(sample, 0))
+    splits = {"train": reviewed + base_train, "dev": rows("dev"), "test": rows("test")}
+    with atomic_dir(out, replaces=lambda f: manifest_kind(f) == RETRAIN_KIND) as tmp:
+        os.chmod(tmp, 0o700)
+        for name, part in splits.items():
+            if part:
+                _write_private(tmp / f"{name}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                                              for r in part))
+        label_set = LabelSet(tuple(c for c, _ in labels), tuple(d for _, d in labels), None)
+        _write_private(tmp / "labels.json", json.dumps(label_set.to_json(), indent=1, ensure_ascii=False) + "\n")
+        counts = {name: len(part) for name, part in splits.items()}
+        write_manifest(tmp, make_manifest(RETRAIN_KIND, counts=counts, reviewed=len(reviewed), source=str(db.path),
+                                          base=str(base), sample=sample))
+    return {**counts, "reviewed": len(reviewed), "sampled": len(base_train), "kept_out": len(notes) - len(reviewed),
+            "notes": sorted(ids)}
 
 
 def _merged_labels(base: Any, new: Sequence[str], titles: dict[str, str], system: CodeSystem) -> list[dict[str, str]]:

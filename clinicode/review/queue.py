@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the app lists the queue without importing torch
 
 CHUNK = 256                          # notes scored and stored per transaction by `queue`
 EXPLAIN = 5                          # evidence phrases stored per suggested code
+SIGNAL_CODES = 200                   # the best-scoring codes a note's next-note signals read (the rest score ~0)
 
 
 def check_explain(value: Any) -> int:
@@ -56,6 +57,7 @@ def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, expl
     ck_path = str(predictor.checkpoint.path)
     labels = predictor.labels
     db.add_model(sha, ck_path, list(zip(labels.codes, labels.descriptions)), predictor.code_system)
+    signal_of = _signaller(predictor)
     counts = {"queued": 0, "already": 0, "errors": 0}
     seen: set[str] = set()
 
@@ -90,7 +92,9 @@ def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, expl
             else:
                 items.append((r.id, r.text, rec))
         if items:
-            added = db.add_notes(items, sha256=sha, checkpoint=ck_path)
+            signals = signal_of([t for _, t, _ in items], [rec["scores"] for _, _, rec in items])
+            added = db.add_notes(items, sha256=sha, checkpoint=ck_path,
+                                 signals={i: s for (i, _, _), s in zip(items, signals)})
             counts["queued"] += added
             counts["already"] += len(items) - added  # another process queued them meanwhile
 
@@ -98,6 +102,30 @@ def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, expl
     # it loads torch, which `review decide`, `stats` and the app's queue view never need)
     from clinicode.predict_io import score_records
 
-    for recs, preds in score_records(predictor, todo(), top_k=0, explain=explain, chunk=chunk):
+    for recs, preds in score_records(predictor, todo(), top_k=SIGNAL_CODES, explain=explain, chunk=chunk):
         store(recs, preds)
     return counts
+
+
+def _signaller(predictor: "Predictor") -> Callable[[list[str], list[dict[str, float]]], list[tuple[float, float]]]:
+    """(uncertainty, rarity) of notes from their best SIGNAL_CODES scores, the checkpoint's threshold and training
+    counts, and its codes' titles (`teach.signals`; docs/review.md, "Which note next")."""
+    import numpy as np
+
+    from clinicode.review import teach
+
+    codes = list(predictor.labels.codes)
+    index = {c: k for k, c in enumerate(codes)}
+    counts = predictor.checkpoint.train_counts
+    n = None if counts is None else [counts.get(c, 0) for c in codes]
+    titles = list(predictor.labels.descriptions)
+
+    def run(texts: list[str], scores: list[dict[str, float]]) -> list[tuple[float, float]]:
+        probs = np.zeros((len(texts), len(codes)), dtype=np.float32)
+        for i, s in enumerate(scores):
+            for c, v in s.items():
+                probs[i, index[c]] = v
+        unc, rare = teach.signals(probs, predictor.threshold, n, teach.title_hits(texts, titles))
+        return [(float(u), float(r)) for u, r in zip(unc, rare)]
+
+    return run

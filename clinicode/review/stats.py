@@ -91,7 +91,13 @@ def stats(db: ReviewDB, *, by: str = "day", min_decisions: int = MIN_ROUTE_DECIS
         if len(pairs) >= min_decisions:
             entry = routing.setdefault(sha, {"checkpoint": paths.get(sha, ""), "codes": {}})
             entry["codes"][code] = route_threshold(pairs, target=target, min_decisions=min_decisions)
-    return {"overall": _rates(overall), "per_code": {c: _rates(v) for c, v in sorted(per_code.items())},
+    made_on: dict[str, int] = {}  # each decision's checkpoint (stored since schema 5; earlier rows: their note's)
+    for r in db.read("SELECT COALESCE(d.checkpoint_sha256, (SELECT s.checkpoint_sha256 FROM suggestions s "
+                     "WHERE s.note = d.note LIMIT 1)) AS sha, COUNT(*) FROM decisions d WHERE d.code IS NOT NULL "
+                     "GROUP BY sha"):
+        made_on[r[0] or "unknown"] = r[1]
+    return {"checkpoints": {sha: {"checkpoint": paths.get(sha, ""), "decisions": n} for sha, n in made_on.items()},
+            "overall": _rates(overall), "per_code": {c: _rates(v) for c, v in sorted(per_code.items())},
             "over_time": {p: _rates(v) for p, v in sorted(per_time.items())}, "by": by, "open_notes": pending,
             "routing": {"target": target, "min_decisions": min_decisions, "by_checkpoint": routing},
             "from_title": {"accepted": title["accepted"], "rejected": title["rejected"],

@@ -125,3 +125,40 @@ def test_filters_and_a_missing_database(queued, tmp_path, monkeypatch):
     at = _page(None)
     assert any("no review database at" in e.value for e in at.error)
     assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_next_note_opens_what_the_rule_proposes(queued):
+    with review.open_db(queued) as rdb:
+        rdb.con.execute("UPDATE note_signals SET uncertainty = 9, rarity = 9 WHERE note = 'r2'")  # r2: most to teach
+        assert rdb.next_notes(1) == ["r2"] and rdb.next_notes(1, order="arrival") == ["r0"]
+    at = _page()
+    assert at.selectbox(key="review_pick").options[0] == "r2"   # the list follows the rule too
+    _ok(at.button(key="review_next_btn").click().run())
+    with review.open_db(queued) as rdb:
+        assert rdb.note("r2")["claimed_by"] == "ann"
+    assert any("Note r2" in h.value for h in at.subheader)
+    _ok(at.radio(key="review_order").set_value("arrival").run())
+    assert at.selectbox(key="review_pick").options[0] == "r0"
+
+
+def test_double_coding_is_blind_and_its_agreement_and_times_are_shown(queued):
+    from clinicode.review.audit import assign
+
+    with review.open_db(queued) as rdb:
+        assign(rdb, ["r0"], ["ann", "bob"])
+        sugg = [s["code"] for s in rdb.note("r0")["suggestions"]]
+        rdb.decide("r0", "bob", accept=sugg, done=True)
+    ann = _page("ann")
+    _ok(ann.selectbox(key="review_pick").set_value("r0").run())
+    _ok(ann.button(key="review_open_btn").click().run())
+    assert any("Double coded by ann and bob" in i.value for i in ann.info)
+    assert not any("accepted" in m.value for m in ann.markdown if ":green[" in m.value)  # bob's decisions hidden
+    for c in sugg:
+        _ok(ann.button(key=f"review_reject_{c}").click().run())
+    _ok(ann.button(key="review_finish").click().run())
+    kappa_codes = [d.value for d in ann.dataframe if "kappa" in d.value.columns][0]
+    assert set(kappa_codes["code"]) >= set(sugg) and (kappa_codes["agree"] == 0).loc[
+        kappa_codes["code"].isin(sugg)].all()
+    times = [d.value for d in ann.dataframe if "median seconds per note" in d.value.columns][0]
+    assert set(times["reviewer"]) == {"ann", "bob"}
+    assert any("learning curves" in h.value for h in ann.subheader)   # benchmarks/review_learning.json, plotted

@@ -1,0 +1,104 @@
+"""Retraining from decisions (`clinicode review retrain`): a new checkpoint with its own manifest from the finished
+notes' decisions; the old checkpoint is never changed. tfidf-lr refits on train + decided notes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from clinicode.review import open_db
+
+from helpers import fails, succeeds
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def tfidf_run(demo_data, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("retrain") / "tfidf"
+    succeeds(["train", "--data", demo_data, "--out", run, "--model", "tfidf-lr", "--device", "cpu", "--no-progress"])
+    return run
+
+
+def _decided(run: Path, demo_data: Path, tmp_path: Path, n: int = 20) -> tuple[Path, dict[str, set[str]]]:
+    """N notes (demo test notes under new ids) queued with RUN and decided by their gold codes."""
+    df = pd.read_parquet(demo_data / "test.parquet").head(n)
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("".join(json.dumps({"id": f"new{i}", "text": t}) + "\n" for i, t in enumerate(df["text"])))
+    gold = {f"new{i}": set(lab) for i, lab in enumerate(df["labels"])}
+    db = tmp_path / "r.sqlite"
+    succeeds(["review", "queue", "--checkpoint", run, "--input", notes, "--db", db])
+    with open_db(db) as rdb:
+        for note_id, codes in gold.items():
+            suggested = {s["code"] for s in rdb.note(note_id)["suggestions"]}
+            rdb.decide(note_id, "coder", accept=sorted(suggested & codes), reject=sorted(suggested - codes),
+                       add=sorted(codes - suggested), done=True)
+    return db, gold
+
+
+def test_retrain_makes_a_new_checkpoint_and_leaves_the_old_one_alone(tfidf_run, demo_data, tmp_path):
+    db, gold = _decided(tfidf_run, demo_data, tmp_path)
+    before = _hashes(tfidf_run)
+    out = tmp_path / "retrained"
+    res = succeeds(["review", "retrain", "--checkpoint", tfidf_run, "--data", demo_data, "--out", out, "--db", db])
+    assert "retrained tfidf-lr" in res.stdout and "(refit)" in res.stdout
+    assert _hashes(tfidf_run) == before                                    # the old checkpoint is only read
+    manifest = json.loads((out / "checkpoint" / "manifest.json").read_text())
+    old = json.loads((tfidf_run / "checkpoint" / "manifest.json").read_text())
+    sha = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()
+    src = manifest["retrained_from"]
+    assert src["checkpoint_sha256"] == sha and src["decided_notes"] == 20 and src["review_db"] == str(db.resolve())
+    train = [json.loads(line) for line in (out / "data" / "train.jsonl").read_text().splitlines()]
+    base_train = pd.read_parquet(demo_data / "train.parquet")
+    labels = [e["code"] for e in json.loads((out / "data" / "labels.json").read_text())]
+    assert labels == [e["code"] for e in json.loads((tfidf_run / "checkpoint" / "labels.json").read_text())]
+    reviewed = {r["id"]: set(r["labels"]) for r in train if r["id"].startswith("new")}
+    assert reviewed == {i: c & set(labels) for i, c in gold.items()}     # the coders' codes, in the label set
+    assert len(train) == 20 + sum(1 for lab in base_train["labels"] if set(lab) & set(labels))
+    assert oct((out / "data" / "train.jsonl").stat().st_mode & 0o777) == "0o600"
+    with open_db(db) as rdb:                         # queue with the new checkpoint: its notes name it
+        assert rdb.stats()["checkpoints"][sha]["decisions"] > 0
+
+
+def test_retrain_refuses_bad_options_and_a_used_folder(tfidf_run, demo_data, tmp_path):
+    db, _ = _decided(tfidf_run, demo_data, tmp_path, n=3)
+    fails(["review", "retrain", "--checkpoint", tfidf_run, "--data", demo_data, "--out", tmp_path / "x", "--db", db,
+           "--epochs", "0"], "--epochs must be >= 1")
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "mine.txt").write_text("keep")
+    fails(["review", "retrain", "--checkpoint", tfidf_run, "--data", demo_data, "--out", used, "--db", db], "--out")
+    assert (used / "mine.txt").read_text() == "keep" and not (used / "data").exists()
+
+
+def test_a_leam_checkpoint_is_warm_started_from_its_weights(tiny_run, demo_data, tmp_path):
+    from clinicode.checkpoint import load_checkpoint
+
+    db, _ = _decided(tiny_run, demo_data, tmp_path, n=12)
+    before = _hashes(tiny_run / "checkpoint")
+    out = tmp_path / "warm"
+    res = succeeds(["review", "retrain", "--checkpoint", tiny_run, "--data", demo_data, "--out", out, "--db", db,
+                    "--epochs", "2", "--sample", "40", "--device", "cpu"])
+    assert "retrained leam" in res.stdout and "warm start, 2 epochs" in res.stdout
+    assert _hashes(tiny_run / "checkpoint") == before
+    old, new = load_checkpoint(tiny_run / "checkpoint"), load_checkpoint(out / "checkpoint")
+    assert new.tokenizer.vocab_size == old.tokenizer.vocab_size                 # the old vocabulary, no new word2vec
+    assert new.manifest["retrained_from"]["checkpoint_sha256"] == old.manifest_sha256
+    train = (out / "data" / "train.jsonl").read_text().splitlines()
+    assert len(train) == 12 + 40                                                 # decided + the sample
+    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    assert len(history) == 2
+    ow, nw = old.model.state_dict(), new.model.state_dict()
+    moved = [k for k in ow if not (ow[k] == nw[k]).all()]
+    assert moved, "the warm start trained the weights"
+    # started from the old weights, not from scratch: the new label vectors stay close to the old ones
+    import torch
+
+    cos = torch.nn.functional.cosine_similarity(old.model.label_emb.detach(), new.model.label_emb.detach(), dim=1)
+    assert float(cos.mean()) > 0.9

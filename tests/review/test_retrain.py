@@ -102,3 +102,33 @@ def test_a_leam_checkpoint_is_warm_started_from_its_weights(tiny_run, demo_data,
 
     cos = torch.nn.functional.cosine_similarity(old.model.label_emb.detach(), new.model.label_emb.detach(), dim=1)
     assert float(cos.mean()) > 0.9
+
+
+def test_a_checkpoint_of_the_default_kind_is_warm_started_and_refitted(demo_data, tmp_path):
+    """The default kind (fused): its LEAM part starts from the checkpoint's weights, its tfidf-lr part and fusion
+    are fitted again on the new data, and the result is a fused checkpoint beside the untouched old one."""
+    from clinicode.checkpoint import load_checkpoint
+    from clinicode.config import TrainConfig
+    from clinicode.train import train
+
+    from conftest import TINY_MODEL
+
+    sizes = {k: v for k, v in TINY_MODEL.items() if k not in ("code_evidence", "window_nonneg")}
+    run = tmp_path / "fused"
+    train(out_dir=run, config=TrainConfig(epochs=3, batch_size=16, lr=2e-2, w2v_epochs=1, seed=7, device="cpu"),
+          data_dir=demo_data, model_options=sizes, progress=False)
+    db, _ = _decided(run, demo_data, tmp_path, n=12)
+    before = _hashes(run / "checkpoint")
+    out = tmp_path / "warm"
+    res = succeeds(["review", "retrain", "--checkpoint", run, "--data", demo_data, "--out", out, "--db", db,
+                    "--epochs", "2", "--sample", "40", "--device", "cpu"])
+    assert "retrained fused" in res.stdout and "warm start, 2 epochs" in res.stdout
+    assert _hashes(run / "checkpoint") == before
+    old, new = load_checkpoint(run / "checkpoint"), load_checkpoint(out / "checkpoint")
+    assert new.kind == "fused" and new.manifest["retrained_from"]["checkpoint_sha256"] == old.manifest_sha256
+    import torch
+
+    cos = torch.nn.functional.cosine_similarity(old.model.leam.label_emb.detach(), new.model.leam.label_emb.detach(),
+                                                dim=1)
+    assert float(cos.mean()) > 0.9                                              # the LEAM part started from the old
+    assert not (old.model.leam.label_emb == new.model.leam.label_emb).all()     # and trained

@@ -26,6 +26,8 @@ SCRIPTS = [
     ("bench_review.py", [], ["--notes", "200", "--repeat", "1"]),
     ("bench_compare.py", [], ["--notes", "500", "--codes", "500", "--repeat", "1"]),
     ("bench_suggestions.py", [], []),
+    ("bench_review_learning.py", [], ["--data", "ncbi", "--seeds", "0"]),
+    ("bench_review_retrain.py", [], ["--model", "tfidf-lr"]),
 ]
 
 

@@ -21,8 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mimic-dir", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--splits-dir", type=Path, default=CAML_IDS,
-                    help="CAML's split-id folder (default: the copy packaged with clinicode)")
+    ap.add_argument("--splits-dir", type=Path, default=None,
+                    help="CAML's split-id folder (default: the copy packaged with clinicode, when the data holds "
+                         f"MIMIC-III's own admissions: {CAML_IDS.name}; other data is split by patient, not comparable)")
     ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a train option, e.g. --set epochs=2")

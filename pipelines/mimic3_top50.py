@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--splits-dir", type=Path, default=None,
                     help="CAML's split-id folder (default: the copy packaged with clinicode, when the data holds "
-                         f"MIMIC-III's own admissions: {CAML_IDS.name}; other data is split by patient, not comparable)")
+                         f"MIMIC-III's own admissions: {CAML_IDS.name}; other data is split by patient, "
+                         "not comparable)")
     ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a train option, e.g. --set epochs=2")

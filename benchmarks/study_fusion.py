@@ -23,27 +23,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_accuracy import band_figures
 from study_blend import aligned, scored
-
-RARE = 10   # the rare band of #41: codes with fewer than 10 training notes
-
-
-def band_figures(y: np.ndarray, s: np.ndarray, t: float, counts: np.ndarray) -> dict:
-    """Headline figures at threshold t, and macro-AUC / macro-F1 (per-code mean) over the rare codes and per band."""
-    from clinicode.metrics import all_metrics, auc_macro, f1_by_threshold
-
-    m = all_metrics(y, s, threshold=t)
-    out = {k: m[k] for k in ("f1_micro", "f1_macro", "auc_macro", "prec_at_8")}
-    groups = {"rare<10": counts < RARE, "1-2": counts <= 2, "3-10": (counts > 2) & (counts <= 10),
-              "11-50": (counts > 10) & (counts <= 50), ">50": counts > 50}
-    for name, keep in groups.items():
-        cols = np.flatnonzero(keep & (y.sum(axis=0) > 0))
-        if not len(cols):
-            continue
-        out[f"{name}_auc"] = auc_macro(y[:, cols], s[:, cols])[0]
-        out[f"{name}_f1"] = float(f1_by_threshold(y[:, cols], s[:, cols], np.array([t]))["f1_macro_mean"][0])
-        out[f"{name}_n"] = int(len(cols))
-    return out
 
 
 def fused_parts(run: Path, data_dir: Path) -> tuple[dict, dict, np.ndarray]:

@@ -83,8 +83,11 @@ def _load_predictor(run_dir: str, titles: str | None, tree: str | None) -> Any:
     from clinicode.codes.suggest import read_tree
     from clinicode.predict import Predictor  # lazy: pulls in torch
 
-    return Predictor.from_checkpoint(run_dir, device="cpu", titles=load_descriptions_tsv(titles) if titles else None,
-                                     tree=read_tree(tree) if tree else None)
+    predictor = Predictor.from_checkpoint(run_dir, device="cpu",
+                                          titles=load_descriptions_tsv(titles) if titles else None,
+                                          tree=read_tree(tree) if tree else None)
+    predictor.suggester  # the candidates are indexed under the loading spinner, not on the first note
+    return predictor
 
 
 @st.cache_data(show_spinner=False, max_entries=4)

@@ -9,6 +9,7 @@ else it shows (attention and phrase spans, note and code vectors). For LEAM that
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -217,9 +218,13 @@ class Predictor:
         self.single_label = checkpoint.single_label  # softmax scores: the top code is the prediction
         self.device = torch.device(device)
         self.batch_size = batch_size
-        # codes the checkpoint was not trained on, suggested from their titles (`suggested`): TITLES when given, else
-        # the titles its code system ships (ICD-10-CM's); `suggest=False` turns them off
-        self.suggester = self._suggester(titles, tree) if suggest else None
+        # codes the checkpoint was not trained on, suggested from their titles (`suggested`): TITLES when given (built
+        # now, so a bad titles file fails first), else the titles its code system ships (ICD-10-CM's 74,736: built on
+        # first use, so evaluate and training's dev scoring never pay for them); `suggest=False` turns them off
+        self._suggest_lock = threading.Lock()
+        self._pending: tuple | None = (None, tree) if suggest and titles is None else None
+        given = suggest and titles is not None
+        self._suggester: Suggester | None = self._build_suggester(titles, tree) if given else None
         self.scorer = self.model_kind.scorer(checkpoint, device=self.device, batch_size=batch_size,
                                              memory_mb=memory_mb)
         self.plan: MemoryPlan | None = getattr(self.scorer, "plan", None)  # a model with a memory plan (LEAM)
@@ -257,8 +262,19 @@ class Predictor:
         return cls(load_checkpoint(Path(path), device=dev), device=dev, batch_size=batch_size, memory_mb=memory_mb,
                    titles=titles, tree=tree, suggest=suggest)
 
-    def _suggester(self, titles: Mapping[str, str] | None,
-                   tree: Mapping[str, Sequence[str]] | None) -> Suggester | None:
+    @property
+    def suggester(self) -> Suggester | None:
+        """The candidates' suggester, or None when there are none (suggest=False, or a code system shipping no
+        titles); the code system's own titles are read and indexed the first time it is asked for."""
+        if self._pending is not None:
+            with self._suggest_lock:
+                if self._pending is not None:
+                    self._suggester = self._build_suggester(*self._pending)
+                    self._pending = None
+        return self._suggester
+
+    def _build_suggester(self, titles: Mapping[str, str] | None,
+                         tree: Mapping[str, Sequence[str]] | None) -> Suggester | None:
         if titles is None:
             titles = system_titles(self.code_system)
             if not titles:

@@ -166,7 +166,9 @@ def run(checkpoint: Path, *, host: str = "127.0.0.1", port: int = 8000, token_fi
     failure: list[BaseException] = []
 
     def load() -> Predictor:
-        return Predictor.from_checkpoint(checkpoint, device=device)
+        predictor = Predictor.from_checkpoint(checkpoint, device=device)
+        predictor.suggester  # the candidates are indexed before /ready, not on the first request
+        return predictor
 
     def loaded(predictor: Predictor) -> None:
         if on_ready:

@@ -107,7 +107,7 @@ def test_suggestions_are_the_untrained_codes_whose_title_stands_in_the_note(tiny
     assert none.suggested == [] and none.to_dict()["suggested"] == []
 
 
-def test_an_icd10_checkpoint_suggests_from_every_billable_icd10_cm_code_by_default(tmp_path):
+def test_an_icd10_checkpoint_suggests_from_every_billable_icd10_cm_code_by_default(tmp_path, monkeypatch):
     notes = {"I10": "essential hypertension on lisinopril", "E11.9": "type 2 diabetes on metformin",
              "J18.9": "pneumonia with cough and fever"}
     rows = [{"id": f"{c}-{i}", "text": f"{t} visit {i}", "labels": [c]} for i in range(6) for c, t in notes.items()]
@@ -116,8 +116,15 @@ def test_an_icd10_checkpoint_suggests_from_every_billable_icd10_cm_code_by_defau
     for part, sl in (("train", slice(0, 12)), ("dev", slice(12, 18))):
         (data / f"{part}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[sl]), encoding="utf-8")
     succeeds(["train", "--data", data, "--out", tmp_path / "run", "--model", "tfidf-lr", "--no-progress"])
+    import clinicode.predict as predict_module
+
+    reads, original = [], predict_module.system_titles
+    monkeypatch.setattr(predict_module, "system_titles", lambda system: reads.append(system) or original(system))
     pred = Predictor.from_checkpoint(tmp_path / "run", device="cpu")
+    pred.score(["essential hypertension"])                                # scoring alone (evaluate, training's dev)
+    assert reads == []                                                    # never reads or indexes the 74,736 titles
     assert pred.suggester is not None and len(pred.suggester) > 70_000
+    assert len(reads) == 1 and pred.suggester is pred.suggester           # built once, on first use
     text = "Essential hypertension. Chest pain, unspecified; acute kidney failure noted."
     [rec] = pred.predict([text])
     assert {s.code for s in rec.suggested} >= {"R07.9", "N17.9"}

@@ -55,8 +55,10 @@ def test_code_a_pasted_note_in_a_real_browser(app_url, browser, tmp_path):
     page.get_by_label("Clinical note").fill(NOTE)
     page.get_by_role("button", name="Predict codes").click()
     hl = page.locator("#note-hl")
-    expect(hl.locator("mark.attn").first).to_be_visible(timeout=90_000)
-    assert hl.locator("mark.attn").count() > 5
+    # the default highlight (#43): each predicted code's own evidence, the code named beside its words
+    expect(hl.locator("mark.code-ev").first).to_be_visible(timeout=90_000)
+    expect(hl.locator("sup.code-tag").first).to_be_visible()
+    assert hl.locator("mark.attn").count() == 0
     expect(page.get_by_text("predicted code", exact=False).first).to_be_visible()
     expect(page.locator('[data-testid="stDataFrame"]').first).to_be_visible()
     # the note's <script> is text, never code

@@ -228,6 +228,15 @@ def _writer_text(w: Writer, records: Any, *, header: bool = True, context: Mappi
     return buf.getvalue()
 
 
+def _check_names(fmt: Any, who: str, named_by: str) -> None:
+    """A format's `name` (a lower-case word, as NAMED_BY takes it) and `suffixes` (lower-case file endings)."""
+    _need(isinstance(fmt.name, str) and fmt.name.isidentifier() and fmt.name == fmt.name.lower(), who,
+          f"`name` must be a lower-case word ({named_by}).")
+    _need(isinstance(fmt.suffixes, tuple) and all(isinstance(s, str) and s.startswith(".") and s == s.lower()
+                                                    for s in fmt.suffixes), who,
+          "`suffixes` must be lower-case file endings ('.tsv').")
+
+
 def check_writer(w: Writer) -> None:
     """Check an output format by using it: its declarations; the sample records written whole (`to_bytes`, UTF-8);
     a format that can resume (`done_ids`) reads back the id of every record it wrote, also after an appended part
@@ -237,11 +246,7 @@ def check_writer(w: Writer) -> None:
         ConformanceError: the first rule the format breaks, naming it.
     """
     who = f"output format {getattr(w, 'name', '?')!r}"
-    _need(isinstance(w.name, str) and w.name.isidentifier() and w.name == w.name.lower(), who,
-          "`name` must be a lower-case word (predict --format, serve's ?format=).")
-    _need(isinstance(w.suffixes, tuple) and all(isinstance(s, str) and s.startswith(".") and s == s.lower()
-                                                  for s in w.suffixes), who,
-          "`suffixes` must be lower-case file endings ('.tsv').")
+    _check_names(w, who, "predict --format, serve's ?format=")
     _need(isinstance(w.media_type, str) and "/" in w.media_type, who, "`media_type` must be a media type.")
     _need(isinstance(w.what, str) and w.what, who, "`what` must say what the format is (--help).")
     data = w.to_bytes(SAMPLE_RECORDS, context=SAMPLE_CONTEXT)
@@ -272,11 +277,7 @@ def check_reader(r: Reader) -> None:
     from clinicode.formats import read_rows
 
     who = f"input format {getattr(r, 'name', '?')!r}"
-    _need(isinstance(r.name, str) and r.name.isidentifier() and r.name == r.name.lower(), who,
-          "`name` must be a lower-case word (--input-format).")
-    _need(isinstance(r.suffixes, tuple) and all(isinstance(s, str) and s.startswith(".") and s == s.lower()
-                                                  for s in r.suffixes), who,
-          "`suffixes` must be lower-case file endings ('.tsv').")
+    _check_names(r, who, "--input-format")
     _need(isinstance(r.what, str) and r.what and callable(r.rows), who, "`what` and `rows` must be given.")
     _need(not r.splits or r.suffixes, who, "a format that reads training splits needs a file ending (train.<end>).")
     if r.example is None:

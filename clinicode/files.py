@@ -1,30 +1,11 @@
-"""Clinicode's files on disk: what a path is, which files are ours, claims and locks, atomic writes, the output rule.
+"""Clinicode's files on disk: path kinds, atomic writes, marks of what is ours, `PartialFile` and the output rule.
 
-The one room for file ownership: every command that writes goes through it, and it imports only the standard library
-(and clinicode's errors and constant names), so anything may use it.
-
-- Path kinds: `path_kind`, `output_kind_problem`, `check_output_kind` (an existing output must be a regular file or
-  folder, checked with stat, never by opening it, so a FIFO is never read and a device never written),
-  `is_readable_stream`.
-- Writing atomically: `write_bytes_atomic`, `write_json_atomic` (a temporary file beside the target, renamed over it)
-  and `atomic_dir` (a temporary sibling folder that replaces the target at the end); `read_json`, `sha256_file`.
-- Marks, and recognising them: a folder is ours when its manifest.json lists what is in it (`write_manifest`,
-  `manifest_kind`, `foreign_entries`); a finished file when its hidden marker `.OUT.clinicode.json` still matches its
-  size and SHA-256 (`file_marker`, `is_marked_file`, `PartialFile.publish`); a sidecar by its `kind` (`own_json`).
-- Claims and locks: `claim_folder` (one run per --out), `locked_output` (an output in the making), `PartialFile` (a
-  file output written as OUT.partial, its writer's record OUT.partial.json, then marked and renamed), and
-  `new_private_file` (a new owner-only file for note text).
-- The output rule, `check_output`: never delete or overwrite what clinicode did not create.
-- Inputs: `input_fingerprint` (to tell a replaced input) and `read_lines_bounded` (a file without newlines cannot
-  exhaust memory).
-"""
+The one room for file ownership (docs/architecture.md), with `file_locks` and `file_inputs`: standard library only."""
 
 from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
-import functools
 import hashlib
 import json
 import os
@@ -36,13 +17,19 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from clinicode.constants import MANIFEST_FILE
 from clinicode.errors import ConfigError
 
-HEAD_BYTES = 1 << 20  # bytes of an input hashed by `input_fingerprint`
-
+# read from here by cli (claims), review (private files) and codes (bounded lines)
+from clinicode.file_inputs import LineTooLong as LineTooLong, read_lines_bounded as read_lines_bounded
+from clinicode.file_locks import (
+    claim_folder as claim_folder,
+    locked_output,
+    new_private_file as new_private_file,
+    releases_claims as releases_claims,
+)
 
 # ------------------------------------------------------------------------------------------------ path kinds
 _KINDS = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO (named pipe)"),
@@ -361,123 +348,6 @@ def is_marked_file(path: Path, kind: str) -> bool:
             and mark.get("sha256") == sha256_file(p))
 
 
-# ------------------------------------------------------------------------------------------------ claims and locks
-def new_private_file(path: Path | str, *, mode: int = 0o600) -> BinaryIO:
-    """Open a NEW file for writing, owner-only by default; fails (FileExistsError) if anything exists at PATH.
-
-    For files holding note text (exports, reviews): O_CREAT|O_EXCL|O_NOFOLLOW never follows a link planted at PATH
-    and never truncates an existing file.
-    """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        os.fchmod(fd, mode)  # the umask cannot widen it, and cannot narrow it below what was asked
-        return os.fdopen(fd, "wb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def locked_output(path: Path | str, *, what: str) -> tuple[int, bool]:
-    """Open (creating if absent, never truncating) PATH and take an exclusive non-blocking lock on it.
-
-    Returns:
-        (file descriptor opened read-write with the lock held, whether this call created the file). Closing the
-        descriptor releases the lock.
-    Raises:
-        ConfigError: another process holds the lock (WHAT names the output for the message); a created file is removed.
-    """
-    created = False
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
-        created = True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        os.close(fd)
-        if created:
-            Path(path).unlink(missing_ok=True)
-        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise ConfigError(f"{what} is being written by another running clinicode command ({Path(path).name} is "
-                              "locked); wait for it to finish or choose another "
-                              "output (nothing was written).") from None
-        raise
-    return fd, created
-
-
-# ------------------------------------------------------------------------------------------------ claimed folders
-_claims: dict[str, tuple[int, bool]] = {}  # real path -> (locked descriptor, created by this process)
-
-
-def claim_folder(path: Path | str, *, option: str) -> bool:
-    """Create PATH (and any missing parents) if it is new and hold an exclusive lock on it until `release_claims`
-    (re-entrant per process).
-
-    Two processes claiming one folder: the second gets a one-line ConfigError instead of both writing into it.
-
-    Returns:
-        True when this call took the claim (False: this process already held it).
-    """
-    real = os.path.realpath(path)
-    if real in _claims:
-        return False
-    created = False
-    os.makedirs(os.path.dirname(real), exist_ok=True)  # a new --out may name new parent folders (runs/demo)
-    try:
-        os.mkdir(real)  # atomic: of two runs racing for a new folder, one makes it
-        created = True
-    except FileExistsError:
-        pass
-    fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        os.close(fd)
-        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise ConfigError(f"{option} {path} is being written by another running clinicode command; wait for it or "
-                              "choose another folder (nothing was written).") from None
-        raise
-    _claims[real] = (fd, created)
-    return True
-
-
-def release_claim(path: Path | str, *, remove_if_empty: bool = False) -> None:
-    """Release this process's claim on PATH; with `remove_if_empty`, remove the folder if this process made it and it
-    is still empty (a run that failed before writing anything leaves nothing behind)."""
-    real = os.path.realpath(path)
-    held = _claims.pop(real, None)
-    if held is None:
-        return
-    fd, created = held
-    try:
-        if remove_if_empty and created:
-            try:
-                os.rmdir(real)
-            except OSError:
-                pass  # not empty: something was written, keep it
-    finally:
-        os.close(fd)
-
-
-def releases_claims(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorator: claims taken during the call are released when it returns or raises (empty new folders removed on
-    failure)."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        before = set(_claims)
-        ok = False
-        try:
-            out = fn(*args, **kwargs)
-            ok = True
-            return out
-        finally:
-            for real in [r for r in _claims if r not in before]:
-                release_claim(real, remove_if_empty=not ok)
-
-    return wrapper
-
-
 # ------------------------------------------------------------------------------------------- file outputs in the making
 class PartialFile:
     """A file output OUT in the making: written as OUT.partial (locked while a run writes it), beside OUT.partial.json,
@@ -646,55 +516,3 @@ def _probe_writable(folder: Path, option: str, given: Path) -> None:
     except OSError as err:
         raise ConfigError(f"{option} {given}: cannot write in {folder} ({err.strerror}); "
                           "pass a writable location.") from None
-
-
-# ------------------------------------------------------------------------------------------------ inputs
-def input_fingerprint(path: Path | str) -> dict[str, Any] | None:
-    """{"size", "mtime_ns", "head_sha256"} of a regular file (its first HEAD_BYTES hashed), or, for a folder, the
-    same of every regular file directly inside it, hashed together. None for anything else (stdin, a pipe)."""
-    p = Path(path)
-    try:
-        st = os.stat(p)
-    except OSError:
-        return None
-    if stat.S_ISREG(st.st_mode):
-        h = hashlib.sha256()
-        with open(p, "rb") as f:
-            h.update(f.read(HEAD_BYTES))
-        return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "head_sha256": h.hexdigest()}
-    if stat.S_ISDIR(st.st_mode):
-        h = hashlib.sha256()
-        size = 0
-        latest = st.st_mtime_ns
-        for q in sorted(p.iterdir()):
-            sub = input_fingerprint(q) if q.is_file() else None
-            if sub is not None:
-                line = f"{q.name}\0{sub['size']}\0{sub['mtime_ns']}\0{sub['head_sha256']}\n"
-                h.update(line.encode("utf-8", "surrogateescape"))
-                size += sub["size"]
-                latest = max(latest, sub["mtime_ns"])
-        return {"size": size, "mtime_ns": latest, "head_sha256": h.hexdigest()}
-    return None
-
-
-class LineTooLong:
-    """Yielded by `read_lines_bounded` in place of a line longer than its bound."""
-
-
-def read_lines_bounded(f: BinaryIO, limit: int) -> Iterator[bytes | LineTooLong]:
-    """Lines of a binary stream (with their newline), each at most LIMIT bytes; a longer line is yielded as a
-    LineTooLong at once (a caller may stop there: /dev/zero never ends) and, if the caller reads on, skipped in
-    chunks without being held, so a line without end costs LIMIT bytes of memory."""
-    while True:
-        line = f.readline(limit + 1)
-        if not line:
-            return
-        if len(line) <= limit or line.endswith(b"\n"):
-            yield line
-            continue
-        del line
-        yield LineTooLong()
-        while True:  # the caller read on: skip to the end of this line without keeping it
-            chunk = f.readline(1 << 20)
-            if not chunk or chunk.endswith(b"\n"):
-                break

@@ -1,26 +1,10 @@
-"""Input and output formats by name: the one room where records are read from files and written to them.
+"""Input and output formats by name (`Reader`, `Writer`, the registries `READERS`, `WRITERS`) and the readers' rows.
 
-Readers turn a file into rows (`Row`: its line or row number, its fields, or the problem that makes it unreadable);
-`clinicode.records` makes notes to score of them (predict, the app, the review queue) and `clinicode.data.prepared`
-makes training's dataset splits of them. Writers turn output records (`Prediction.to_dict()`) into a file: predict's
-`--output`, the app's downloads and the service's `format=fhir`.
-
-    readers  jsonl (.jsonl, .json, .ndjson)  csv (.csv)  parquet (.parquet)  txt (.txt, one note)
-             fhir (FHIR R4 DocumentReference resources, one JSON object a line; chosen by name only)
-    writers  jsonl (.jsonl)  csv (.csv)  fhir (one FHIR R4 Bundle a line)
-
-Bounds every text reader shares: a `.gz` name is read through gzip, a zip, bzip2, xz, zstd or Parquet file under a
-text name is refused by its first bytes, a leading UTF-8 byte-order mark is dropped, and
-a record (a JSONL line, a CSV or Parquet cell, a .txt note) of more than MAX_RECORD_BYTES is reported as a bad row,
-never loaded whole nor dropped in silence. `reader(name)` / `writer(name)` look a format up, with a one-line error
-naming the known ones; `reader_for(file name)` picks one by the name's ending. Adding a format: docs/predict.md.
-"""
+A record over MAX_RECORD_BYTES is a bad row; writers' bodies: `format_writers`; adding a format: docs/predict.md."""
 
 from __future__ import annotations
 
-import codecs
 import csv
-import gzip
 import io
 import json
 import re
@@ -30,18 +14,12 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTuple, TextIO
 
 from clinicode.errors import ConfigError, DataFormatError
-from clinicode.files import LineTooLong, read_lines_bounded
+from clinicode.file_inputs import LineTooLong, read_lines_bounded
+from clinicode.format_streams import Upload, open_binary, suffix
+from clinicode.format_writers import csv_done, csv_writer, fhir_document, fhir_writer, jsonl_done, jsonl_writer
 
 MAX_RECORD_BYTES = 64 << 20  # bytes one record (JSONL line, table cell, .txt note) may hold
 BATCH_ROWS = 1024  # rows parsed at a time from CSV and Parquet
-
-
-@dataclass(frozen=True)
-class Upload:
-    """A file held in memory (an upload in the app): its name decides the format."""
-
-    name: str
-    data: bytes
 
 
 class Row(NamedTuple):
@@ -142,12 +120,6 @@ def writer(name: str) -> Writer:
     return WRITERS[name]
 
 
-def suffix(name: str) -> str:
-    """The format-deciding ending of a file name, lower case: '.csv', or '.csv.gz' for a gzipped one."""
-    p = Path(str(name).lower())
-    return "".join(p.suffixes[-2:]) if p.suffix == ".gz" else p.suffix
-
-
 def reader_for(name: str) -> Reader | None:
     """The input format a file name's ending picks ('.gz' of a text format included), or None."""
     end = suffix(name)
@@ -192,117 +164,6 @@ def over_limit(value: Any, limit: int) -> bool:
     if not isinstance(value, str) or len(value) * 4 <= limit:
         return False
     return len(value) > limit or len(value.encode("utf-8", "surrogatepass")) > limit
-
-
-def open_binary(source: Path | str | Upload | BinaryIO, name: str | None = None, *, text: bool = True,
-                where: str | None = None) -> BinaryIO:
-    """A binary stream over SOURCE (a path, an `Upload` or an open stream) with the shared bounds applied: a name
-    ending in .gz is read through gzip, and so is a text format's stream that starts with gzip's magic bytes
-    whatever its name (stdin, a pipe, a misnamed file); a text format's leading UTF-8 byte-order mark is dropped.
-
-    Raises:
-        DataFormatError: a text format's stream (or a .gz name's raw bytes) starts like a zip, bzip2, xz, zstd or
-            Parquet file: one line saying what it is and how to fix it.
-        DataFormatError: a text format's stream starts with a UTF-16 or UTF-32 byte-order mark (named by WHERE, else
-            by the name), which no reader can decode line by line; one line saying how to re-encode it.
-    """
-    if isinstance(source, Upload):
-        name = name or source.name
-    elif isinstance(source, (str, Path)):
-        name = name or str(source)
-    gz = text and suffix(name or "").endswith(".gz")
-    if isinstance(source, Upload):
-        f: BinaryIO = io.BytesIO(source.data)
-    elif isinstance(source, (str, Path)):
-        f = open(source, "rb")
-    else:
-        f = source
-    if text:
-        other = _binary_kind(_head(f, 10))
-        if other is not None:
-            if isinstance(source, (str, Path)):
-                f.close()
-            what, fix = other
-            shown = Path(name).name if name else "FILE"
-            raise DataFormatError(f"{where or name or 'input'}: {what}, not {'gzip-compressed ' if gz else ''}text "
-                                  f"(its first bytes say so); {fix.replace('FILE', shown)}.")
-    if gz:  # a path we opened is closed with the gzip stream over it
-        f = _GzipOwning(f) if isinstance(source, (str, Path)) else gzip.GzipFile(fileobj=f)
-    elif text and _head(f, 2) == GZIP_MAGIC:
-        f = _GzipOwning(f) if isinstance(source, (str, Path)) else gzip.GzipFile(fileobj=f)  # a pipe: not reopened
-    if text:
-        _skip_bom(f)
-        head = _head(f, 4)
-        wide = next((enc for bom, enc in _WIDE_BOMS if head.startswith(bom)), None)
-        if wide is not None:
-            if isinstance(source, (str, Path, Upload)):
-                f.close()
-            raise DataFormatError(f"{where or name or 'input'}: {wide} text (its byte-order mark says so), not "
-                                  f"UTF-8; re-encode the file as UTF-8 (e.g. iconv -f {wide} -t UTF-8).")
-    return f
-
-
-GZIP_MAGIC = b"\x1f\x8b"
-# Files that are no text however they are named: (first bytes, what the file is, how to fix; FILE: its name).
-_BINARY_MAGIC = (
-    (b"PK\x03\x04", "a zip archive", "unzip it (`unzip FILE`) and pass the file inside"),
-    (b"PK\x05\x06", "an empty zip archive", "unzip it (`unzip FILE`) and pass the file inside"),
-    (b"\xfd7zXZ\x00", "xz-compressed data", "decompress it (`unxz -k FILE`), or compress it with gzip instead "
-                                         "(a .gz name is read as it is)"),
-    (b"\x28\xb5\x2f\xfd", "zstd-compressed data", "decompress it (`unzstd FILE`), or compress it with gzip instead"),
-    (b"PAR1", "a Parquet file", "name it .parquet (or pass --input-format parquet)"),
-)
-_BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")  # bzip2's header and first block's magic
-
-
-def _binary_kind(head: bytes) -> tuple[str, str] | None:
-    """(what the file is, how to fix) for the first bytes of a zip, bzip2, xz, zstd or Parquet file, else None."""
-    if _BZIP2.match(head):
-        return "bzip2-compressed data", ("decompress it (`bunzip2 -k FILE`), or compress it with gzip instead "
-                                         "(a .gz name is read as it is)")
-    for magic, what, fix in _BINARY_MAGIC:
-        # Parquet's "PAR1" is followed by binary page headers; a text file may start with the word "PAR1"
-        if head.startswith(magic) and (magic != b"PAR1" or (len(head) > 4 and head[4] < 0x20 and head[4] not in
-                                                             b"\t\n\r")):
-            return what, fix
-    return None
-
-
-# UTF-32 first: its little-endian mark starts with UTF-16's.
-_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
-              (codecs.BOM_UTF16_BE, "UTF-16"))
-
-
-class _GzipOwning(gzip.GzipFile):
-    """gzip over a file we opened (a misnamed file or a pipe, already peeked at): closing it closes that file."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        super().__init__(fileobj=raw)
-        self._raw = raw
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._raw.close()
-
-
-def _head(f: BinaryIO, n: int) -> bytes:
-    """The first N bytes still to be read from F, without consuming them (b"" for a stream that can neither peek
-    nor seek)."""
-    if hasattr(f, "peek"):
-        return f.peek(n)[:n]
-    if f.seekable():
-        start = f.tell()
-        data = f.read(n)
-        f.seek(start)
-        return data
-    return b""
-
-
-def _skip_bom(f: BinaryIO) -> None:
-    if _head(f, len(codecs.BOM_UTF8)) == codecs.BOM_UTF8:
-        f.read(len(codecs.BOM_UTF8))
 
 
 def read_rows(source: Path | str | Upload | BinaryIO, fmt: Reader | str | None = None, *, name: str | None = None,
@@ -552,87 +413,15 @@ register_reader(Reader("fhir", (), fhir_rows, "FHIR R4 DocumentReference resourc
                        example=_fhir_example))
 
 
-# ------------------------------------------------------------------ writers
-CSV_HEADER = ("id", "predicted", "scores", "truncated", "error", "suggested")
-
-
-def record_line(rec: Mapping[str, Any]) -> str:
-    """One output record (`Prediction.to_dict()`) as its JSONL line, newline included."""
-    return json.dumps(rec, ensure_ascii=False) + "\n"
-
-
-def csv_row(rec: Mapping[str, Any]) -> list[Any]:
-    """One output record as the row of the CSV output (columns `CSV_HEADER`)."""
-    pred = ";".join(p["code"] for p in rec.get("predicted", []))
-    suggested = ";".join(p["code"] for p in rec.get("suggested", []))  # from the titles, not predictions (#43)
-    return [rec["id"], pred, json.dumps(rec.get("scores", {})), rec.get("truncated", ""), rec.get("error", ""),
-            suggested]
-
-
-def _jsonl_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] | None = None):
-    return lambda rec, note=None: f.write(record_line(rec))
-
-
-def _csv_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] | None = None):
-    w = csv.writer(f)
-    if header:
-        w.writerow(CSV_HEADER)
-    return lambda rec, note=None: w.writerow(csv_row(rec))
-
-
-def _fhir_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] | None = None):
-    """One Bundle a record and line; CONTEXT: `systems` and `source` (`clinicode.fhir.code_systems`,
-    `predictor_source`), so each Bundle names the checkpoint that suggested its codes. NOTE, the input record
-    (`clinicode.records.Record`) when given: a DocumentReference's `subject` and its `document` link go into the
-    Bundle as `$analyze` puts them (`clinicode.fhir.note_from_document_reference`, then `bundle`)."""
-    from clinicode.fhir import bundle
-
-    ctx = dict(context or {})
-
-    def write(rec: Mapping[str, Any], note: Any = None) -> None:
-        subject, document = getattr(note, "subject", None), getattr(note, "document", None)
-        f.write(record_line(bundle([rec], systems=ctx.get("systems"), source=ctx.get("source"),
-                                   subjects=[subject], documents=[document], family=ctx.get("family"))))
-
-    return write
-
-
-def _jsonl_done(f: TextIO) -> Counter[str]:
-    done: Counter[str] = Counter()
-    for line in f:
-        try:
-            done[str(json.loads(line)["id"])] += 1
-        except (json.JSONDecodeError, KeyError, TypeError):
-            break  # a torn last line from a kill: re-score from here
-    return done
-
-
-def _csv_done(f: TextIO) -> Counter[str]:
-    rows = csv.reader(f)
-    done: Counter[str] = Counter()
-    for row in rows:
-        if row and row != list(CSV_HEADER):  # the header, and again where a resumed run's part starts
-            done[row[0]] += 1
-    return done
-
-
-def _fhir_document(records: list[Mapping[str, Any]], context: Mapping[str, Any]) -> Any:
-    """One Bundle of all the batch's notes (serve's ?format=fhir), each with its subject."""
-    from clinicode.fhir import bundle
-
-    return bundle(records, systems=context.get("systems"), subjects=context.get("subjects"),
-                  source=context.get("source"), request_id=context.get("request_id"),
-                  family=context.get("family"))
-
-
-register_writer(Writer("jsonl", (".jsonl",), "application/x-ndjson", _jsonl_writer,
-                       "one JSON record a line", done_ids=_jsonl_done, app=True))
-register_writer(Writer("csv", (".csv",), "text/csv", _csv_writer,
+# ------------------------------------------------------------------ writers (their bodies: format_writers)
+register_writer(Writer("jsonl", (".jsonl",), "application/x-ndjson", jsonl_writer,
+                       "one JSON record a line", done_ids=jsonl_done, app=True))
+register_writer(Writer("csv", (".csv",), "text/csv", csv_writer,
                        "CSV: id, predicted (';'-joined), scores (JSON), truncated, error, suggested (';'-joined)",
-                       done_ids=_csv_done, app=True))
-register_writer(Writer("fhir", (), "application/fhir+ndjson", _fhir_writer,
+                       done_ids=csv_done, app=True))
+register_writer(Writer("fhir", (), "application/fhir+ndjson", fhir_writer,
                        "one FHIR R4 Bundle a note and line (docs/serve.md)", subjects=True, serve=True,
-                       document_of=_fhir_document, document_type="application/fhir+json"))
+                       document_of=fhir_document, document_type="application/fhir+json"))
 
 
 # The service (`clinicode serve`) answers a batch in its own JSON envelope ("json") or in a writer it is offered

@@ -1,18 +1,6 @@
-"""Batch scoring of files: notes in (read by `clinicode.records`), one output record per note out.
+"""Batch scoring of files: notes in (`clinicode.records`), one output record per note out through a format's writer.
 
-The output record is `Prediction.to_dict()`; the writers of `clinicode.formats` (jsonl, csv, fhir) are its only
-writers (the CLI's files, the app's downloads, through `records_bytes`), and `score_records` the only chunked scorer
-(`predict_file`, the app).
-
-Output goes to OUT.partial, flushed per chunk, and is renamed to OUT at the end: a killed run leaves no
-half-written OUT, and `resume=True` continues from the ids already in OUT.partial. OUT.partial.json records the
-checkpoint, options and input (size, modification time, hash of its first MiB) of the run that wrote it, so a
-resume with other ones is refused instead of mixing models or notes. OUT.partial is locked while a run writes it, so
-a second run to the same output refuses. A finished OUT gets a hidden marker, `.OUT.clinicode.json` (run id, size,
-SHA-256): only a file that matches its marker is recognised as predict's own and may be replaced. Claiming, locking,
-marking and recognising are `clinicode.files` (`PartialFile`, `is_marked_file`); this module writes the records.
-Bad records get an `error` field and are counted; they never stop the run unless `strict`.
-"""
+`predict_file` (resume, output claimed and marked through `files.PartialFile`), `score_records` (the chunked scorer)."""
 
 from __future__ import annotations
 
@@ -31,15 +19,15 @@ from clinicode import formats
 from clinicode.config import PREDICT, check_threshold
 from clinicode.environment import environment_hash
 from clinicode.errors import ConfigError, DataFormatError
+from clinicode.file_inputs import input_fingerprint
 from clinicode.files import (
     PartialFile,
     check_output,
-    input_fingerprint,
     is_marked_file,
     read_json,
     write_json_atomic,
 )
-from clinicode.formats import CSV_HEADER, csv_row, record_line  # noqa: F401  (the output's writers: formats)
+from clinicode.format_writers import CSV_HEADER, csv_row, record_line  # noqa: F401  (the output's writers)
 from clinicode.predict import Prediction, Predictor
 from clinicode.records import Record, read_records
 
@@ -238,19 +226,8 @@ def predict_file(
     fmt = formats.writer(output_format).name if output_format else formats.writer_for(str(output)).name
     if threshold is not None:
         check_threshold(threshold)  # before any output is claimed (the rule of every face: clinicode.config)
-    chosen = formats.writer(fmt)
-    other = formats.writer_for(str(output))  # the format the output's name promises (the default: any other name)
-    # a format without a file ending of its own (fhir: JSON lines) under a name that promises another (.csv)
-    if not chosen.suffixes and other is not chosen and other is not formats.writer_for("-"):
-        raise ConfigError(f"--format {fmt} writes {chosen.what}: give an --output not ending in "
-                          f"{formats.suffix(str(output))} (that is {other.name}'s ending).")
-    if resume and chosen.done_ids is None:
-        raise ConfigError(f"--format {fmt} cannot resume: drop --resume (its output is written whole; rerun to "
-                          "replace it).")
+    _check_output_format(fmt, output, resume=resume)
     to_file = str(output) != "-"
-    if resume and not to_file:
-        raise ConfigError("--resume continues the OUT.partial of an --output file; output to stdout (--output -) "
-                          "cannot be continued: give --output FILE, or drop --resume to score everything again.")
     if to_file:
         check_output_suffix(output)
         # a link: its target is written (the link stays)
@@ -266,30 +243,9 @@ def predict_file(
     claim: PartialFile | None = None
     run_id = uuid.uuid4().hex
     if to_file:
-        out = Path(output)
-        claim = PartialFile(out, kind=OUTPUT_KIND, partial_kind=PARTIAL_KIND, command="predict", option="--output")
-        partial, sidecar = claim.partial, claim.sidecar
         settings = _settings(predictor, input=input, fmt=fmt, top_k=top_k, threshold=threshold, explain=explain,
                              shard=shard, run_id=run_id)
-        claim.check()  # an OUT.partial, sidecar or marker that predict did not write is refused
-        if resume and not partial.is_file() and out.is_file():
-            raise ConfigError(f"--resume: {out} is a finished output and there is no "
-                              f"{partial.name} to continue; write new "
-                              "notes to another --output, or drop --resume to score everything again.")
-        claim.lock()  # a second run to the same output stops here
-        try:
-            if resume and claim.existed:
-                _check_resumable(sidecar, settings, partial)
-                _truncate_torn_tail(partial)
-                done = _done_ids(partial, fmt)
-            if not done:
-                write_json_atomic(sidecar, settings)  # before the first record, so every OUT.partial has its settings
-        except OSError as err:
-            claim.abandon()
-            raise _write_failed(err, sidecar, started=False) from None
-        except BaseException:
-            claim.abandon()
-            raise
+        claim, done = _claim_output(Path(output), fmt=fmt, resume=resume, settings=settings)
     writer = _Writer(output, fmt=fmt, append=resume and bool(done), claim=claim, run_id=run_id, context=context)
     try:
         counts = _score(predictor, writer, first, records, done, shard=shard, top_k=top_k, threshold=threshold,
@@ -304,6 +260,58 @@ def predict_file(
     if claim is not None:
         claim.drop_sidecar()
     return counts
+
+
+def _check_output_format(fmt: str, output: str | Path, *, resume: bool) -> None:
+    """Refuse a writer FMT under a name promising another format, and --resume where FMT or stdout cannot resume."""
+    chosen = formats.writer(fmt)
+    other = formats.writer_for(str(output))  # the format the output's name promises (the default: any other name)
+    # a format without a file ending of its own (fhir: JSON lines) under a name that promises another (.csv)
+    if not chosen.suffixes and other is not chosen and other is not formats.writer_for("-"):
+        raise ConfigError(f"--format {fmt} writes {chosen.what}: give an --output not ending in "
+                          f"{formats.suffix(str(output))} (that is {other.name}'s ending).")
+    if resume and chosen.done_ids is None:
+        raise ConfigError(f"--format {fmt} cannot resume: drop --resume (its output is written whole; rerun to "
+                          "replace it).")
+    if resume and str(output) == "-":
+        raise ConfigError("--resume continues the OUT.partial of an --output file; output to stdout (--output -) "
+                          "cannot be continued: give --output FILE, or drop --resume to score everything again.")
+
+
+def _claim_output(out: Path, *, fmt: str, resume: bool, settings: dict[str, Any]) -> tuple[PartialFile, Counter[str]]:
+    """Check and lock OUT.partial; with RESUME, the ids it already holds (else its new sidecar, SETTINGS, is written).
+
+    OUT.partial, flushed per chunk, is renamed to OUT at the end (a killed run leaves no half-written OUT); its sidecar
+    OUT.partial.json records the checkpoint, options and input of the run, so a resume with other ones is refused
+    instead of mixing models or notes. A finished OUT gets a hidden marker (run id, size, SHA-256): only a file that
+    matches it is predict's own and may be replaced.
+
+    Raises:
+        ConfigError: a file predict did not write, a finished OUT to resume, another run writing it.
+    """
+    claim = PartialFile(out, kind=OUTPUT_KIND, partial_kind=PARTIAL_KIND, command="predict", option="--output")
+    partial, sidecar = claim.partial, claim.sidecar
+    claim.check()  # an OUT.partial, sidecar or marker that predict did not write is refused
+    if resume and not partial.is_file() and out.is_file():
+        raise ConfigError(f"--resume: {out} is a finished output and there is no "
+                          f"{partial.name} to continue; write new "
+                          "notes to another --output, or drop --resume to score everything again.")
+    claim.lock()  # a second run to the same output stops here
+    done: Counter[str] = Counter()
+    try:
+        if resume and claim.existed:
+            _check_resumable(sidecar, settings, partial)
+            _truncate_torn_tail(partial)
+            done = _done_ids(partial, fmt)
+        if not done:
+            write_json_atomic(sidecar, settings)  # before the first record, so every OUT.partial has its settings
+    except OSError as err:
+        claim.abandon()
+        raise _write_failed(err, sidecar, started=False) from None
+    except BaseException:
+        claim.abandon()
+        raise
+    return claim, done
 
 
 def _score(predictor: Predictor, writer: _Writer, first: Record, records: Any, done: Counter[str], *,

@@ -1,10 +1,6 @@
-"""Note records to score, from the readers of `clinicode.formats` (JSONL, CSV, Parquet, .txt, FHIR DocumentReference),
-for the CLI, the app, the review queue and clusters.
+"""Note records to score (`Record`, `read_records`) from the formats' readers: the CLI, the app, review, clusters.
 
-Files are streamed, never loaded whole. A record that cannot be scored (invalid JSON, no text, text that is not a
-string or is blank) keeps its place with an `error`; a file that cannot be read at all raises DataFormatError.
-Messages name files, lines, rows and ids, never note text.
-"""
+Files are streamed; an unscorable record keeps its place with an `error`; messages never hold note text."""
 
 from __future__ import annotations
 
@@ -17,8 +13,10 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 from clinicode import formats
 from clinicode.errors import DataFormatError
-from clinicode.files import LineTooLong, is_readable_stream, path_kind, read_lines_bounded
-from clinicode.formats import BATCH_ROWS, Row, Upload  # noqa: F401  (Upload and BATCH_ROWS are read from here too)
+from clinicode.file_inputs import LineTooLong, read_lines_bounded
+from clinicode.files import is_readable_stream, path_kind
+from clinicode.format_streams import Upload, open_binary
+from clinicode.formats import BATCH_ROWS, Row  # noqa: F401  (BATCH_ROWS is read from here too)
 
 # bytes one record (JSONL line, table cell, .txt note) may hold; a longer one is a bad record, never loaded whole.
 # The formats' shared bound, read from here at each call (so a test can lower it for the notes predict reads).
@@ -205,38 +203,13 @@ def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterato
     if isinstance(source, Upload):
         where, name = source.name, source.name
     elif str(source) == "-":
-        if chosen is not None and chosen.name not in ("jsonl", "fhir"):
-            raise DataFormatError(f"--input -: stdin is read as JSONL (or fhir: DocumentReferences a line), not "
-                                  f"{chosen.name}; pass a file, or drop --input-format.")
-        try:
-            # not closed: stdin is the process's, not ours
-            f = formats.open_binary(sys.stdin.buffer, "stdin", where="--input -")
-            yield from _jsonl_records(f, "stdin", chosen.name if chosen and chosen.name == "fhir" else "jsonl")
-        except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # gzip on stdin, cut short or damaged
-            raise DataFormatError(f"--input -: damaged or truncated gzip on stdin ({type(err).__name__}); "
-                                  "send it again.") from None
-        except OSError as err:
-            raise DataFormatError("--input -: stdin could not be read "
-                                  f"({err.strerror or type(err).__name__}).") from None
+        yield from _stdin_records(chosen)
         return
     else:
         p = Path(source)
         where, name = f"--input {p}", p.name
         if p.is_dir():
-            files = sorted(q for q in p.iterdir() if formats.reader_for(q.name) is formats.READERS["txt"])
-            if not files:
-                raise DataFormatError(f"--input {p}: folder holds no .txt files; put one note per .txt file in it.")
-            for q in files:
-                rid = Path(q.stem).stem if q.suffix.lower() == ".gz" else q.stem
-                # a FIFO, a link loop or a sub-folder named like a note is a bad record: never opened, never dropped
-                if not q.is_file():
-                    yield Record(rid, None, _not_a_note_file(q))
-                    continue
-                try:
-                    yield _txt_record(rid, q, q.name)
-                except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # one damaged .txt.gz: its record, not the end
-                    yield Record(rid, None, f"file {q.name}: damaged or truncated gzip ({type(err).__name__}); "
-                                            "write it again")
+            yield from _folder_records(p)
             return
         stream = is_readable_stream(p)  # a pipe, e.g. bash's <(cmd) as /dev/fd/N
         if not p.is_file() and not stream:
@@ -256,7 +229,7 @@ def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterato
         if reader.name == "txt":
             yield _txt_record(Path(name[:-3] if gz else name).stem, src, name)
         else:
-            with formats.open_binary(src, name, text=reader.text, where=where) as f:
+            with open_binary(src, name, text=reader.text, where=where) as f:
                 if reader.name == "parquet":
                     yield from _parquet_records(f, where)
                 elif reader.name == "csv":
@@ -264,11 +237,46 @@ def read_records(source: str | Path | Upload, fmt: str | None = None) -> Iterato
                 else:
                     yield from _jsonl_records(f, name, reader.name)
     except UnicodeDecodeError as err:
-        line = None if stream else _first_bad_line(lambda: formats.open_binary(src, name))
+        line = None if stream else _first_bad_line(lambda: open_binary(src, name))
         at = f"line {line}" if line is not None else f"byte {err.start}"
         raise DataFormatError(f"{where}: not UTF-8 text ({err.reason} at {at}); re-encode the file as UTF-8.") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise DataFormatError(f"{where}: damaged or truncated file ({type(err).__name__}); write it again.") from None
+
+
+def _stdin_records(chosen: formats.Reader | None) -> Iterator[Record]:
+    """The records of JSONL (or fhir) on stdin; a damaged gzip or an unreadable stdin is one line."""
+    if chosen is not None and chosen.name not in ("jsonl", "fhir"):
+        raise DataFormatError(f"--input -: stdin is read as JSONL (or fhir: DocumentReferences a line), not "
+                              f"{chosen.name}; pass a file, or drop --input-format.")
+    try:
+        # not closed: stdin is the process's, not ours
+        f = open_binary(sys.stdin.buffer, "stdin", where="--input -")
+        yield from _jsonl_records(f, "stdin", chosen.name if chosen and chosen.name == "fhir" else "jsonl")
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # gzip on stdin, cut short or damaged
+        raise DataFormatError(f"--input -: damaged or truncated gzip on stdin ({type(err).__name__}); "
+                              "send it again.") from None
+    except OSError as err:
+        raise DataFormatError("--input -: stdin could not be read "
+                              f"({err.strerror or type(err).__name__}).") from None
+
+
+def _folder_records(p: Path) -> Iterator[Record]:
+    """One record a .txt note of folder P (sorted by name); an entry that is no regular file is a bad record."""
+    files = sorted(q for q in p.iterdir() if formats.reader_for(q.name) is formats.READERS["txt"])
+    if not files:
+        raise DataFormatError(f"--input {p}: folder holds no .txt files; put one note per .txt file in it.")
+    for q in files:
+        rid = Path(q.stem).stem if q.suffix.lower() == ".gz" else q.stem
+        # a FIFO, a link loop or a sub-folder named like a note is a bad record: never opened, never dropped
+        if not q.is_file():
+            yield Record(rid, None, _not_a_note_file(q))
+            continue
+        try:
+            yield _txt_record(rid, q, q.name)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # one damaged .txt.gz: its record, not the end
+            yield Record(rid, None, f"file {q.name}: damaged or truncated gzip ({type(err).__name__}); "
+                                    "write it again")
 
 
 def _not_a_note_file(q: Path) -> str:
@@ -283,7 +291,7 @@ def _not_a_note_file(q: Path) -> str:
 def _txt_record(rid: str, src: Path | Upload, name: str) -> Record:
     """One .txt note (read to at most MAX_LINE_BYTES + 1 bytes, so an oversized one is told, not loaded whole)."""
     try:
-        f = formats.open_binary(src, name, where=f"file {name}")
+        f = open_binary(src, name, where=f"file {name}")
     except DataFormatError as err:  # a UTF-16 note in a folder is one bad record, not the end of the folder
         return Record(rid, None, str(err))
     with f:

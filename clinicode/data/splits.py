@@ -1,9 +1,6 @@
-"""Published split lists: CAML / MIMIC-IV-ICD folders of `{train,dev,test}_{50,full}_hadm_ids.csv` (one HADM_ID a line,
-with or without a `hadm_id` header) and Edin et al.'s `hadm_id,split` CSV (train/val/test; val is clinicode's dev).
+"""Published split lists: CAML / MIMIC-IV-ICD `{train,dev,test}_{50,full}_hadm_ids.csv` and Edin et al.'s CSV.
 
-Id lists only; never reads notes or codes. The published lists ship with the package (PUBLISHED, gzipped; a `.gz`
-file is read through gzip wherever its plain name is asked for), so a fresh clone needs no other folder.
-"""
+Id lists only, never notes or codes; the published lists ship with the package (PUBLISHED, gzipped)."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ from pathlib import Path
 
 from clinicode.constants import SPLITS
 from clinicode.errors import DataFormatError
-from clinicode.formats import open_binary
+from clinicode.format_streams import open_binary
 
 SPLIT_FILE_TEMPLATE = "{split}_{kind}_hadm_ids.csv"
 TOP50_CODES_FILE = "top50_codes.txt"          # a pinned top-50 list beside the split files (MIMIC-IV-ICD)

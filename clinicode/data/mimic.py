@@ -1,7 +1,6 @@
 """Readers for the MIMIC-III v1.4 tables clinicode uses, with explicit dtypes (codes are always strings).
 
-Owns file discovery (.csv or .csv.gz) and parsing only; never joins notes or builds labels (prepare.py does).
-"""
+File discovery (.csv or .csv.gz) and parsing only; never joins notes or builds labels (`source_mimic3` does)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Readers for MIMIC-IV v2.2 (`hosp/`) and MIMIC-IV-Note v2.2 (`note/`), with explicit dtypes (codes are strings).
 
-Owns file discovery and parsing only; never joins notes or builds labels (prepare.py does). Notes are streamed in
-chunks: the discharge table (331,794 notes, ~3.5 GB of text) is never held in memory.
-"""
+File discovery and parsing only (`source_mimic4` joins); the discharge table (~3.5 GB of text) is streamed in chunks."""
 
 from __future__ import annotations
 

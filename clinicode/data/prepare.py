@@ -1,29 +1,24 @@
 """The write side of stage 1: raw MIMIC tables -> prepared dataset folder (parquet splits, labels.json, manifest).
 
-MIMIC-III (NOTEEVENTS; CAML's rules, docs/domain.md sections 3-5) or MIMIC-IV v2.2 with MIMIC-IV-Note v2.2 (section 12).
-Notes are streamed: MIMIC-III keeps only its discharge summaries in memory; MIMIC-IV's text goes through compressed
-bucket files inside the output's temporary folder, so memory stays bounded at full size.
-"""
+The release's own reading is `source_mimic3` / `source_mimic4`; here: options, label set, splits, counts, writing."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from clinicode.artifacts import make_manifest
 from clinicode.codes.icd9 import load_descriptions_tsv
-from clinicode.codes.icd10 import format_code, icd10_cm_titles, normalise_code
+from clinicode.codes.icd10 import icd10_cm_titles, normalise_code
 from clinicode.codes.systems import ICD9_CM, ICD10
 from clinicode.config import PREPARE, PrepareConfig
 from clinicode.constants import CAML50_SPLIT_COUNTS, CAML_TOP50, LABELS_FILE, SPLITS
@@ -31,6 +26,9 @@ from clinicode.data import mimic, mimic4
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import is_prepared_dataset
 from clinicode.data.protocols import Protocol, find_protocol
+from clinicode.data.source import Source
+from clinicode.data.source_mimic3 import DESCRIPTIONS_TSV, mimic3_source
+from clinicode.data.source_mimic4 import mimic4_source
 from clinicode.data.splits import (
     CAML_IDS,
     TOP50_CODES_FILE,
@@ -46,248 +44,11 @@ from clinicode.files import atomic_dir, check_output, sha256_file, write_manifes
 
 log = logging.getLogger(__name__)
 
-NOTE_ORDER_MIMIC3 = (
-    "Discharge-summary rows (DESCRIPTION 'Report' and 'Addendum') of one HADM_ID joined with a single space, "
-    "ordered Report before Addendum, then CHARTDATE, then ROW_ID; rows without text dropped; ISERROR not filtered "
-    "(CAML parity)."
-)
-NOTE_ORDER_MIMIC4 = (
-    "note/discharge rows of one hadm_id (summaries and addenda) joined with a single space in note_seq order, then "
-    "file order; rows without text dropped, a text repeated within an admission kept once (first in file order, "
-    "Edin et al.'s (hadm_id, text) rule); no other note table is read."
-)
 NOT_COMPARABLE = "not comparable with published results"
 # Proportions of CAML's top-50 split, used when no split lists are given (8,066 : 1,573 : 1,729).
 _SPLIT_WEIGHTS = tuple(CAML50_SPLIT_COUNTS[s] for s in SPLITS)
-DESCRIPTIONS_TSV = "ICD9_descriptions.tsv"
-_BUCKET_WIDTH = 100_000  # hadm_ids per note bucket: ~3,000 MIMIC-IV admissions, ~35 MB of text
-_TEXT_BATCH = 2_000      # documents per Parquet row group written
 
 
-@dataclass
-class _Source:
-    """What one MIMIC release gives the shared steps: codes, admissions with notes, titles, and their texts."""
-
-    release: str                   # "mimic3" or "mimic4"
-    icd_version: int
-    codes: pd.DataFrame            # HADM_ID int64, SUBJECT_ID, code (dotted), one row per admission and code
-    docs: pd.DataFrame             # HADM_ID (sorted, unique), SUBJECT_ID, n_notes: admissions with a note with text
-    titles: dict[str, str]         # dotted code -> title
-    title_sources: dict[str, str]
-    texts: Callable[[np.ndarray], Iterator[tuple[np.ndarray,
-                                                 pa.Array]]]  # kept hadm ids -> (ids, joined texts), id order
-    note_order: str
-    inputs: dict[str, Path]
-    dropped: dict[str, int] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def drop(self, reason: str, n: int) -> None:
-        if n:
-            self.dropped[reason] = self.dropped.get(reason, 0) + int(n)
-
-
-def _dotted(raw: pd.Series, *, version: int, is_diagnosis: bool, path: str) -> pd.Series:
-    """Dotted code per row ("" for a value that is not a code of that version and table); each raw code once."""
-    try:
-        mapping = {r: format_code(r, version=version, is_diagnosis=is_diagnosis) for r in raw.unique()}
-    except DataFormatError as err:
-        raise DataFormatError(f"{path}: {err}") from err
-    return raw.map(mapping).astype(str)
-
-
-def _coded(source: _Source, table: str, raw: pd.DataFrame, column: str, *, is_diagnosis: bool,
-           path: str) -> pd.DataFrame:
-    dotted = _dotted(raw[column], version=source.icd_version, is_diagnosis=is_diagnosis, path=path)
-    malformed = dotted == ""
-    source.drop(f"{table}.malformed_code", int(malformed.sum()))  # e.g. 'NA', '401.90000', full-width digits
-    return pd.DataFrame({"HADM_ID": raw["HADM_ID"][~malformed].to_numpy(),
-                         "SUBJECT_ID": raw["SUBJECT_ID"][~malformed].to_numpy(), "code": dotted[~malformed].to_numpy()})
-
-
-def _dedupe_codes(source: _Source, parts: list[pd.DataFrame]) -> pd.DataFrame:
-    codes = pd.concat(parts, ignore_index=True)
-    n = len(codes)
-    codes = codes.drop_duplicates(["HADM_ID", "code"]).reset_index(drop=True)
-    source.counts.update(code_rows_kept=n, duplicate_code_rows=n - len(codes))
-    return codes
-
-
-# ------------------------------------------------------------------------------------------------- MIMIC-III
-def _join_notes(notes: pd.DataFrame) -> pd.DataFrame:
-    """One row per HADM_ID: SUBJECT_ID and the joined TEXT, in clinicode's MIMIC-III note order.
-
-    Only the key columns are sorted; TEXT is gathered once in that order and joined per admission in Arrow,
-    so the note text exists at most twice in memory (real-size NOTEEVENTS: peak ~1.8 GB instead of ~3 GB).
-    """
-    keys = pd.DataFrame({
-        "HADM_ID": notes["HADM_ID"], "_addendum": (notes["DESCRIPTION"] != "Report").astype("int8"),
-        "CHARTDATE": notes["CHARTDATE"], "ROW_ID": notes["ROW_ID"], "SUBJECT_ID": notes["SUBJECT_ID"],
-    }).reset_index(drop=True)
-    keys = keys.sort_values(["HADM_ID", "_addendum", "CHARTDATE", "ROW_ID"], na_position="last", kind="stable")
-    order = pa.array(keys.index.to_numpy())
-    text = pa.chunked_array([pa.array(notes["TEXT"].array, type=pa.large_string())]).combine_chunks().take(order)
-    del notes["TEXT"]  # the caller is done with it: free the unsorted copy now
-    hadm = keys["HADM_ID"].to_numpy()
-    joined, starts = _join_runs(hadm, text)
-    first = keys.iloc[starts]
-    subject = keys.groupby("HADM_ID", sort=True)["SUBJECT_ID"].first()                # first non-null per admission
-    return pd.DataFrame({
-        "HADM_ID": first["HADM_ID"].to_numpy(),
-        "SUBJECT_ID": subject.reindex(first["HADM_ID"]).to_numpy(),
-        "TEXT": joined.to_pandas(),                                                   # Arrow-backed strings
-        "n_notes": np.diff(np.r_[starts, len(hadm)]),
-    })
-
-
-def _join_runs(hadm: np.ndarray, text: pa.Array) -> tuple[pa.Array, np.ndarray]:
-    """Join the texts of each run of equal (sorted) hadm ids with one space: (joined texts, first row of each run)."""
-    starts = np.flatnonzero(np.r_[True, hadm[1:] != hadm[:-1]])
-    offsets = pa.array(np.r_[starts, len(hadm)].astype(np.int64))
-    return pc.binary_join(pa.LargeListArray.from_arrays(offsets, text), pa.scalar(" ", pa.large_string())), starts
-
-
-def _mimic3(mimic_dir: Path, splits_dir: Path | None, cfg: PrepareConfig) -> _Source:
-    paths = {t: mimic.find_table(mimic_dir, t) for t in (mimic.NOTEEVENTS, mimic.DIAGNOSES_ICD, mimic.PROCEDURES_ICD)}
-    titles, sources = _mimic3_titles(mimic_dir, splits_dir)
-    source = _Source("mimic3", 9, pd.DataFrame(), pd.DataFrame(), titles, sources, lambda keep: iter(()),
-                     NOTE_ORDER_MIMIC3, dict(paths))
-    parts = []
-    for table, is_dx in ((mimic.DIAGNOSES_ICD, True), (mimic.PROCEDURES_ICD, False)):
-        raw, stats = mimic.read_codes(mimic_dir, table)
-        for reason, n in stats.dropped.items():
-            source.drop(f"{table}.{reason}", n)
-        parts.append(_coded(source, table, raw, "ICD9_CODE", is_diagnosis=is_dx, path=stats.path))
-    source.codes = _dedupe_codes(source, parts)
-
-    notes, note_stats = mimic.read_discharge_summaries(mimic_dir, chunksize=cfg.chunksize)
-    for reason, n in note_stats.dropped.items():
-        source.drop(f"NOTEEVENTS.{reason}", n)
-    empty = notes["TEXT"].str.strip() == ""
-    source.drop("NOTEEVENTS.discharge_summary_without_text", int(empty.sum()))
-    source.counts.update(noteevents_rows_read=note_stats.rows_read, discharge_summary_rows=len(notes))
-    docs = _join_notes(notes[~empty.to_numpy()].reset_index(drop=True))
-    del notes
-    texts = docs.pop("TEXT")
-    source.docs = docs
-
-    def joined(keep: np.ndarray) -> Iterator[tuple[np.ndarray, pa.Array]]:
-        rows = np.flatnonzero(np.isin(docs["HADM_ID"].to_numpy(), keep))
-        arr = pa.array(texts.array, type=pa.large_string())
-        for lo in range(0, len(rows), _TEXT_BATCH):
-            take = rows[lo:lo + _TEXT_BATCH]
-            yield docs["HADM_ID"].to_numpy()[take], arr.take(pa.array(take))
-
-    source.texts = joined
-    return source
-
-
-def _mimic3_titles(mimic_dir: Path, splits_dir: Path | None) -> tuple[dict[str, str], dict[str, str]]:
-    """Dotted code -> LONG_TITLE from D_ICD_* (mapped through the dotted code), ICD9_descriptions.tsv as fallback."""
-    out: dict[str, str] = {}
-    sources: dict[str, str] = {}
-    tsv = resolve(Path(splits_dir) / DESCRIPTIONS_TSV) if splits_dir is not None else None
-    if tsv is not None and tsv.is_file():
-        out.update(load_descriptions_tsv(tsv))
-        sources["tsv"] = str(tsv)
-    for table, is_dx in ((mimic.D_ICD_DIAGNOSES, True), (mimic.D_ICD_PROCEDURES, False)):
-        titles, path = mimic.read_titles(mimic_dir, table)
-        if path is None:
-            continue
-        sources[table] = str(path)
-        for raw, title in titles.items():
-            if raw and title and (is_dx or len(raw.replace(".", "")) > 2):
-                dotted = format_code(raw, version=9, is_diagnosis=is_dx)
-                if dotted:
-                    out[dotted] = title  # MIMIC's own title wins over the TSV
-    return out, sources
-
-
-# ------------------------------------------------------------------------------------------------- MIMIC-IV
-def _mimic4(mimic_dir: Path, note_dir: Path, cfg: PrepareConfig, work: Path) -> _Source:
-    """MIMIC-IV codes of one ICD version, and note/discharge streamed into hadm-ordered bucket files under WORK."""
-    version = int(cfg.icd_version)  # type: ignore[arg-type]
-    paths = {t: mimic4.find_table4(mimic_dir, mimic4.HOSP, t) for t in (mimic4.DIAGNOSES_ICD, mimic4.PROCEDURES_ICD)}
-    paths[mimic4.DISCHARGE] = mimic4.find_table4(note_dir, mimic4.NOTE, mimic4.DISCHARGE)
-    titles: dict[str, str] = {}
-    sources: dict[str, str] = {}
-    for table, is_dx in ((mimic4.D_ICD_DIAGNOSES, True), (mimic4.D_ICD_PROCEDURES, False)):
-        raw_titles, path = mimic4.read_titles4(mimic_dir, table, version=version)
-        if path is not None:
-            sources[table] = str(path)
-            for raw, title in raw_titles.items():
-                dotted = format_code(raw, version=version, is_diagnosis=is_dx) if raw and title else ""
-                if dotted:
-                    titles[dotted] = title
-    source = _Source("mimic4", version, pd.DataFrame(), pd.DataFrame(), titles, sources, lambda keep: iter(()),
-                     NOTE_ORDER_MIMIC4, dict(paths))
-    parts = []
-    for table, is_dx in ((mimic4.DIAGNOSES_ICD, True), (mimic4.PROCEDURES_ICD, False)):
-        raw, stats = mimic4.read_codes4(mimic_dir, table, version=version)
-        for reason, n in stats.dropped.items():
-            source.drop(f"{table}.{reason}", n)
-        parts.append(_coded(source, table, raw, "ICD_CODE", is_diagnosis=is_dx, path=stats.path))
-    source.codes = _dedupe_codes(source, parts)
-
-    # Notes: one streamed pass. Each kept row goes to the bucket file of its hadm_id range (text never held whole);
-    # the small per-row keys stay in memory to find repeated texts of an admission and to count notes per admission.
-    buckets = work / ".notes"
-    buckets.mkdir()
-    schema = pa.schema([("ROW", pa.int64()), ("HADM_ID", pa.int64()), ("NOTE_SEQ", pa.int64()), ("HASH", pa.uint64()),
-                        ("TEXT", pa.large_string())])
-    writers: dict[int, Any] = {}
-    keys = []
-    stats = mimic.ReadStats(mimic4.DISCHARGE, str(paths[mimic4.DISCHARGE]))
-    options = ipc.IpcWriteOptions(compression="lz4")
-    try:
-        for chunk in mimic4.stream_discharge(note_dir, chunksize=cfg.note_chunksize, stats=stats):
-            keys.append(chunk[["ROW", "SUBJECT_ID", "HADM_ID", "HASH"]])
-            bucket = chunk["HADM_ID"].to_numpy() // _BUCKET_WIDTH
-            for b in np.unique(bucket):
-                if b not in writers:
-                    writers[b] = ipc.new_file(str(buckets / f"{b:08d}.arrow"), schema, options=options)
-                part = chunk[bucket == b]
-                writers[b].write_table(pa.table({
-                    "ROW": part["ROW"].to_numpy(), "HADM_ID": part["HADM_ID"].to_numpy(),
-                    "NOTE_SEQ": part["NOTE_SEQ"].to_numpy(), "HASH": part["HASH"].to_numpy(),
-                    "TEXT": pa.array(part["TEXT"].tolist(), pa.large_string())}, schema=schema))
-    finally:
-        for w in writers.values():
-            w.close()
-    for reason, n in stats.dropped.items():
-        source.drop(f"discharge.{reason}", n)
-    if not keys:
-        raise DataFormatError(f"No discharge note with text in {paths[mimic4.DISCHARGE]} (read "
-                              f"{stats.rows_read:,} rows). "
-                              "Is --note-dir the MIMIC-IV-Note v2.2 folder?")
-    rows = pd.concat(keys, ignore_index=True)
-    dup = rows.duplicated(["HADM_ID", "HASH"])
-    source.drop("discharge.duplicate_text_of_admission", int(dup.sum()))
-    rows = rows[~dup.to_numpy()]
-    source.counts.update(discharge_rows_read=stats.rows_read, discharge_rows_kept=len(rows))
-    per = rows.groupby("HADM_ID", sort=True)
-    source.docs = pd.DataFrame({"SUBJECT_ID": per["SUBJECT_ID"].first(), "n_notes": per.size()}).reset_index()
-
-    def joined(keep: np.ndarray) -> Iterator[tuple[np.ndarray, pa.Array]]:
-        wanted = pa.array(np.asarray(keep, dtype=np.int64))
-        for path in sorted(buckets.iterdir()):
-            with ipc.open_file(str(path)) as f:
-                table = f.read_all()
-            table = table.filter(pc.is_in(table["HADM_ID"], value_set=wanted))
-            if not table.num_rows:
-                continue
-            df = table.select(["ROW", "HADM_ID", "NOTE_SEQ", "HASH"]).to_pandas()
-            df = df[~df.duplicated(["HADM_ID", "HASH"])].sort_values(["HADM_ID", "NOTE_SEQ", "ROW"], kind="stable")
-            text = table["TEXT"].combine_chunks().take(pa.array(df.index.to_numpy()))
-            hadm = df["HADM_ID"].to_numpy()
-            texts, starts = _join_runs(hadm, text)
-            for lo in range(0, len(starts), _TEXT_BATCH):
-                yield hadm[starts[lo:lo + _TEXT_BATCH]], texts.slice(lo, _TEXT_BATCH)
-
-    source.texts = joined
-    return source
-
-
-# ------------------------------------------------------------------------------------------------- shared
 def _hash_split(subject_ids: pd.Series) -> pd.Series:
     """Deterministic split per patient: md5 of the SUBJECT_ID -> bucket in CAML's split proportions."""
     total = sum(_SPLIT_WEIGHTS)
@@ -434,20 +195,8 @@ def prepare_mimic(
     splits_dir, splits_file = packaged(splits_dir), packaged(splits_file)  # a name of the packaged lists works too
     cfg = PrepareConfig(label_set=label_set, top_k=top_k, min_code_count=min_code_count, icd_version=icd_version,
                         chunksize=chunksize, note_chunksize=note_chunksize)  # range checks live there
-    if splits_dir is not None and splits_file is not None:
-        raise ConfigError("give --splits-dir (CAML/MIMIC-IV-ICD id lists) or --splits-file "
-                          "(hadm_id,split CSV), not both.")
-    release = detect_release(mimic_dir)
-    if release == "mimic4" and icd_version is None:
-        raise ConfigError(f"{mimic_dir} is MIMIC-IV, which codes in ICD-9 and ICD-10: pass --icd-version 9 or 10.")
-    if release == "mimic3" and icd_version not in (None, 9):
-        raise ConfigError(f"{mimic_dir} is MIMIC-III, which is coded in ICD-9 only; drop --icd-version 10.")
-    if release == "mimic3" and note_dir is not None:
-        raise ConfigError("--note-dir is for MIMIC-IV (note/discharge); MIMIC-III's notes are in "
-                          "NOTEEVENTS in --mimic-dir.")
-    chosen_set = cfg.label_set or ("caml50" if release == "mimic3" else "top50")
-    if chosen_set == "caml50" and release == "mimic4":
-        raise ConfigError("--label-set caml50 is CAML's MIMIC-III list; for MIMIC-IV use top50, frequent or full.")
+    release, chosen_set = _release_and_label_set(mimic_dir, cfg, note_dir=note_dir, splits_dir=splits_dir,
+                                                 splits_file=splits_file)
     note_dir = Path(note_dir) if note_dir is not None else mimic_dir
     check_output(out_dir, option="--out", command="prepare", folder=True, recognise=is_prepared_dataset,
                  inputs={"--mimic-dir": mimic_dir, "--note-dir": note_dir, "--splits-dir": splits_dir,
@@ -460,30 +209,64 @@ def prepare_mimic(
                            None if default else expect_published_counts)
 
     with atomic_dir(out_dir, replaces=is_prepared_dataset) as tmp:
-        source = _mimic3(mimic_dir, splits_dir, cfg) if release == "mimic3" else _mimic4(mimic_dir, note_dir, cfg, tmp)
+        if release == "mimic3":
+            source = mimic3_source(mimic_dir, splits_dir, cfg)
+        else:
+            source = mimic4_source(mimic_dir, note_dir, cfg, tmp)
         if default and _are_listed(source, kind):
             # MIMIC-III's own admissions and no split option: CAML's packaged lists, its protocol (a fresh clone needs
             # no other folder). Other data (a synthetic demo's invented ids) keeps the hash split by patient.
             splits_dir = CAML_IDS
             choice = _split_choice(splits_dir, None, kind, chosen_set, release, cfg, expect_published_counts)
-            tsv = resolve(CAML_IDS / DESCRIPTIONS_TSV)
-            source.titles = {**load_descriptions_tsv(tsv), **source.titles}
-            source.title_sources["tsv"] = str(tsv)
+            _add_caml_titles(source)
         elif default and expect_published_counts:
             choice = _split_choice(None, None, kind, chosen_set, release, cfg, expect_published_counts)  # raises
         split_ids, split_files, pinned, protocol, matches, check_counts = choice
         plan = _Plan(cfg, chosen_set, split_ids, split_files, pinned, protocol, matches, check_counts, mimic_dir,
                      splits_dir, splits_file, out_dir)
-        summary, manifest, docs, labels = _assemble(source, plan)
-        _write_splits(tmp, docs, source.texts(docs["HADM_ID"].to_numpy()))
-        labels.save(tmp / LABELS_FILE)
-        write_manifest(tmp, manifest)
-        notes = tmp / ".notes"
-        if notes.exists():
-            for p in notes.iterdir():
-                p.unlink()
-            notes.rmdir()
+        summary = _write_dataset(tmp, source, plan)
     log.info("prepared %s in %.1f s: %s", out_dir, time.perf_counter() - t0, summary["splits"])
+    return summary
+
+
+def _release_and_label_set(mimic_dir: Path, cfg: PrepareConfig, *, note_dir: Path | None, splits_dir: Path | None,
+                           splits_file: Path | None) -> tuple[str, str]:
+    """The release in MIMIC_DIR and the label set chosen for it; refuses options that contradict them."""
+    if splits_dir is not None and splits_file is not None:
+        raise ConfigError("give --splits-dir (CAML/MIMIC-IV-ICD id lists) or --splits-file "
+                          "(hadm_id,split CSV), not both.")
+    release = detect_release(mimic_dir)
+    if release == "mimic4" and cfg.icd_version is None:
+        raise ConfigError(f"{mimic_dir} is MIMIC-IV, which codes in ICD-9 and ICD-10: pass --icd-version 9 or 10.")
+    if release == "mimic3" and cfg.icd_version not in (None, 9):
+        raise ConfigError(f"{mimic_dir} is MIMIC-III, which is coded in ICD-9 only; drop --icd-version 10.")
+    if release == "mimic3" and note_dir is not None:
+        raise ConfigError("--note-dir is for MIMIC-IV (note/discharge); MIMIC-III's notes are in "
+                          "NOTEEVENTS in --mimic-dir.")
+    chosen_set = cfg.label_set or ("caml50" if release == "mimic3" else "top50")
+    if chosen_set == "caml50" and release == "mimic4":
+        raise ConfigError("--label-set caml50 is CAML's MIMIC-III list; for MIMIC-IV use top50, frequent or full.")
+    return release, chosen_set
+
+
+def _add_caml_titles(source: Source) -> None:
+    """CAML's packaged ICD9_descriptions.tsv under the data's own titles (MIMIC's own title wins)."""
+    tsv = resolve(CAML_IDS / DESCRIPTIONS_TSV)
+    source.titles = {**load_descriptions_tsv(tsv), **source.titles}
+    source.title_sources["tsv"] = str(tsv)
+
+
+def _write_dataset(tmp: Path, source: Source, plan: _Plan) -> dict[str, Any]:
+    """Label, split and write the dataset into TMP (splits, labels.json, manifest.json last); returns the summary."""
+    summary, manifest, docs, labels = _assemble(source, plan)
+    _write_splits(tmp, docs, source.texts(docs["HADM_ID"].to_numpy()))
+    labels.save(tmp / LABELS_FILE)
+    write_manifest(tmp, manifest)
+    notes = tmp / ".notes"
+    if notes.exists():
+        for p in notes.iterdir():
+            p.unlink()
+        notes.rmdir()
     return summary
 
 
@@ -512,7 +295,7 @@ def _split_choice(splits_dir: Path | None, splits_file: Path | None, kind: str, 
     return split_ids, split_files, pinned, protocol, matches, check_counts
 
 
-def _are_listed(source: _Source, kind: str) -> bool:
+def _are_listed(source: Source, kind: str) -> bool:
     """True when most of CAML's packaged ids of KIND are admissions of this data (real MIMIC-III, not a demo's)."""
     listed = [h for s in SPLITS for h in read_id_list(split_file(CAML_IDS, s, kind))]
     present = set(source.docs["HADM_ID"].tolist())
@@ -537,7 +320,7 @@ class _Plan:
     out_dir: Path
 
 
-def _assemble(source: _Source, plan: _Plan) -> tuple[dict[str, Any], dict[str, Any], pd.DataFrame, LabelSet]:
+def _assemble(source: Source, plan: _Plan) -> tuple[dict[str, Any], dict[str, Any], pd.DataFrame, LabelSet]:
     """Label set, labels per document, splits and counts: the steps MIMIC-III and MIMIC-IV share."""
     coded = set(source.codes["HADM_ID"].unique().tolist())
     has_note = set(source.docs["HADM_ID"].tolist())
@@ -551,7 +334,7 @@ def _assemble(source: _Source, plan: _Plan) -> tuple[dict[str, Any], dict[str, A
     return summary, _manifest(source, plan, summary, n_docs, n_codes), docs.sort_values("HADM_ID"), labels
 
 
-def _label_set(source: _Source, plan: _Plan, codes: pd.DataFrame) -> tuple[LabelSet, int, list[str]]:
+def _label_set(source: Source, plan: _Plan, codes: pd.DataFrame) -> tuple[LabelSet, int, list[str]]:
     """The label set with titles; how many codes the admissions with a note carry; the label codes without a title."""
     label_codes, counts = _label_codes(plan.cfg, plan.label_set, codes, plan.pinned)
     titles = dict(source.titles)
@@ -566,7 +349,7 @@ def _label_set(source: _Source, plan: _Plan, codes: pd.DataFrame) -> tuple[Label
     return labels, len(counts), undescribed
 
 
-def _labelled_docs(source: _Source, labels: LabelSet, codes: pd.DataFrame, coded: set[int]) -> pd.DataFrame:
+def _labelled_docs(source: Source, labels: LabelSet, codes: pd.DataFrame, coded: set[int]) -> pd.DataFrame:
     """Admissions with a note, each with its label-set codes (label order) and a SUBJECT_ID; the rest are dropped."""
     index = {c: i for i, c in enumerate(labels.codes)}
     in_set = codes[codes["code"].isin(index)]
@@ -585,7 +368,7 @@ def _labelled_docs(source: _Source, labels: LabelSet, codes: pd.DataFrame, coded
     return docs[~no_subject.to_numpy()]
 
 
-def _assign_splits(source: _Source, docs: pd.DataFrame,
+def _assign_splits(source: Source, docs: pd.DataFrame,
                    split_ids: dict[str, list[int]] | None) -> tuple[pd.DataFrame, dict[str, int]]:
     """Each document's split (from the id lists, else a hash of SUBJECT_ID); listed ids missing from the data."""
     if split_ids is None:
@@ -599,7 +382,7 @@ def _assign_splits(source: _Source, docs: pd.DataFrame,
     return docs, {s: sum(1 for h in split_ids[s] if h not in present) for s in SPLITS}
 
 
-def _check_counts(source: _Source, plan: _Plan, docs: pd.DataFrame, labels: LabelSet,
+def _check_counts(source: Source, plan: _Plan, docs: pd.DataFrame, labels: LabelSet,
                   missing_from_data: dict[str, int]) -> dict[str, int]:
     """Documents per split; refuses none at all, and a protocol's counts not reproduced when they are required."""
     if not len(docs):
@@ -626,7 +409,7 @@ def _check_counts(source: _Source, plan: _Plan, docs: pd.DataFrame, labels: Labe
     return n_docs
 
 
-def _summary(source: _Source, plan: _Plan, n_docs: dict[str, int], labels: LabelSet, missing_from_data: dict[str, int],
+def _summary(source: Source, plan: _Plan, n_docs: dict[str, int], labels: LabelSet, missing_from_data: dict[str, int],
              undescribed: list[str]) -> dict[str, Any]:
     """`prepare_dataset`'s return value (also in manifest.json), with the reason when it is not a protocol's."""
     comparable = bool(plan.matches)
@@ -652,7 +435,7 @@ def _summary(source: _Source, plan: _Plan, n_docs: dict[str, int], labels: Label
     return summary
 
 
-def _manifest(source: _Source, plan: _Plan, summary: dict[str, Any], n_docs: dict[str, int],
+def _manifest(source: Source, plan: _Plan, summary: dict[str, Any], n_docs: dict[str, int],
               n_codes: int) -> dict[str, Any]:
     """manifest.json of the prepared dataset: the summary, the options, the counts and every input's hash."""
     cfg, protocol, pinned = plan.cfg, plan.protocol, plan.pinned

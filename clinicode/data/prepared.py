@@ -1,8 +1,5 @@
 """The read side of stage 1: load and validate a prepared dataset folder (parquet, JSONL or CSV splits, the text
-ones optionally gzipped, all read through `clinicode.formats`).
-
-Used by training and evaluation; never reads raw MIMIC tables and never writes.
-"""
+ones optionally gzipped, read through `clinicode.formats`), for training and evaluation; never writes."""
 
 from __future__ import annotations
 
@@ -27,6 +24,7 @@ from clinicode.constants import EVIDENCE, ID, LABELS, LABELS_FILE, MANIFEST_FILE
 from clinicode.data.labels import LabelSet
 from clinicode.errors import DataFormatError
 from clinicode.files import manifest_kind, read_json, sha256_file
+from clinicode.format_streams import open_binary
 from clinicode.formats import describe_columns
 
 log = logging.getLogger(__name__)
@@ -99,7 +97,7 @@ def _check_utf8(path: Path) -> None:
         raise DataFormatError(f"{path} is empty; expected a header/rows with columns id, text, labels.")
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset = 0
-    with formats.open_binary(path) as f:
+    with open_binary(path) as f:
         while block := f.read(1 << 20):
             try:
                 decoder.decode(block)
@@ -381,30 +379,8 @@ def _top_codes(train: pd.DataFrame, top_k: int) -> list[str]:
     return [c for c, _ in ranked[:top_k]]
 
 
-def load_dataset(path: Path, *, top_k: int | None = None) -> PreparedDataset:
-    """Load and validate a prepared dataset folder.
-
-    The folder holds `{train,dev,test}.{parquet,jsonl,csv}` (train and dev required, test optional) with
-    columns id, text, labels (a list; a ';'-separated string in CSV); extra columns are ignored, ids become
-    strings. With `labels.json` the label set is fixed and any other code is an error. Without it the label
-    set is the sorted union of train codes, and codes seen only in dev/test are removed from those documents
-    (counted in `stats["unseen_label_occurrences"]`). Documents with an empty label list are kept.
-
-    Args:
-        path: the dataset folder.
-        top_k: keep only the top_k most frequent train codes (documents counted once per code, ties by code
-            string); documents left without a label are dropped from every split.
-    Returns:
-        The validated PreparedDataset; labels in each row are sorted by label index.
-    Raises:
-        DataFormatError: missing folder/split/column, empty or non-UTF-8 file, duplicate ids, empty text,
-            a code outside labels.json, or no label left.
-    """
-    path = Path(path)
-    if not path.is_dir():
-        raise DataFormatError(f"dataset folder {path} does not exist; pass the folder written by `clinicode prepare`.")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise DataFormatError(f"top_k must be a positive integer, got {top_k!r}.")
+def _read_splits(path: Path) -> dict[str, pd.DataFrame]:
+    """The splits of folder PATH, each read from its file; train and dev are required."""
     splits: dict[str, pd.DataFrame] = {}
     for split in SPLITS:
         file = _find_split_file(path, split)
@@ -416,10 +392,11 @@ def load_dataset(path: Path, *, top_k: int | None = None) -> PreparedDataset:
                 )
             continue
         splits[split] = _read_split(file)
+    return splits
 
-    manifest_path = path / MANIFEST_FILE
-    manifest = read_json(manifest_path) if manifest_path.is_file() else {}
-    stats: dict[str, Any] = {}
+
+def _dataset_labels(path: Path, splits: dict[str, pd.DataFrame], stats: dict[str, Any]) -> LabelSet:
+    """labels.json, every code checked against it; without one, train's codes (others dropped, counted in STATS)."""
     labels_path = path / LABELS_FILE
     if labels_path.is_file():
         labels = LabelSet.load(labels_path)
@@ -445,21 +422,60 @@ def load_dataset(path: Path, *, top_k: int | None = None) -> PreparedDataset:
         stats["unseen_label_occurrences"] = unseen
         if unseen:
             log.info("codes seen only outside train were dropped: %s", unseen)
+    return labels
 
+
+def _keep_top_k(path: Path, splits: dict[str, pd.DataFrame], labels: LabelSet, top_k: int,
+                stats: dict[str, Any]) -> LabelSet:
+    """The TOP_K most frequent train codes; documents left without a label are dropped from SPLITS (in place)."""
+    keep = set(_top_codes(splits["train"], top_k))
+    if not keep:
+        raise DataFormatError(f"train split of {path} has no labels; top_k={top_k} keeps nothing.")
+    kept_codes = [c for c in labels.codes if c in keep]
+    labels = LabelSet(tuple(kept_codes), tuple(labels.description(c) for c in kept_codes), labels.code_system)
+    dropped_docs = {}
+    for name, df in splits.items():
+        df[LABELS] = _column([[c for c in row if c in keep] for row in df[LABELS]], df.index)
+        has = np.array([bool(row) for row in df[LABELS]], dtype=bool)
+        dropped_docs[name] = int((~has).sum())
+        splits[name] = df[has].reset_index(drop=True)
+    stats["top_k"] = top_k
+    stats["documents_without_top_k_label"] = dropped_docs
+    return labels
+
+
+def load_dataset(path: Path, *, top_k: int | None = None) -> PreparedDataset:
+    """Load and validate a prepared dataset folder.
+
+    The folder holds `{train,dev,test}.{parquet,jsonl,csv}` (train and dev required, test optional) with
+    columns id, text, labels (a list; a ';'-separated string in CSV); extra columns are ignored, ids become
+    strings. With `labels.json` the label set is fixed and any other code is an error. Without it the label
+    set is the sorted union of train codes, and codes seen only in dev/test are removed from those documents
+    (counted in `stats["unseen_label_occurrences"]`). Documents with an empty label list are kept.
+
+    Args:
+        path: the dataset folder.
+        top_k: keep only the top_k most frequent train codes (documents counted once per code, ties by code
+            string); documents left without a label are dropped from every split.
+    Returns:
+        The validated PreparedDataset; labels in each row are sorted by label index.
+    Raises:
+        DataFormatError: missing folder/split/column, empty or non-UTF-8 file, duplicate ids, empty text,
+            a code outside labels.json, or no label left.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise DataFormatError(f"dataset folder {path} does not exist; pass the folder written by `clinicode prepare`.")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise DataFormatError(f"top_k must be a positive integer, got {top_k!r}.")
+    splits = _read_splits(path)
+
+    manifest_path = path / MANIFEST_FILE
+    manifest = read_json(manifest_path) if manifest_path.is_file() else {}
+    stats: dict[str, Any] = {}
+    labels = _dataset_labels(path, splits, stats)
     if top_k is not None:
-        keep = set(_top_codes(splits["train"], top_k))
-        if not keep:
-            raise DataFormatError(f"train split of {path} has no labels; top_k={top_k} keeps nothing.")
-        kept_codes = [c for c in labels.codes if c in keep]
-        labels = LabelSet(tuple(kept_codes), tuple(labels.description(c) for c in kept_codes), labels.code_system)
-        dropped_docs = {}
-        for name, df in splits.items():
-            df[LABELS] = _column([[c for c in row if c in keep] for row in df[LABELS]], df.index)
-            has = np.array([bool(row) for row in df[LABELS]], dtype=bool)
-            dropped_docs[name] = int((~has).sum())
-            splits[name] = df[has].reset_index(drop=True)
-        stats["top_k"] = top_k
-        stats["documents_without_top_k_label"] = dropped_docs
+        labels = _keep_top_k(path, splits, labels, top_k, stats)
 
     leaks = _leaks(splits)
     if leaks["ids"] or leaks["texts"]:

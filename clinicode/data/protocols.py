@@ -1,9 +1,6 @@
 """Published MIMIC coding protocols, recognised by the SHA-256 of their split files: what `prepare` must reproduce.
 
-With a protocol's own files and options, real MIMIC gives exactly its published document counts; `prepare` stops
-with an error naming both counts when it does not (a loading bug, or another MIMIC release). docs/domain.md
-section 12 compares the protocols. Identifiers only; no MIMIC data here.
-"""
+Identifiers and published counts only, no MIMIC data; docs/domain.md section 12 compares the protocols."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """Training: a prepared dataset -> a model kind (LEAM, tfidf-lr, ...) -> RUN/checkpoint. The loop and its decisions,
 nothing else: what is model-specific it asks the kind (`clinicode.models.ModelKind`), and it imports no model.
-
-Model selection and early stopping use dev micro-F1 at the dev-tuned threshold (accuracy for single-label data); dev is
-scored by the same `Predictor` that `evaluate` and `predict` use, so per-epoch numbers come from the final code path.
-The threshold is tuned on dev (100-point grid) and saved with the checkpoint; test is scored once, at the end. With
-`ema_decay` > 0, dev scoring and the checkpoint use a moving average of the weights (`train_state.WeightAverage`).
-RUN/state (`train_state`) holds the last finished epoch, so `resume=True` continues an interrupted run exactly.
-"""
+Selection on dev, the threshold, the weight average and resume: `_Trainer`; the whole story: docs/training.md."""
 
 from __future__ import annotations
 
@@ -25,7 +19,8 @@ from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.config import TrainConfig
 from clinicode.constants import HISTORY_FILE, RUN_DATA_DIR
 from clinicode.errors import DataFormatError
-from clinicode.files import releases_claims, write_bytes_atomic
+from clinicode.file_locks import releases_claims
+from clinicode.files import write_bytes_atomic
 from clinicode.metrics import HEADLINE, all_metrics, tune_threshold
 from clinicode.models import train_kind
 from clinicode.predict import Predictor
@@ -54,6 +49,13 @@ def _metric_view(m: dict[str, Any]) -> dict[str, Any]:
 class _Trainer:
     """One run's epoch loop over the state its `TrainingSetup` built (held, not inherited: `self.setup`); `train()`
     below is the public entry.
+
+    Model selection and early stopping use dev micro-F1 at the dev-tuned threshold (accuracy for single-label data);
+    dev is scored by the same `Predictor` that `evaluate` and `predict` use, so per-epoch numbers come from the final
+    code path. The threshold is tuned on dev (100-point grid) and saved with the checkpoint; test is scored once, at
+    the end. With `ema_decay` > 0, dev scoring and the checkpoint use a moving average of the weights
+    (`train_state.WeightAverage`). RUN/state (`train_state`) holds the last finished epoch, so `resume=True`
+    continues an interrupted run exactly.
 
     Under torchrun (WORLD_SIZE > 1) each process takes its share of each global batch, and DistributedDataParallel
     averages the gradients. Each process's loss is weighted by its share of the batch, so a batch that does not divide
@@ -272,13 +274,7 @@ def train(
         return train_whole(run, ds, config, extra)  # a kind fitted whole (tfidf-lr): no epoch loop
 
     kind = train_kind(config.model)
-    before = None
-    if hasattr(kind, "before_loop"):  # a part fitted before the epochs (the fused model's tfidf-lr): seconds
-        t0 = time.perf_counter()
-        train_df = ds.split("train")
-        before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
-                                  single_label=single_label(ds, config))
-        _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s")
+    before = _before_loop(kind, ds, config, report)
     # a kind may cap its loop's epochs (the fused model's LEAM part: --fused-epochs); the checkpoint keeps the options
     # as given
     loop_config = (dataclasses.replace(config, epochs=kind.loop_epochs(config, len(ds.labels)))
@@ -289,14 +285,7 @@ def train(
     if setup.world == 1 and int(setup.state["epoch"]) < loop_config.epochs:
         _say(report, estimate(setup))
     trainer.fit()
-    if (trainer.stopped() == "epochs" and setup.state["bad_epochs"] == 0 and setup.rank == 0
-            and loop_config.epochs == config.epochs):
-        note = (f"training reached --epochs {config.epochs} while dev was still improving (best at epoch "
-                f"{setup.state['best_epoch']}); a larger --epochs would probably do better.")
-        if report is not None:
-            report(note)
-        else:
-            log.warning("%s", note)
+    _note_if_still_improving(trainer, setup, config, loop_config, report)
     if setup.world > 1:
         import torch.distributed as dist
 
@@ -305,6 +294,45 @@ def train(
             dist.destroy_process_group()
             return {"run": str(run), "rank": setup.rank, "best_epoch": setup.state["best_epoch"]}
     setup.release_training()
+    _load_best(run, setup)
+    result, fusion = _finish(kind, run, ds, config, setup, before, report)
+    if setup.world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    if fusion:
+        result["fusion"] = fusion
+    return {**result, "run": str(run), "best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
+            "stopped": trainer.stopped()}
+
+
+def _before_loop(kind: Any, ds: Any, config: TrainConfig, report: Callable[[str], None] | None) -> Any:
+    """What a kind fits before the epochs (the fused model's tfidf-lr: seconds), or None for a kind without it."""
+    if not hasattr(kind, "before_loop"):
+        return None
+    t0 = time.perf_counter()
+    train_df = ds.split("train")
+    before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
+                              single_label=single_label(ds, config))
+    _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s")
+    return before
+
+
+def _note_if_still_improving(trainer: _Trainer, setup: TrainingSetup, config: TrainConfig, loop_config: TrainConfig,
+                             report: Callable[[str], None] | None) -> None:
+    """Tell the user when the loop ran out of --epochs while dev was still improving."""
+    if (trainer.stopped() == "epochs" and setup.state["bad_epochs"] == 0 and setup.rank == 0
+            and loop_config.epochs == config.epochs):
+        note = (f"training reached --epochs {config.epochs} while dev was still improving (best at epoch "
+                f"{setup.state['best_epoch']}); a larger --epochs would probably do better.")
+        if report is not None:
+            report(note)
+        else:
+            log.warning("%s", note)
+
+
+def _load_best(run: Path, setup: TrainingSetup) -> None:
+    """Load the best-on-dev weights the loop saved into the model, or say in one line why there are none."""
     ck_dir = run / CHECKPOINT_DIR
     if not all((ck_dir / name).is_file() for name in setup.kind.files):
         history = setup.state["history"]
@@ -316,6 +344,12 @@ def train(
                               "options.")
     setup.kind.load_weights(ck_dir, setup.model)  # the best-on-dev state, not the last one
     setup.model.to(setup.device).eval()
+
+
+def _finish(kind: Any, run: Path, ds: Any, config: TrainConfig, setup: TrainingSetup, before: Any,
+            report: Callable[[str], None] | None) -> tuple[dict[str, Any], Any]:
+    """Tune the threshold on dev, score test and save the final checkpoint: the loop's model, or the kind's model
+    made from it (`after_loop`: the fused model, its fusion fitted on dev). Returns (the result, the fusion or None)."""
 
     def save_final(t: float, md: dict, mt: dict) -> None:
         setup.state["epoch"] = setup.state["best_epoch"]
@@ -347,14 +381,7 @@ def train(
     else:
         result = finish(run, ds, setup.checkpoint(0.5), save_final, train_counts=setup.train_counts,
                         dev_ids=setup.dev_ids)
-    if setup.world > 1:
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
-    if fusion:
-        result["fusion"] = fusion
-    return {**result, "run": str(run), "best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
-            "stopped": trainer.stopped()}
+    return result, fusion
 
 
 RUN_DATA = RUN_DATA_DIR  # where `review retrain` writes the new run's own data (RUN/data)

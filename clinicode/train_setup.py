@@ -1,13 +1,6 @@
-"""Training's set-up and finishing around the loop of `train.py`: everything a run does before its first epoch and
-after its last.
-
-Set-up: check RUN and the data, claim RUN, fit the tokenizer and the starting vectors (or load them from RUN/state on
---resume), plan memory, build the optimiser, the weight average and the DDP wrapper (`TrainingSetup`). Finishing: tune
-the threshold on dev with the inference path, score test once, write the metrics, scores and the final checkpoint
-(`finish`). A model kind fitted whole, without the loop (the tfidf-lr baseline), is set up and finished here
-(`train_whole`). Everything model-specific is asked of the run's model kind (`clinicode.models.ModelKind`): this module
-imports no model.
-"""
+"""Training's set-up (`TrainingSetup`: tokenizer, vectors, --resume, memory plan, optimiser, DDP) and finishing
+(`finish`: threshold on dev, test once, the final checkpoint) around `train.py`'s loop; `train_whole` for a kind
+fitted without it. Everything model-specific is asked of the model kind: this module imports no model."""
 
 from __future__ import annotations
 
@@ -33,7 +26,8 @@ from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.embeddings import initial_vectors
 from clinicode.errors import ConfigError, DataFormatError
-from clinicode.files import check_output, claim_folder, write_json_atomic
+from clinicode.file_locks import claim_folder
+from clinicode.files import check_output, write_json_atomic
 from clinicode.metrics import binarize, metrics_report, tune_threshold
 from clinicode.models import ModelKind, kind_options, train_kind
 from clinicode.predict import Predictor
@@ -172,36 +166,9 @@ class TrainingSetup:
             resumed.load_model(self.model)
             log.info("resuming %s after epoch %d", run, self.state["epoch"])
         elif warm_start is not None:  # `review retrain`: the checkpoint's tokenizer and weights, a fresh loop state
-            if warm_start.kind != cfg.model or list(warm_start.labels.codes) != list(self.labels.codes):
-                raise ConfigError(f"a warm start needs a {cfg.model} checkpoint of the data's label set; "
-                                  f"{warm_start.path} is {warm_start.kind} with {len(warm_start.labels)} codes.")
-            self.state = {"epoch": 0, "best_score": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
-            self.tokenizer = warm_start.tokenizer
-            self.model_config = warm_start.model.config  # a loop kind's model carries its configuration
-            self.model = kind.build(self.model_config)
-            kind.load_weights(warm_start.path, self.model)  # the checkpoint's weights, through its kind
-            log.info("warm start from %s", warm_start.path)
+            self._start_warm(warm_start)
         else:
-            self.state = {"epoch": 0, "best_score": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
-            t0 = time.perf_counter()
-            self.tokenizer, tokens = ClinicalTokenizer.fit_tokens(train_df["text"].tolist(),
-                                                                  min_doc_freq=cfg.min_doc_freq, max_len=cfg.max_len)
-            self.train_ids = tokens.ids()                                 # read once: epochs and word2vec reuse them
-            log.info("vocabulary of %d words from %d training notes in %.1fs", self.tokenizer.vocab_size,
-                     len(train_df), time.perf_counter() - t0)
-            self.model_config = kind.model_config(options, vocab_size=self.tokenizer.vocab_size,
-                                                  n_labels=len(self.labels), multilabel=self.multilabel)
-            self.model = kind.build(self.model_config)
-            t0 = time.perf_counter()
-            words, codes, info = initial_vectors(
-                cfg.embeddings, tokens, self.tokenizer,
-                [d or c for c, d in zip(self.labels.codes, self.labels.descriptions)],
-                dim=kind.vector_dim(self.model_config), seed=cfg.seed, w2v_epochs=cfg.w2v_epochs)
-            kind.start_from(self.model, words, codes)
-            log.info("embeddings %s in %.1fs; %d/%d codes started from description words", cfg.embeddings,
-                     time.perf_counter() - t0, info["label_init_from_words"], len(self.labels))
-            self.manifest_extra.update(info)
-            del tokens
+            self._start_fresh(train_df, options)
         self.plan = kind.memory_plan(self.model_config, batch_size=cfg.batch_size, max_len=cfg.max_len,
                                      budget_mb=cfg.memory_mb, device=self.device.type, training=True,
                                      fast=getattr(self.model, "fast", True))
@@ -232,6 +199,43 @@ class TrainingSetup:
         if self.world > 1:
             self.objective = distributed(self.objective, self.device)
         release_freed_memory()  # the vocabulary's and word2vec's freed buffers, before the first epoch's
+
+    def _start_warm(self, warm_start: Checkpoint) -> None:
+        """A fresh loop state from WARM_START's tokenizer and weights (`review retrain`)."""
+        cfg, kind = self.cfg, self.kind
+        if warm_start.kind != cfg.model or list(warm_start.labels.codes) != list(self.labels.codes):
+            raise ConfigError(f"a warm start needs a {cfg.model} checkpoint of the data's label set; "
+                              f"{warm_start.path} is {warm_start.kind} with {len(warm_start.labels)} codes.")
+        self.state = {"epoch": 0, "best_score": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
+        self.tokenizer = warm_start.tokenizer
+        self.model_config = warm_start.model.config  # a loop kind's model carries its configuration
+        self.model = kind.build(self.model_config)
+        kind.load_weights(warm_start.path, self.model)  # the checkpoint's weights, through its kind
+        log.info("warm start from %s", warm_start.path)
+
+    def _start_fresh(self, train_df: Any, options: Any) -> None:
+        """A fresh loop state: the tokenizer fitted on train, the model built and started from the initial vectors."""
+        cfg, kind = self.cfg, self.kind
+        self.state = {"epoch": 0, "best_score": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
+        t0 = time.perf_counter()
+        self.tokenizer, tokens = ClinicalTokenizer.fit_tokens(train_df["text"].tolist(),
+                                                              min_doc_freq=cfg.min_doc_freq, max_len=cfg.max_len)
+        self.train_ids = tokens.ids()                                 # read once: epochs and word2vec reuse them
+        log.info("vocabulary of %d words from %d training notes in %.1fs", self.tokenizer.vocab_size,
+                 len(train_df), time.perf_counter() - t0)
+        self.model_config = kind.model_config(options, vocab_size=self.tokenizer.vocab_size,
+                                              n_labels=len(self.labels), multilabel=self.multilabel)
+        self.model = kind.build(self.model_config)
+        t0 = time.perf_counter()
+        words, codes, info = initial_vectors(
+            cfg.embeddings, tokens, self.tokenizer,
+            [d or c for c, d in zip(self.labels.codes, self.labels.descriptions)],
+            dim=kind.vector_dim(self.model_config), seed=cfg.seed, w2v_epochs=cfg.w2v_epochs)
+        kind.start_from(self.model, words, codes)
+        log.info("embeddings %s in %.1fs; %d/%d codes started from description words", cfg.embeddings,
+                 time.perf_counter() - t0, info["label_init_from_words"], len(self.labels))
+        self.manifest_extra.update(info)
+        del tokens
 
     def release_training(self) -> None:
         """Drop what only the epochs need (optimiser moments, gradients, the weight average, the training ids) and

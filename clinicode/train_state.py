@@ -1,8 +1,6 @@
 """Training state around the loop: the optimiser, the weight average, and RUN/state (save, resume, checks).
 
-RUN/state holds the last finished epoch: weights, their average, optimiser moments, the tokenizer and state.json
-(counters, history, configs, the data's fingerprint and every file's SHA-256), so `--resume` continues exactly.
-"""
+RUN/state holds the last finished epoch, every file with its SHA-256, so `--resume` continues exactly."""
 
 from __future__ import annotations
 

@@ -419,7 +419,8 @@ class Predictor:
                     rec.attention = [Span(a, b, float(w)) for (a, b), w in zip(offs, beta)]
                 rec.evidence = [Span(offs[p][0], offs[p][1], float(beta[p])) for p in _top(beta, explain)]
                 ks = [self.labels.index(c.code) for c in predicted]
-                g = self.scorer.word_rows(np.asarray(encs[j].ids), ks)  # type: ignore[attr-defined]  # [n, L]
+                g = self.scorer.word_rows(np.asarray(encs[j].ids), ks,  # type: ignore[attr-defined]  # [n, L]
+                                          text=prepared.texts[j], offsets=offs)
                 rec.code_phrases = {c.code: _word_spans(offs, row, explain) for c, row in zip(predicted, g)}
             out[i] = rec
         return out  # type: ignore[return-value]
@@ -499,7 +500,8 @@ class Predictor:
         enc = self.scorer.encode([text], offsets=True)[0]
         if not enc.ids or not codes:
             return {c: [] for c in codes}
-        g = self.scorer.word_rows(np.asarray(enc.ids), [self.labels.index(c) for c in codes])  # type: ignore[attr-defined]
+        g = self.scorer.word_rows(np.asarray(enc.ids), [self.labels.index(c) for c in codes],  # type: ignore[attr-defined]
+                                  text=text, offsets=enc.offsets)
         return {c: _word_spans(enc.offsets, row, n) for c, row in zip(codes, g)}
 
     def card(self) -> dict[str, Any]:

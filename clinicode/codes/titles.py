@@ -1,8 +1,6 @@
-"""Code titles found in a note: the words of a title, where they occur, and suggestions of codes from their titles.
-
+"""Codes suggested from their titles: those whose every title word (`clinicode.words`) occurs in a note, and where.
 Plain text matching (no model, no training data): what `predict --titles` adds for codes a checkpoint was never trained
-on, and the title floor of the evidence metrics.
-"""
+on."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from clinicode.checkpoint import Checkpoint, load_checkpoint
+from clinicode.codes.icd10 import PCS_NO_TITLE
 from clinicode.codes.suggest import Suggester, Suggestion, system_titles
 from clinicode.codes.systems import CodeSystem
 from clinicode.config import PREDICT, check_threshold
@@ -480,7 +481,8 @@ class Predictor:
                     outside[code] += 1
         mentions = [[{**m, "code": spell[str(m["code"])]} for m in note] for note in mentions]
         correct = self.correct_code_spans(texts, gold, explain=k, threshold=threshold)
-        out = evidence_figures(texts, mentions, correct, dict(zip(self.labels.codes, self.labels.descriptions)), k=k)
+        titles = {c: "" if t == PCS_NO_TITLE else t for c, t in zip(self.labels.codes, self.labels.descriptions)}
+        out = evidence_figures(texts, mentions, correct, titles, k=k)  # a display placeholder is no title: no floor
         out["n_mentions_outside"] = sum(outside.values())  # mentions of codes that are no label of the checkpoint
         out["outside_codes"] = [c for c, _ in outside.most_common(5)]
         if not self.model_kind.can_explain:

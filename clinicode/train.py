@@ -17,7 +17,7 @@ import torch
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.config import TrainConfig
-from clinicode.constants import HISTORY_FILE, RUN_DATA_DIR
+from clinicode.constants import EVIDENCE, HISTORY_FILE, RUN_DATA_DIR
 from clinicode.errors import DataFormatError
 from clinicode.file_locks import releases_claims
 from clinicode.files import write_bytes_atomic
@@ -312,8 +312,9 @@ def _before_loop(kind: Any, ds: Any, config: TrainConfig, report: Callable[[str]
         return None
     t0 = time.perf_counter()
     train_df = ds.split("train")
+    evidence = train_df[EVIDENCE].tolist() if EVIDENCE in train_df.columns else None  # coders' spans, if any
     before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
-                              single_label=single_label(ds, config))
+                              single_label=single_label(ds, config), codes=ds.labels.codes, evidence=evidence)
     _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s")
     return before
 
@@ -368,7 +369,7 @@ def _finish(kind: Any, run: Path, ds: Any, config: TrainConfig, setup: TrainingS
             _say(report, f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: LEAM's share per band "
                          f"{fusion['weights']}, title match {fusion['title_weights']} (bands up to "
                          f"{fusion['edges']} training notes, then more), {fusion['per_code_thresholds']} per-code "
-                         "thresholds")
+                         f"thresholds, {fusion.get('mentions', 0):,} phrases from the training notes' evidence spans")
 
         def save_kind(t: float, md: dict, mt: dict) -> None:
             save_checkpoint(run / CHECKPOINT_DIR, kind=kind.name, model=final, labels=setup.labels, threshold=t,

@@ -64,3 +64,21 @@ def test_a_partial_file_another_run_holds_or_that_is_not_ours_is_refused(tmp_pat
     with pytest.raises(ConfigError, match="o.jsonl.partial.json exists and was not written by `clinicode test`"):
         _claim(out).check()
     assert first.partial.read_text() == "someone else's\n"
+
+
+def test_every_module_of_the_file_ownership_room_is_held_to_its_contract():
+    """files, file_locks and file_inputs (and any file_* module split out later) import only the standard library:
+    each is a source of the contract that says so, and files still offers what other rooms import from it."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from pathlib import Path
+
+    import clinicode.files as files
+
+    root = Path(__file__).resolve().parents[2]
+    contracts = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    rule = next(c for c in contracts if c["name"].startswith("file ownership imports only the standard library"))
+    room = {f"clinicode.{p.stem}" for p in (root / "clinicode").glob("file*.py")}
+    assert {"clinicode.files", "clinicode.file_locks", "clinicode.file_inputs"} <= room
+    assert room <= set(rule["source_modules"]), sorted(room - set(rule["source_modules"]))
+    for name in ("claim_folder", "releases_claims", "new_private_file", "LineTooLong", "read_lines_bounded"):
+        assert callable(getattr(files, name)), name  # cli, review and codes import them from clinicode.files

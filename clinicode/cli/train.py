@@ -67,6 +67,10 @@ class TrainSchedule:
     fused_epochs: Annotated[Optional[int], opt("--model fused on more than 100 codes: its LEAM part trains at "
                                                "most this many epochs (and at most --epochs).",
                                                default_of(_T, "fused_epochs"))] = None
+    mentions: Annotated[Optional[bool],
+                        opt("--model fused: learn each code's mentions from the training split's evidence spans, "
+                            "when it has them (the checkpoint keeps their words, owner-only; docs/training.md).",
+                            default_of(_T, "mentions"), "--mentions/--no-mentions")] = None
     patience: Annotated[Optional[int], opt("Stop when more than this many epochs in a row bring no dev micro-F1 gain.",
                                            default_of(_T, "patience"))] = None
     patience_steps: Annotated[Optional[int],
@@ -164,7 +168,8 @@ def train_config(source: TrainData, schedule: TrainSchedule, fit: FitOptions, *,
     if paper and model is None:
         model = "leam"
     s, f = schedule, fit
-    return TrainConfig(**given(model=model, epochs=s.epochs, fused_epochs=s.fused_epochs, batch_size=f.batch_size,
+    return TrainConfig(**given(model=model, epochs=s.epochs, fused_epochs=s.fused_epochs, mentions=s.mentions,
+                               batch_size=f.batch_size,
                                lr=f.lr, max_len=f.max_len, embeddings=f.embeddings, weight_decay=f.weight_decay,
                                optimizer=f.optimizer, pos_weight=f.pos_weight, decay_scope=f.decay_scope,
                                ema_decay=f.ema_decay, w2v_epochs=f.w2v_epochs, min_doc_freq=f.min_doc_freq,

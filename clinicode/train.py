@@ -274,7 +274,7 @@ def train(
         return train_whole(run, ds, config, extra)  # a kind fitted whole (tfidf-lr): no epoch loop
 
     kind = train_kind(config.model)
-    before = _before_loop(kind, ds, config, report)
+    before = _before_loop(kind, ds, config, report, warm_start)
     # a kind may cap its loop's epochs (the fused model's LEAM part: --fused-epochs); the checkpoint keeps the options
     # as given
     loop_config = (dataclasses.replace(config, epochs=kind.loop_epochs(config, len(ds.labels)))
@@ -306,15 +306,18 @@ def train(
             "stopped": trainer.stopped()}
 
 
-def _before_loop(kind: Any, ds: Any, config: TrainConfig, report: Callable[[str], None] | None) -> Any:
+def _before_loop(kind: Any, ds: Any, config: TrainConfig, report: Callable[[str], None] | None,
+                 warm_start: Checkpoint | None) -> Any:
     """What a kind fits before the epochs (the fused model's tfidf-lr: seconds), or None for a kind without it."""
     if not hasattr(kind, "before_loop"):
         return None
     t0 = time.perf_counter()
     train_df = ds.split("train")
-    evidence = train_df[EVIDENCE].tolist() if EVIDENCE in train_df.columns else None  # coders' spans, if any
+    evidence = (train_df[EVIDENCE].tolist() if EVIDENCE in train_df.columns and config.mentions
+                else None)  # coders' spans, if any
     before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
-                              single_label=single_label(ds, config), codes=ds.labels.codes, evidence=evidence)
+                              single_label=single_label(ds, config), codes=ds.labels.codes, evidence=evidence,
+                              warm_start=warm_start)
     _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s")
     return before
 

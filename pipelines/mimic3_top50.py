@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from clinicode.data.splits import CAML_IDS
+from clinicode.api import CAML_IDS
 from pipelines.reproduce import CONFIGS, RECIPES, load_recipe, parse_sets, run_and_print
 
 DEFAULT_CONFIG = CONFIGS / RECIPES["mimic3-top50"]

@@ -17,15 +17,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clinicode.config import TrainConfig, config_from_dict
-from clinicode.data.prepare import prepare_mimic
-from clinicode.data.protocols import by_name
-from clinicode.data.splits import PUBLISHED
-from clinicode.errors import ClinicodeError, ConfigError
-from clinicode.evaluate import evaluate
-from clinicode.files import write_json_atomic
-from clinicode.metrics import HEADLINE
-from clinicode.train import train
+from clinicode.api import (
+    HEADLINE,
+    PUBLISHED,
+    ClinicodeError,
+    ConfigError,
+    TrainConfig,
+    config_from_dict,
+    evaluate,
+    prepare_mimic,
+    protocol_named,
+    train,
+    write_json_atomic,
+)
 
 CONFIGS = Path(__file__).parent / "configs"
 RECIPES = {
@@ -77,7 +81,7 @@ def run_pipeline(config: dict[str, Any], *, mimic_dir: Path, out: Path, splits_r
     summary = prepare_mimic(mimic_dir, data, note_dir=note_dir, **prep)
     train(out_dir=out, config=train_cfg, data_dir=data, model_options=config.get("model", {}), progress=progress)
     metrics = evaluate(checkpoint=out, data_dir=data, split="test", output=out / "metrics_test.json")
-    protocol = by_name(config["protocol"]) if config.get("protocol") else None
+    protocol = protocol_named(config["protocol"]) if config.get("protocol") else None
     keys = [k for k in KEYS if k in metrics]
     report = {
         "config": config, "overrides": overrides or {}, "prepare": summary,

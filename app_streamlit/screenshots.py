@@ -1,9 +1,6 @@
 """Take the README screenshots: start the app on a runs folder, drive each page in Chromium, save one PNG per page.
 
-Usage (from the repository root, after `make demo-train` or any run with test data and scores_test.npz):
-    python app_streamlit/screenshots.py --runs runs --out docs/screenshots
-Needs Debian chromium at /usr/bin/chromium and `pip install playwright` (no `playwright install`).
-"""
+`python app_streamlit/screenshots.py --runs runs --out docs/screenshots`; what it needs: docs/app.md."""
 
 from __future__ import annotations
 

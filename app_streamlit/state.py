@@ -1,9 +1,6 @@
-"""Run discovery and cached loaders for the app: the model once per process, test data and scores per run.
+"""Run discovery and cached loaders for the app: the model once per process (torch only then), test data per run.
 
-Torch is imported only inside `load_predictor` (through clinicode.predict), so the first page stays light; runs
-are checked (hashes, no weights) when listed, so a damaged one is shown as such instead of failing a page.
-Nothing here writes to disk or logs note text; user notes are never cached across sessions.
-"""
+Runs are checked (hashes, no weights) when listed; nothing here writes to disk, logs or caches note text."""
 
 from __future__ import annotations
 

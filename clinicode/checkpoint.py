@@ -1,8 +1,6 @@
-"""Save and load self-contained checkpoint folders (safetensors + JSON); every piece is hashed and cross-checked.
+"""Save and load self-contained checkpoint folders (safetensors + JSON, never a pickle), every file hashed.
 
-Loading never unpickles. A checkpoint holds everything `predict` and the app need: weights, model config,
-labels with descriptions, tokenizer, threshold, training config, metrics and a manifest with hashes.
-"""
+A checkpoint holds all `predict` and the app need: weights, options, labels, tokenizer, threshold, metrics, manifest."""
 
 from __future__ import annotations
 

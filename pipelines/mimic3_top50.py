@@ -1,9 +1,6 @@
 """Reproduce the LEAM paper's MIMIC-III top-50 row: the `mimic3-top50` recipe of pipelines/reproduce.py.
 
-    python -m pipelines.mimic3_top50 --mimic-dir MIMIC --out runs/mimic3_leam
-
-Kept as its own command because the paper's row is the project's anchor; `--config` and `--set` work as in reproduce.
-"""
+Its own command (`python -m pipelines.mimic3_top50`), the paper's row being the anchor; docs/reproducing.md."""
 
 from __future__ import annotations
 

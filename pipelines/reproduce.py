@@ -1,13 +1,6 @@
 """Reproduce a published MIMIC coding protocol with LEAM: prepare -> train -> evaluate, one recipe in, one run out.
 
-    python -m pipelines.reproduce --recipe mimic4-icd10-top50 --mimic-dir MIMIC_IV --note-dir MIMIC_IV_NOTE \\
-        --out runs/mimic4_icd10_top50
-
-Each recipe is a versioned config in pipelines/configs/ naming its protocol (clinicode/data/protocols.py, which pins
-the published document counts that `prepare` must reproduce, or stop). Orchestration only: every step is a public
-clinicode function. RUN/pipeline_report.json holds the counts, the test metrics at the tuned threshold and at 0.5,
-and the published figures when the recipe has some (F1 figures in papers are at threshold 0.5).
-"""
+`python -m pipelines.reproduce --recipe NAME ...` (docs/reproducing.md); every step is a `clinicode.api` function."""
 
 from __future__ import annotations
 
@@ -62,6 +55,10 @@ def run_pipeline(config: dict[str, Any], *, mimic_dir: Path, out: Path, splits_r
                  splits_dir: Path | None = None, note_dir: Path | None = None, overrides: dict[str, Any] | None = None,
                  progress: bool = True) -> dict[str, Any]:
     """Run prepare, train and evaluate into `out`; returns the report (also written to out/pipeline_report.json).
+
+    CONFIG is a recipe (`load_recipe`) naming its protocol (clinicode/data/protocols.py pins the published document
+    counts that `prepare` must reproduce, or stop). The report holds the counts, the test metrics at the tuned
+    threshold and at 0.5, and the published figures when the recipe has some (papers' F1 figures are at 0.5).
 
     Args:
         splits_root: the folder the recipe's split paths are relative to; default the lists packaged with clinicode.

@@ -1,11 +1,6 @@
-"""Review queue: notes queued by `clinicode review queue`, one at a time, with the model's suggested codes and their
-evidence; the coder accepts, rejects or adds codes and finishes the note. Every action is a `clinicode.review` call,
-the same code path as `clinicode review decide`, so the audit log does not depend on where a decision was made.
+"""Review queue page: notes queued by `clinicode review queue`, one at a time, with the model's codes and evidence.
 
-Opening a note claims it for the reviewer (api.REVIEW_CLAIM_MINUTES); another session sees it as claimed and cannot
-decide on it until the claim is released, the note finished, or the claim goes stale. The database is the one file
-$CLINICODE_REVIEW_DB (or the path typed here) names; the page never creates one and keeps no note text in caches.
-"""
+Every action is `clinicode review decide`'s path; opening a note claims it (docs/review.md). No note text in caches."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Code titles found in a note: the words of a title, where they occur, and suggestions of codes from their titles.
+"""Code titles found in a note by plain text matching (no model): where a title's words occur, and codes they suggest.
 
-Plain text matching (no model, no training data): what `predict --titles` adds for codes a checkpoint was never trained
-on, and the title floor of the evidence metrics.
-"""
+Used by `predict --titles` for codes a checkpoint was never trained on, and by the evidence metrics' title floor."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.memory import MemoryPlan
 from clinicode.metrics import EVIDENCE_K, evidence_figures, predicted_codes, predicted_indices
-from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
+from clinicode.records import text_error
 from clinicode.runtime import pick_device
 
 log = logging.getLogger(__name__)

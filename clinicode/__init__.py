@@ -1,3 +1,3 @@
-"""clinicode: automated ICD coding of clinical notes (LEAM, tfidf-lr and their fusion); its public API is `clinicode.api`."""
+"""clinicode: automated ICD coding of clinical notes; what a notebook imports is `clinicode.api`."""
 
 __version__ = "0.1.0"

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from clinicode import metrics as M
+from clinicode.metrics import bootstrap as M
 
 
 def main() -> None:

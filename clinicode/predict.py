@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from clinicode.checkpoint import Checkpoint, load_checkpoint
+from clinicode.codes.icd10 import PCS_NO_TITLE
 from clinicode.codes.suggest import Suggester, Suggestion, system_titles
 from clinicode.codes.systems import CodeSystem
 from clinicode.config import PREDICT, check_threshold
@@ -419,7 +420,8 @@ class Predictor:
                     rec.attention = [Span(a, b, float(w)) for (a, b), w in zip(offs, beta)]
                 rec.evidence = [Span(offs[p][0], offs[p][1], float(beta[p])) for p in _top(beta, explain)]
                 ks = [self.labels.index(c.code) for c in predicted]
-                g = self.scorer.word_rows(np.asarray(encs[j].ids), ks)  # type: ignore[attr-defined]  # [n, L]
+                g = self.scorer.word_rows(np.asarray(encs[j].ids), ks,  # type: ignore[attr-defined]  # [n, L]
+                                          text=prepared.texts[j], offsets=offs)
                 rec.code_phrases = {c.code: _word_spans(offs, row, explain) for c, row in zip(predicted, g)}
             out[i] = rec
         return out  # type: ignore[return-value]
@@ -479,7 +481,8 @@ class Predictor:
                     outside[code] += 1
         mentions = [[{**m, "code": spell[str(m["code"])]} for m in note] for note in mentions]
         correct = self.correct_code_spans(texts, gold, explain=k, threshold=threshold)
-        out = evidence_figures(texts, mentions, correct, dict(zip(self.labels.codes, self.labels.descriptions)), k=k)
+        titles = {c: "" if t == PCS_NO_TITLE else t for c, t in zip(self.labels.codes, self.labels.descriptions)}
+        out = evidence_figures(texts, mentions, correct, titles, k=k)  # a display placeholder is no title: no floor
         out["n_mentions_outside"] = sum(outside.values())  # mentions of codes that are no label of the checkpoint
         out["outside_codes"] = [c for c, _ in outside.most_common(5)]
         if not self.model_kind.can_explain:
@@ -499,7 +502,8 @@ class Predictor:
         enc = self.scorer.encode([text], offsets=True)[0]
         if not enc.ids or not codes:
             return {c: [] for c in codes}
-        g = self.scorer.word_rows(np.asarray(enc.ids), [self.labels.index(c) for c in codes])  # type: ignore[attr-defined]
+        g = self.scorer.word_rows(np.asarray(enc.ids), [self.labels.index(c) for c in codes],  # type: ignore[attr-defined]
+                                  text=text, offsets=enc.offsets)
         return {c: _word_spans(enc.offsets, row, n) for c, row in zip(codes, g)}
 
     def card(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import torch
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.config import TrainConfig
-from clinicode.constants import HISTORY_FILE, RUN_DATA_DIR
+from clinicode.constants import EVIDENCE, HISTORY_FILE, RUN_DATA_DIR
 from clinicode.errors import DataFormatError
 from clinicode.files import releases_claims, write_bytes_atomic
 from clinicode.metrics import HEADLINE, all_metrics, tune_threshold
@@ -276,8 +276,9 @@ def train(
     if hasattr(kind, "before_loop"):  # a part fitted before the epochs (the fused model's tfidf-lr): seconds
         t0 = time.perf_counter()
         train_df = ds.split("train")
+        evidence = train_df[EVIDENCE].tolist() if EVIDENCE in train_df.columns else None  # coders' spans, if any
         before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
-                                  single_label=single_label(ds, config))
+                                  single_label=single_label(ds, config), codes=ds.labels.codes, evidence=evidence)
         _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s")
     # a kind may cap its loop's epochs (the fused model's LEAM part: --fused-epochs); the checkpoint keeps the options
     # as given
@@ -334,7 +335,7 @@ def train(
             _say(report, f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: LEAM's share per band "
                          f"{fusion['weights']}, title match {fusion['title_weights']} (bands up to "
                          f"{fusion['edges']} training notes, then more), {fusion['per_code_thresholds']} per-code "
-                         "thresholds")
+                         f"thresholds, {fusion.get('mentions', 0):,} phrases from the training notes' evidence spans")
 
         def save_kind(t: float, md: dict, mt: dict) -> None:
             save_checkpoint(run / CHECKPOINT_DIR, kind=kind.name, model=final, labels=setup.labels, threshold=t,

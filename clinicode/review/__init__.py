@@ -1,24 +1,18 @@
-"""A coder's review queue: notes scored by a checkpoint, the coder's decisions on them, export and agreement stats.
+"""A coder's review queue in one owner-only SQLite file (docs/review.md): the store (`store`) and the services over it
+(`decisions`, `queue`, `teach`, `stats`, `export`, `audit`). `open_db` gives a `ReviewDB`: the store with the services
+as methods, what the CLI and the app's Review page share. This module re-exports the public names."""
 
-One SQLite file (the path the user chose: `--db` or $CLINICODE_REVIEW_DB) holds everything, note text included:
-`notes` (text, status, who holds the claim and until when), `suggestions` (the model's predicted codes with scores
-and evidence spans, from `Prediction.to_dict()`, and which checkpoint made them), `models` (each checkpoint's code
-list, for adding codes) and `decisions` (an append-only audit log: reviewer, UTC time, note, code, action; triggers
-refuse UPDATE and DELETE on it). The CLI (`clinicode review ...`) and the app's Review page both go through this
-package, so a decision made in one is the same row as one made in the other.
+from __future__ import annotations
 
-Safety: the file is created owner-only (0600, before SQLite opens it; its -wal and -shm files follow the same
-mode); writes run in `BEGIN IMMEDIATE` transactions with a busy timeout and retries, so two processes deciding at
-once both succeed; a damaged or foreign file, a database from a newer clinicode and a full disk each raise one
-`ReviewError` line, and a failed write rolls back whole, leaving what was saved before intact.
+from pathlib import Path
+from typing import Any, Sequence
 
-Rooms: `database` (the file, its schema, opening it safely, transactions, claims), `decisions` (accept, reject, add),
-`queue` (scoring notes into it), `teach` (which note next), `export` (a coded-notes folder for training, and
-`review retrain`'s data), `stats` (agreement and what the queue teaches), `audit` (double coding, kappa,
-adjudication, the audit trail, time per note). This module re-exports their public names.
-"""
-
-from clinicode.review.database import (
+from clinicode.review import decisions as _decisions, stats as _stats, teach as _teach
+from clinicode.review.decisions import search_codes
+from clinicode.review.export import EXPORT_KIND, export, is_review_export
+from clinicode.review.queue import CHUNK, EXPLAIN, queue
+from clinicode.review.stats import MIN_ROUTE_DECISIONS, ROUTE_TARGET, route_threshold
+from clinicode.review.store import (
     ACTIONS,
     APPLICATION_ID,
     CLAIM_MINUTES,
@@ -28,18 +22,46 @@ from clinicode.review.database import (
     SCHEMA_VERSION,
     STATUSES,
     ClaimedError,
-    ReviewDB,
     ReviewError,
+    ReviewStore,
     db_path,
-    open_db,
+    open_store,
     utc_now,
 )
-from clinicode.review.decisions import search_codes
-from clinicode.review.export import EXPORT_KIND, export, is_review_export
-from clinicode.review.queue import CHUNK, EXPLAIN, queue
-from clinicode.review.stats import MIN_ROUTE_DECISIONS, ROUTE_TARGET, route_threshold
+
+
+class ReviewDB(ReviewStore):
+    """An open review database with the services as methods (`open_db`); close it, or use it as a context manager."""
+
+    def decide(self, note_id: str, reviewer: str, *, accept: Sequence[str] = (), reject: Sequence[str] = (),
+               add: Sequence[str] = (), done: bool = False, now: float | None = None) -> dict[str, Any]:
+        """Record REVIEWER's decisions on NOTE, all or none (`clinicode.review.decisions.decide`)."""
+        return _decisions.decide(self, note_id, reviewer, accept=accept, reject=reject, add=add, done=done, now=now)
+
+    def finish(self, note_id: str, reviewer: str, *, now: float | None = None) -> dict[str, Any]:
+        """Mark NOTE done (every suggestion needs a decision)."""
+        return self.decide(note_id, reviewer, done=True, now=now)
+
+    def next_notes(self, k: int = 1, *, order: str | None = None, reviewer: str | None = None,
+                   now: float | None = None) -> list[str]:
+        """The next K notes to review by the next-note rule (`clinicode.review.teach.next_notes`)."""
+        return _teach.next_notes(self, k, order=order or _teach.DEFAULT_ORDER, reviewer=reviewer, now=now)
+
+    def stats(self, *, by: str = "day", min_decisions: int | None = None,
+              target: float | None = None) -> dict[str, Any]:
+        """Agreement and what the queue teaches (`clinicode.review.stats.stats`)."""
+        return _stats.stats(self, by=by, **{k: v for k, v in (("min_decisions", min_decisions), ("target", target))
+                                            if v is not None})
+
+
+def open_db(db: str | Path | None = None, *, create: bool = True, readonly: bool = False,
+            _target: int = SCHEMA_VERSION) -> ReviewDB:
+    """Open (creating when `create`, owner-only) and migrate the review database at --db / $CLINICODE_REVIEW_DB
+    (`clinicode.review.store.open_store`, which names what is checked and refused)."""
+    return open_store(db, create=create, readonly=readonly, handle=ReviewDB, _target=_target)
+
 
 __all__ = ["ACTIONS", "APPLICATION_ID", "CHUNK", "CLAIM_MINUTES", "COMPANIONS", "DB_ENV", "EXPLAIN", "EXPORT_KIND",
            "MIGRATIONS", "MIN_ROUTE_DECISIONS", "ROUTE_TARGET", "SCHEMA_VERSION", "STATUSES", "ClaimedError",
-           "ReviewDB", "ReviewError", "db_path", "export", "is_review_export", "open_db", "queue", "route_threshold",
-           "search_codes", "utc_now"]
+           "ReviewDB", "ReviewError", "ReviewStore", "db_path", "export", "is_review_export", "open_db", "queue",
+           "route_threshold", "search_codes", "utc_now"]

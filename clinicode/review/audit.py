@@ -8,22 +8,33 @@ import sqlite3
 import time
 from typing import Any, Sequence
 
-from clinicode.review.database import ReviewDB, ReviewError, _open_note, _reviewer, _state, utc_now
+from clinicode.review.store import (
+    ReviewError,
+    ReviewStore,
+    check_reviewer,
+    norm_code,
+    note_checkpoint,
+    open_note,
+    same_code,
+    start_work,
+    state_of,
+    utc_now,
+)
 
 SOURCES = ("model", "title", "person", "adjudication")  # who proposed the code a decision is about
 
 
-def assign(db: ReviewDB, note_ids: Sequence[str], coders: Sequence[str]) -> int:
+def assign(db: ReviewStore, note_ids: Sequence[str], coders: Sequence[str]) -> int:
     """Assign each note to the two CODERS, to be coded blind (all or none). A note may not be finished, already
     double coded, or hold another reviewer's decisions. Returns how many notes were assigned."""
-    coders = [_reviewer(c) for c in coders]
+    coders = [check_reviewer(c) for c in coders]
     if len(set(coders)) != 2:
         raise ReviewError(f"double coding needs two different coders (--coder twice), got {', '.join(coders)}.")
     at = utc_now()
 
     def run(con: sqlite3.Connection) -> int:
         for note_id in note_ids:
-            _open_note(con, db.path, note_id)
+            open_note(con, db.path, note_id)
             if con.execute("SELECT 1 FROM assignments WHERE note = ?", (note_id,)).fetchone():
                 raise ReviewError(f"note {note_id!r} is double coded already (nothing was assigned).")
             others = {r[0] for r in con.execute("SELECT DISTINCT reviewer FROM decisions WHERE note = ?", (note_id,))}
@@ -38,22 +49,20 @@ def assign(db: ReviewDB, note_ids: Sequence[str], coders: Sequence[str]) -> int:
     return db.write(run)
 
 
-def adjudicate(db: ReviewDB, note_id: str, reviewer: str, codes: Sequence[str], *,
+def adjudicate(db: ReviewStore, note_id: str, reviewer: str, codes: Sequence[str], *,
                now: float | None = None) -> dict[str, Any]:
     """Record the final codes of a double-coded note both coders finished, and finish it.
 
     Every code either coder or the model named gets a decision by REVIEWER with source "adjudication" (accept or
     add when in CODES, reject otherwise), so the note's final state is the adjudicator's whatever the coders said.
     """
-    reviewer = _reviewer(reviewer)
+    reviewer = check_reviewer(reviewer)
     now = time.time() if now is None else now
-    from clinicode.review.decisions import _norm_code, _same_code, note_checkpoint, start_work
-
-    final = [_norm_code(c) for c in codes]
+    final = [norm_code(c) for c in codes]
     system = db.code_system(note_id)
 
     def run(con: sqlite3.Connection) -> dict[str, Any]:
-        _open_note(con, db.path, note_id)
+        open_note(con, db.path, note_id)
         coders = {r[0]: r[1] for r in con.execute("SELECT reviewer, finished_at FROM assignments WHERE note = ?",
                                                   (note_id,))}
         if not coders:
@@ -65,11 +74,11 @@ def adjudicate(db: ReviewDB, note_id: str, reviewer: str, codes: Sequence[str], 
         if reviewer in coders:
             raise ReviewError(f"note {note_id!r}: {reviewer} coded it; someone else adjudicates.")
         suggested = {r[0] for r in con.execute("SELECT code FROM suggestions WHERE note = ?", (note_id,))}
-        per_coder = {c: _state([dict(r) for r in con.execute(
+        per_coder = {c: state_of([dict(r) for r in con.execute(
             "SELECT code, action FROM decisions WHERE note = ? AND reviewer = ? ORDER BY id", (note_id, c))])
             for c in coders}
         named = suggested | {c for s in per_coder.values() for c in s}
-        chosen = [_same_code(system, c, named) or c for c in final]
+        chosen = [same_code(system, c, named) or c for c in final]
         unknown = [c for c in chosen if c not in named]
         if unknown:
             raise ReviewError(f"note {note_id!r}: {unknown[0]} was named by neither coder nor the model; the final "
@@ -109,7 +118,7 @@ def kappa(a: Sequence[Any], b: Sequence[Any]) -> float | None:
     return (observed - expected) / (1 - expected)
 
 
-def _double_coded(db: ReviewDB) -> list[dict[str, Any]]:
+def _double_coded(db: ReviewStore) -> list[dict[str, Any]]:
     """Notes both coders finished: their coders (in assignment order), each coder's codes, and the final codes when
     adjudicated."""
     coders: dict[str, list[tuple[str, str | None]]] = {}
@@ -125,9 +134,9 @@ def _double_coded(db: ReviewDB) -> list[dict[str, Any]]:
         if len(pair) != 2 or any(f is None for _, f in pair):
             continue
         rows = log.get(note, [])
-        codes = {c: _coded(_state(r for r in rows if r["reviewer"] == c and r["source"] != "adjudication"))
+        codes = {c: _coded(state_of(r for r in rows if r["reviewer"] == c and r["source"] != "adjudication"))
                  for c, _ in pair}
-        final = _coded(_state(rows)) if status.get(note) == "done" else None
+        final = _coded(state_of(rows)) if status.get(note) == "done" else None
         out.append({"note": note, "coders": [c for c, _ in pair], "codes": codes, "final": final})
     return out
 
@@ -136,7 +145,7 @@ def _coded(state: dict[str, str]) -> set[str]:
     return {c for c, a in state.items() if a in ("accept", "add")}
 
 
-def agreement(db: ReviewDB) -> dict[str, Any]:
+def agreement(db: ReviewStore) -> dict[str, Any]:
     """Agreement of double coders on the notes both finished.
 
     Per code: Cohen's kappa over those notes between each note's first and second coder (1 = the code was coded),
@@ -182,12 +191,10 @@ def agreement(db: ReviewDB) -> dict[str, Any]:
             "overall_kappa": kappa(all_a, all_b), "per_code": per_code, "per_coder": per_coder}
 
 
-def audit_log(db: ReviewDB) -> list[dict[str, Any]]:
+def audit_log(db: ReviewStore) -> list[dict[str, Any]]:
     """Every decision: note, code, action (to what), was (from what: the code's earlier state for that reviewer, or
     each coder's for an adjudication), reviewer, at, source, checkpoint (the one whose suggestions the note showed;
     for rows written before schema 5, the note's). No note text."""
-    from clinicode.review.decisions import note_checkpoint
-
     rows = [dict(r) for r in db.read("SELECT id, note, code, action, was, reviewer, at, source, checkpoint_sha256 "
                                      "FROM decisions ORDER BY id")]
     for r in rows:
@@ -196,7 +203,7 @@ def audit_log(db: ReviewDB) -> list[dict[str, Any]]:
     return rows
 
 
-def work_times(db: ReviewDB) -> list[dict[str, Any]]:
+def work_times(db: ReviewStore) -> list[dict[str, Any]]:
     """Each reviewer's time on each note: from their first claim or decision to finishing (None while open)."""
     return [{"note": r[0], "reviewer": r[1], "seconds": None if r[3] is None else round(r[3] - r[2], 3)}
             for r in db.read("SELECT note, reviewer, started, finished FROM work ORDER BY rowid")]

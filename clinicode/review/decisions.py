@@ -10,19 +10,23 @@ from typing import Any, Sequence
 from clinicode.codes import icd10 as code_titles
 from clinicode.codes.search import code_matches
 from clinicode.codes.systems import ICD9_CM, ICD10, ICD10_CM, LOCAL, MESH_OMIM, CodeSystem, infer_code_system
-from clinicode.review.database import (
+from clinicode.review.store import (
     CLAIM_MINUTES,
-    ReviewDB,
     ReviewError,
-    _check_claim,
-    _open_note,
-    _reviewer,
-    _state,
+    ReviewStore,
+    check_claim,
+    check_reviewer,
+    norm_code,
+    note_checkpoint,
+    open_note,
+    same_code,
+    start_work,
+    state_of,
     utc_now,
 )
 
 
-def decide(db: ReviewDB, note_id: str, reviewer: str, *, accept: Sequence[str] = (), reject: Sequence[str] = (),
+def decide(db: ReviewStore, note_id: str, reviewer: str, *, accept: Sequence[str] = (), reject: Sequence[str] = (),
            add: Sequence[str] = (), done: bool = False, now: float | None = None) -> dict[str, Any]:
     """Record REVIEWER's decisions on NOTE as audit rows, all or none (one transaction), and finish it if `done`.
 
@@ -34,9 +38,9 @@ def decide(db: ReviewDB, note_id: str, reviewer: str, *, accept: Sequence[str] =
         ClaimedError: another reviewer holds the note. ReviewError: unknown note or code, a finished note, a code
         given twice, or undecided suggestions at `done`.
     """
-    reviewer = _reviewer(reviewer)
+    reviewer = check_reviewer(reviewer)
     now = time.time() if now is None else now
-    accept, reject, add = ([_norm_code(c) for c in xs] for xs in (accept, reject, add))
+    accept, reject, add = ([norm_code(c) for c in xs] for xs in (accept, reject, add))
     if not accept + reject + add and not done:
         raise ReviewError("nothing to record; pass --accept, --reject, --add CODE or --done.")
     system = db.code_system(note_id) if accept + reject + add else LOCAL
@@ -44,43 +48,17 @@ def decide(db: ReviewDB, note_id: str, reviewer: str, *, accept: Sequence[str] =
     add = [_addable(db, c, note_id, system, model) for c in add]
 
     def run(con: sqlite3.Connection) -> dict[str, Any]:
-        n = _open_note(con, db.path, note_id)
+        n = open_note(con, db.path, note_id)
         assigned = _assigned(con, note_id)
-        if assigned:  # double coded: only its coders decide, each blind to the other's decisions, claims aside
-            if reviewer not in assigned:
-                raise ReviewError(f"note {note_id!r} is double coded by {' and '.join(sorted(assigned))}; only they "
-                                  "decide on it (an adjudicator uses `clinicode review adjudicate`).")
-            if assigned[reviewer] is not None:
-                raise ReviewError(f"note {note_id!r}: {reviewer} finished it already; it waits for adjudication.")
-        else:
-            _check_claim(n, reviewer, now)
+        _check_coder(n, assigned, reviewer, now)
         proposed = {r[0]: r[1] for r in con.execute("SELECT code, source FROM suggestions WHERE note = ?", (note_id,))}
         suggested = set(proposed)
         mine = " AND reviewer = ?" if assigned else ""
-        state = _state([dict(r) for r in con.execute("SELECT code, action FROM decisions "
-                                                     f"WHERE note = ?{mine} ORDER BY id",
-                                                     (note_id, reviewer) if assigned else (note_id,))])
+        state = state_of([dict(r) for r in con.execute("SELECT code, action FROM decisions "
+                                                       f"WHERE note = ?{mine} ORDER BY id",
+                                                       (note_id, reviewer) if assigned else (note_id,))])
         before = dict(state)
-        added = {c for c, a in state.items() if a == "add"}
-        for i, c in enumerate(accept):
-            accept[i] = _same_code(system, c, suggested) or ""
-            if not accept[i]:
-                raise ReviewError(f"note {note_id!r}: {c} is not a suggested code, so it cannot "
-                                  f"be accepted; use --add {c}.")
-        for i, c in enumerate(reject):
-            reject[i] = _same_code(system, c, suggested | added) or ""
-            if not reject[i]:
-                raise ReviewError(f"note {note_id!r}: {c} is neither suggested nor added, so "
-                                  "there is nothing to reject.")
-        for c in add:
-            if _same_code(system, c, suggested):
-                c = _same_code(system, c, suggested)
-                raise ReviewError(f"note {note_id!r}: {c} is already suggested; use --accept {c}.")
-        given = accept + reject + add  # as stored: one spelling per code, whatever case or dots were typed
-        twice = sorted({c for c in given if given.count(c) > 1})
-        if twice:
-            raise ReviewError(f"note {note_id!r}: code {twice[0]} is given more than once; accept, "
-                              "reject or add each code once.")
+        _match_codes(note_id, system, accept, reject, add, suggested, {c for c, a in state.items() if a == "add"})
         at = utc_now()
         sha = note_checkpoint(con, note_id)
         rows = [(note_id, c, a, reviewer, at, sha, proposed.get(c, "person"), before.get(c))
@@ -97,21 +75,7 @@ def decide(db: ReviewDB, note_id: str, reviewer: str, *, accept: Sequence[str] =
         con.executemany("INSERT INTO decisions (note, code, action, reviewer, at, checkpoint_sha256, source, was) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         start_work(con, note_id, reviewer, now)
-        if done:
-            con.execute("UPDATE work SET finished = ? WHERE note = ? AND reviewer = ? AND finished IS NULL",
-                        (now, note_id, reviewer))
-        if done and assigned:
-            con.execute("UPDATE assignments SET finished_at = ? WHERE note = ? AND reviewer = ?",
-                        (at, note_id, reviewer))
-            con.execute("UPDATE notes SET status = 'in_progress' WHERE id = ?", (note_id,))
-        elif done:
-            con.execute("UPDATE notes SET status = 'done', claimed_by = NULL, claim_expires = NULL WHERE id = ?",
-                        (note_id,))
-        elif assigned:
-            con.execute("UPDATE notes SET status = 'in_progress' WHERE id = ?", (note_id,))
-        else:
-            con.execute("UPDATE notes SET status = 'in_progress', claimed_by = ?, claim_expires = ? WHERE id = ?",
-                        (reviewer, now + CLAIM_MINUTES * 60, note_id))
+        _update_note(con, note_id, reviewer, done=done, double=bool(assigned), at=at, now=now)
         return {"note": note_id, "accepted": accept, "rejected": reject, "added": add, "done": done,
                 "codes": sorted(c for c, a in state.items() if a in ("accept", "add"))}
 
@@ -124,25 +88,72 @@ def _assigned(con: sqlite3.Connection, note_id: str) -> dict[str, str | None]:
                                             (note_id,))}
 
 
-def note_checkpoint(con: sqlite3.Connection, note_id: str) -> str | None:
-    """The checkpoint whose suggestions NOTE shows (the one that scored it when it was queued)."""
-    row = con.execute("SELECT checkpoint_sha256 FROM suggestions WHERE note = ? UNION ALL "
-                      "SELECT checkpoint_sha256 FROM note_signals WHERE note = ? LIMIT 1",
-                      (note_id, note_id)).fetchone()
-    return None if row is None else row[0]
+def _check_coder(n: sqlite3.Row, assigned: dict[str, str | None], reviewer: str, now: float) -> None:
+    """REVIEWER may decide on note N: one of its two coders, not finished yet, when it is double coded (claims aside:
+    each works blind to the other's decisions); else no one else holds an unexpired claim on it."""
+    note_id = n["id"]
+    if not assigned:
+        check_claim(n, reviewer, now)
+        return
+    if reviewer not in assigned:
+        raise ReviewError(f"note {note_id!r} is double coded by {' and '.join(sorted(assigned))}; only they "
+                          "decide on it (an adjudicator uses `clinicode review adjudicate`).")
+    if assigned[reviewer] is not None:
+        raise ReviewError(f"note {note_id!r}: {reviewer} finished it already; it waits for adjudication.")
 
 
-def start_work(con: sqlite3.Connection, note_id: str, reviewer: str, now: float) -> None:
-    """Start REVIEWER's clock on NOTE (the first claim or decision; later ones keep the first start)."""
-    con.execute("INSERT OR IGNORE INTO work (note, reviewer, started) VALUES (?, ?, ?)", (note_id, reviewer, now))
+def _match_codes(note_id: str, system: CodeSystem, accept: list[str], reject: list[str], add: list[str],
+                 suggested: set[str], added: set[str]) -> None:
+    """Spell ACCEPT and REJECT (in place) as the note's codes they name; refuse a code that is not suggested (or, for
+    reject, added), an added code that is suggested, and a code given twice."""
+    for i, c in enumerate(accept):
+        accept[i] = same_code(system, c, suggested) or ""
+        if not accept[i]:
+            raise ReviewError(f"note {note_id!r}: {c} is not a suggested code, so it cannot "
+                              f"be accepted; use --add {c}.")
+    for i, c in enumerate(reject):
+        reject[i] = same_code(system, c, suggested | added) or ""
+        if not reject[i]:
+            raise ReviewError(f"note {note_id!r}: {c} is neither suggested nor added, so "
+                              "there is nothing to reject.")
+    for c in add:
+        if same_code(system, c, suggested):
+            c = same_code(system, c, suggested)
+            raise ReviewError(f"note {note_id!r}: {c} is already suggested; use --accept {c}.")
+    given = accept + reject + add  # as stored: one spelling per code, whatever case or dots were typed
+    twice = sorted({c for c in given if given.count(c) > 1})
+    if twice:
+        raise ReviewError(f"note {note_id!r}: code {twice[0]} is given more than once; accept, "
+                          "reject or add each code once.")
 
 
-def _addable(db: ReviewDB, code: str, note_id: str, system: CodeSystem, model: Sequence[str]) -> str:
+def _update_note(con: sqlite3.Connection, note_id: str, reviewer: str, *, done: bool, double: bool, at: str,
+                 now: float) -> None:
+    """After REVIEWER's decisions: stop their clock when DONE; a double-coded note waits for adjudication, any other
+    is finished (claim dropped) or stays in progress under the renewed claim."""
+    if done:
+        con.execute("UPDATE work SET finished = ? WHERE note = ? AND reviewer = ? AND finished IS NULL",
+                    (now, note_id, reviewer))
+    if done and double:
+        con.execute("UPDATE assignments SET finished_at = ? WHERE note = ? AND reviewer = ?",
+                    (at, note_id, reviewer))
+        con.execute("UPDATE notes SET status = 'in_progress' WHERE id = ?", (note_id,))
+    elif done:
+        con.execute("UPDATE notes SET status = 'done', claimed_by = NULL, claim_expires = NULL WHERE id = ?",
+                    (note_id,))
+    elif double:
+        con.execute("UPDATE notes SET status = 'in_progress' WHERE id = ?", (note_id,))
+    else:
+        con.execute("UPDATE notes SET status = 'in_progress', claimed_by = ?, claim_expires = ? WHERE id = ?",
+                    (reviewer, now + CLAIM_MINUTES * 60, note_id))
+
+
+def _addable(db: ReviewStore, code: str, note_id: str, system: CodeSystem, model: Sequence[str]) -> str:
     """CODE as stored when a coder adds it: one of the model's codes (however spelled), or a code of the note's code
     system in that system's one spelling (`CodeSystem.canonical`: 'S72001A' is 'S72.001A' on an ICD-10 run,
     'omim:312080' is 'OMIM:312080' on a MeSH/OMIM run); an ICD-10-CM code must be in the CMS tables (ICD-9-CM,
     ICD-10-PCS and MeSH ship no tables, so their shape is checked)."""
-    known = _same_code(system, code, set(model))
+    known = same_code(system, code, set(model))
     if known:
         return known
     spelled = system.canonical(code)
@@ -161,35 +172,6 @@ def _addable(db: ReviewDB, code: str, note_id: str, system: CodeSystem, model: S
                           "ICD-10-CM code (not in the CMS tables); check the spelling (the Review page searches "
                           "codes and titles).")
     return spelled
-
-
-def _same_code(system: CodeSystem, code: str, codes: set[str]) -> str | None:
-    """The one of CODES that CODE names in the note's code system (`CodeSystem.canonical` on both sides: 'y92230' finds
-    'Y92.230'; on ICD-9-CM '0040' is diagnosis 004.0 and never procedure 00.40), else None."""
-    if code in codes:
-        return code
-    spelled = system.canonical(code, codes)  # the codes' own reading first: '3893' is 38.93 when that is one
-    if spelled is not None:
-        if spelled in codes:
-            return spelled
-        by_spelling = {system.canonical(c): c for c in codes}
-        if spelled in by_spelling:
-            return by_spelling[spelled]
-    keys = {c.upper(): c for c in codes}  # a checkpoint's own labels (no standard system): any case
-    return keys.get(code.upper())
-
-
-MAX_CODE_CHARS = 40  # the longest code of any system is 16 characters ('MESH:D000069279')
-
-
-def _norm_code(code: Any) -> str:
-    """A code as typed, stripped; blank, over-long or holding control characters is refused (the code system decides
-    the rest, in `_same_code` and `_addable`)."""
-    c = str(code).strip()
-    if not c or len(c) > MAX_CODE_CHARS or not c.isprintable():
-        raise ReviewError(f"{c[:20]!r} is not a code; expected a code of the model's code system such as 428.0, "
-                          "I50.9, 02HV33Z or D009369 (dotted or not, any case).")
-    return c
 
 
 def search_codes(query: str, model_codes: Sequence[tuple[str, str]], *, system: CodeSystem | None = None,

@@ -13,7 +13,7 @@ from clinicode.codes.systems import LOCAL, CodeSystem, family_of
 from clinicode.constants import MANIFEST_FILE
 from clinicode.files import atomic_dir, check_output, manifest_kind, new_private_file, write_manifest
 from clinicode.review.audit import agreement, audit_log, work_times
-from clinicode.review.database import ReviewDB, ReviewError
+from clinicode.review.store import ReviewError, ReviewStore
 
 EXPORT_KIND = "review-export"
 AUDIT_FILE = "audit.json"  # the audit trail beside the notes (no note text; not a split, so not .jsonl)
@@ -28,7 +28,7 @@ def _split_of(note_id: str) -> tuple[int, str]:
     return h, ("test" if h % 10 == 0 else "dev" if h % 10 == 1 else "train")
 
 
-def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> dict[str, int]:
+def export(db: ReviewStore, out: str | Path, *, base: str | Path | None = None) -> dict[str, int]:
     """Write the finished notes as a coded-notes folder `clinicode train --data` reads (labels = accepted + added).
 
     Alone (base None): each note's split comes from a hash of its id (about 80/10/10 train/dev/test, stable across
@@ -110,7 +110,7 @@ def export(db: ReviewDB, out: str | Path, *, base: str | Path | None = None) -> 
 RETRAIN_KIND = "prepared-dataset"  # a run's own data (RUN/data), which `train` accepts inside its --out
 
 
-def retrain_data(db: ReviewDB, out: str | Path, *, base: str | Path, labels: Sequence[tuple[str, str]],
+def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: Sequence[tuple[str, str]],
                  sample: int | None = None, seed: int = 0) -> dict[str, Any]:
     """The coded-notes folder `review retrain` trains on: the finished notes with the coders' codes, plus the base's
     training notes (all of them, or a random SAMPLE for a warm start), and the base's dev and test unchanged, every

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.records import Record, read_records
-from clinicode.review.database import ReviewDB
+from clinicode.review.store import ReviewStore
 
 if TYPE_CHECKING:  # the app lists the queue without importing torch
     from clinicode.predict import Predictor
@@ -33,8 +33,9 @@ def check_explain(value: Any) -> int:
     return value
 
 
-def queue(db: ReviewDB, predictor: "Predictor", input: str | Path | Any, *, explain: int = EXPLAIN, chunk: int = CHUNK,
-          on_bad: Callable[[str], None] | None = None, input_format: str | None = None) -> dict[str, int]:
+def queue(db: ReviewStore, predictor: "Predictor", input: str | Path | Any, *, explain: int = EXPLAIN,
+          chunk: int = CHUNK, on_bad: Callable[[str], None] | None = None,
+          input_format: str | None = None) -> dict[str, int]:
     """Score every note of INPUT (anything `clinicode predict` reads, in INPUT_FORMAT: a reader of
     `clinicode.formats`, e.g. fhir for DocumentReferences; None: by INPUT's name) and queue it with its suggestions.
 

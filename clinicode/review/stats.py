@@ -7,39 +7,13 @@ from datetime import datetime
 from typing import Any, Sequence
 
 from clinicode.errors import ConfigError
-from clinicode.review.database import ReviewDB, _state
+from clinicode.review.store import ReviewStore
 
 MIN_ROUTE_DECISIONS = 20             # decided suggestions of one code from one checkpoint before a routing score
 ROUTE_TARGET = 0.95                  # the acceptance rate a routing score must reach
 
 
-def finished(db: ReviewDB) -> list[dict[str, Any]]:
-    """Done notes with text, final codes (accepted + added), suggested codes and when they were finished."""
-    notes = {r["id"]: r["text"] for r in db.read("SELECT id, text FROM notes WHERE "
-                                                    "status = 'done' ORDER BY rowid")}
-    log: dict[str, list[dict[str, Any]]] = {i: [] for i in notes}
-    for r in db.read("SELECT d.note, d.code, d.action, d.at FROM decisions d JOIN notes n ON n.id = d.note "
-                        "WHERE n.status = 'done' ORDER BY d.id"):
-        log[r["note"]].append(dict(r))
-    suggested: dict[str, set[str]] = {i: set() for i in notes}
-    from_title: dict[str, set[str]] = {i: set() for i in notes}
-    scores: dict[str, dict[str, tuple[float, str]]] = {i: {} for i in notes}
-    for r in db.read("SELECT s.note, s.code, s.score, s.checkpoint_sha256, s.source FROM suggestions s JOIN notes n "
-                        "ON n.id = s.note WHERE n.status = 'done'"):
-        (from_title if r[4] == "title" else suggested)[r[0]].add(r[1])
-        scores[r[0]][r[1]] = (r[2], r[3])
-    out = []
-    for note_id, text in notes.items():
-        state = _state(log[note_id])
-        done_at = max((r["at"] for r in log[note_id] if r["action"] == "done"), default=None)
-        out.append({"id": note_id, "text": text, "state": state, "suggested": suggested[note_id],
-                    "from_title": from_title[note_id],
-                    "scores": scores[note_id], "done_at": done_at,
-                    "labels": sorted(c for c, a in state.items() if a in ("accept", "add"))})
-    return out
-
-
-def stats(db: ReviewDB, *, by: str = "day", min_decisions: int = MIN_ROUTE_DECISIONS,
+def stats(db: ReviewStore, *, by: str = "day", min_decisions: int = MIN_ROUTE_DECISIONS,
           target: float = ROUTE_TARGET) -> dict[str, Any]:
     """Agreement of the model with coders on finished notes: overall, per code and per day or week, and what the
     queue teaches per code.
@@ -65,7 +39,7 @@ def stats(db: ReviewDB, *, by: str = "day", min_decisions: int = MIN_ROUTE_DECIS
     per_time: dict[str, dict[str, Any]] = {}
     decided: dict[tuple[str, str], list[tuple[float, bool]]] = {}  # (checkpoint, code) -> (score, accepted)
     title, title_codes = _counts(), {}  # decisions on codes suggested from their titles
-    for n in finished(db):
+    for n in db.finished():
         period = _period(n["done_at"], by)
         bucket = per_time.setdefault(period, _counts())
         bucket["notes"] += 1

@@ -1,16 +1,6 @@
-"""Which note next: the rule `review next` and the app's Review page share (docs/review.md, "Which note next").
-
-Each queued note carries two signals, computed when `review queue` scored it (`signals`):
-- uncertainty: the model's expected wrong labels on the note, sum over codes of how close each score is to the
-  checkpoint's threshold (1 at the threshold, 0 at 0 or 1);
-- rarity: how strongly the note points at codes the checkpoint saw few training notes of, sum over codes of the
-  code's evidence (its score over the threshold, capped at 1, or 1 when every word of the code's title is in the
-  note: how an unseen code, which the model scores near 0, is found) weighted by 1 / (1 + training notes).
-
-`pick` ranks a pool by the weighted sum of both signals' ranks, then walks it greedily: each next note loses
-`diversity` x its highest tf-idf cosine to the notes already picked in this batch, so alike notes are not proposed
-one after another. `order="arrival"` is the queue's order (queued first, first). No torch: numpy and scikit-learn.
-"""
+"""Which note next: the rule `review next` and the app's Review page share (docs/review.md, "Which note next"): two
+signals stored when a note is queued (`signals`), ranked and spread by a tf-idf diversity walk (`pick`), or
+`order="arrival"`, the queue's order. No torch: numpy and scikit-learn."""
 
 from __future__ import annotations
 
@@ -71,7 +61,13 @@ def title_hits(texts: Sequence[str], titles: Sequence[str]) -> "np.ndarray":
 
 def signals(probs: "np.ndarray", threshold: float, train_counts: Sequence[int] | None,
             hits: "np.ndarray | None" = None) -> tuple["np.ndarray", "np.ndarray"]:
-    """(uncertainty [N], rarity [N]) of notes from their [N, K] scores (the module's docstring gives both).
+    """(uncertainty [N], rarity [N]) of notes from their [N, K] scores.
+
+    uncertainty: the model's expected wrong labels on the note, sum over codes of how close each score is to the
+    checkpoint's threshold (1 at the threshold, 0 at 0 or 1). rarity: how strongly the note points at codes the
+    checkpoint saw few training notes of, sum over codes of the code's evidence (its score over the threshold, capped
+    at 1, or 1 when every word of the code's title is in the note: how an unseen code, which the model scores near 0,
+    is found) weighted by 1 / (1 + training notes).
 
     train_counts: each code's training notes (the checkpoint's train_counts.json, label order); None (an older
     checkpoint) counts every code as seen once. hits: `title_hits` of the notes, or None.
@@ -110,7 +106,9 @@ def vectors(texts: Sequence[str]) -> Any:
 
 def pick(uncertainty: "np.ndarray", rarity: "np.ndarray", k: int, *, texts: Sequence[str] | None = None,
          vecs: Any = None, weights: Weights = TEACH) -> list[int]:
-    """The indices of the K notes to review next, in order (greedy; `Weights` gives the rule).
+    """The indices of the K notes to review next, in order (greedy; `Weights` gives the rule): ranked by the weighted
+    sum of both signals' ranks, each next note losing `diversity` x its highest tf-idf cosine to the notes already
+    picked in this batch, so alike notes are not proposed one after another.
 
     vecs: the notes' L2-normalised rows (`vectors`), else made from TEXTS; neither: no diversity term.
     """

@@ -95,12 +95,13 @@ def test_evidence_figures_judges_only_correct_codes_with_a_mention() -> None:
     assert ev["model"] is None and ev["n_pairs"] == 1 and ev["random"]["words_per_code"] == 2.0
 
 
-def test_a_display_placeholder_is_no_title() -> None:
-    from clinicode.codes.icd10 import PCS_NO_TITLE
-
+def test_a_blank_title_is_no_title() -> None:
+    # the metrics know no code system: the caller blanks a display placeholder (tests/predict/test_evidence_report.py)
     mentions = [[{"code": "D000740", "start": 0, "end": 13}]]
     text = "Heart failure, no title of ICD 10 PCS."
-    ev = M.evidence_figures([text], mentions, [{"D000740": [(0, 5)]}], {"D000740": PCS_NO_TITLE}, k=1)
+    ev = M.evidence_figures([text], mentions, [{"D000740": [(0, 5)]}], {"D000740": ""}, k=1)
+    assert ev["title"]["words_per_code"] == 0.0
+    ev = M.evidence_figures([text], mentions, [{"D000740": [(0, 5)]}], {}, k=1)
     assert ev["title"]["words_per_code"] == 0.0
     ev = M.evidence_figures([text], mentions, [{"D000740": [(0, 5)]}], {"D000740": "Heart Failure"}, k=1)
     assert ev["title"]["hit_at_1"] == 1.0

@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from clinicode import metrics as M
+from clinicode.metrics import bootstrap as B, checks as C, ranking as R, thresholds as T
 
 # 3 documents x 5 labels. Label 3 has no gold positive but is predicted once (a false positive);
 # label 4 has a gold positive but is never predicted at t = 0.5; S[0, 2] is exactly 0.5 (not predicted).
@@ -428,8 +429,8 @@ def test_weighted_metrics_equal_the_metrics_of_the_explicitly_resampled_document
     rng = np.random.default_rng(7)
     idx = rng.integers(0, len(y), size=(5, len(y)))
     w = np.stack([np.bincount(row, minlength=len(y)) for row in idx])  # [5, N]
-    f1 = M._weighted_f1_micro(y, s, 0.45, w)
-    auc = M._weighted_auc_macro(y, s, w)
+    f1 = B._weighted_f1_micro(y, s, 0.45, w)
+    auc = B._weighted_auc_macro(y, s, w)
     for r, row in enumerate(idx):
         ref = M.all_metrics(y[row], s[row], threshold=0.45)
         assert f1[r] == pytest.approx(ref["f1_micro"], abs=1e-12)
@@ -441,7 +442,7 @@ def test_the_blocked_weighted_auc_equals_the_sorting_form_on_many_codes(block_by
     """The pair-indicator products give the previous per-code sort's numbers (fixed seed, 1e-12): rare codes, codes
     with more positives than negatives (counted from the other side), codes with no positive or no negative, ties, and
     blocks of one code up to all of them."""
-    monkeypatch.setattr(M, "_AUC_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(B, "_AUC_BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(11)
     n, k = 60, 40
     y = rng.random((n, k)) < np.linspace(0.01, 0.95, k)
@@ -450,10 +451,10 @@ def test_the_blocked_weighted_auc_equals_the_sorting_form_on_many_codes(block_by
     s = np.round(rng.random((n, k)) * 0.6 + 0.4 * y, 1)                 # coarse: many ties
     w = rng.multinomial(n, np.full(n, 1.0 / n), size=25)
     w = np.vstack([np.ones((1, n), dtype=w.dtype), w])
-    got, want = M._weighted_auc_macro(y, s, w), M._weighted_auc_macro_by_sorting(y, s, w)
+    got, want = B._weighted_auc_macro(y, s, w), B._weighted_auc_macro_by_sorting(y, s, w)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
     assert got[0] == pytest.approx(M.auc_macro(y, s)[0], abs=1e-12)    # row 0: the documents as given
-    none = M._weighted_auc_macro(np.zeros((n, 3), dtype=bool), s[:, :3], w)
+    none = B._weighted_auc_macro(np.zeros((n, 3), dtype=bool), s[:, :3], w)
     assert np.isnan(none).all()
 
 
@@ -511,7 +512,7 @@ def test_aucs_equal_sklearn_per_code_and_micro(seed, n, k, ties) -> None:
 
 @pytest.mark.parametrize("seed,n,k", [(0, 30, 20), (1, 3000, 700)])
 def test_top_k_equals_a_stable_sort_with_ties_across_row_chunks(seed, n, k, monkeypatch) -> None:
-    monkeypatch.setattr(M, "_ROWS", 7)                                    # many chunks, one ragged
+    monkeypatch.setattr(R, "_ROWS", 7)                                    # many chunks, one ragged
     y, s = _random_case(seed, n, k, ties=True)
     for kk in (1, 5, 15):
         top = np.argsort(-s.astype(np.float64), axis=1, kind="stable")[:, :kk]
@@ -522,7 +523,7 @@ def test_top_k_equals_a_stable_sort_with_ties_across_row_chunks(seed, n, k, monk
 
 
 def test_every_threshold_of_an_unsorted_grid_counts_like_binarize(monkeypatch) -> None:
-    monkeypatch.setattr(M, "_ROWS", 13)
+    monkeypatch.setattr(T, "_ROWS", 13)
     y, s = _random_case(4, 200, 30, ties=True)
     grid = np.array([0.5, 0.0, 0.125, 0.99, 0.125, 1.0, 0.3])              # unsorted, repeated, on tie values
     curve = M.f1_by_threshold(y, s, grid)
@@ -547,7 +548,7 @@ def test_macro_f1_over_present_codes_is_the_mean_over_codes_with_gold_notes() ->
 
 def test_float32_scores_are_not_copied_to_float64() -> None:
     s = np.zeros((3, 4), dtype=np.float32)
-    assert M._check_scores(s) is s
+    assert C._check_scores(s) is s
 
 
 def test_frequency_slices_split_codes_by_training_notes():

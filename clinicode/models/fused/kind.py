@@ -1,21 +1,12 @@
-"""The fused model (`train --model fused`, the default): each code's logit is LEAM's plus tfidf-lr's, stacked.
+"""The fused model kind (`train --model fused`, the default): LEAM and tfidf-lr in one checkpoint, fused per code.
 
-`a_k * leam_k + c_k * lr_k + offset_k`: the two parts' logits, each over its own temperature and mixed with the weight
-of the code's frequency band (rare codes lean on the bag-of-words part, frequent ones on LEAM), plus a per-code
-threshold for rare codes folded into the logit (`fusion.py`; every number learnt on dev). One checkpoint holds both
-parts' files (LEAM's weights, config and tokenizer; tfidf-lr's weights and vocabulary) and `fusion.safetensors`
-(a, c, e, offset and the LEAM share w, one value per code) with `fusion.json` (temperatures, band weights, the
-rule). The third part, the title match, is the tf-idf cosine of the note and the code's title (labels.json's
-description), rebuilt from the labels when the checkpoint loads.
-
-The evidence it shows for a code mixes both parts' words in the code's proportion w: LEAM's word-code cosines and
-tfidf-lr's coefficient x tf-idf weight of each word in the note (`FusedScorer.word_rows`).
+The maths is in `model.py` and `fusion.py`, training around LEAM's loop in `training.py`, scoring in `scorer.py`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -23,6 +14,8 @@ import numpy as np
 
 from clinicode.errors import CheckpointError
 from clinicode.files import write_bytes_atomic, write_json_atomic
+from clinicode.models.fused.mentions import MentionLexicon
+from clinicode.models.fused.model import FusedModel, title_rows
 from clinicode.models.leam.kind import KIND as LEAM_KIND, check_weight_shapes, weight_shapes
 from clinicode.models.leam.options import LEAMConfig, ModelOptions
 from clinicode.models.tfidf_lr.kind import KIND as LR_KIND
@@ -38,37 +31,6 @@ FUSION_FORMAT = "clinicode.fusion"
 # [K] each: LEAM's coefficient, tfidf-lr's, the title match's, the per-code shift, LEAM's share
 _VECTORS = ("a", "c", "e", "offset", "w")
 CAP_FROM = 100   # the LEAM part's --fused-epochs applies to label sets of more codes than this
-
-
-@dataclass
-class FusedModel:
-    """A loaded fused model: the LEAM, the TfidfLR, the codes' titles as tf-idf rows and the per-code fusion vectors
-    ([K] float64 each)."""
-
-    leam: Any
-    lr: Any
-    a: np.ndarray
-    c: np.ndarray
-    e: np.ndarray
-    offset: np.ndarray
-    w: np.ndarray
-    fusion: dict[str, Any]       # the fitted summary: temperatures, band weights, edges, rule, offsets used
-    titles: Any = None           # [K, V] sparse: each code's title in tfidf-lr's features (`title_rows`)
-
-    @property
-    def config(self) -> Any:
-        return self.leam.config
-
-    def fuse(self, z_leam: np.ndarray, z_lr: np.ndarray, z_title: np.ndarray) -> np.ndarray:
-        """[N, K] fused logits from the parts' [N, K] logits and title matches."""
-        return (self.a * z_leam.astype(np.float64) + self.c * z_lr.astype(np.float64)
-                + self.e * z_title.astype(np.float64) + self.offset)
-
-
-def title_rows(lr: Any, descriptions: Sequence[str]) -> Any:
-    """[K, V] sparse: each code's title (its description; none: an empty row) as tfidf-lr's tf-idf features, so a
-    note's title match is the cosine of its tf-idf row with the title's."""
-    return lr.transform([d or "" for d in descriptions]).astype(np.float32)
 
 
 def fusion_header(path: Path) -> dict[str, tuple[int, ...]]:
@@ -99,6 +61,7 @@ class FusedKind:
             {k: np.ascontiguousarray(getattr(model, k), dtype=np.float64) for k in _VECTORS},
             metadata={"clinicode": "fusion"}))
         write_json_atomic(folder / FUSION_META, {"format": FUSION_FORMAT, "format_version": 1, **model.fusion})
+        model.mentions.save(folder)
 
     def verify(self, folder: Path) -> None:
         config = check_weight_shapes(folder)
@@ -126,7 +89,8 @@ class FusedKind:
             raise CheckpointError(f"{folder / FUSION_WEIGHTS}: holds values that are not finite; retrain.")
         fusion = {k: v for k, v in meta.items() if k not in ("format", "format_version")}
         return FusedModel(leam, lr, **{k: vectors[k].astype(np.float64) for k in _VECTORS}, fusion=fusion,
-                          titles=title_rows(lr, labels.descriptions)), tokenizer
+                          titles=title_rows(lr, labels.descriptions),
+                          mentions=MentionLexicon.load(folder, labels.codes)), tokenizer
 
     def single_label(self, model: FusedModel) -> bool:
         return not model.leam.config.multilabel
@@ -158,11 +122,15 @@ class FusedKind:
         (docs/accuracy-tuning.md, round 14)."""
         return min(config.epochs, config.fused_epochs) if n_labels > CAP_FROM else config.epochs
 
-    def before_loop(self, texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> Any:
-        """The tfidf-lr part, fitted on the training notes before LEAM's epochs."""
-        from clinicode.models.fused.training import fit_lr_part
+    def before_loop(self, texts: Sequence[str], y: np.ndarray, *, single_label: bool, codes: Sequence[str] = (),
+                    evidence: Sequence[Any] | None = None) -> Any:
+        """The tfidf-lr part, fitted on the training notes before LEAM's epochs, and the codes' mentions in them
+        (EVIDENCE: each note's {code, start, end} spans, when the training split carries them)."""
+        from clinicode.models.fused.training import Before, fit_lr_part
 
-        return fit_lr_part(texts, y, single_label=single_label)
+        mentions = (MentionLexicon.build(codes, texts, evidence) if evidence is not None
+                    else MentionLexicon(codes=tuple(codes)))
+        return Before(fit_lr_part(texts, y, single_label=single_label), mentions)
 
     def after_loop(self, model: Any, tokenizer: Any, before: Any, *, dev_texts: Sequence[str], y_dev: np.ndarray,
                    train_counts: np.ndarray, descriptions: Sequence[str], max_len: int, device: Any,
@@ -170,9 +138,9 @@ class FusedKind:
         """The fused model of the trained LEAM part (MODEL) and BEFORE (the tfidf-lr part), fitted on dev."""
         from clinicode.models.fused.training import fuse
 
-        return fuse(model, tokenizer, before, dev_texts=dev_texts, y_dev=y_dev, train_counts=train_counts,
-                    descriptions=descriptions, max_len=max_len, device=device, batch_size=batch_size,
-                    memory_mb=memory_mb)
+        return fuse(model, tokenizer, before.lr, mentions=before.mentions, dev_texts=dev_texts, y_dev=y_dev,
+                    train_counts=train_counts, descriptions=descriptions, max_len=max_len, device=device,
+                    batch_size=batch_size, memory_mb=memory_mb)
 
     # The epoch loop trains the LEAM part: LEAM's answers (`loop_kind`).
     def model_config(self, options: ModelOptions, *, vocab_size: int, n_labels: int, multilabel: bool) -> LEAMConfig:

@@ -12,12 +12,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from clinicode.models.fused.mentions import MENTION_WEIGHT
 from clinicode.models.leam.scorer import LEAMScorer
 from clinicode.tokenizer import ClinicalTokenizer
 
 # LEAM's least share of a code's evidence: on bc5cdr dev (top 50 and every code) a floor of 0.5 beat the code's own
 # LEAM share w_k (hit@1 0.854 / 0.794 against 0.806 / 0.782), and LEAM's cosines alone lost at every code (0.750)
 EVIDENCE_LEAM_FLOOR = 0.5
+# what a token inside one of the code's training mentions adds to its evidence (the rest is at most 1): they come first
+MENTION_BONUS = 1.0
 
 
 class _LogitsOf:
@@ -83,11 +86,14 @@ class FusedScorer:
         return (0.5 * (1.0 + np.tanh(0.5 * np.clip(z, -30.0, 30.0)))).astype(np.float32)
 
     def bag_of_words(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """([N, K] tfidf-lr's logits, [N, K] title matches) from one tf-idf pass over the notes."""
+        """([N, K] tfidf-lr's logits, [N, K] title matches) from one tf-idf pass over the notes; a code's title
+        match counts MENTION_WEIGHT more where one of its training mentions occurs in the note."""
         lr = self.model.lr
         x = lr.transform(list(texts)).astype(np.float32)                               # [N, V]
         z_lr = np.asarray(x @ lr.coef.T, dtype=np.float32) + lr.intercept               # [N, K]
         z_title = np.asarray((x @ self.model.titles.T).todense(), dtype=np.float32)     # [N, K]
+        if len(self.model.mentions):
+            z_title += MENTION_WEIGHT * self.model.mentions.match(texts, z_title.shape[1])
         return z_lr, z_title
 
     def logits(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -131,11 +137,14 @@ class FusedScorer:
             out[:, known] = rows[:, feats[known]] * xl[known]
         return out
 
-    def word_rows(self, tok_ids: np.ndarray, codes: list[int]) -> np.ndarray:
+    def word_rows(self, tok_ids: np.ndarray, codes: list[int], *, text: str | None = None,
+                  offsets: Any = None) -> np.ndarray:
         """[len(codes), L] each token's evidence for each code: v_k x LEAM's cosine + (1 - v_k) x the bag-of-words
         parts' word contributions to the fused logit (c_k x tfidf-lr's + e_k x the title match's; positive part),
         each scaled by its note-best first, with v_k = max(w_k, EVIDENCE_LEAM_FLOOR): a code's words from the
-        bag-of-words parts count at most as much as LEAM's (docs/accuracy-tuning.md, round 14: dev chose it)."""
+        bag-of-words parts count at most as much as LEAM's (docs/accuracy-tuning.md, round 14: dev chose it).
+        Given the note (TEXT, and OFFSETS, its tokens' character spans), a token inside one of the code's training
+        mentions found in it scores MENTION_BONUS more, so the mentions come first (round 15)."""
         g = self.leam.word_rows(tok_ids, codes).astype(np.float64)                   # [n, L]
         if not len(codes) or not g.shape[1]:
             return g.astype(np.float32)
@@ -149,4 +158,17 @@ class FusedScorer:
         gs = np.where(gmax > 0, g / np.where(gmax > 0, gmax, 1.0), g)
         cs = contrib / np.where(cmax > 0, cmax, 1.0)
         w = np.maximum(self.model.w[np.asarray(codes)], EVIDENCE_LEAM_FLOOR)[:, None]
-        return (w * gs + (1.0 - w) * cs).astype(np.float32)
+        rows = w * gs + (1.0 - w) * cs
+        if text is not None and offsets is not None and len(self.model.mentions):
+            rows += MENTION_BONUS * self._inside(self.model.mentions.spans(text, codes), offsets)
+        return rows.astype(np.float32)
+
+    @staticmethod
+    def _inside(spans: list[list[tuple[int, int]]], offsets: Any) -> np.ndarray:
+        """[len(spans), L] 1.0 where the token's character span overlaps one of the row's spans."""
+        offs = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+        out = np.zeros((len(spans), len(offs)), dtype=np.float64)
+        for r, row in enumerate(spans):
+            for a, b in row:
+                out[r, (offs[:, 0] < b) & (offs[:, 1] > a)] = 1.0
+        return out

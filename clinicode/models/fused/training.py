@@ -7,7 +7,7 @@ each part scores dev once, and the temperatures, band weights and per-code thres
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -18,11 +18,19 @@ from clinicode.models.fused.fusion import (
     per_code_offsets,
     sigmoid,
 )
-from clinicode.models.fused.kind import FusedModel, title_rows
+from clinicode.models.fused.mentions import MentionLexicon
+from clinicode.models.fused.model import FusedModel, title_rows
 
 # Per-code thresholds for rare codes (SCutfbr): off. Round 14 judged them on dev alone, fitted on one half of dev and
 # scored on the other: they lowered micro-F1 and P@8 and left macro-F1 where it was (docs/accuracy-tuning.md).
 PER_CODE_THRESHOLDS = False
+
+
+class Before(NamedTuple):
+    """What is fitted on the training notes before LEAM's epochs."""
+
+    lr: Any                    # the tfidf-lr part
+    mentions: MentionLexicon   # the codes' mentions in the training notes' evidence spans (empty: none given)
 
 
 def fit_lr_part(texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> Any:
@@ -32,15 +40,16 @@ def fit_lr_part(texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> A
     return fit_tfidf_lr(texts, y, single_label=single_label)
 
 
-def fuse(leam: Any, tokenizer: Any, lr: Any, *, dev_texts: Sequence[str], y_dev: np.ndarray,
-         train_counts: np.ndarray, descriptions: Sequence[str], max_len: int, device: Any, batch_size: int,
-         memory_mb: int, per_code: bool = PER_CODE_THRESHOLDS) -> FusedModel:
+def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None = None, dev_texts: Sequence[str],
+         y_dev: np.ndarray, train_counts: np.ndarray, descriptions: Sequence[str], max_len: int, device: Any,
+         batch_size: int, memory_mb: int, per_code: bool = PER_CODE_THRESHOLDS) -> FusedModel:
     """The fused model of a trained LEAM and a fitted tfidf-lr, its fusion learnt on dev.
 
     Args:
         dev_texts, y_dev: the dev notes and their [N_dev, K] 0/1 gold.
         train_counts: [K] training notes per code (the frequency bands).
         descriptions: [K] the codes' titles (the title match).
+        mentions: the codes' training mentions (added to the title match; None: none).
         per_code: fold per-code thresholds of rare codes into the logits (single-label data: never).
     """
     from clinicode.metrics import tune_threshold
@@ -48,8 +57,9 @@ def fuse(leam: Any, tokenizer: Any, lr: Any, *, dev_texts: Sequence[str], y_dev:
 
     k = len(train_counts)
     titles = title_rows(lr, descriptions)
+    mentions = mentions if mentions is not None else MentionLexicon()
     start = FusedModel(leam, lr, a=np.ones(k), c=np.zeros(k), e=np.zeros(k), offset=np.zeros(k), w=np.ones(k),
-                       fusion={}, titles=titles)
+                       fusion={}, titles=titles, mentions=mentions)
     scorer = FusedScorer(start, tokenizer, max_len=max_len, device=device, batch_size=batch_size,
                          memory_mb=memory_mb)
     z_leam, z_lr, z_title = scorer.logits(dev_texts)
@@ -69,4 +79,6 @@ def fuse(leam: Any, tokenizer: Any, lr: Any, *, dev_texts: Sequence[str], y_dev:
                "per_code_rule": (f"codes with fewer than 10 training notes and at least 2 dev notes: own dev-tuned "
                                  f"threshold when its dev F1 reaches 0.3 (SCutfbr), under the global {t:.3f}")
                if t is not None else "none"}
-    return FusedModel(leam, lr, a=a, c=c, e=e, offset=bias + offsets, w=w, fusion=summary, titles=titles)
+    summary["mentions"] = len(mentions)
+    return FusedModel(leam, lr, a=a, c=c, e=e, offset=bias + offsets, w=w, fusion=summary, titles=titles,
+                      mentions=mentions)

@@ -129,9 +129,11 @@ class LEAMScorer:
         """[K, P] the learned code vectors C."""
         return self.model.label_emb.detach().float().cpu().numpy()
 
-    def word_rows(self, tok_ids: np.ndarray, codes: list[int]) -> np.ndarray:
+    def word_rows(self, tok_ids: np.ndarray, codes: list[int], *, text: str | None = None,
+                  offsets: Any = None) -> np.ndarray:
         """G[k, l] = cos(v_l, c_k) of one note's tokens for the given codes (LEAM's first step, docs/domain.md
-        section 8): [len(codes), L] float32, from the checkpoint's word and code vectors alone."""
+        section 8): [len(codes), L] float32, from the checkpoint's word and code vectors alone (TEXT and OFFSETS,
+        the note and its tokens' spans, are not needed)."""
         model = self.model
         with self._threads(), torch.inference_mode():
             ids = torch.as_tensor(tok_ids, dtype=torch.long, device=self.device)

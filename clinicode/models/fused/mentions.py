@@ -1,0 +1,140 @@
+"""Each code's mentions in the training notes (the coders' evidence spans), found again verbatim in new notes.
+
+The fused model adds `MENTION_WEIGHT` x [a mention of the code occurs in the note] to its title match, and shows
+the occurrences first among a code's highlighted words (docs/accuracy-tuning.md, round 15).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from clinicode.errors import CheckpointError
+from clinicode.files import write_json_atomic
+
+MENTIONS_FILE = "mentions.json"
+MENTION_FORMAT = "clinicode.mentions"
+# what a mention adds to the code's title match (a cosine in [0, 1]): bc5cdr and ncbi dev chose 1.0 of 0.1, 0.3, 1.0
+MENTION_WEIGHT = 1.0
+MAX_WORDS = 8          # a longer evidence span is a passage, not a phrase a note repeats
+ACRONYM = 5            # a mention all in capitals of words this short (SRC, CAN, ALL) matches only in capitals
+_WORD = re.compile(r"[^\W_]+")
+
+
+def _words(text: str) -> list[tuple[str, int, int]]:
+    """(word, start, end) of each run of letters and digits (any script)."""
+    return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
+
+
+def _key(words: Sequence[str]) -> tuple[str, ...]:
+    """A mention's phrase: its words lower-cased, unless it is an acronym (kept as written)."""
+    if all(w.isupper() and len(w) <= ACRONYM for w in words):
+        return tuple(words)
+    return tuple(w.lower() for w in words)
+
+
+@dataclass
+class MentionLexicon:
+    """Phrase (lower-cased words; an acronym's as written) -> the indices of the codes it was a training mention of."""
+
+    phrases: dict[tuple[str, ...], tuple[int, ...]] = field(default_factory=dict)
+    codes: tuple[str, ...] = ()      # the model's codes, in its order (what the indices point at)
+    longest: int = 0
+
+    def __post_init__(self) -> None:
+        self.longest = max((len(p) for p in self.phrases), default=0)
+
+    def __len__(self) -> int:
+        return len(self.phrases)
+
+    @classmethod
+    def build(cls, codes: Sequence[str], texts: Sequence[str],
+              evidence: Sequence[Iterable[Mapping[str, Any]] | None]) -> MentionLexicon:
+        """From each training note's evidence ({code, start, end}: text[start:end] justifies code); mentions of codes
+        outside CODES, empty ones and ones longer than MAX_WORDS words are left out."""
+        index = {c: k for k, c in enumerate(codes)}
+        found: dict[tuple[str, ...], set[int]] = {}
+        for text, spans in zip(texts, evidence):
+            for m in spans if isinstance(spans, (list, tuple)) else ():
+                k = index.get(str(m.get("code"))) if isinstance(m, Mapping) else None
+                start, end = (m.get("start"), m.get("end")) if k is not None else (None, None)
+                if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= len(text)):
+                    continue
+                phrase = _key([w for w, _, _ in _words(text[start:end])])
+                if 0 < len(phrase) <= MAX_WORDS:
+                    found.setdefault(phrase, set()).add(k)
+        return cls({p: tuple(sorted(ks)) for p, ks in found.items()}, tuple(codes))
+
+    def _occurrences(self, text: str) -> list[tuple[int, int, int]]:
+        """(code, start, end) of every occurrence of a phrase in TEXT, on word boundaries."""
+        if not self.phrases:
+            return []
+        words = _words(text)
+        lower = [w.lower() for w, _, _ in words]
+        out = []
+        for i in range(len(words)):
+            for n in range(1, min(self.longest, len(words) - i) + 1):
+                key = tuple(lower[i:i + n])
+                codes = set(self.phrases.get(key, ()))
+                as_written = tuple(w for w, _, _ in words[i:i + n])
+                if as_written != key:     # an acronym matches only as written
+                    codes.update(self.phrases.get(as_written, ()))
+                for k in sorted(codes):
+                    out.append((k, words[i][1], words[i + n - 1][2]))
+        return out
+
+    def match(self, texts: Sequence[str], n_codes: int) -> np.ndarray:
+        """[N, n_codes] 1.0 where a mention of the code occurs in the note, else 0."""
+        out = np.zeros((len(texts), n_codes), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for k, _, _ in self._occurrences(text):
+                out[i, k] = 1.0
+        return out
+
+    def spans(self, text: str, codes: Sequence[int]) -> list[list[tuple[int, int]]]:
+        """For each of CODES, the character spans of its mentions in TEXT."""
+        where: dict[int, list[tuple[int, int]]] = {}
+        for k, a, b in self._occurrences(text):
+            where.setdefault(k, []).append((a, b))
+        return [where.get(k, []) for k in codes]
+
+    def save(self, folder: Path) -> None:
+        """MENTIONS_FILE in FOLDER (owner-only: the words come from the training notes); nothing when empty."""
+        if not self.phrases:
+            return
+        by_code: dict[str, list[str]] = {}
+        for phrase, ks in sorted(self.phrases.items()):
+            for k in ks:
+                by_code.setdefault(self.codes[k], []).append(" ".join(phrase))
+        path = folder / MENTIONS_FILE
+        write_json_atomic(path, {"format": MENTION_FORMAT, "format_version": 1, "phrases": by_code})
+        os.chmod(path, 0o600)
+
+    @classmethod
+    def load(cls, folder: Path, codes: Sequence[str]) -> MentionLexicon:
+        """The lexicon saved in FOLDER; empty when it has none (a model trained without evidence, or before it)."""
+        import json
+
+        path = folder / MENTIONS_FILE
+        if not path.is_file():
+            return cls(codes=tuple(codes))
+        try:
+            held = json.loads(path.read_text(encoding="utf-8"))
+            if held.get("format") != MENTION_FORMAT or not isinstance(held.get("phrases"), dict):
+                raise ValueError("not a mentions file")
+            index = {c: k for k, c in enumerate(codes)}
+            found: dict[tuple[str, ...], set[int]] = {}
+            for code, phrases in held["phrases"].items():
+                if code not in index or not isinstance(phrases, list):
+                    raise ValueError("unknown code")
+                for p in phrases:
+                    found.setdefault(tuple(str(p).split()), set()).add(index[code])
+        except (ValueError, AttributeError, TypeError, UnicodeDecodeError):
+            raise CheckpointError(f"{path}: damaged or from another model (it names codes this checkpoint does not "
+                                  "have); retrain.") from None
+        return cls({p: tuple(sorted(ks)) for p, ks in found.items()}, tuple(codes))

@@ -1,0 +1,140 @@
+"""The fused model learns each code's mentions from the training notes' evidence spans: it finds them again in new
+notes (the title match), shows them first among the code's words, and keeps them owner-only in the checkpoint."""
+
+import json
+import random
+import stat
+
+import numpy as np
+import pytest
+
+from clinicode.config import TrainConfig
+from clinicode.errors import CheckpointError
+from clinicode.models.fused.mentions import MAX_WORDS, MENTION_WEIGHT, MENTIONS_FILE, MentionLexicon
+from clinicode.predict import Predictor
+from clinicode.train import train
+
+from conftest import TINY_MODEL
+
+SIZES = {k: v for k, v in TINY_MODEL.items() if k not in ("code_evidence", "window_nonneg")}
+PHRASES = {"C1": "glorp fever", "C2": "vantic syndrome", "C3": "zelmic palsy", "C4": "hurdic anaemia",
+           "C5": "plimsy gout", "C6": "crovan rash"}
+FILLER = ("patient presented with history of the and was seen in clinic today after review notes stable plan follow "
+          "up discussed family work walking sleep daily routine medication given").split()
+
+
+def _note(rng, codes, upper=False):
+    """A note of filler words holding each code's phrase once, and its evidence spans."""
+    words = [rng.choice(FILLER) for _ in range(40)]
+    text, evidence = "", []
+    for i, w in enumerate(words):
+        text += w + " "
+        if i % 15 == 7 and codes:
+            code = codes.pop()
+            phrase = PHRASES[code].upper() if upper else PHRASES[code]
+            evidence.append({"code": code, "start": len(text), "end": len(text) + len(phrase)})
+            text += phrase + ", "
+    return text.strip(), evidence
+
+
+def _write(folder, *, with_evidence):
+    rng = random.Random(0)
+    folder.mkdir()
+    for split, n in (("train", 120), ("dev", 60), ("test", 40)):
+        with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as f:
+            for i in range(n):
+                codes = sorted(rng.sample(sorted(PHRASES), 2))
+                text, evidence = _note(rng, list(codes), upper=split == "test")
+                row = {"id": f"{split}{i}", "text": text, "labels": codes}
+                if with_evidence:
+                    row["evidence"] = evidence
+                f.write(json.dumps(row) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("mentions")
+    out = {}
+    for with_evidence in (True, False):
+        data = _write(base / f"data-{with_evidence}", with_evidence=with_evidence)
+        cfg = TrainConfig(model="fused", epochs=2, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
+                          device="cpu", min_doc_freq=1)
+        lines = []
+        train(out_dir=base / f"run-{with_evidence}", config=cfg, data_dir=data, model_options=SIZES, progress=False,
+              report=lines.append)
+        out[with_evidence] = (base / f"run-{with_evidence}", lines)
+    return out
+
+
+def test_the_checkpoint_keeps_each_codes_mentions_owner_only(runs):
+    run, lines = runs[True]
+    path = run / "checkpoint" / MENTIONS_FILE
+    held = json.loads(path.read_text())
+    assert held["phrases"] == {code: [phrase] for code, phrase in PHRASES.items()}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert json.loads((run / "checkpoint" / "fusion.json").read_text())["mentions"] == len(PHRASES)
+    assert any("6 phrases from the training notes' evidence spans" in line for line in lines)
+    # trained on the same notes without evidence spans: no lexicon, as before
+    plain, _ = runs[False]
+    assert not (plain / "checkpoint" / MENTIONS_FILE).exists()
+    assert json.loads((plain / "checkpoint" / "fusion.json").read_text())["mentions"] == 0
+
+
+def test_a_mention_in_a_new_note_raises_its_codes_title_match(runs):
+    pred = Predictor.from_checkpoint(runs[True][0], device="cpu")
+    plain = Predictor.from_checkpoint(runs[False][0], device="cpu")
+    note = "seen in clinic today with Glorp Fever again, plan follow up"
+    k = pred.labels.index("C1")
+    _, z_title = pred.scorer.bag_of_words([note])
+    _, z_plain = plain.scorer.bag_of_words([note])
+    assert z_title[0, k] == pytest.approx(z_plain[0, k] + MENTION_WEIGHT)
+    others = [pred.labels.index(c) for c in PHRASES if c != "C1"]
+    np.testing.assert_allclose(z_title[0, others], z_plain[0, others])
+
+
+def test_the_mention_is_the_first_span_shown_for_its_code(runs):
+    pred = Predictor.from_checkpoint(runs[True][0], device="cpu")
+    note = "patient seen in clinic with a VANTIC SYNDROME flare; plan follow up and review"
+    spans = pred.explain_codes(note, ["C2"], n=3)["C2"]
+    start = note.index("VANTIC")
+    assert (spans[0].start, spans[0].end) == (start, start + len("VANTIC SYNDROME"))
+
+
+def test_the_lexicon_reads_only_sound_spans_of_known_codes(tmp_path):
+    text = "Acute glorp fever; also x and a very long passage of one two three four five six seven words."
+    evidence = [[{"code": "C1", "start": 6, "end": 17},                   # "glorp fever"
+                 {"code": "C9", "start": 0, "end": 5},                    # a code the model does not have
+                 {"code": "C2", "start": 50, "end": 10},                  # backwards
+                 {"code": "C2", "start": 0, "end": 500},                  # past the end
+                 {"code": "C3", "start": 38, "end": len(text) - 1},       # longer than MAX_WORDS words
+                 {"code": "C4", "start": 17, "end": 18},                  # no word
+                 "not a mention"]]
+    lex = MentionLexicon.build(["C1", "C2", "C3", "C4"], [text], evidence)
+    assert lex.phrases == {("glorp", "fever"): (0,)}
+    assert len(text[38:len(text) - 1].split()) > MAX_WORDS
+    # whole words only, any case
+    m = lex.match(["GLORP FEVER", "glorp fevers", "glorpfever", "a glorp  fever b"], 4)
+    assert m[:, 0].tolist() == [1.0, 0.0, 0.0, 1.0] and not m[:, 1:].any()
+    assert lex.spans("x Glorp Fever", [0, 1]) == [[(2, 13)], []]
+
+
+def test_a_damaged_or_foreign_mentions_file_is_refused(tmp_path):
+    lex = MentionLexicon.build(["C1"], ["glorp fever"], [[{"code": "C1", "start": 0, "end": 11}]])
+    lex.save(tmp_path)
+    assert MentionLexicon.load(tmp_path, ["C1"]).phrases == lex.phrases
+    with pytest.raises(CheckpointError, match="names codes this checkpoint does not have"):
+        MentionLexicon.load(tmp_path, ["C7"])
+    (tmp_path / MENTIONS_FILE).write_text("{not json")
+    with pytest.raises(CheckpointError, match="damaged"):
+        MentionLexicon.load(tmp_path, ["C1"])
+    assert len(MentionLexicon.load(tmp_path / "absent", ["C1"])) == 0
+
+
+def test_an_acronym_matches_only_in_capitals():
+    text = "Renal crisis (SRC) and CAN here."
+    lex = MentionLexicon.build(["C1", "C2"], [text], [[{"code": "C1", "start": 14, "end": 17},
+                                                        {"code": "C2", "start": 23, "end": 26}]])
+    assert set(lex.phrases) == {("SRC",), ("CAN",)}
+    m = lex.match(["we can see src", "SRC seen", "CAN seen", "Src"], 2)
+    assert m.tolist() == [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]

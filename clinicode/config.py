@@ -28,6 +28,8 @@ class TrainConfig:
                                     # runs still improving)
     fused_epochs: int = 30          # --model fused on more than 100 codes: its LEAM part's cap (min with epochs);
                                     # tfidf-lr and the titles carry the rare codes (docs/accuracy-tuning.md, round 14)
+    mentions: bool = True           # --model fused: learn each code's mentions from the training split's evidence
+                                    # spans, when it has them (round 15; --no-mentions keeps their words out)
     batch_size: int = 16
     lr: float = 1e-2                # tuned on hoc/mtsamples/cmc2007 dev (BENCHMARKS.md); was 2e-3
     optimizer: str = "adamw"        # "adamw" (decoupled weight decay) or "adam" (weight_decay as L2 in the gradient)

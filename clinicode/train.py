@@ -276,9 +276,11 @@ def train(
     if hasattr(kind, "before_loop"):  # a part fitted before the epochs (the fused model's tfidf-lr): seconds
         t0 = time.perf_counter()
         train_df = ds.split("train")
-        evidence = train_df[EVIDENCE].tolist() if EVIDENCE in train_df.columns else None  # coders' spans, if any
+        evidence = (train_df[EVIDENCE].tolist() if EVIDENCE in train_df.columns and config.mentions
+                    else None)  # coders' spans, if any
         before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
-                                  single_label=single_label(ds, config), codes=ds.labels.codes, evidence=evidence)
+                                  single_label=single_label(ds, config), codes=ds.labels.codes, evidence=evidence,
+                                  warm_start=warm_start)
         _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s")
     # a kind may cap its loop's epochs (the fused model's LEAM part: --fused-epochs); the checkpoint keeps the options
     # as given

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from clinicode.artifacts import make_manifest
 from clinicode.codes.systems import LOCAL, CodeSystem, family_of
-from clinicode.constants import MANIFEST_FILE
+from clinicode.constants import EVIDENCE, MANIFEST_FILE
 from clinicode.files import atomic_dir, check_output, manifest_kind, new_private_file, write_manifest
 from clinicode.review.audit import agreement, audit_log, work_times
 from clinicode.review.store import ReviewError, ReviewStore
@@ -147,10 +147,16 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
         if df is None:
             return []
         out_rows = []
-        for i, t, lab in zip(df["id"], df["text"], df["labels"]):
+        spans = df[EVIDENCE] if EVIDENCE in df.columns else [None] * len(df)
+        for i, t, lab, ev in zip(df["id"], df["text"], df["labels"], spans):
             codes = sorted(c for c in lab if c in keep)
             if codes and str(i) not in ids:
-                out_rows.append({"id": str(i), "text": t, "labels": codes})
+                row = {"id": str(i), "text": t, "labels": codes}
+                if isinstance(ev, (list, tuple)) or hasattr(ev, "tolist"):  # coders' evidence spans stay with it
+                    row[EVIDENCE] = [{"code": str(m["code"]), "start": int(m["start"]), "end": int(m["end"])}
+                                     for m in (ev.tolist() if hasattr(ev, "tolist") else ev)
+                                     if str(m["code"]) in keep]
+                out_rows.append(row)
         return out_rows
 
     base_train = rows("train")

@@ -388,7 +388,7 @@ def test_jsonl_with_a_byte_order_mark_is_read_like_csv(world, tmp_path):
 
 def test_os_errors_become_one_line(world, tmp_path):
     """Errors from the operating system (here a note folder that cannot be read) never show a traceback."""
-    from clinicode.cli import os_error_message
+    from clinicode.cli.root import os_error_message
 
     err = PermissionError(13, "Permission denied", str(tmp_path / "x"))
     line = os_error_message(err)

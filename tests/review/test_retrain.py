@@ -132,3 +132,26 @@ def test_a_checkpoint_of_the_default_kind_is_warm_started_and_refitted(demo_data
                                                 dim=1)
     assert float(cos.mean()) > 0.9                                              # the LEAM part started from the old
     assert not (old.model.leam.label_emb == new.model.leam.label_emb).all()     # and trained
+
+
+def test_the_base_notes_keep_their_evidence_spans_in_the_retrain_data(tfidf_run, demo_data, tmp_path):
+    """Coders' evidence spans of the base's notes go with them (the default model learns its codes' mentions from
+    them), kept to the checkpoint's codes."""
+    from clinicode.review.export import retrain_data
+
+    base = tmp_path / "base"
+    base.mkdir()
+    labels = [e["code"] for e in json.loads((tfidf_run / "checkpoint" / "labels.json").read_text())]
+    for split in ("train", "dev", "test"):
+        df = pd.read_parquet(demo_data / f"{split}.parquet")
+        with open(base / f"{split}.jsonl", "w") as f:
+            for i, t, lab in zip(df["id"], df["text"], df["labels"]):
+                ev = [{"code": labels[0], "start": 0, "end": 4}, {"code": "NOT-A-CODE", "start": 0, "end": 4}]
+                f.write(json.dumps({"id": str(i), "text": t, "labels": list(lab), "evidence": ev}) + "\n")
+    db, _ = _decided(tfidf_run, demo_data, tmp_path, n=3)
+    with open_db(db) as rdb:
+        retrain_data(rdb, tmp_path / "out", base=base, labels=[(c, "") for c in labels])
+    rows = [json.loads(line) for line in (tmp_path / "out" / "train.jsonl").read_text().splitlines()]
+    from_base = [r for r in rows if not r["id"].startswith("new")]
+    assert from_base and all(r["evidence"] == [{"code": labels[0], "start": 0, "end": 4}] for r in from_base)
+    assert all("evidence" not in r for r in rows if r["id"].startswith("new"))

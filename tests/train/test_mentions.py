@@ -138,3 +138,27 @@ def test_an_acronym_matches_only_in_capitals():
     assert set(lex.phrases) == {("SRC",), ("CAN",)}
     m = lex.match(["we can see src", "SRC seen", "CAN seen", "Src"], 2)
     assert m.tolist() == [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]
+
+
+def test_a_warm_start_keeps_the_mentions_its_checkpoint_learnt(runs, tmp_path):
+    """`review retrain` warm-starts from a sample of the training notes: the new checkpoint still knows every
+    mention the old one did."""
+    from clinicode.checkpoint import load_checkpoint
+
+    run, _ = runs[True]
+    cfg = TrainConfig(model="fused", epochs=1, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
+                      device="cpu", min_doc_freq=1)
+    train(out_dir=tmp_path / "warm", config=cfg, data_dir=run.parent / "data-False", model_options=SIZES,
+          progress=False, warm_start=load_checkpoint(run))
+    held = json.loads((tmp_path / "warm" / "checkpoint" / MENTIONS_FILE).read_text())
+    assert held["phrases"] == {code: [phrase] for code, phrase in PHRASES.items()}
+
+
+def test_no_mentions_keeps_the_spans_words_out_of_the_checkpoint(runs, tmp_path):
+    run, _ = runs[True]
+    cfg = TrainConfig(model="fused", epochs=1, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
+                      device="cpu", min_doc_freq=1, mentions=False)
+    train(out_dir=tmp_path / "off", config=cfg, data_dir=run.parent / "data-True", model_options=SIZES,
+          progress=False)
+    assert not (tmp_path / "off" / "checkpoint" / MENTIONS_FILE).exists()
+    assert json.loads((tmp_path / "off" / "checkpoint" / "fusion.json").read_text())["mentions"] == 0

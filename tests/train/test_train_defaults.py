@@ -150,7 +150,8 @@ def test_training_applies_the_window_constraint_after_every_step(tmp_path, monke
     assert (seen[True] >= 0).all() and (seen[False] < 0).all()
 
 
-CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "fused_epochs", "patience", "batch_size",
+CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "fused_epochs", "mentions", "patience",
+                                                  "batch_size",
                                                   "max_len", "lr",
                                                   "embeddings",
                                                   "seed", "weight_decay", "optimizer", "pos_weight", "decay_scope",

@@ -123,13 +123,17 @@ class FusedKind:
         return min(config.epochs, config.fused_epochs) if n_labels > CAP_FROM else config.epochs
 
     def before_loop(self, texts: Sequence[str], y: np.ndarray, *, single_label: bool, codes: Sequence[str] = (),
-                    evidence: Sequence[Any] | None = None) -> Any:
+                    evidence: Sequence[Any] | None = None, warm_start: Any = None) -> Any:
         """The tfidf-lr part, fitted on the training notes before LEAM's epochs, and the codes' mentions in them
-        (EVIDENCE: each note's {code, start, end} spans, when the training split carries them)."""
+        (EVIDENCE: each note's {code, start, end} spans, when the training split carries them), with those of
+        WARM_START (a fused checkpoint `review retrain` starts from: its sampled notes would forget the rest)."""
         from clinicode.models.fused.training import Before, fit_lr_part
 
         mentions = (MentionLexicon.build(codes, texts, evidence) if evidence is not None
                     else MentionLexicon(codes=tuple(codes)))
+        held = getattr(getattr(warm_start, "model", None), "mentions", None)
+        if held is not None and tuple(held.codes) == tuple(codes):
+            mentions = mentions.union(held)
         return Before(fit_lr_part(texts, y, single_label=single_label), mentions)
 
     def after_loop(self, model: Any, tokenizer: Any, before: Any, *, dev_texts: Sequence[str], y_dev: np.ndarray,

@@ -70,6 +70,13 @@ class MentionLexicon:
                     found.setdefault(phrase, set()).add(k)
         return cls({p: tuple(sorted(ks)) for p, ks in found.items()}, tuple(codes))
 
+    def union(self, other: MentionLexicon) -> MentionLexicon:
+        """Both lexicons' phrases (of the same codes)."""
+        found = {p: set(ks) for p, ks in self.phrases.items()}
+        for p, ks in other.phrases.items():
+            found.setdefault(p, set()).update(ks)
+        return MentionLexicon({p: tuple(sorted(ks)) for p, ks in found.items()}, self.codes)
+
     def _occurrences(self, text: str) -> list[tuple[int, int, int]]:
         """(code, start, end) of every occurrence of a phrase in TEXT, on word boundaries."""
         if not self.phrases:

@@ -1,0 +1,89 @@
+"""`review assign`, `review adjudicate`, `review agreement`: blind double coding, its final codes, and kappa."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from clinicode.cli.options import db_option
+from clinicode.cli.root import friendly
+from clinicode.errors import ConfigError
+
+
+@friendly
+def review_assign_cli(
+    coder: Annotated[list[str], typer.Option(help="A coder of the notes; give it twice (double coding).")],
+    db: Annotated[Optional[str], db_option()] = None,
+    id: Annotated[Optional[list[str]], typer.Option("--id", help="A note to double code; repeatable.")] = None,
+    count: Annotated[int, typer.Option("--count", "-n", help="Without --id: this many open notes, chosen by "
+                                                              "--order.")] = 0,
+    order: Annotated[str, typer.Option(help="teach or arrival (as `review next`).")] = "teach",
+) -> None:
+    """Assign notes to two coders, each blind to the other's decisions, for agreement and adjudication."""
+    from clinicode.review import open_db
+    from clinicode.review.audit import assign
+
+    if not id and count < 1:
+        raise ConfigError("give the notes to double code: --id NOTE (repeatable) or --count N.")
+    with open_db(db, create=False) as rdb:
+        ids = list(id or [])
+        if not ids:
+            free = {n["id"] for n in rdb.notes(status=["pending"])} - {r[0] for r in rdb.read(
+                "SELECT note FROM assignments")}
+            ids = [i for i in rdb.next_notes(len(free) or 1, order=order) if i in free][:count]
+        n = assign(rdb, ids, coder)
+    typer.echo(f"assigned {n:,} notes to {' and '.join(coder)} (blind double coding)")
+
+
+@friendly
+def review_adjudicate_cli(
+    id: Annotated[str, typer.Option("--id", help="The double-coded note.")],
+    reviewer: Annotated[str, typer.Option(help="Who adjudicates (not one of its coders).")],
+    db: Annotated[Optional[str], db_option()] = None,
+    code: Annotated[Optional[list[str]], typer.Option(help="A final code (named by a coder or the model); "
+                                                           "repeatable; none: the note has no code.")] = None,
+) -> None:
+    """Record the final codes of a note both coders finished, and finish it."""
+    from clinicode.review import open_db
+    from clinicode.review.audit import adjudicate
+
+    with open_db(db, create=False) as rdb:
+        r = adjudicate(rdb, id, reviewer, code or [])
+    coders = "; ".join(f"{c}: {', '.join(sorted(a for a, v in s.items() if v in ('accept', 'add'))) or 'none'}"
+                       for c, s in sorted(r["coders"].items()))
+    typer.echo(f"note {r['note']}: final codes {', '.join(r['codes']) or 'none'} ({coders}); finished")
+
+
+@friendly
+def review_agreement_cli(
+    db: Annotated[Optional[str], db_option()] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as JSON.")] = False,
+) -> None:
+    """Double coders' agreement: Cohen's kappa per code and per coder, and time per note."""
+    from clinicode.review import open_db
+    from clinicode.review.audit import agreement, work_times
+
+    with open_db(db, readonly=True) as rdb:
+        rdb.check_integrity()
+        a, times = agreement(rdb), work_times(rdb)
+    if as_json:
+        typer.echo(json.dumps({**a, "time": times}, indent=2))
+        return
+
+    def k(x: float | None) -> str:
+        return "   -" if x is None else f"{x:5.2f}"
+
+    typer.echo(f"{a['notes']:,} double-coded notes both coders finished ({a['adjudicated']:,} adjudicated, "
+               f"{a['waiting']:,} waiting); overall kappa {k(a['overall_kappa'])}")
+    typer.echo(f"{'coder':<20} {'notes':>6} {'kappa with other':>16} {'kappa with final':>16}")
+    for c, v in a["per_coder"].items():
+        typer.echo(f"{c[:20]:<20} {v['notes']:>6} {k(v['kappa_with_other']):>16} {k(v['kappa_with_final']):>16}")
+    typer.echo(f"\n{'code':<12} {'first':>6} {'second':>6} {'agree':>6} {'kappa':>6}")
+    for c, v in a["per_code"].items():
+        typer.echo(f"{c:<12} {v['first']:>6} {v['second']:>6} {v['agree']:>6} {k(v['kappa']):>6}")
+    done = [t["seconds"] for t in times if t["seconds"] is not None]
+    if done:
+        done.sort()
+        typer.echo(f"\ntime per note and coder: median {done[len(done) // 2]:.0f} s over {len(done):,} finished")

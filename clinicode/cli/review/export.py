@@ -1,0 +1,79 @@
+"""`review retrain` and `review export`: the finished notes' decisions back into training, as a new checkpoint or as
+a coded-notes folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from clinicode.cli.options import db_option, opt
+from clinicode.cli.root import friendly
+from clinicode.config import TrainConfig, default_of
+from clinicode.errors import ConfigError
+
+
+@friendly
+def review_retrain_cli(
+    checkpoint: Annotated[Path, typer.Option(help="The run (or its checkpoint/) to update; it is never changed.")],
+    data: Annotated[Path, typer.Option(help="The dataset it was trained on (dev and test are kept as they are).")],
+    out: Annotated[Path, typer.Option(help="The new run folder (new or empty): its checkpoint, and its data/.")],
+    db: Annotated[Optional[str], db_option()] = None,
+    epochs: Annotated[int, typer.Option(help="LEAM: epochs of the warm start.")] = 3,
+    sample: Annotated[int, typer.Option(help="LEAM: training notes of --data trained on beside the decided ones "
+                                             "(tfidf-lr refits on all of them).")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed of the sample and of the warm start.")] = 0,
+    device: Annotated[Optional[str], opt("auto, cpu or cuda.", default_of(TrainConfig, "device"))] = None,
+) -> None:
+    """A new checkpoint from the finished notes' decisions: tfidf-lr refits on train + decided notes; LEAM starts
+    from the checkpoint's weights and trains a few epochs on the decided notes and a sample of train."""
+    from clinicode.checkpoint import load_checkpoint, resolve_checkpoint_dir
+    from clinicode.review import db_path, open_db
+    from clinicode.review.export import retrain_data
+    from clinicode.train import RUN_DATA, check_run_folder, retrain
+
+    if epochs < 1 or sample < 0:
+        raise ConfigError(f"--epochs must be >= 1 and --sample >= 0, got {epochs} and {sample}.")
+    check_run_folder(out, resume=False, inputs={"--data": data, "--checkpoint": checkpoint})  # before RUN/data
+    ck = load_checkpoint(resolve_checkpoint_dir(checkpoint), verify=True)
+    warm = ck.model_kind.trained_by_loop
+    with open_db(db, readonly=True) as rdb:
+        made = retrain_data(rdb, Path(out) / RUN_DATA, base=data, labels=list(zip(ck.labels.codes,
+                                                                                     ck.labels.descriptions)),
+                            sample=sample if warm else None, seed=seed)
+    typer.echo(f"{made['reviewed']:,} finished notes and {made['sampled']:,} training notes of {data} -> "
+               f"{Path(out) / RUN_DATA}", err=True)
+    r = retrain(checkpoint=ck, out_dir=out, data_dir=Path(out) / RUN_DATA, epochs=epochs, seed=seed,
+                device=device, provenance={"checkpoint": str(ck.path), "checkpoint_sha256": ck.manifest_sha256,
+                                           "review_db": str(Path(db_path(db)).resolve()),
+                                           "decided_notes": made["reviewed"], "sampled_notes": made["sampled"]})
+    typer.echo(f"retrained {ck.kind} from {ck.path} ({'warm start, ' + str(epochs) + ' epochs' if warm else 'refit'}) "
+               f"-> {r['run']}: test micro-F1 {r['test'].get('f1_micro', float('nan')):.4f} in {r['seconds']:.1f} s")
+
+
+@friendly
+def review_export_cli(
+    out: Annotated[Path, typer.Option(help="Coded-notes folder to write (new, empty, or an earlier export).")],
+    db: Annotated[Optional[str], db_option()] = None,
+    base: Annotated[Optional[Path],
+                    typer.Option(help="A prepared dataset (or coded-notes folder) to merge with: its splits are kept, "
+                                      "reviewed notes join train (or correct their own note).")] = None,
+) -> None:
+    """Write the finished notes as a coded-notes folder for `clinicode train --data` (labels: accepted + added)."""
+    from clinicode.review import export, open_db
+
+    with open_db(db, readonly=True) as rdb:
+        c = export(rdb, out, base=base)
+    typer.echo(f"wrote {c['reviewed']:,} finished notes{' with --base' if base else ''} to {out} (train "
+               f"{c['train']:,}, dev {c['dev']:,}, test {c['test']:,} notes; {c['codes']:,} reviewed codes)")
+    if c.get("kept_out"):
+        typer.echo(f"{c['kept_out']:,} reviewed notes are in the base's dev or test split: left out, so those splits "
+                   "keep the base's labels and the new model is measured as the old one was")
+    if c.get("untrained"):
+        shown = ", ".join(c["untrained"][:5]) + (", ..." if len(c["untrained"]) > 5 else "")
+        where = ("left out of labels.json" if base else
+                 "training reads only codes of train notes, so it drops them from dev/test")
+        typer.echo(f"{len(c['untrained']):,} reviewed codes have no training note in this export (their notes are all "
+                   f"in dev or test{', or kept out' if base else ''}): {where}; no model learns them until a train "
+                   f"note carries them ({shown}; all in manifest.json, codes_without_training_notes)")

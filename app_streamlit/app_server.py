@@ -1,8 +1,6 @@
 """Start the app with `streamlit run` on a free loopback port, for tests, screenshots and benchmarks.
 
-Not part of the app itself (no page imports it); stdlib only. `CHROMIUM_ARGS` are the flags Debian's chromium
-needs here (no sandbox as root, no background networking on a closed network).
-"""
+Not part of the app itself (no page imports it); stdlib only."""
 
 from __future__ import annotations
 
@@ -18,6 +16,7 @@ from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
+# the flags Debian's chromium needs here: no sandbox as root, no background networking on a closed network
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage", "--disable-sync"]
 

@@ -1,8 +1,6 @@
 """clinicode app entry: page config, the run picker in the sidebar, and navigation over app_pages/.
 
-The model is loaded by the pages through `state.load_predictor` (cached once per process); torch is
-imported only then. Notes typed or uploaded here stay in memory: nothing is written to disk or logged.
-"""
+Pages load the model through `state.load_predictor` (torch only then); notes stay in memory, never on disk or logs."""
 
 from __future__ import annotations
 

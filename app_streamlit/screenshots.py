@@ -1,9 +1,6 @@
 """Take the README screenshots: start the app on a runs folder, drive each page in Chromium, save one PNG per page.
 
-Usage (from the repository root, after `make demo-train` or any run with test data and scores_test.npz):
-    python app_streamlit/screenshots.py --runs runs --out docs/screenshots
-Needs Debian chromium at /usr/bin/chromium and `pip install playwright` (no `playwright install`).
-"""
+`python app_streamlit/screenshots.py --runs runs --out docs/screenshots`; what it needs: docs/app.md."""
 
 from __future__ import annotations
 
@@ -27,15 +24,13 @@ def pick_test_note(run: Path) -> str | None:
     """A test note worth showing: several gold codes, mostly found at the tuned threshold, one miss or false alarm."""
     import json
 
-    from clinicode.checkpoint import CHECKPOINT_DIR, SCORES_TEST_FILE, THRESHOLD_FILE
+    from clinicode.api import CHECKPOINT_DIR, SCORES_TEST_FILE, THRESHOLD_FILE, binarize
 
     npz = run / SCORES_TEST_FILE
     if not npz.is_file():
         return None
     z = np.load(npz, allow_pickle=False)
     t = json.loads((run / CHECKPOINT_DIR / THRESHOLD_FILE).read_text())["threshold"]
-    from clinicode.metrics import binarize
-
     y, p = z["y_true"] > 0, binarize(z["scores"], t)
     tp, fp, fn = (y & p).sum(1), (~y & p).sum(1), (y & ~p).sum(1)
     score = tp * 2 - fp - fn * 0.5 + ((fp + fn) > 0) * 1.0 - (y.sum(1) > 6) * 5
@@ -78,7 +73,7 @@ def _save(page, path: Path, *, full_page: bool = True) -> None:
 def _batch_csv(run: Path) -> bytes:
     import json
 
-    from clinicode.checkpoint import CHECKPOINT_DIR, MANIFEST_FILE, read_split_codes, read_split_texts, test_data_dir
+    from clinicode.api import CHECKPOINT_DIR, MANIFEST_FILE, read_split_codes, read_split_texts, test_data_dir
 
     data = test_data_dir(run, json.loads((run / CHECKPOINT_DIR / MANIFEST_FILE).read_text()))
     ids = read_split_codes(data, "test")["id"].head(24).tolist()
@@ -137,7 +132,7 @@ def main() -> None:
     ap.add_argument("--run", default=None, help="run folder name under --runs (default: the first)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     a = ap.parse_args()
-    from clinicode.checkpoint import CHECKPOINT_DIR, MANIFEST_FILE
+    from clinicode.api import CHECKPOINT_DIR, MANIFEST_FILE
 
     names = sorted(d.name for d in a.runs.iterdir() if (d / CHECKPOINT_DIR / MANIFEST_FILE).is_file())
     if not names:

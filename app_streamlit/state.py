@@ -1,9 +1,6 @@
-"""Run discovery and cached loaders for the app: the model once per process, test data and scores per run.
+"""Run discovery and cached loaders for the app: the model once per process (torch only then), test data per run.
 
-Torch is imported only inside `load_predictor` (through clinicode.predict), so the first page stays light; runs
-are checked (hashes, no weights) when listed, so a damaged one is shown as such instead of failing a page.
-Nothing here writes to disk or logs note text; user notes are never cached across sessions.
-"""
+Runs are checked (hashes, no weights) when listed; nothing here writes to disk, logs or caches note text."""
 
 from __future__ import annotations
 
@@ -16,8 +13,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import clinicode.checkpoint as checkpoint  # no torch: run layout, artefact names and the test-split readers
-from clinicode.errors import ConfigError
+import clinicode.api as api  # each name loads on first use: listing runs needs no torch, pandas only when read
 
 RUNS_ENV = "CLINICODE_RUNS"
 RUN_KEY = "run_dir"
@@ -45,7 +41,7 @@ def list_runs(root: Path) -> list[str]:
         if child.name.startswith("."):
             continue
         try:
-            manifest = child / checkpoint.CHECKPOINT_DIR / checkpoint.MANIFEST_FILE
+            manifest = child / api.CHECKPOINT_DIR / api.MANIFEST_FILE
             if inside_root(base, child) and inside_root(base, manifest):
                 if manifest.resolve().is_file():
                     names.append(child.name)
@@ -79,13 +75,9 @@ def load_predictor(run_dir: str) -> Any:
 
 @st.cache_resource(show_spinner="Loading the model…", max_entries=4)
 def _load_predictor(run_dir: str, titles: str | None, tree: str | None) -> Any:
-    from clinicode.codes.icd9 import load_descriptions_tsv
-    from clinicode.codes.suggest import read_tree
-    from clinicode.predict import Predictor  # lazy: pulls in torch
-
-    predictor = Predictor.from_checkpoint(run_dir, device="cpu",
-                                          titles=load_descriptions_tsv(titles) if titles else None,
-                                          tree=read_tree(tree) if tree else None)
+    predictor = api.Predictor.from_checkpoint(run_dir, device="cpu",  # the first use of Predictor imports torch
+                                              titles=api.load_descriptions_tsv(titles) if titles else None,
+                                              tree=api.read_tree(tree) if tree else None)
     predictor.suggester  # the candidates are indexed under the loading spinner, not on the first note
     return predictor
 
@@ -112,7 +104,7 @@ def short_reason(err: BaseException, run_dir: Path) -> str:
 
 def _signature(run_dir: Path) -> tuple:
     """Names, sizes and modification times of the checkpoint's files: a change re-runs the check."""
-    ck = run_dir / checkpoint.CHECKPOINT_DIR
+    ck = run_dir / api.CHECKPOINT_DIR
     try:
         return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in ck.iterdir()))
     except OSError:
@@ -121,11 +113,9 @@ def _signature(run_dir: Path) -> tuple:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _check(run_dir: str, signature: tuple) -> str | None:
-    from clinicode.errors import ClinicodeError
-
     try:
-        checkpoint.verify_checkpoint(Path(run_dir))  # hashes, no weights: listing runs stays light
-    except (ClinicodeError, OSError, ValueError) as err:
+        api.verify_checkpoint(Path(run_dir))  # hashes, no weights: listing runs stays light
+    except (api.ClinicodeError, OSError, ValueError) as err:
         return short_reason(err, Path(run_dir))
     return None
 
@@ -143,12 +133,10 @@ def current_run() -> Path:
 
 def current_predictor() -> Any:
     """The chosen run's Predictor; if it cannot be loaded (damaged since it was listed), say why and stop the page."""
-    from clinicode.errors import ClinicodeError
-
     run = current_run()
     try:
         return load_predictor(str(run))
-    except (ClinicodeError, OSError, ValueError) as err:
+    except (api.ClinicodeError, OSError, ValueError) as err:
         st.error(f"Run **{run.name}** cannot be loaded: {short_reason(err, run)}")
         st.stop()
 
@@ -161,11 +149,9 @@ def _read_card(run_dir: str) -> dict[str, Any]:
 def read_card(run_dir: str) -> dict[str, Any]:
     """The model card as plain JSON data (safe to copy); if the run cannot be loaded (damaged since it was listed,
     or its pieces disagree), say why in one line and stop the page."""
-    from clinicode.errors import ClinicodeError
-
     try:
         return _read_card(run_dir)
-    except (ClinicodeError, OSError, ValueError) as err:
+    except (api.ClinicodeError, OSError, ValueError) as err:
         st.error(f"Run **{Path(run_dir).name}** cannot be loaded: {short_reason(err, Path(run_dir))}")
         st.stop()
 
@@ -173,7 +159,7 @@ def read_card(run_dir: str) -> dict[str, Any]:
 @st.cache_data(show_spinner=False, max_entries=8)
 def read_history(run_dir: str) -> pd.DataFrame:
     """RUN/history.jsonl as a DataFrame (empty when missing or unreadable; damaged lines are skipped)."""
-    path = Path(run_dir) / checkpoint.HISTORY_FILE
+    path = Path(run_dir) / api.HISTORY_FILE
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
@@ -192,7 +178,7 @@ def read_history(run_dir: str) -> pd.DataFrame:
 @st.cache_data(show_spinner=False, max_entries=8)
 def read_scores_test(run_dir: str) -> dict[str, Any]:
     """RUN/scores_test.npz as {"ids", "y_true", "scores"}; {} when absent; {"error": reason} when unreadable."""
-    path = Path(run_dir) / checkpoint.SCORES_TEST_FILE
+    path = Path(run_dir) / api.SCORES_TEST_FILE
     if not path.is_file():
         return {}
     try:
@@ -202,24 +188,22 @@ def read_scores_test(run_dir: str) -> dict[str, Any]:
             raise ValueError(f"y_true {out['y_true'].shape} and scores {out['scores'].shape} differ")
         return out
     except Exception as err:  # zipfile, numpy and OS errors alike: a damaged file, never a crash
-        return {"error": f"{checkpoint.SCORES_TEST_FILE} is unreadable ({type(err).__name__}); "
+        return {"error": f"{api.SCORES_TEST_FILE} is unreadable ({type(err).__name__}); "
                          "retrain the run to rewrite it"}
 
 
 @st.cache_data(show_spinner="Computing F1 at every threshold…", max_entries=8)
 def threshold_curve(run_dir: str, grid: tuple[float, ...]) -> dict[str, Any]:
     """Micro and macro F1 of the run's test scores at every threshold of the grid (cached: seconds at 9,000 codes)."""
-    from clinicode.metrics import f1_by_threshold
-
     sc = read_scores_test(run_dir)
-    return f1_by_threshold(sc["y_true"], sc["scores"], np.asarray(grid))
+    return api.f1_by_threshold(sc["y_true"], sc["scores"], np.asarray(grid))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def read_manifest(run_dir: str) -> dict[str, Any]:
     """RUN/checkpoint/manifest.json without loading the model (keeps the first page free of torch)."""
     try:
-        manifest = Path(run_dir) / checkpoint.CHECKPOINT_DIR / checkpoint.MANIFEST_FILE
+        manifest = Path(run_dir) / api.CHECKPOINT_DIR / api.MANIFEST_FILE
         return json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
@@ -227,7 +211,7 @@ def read_manifest(run_dir: str) -> dict[str, Any]:
 
 def test_data_dir(run_dir: Path, manifest: dict[str, Any]) -> Path | None:
     """The prepared-data folder the run trained on, if it still holds a test split."""
-    return checkpoint.test_data_dir(run_dir, manifest)
+    return api.test_data_dir(run_dir, manifest)
 
 
 def test_notes(data_dir: Path) -> tuple[pd.DataFrame | None, str | None]:
@@ -244,12 +228,12 @@ def test_notes(data_dir: Path) -> tuple[pd.DataFrame | None, str | None]:
 @st.cache_data(show_spinner="Reading the test split…", max_entries=4)
 def read_test_codes(data_dir: str) -> pd.DataFrame:
     """[id, labels] of the test split of a prepared-data folder (no note text)."""
-    return checkpoint.read_split_codes(Path(data_dir), "test").reset_index(drop=True)
+    return api.read_split_codes(Path(data_dir), "test").reset_index(drop=True)
 
 
 def test_note_text(data_dir: Path, note_id: str) -> str:
     """One test note's text, read when shown; deliberately not cached (note text stays out of the app's caches)."""
-    return checkpoint.read_split_texts(Path(data_dir), "test", [note_id])[0]
+    return api.read_split_texts(Path(data_dir), "test", [note_id])[0]
 
 
 @st.cache_data(show_spinner="Embedding the test notes…", max_entries=4)
@@ -261,7 +245,7 @@ def test_embeddings(run_dir: str, data_dir: str) -> dict[str, Any]:
     pred = load_predictor(run_dir)
     codes = read_test_codes(data_dir)
     df = codes.sample(n=MAX_TEST_NOTES, random_state=0).sort_index() if len(codes) > MAX_TEST_NOTES else codes
-    Z = pred.embed(checkpoint.read_split_texts(Path(data_dir), "test", df["id"].tolist()))  # [N, P]
+    Z = pred.embed(api.read_split_texts(Path(data_dir), "test", df["id"].tolist()))  # [N, P]
     C = pred.label_embeddings()                                                            # [K, P]
     return {"Z": Z, "C": C, "labels": [list(x) for x in df["labels"]], "n_total": len(codes)}
 
@@ -283,9 +267,9 @@ def seed_siblings(root: str, run_dir: str, names: tuple[str, ...]) -> list[dict[
 
     `names`: `list_runs(root)` now, so a run trained while the app is open is seen (it is part of the cache key)."""
     def key(run: Path) -> tuple | None:
-        ck = run / checkpoint.CHECKPOINT_DIR
-        tc, mc = _read_json(ck / checkpoint.TRAIN_CONFIG_FILE), _read_json(ck / checkpoint.MODEL_CONFIG_FILE)
-        manifest = _read_json(ck / checkpoint.MANIFEST_FILE)
+        ck = run / api.CHECKPOINT_DIR
+        tc, mc = _read_json(ck / api.TRAIN_CONFIG_FILE), _read_json(ck / api.MODEL_CONFIG_FILE)
+        manifest = _read_json(ck / api.MANIFEST_FILE)
         if not isinstance(tc, dict) or not isinstance(manifest, dict):
             return None
         fingerprint = (manifest.get("data") or {}).get("fingerprint")
@@ -293,8 +277,8 @@ def seed_siblings(root: str, run_dir: str, names: tuple[str, ...]) -> list[dict[
             return None
         if isinstance(mc, dict):  # as read back: a key saved before it existed means what it meant then
             try:
-                mc = checkpoint.model_options_as_saved(mc)
-            except ConfigError:
+                mc = api.model_options_as_saved(mc)
+            except api.ConfigError:
                 return None
         options = {k: v for k, v in tc.items() if k not in _SEED_FREE}
         return json.dumps([options, mc, fingerprint], sort_keys=True), tc.get("seed")
@@ -306,7 +290,7 @@ def seed_siblings(root: str, run_dir: str, names: tuple[str, ...]) -> list[dict[
     for name in names:
         run = (Path(root) / name).resolve()
         k = key(run)
-        metrics = _read_json(run / checkpoint.CHECKPOINT_DIR / checkpoint.METRICS_TEST_FILE)
+        metrics = _read_json(run / api.CHECKPOINT_DIR / api.METRICS_TEST_FILE)
         if k is not None and k[0] == here[0] and isinstance(metrics, dict) and metrics:
             out.append({"run": name, "seed": k[1], "metrics": metrics})
     return out

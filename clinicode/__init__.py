@@ -1,3 +1,3 @@
-"""clinicode: automated ICD coding of clinical notes with LEAM."""
+"""clinicode: automated ICD coding of clinical notes; what a notebook imports is `clinicode.api`."""
 
 __version__ = "0.1.0"

@@ -1,8 +1,5 @@
-"""What clinicode's outputs say about themselves: the manifest every stage writes (kind, versions, environment,
-time), which folders are training runs, and tensors saved as safetensors.
-
-Writing them (atomically, marked as ours, under the output rule) is `clinicode.files`.
-"""
+"""What clinicode's outputs say about themselves: the manifest every stage writes (kind, versions, environment, time),
+which folders are training runs, and tensors as safetensors. Writing them is `clinicode.files`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Save and load self-contained checkpoint folders (safetensors + JSON); every piece is hashed and cross-checked.
+"""Save and load self-contained checkpoint folders (safetensors + JSON, never a pickle), every file hashed.
 
-Loading never unpickles. A checkpoint holds everything `predict` and the app need: weights, model config,
-labels with descriptions, tokenizer, threshold, training config, metrics and a manifest with hashes.
-"""
+A checkpoint holds all `predict` and the app need: weights, options, labels, tokenizer, threshold, metrics, manifest."""
 
 from __future__ import annotations
 
@@ -18,10 +16,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 from clinicode import __version__
 from clinicode.artifacts import make_manifest
 from clinicode.codes.systems import CodeSystem, infer_code_system
-from clinicode.config import TrainConfig, config_from_dict, config_to_dict, load_config, save_config, saved_config
-from clinicode.constants import (  # noqa: F401  (artefact names are re-exported: the app takes them from here)
+from clinicode.config import TrainConfig, config_to_dict, load_config, save_config, saved_config
+from clinicode.constants import (
     CHECKPOINT_DIR,
-    HISTORY_FILE,
     LABELS_FILE,
     MANIFEST_FILE,
     METRICS_DEV_FILE,
@@ -29,11 +26,8 @@ from clinicode.constants import (  # noqa: F401  (artefact names are re-exported
     MODEL_CONFIG_FILE,
     RUN_DATA_DIR,
     SCHEMA_VERSION,
-    SCORES_TEST_FILE,
     THRESHOLD_FILE,
-    TOKENIZER_FILE,
     TRAIN_CONFIG_FILE,
-    WEIGHTS_FILE,
 )
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
@@ -401,15 +395,4 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
 
 
 __all__ = ["Checkpoint", "TRAIN_COUNTS_FILE", "read_train_counts", "load_checkpoint", "save_checkpoint",
-           "resolve_checkpoint_dir", "config_to_dict", "config_from_dict",
-           "MODEL_KINDS", "model_kind"]  # the model kinds, for the app (which imports checkpoint, not models)
-
-
-def __getattr__(name: str) -> Any:
-    """`read_split_codes` and `read_split_texts` are re-exported for the app, loaded on first use: they need pandas
-    (a second or more of start-up), which scoring does not."""
-    if name in ("read_split_codes", "read_split_texts"):
-        from clinicode.data import prepared
-
-        return getattr(prepared, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+           "verify_checkpoint", "resolve_checkpoint_dir", "test_data_dir", "model_options_as_saved"]

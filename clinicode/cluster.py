@@ -1,10 +1,6 @@
-"""Run `predict` on a cluster engine: one engine-neutral pandas function around `Predictor`.
+"""Run `predict` on a cluster engine (Dask, Spark, Ray Data): `score_partition`, one engine-neutral pandas function.
 
-Dask (`map_partitions`), Spark (`mapInPandas`) and Ray Data (`map_batches(batch_format="pandas")`) all call a
-function on pandas DataFrames in worker processes. `score_partition` is that function: it loads the checkpoint
-once per worker process (cached by path) and returns one row per input row, in order, with the same JSON record
-`clinicode predict` writes. Each worker needs the checkpoint folder at the same path (shared or copied storage).
-"""
+Each worker loads the checkpoint once and returns the records `clinicode predict` writes (docs/predict.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Frozen per-stage configuration dataclasses with range checks and strict JSON I/O (unknown keys rejected).
 
-The only home of every default but a model kind's own (LEAM's: clinicode/models/leam/options.py): library functions
-take theirs from here, and CLI options stay None unless given (their --help shows the value from here).
-"""
+The one home of every default but a model kind's own; CLI options stay None unless given (--help shows these)."""
 
 from __future__ import annotations
 

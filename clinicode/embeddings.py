@@ -1,9 +1,6 @@
 """Initial word and label vectors: word2vec on the training split (gensim CBOW) or a user's text vector file.
 
-Rows follow the tokenizer's ids; PAD is a zero row; words without a vector are drawn from U[-0.01, 0.01].
-Label vectors are the mean of the word vectors of each label's description (random when none is known).
-`initial_vectors` is what training calls: the choice of source, word2vec's passes, and the code vectors.
-"""
+`initial_vectors` is what training calls; rows follow the tokenizer's ids (its docstring tells the fill-ins)."""
 
 from __future__ import annotations
 
@@ -149,6 +146,9 @@ def initial_vectors(
     seed: int, w2v_epochs: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """The word and code vectors training starts from (the paper: pretrained words, codes from their names' words).
+
+    Rows follow the tokenizer's ids; PAD is a zero row; words without a vector are drawn from U[-0.01, 0.01]. A code's
+    vector is the mean of its description's word vectors (random when none is known).
 
     Args:
         source: "w2v" (word2vec on `texts`), "random", or the path of a word2vec/GloVe text file.

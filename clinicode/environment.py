@@ -1,10 +1,6 @@
-"""The environment a result was produced in, as one short hash recorded in every manifest.
+"""The environment a result was produced in, as one short hash recorded in every manifest (`environment_hash`).
 
-The hash covers the installed third-party distributions (name==version, names normalised, sorted) and the Python
-version; torch (and its CUDA companions) is left out, since its build is chosen per machine (`TORCH_CONSTRAINT`) and
-manifests record `torch_version` beside it. A venv installed exactly from the lock file (`ci/requirements-lock.txt`,
-what `make` installs) gives the same hash as `lock_hash` of that file, so a run says whether it was the tested set.
-"""
+A venv installed exactly from ci/requirements-lock.txt gives `lock_hash` of that file: a run says if it was tested."""
 
 from __future__ import annotations
 
@@ -43,7 +39,9 @@ def requirement_lines(lines: list[str]) -> list[str]:
 
 @functools.lru_cache(maxsize=1)
 def environment_hash() -> str:
-    """16 hex characters: the installed third-party distributions and this Python's version (see the module doc)."""
+    """16 hex characters: the installed third-party distributions (name==version, names normalised, sorted) and this
+    Python's version. Torch (and its CUDA companions) is left out: its build is chosen per machine (`TORCH_CONSTRAINT`)
+    and manifests record `torch_version` beside it."""
     from importlib.metadata import distributions
 
     lines = [f"{d.metadata['Name']}=={d.version}" for d in distributions() if d.metadata["Name"]]
@@ -51,7 +49,7 @@ def environment_hash() -> str:
 
 
 def lock_hash(path: Path, python: str | None = None) -> str:
-    """The hash `environment_hash` gives in a venv installed exactly from the lock file PATH
-    (this Python by default)."""
+    """The hash `environment_hash` gives in a venv installed exactly from the lock file PATH (this Python by default):
+    `ci/requirements-lock.txt`, what `make` installs, so a run's manifest says whether it ran on the tested set."""
     return _digest(requirement_lines(Path(path).read_text(encoding="utf-8").splitlines()),
                    python or platform.python_version())

@@ -1,18 +1,6 @@
 """FHIR R4 output: `clinicode predict` records -> a Bundle of unconfirmed, machine-generated Conditions and Procedures.
 
-The one builder for `clinicode predict --format fhir` and `clinicode serve` (`bundle`), plus the reverse step for FHIR
-input (`note_from_document_reference`). It works on the records `Prediction.to_dict()` gives, never on model
-internals, so a record and its Bundle always agree.
-
-Per predicted code one resource: a `Condition` for a diagnosis (ICD-9-CM or ICD-10-CM), a `Procedure` for a procedure
-(ICD-9-CM volume 3 or ICD-10-PCS), coded with the standard system URIs. Every resource is marked as a suggestion no
-person has reviewed: `meta.tag` machine-generated, `Condition.verificationStatus` unconfirmed, `Procedure.status`
-unknown. The score, the note id and the code's evidence spans travel in the extensions named below (defined in
-docs/serve.md). A record that could not be scored becomes an `OperationOutcome` entry holding its error.
-
-Code-system rules (which codes are procedures, which system URI) come from the checkpoint's `CodeSystem`
-(`clinicode.codes.systems`).
-"""
+The one builder for `predict --format fhir` and `serve` (`bundle`), and FHIR input (`note_from_document_reference`)."""
 
 from __future__ import annotations
 
@@ -262,6 +250,12 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
            family: _cs.CodeSystem | None = None) -> dict[str, Any]:
     """A FHIR R4 `collection` Bundle of the predicted codes of RECORDS (as `Prediction.to_dict()` gives them), and of
     their `suggested` codes, tagged `suggested-from-title` (a coder tells them apart by the tag).
+
+    Per code one resource: a `Condition` for a diagnosis (ICD-9-CM or ICD-10-CM), a `Procedure` for a procedure
+    (ICD-9-CM volume 3 or ICD-10-PCS), coded with the standard system URIs (from the checkpoint's `CodeSystem`). Each
+    is marked as a suggestion no person has reviewed: `meta.tag` machine-generated, `Condition.verificationStatus`
+    unconfirmed, `Procedure.status` unknown. The score, the note id and the code's evidence spans travel in the
+    extensions docs/serve.md defines. A record that could not be scored becomes an `OperationOutcome` entry.
 
     Args:
         systems: `code_systems(predictor.codes)`; codes missing from it are classified alone.

@@ -1,20 +1,6 @@
 """The memory plan of a LEAM run: what one batch needs, which computation order fits a budget, and what to report.
 
-`train --memory-budget MB` and `predict --memory-budget MB` bound the scratch memory of one batch (the tensors a
-forward, and in training its backward, create and free again) and the stored word-code table. What decides the peak:
-
-- one batch's word tensors, [B, L, P] floats (batch size x tokens kept x embedding size), a few copies of them;
-- one block of code scores, [rows, codes] floats: `kernels.code_max` never holds all [B, L, K] of them;
-- the weights, dominated by the V x P word vectors and the head's H x K output layer; training keeps four more
-  copies (gradients, Adam's two moments, the moving average);
-- at inference with few codes, the [V, K] word-code table (the paper's "store G offline"), when it fits and pays;
-- with `code_evidence`, each code's best score and position per note, [B, K] (found in the attention's own pass), and
-  with many codes in training a second windowed copy of the word vectors ([B, L, P], W1 detached) and its gradient.
-
-The weights are not in the budget (they are the model), and neither is the data: [N, K] score matrices of the
-notes being evaluated are the caller's. The plan is an estimate from shapes (float32), checked against measured peak
-RSS in benchmarks/bench_train.py and bench_predict.py.
-"""
+`train` and `predict --memory-budget MB` bound one batch's scratch memory through `plan` (docs/training.md)."""
 
 from __future__ import annotations
 
@@ -84,6 +70,12 @@ def order(cfg: Any, *, device: str = "cpu", fast: bool = True, table: bool = Fal
 def plan(cfg: Any, *, batch_size: int, max_len: int, budget_mb: int, device: str = "cpu", training: bool,
          fast: bool = True) -> MemoryPlan:
     """The computation order and block sizes for batches of `batch_size` notes of up to `max_len` tokens.
+
+    The budget bounds one batch's scratch memory (its word tensors [B, L, P], one block of code scores, with
+    `code_evidence` each code's best score per note [B, K], and in training a windowed copy of the words and its
+    gradient) and the stored [V, K] word-code table; not the weights, nor the caller's [N, K] score matrices
+    (docs/training.md, "Memory and many codes"). An estimate from shapes (float32), checked against measured peak
+    RSS in benchmarks/bench_train.py and bench_predict.py.
 
     Raises:
         ConfigError: one batch cannot fit the budget whatever the blocks (with the options that would fix it).

@@ -1,10 +1,6 @@
 """Scoring notes with a checkpoint: `Predictor.from_checkpoint(dir).predict(texts)` -> typed records.
 
-The CLI, `evaluate` and the app all score through `Predictor.score`, so their numbers agree exactly.
-The numbers come from the checkpoint's model kind (`clinicode.models`): its `Scorer` scores, and the kind says what
-else it shows (attention and phrase spans, note and code vectors). For LEAM that is the model's own forward as
-`clinicode.memory.plan` decides within the memory budget (`clinicode.models.leam.scorer`).
-"""
+The CLI, `evaluate`, serve and the app all score through `Predictor`, which asks the checkpoint's model kind."""
 
 from __future__ import annotations
 
@@ -26,7 +22,7 @@ from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.memory import MemoryPlan
 from clinicode.metrics import EVIDENCE_K, evidence_figures, predicted_codes, predicted_indices
-from clinicode.records import Record, Upload, read_records, text_error  # noqa: F401  (the app reads uploads through predict)
+from clinicode.records import text_error
 from clinicode.runtime import pick_device
 
 log = logging.getLogger(__name__)

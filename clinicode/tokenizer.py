@@ -1,13 +1,6 @@
 """Word-level tokenizer (HuggingFace `tokenizers`) reproducing CAML's normalisation, with character offsets.
 
-Fitted on training texts only; saved as tokenizer.json. Ids: PAD = 0, UNK = 1, then words by
-training-document frequency (descending), ties alphabetical.
-
-Fitting reads the training notes once, in Rust on all cores: `tokenizers`' trainer collects every word, one batched
-encode gives each note's words as ids, and document frequencies come from those ids with numpy. The result,
-`TrainingTokens`, is what training reuses: the kept ids of every note (epochs), their count and the words themselves
-(word2vec), so no note is tokenised twice.
-"""
+Fitted on training texts only; saved as tokenizer.json. Ids: PAD 0, UNK 1, then words by document frequency."""
 
 from __future__ import annotations
 
@@ -129,7 +122,11 @@ class ClinicalTokenizer:
     @classmethod
     def fit_tokens(cls, texts: Sequence[str], *, min_doc_freq: int = 3,
                    max_len: int = DEFAULT_MAX_LEN) -> tuple["ClinicalTokenizer", TrainingTokens]:
-        """`fit`, plus the training notes as tokens for training to reuse (see the module docstring)."""
+        """`fit`, plus the training notes as tokens for training to reuse, so no note is tokenised twice.
+
+        One pass in Rust on all cores: `tokenizers`' trainer collects every word, one batched encode gives each note's
+        words as ids, and document frequencies come from those ids with numpy. `TrainingTokens` holds the kept ids of
+        every note (epochs), their count and the words themselves (word2vec)."""
         texts = list(texts)
         every = _build(None, None)                                    # all words: the trainer's vocabulary, uncut
         # The trainer's vocab_size defaults to 30,000 and silently drops the rest; ask for every word.

@@ -1,9 +1,6 @@
 """Reproduce the LEAM paper's MIMIC-III top-50 row: the `mimic3-top50` recipe of pipelines/reproduce.py.
 
-    python -m pipelines.mimic3_top50 --mimic-dir MIMIC --out runs/mimic3_leam
-
-Kept as its own command because the paper's row is the project's anchor; `--config` and `--set` work as in reproduce.
-"""
+Its own command (`python -m pipelines.mimic3_top50`), the paper's row being the anchor; docs/reproducing.md."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from clinicode.data.splits import CAML_IDS
+from clinicode.api import CAML_IDS
 from pipelines.reproduce import CONFIGS, RECIPES, load_recipe, parse_sets, run_and_print
 
 DEFAULT_CONFIG = CONFIGS / RECIPES["mimic3-top50"]

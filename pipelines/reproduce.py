@@ -1,13 +1,6 @@
 """Reproduce a published MIMIC coding protocol with LEAM: prepare -> train -> evaluate, one recipe in, one run out.
 
-    python -m pipelines.reproduce --recipe mimic4-icd10-top50 --mimic-dir MIMIC_IV --note-dir MIMIC_IV_NOTE \\
-        --out runs/mimic4_icd10_top50
-
-Each recipe is a versioned config in pipelines/configs/ naming its protocol (clinicode/data/protocols.py, which pins
-the published document counts that `prepare` must reproduce, or stop). Orchestration only: every step is a public
-clinicode function. RUN/pipeline_report.json holds the counts, the test metrics at the tuned threshold and at 0.5,
-and the published figures when the recipe has some (F1 figures in papers are at threshold 0.5).
-"""
+`python -m pipelines.reproduce --recipe NAME ...` (docs/reproducing.md); every step is a `clinicode.api` function."""
 
 from __future__ import annotations
 
@@ -17,15 +10,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clinicode.config import TrainConfig, config_from_dict
-from clinicode.data.prepare import prepare_mimic
-from clinicode.data.protocols import by_name
-from clinicode.data.splits import PUBLISHED
-from clinicode.errors import ClinicodeError, ConfigError
-from clinicode.evaluate import evaluate
-from clinicode.files import write_json_atomic
-from clinicode.metrics import HEADLINE
-from clinicode.train import train
+from clinicode.api import (
+    HEADLINE,
+    PUBLISHED,
+    ClinicodeError,
+    ConfigError,
+    TrainConfig,
+    config_from_dict,
+    evaluate,
+    prepare_mimic,
+    protocol_named,
+    train,
+    write_json_atomic,
+)
 
 CONFIGS = Path(__file__).parent / "configs"
 RECIPES = {
@@ -59,6 +56,10 @@ def run_pipeline(config: dict[str, Any], *, mimic_dir: Path, out: Path, splits_r
                  progress: bool = True) -> dict[str, Any]:
     """Run prepare, train and evaluate into `out`; returns the report (also written to out/pipeline_report.json).
 
+    CONFIG is a recipe (`load_recipe`) naming its protocol (clinicode/data/protocols.py pins the published document
+    counts that `prepare` must reproduce, or stop). The report holds the counts, the test metrics at the tuned
+    threshold and at 0.5, and the published figures when the recipe has some (papers' F1 figures are at 0.5).
+
     Args:
         splits_root: the folder the recipe's split paths are relative to; default the lists packaged with clinicode.
         splits_dir: a split folder given directly (overrides the recipe's, as mimic3_top50 does).
@@ -77,7 +78,7 @@ def run_pipeline(config: dict[str, Any], *, mimic_dir: Path, out: Path, splits_r
     summary = prepare_mimic(mimic_dir, data, note_dir=note_dir, **prep)
     train(out_dir=out, config=train_cfg, data_dir=data, model_options=config.get("model", {}), progress=progress)
     metrics = evaluate(checkpoint=out, data_dir=data, split="test", output=out / "metrics_test.json")
-    protocol = by_name(config["protocol"]) if config.get("protocol") else None
+    protocol = protocol_named(config["protocol"]) if config.get("protocol") else None
     keys = [k for k in KEYS if k in metrics]
     report = {
         "config": config, "overrides": overrides or {}, "prepare": summary,

@@ -7,6 +7,7 @@ import hashlib
 
 import streamlit as st
 
+import batch_files
 import render
 import state
 
@@ -40,12 +41,12 @@ data = up.getvalue()
 key = hashlib.sha256(data).hexdigest() + f"|{run}|{thr:.6f}"
 res = st.session_state.get("batch_result")
 if res is None or res["key"] != key:
-    parsed = render.parse_batch(data, up.name)
+    parsed = batch_files.parse_batch(data, up.name)
     if parsed.error:
         st.error(parsed.error)
         st.stop()
     bar = st.progress(0.0, text=f"Scoring {len(parsed.rows)} notes…")
-    records = render.score_batch(
+    records = batch_files.score_batch(
         pred, parsed.rows, threshold=thr,
         on_progress=lambda done, total: bar.progress(done / max(total, 1), text=f"Scored {done} of {total} notes"),
     )
@@ -53,7 +54,7 @@ if res is None or res["key"] != key:
     res = {"key": key, "records": records}
     st.session_state["batch_result"] = res
 records = res["records"]
-results = render.batch_table(records)
+results = batch_files.batch_table(records)
 
 n_err = int(results["error"].notna().sum())
 c1, c2, c3 = st.columns(3)
@@ -75,9 +76,10 @@ st.dataframe(
     },
 )
 stem = up.name.rsplit(".", 1)[0]
-offered = render.download_formats()  # the output formats offered to the app (`Writer.app`), in registry order
+offered = batch_files.download_formats()  # the output formats offered to the app (`Writer.app`), in registry order
 for col, w in zip(st.columns([1] * len(offered) + [3]), offered):
     col.download_button(
-        f"Download {w.name.upper()}", render.batch_bytes(records, w.name), file_name=f"{stem}_codes{w.suffixes[0]}",
+        f"Download {w.name.upper()}", batch_files.batch_bytes(records, w.name),
+        file_name=f"{stem}_codes{w.suffixes[0]}",
         mime=w.media_type, key=f"dl_batch_{w.name}", on_click="ignore", icon=":material/download:",
     )

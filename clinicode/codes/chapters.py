@@ -1,10 +1,6 @@
 """The chapter of an ICD code, for grouping thousands of codes into a few dozen readable groups (pure functions).
 
-Codes are recognised by their clinicode spelling (docs/domain.md section 4 and 12): ICD-9-CM diagnoses are dotted
-after 3 characters (4 for E codes), ICD-9-CM procedures after 2; ICD-10-CM codes start with a letter and are dotted
-after 3 characters; ICD-10-PCS codes are 7 undotted characters. The chapter titles are the classifications' own
-(shortened); anything else is "Other codes".
-"""
+Codes are told by their clinicode spelling (docs/domain.md sections 4 and 12); anything else is "Other codes"."""
 
 from __future__ import annotations
 

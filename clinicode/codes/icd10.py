@@ -1,8 +1,6 @@
 """ICD-10 codes as MIMIC-IV stores them (no dots): dot placement, validity, and ICD-10-CM titles from the CMS tables.
 
-Pure functions; ICD-10-CM titles come from the `simple-icd-10-cm` package (MIT, the CMS tabular list and its hierarchy,
-shipped inside the package), imported only when asked for: nothing is ever fetched from the network.
-"""
+The titles come from the `simple-icd-10-cm` package (MIT, shipped data), imported only when asked for; no network."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
-"""Codes a checkpoint lacks, suggested from their titles: found in the note's words, ranked with what the model knows.
+"""Codes a checkpoint lacks, suggested from their titles found in the note and ranked with what the model knows.
 
-A checkpoint predicts its own codes; every other code of its code system is a *candidate*, suggested when its title
-stands in the note. `Suggester` finds them and scores each one (no probability: a rank that one dev-chosen bar cuts):
-
-- **the note's words.** The title as a phrase (in order, or with its comma-inverted parts turned round: "Diabetes
-  Insipidus, Nephrogenic" is found as "nephrogenic diabetes insipidus"), plural or singular, with "unspecified" and
-  "NOS" optional ("Chest pain, unspecified" is found as "chest pain"). A phrase that lies inside a longer title found
-  in the same place (a candidate's or one of the checkpoint's own codes': "Syndrome" inside "neuroleptic malignant
-  syndrome") does not count. Every title word present in any order counts less.
-- **specificity.** A title that many other titles narrow ("Syndrome", "Hepatitis", "Body Weight": every title holding
-  all its words is narrower) loses; the rarest title word's inverse frequency over the titles adds a little.
-- **what the model knows.** A candidate under which the checkpoint has a trained code (ICD: a longer code of the same
-  stem; MeSH: a tree number below one of its own, when the tree is given) loses by that code's score: the model
-  already scores the specific concept. (Trained parents and siblings scoring high were measured too: no gain on dev.)
-
-Pure text and arithmetic (no torch): what `predict`, `serve`, the app and the review queue show as `suggested`.
-"""
+`Suggester` (text and arithmetic, no torch): what `predict`, `serve`, the app and review show as `suggested`."""
 
 from __future__ import annotations
 
@@ -115,6 +100,20 @@ SPANS = 5           # spans shown per suggestion at most (the first in the note)
 
 class Suggester:
     """Candidates (code -> title) and what ranks them; `suggest(text, scores)` gives one note's suggestions.
+
+    Every code of the code system the checkpoint lacks is a candidate, suggested when its title stands in the note;
+    its score is a rank (no probability) that one dev-chosen bar cuts, from three signals:
+
+    - **the note's words.** The title as a phrase (in order, or with its comma-inverted parts turned round: "Diabetes
+      Insipidus, Nephrogenic" is found as "nephrogenic diabetes insipidus"), plural or singular, with "unspecified"
+      and "NOS" optional ("Chest pain, unspecified" is found as "chest pain"). A phrase inside a longer title found in
+      the same place (a candidate's or one of the checkpoint's own codes': "Syndrome" inside "neuroleptic malignant
+      syndrome") does not count. Every title word present in any order counts less.
+    - **specificity.** A title that many other titles narrow ("Syndrome", "Hepatitis", "Body Weight": every title
+      holding all its words is narrower) loses; the rarest title word's inverse frequency over the titles adds a little.
+    - **what the model knows.** A candidate under which the checkpoint has a trained code (ICD: a longer code of the
+      same stem; MeSH: a tree number below one of its own, when the tree is given) loses by that code's score: the
+      model already scores the specific concept. (Trained parents and siblings scoring high were measured: no gain.)
 
     Args:
         titles: code -> title of the code system (the candidates); titles without a word are left out.

@@ -1,13 +1,6 @@
-"""Model kinds as plugins: what a checkpoint, the predictor, training and the app ask of a model, in one place.
+"""Model kinds as plugins (`ModelKind`, the registry `MODEL_KINDS`): what a checkpoint, the predictor and training ask.
 
-A model kind (`ModelKind`) is named by the manifest's "model" field and `train --model`. It owns its checkpoint files
-(saving, checking and loading them), scores notes through a `Scorer`, and says what else it can do (`can_explain`,
-`can_embed`, `scores_ids`) so callers ask the kind instead of comparing names, and tells training what it needs
-(`trained_by_loop`, `options_type`; the epoch loop asks it to build, score the loss and step). `MODEL_KINDS` is the
-registry: a new model is one folder beside `leam/` and `tfidf_lr/` plus one line here (docs/architecture.md).
-
-Importing this package imports neither torch nor scikit-learn: a kind loads them when it saves, loads or scores.
-"""
+A new model is one folder beside `leam/` and `tfidf_lr/` plus one registry line (docs/architecture.md). No torch."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from clinicode.formats import WRITERS
 from clinicode.serve.parsing import BadRequest
 
 if TYPE_CHECKING:
-    from clinicode.serve.app import Service
+    from clinicode.serve.service import Service
 
 log = logging.getLogger("clinicode.serve")
 access = logging.getLogger("clinicode.serve.access")  # one line per request: client, method, path, status, time, id

@@ -20,9 +20,10 @@ from typing import Any, Iterator
 from clinicode.checkpoint import resolve_checkpoint_dir
 from clinicode.errors import ClinicodeError, ConfigError
 from clinicode.predict import Predictor
-from clinicode.serve.app import Service, create_app
+from clinicode.serve.app import create_app
 from clinicode.serve.parsing import Limits
 from clinicode.serve.protocol import _protocol, compiled_available
+from clinicode.serve.service import Service
 
 log = logging.getLogger("clinicode.serve")
 

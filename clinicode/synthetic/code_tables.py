@@ -1,7 +1,6 @@
 """The synthetic generators' code tables, read from the package's data files (synthetic/tables/*.json).
 
-Public CMS titles, Nguyen et al. 2023's public top-50 lists and invented signal phrases: nothing from MIMIC.
-"""
+Public CMS titles, Nguyen et al. 2023's public top-50 lists and invented signal phrases: nothing from MIMIC."""
 
 from __future__ import annotations
 

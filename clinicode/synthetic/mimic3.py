@@ -1,7 +1,6 @@
 """Synthetic, MIMIC-III-shaped tables (invented text, real public ICD-9 titles) for tests, demos and benchmarks.
 
-Writes the five tables clinicode reads, with real MIMIC's traps; never reads or imitates real patient text.
-"""
+Writes the five tables clinicode reads, with real MIMIC's traps; never reads or imitates real patient text."""
 
 from __future__ import annotations
 

@@ -190,27 +190,54 @@ def test_batch_page_reports_a_bad_file_without_crashing(app_env):
 
 
 # ------------------------------------------------------------------------------------------ import boundary
-ALLOWED = {"clinicode.predict", "clinicode.metrics", "clinicode.errors", "clinicode.checkpoint",
-           # the output records' one writer and chunked scorer, shared with `clinicode predict`
-           "clinicode.predict_io",
-           "clinicode.codes",  # code systems: pure code-to-title tables, no torch, no data
-           # the Review page and `clinicode review decide` share one decision path (no torch at import)
-           "clinicode.review"}
+def _clinicode_imports(folder: Path) -> list[tuple[str, str]]:
+    """(file, module) of every import of clinicode under FOLDER, at any depth of the code (lazy imports included)."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            found += [(path.name, n) for n in names if n == "clinicode" or n.startswith("clinicode.")]
+    return found
 
 
-def test_app_modules_import_only_predict_metrics_checkpoint_errors_statically():
-    for path in sorted((ROOT / "app_streamlit").rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "clinicode"]
-            for n in names:
-                if n == "clinicode" or n.startswith("clinicode."):
-                    top = ".".join(n.split(".")[:2])
-                    assert top in ALLOWED or n in ALLOWED, f"{path.name} imports {n}"
+@pytest.mark.parametrize("folder", ["app_streamlit", "pipelines"])
+def test_app_and_pipelines_import_clinicode_only_through_its_public_api(folder):
+    found = _clinicode_imports(ROOT / folder)
+    assert found, f"{folder} imports nothing of clinicode: the check would pass vacuously"
+    assert [(f, m) for f, m in found if m != "clinicode.api"] == []
+
+
+def test_the_import_check_sees_a_lazy_import_of_an_internal_module(tmp_path):
+    """Not vacuous: an import inside a function, of anything but clinicode.api, is found."""
+    page = "import clinicode.api as api\n\ndef f():\n    from clinicode.train import train\n"
+    (tmp_path / "page.py").write_text(page)
+    assert _clinicode_imports(tmp_path) == [("page.py", "clinicode.api"), ("page.py", "clinicode.train")]
+
+
+def test_every_public_api_name_imports_and_the_module_itself_loads_nothing():
+    """Each name of clinicode.api is its home module's object; importing the module alone loads no other clinicode
+    module, no torch and no pandas (the app's first page stays light)."""
+    script = textwrap.dedent("""
+        import importlib, json, sys
+        import clinicode.api as api
+        first = sorted(m for m in sys.modules if m.startswith("clinicode") or m in ("torch", "pandas"))
+        wrong = [n for n, (mod, attr) in api._WHERE.items()
+                 if getattr(api, n) is not getattr(importlib.import_module(mod), attr)]
+        print(json.dumps([first, wrong, api.__all__, sorted(set(api.__all__) - set(dir(api)))]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, wrong, names, not_in_dir = json.loads(out.stdout.strip().splitlines()[-1])
+    assert first == ["clinicode", "clinicode.api"]
+    assert wrong == [] and not_in_dir == []
+    for name in ("Predictor", "train", "evaluate", "load_checkpoint", "READERS", "WRITERS", "CODE_SYSTEMS",
+                 "MODEL_KINDS", "open_review_db", "ClinicodeError"):
+        assert name in names
+    import clinicode.api as api
+
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        api.nope
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Pure app helpers (app_streamlit/render.py, state.list_runs): escaping, highlight exactness, TP/FP/FN, batch I/O."""
+"""Pure app helpers (app_streamlit/render.py, batch_files.py, state.list_runs): escaping, highlights, batch I/O."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from clinicode.predict import CodeScore, Prediction, Span
 APP_DIR = Path(__file__).resolve().parents[2] / "app_streamlit"
 sys.path.insert(0, str(APP_DIR))
 
+import batch_files  # noqa: E402
 import render  # noqa: E402
 import state  # noqa: E402
 
@@ -145,7 +146,7 @@ def test_prediction_record_json_follows_threshold_and_holds_no_text():
 # ------------------------------------------------------------------------------------------ batch files
 def test_parse_csv_with_bad_rows():
     data = b'id,text\na1,"Chest pain, <b>CHF</b>"\na2,\n,"no id here"\n'
-    parsed = render.parse_batch(data, "notes.csv")
+    parsed = batch_files.parse_batch(data, "notes.csv")
     assert parsed.error is None
     rows = parsed.rows
     assert rows["id"].tolist() == ["a1", "a2", "row-3"]
@@ -157,7 +158,7 @@ def test_parse_jsonl_with_bad_lines():
     lines = [json.dumps({"id": "x1", "text": "Hypertension"}), "{not json", json.dumps([1, 2]),
              json.dumps({"id": 7, "text": 5}),
              "", json.dumps({"id": "x5"})]
-    parsed = render.parse_batch("\n".join(lines).encode(), "notes.jsonl")
+    parsed = batch_files.parse_batch("\n".join(lines).encode(), "notes.jsonl")
     r = parsed.rows
     assert r["id"].tolist() == ["x1", "line-2", "line-3", "7", "x5"]
     errs = r["error"].tolist()
@@ -173,12 +174,12 @@ def test_upload_and_cli_read_notes_the_same_way(tmp_path):
     data = (json.dumps({"id": "a", "text": "chf"}) + "\n{bad\n" + json.dumps({"id": None,
                                                                               "text": "  "}) + "\n").encode()
     (tmp_path / "n.jsonl").write_bytes(data)
-    via_app = render.parse_batch(data, "n.jsonl").rows.to_dict("records")
+    via_app = batch_files.parse_batch(data, "n.jsonl").rows.to_dict("records")
     via_cli = [{"id": r.id, "text": r.text, "error": r.error} for r in read_records(tmp_path / "n.jsonl")]
     assert via_app == via_cli and [r["id"] for r in via_cli] == ["a", "line-2", "line-3"]
     parquet = tmp_path / "n.parquet"
     pd.DataFrame({"id": ["p1"], "text": ["sepsis"]}).to_parquet(parquet)
-    assert render.parse_batch(parquet.read_bytes(), "n.parquet").rows["text"].tolist() == ["sepsis"]
+    assert batch_files.parse_batch(parquet.read_bytes(), "n.parquet").rows["text"].tolist() == ["sepsis"]
 
 
 @pytest.mark.parametrize(
@@ -188,7 +189,7 @@ def test_upload_and_cli_read_notes_the_same_way(tmp_path):
      (b"x" * 2048, "x.csv", "over the")],
 )
 def test_parse_file_level_errors(data, name, msg):
-    parsed = render.parse_batch(data, name, max_bytes=1024)
+    parsed = batch_files.parse_batch(data, name, max_bytes=1024)
     assert parsed.error is not None and msg in parsed.error and parsed.rows.empty
 
 
@@ -221,7 +222,7 @@ def test_score_batch_writes_the_clis_records_keeps_errors_and_reports_progress()
         {"id": "d", "text": "POISON", "error": None},
     ])
     seen = []
-    recs = render.score_batch(_FakePredictor(), rows, threshold=0.5, chunk=3, on_progress=lambda d,
+    recs = batch_files.score_batch(_FakePredictor(), rows, threshold=0.5, chunk=3, on_progress=lambda d,
                               n: seen.append((d, n)))
     assert [r["id"] for r in recs] == ["a", "b", "c", "d"] and seen == [(3, 4), (4, 4)]
     assert recs[0] == {"id": "a", "predicted": [{"code": "401.9", "description": "HTN", "score": 0.9}],
@@ -229,13 +230,13 @@ def test_score_batch_writes_the_clis_records_keeps_errors_and_reports_progress()
                        "truncated": False}                  # Prediction.to_dict(), the CLI's record
     assert recs[1] == {"id": "b", "error": "record 'b': missing text"} and recs[2]["predicted"] == []
     assert recs[3] == {"id": "d", "error": "could not score (RuntimeError)"}
-    table = render.batch_table(recs)
+    table = batch_files.batch_table(recs)
     assert table["codes"].tolist() == ["401.9", "", "",
                                        ""] and table["top_code"].isna().tolist() == [False, True, False, True]
     assert table["error"][0] is None and "missing text" in table["error"][1] and table["error"][2] is None
-    jl = render.batch_bytes(recs, "jsonl").decode()
+    jl = batch_files.batch_bytes(recs, "jsonl").decode()
     assert jl == "".join(record_line(r) for r in recs)
-    csv_back = pd.read_csv(pd.io.common.BytesIO(render.batch_bytes(recs, "csv")), dtype=str, keep_default_na=False)
+    csv_back = pd.read_csv(pd.io.common.BytesIO(batch_files.batch_bytes(recs, "csv")), dtype=str, keep_default_na=False)
     assert tuple(csv_back.columns) == CSV_HEADER and csv_back["id"].tolist() == ["a", "b", "c", "d"]
     assert csv_back["predicted"][0] == "401.9" and csv_back["error"][1].startswith("record 'b'")
 

@@ -427,8 +427,8 @@ def test_app_batch_error_for_headerless_csv_never_quotes_the_note():
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "app_streamlit"))
-    import render
+    import batch_files
 
-    parsed = render.parse_batch(f'1,"{LONG}"\n'.encode(), "notes.csv")
+    parsed = batch_files.parse_batch(f'1,"{LONG}"\n'.encode(), "notes.csv")
     assert parsed.error is not None and "no 'text' column" in parsed.error
     assert SECRET not in parsed.error

@@ -9,16 +9,15 @@ import pandas as pd
 import pytest
 
 from clinicode.errors import ConfigError, DataFormatError
+from clinicode.synthetic.code_tables import TOP50_ICD9, TOP50_ICD10
 from clinicode.synthetic.mimic4 import (
     DIAGNOSES_HEADER,
     NOTE_HEADER,
     PROCEDURES_HEADER,
     TITLES_HEADER,
-    TOP50_ICD9,
-    TOP50_ICD10,
-    code_catalogue,
     write_demo_mimic4,
 )
+from clinicode.synthetic.mimic4_codes import code_catalogue
 
 HEADERS = {
     "hosp/diagnoses_icd": DIAGNOSES_HEADER, "hosp/procedures_icd": PROCEDURES_HEADER,

@@ -1,30 +1,5 @@
-"""CPU-friendly kernels for LEAM's training step; each computes what a plain PyTorch expression does (tested
-against it, forward and backward, and with gradcheck) with fewer passes over memory and a hand-written backward.
-
-- `phrase_window`: u[b, l, k] = sum_j w[j] * G[b, l + j - r, k] (zero padding), a convolution with one weight
-  vector shared by all K codes. PyTorch's 1-channel or depthwise convolutions run it at ~1 GFLOP/s on CPU; here
-  it is 2r+1 shifted multiply-adds over [B, L, K] (codes contiguous), a few notes at a time so the working set
-  stays in cache. The gradient of w is a banded product computed block by block with `bmm` on views.
-- `phrase_max`: m[b, l] = max_k ReLU(phrase_window(G, w) + b1)[b, l, k], the window, bias, ReLU and max over
-  codes fused chunk by chunk, so no [B, L, K] intermediate is written. Only the winning code per position is
-  kept for the backward pass, where the gradients of w and b1 become gathers over B*L positions. At exact
-  ties between codes the gradient goes to the first one (as `torch.max`), where `amax` would split it.
-- `cosine_compat`: G = (V C_n^T) / |v| masked, with a backward of two matrix products and one row-scaled add,
-  instead of autograd's chain through the norm (five passes over [B, L, P]).
-- `embed`: the word lookup whose backward is `index_add_` (deterministic on CPU), ~4x faster than
-  `embedding_dense_backward` on a 50,000-word table.
-- `table_phrase_max` (inference): m from a stored [V, K] word-code cosine table, gathering G a few notes at a time so
-  the working set stays in cache; no autograd.
-- `code_max`: m[n] = max_k (S[n] . c_k + b_k), ReLU'd or not, for many codes: the [rows, codes] scores exist one
-  block at a time (a running max and its winning code), and the backward pass goes through each row's winner only, so
-  nothing of size [B, L, K] is ever stored and the backward costs O(B L P), whatever K is. Plain torch ops, so the
-  same code runs on CUDA (in float32 even under autocast).
-- `phrase_max_evidence`, `code_max_evidence`, `table_phrase_max(..., evidence=True)`: the same passes also give the code
-  evidence's max over positions of each code's window score, read from the block of scores the attention has just
-  computed (the max along the other axis): the evidence costs a reduction, not a second product.
-
-`clinicode.memory.order` decides which of them a forward runs; `clinicode.models.leam.model.LEAM.forward` follows it.
-"""
+"""CPU-friendly kernels for LEAM's forward and training step: each computes what a plain PyTorch expression does (tested
+against it, with gradcheck) in fewer passes over memory. `clinicode.memory.order` decides which a forward runs."""
 
 from __future__ import annotations
 
@@ -106,6 +81,10 @@ class _PhraseWindow(torch.autograd.Function):
 def phrase_window(G: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """sum_j w[j] * G[:, l + j - r, :] with zero padding ("same" length).
 
+    A convolution with one weight vector shared by all K codes: PyTorch's 1-channel or depthwise convolutions run it at
+    ~1 GFLOP/s on CPU; here it is 2r+1 shifted multiply-adds over [B, L, K] (codes contiguous), a few notes at a time so
+    the working set stays in cache. The gradient of w is a banded product computed block by block with `bmm` on views.
+
     Args:
         G: [B, L, K] compatibility (codes last).
         w: [2r+1] window weights shared by all codes.
@@ -148,6 +127,9 @@ class _Cosine(torch.autograd.Function):
 def cosine_compat(words: torch.Tensor, labels_n: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Cosine compatibility with padding zeroed: `(words @ labels_n.T) * mask / (|words| + eps)`.
 
+    Its backward is two matrix products and one row-scaled add, instead of autograd's chain through the norm (five
+    passes over [B, L, P]).
+
     Args:
         words: [B, L, P] word vectors.
         labels_n: [K, P] label vectors already divided by their norms.
@@ -177,7 +159,8 @@ class _Embed(torch.autograd.Function):
 
 
 def embed(weight: torch.Tensor, ids: torch.Tensor, padding_idx: int = 0) -> torch.Tensor:
-    """`F.embedding(ids, weight, padding_idx)` with a faster CPU backward."""
+    """`F.embedding(ids, weight, padding_idx)` with a faster CPU backward: `index_add_` (deterministic on CPU), ~4x
+    faster than `embedding_dense_backward` on a 50,000-word table."""
     return _Embed.apply(weight, ids, padding_idx)
 
 
@@ -237,6 +220,9 @@ class _PhraseMax(torch.autograd.Function):
 
 def phrase_max(G: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """m = max over codes of ReLU(phrase_window(G, w) + bias), without materialising the [B, L, K] scores.
+
+    The window, bias, ReLU and max over codes are fused chunk by chunk; only the winning code per position is kept
+    for the backward pass, where the gradients of w and b1 become gathers over B*L positions.
 
     Same value as `F.relu(phrase_window(G, w) + bias).amax(dim=2)`. The gradient is the same except at exact ties
     between codes: `amax` splits it evenly among them, this kernel gives it to the first (as `torch.max` does);
@@ -410,6 +396,9 @@ def _code_max(S: torch.Tensor, C: torch.Tensor, bias: torch.Tensor | None, relu:
 def code_max(S: torch.Tensor, C: torch.Tensor, bias: torch.Tensor | None = None, *, relu: bool = True,
              block: tuple[int, int] = (256, 2048)) -> torch.Tensor:
     """m[n] = max over k of (S[n] . C[k] + bias[k]), then ReLU when `relu`, without storing the [N, K] scores.
+
+    For many codes: the scores exist one block at a time (a running max and its winning code), and the backward goes
+    through each row's winner only, so it costs O(B L P) whatever K is. Plain torch ops, so it runs on CUDA too.
 
     Same value as `F.relu(S @ C.T + bias).amax(1)` (or without the ReLU); the gradient is the same except at exact ties
     between codes, where this one goes to the first code (as `torch.max`) and `amax` splits it. Scores are computed

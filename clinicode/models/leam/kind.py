@@ -1,8 +1,5 @@
-"""LEAM as a model kind: its checkpoint files (safetensors weights, model_config.json, tokenizer.json), their checks,
-its scorer (`scorer`) and what the epoch loop asks of it (`model`, loaded with torch on first use).
-
-Verifying a LEAM checkpoint reads the weights' header only: no torch, no allocation.
-"""
+"""LEAM as a model kind: its checkpoint files (weights, model_config.json, tokenizer.json), their checks, its scorer and
+what the epoch loop asks of it. Verifying a LEAM checkpoint reads the weights' header only: no torch."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """LEAM, the Label-Embedding Attentive Model (Wang et al., ACL 2018, Section 4), in one file that reads like the paper.
 
-Knows nothing of files, MIMIC or the CLI. B notes, L tokens, P dimensions, K codes, r the phrase radius; tensors keep
-codes last. Design decisions, the computation orders and the training details: docs/training.md, "LEAM in the code".
-"""
+B notes, L tokens, P dimensions, K codes, r the phrase radius; the design: docs/training.md, "LEAM in the code"."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""LEAM's scorer: the model's own forward (`LEAM.forward`) over length-bucketed batches, as `clinicode.memory.plan`
-decides within the memory budget.
+"""LEAM's scorer: the model's own forward over length-bucketed batches, as `clinicode.memory.plan` decides.
 
-With few codes, G comes from the word-code cosine table stored offline (the paper's "store G offline",
-`LEAM.word_code_table`: one [V, K] matrix per loaded checkpoint, so a note's G is a row gather); with many codes, the
-window runs on the word vectors and the codes are scored a block at a time.
-"""
+Few codes: G is a row gather of the stored [V, K] word-code table; many: the codes are scored a block at a time."""
 
 from __future__ import annotations
 

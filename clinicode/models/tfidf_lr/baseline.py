@@ -1,7 +1,6 @@
 """Bag-of-words baseline: TF-IDF over CAML tokens + one-vs-rest logistic regression.
 
-Persisted as safetensors (idf, coef, intercept) + JSON (config, vocabulary); never pickled.
-"""
+Persisted as safetensors (idf, coef, intercept) + JSON (config, vocabulary); never pickled."""
 
 from __future__ import annotations
 

@@ -48,6 +48,7 @@ class MentionLexicon:
 
     def __post_init__(self) -> None:
         self.longest = max((len(p) for p in self.phrases), default=0)
+        self._starts = {p[0] for p in self.phrases}     # a note's word can begin a mention only if it is one of these
 
     def __len__(self) -> int:
         return len(self.phrases)
@@ -85,6 +86,8 @@ class MentionLexicon:
         lower = [w.lower() for w, _, _ in words]
         out = []
         for i in range(len(words)):
+            if lower[i] not in self._starts and words[i][0] not in self._starts:
+                continue
             for n in range(1, min(self.longest, len(words) - i) + 1):
                 key = tuple(lower[i:i + n])
                 codes = set(self.phrases.get(key, ()))

@@ -1,14 +1,5 @@
-"""How the fused model's two parts become one score per code, every number of it learnt on dev (numpy only).
-
-Each code k's logit is `a[b] * leam_k + c[b] * lr_k + offset_k`: LEAM's logit and tfidf-lr's, each divided by its own
-temperature (fitted on dev first, so the two are on one scale: LEAM's every-code logits are far sharper), mixed with
-the weight w[b] of the code's frequency band b (its training-note count: 1-2, 3-10, 11-50, >50), so rare codes can
-lean on the bag-of-words part and frequent ones on LEAM; a[b] = w[b] / T_leam, c[b] = (1 - w[b]) / T_lr. The
-weights are chosen on dev by one rule fixed in advance (`fit_fusion`). `offset_k` is a per-code threshold folded into
-the logit (`per_code_offsets`, Lin and Lin's SCutfbr): the checkpoint keeps one global threshold, and a code's own
-threshold t_k on dev becomes the shift that maps t_k onto it.
-
-Nothing here reads train or test: callers pass dev's gold and dev's scores (docs/accuracy-tuning.md, round 14).
+"""How the fused model's parts become one score per code: temperatures, band weights, a Platt scale per band and
+optional per-code thresholds, every number learnt on dev (numpy only; docs/accuracy-tuning.md, round 14).
 """
 
 from __future__ import annotations
@@ -46,7 +37,12 @@ def bands(train_counts: Sequence[int] | np.ndarray, edges: Sequence[int] = BAND_
 
 @dataclass
 class Fusion:
-    """The learnt numbers of one fused model: temperatures, the band weights, per-code offsets (`fused_logits`)."""
+    """The learnt numbers of one fused model: temperatures, the band weights, per-code offsets (`fused_logits`).
+
+    Code k of band b (its training notes: 1-2, 3-10, 11-50, more) scores s_b (w_b leam_k / t_leam + (1 - w_b) lr_k /
+    t_lr + d_b title_k) + bias_b + offset_k: each part over its own temperature, LEAM's share w_b, the title match's
+    weight d_b, Platt's scale and bias per band, and an optional per-code threshold folded in as offset_k.
+    """
 
     t_leam: float = 1.0
     t_lr: float = 1.0

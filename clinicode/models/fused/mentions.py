@@ -1,8 +1,5 @@
-"""Each code's mentions in the training notes (the coders' evidence spans), found again verbatim in new notes.
-
-The fused model adds `MENTION_WEIGHT` x [a mention of the code occurs in the note] to its title match, and shows
-the occurrences first among a code's highlighted words (docs/accuracy-tuning.md, round 15).
-"""
+"""Each code's mentions in the training notes (coders' evidence spans), found again verbatim in new notes: they add
+to the code's title match and lead its highlighted words (docs/accuracy-tuning.md, round 15)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The fused model's scorer: LEAM's logits (its own scorer, `LEAMScorer`) and tfidf-lr's on the same notes, fused per
-code (`FusedModel.fuse`), then the sigmoid (softmax for single-label data).
-
-Evidence for code k (`word_rows`) mixes the two parts' word signals in the code's LEAM share w_k: LEAM's word-code
-cosines (as the LEAM kind shows them) and tfidf-lr's coefficient x tf-idf weight of each word in the note (the
-words that carried its logit; words against the code count 0), each scaled to its note's best word first.
-"""
+"""The fused model's scorer: LEAM's, tfidf-lr's and the title match's logits on the same notes, fused per code, and
+each code's highlighted words from all three (`FusedScorer.word_rows`)."""
 
 from __future__ import annotations
 

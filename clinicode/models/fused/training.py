@@ -1,9 +1,5 @@
-"""The fused model's training steps around LEAM's epoch loop: tfidf-lr fitted on train first, the fusion on dev last.
-
-`clinicode.train` fits the bag-of-words part (`fit_lr_part`), trains the LEAM part with its loop, then calls `fuse`:
-each part scores dev once, and the temperatures, band weights and per-code thresholds are fitted on dev alone
-(`fusion.fit_fusion`, `fusion.per_code_offsets`). Train and test are never read here.
-"""
+"""The fused model's training around LEAM's epoch loop: tfidf-lr and the mentions from train first (`Before`),
+the fusion on dev last (`fuse`); test is never read here."""
 
 from __future__ import annotations
 

@@ -1,0 +1,113 @@
+"""The house's measurable shape (#45): no import circle, no module over 600 lines, no function over 80, and module
+docstrings a reader takes in at a glance (at most 3 lines)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TREES = ("clinicode", "app_streamlit", "pipelines")
+MAX_MODULE, MAX_FUNCTION, MAX_DOCSTRING = 600, 80, 3
+
+
+def _modules() -> list[Path]:
+    return sorted(p for tree in TREES for p in (ROOT / tree).rglob("*.py"))
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def test_no_module_is_over_600_lines():
+    long = {_name(p): n for p in _modules() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE}
+    assert not long, f"split these modules along their seams: {long}"
+
+
+def test_no_function_is_over_80_lines():
+    long = {}
+    for p in _modules():
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION:
+                    long[f"{_name(p)}:{node.name}"] = n
+    assert not long, f"split these functions into named steps: {long}"
+
+
+def test_every_module_docstring_is_at_most_3_lines():
+    long = {}
+    for p in _modules():
+        doc = ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")), clean=True)
+        if doc and len(doc.strip().splitlines()) > MAX_DOCSTRING:
+            long[_name(p)] = len(doc.strip().splitlines())
+    assert not long, f"say what a reader needs in 3 lines; details go to the functions or docs/: {long}"
+
+
+def _circles(graph, modules: list[str]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in modules:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph.find_modules_directly_imported_by(w)))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_import_circle_in_the_package():
+    """Lazy imports inside functions count: a circle is a circle whenever it is walked."""
+    grimp = pytest.importorskip("grimp")
+    sys.path.insert(0, str(ROOT))
+    try:
+        graph = grimp.build_graph("clinicode", cache_dir=None)
+    finally:
+        sys.path.remove(str(ROOT))
+    assert _circles(graph, sorted(graph.modules)) == []
+
+
+def test_the_circle_finder_finds_a_planted_circle():
+    class Graph:
+        edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+
+        def find_modules_directly_imported_by(self, m):
+            return self.edges.get(m, set())
+
+    assert _circles(Graph(), ["a", "b", "c", "d"]) == [["a", "b", "c"]]

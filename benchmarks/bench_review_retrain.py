@@ -43,8 +43,10 @@ def _write(folder: Path, splits: dict[str, list[dict]], codes: list[str], titles
         with open(folder / f"{name}.jsonl", "w", encoding="utf-8") as f:
             for r in rows:
                 labels = [c for c in r["labels"] if c in keep]
-                if labels:
-                    f.write(json.dumps({"id": r["id"], "text": r["text"], "labels": labels}) + "\n")
+                if labels:      # the coders' evidence spans go with the note (the fused model learns from them)
+                    spans = [m for m in r.get("evidence") or [] if m["code"] in keep]
+                    f.write(json.dumps({"id": r["id"], "text": r["text"], "labels": labels, "evidence": spans})
+                            + "\n")
     (folder / "labels.json").write_text(json.dumps([{"code": c, "description": titles.get(c, "")} for c in codes]))
 
 

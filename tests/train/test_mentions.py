@@ -162,3 +162,19 @@ def test_no_mentions_keeps_the_spans_words_out_of_the_checkpoint(runs, tmp_path)
           progress=False)
     assert not (tmp_path / "off" / "checkpoint" / MENTIONS_FILE).exists()
     assert json.loads((tmp_path / "off" / "checkpoint" / "fusion.json").read_text())["mentions"] == 0
+
+
+def test_every_found_mention_outranks_every_other_word_whatever_leams_cosine(runs):
+    """A mention whose words LEAM finds against the code (a negative cosine) still comes before every other word."""
+    pred = Predictor.from_checkpoint(runs[True][0], device="cpu")
+    note = "crovan rash seen today; patient presented with history of rash and review notes stable"
+    k = pred.labels.index("C6")
+    enc = pred.scorer.encode([note], offsets=True)[0]
+    rows = pred.scorer.word_rows(np.asarray(enc.ids), [k], text=note, offsets=enc.offsets)[0]
+    inside = [i for i, (a, b) in enumerate(enc.offsets) if b <= len("crovan rash")]
+    outside = [i for i in range(len(rows)) if i not in inside]
+    assert rows[inside].min() > rows[outside].max()
+    # and so when LEAM's cosines are turned against the mention's words
+    pred.scorer.leam.word_rows = lambda ids, codes, **_: -np.abs(np.random.default_rng(0).normal(size=(1, len(ids))))
+    rows = pred.scorer.word_rows(np.asarray(enc.ids), [k], text=note, offsets=enc.offsets)[0]
+    assert rows[inside].min() > rows[outside].max()

@@ -14,8 +14,9 @@ from clinicode.tokenizer import ClinicalTokenizer
 # LEAM's least share of a code's evidence: on bc5cdr dev (top 50 and every code) a floor of 0.5 beat the code's own
 # LEAM share w_k (hit@1 0.854 / 0.794 against 0.806 / 0.782), and LEAM's cosines alone lost at every code (0.750)
 EVIDENCE_LEAM_FLOOR = 0.5
-# what a token inside one of the code's training mentions adds to its evidence (the rest is at most 1): they come first
-MENTION_BONUS = 1.0
+# a token inside one of the code's training mentions scores MENTION_FLOOR + its evidence / 10 (in [1.9, 2.1]), above
+# every other token (at most 1): the mentions come first, all of them above predict's word bar, in their own order
+MENTION_FLOOR = 2.0
 
 
 class _LogitsOf:
@@ -139,7 +140,7 @@ class FusedScorer:
         each scaled by its note-best first, with v_k = max(w_k, EVIDENCE_LEAM_FLOOR): a code's words from the
         bag-of-words parts count at most as much as LEAM's (docs/accuracy-tuning.md, round 14: dev chose it).
         Given the note (TEXT, and OFFSETS, its tokens' character spans), a token inside one of the code's training
-        mentions found in it scores MENTION_BONUS more, so the mentions come first (round 15)."""
+        mentions found in it scores above every other token (`MENTION_FLOOR`), so the mentions come first (round 15)."""
         g = self.leam.word_rows(tok_ids, codes).astype(np.float64)                   # [n, L]
         if not len(codes) or not g.shape[1]:
             return g.astype(np.float32)
@@ -153,9 +154,10 @@ class FusedScorer:
         gs = np.where(gmax > 0, g / np.where(gmax > 0, gmax, 1.0), g)
         cs = contrib / np.where(cmax > 0, cmax, 1.0)
         w = np.maximum(self.model.w[np.asarray(codes)], EVIDENCE_LEAM_FLOOR)[:, None]
-        rows = w * gs + (1.0 - w) * cs
+        rows = w * gs + (1.0 - w) * cs                                                # [n, L], at most 1
         if text is not None and offsets is not None and len(self.model.mentions):
-            rows += MENTION_BONUS * self._inside(self.model.mentions.spans(text, codes), offsets)
+            inside = self._inside(self.model.mentions.spans(text, codes), offsets) > 0
+            rows = np.where(inside, MENTION_FLOOR + np.clip(rows, -1.0, 1.0) / 10, rows)
         return rows.astype(np.float32)
 
     @staticmethod

@@ -157,7 +157,8 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "not met"
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child")
     ap.add_argument("--codes", default="50,1000,9000")
@@ -168,12 +169,147 @@ def main() -> None:
     ap.add_argument("--w2v", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the K = 1,000 train with the default word2vec, for its peak RSS")
     ap.add_argument("--no-write", action="store_true")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def _measure(K: int, data: Path, n_train: int, epochs: int,
+             args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float], float, bool, int]:
+    """Every process at K codes: (seconds, peak RSS MB) by measurement, the straightforward model's training batch in
+    MB, whether that fits (so it was trained) and its predict batch."""
+    py = [sys.executable, "-m", "clinicode"]
+    cpu = ["--no-progress", "--device", "cpu"]
+    steps = -(-n_train // B) * epochs
+    t: dict[str, float] = {}
+    m: dict[str, float] = {}
+    for model, extra in (("default", []), ("paper", ["--paper"])):
+        run = args.work_dir / f"run-{model}-k{K}"
+        remove_own(run)  # never what this script did not create
+        t[f"train_{model}"], m[f"train_{model}"], _ = timed(
+            [*py, "train", "--data", str(data), "--out", str(run), "--epochs", str(epochs), *extra,
+             "--embeddings", "random", *cpu])
+        mark_own(run)
+        out = args.work_dir / f"pred-{model}-k{K}.jsonl"
+        remove_own(out)
+        t[f"predict_{model}"], m[f"predict_{model}"], _ = timed(
+            [*py, "predict", "--checkpoint", str(run), "--input", str(data / "notes.jsonl"), "--output", str(out),
+             *cpu])
+        mark_own(out)
+    t["step_default"], m["step_default"] = one_step(K, "clinicode", evidence=True)
+    t["step_paper"], m["step_paper"] = one_step(K, "clinicode")
+    # The plain model stores G, the window and u ([B, L, K] each) with their gradients: too big at 9,000 codes.
+    plain_mb = plan(LEAMConfig(vocab_size=50_002, n_labels=K, code_evidence=False), batch_size=B, max_len=L,
+                    budget_mb=10**9, training=True, fast=False).batch_mb
+    plain_train = plain_mb < PLAIN_TRAIN_LIMIT_MB
+    paper_ck = args.work_dir / f"run-paper-k{K}" / "checkpoint"
+    if plain_train:
+        t["step_plain"], m["step_plain"] = one_step(K, "straightforward")
+        ref, m["train_plain"] = straightforward(dict(what="train", checkpoint=paper_ck, data=data,
+                                                     steps=args.steps))
+        t["train_plain"] = ref["sec_per_step"] * steps
+    plain_batch = 64 if K <= 1000 else 8
+    ref, m["predict_plain"] = straightforward(dict(what="predict", checkpoint=paper_ck,
+                                                   notes=data / "notes.jsonl", batch=plain_batch))
+    t["predict_plain"] = ref["seconds"]
+    if K == 1000 and args.w2v:
+        run = args.work_dir / "run-default-w2v-k1000"
+        remove_own(run)
+        t["train_default_w2v"], m["train_default_w2v"], _ = timed(
+            [*py, "train", "--data", str(data), "--out", str(run), "--epochs", "1", *cpu])
+        mark_own(run)
+    return t, m, plain_mb, plain_train, plain_batch
+
+
+def _table_rows(K: int, t: dict[str, float], m: dict[str, float], *, epochs: int, n_train: int, n_pred: int,
+                plain_mb: float, plain_train: bool, plain_batch: int) -> list[str]:
+    """The table's rows at K codes: one step, whole train, whole predict (and the word2vec train's peak RSS)."""
+    def ratio(kind: str, model: str) -> str:
+        key = f"{kind}_plain"
+        return f"{t[key] / t[f'{kind}_{model}']:.1f}x" if key in t else "-"
+
+    def adds(kind: str) -> str:
+        return f"{100 * (t[f'{kind}_default'] / t[f'{kind}_paper'] - 1):+.0f}%"
+
+    def rss(kind: str) -> str:
+        return " / ".join(f"{m[f'{kind}_{x}']:,.0f}" if f"{kind}_{x}" in m else "-"
+                          for x in ("default", "paper", "plain"))
+
+    skip = f" (the straightforward model's training batch needs ~{plain_mb / 1024:,.0f} GB: not run)"
+    rows = [f"| {K:,} | one training step, B = {B}, L = {L:,} (random ids){'' if plain_train else skip} | "
+            f"{ratio('step', 'default')} | {ratio('step', 'paper')} | {adds('step')} | {rss('step')} |",
+            f"| {K:,} | whole `clinicode train`, {epochs} epoch{'s' * (epochs > 1)} over {n_train:,} notes, "
+            f"vs the plain inner loop{'' if plain_train else skip} | {ratio('train', 'default')} | "
+            f"{ratio('train', 'paper')} | {adds('train')} | {rss('train')} |",
+            f"| {K:,} | whole `clinicode predict`, {n_pred:,} notes, vs tokenise + plain forward "
+            f"(batches of {plain_batch}) | {ratio('predict', 'default')} | {ratio('predict', 'paper')} | "
+            f"{adds('predict')} | {rss('predict')} |"]
+    if "train_default_w2v" in t:
+        rows.append(f"| {K:,} | whole `clinicode train`, default word2vec (exactly as a user runs it), 1 epoch "
+                    f"over {n_train:,} notes: peak RSS | - | - | - | {m['train_default_w2v']:,.0f} / - / - |")
+    return rows
+
+
+def _goals(K: int, t: dict[str, float], m: dict[str, float], epochs: int, plain_train: bool) -> list[str]:
+    """The issue's goals at K codes, each with its number and whether it is met."""
+    goals: list[str] = []
+
+    def check(name: str, value: float, goal: float, *, low: bool = False, unit: str = "x") -> None:
+        ok = value < goal if low else value >= goal
+        shown = f"{value:,.0f} MB" if unit == "MB" else f"{value:.1f}x"
+        bound = f"< {goal:,} MB" if unit == "MB" else f">= {goal:g}x"
+        goals.append(f"- K = {K:,}, {name} {bound}: {shown}, {verdict(ok)}")
+
+    if K == 50:
+        check(f"{epochs}-epoch whole train vs straightforward", t["train_plain"] / t["train_default"],
+              GOALS["k50_train"])
+        check("one-pass whole predict vs straightforward", t["predict_plain"] / t["predict_default"],
+              GOALS["k50_predict"])
+    if K == 1000:
+        if plain_train:
+            check("whole train vs straightforward", t["train_plain"] / t["train_default"], GOALS["k1000_train"])
+        check("whole predict vs straightforward", t["predict_plain"] / t["predict_default"],
+              GOALS["k1000_predict"])
+        rss_key = "train_default_w2v" if "train_default_w2v" in m else "train_default"
+        check("whole train peak RSS" + (" (default word2vec)" if rss_key.endswith("w2v") else " (random vectors)"),
+              m[rss_key], GOALS["k1000_train_rss"], low=True, unit="MB")
+    if K == 9000:
+        check("whole train peak RSS", m["train_default"], GOALS["k9000_rss"], low=True, unit="MB")
+        check("whole predict peak RSS", m["predict_default"], GOALS["k9000_rss"], low=True, unit="MB")
+    for kind in ("train", "predict"):
+        extra_cost = t[f"{kind}_default"] / t[f"{kind}_paper"] - 1
+        goals.append(f"- K = {K:,}, code evidence adds <= 15% to the paper's model's whole {kind}: "
+                     f"{100 * extra_cost:+.0f}%, {verdict(extra_cost <= GOALS['evidence_adds'])}")
+    return goals
+
+
+def _section(args: argparse.Namespace, sizes_run: list[str], rows: list[str], goals: list[str], load_start: float,
+             load_end: float) -> list[str]:
+    """The section of BENCHMARKS.md: what was measured, the sizes, the machine's load, the table and the goals."""
+    return ["## whole process at 50, 1,000 and 9,000 codes (`benchmarks/bench_scale.py`)", "",
+            "The default model (code evidence) and the paper's model (`--paper`), each against the straightforward "
+            "PyTorch LEAM (`LEAM(fast=False)`: the paper's model with G, the window and u stored as [B, L, K] "
+            "tensors), measured in the same run; ratio = the straightforward one's time over clinicode's (higher is "
+            "faster). Synthetic notes of 2,500 tokens, 15 codes each drawn Zipf-like over K; P = 100, r = 10, "
+            "B = 16. Whole train = `clinicode train --embeddings random` (start-up, reading, vocabulary, the epochs, "
+            "dev and test scoring, the checkpoint) against the plain model's inner loop only (median step x steps). "
+            "Whole predict = `clinicode predict` (start-up and I/O included) against tokenising and the plain "
+            "forward. \"evidence adds\" = the default model's time over the paper's model's, same command. Peak "
+            "RSS per process (`ru_maxrss`).", "",
+            f"Sizes of this run (`--scale {args.scale:g} --epochs-50 {args.epochs_50}`): " + "; ".join(sizes_run)
+            + ".", "",
+            f"The machine was shared (2 cores; a long accuracy benchmark and other engineers' jobs ran throughout; "
+            f"load average {load_start:.1f} at the start, {load_end:.1f} at the end): absolute times are inflated "
+            "and noisy, so only ratios measured side by side are reported (the seconds are in the run's "
+            "bench_scale.json); peak RSS is not affected by the load.", "",
+            "| K | what | default vs straightforward | paper's vs straightforward | evidence adds | peak RSS MB "
+            "(default / paper's / straightforward) |", "|---|---|---|---|---|---|", *rows, "",
+            "Goals (the issue's; whole processes, the default model):", "", *goals, "", machine_line()]
+
+
+def main() -> None:
+    args = _arguments()
     if args.child:
         print(json.dumps(child_straightforward(json.loads(args.child))))
         return
-    py = [sys.executable, "-m", "clinicode"]
-    cpu = ["--no-progress", "--device", "cpu"]
     rows: list[str] = []
     goals: list[str] = []
     raw: dict[str, dict] = {}
@@ -188,119 +324,15 @@ def main() -> None:
                          f"{n_pred:,} notes predicted")
         data = args.work_dir / f"k{K}-n{n_train}-p{n_pred}"
         make_data(data, K, n_train, n_pred)
-        steps = -(-n_train // B) * epochs
-        t: dict[str, float] = {}
-        m: dict[str, float] = {}
-        for model, extra in (("default", []), ("paper", ["--paper"])):
-            run = args.work_dir / f"run-{model}-k{K}"
-            remove_own(run)  # never what this script did not create
-            t[f"train_{model}"], m[f"train_{model}"], _ = timed(
-                [*py, "train", "--data", str(data), "--out", str(run), "--epochs", str(epochs), *extra,
-                 "--embeddings", "random", *cpu])
-            mark_own(run)
-            out = args.work_dir / f"pred-{model}-k{K}.jsonl"
-            remove_own(out)
-            t[f"predict_{model}"], m[f"predict_{model}"], _ = timed(
-                [*py, "predict", "--checkpoint", str(run), "--input", str(data / "notes.jsonl"), "--output", str(out),
-                 *cpu])
-            mark_own(out)
-        t["step_default"], m["step_default"] = one_step(K, "clinicode", evidence=True)
-        t["step_paper"], m["step_paper"] = one_step(K, "clinicode")
-        # The plain model stores G, the window and u ([B, L, K] each) with their gradients: too big at 9,000 codes.
-        plain_mb = plan(LEAMConfig(vocab_size=50_002, n_labels=K, code_evidence=False), batch_size=B, max_len=L,
-                        budget_mb=10**9, training=True, fast=False).batch_mb
-        plain_train = plain_mb < PLAIN_TRAIN_LIMIT_MB
-        paper_ck = args.work_dir / f"run-paper-k{K}" / "checkpoint"
-        if plain_train:
-            t["step_plain"], m["step_plain"] = one_step(K, "straightforward")
-            ref, m["train_plain"] = straightforward(dict(what="train", checkpoint=paper_ck, data=data,
-                                                         steps=args.steps))
-            t["train_plain"] = ref["sec_per_step"] * steps
-        plain_batch = 64 if K <= 1000 else 8
-        ref, m["predict_plain"] = straightforward(dict(what="predict", checkpoint=paper_ck,
-                                                       notes=data / "notes.jsonl", batch=plain_batch))
-        t["predict_plain"] = ref["seconds"]
-        if K == 1000 and args.w2v:
-            run = args.work_dir / "run-default-w2v-k1000"
-            remove_own(run)
-            t["train_default_w2v"], m["train_default_w2v"], _ = timed(
-                [*py, "train", "--data", str(data), "--out", str(run), "--epochs", "1", *cpu])
-            mark_own(run)
+        t, m, plain_mb, plain_train, plain_batch = _measure(K, data, n_train, epochs, args)
         raw[str(K)] = {"seconds": t, "peak_rss_mb": m, "n_train": n_train, "n_predict": n_pred, "epochs": epochs}
-
-        def ratio(kind: str, model: str) -> str:
-            key = f"{kind}_plain"
-            return f"{t[key] / t[f'{kind}_{model}']:.1f}x" if key in t else "-"
-
-        def adds(kind: str) -> str:
-            return f"{100 * (t[f'{kind}_default'] / t[f'{kind}_paper'] - 1):+.0f}%"
-
-        def rss(kind: str) -> str:
-            return " / ".join(f"{m[f'{kind}_{x}']:,.0f}" if f"{kind}_{x}" in m else "-"
-                              for x in ("default", "paper", "plain"))
-
-        skip = f" (the straightforward model's training batch needs ~{plain_mb / 1024:,.0f} GB: not run)"
-        rows.append(f"| {K:,} | one training step, B = {B}, L = {L:,} (random ids){'' if plain_train else skip} | "
-                    f"{ratio('step', 'default')} | {ratio('step', 'paper')} | {adds('step')} | {rss('step')} |")
-        rows.append(f"| {K:,} | whole `clinicode train`, {epochs} epoch{'s' * (epochs > 1)} over {n_train:,} notes, "
-                    f"vs the plain inner loop{'' if plain_train else skip} | {ratio('train', 'default')} | "
-                    f"{ratio('train', 'paper')} | {adds('train')} | {rss('train')} |")
-        rows.append(f"| {K:,} | whole `clinicode predict`, {n_pred:,} notes, vs tokenise + plain forward "
-                    f"(batches of {plain_batch}) | {ratio('predict', 'default')} | {ratio('predict', 'paper')} | "
-                    f"{adds('predict')} | {rss('predict')} |")
-        if "train_default_w2v" in t:
-            rows.append(f"| {K:,} | whole `clinicode train`, default word2vec (exactly as a user runs it), 1 epoch "
-                        f"over {n_train:,} notes: peak RSS | - | - | - | {m['train_default_w2v']:,.0f} / - / - |")
+        rows += _table_rows(K, t, m, epochs=epochs, n_train=n_train, n_pred=n_pred, plain_mb=plain_mb,
+                            plain_train=plain_train, plain_batch=plain_batch)
         print("\n".join(rows[-4:]), flush=True)
-
-        def check(name: str, value: float, goal: float, *, low: bool = False, unit: str = "x") -> None:
-            ok = value < goal if low else value >= goal
-            shown = f"{value:,.0f} MB" if unit == "MB" else f"{value:.1f}x"
-            bound = f"< {goal:,} MB" if unit == "MB" else f">= {goal:g}x"
-            goals.append(f"- K = {K:,}, {name} {bound}: {shown}, {verdict(ok)}")
-
-        if K == 50:
-            check(f"{epochs}-epoch whole train vs straightforward", t["train_plain"] / t["train_default"],
-                  GOALS["k50_train"])
-            check("one-pass whole predict vs straightforward", t["predict_plain"] / t["predict_default"],
-                  GOALS["k50_predict"])
-        if K == 1000:
-            if plain_train:
-                check("whole train vs straightforward", t["train_plain"] / t["train_default"], GOALS["k1000_train"])
-            check("whole predict vs straightforward", t["predict_plain"] / t["predict_default"],
-                  GOALS["k1000_predict"])
-            rss_key = "train_default_w2v" if "train_default_w2v" in m else "train_default"
-            check("whole train peak RSS" + (" (default word2vec)" if rss_key.endswith("w2v") else " (random vectors)"),
-                  m[rss_key], GOALS["k1000_train_rss"], low=True, unit="MB")
-        if K == 9000:
-            check("whole train peak RSS", m["train_default"], GOALS["k9000_rss"], low=True, unit="MB")
-            check("whole predict peak RSS", m["predict_default"], GOALS["k9000_rss"], low=True, unit="MB")
-        for kind in ("train", "predict"):
-            extra_cost = t[f"{kind}_default"] / t[f"{kind}_paper"] - 1
-            goals.append(f"- K = {K:,}, code evidence adds <= 15% to the paper's model's whole {kind}: "
-                         f"{100 * extra_cost:+.0f}%, {verdict(extra_cost <= GOALS['evidence_adds'])}")
+        goals += _goals(K, t, m, epochs, plain_train)
     (args.work_dir / "bench_scale.json").write_text(json.dumps(raw, indent=1))
     load_end = os.getloadavg()[0]
-    lines = ["## whole process at 50, 1,000 and 9,000 codes (`benchmarks/bench_scale.py`)", "",
-             "The default model (code evidence) and the paper's model (`--paper`), each against the straightforward "
-             "PyTorch LEAM (`LEAM(fast=False)`: the paper's model with G, the window and u stored as [B, L, K] "
-             "tensors), measured in the same run; ratio = the straightforward one's time over clinicode's (higher is "
-             "faster). Synthetic notes of 2,500 tokens, 15 codes each drawn Zipf-like over K; P = 100, r = 10, "
-             "B = 16. Whole train = `clinicode train --embeddings random` (start-up, reading, vocabulary, the epochs, "
-             "dev and test scoring, the checkpoint) against the plain model's inner loop only (median step x steps). "
-             "Whole predict = `clinicode predict` (start-up and I/O included) against tokenising and the plain "
-             "forward. \"evidence adds\" = the default model's time over the paper's model's, same command. Peak "
-             "RSS per process (`ru_maxrss`).", "",
-             f"Sizes of this run (`--scale {args.scale:g} --epochs-50 {args.epochs_50}`): " + "; ".join(sizes_run)
-             + ".", "",
-             f"The machine was shared (2 cores; a long accuracy benchmark and other engineers' jobs ran throughout; "
-             f"load average {load_start:.1f} at the start, {load_end:.1f} at the end): absolute times are inflated "
-             "and noisy, so only ratios measured side by side are reported (the seconds are in the run's "
-             "bench_scale.json); peak RSS is not affected by the load.", "",
-             "| K | what | default vs straightforward | paper's vs straightforward | evidence adds | peak RSS MB "
-             "(default / paper's / straightforward) |", "|---|---|---|---|---|---|", *rows, "",
-             "Goals (the issue's; whole processes, the default model):", "", *goals, "", machine_line()]
-    publish("scale", lines, write=not args.no_write)
+    publish("scale", _section(args, sizes_run, rows, goals, load_start, load_end), write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -127,7 +127,8 @@ def load(port: int, bodies: list[bytes], clients: int, per_client: int, notes_pe
             "p95": lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))] * 1000, "errors": errors[0]}
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=200, help="requests per concurrency level (and notes for predict)")
     ap.add_argument("--repeat", type=int, default=3)
@@ -135,29 +136,20 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print the table only")
     ap.add_argument("--interleave", type=int, default=3, help="rounds of the interleaved run (0: none)")
     ap.add_argument("--notes-per-request", type=int, default=8, help="notes per request of the multi-note row")
-    args = ap.parse_args()
-    args.work_dir.mkdir(parents=True, exist_ok=True)
-    ck_dir, notes = build(args.work_dir, args.requests)
-    bodies = [json.dumps({"notes": [{"id": f"n{i}", "text": t}]}).encode() for i, t in enumerate(notes)]
-    k = args.notes_per_request
-    multi = [json.dumps({"notes": [{"id": f"n{i + j}", "text": notes[(i + j) % len(notes)]}
-                                   for j in range(k)]}).encode() for i in range(0, len(notes), k)]
+    return ap.parse_args()
 
-    def predict(name: str) -> None:
-        subprocess.run([sys.executable, "-m", "clinicode", "predict", "--checkpoint", str(ck_dir), "--input",
-                        str(args.work_dir / name), "--output", str(args.work_dir / "out.jsonl"), "--no-progress",
-                        "--device", "cpu"], check=True, capture_output=True)
 
-    t_one = median_time(lambda: predict("one.jsonl"), repeat=args.repeat, warmup=1)
-    t_all = median_time(lambda: predict("notes.jsonl"), repeat=args.repeat, warmup=0)
-    n = len(notes)
-    batch_incl, batch_excl = n / t_all, n / max(1e-9, t_all - t_one)
-    from clinicode.predict import Predictor
+def _batch_predict(ck_dir: Path, work: Path, name: str) -> None:
+    """Whole-process `clinicode predict` on the notes file WORK/NAME, with the server's options."""
+    subprocess.run([sys.executable, "-m", "clinicode", "predict", "--checkpoint", str(ck_dir), "--input",
+                    str(work / name), "--output", str(work / "out.jsonl"), "--no-progress",
+                    "--device", "cpu"], check=True, capture_output=True)
 
-    pred = Predictor.from_checkpoint(ck_dir, device="cpu")
-    t_lib = median_time(functools.partial(pred.predict, notes, attention=False), repeat=args.repeat, warmup=1)
-    del pred
 
+def _loads(args: argparse.Namespace, ck_dir: Path, bodies: list[bytes], multi: list[bytes],
+           k: int) -> tuple[dict[int, dict], dict, float]:
+    """One server (the default HTTP parser): each level of LEVELS clients, then 8 clients sending K notes a request;
+    medians over --repeat runs, errors summed; and the server's start-up time."""
     proc, port, t_start = start_server(ck_dir, args.work_dir)
     try:
         load(port, bodies[:16], 4, 4)  # warm-up
@@ -174,15 +166,20 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
-    interleaved = interleave(args, ck_dir, bodies, multi, predict, n) if args.interleave else []
+    return rows, multi_row, t_start
 
+
+def _section(args: argparse.Namespace, k: int, batch: dict, rows: dict[int, dict], multi_row: dict,
+             interleaved: list) -> list[str]:
+    """The section of BENCHMARKS.md: the batch references, each load's row, the interleaved run, the machine."""
+    n, t_one, batch_incl, batch_excl, t_lib = batch["n"], batch["t_one"], batch["incl"], batch["excl"], batch["t_lib"]
     lines = ["## serve under load (`benchmarks/bench_serve.py`)", "",
              f"{n:,} synthetic notes of 2,500 tokens; checkpoint with 50 codes, 100-d, r = 10 (random weights); CPU. "
              "Each client sends one note per request and waits for the answer (keep-alive HTTP/1.1, the clients are "
              "threads of the benchmark process on the same machine; the last row: 8 notes per request); default "
              "options (top_k 10, no evidence), server on its default HTTP parser (httptools), "
              f"micro-batches of up to 32 notes, 5 ms wait. Medians of {args.repeat} runs per row; errors summed. "
-             f"Server start-up to a ready /ready: {t_start:.1f} s. Ratio = throughput relative to batch "
+             f"Server start-up to a ready /ready: {batch['t_start']:.1f} s. Ratio = throughput relative to batch "
              "`clinicode predict` on the same notes (start-up excluded) in the same run. Goal: "
              "8 clients x 25 requests, "
              "0 errors, >= 0.8x. The start-up-excluded figure is the difference of two "
@@ -207,24 +204,55 @@ def main() -> None:
                  f"{multi_row['n']} | {multi_row['rate']:,.0f} | {multi_row['p50']:.0f} | {multi_row['p95']:.0f} | "
                  f"{multi_row['errors']} | {multi_row['rate'] / batch_excl:.2f}x |")
     if interleaved:
-        lines += ["", f"**One interleaved run** ({args.interleave} rounds; each round runs whole-process `clinicode "
-                  "predict` on the one-note and the 200-note files, then the 8-client loads against each server, so "
-                  "all meet the same load). Throughput ratio: serve notes/s over that round's batch predict, "
-                  "start-up excluded (rounds where the subtraction was not positive left out). CPU ratio: batch "
-                  "predict's CPU a note (start-up excluded) over the server process's CPU a note, which other jobs "
-                  "disturb less than wall time. Medians over the rounds, each round's in brackets:", "",
-                  "| server | 8 clients x 1 note: ratio | CPU ratio | p95 ms | 8 clients x "
-                  f"{k} notes: ratio | CPU ratio | p95 ms |", "|---|---|---|---|---|---|---|"]
+        lines += _interleaved_lines(args, k, interleaved)
+    return lines + ["", machine_line()]
 
-        def each(xs: list[float]) -> str:
-            return ", ".join(f"{x:.2f}" for x in xs)
 
-        for name, r in interleaved:
-            lines.append(f"| {name} | {r['one']:.2f}x ({each(r['ones'])}) | {r['cpu1']:.2f}x ({each(r['cpu1s'])}) | "
-                         f"{r['one_p95']:.0f} | {r['multi']:.2f}x ({each(r['multis'])}) | "
-                         f"{r['cpuk']:.2f}x ({each(r['cpuks'])}) | {r['multi_p95']:.0f} |")
-    lines += ["", machine_line()]
-    publish("serve", lines, write=not args.no_write)
+def _interleaved_lines(args: argparse.Namespace, k: int, interleaved: list) -> list[str]:
+    """The interleaved run's table: per server, each ratio's median over the rounds and each round's in brackets."""
+    lines = ["", f"**One interleaved run** ({args.interleave} rounds; each round runs whole-process `clinicode "
+             "predict` on the one-note and the 200-note files, then the 8-client loads against each server, so "
+             "all meet the same load). Throughput ratio: serve notes/s over that round's batch predict, "
+             "start-up excluded (rounds where the subtraction was not positive left out). CPU ratio: batch "
+             "predict's CPU a note (start-up excluded) over the server process's CPU a note, which other jobs "
+             "disturb less than wall time. Medians over the rounds, each round's in brackets:", "",
+             "| server | 8 clients x 1 note: ratio | CPU ratio | p95 ms | 8 clients x "
+             f"{k} notes: ratio | CPU ratio | p95 ms |", "|---|---|---|---|---|---|---|"]
+
+    def each(xs: list[float]) -> str:
+        return ", ".join(f"{x:.2f}" for x in xs)
+
+    for name, r in interleaved:
+        lines.append(f"| {name} | {r['one']:.2f}x ({each(r['ones'])}) | {r['cpu1']:.2f}x ({each(r['cpu1s'])}) | "
+                     f"{r['one_p95']:.0f} | {r['multi']:.2f}x ({each(r['multis'])}) | "
+                     f"{r['cpuk']:.2f}x ({each(r['cpuks'])}) | {r['multi_p95']:.0f} |")
+    return lines
+
+
+def main() -> None:
+    args = _arguments()
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    ck_dir, notes = build(args.work_dir, args.requests)
+    bodies = [json.dumps({"notes": [{"id": f"n{i}", "text": t}]}).encode() for i, t in enumerate(notes)]
+    k = args.notes_per_request
+    multi = [json.dumps({"notes": [{"id": f"n{i + j}", "text": notes[(i + j) % len(notes)]}
+                                   for j in range(k)]}).encode() for i in range(0, len(notes), k)]
+    predict = functools.partial(_batch_predict, ck_dir, args.work_dir)
+
+    t_one = median_time(lambda: predict("one.jsonl"), repeat=args.repeat, warmup=1)
+    t_all = median_time(lambda: predict("notes.jsonl"), repeat=args.repeat, warmup=0)
+    n = len(notes)
+    batch_incl, batch_excl = n / t_all, n / max(1e-9, t_all - t_one)
+    from clinicode.predict import Predictor
+
+    pred = Predictor.from_checkpoint(ck_dir, device="cpu")
+    t_lib = median_time(functools.partial(pred.predict, notes, attention=False), repeat=args.repeat, warmup=1)
+    del pred
+
+    rows, multi_row, t_start = _loads(args, ck_dir, bodies, multi, k)
+    interleaved = interleave(args, ck_dir, bodies, multi, predict, n) if args.interleave else []
+    batch = {"n": n, "t_one": t_one, "incl": batch_incl, "excl": batch_excl, "t_lib": t_lib, "t_start": t_start}
+    publish("serve", _section(args, k, batch, rows, multi_row, interleaved), write=not args.no_write)
 
 
 def _cpu(pid: int) -> float:

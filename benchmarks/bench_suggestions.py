@@ -45,19 +45,19 @@ def _figures(found: list[set[str]], gold: list[set[str]]) -> tuple[float, float,
     return n / len(found), hits / max(n, 1), hits / max(sum(map(len, gold)), 1)
 
 
-def main() -> int:
+def _arguments() -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, default=None, help="an every-code checkpoint trained on BC5CDR train")
     ap.add_argument("--data", type=Path, default=SHARED / "bc5cdr-disease-mesh")
     ap.add_argument("--candidates", type=Path, default=SHARED / "mesh-diseases" / "descriptions.tsv")
     ap.add_argument("--tree", type=Path, default=SHARED / "mesh-diseases" / "mesh_tree.tsv")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    from clinicode.codes.suggest import BAR, LIMIT, Suggester, read_tree
-    from clinicode.codes.titles import TitleIndex
-    from clinicode.predict import TITLE_SUGGESTIONS, Predictor
 
+def _checkpoint(args: argparse.Namespace) -> Path:
+    """--run, else tfidf-lr trained on the data's train split into runs/bench-suggestions (marked; reused)."""
     run = args.run
     if run is None:
         run = ROOT / "runs" / "bench-suggestions"
@@ -65,6 +65,56 @@ def main() -> int:
             subprocess.run([sys.executable, "-m", "clinicode", "train", "--data", str(args.data), "--model", "tfidf-lr",
                             "--out", str(run), "--no-progress"], check=True, cwd=ROOT)
             mark_own(run)
+    return run
+
+
+def _ranked(sugg, rows: list[dict], scores: list[dict], model: bool) -> list[list[tuple[float, str]]]:
+    """Every phrase candidate of each note with its score (no bar, no limit)."""
+    out = []
+    for r, sc in zip(rows, scores):
+        got = []
+        for row in sugg.candidates(r["text"]):
+            below = [sc.get(k, 0.0) for k in sugg.trained_below(row["code"])] if model else []
+            v = sugg.score(row, max(below) if below else 0.0)
+            if v is not None:
+                got.append((v, row["code"]))
+        out.append(sorted(got, key=lambda x: (-x[0], x[1])))
+    return out
+
+
+def _cut(ranks: list[list[tuple[float, str]]], bar: float) -> list[set[str]]:
+    from clinicode.codes.suggest import LIMIT
+
+    return [{c for v, c in r[:LIMIT] if v >= bar - 1e-9} for r in ranks]  # sorted: the LIMIT best above the bar
+
+
+def _rule_rows(rules: tuple, splits: dict[str, list[dict]], scores: dict[str, list[dict]],
+               gold: dict[str, list[set[str]]]) -> tuple[list[str], dict[str, float]]:
+    """Per rule (name, suggester, whether it reads the checkpoint's scores): its bar chosen on dev, then its test and
+    dev figures as a table row; and the bar chosen per rule."""
+    lines, chosen = [], {}
+    for name, sugg, model in rules:
+        rd = _ranked(sugg, splits["dev"], scores["dev"], model)
+        rt = _ranked(sugg, splits["test"], scores["test"], model)
+        ok = [b for b in GRID if _figures(_cut(rd, b), gold["dev"])[0] <= 1.0]
+        figs = {b: _figures(_cut(rd, b), gold["dev"]) for b in ok}
+        good = [b for b in ok if figs[b][1] >= PRECISION] or ok
+        bar = max(good, key=lambda b: (round(figs[b][2], 6), b))  # the most found; ties: the higher bar
+        chosen[name] = bar
+        d, t = _figures(_cut(rd, bar), gold["dev"]), _figures(_cut(rt, bar), gold["test"])
+        lines.append(f"| {name} | {bar:.2f} | {t[0]:.2f} | {t[1]:.1%} | {t[2]:.1%} | "
+                     f"{d[0]:.2f} / {d[1]:.1%} / {d[2]:.1%} |")
+    return lines, chosen
+
+
+def main() -> int:
+    args = _arguments()
+
+    from clinicode.codes.suggest import BAR, LIMIT, Suggester, read_tree
+    from clinicode.codes.titles import TitleIndex
+    from clinicode.predict import TITLE_SUGGESTIONS, Predictor
+
+    run = _checkpoint(args)
     pred = Predictor.from_checkpoint(run, device="cpu")
     own = dict(zip(pred.codes, pred.labels.descriptions))
     titles = {c: t.strip() for c, t in _tsv(args.candidates).items()}
@@ -81,22 +131,6 @@ def main() -> int:
         m = pred.score([r["text"] for r in rows])
         scores[s] = [dict(zip(pred.codes, map(float, row))) for row in m]
 
-    def ranked(sugg: Suggester, split: str, model: bool) -> list[list[tuple[float, str]]]:
-        """Every phrase candidate of each note with its score (no bar, no limit)."""
-        out = []
-        for r, sc in zip(splits[split], scores[split]):
-            got = []
-            for row in sugg.candidates(r["text"]):
-                below = [sc.get(k, 0.0) for k in sugg.trained_below(row["code"])] if model else []
-                v = sugg.score(row, max(below) if below else 0.0)
-                if v is not None:
-                    got.append((v, row["code"]))
-            out.append(sorted(got, key=lambda x: (-x[0], x[1])))
-        return out
-
-    def cut(ranks: list[list[tuple[float, str]]], bar: float) -> list[set[str]]:
-        return [{c for v, c in r[:LIMIT] if v >= bar - 1e-9} for r in ranks]  # sorted: the LIMIT best above the bar
-
     lines = ["## suggestions from the whole code system (`benchmarks/bench_suggestions.py`)", "",
              f"`python benchmarks/bench_suggestions.py`: {args.data.name}, checkpoint {run.name} "
              f"({pred.kind}, {len(own):,} codes: every code of train); candidates: {args.candidates.parent.name}'s "
@@ -112,25 +146,15 @@ def main() -> int:
     d, t = _figures(old["dev"], gold["dev"]), _figures(old["test"], gold["test"])
     lines.append(f"| before #43: every title word anywhere (`TitleIndex`, <= {TITLE_SUGGESTIONS}) | - | {t[0]:.2f} | "
                  f"{t[1]:.1%} | {t[2]:.1%} | {d[0]:.2f} / {d[1]:.1%} / {d[2]:.1%} |")
-    chosen = {}
-    for name, sugg, model in (("the note's words (phrase, broadness, specificity)", plain, False),
-                              ("+ the checkpoint's scores of trained codes under a candidate, by the MeSH tree "
-                               "(default)", treed, True)):
-        rd, rt = ranked(sugg, "dev", model), ranked(sugg, "test", model)
-        ok = [b for b in GRID if _figures(cut(rd, b), gold["dev"])[0] <= 1.0]
-        figs = {b: _figures(cut(rd, b), gold["dev"]) for b in ok}
-        good = [b for b in ok if figs[b][1] >= PRECISION] or ok
-        bar = max(good, key=lambda b: (round(figs[b][2], 6), b))  # the most found; ties: the higher bar
-        chosen[name] = bar
-        d, t = _figures(cut(rd, bar), gold["dev"]), _figures(cut(rt, bar), gold["test"])
-        lines.append(f"| {name} | {bar:.2f} | {t[0]:.2f} | {t[1]:.1%} | {t[2]:.1%} | "
-                     f"{d[0]:.2f} / {d[1]:.1%} / {d[2]:.1%} |")
+    rule_lines, chosen = _rule_rows((("the note's words (phrase, broadness, specificity)", plain, False),
+                                     ("+ the checkpoint's scores of trained codes under a candidate, by the MeSH tree "
+                                      "(default)", treed, True)), splits, scores, gold)
+    lines += rule_lines
     lines += ["", f"The library's bar (`clinicode.codes.suggest.BAR`) is {BAR:.2f}: the default row's dev choice "
               f"{'(the same)' if abs(chosen[list(chosen)[-1]] - BAR) < 1e-6 else '(differs: update BAR)'}. Goal "
               "(#43): at most 1 a note, at least 65% right, at least 57% found."]
     publish("suggestions", lines, write=not args.no_write)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

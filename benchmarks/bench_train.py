@@ -149,22 +149,24 @@ def tfidf_fit_rate(n: int = 400) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--child")
     ap.add_argument("--steps", type=int, default=9)
     ap.add_argument("--repeats", type=int, default=3, help="processes per headline variant")
     ap.add_argument("--quick", action="store_true", help="headline rows only")
     ap.add_argument("--no-write", action="store_true")
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(_child(json.loads(args.child))))
-        return
-    base = dict(batch=16, length=2500, dim=100, labels=50, radius=10, steps=args.steps)
+    return ap.parse_args()
+
+
+def _headline(base: dict, repeats: int) -> list[dict]:
+    """The headline variants, REPEATS processes each, interleaved; per variant the median process and the notes/s
+    range."""
     variants = {"straightforward": {"impl": "straightforward"}, "clinicode": {"impl": "clinicode"},
                 "clinicode, glibc malloc defaults": {"impl": "clinicode", "malloc": False}}
     runs: dict[str, list[dict]] = {name: [] for name in variants}
-    for _ in range(args.repeats):                    # interleaved, so a noisy spell hits every variant alike
+    for _ in range(repeats):                    # interleaved, so a noisy spell hits every variant alike
         for name, extra in variants.items():
             runs[name].append(run({**base, **extra}))
     rows = []
@@ -172,6 +174,52 @@ def main() -> None:
         mid = sorted(rs, key=lambda r: r["sec_per_step"])[len(rs) // 2]
         rows.append({**mid, "impl": name,
                      "range": f"{min(r['notes_per_s'] for r in rs):.0f}-{max(r['notes_per_s'] for r in rs):.0f}"})
+    return rows
+
+
+def _fmt(r: dict, ref: float) -> str:
+    """One table row; ratio against REF, the headline straightforward step."""
+    spread = f" ({r['range']})" if "range" in r else ""
+    return (f"| {r['impl']} | {r['batch']} | {r['length']} | {r['dim']} | {r['labels']} | {r['radius']} | "
+            f"{r['sec_per_step']:.3f} | {r['notes_per_s']:.0f}{spread} | "
+            f"{ref / r['sec_per_step']:.2f}x | {r['peak_mb']:.0f} |")
+
+
+def _scaling_lines(base: dict, rows: list[dict], ref: float) -> list[str]:
+    """How cost grows with one parameter changed from the headline row (both implementations), and its plot."""
+    scaling = []
+    for key, values in (("length", (500, 1000, 2500, 4000)), ("labels", (10, 50, 200)), ("dim", (50, 100, 300))):
+        for v in values:
+            if v == base[key]:
+                continue
+            for impl in ("straightforward", "clinicode"):
+                scaling.append(run({**base, key: v, "impl": impl}))
+    lines = ["",
+             "How cost grows (one parameter changed from the headline row; ratio vs the "
+             "headline straightforward step):", "",
+             "| implementation | B | L | P | K | r | s/step | notes/s | ratio | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [_fmt(r, ref) for r in scaling]
+    svg_plot(rows + scaling, Path(__file__).resolve().parent / "train_scaling.svg")
+    return lines + ["", "![training notes/s against note length](benchmarks/train_scaling.svg)"]
+
+
+def _profile_lines(base: dict) -> list[str]:
+    """Where clinicode's headline step spends its time (torch.profiler self time)."""
+    prof = run({**base, "impl": "clinicode", "profile": True})
+    lines = ["", f"Where the time goes (clinicode, headline row, torch.profiler self time over 3 steps; "
+             f"{prof['total_ms']:.0f} ms/step of CPU time across threads):", "", "| op | ms/step | share |",
+             "|---|---|---|"]
+    return lines + [f"| `{name}` | {ms:.1f} | {pct:.0f}% |" for name, ms, pct in prof["profile"]]
+
+
+def main() -> None:
+    args = _arguments()
+    if args.child:
+        print(json.dumps(_child(json.loads(args.child))))
+        return
+    base = dict(batch=16, length=2500, dim=100, labels=50, radius=10, steps=args.steps)
+    rows = _headline(base, args.repeats)
     ref = rows[0]["sec_per_step"]
     lines = ["## train throughput (`benchmarks/bench_train.py`)", "",
              "One AdamW step (forward, task + label-regulariser loss, backward, update; for clinicode also the weight "
@@ -187,35 +235,10 @@ def main() -> None:
              "the fast path's losses and weights follow the plain-autograd model step by step.", "",
              "| implementation | B | L | P | K | r | s/step | notes/s | ratio | peak RSS MB |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-
-    def fmt(r: dict) -> str:
-        spread = f" ({r['range']})" if "range" in r else ""
-        return (f"| {r['impl']} | {r['batch']} | {r['length']} | {r['dim']} | {r['labels']} | {r['radius']} | "
-                f"{r['sec_per_step']:.3f} | {r['notes_per_s']:.0f}{spread} | "
-                f"{ref / r['sec_per_step']:.2f}x | {r['peak_mb']:.0f} |")
-
-    lines += [fmt(r) for r in rows]
+    lines += [_fmt(r, ref) for r in rows]
     if not args.quick:
-        scaling = []
-        for key, values in (("length", (500, 1000, 2500, 4000)), ("labels", (10, 50, 200)), ("dim", (50, 100, 300))):
-            for v in values:
-                if v == base[key]:
-                    continue
-                for impl in ("straightforward", "clinicode"):
-                    scaling.append(run({**base, key: v, "impl": impl}))
-        lines += ["",
-                  "How cost grows (one parameter changed from the headline row; ratio vs the "
-                  "headline straightforward step):", "",
-                  "| implementation | B | L | P | K | r | s/step | notes/s | ratio | peak RSS MB |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        lines += [fmt(r) for r in scaling]
-        svg_plot(rows + scaling, Path(__file__).resolve().parent / "train_scaling.svg")
-        lines += ["", "![training notes/s against note length](benchmarks/train_scaling.svg)"]
-    prof = run({**base, "impl": "clinicode", "profile": True})
-    lines += ["", f"Where the time goes (clinicode, headline row, torch.profiler self time over 3 steps; "
-              f"{prof['total_ms']:.0f} ms/step of CPU time across threads):", "", "| op | ms/step | share |",
-              "|---|---|---|"]
-    lines += [f"| `{name}` | {ms:.1f} | {pct:.0f}% |" for name, ms, pct in prof["profile"]]
+        lines += _scaling_lines(base, rows, ref)
+    lines += _profile_lines(base)
     lines += ["",
               "What moved it (each step kept the mathematics; see `clinicode/models/leam/kernels.py`): G as one "
               "[B, L, K] matrix product; the phrase window, bias, ReLU and max over codes fused into one pass per 4 "

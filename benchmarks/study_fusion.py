@@ -45,11 +45,70 @@ def _rows(zs: tuple, idx: np.ndarray) -> tuple:
     return tuple(None if x is None else x[idx] for x in zs)
 
 
+def _fused(zs: tuple, f, counts: np.ndarray, part: str = "both") -> np.ndarray:
+    """The fused logits of the parts ZS = (z_leam, z_lr, z_title) under fusion F (PART: which parts are on)."""
+    from clinicode.models.fused.fusion import fused_logits
+
+    return fused_logits(zs[0], zs[1], f, counts, parts=part, z_title=zs[2])
+
+
+def _fit(zs: tuple, yy: np.ndarray, rule: str, counts: np.ndarray):
+    """The fusion fitted on the parts ZS and gold YY by RULE ("auc+platt, no titles": without the title part)."""
+    from clinicode.models.fused.fusion import fit_fusion
+
+    if rule == "auc+platt, no titles":
+        return fit_fusion(yy, zs[0], zs[1], counts, rule="auc+platt")
+    return fit_fusion(yy, zs[0], zs[1], counts, rule=rule, z_title=zs[2])
+
+
+def _offsets_dev_cv(y_dev: np.ndarray, zd: np.ndarray, counts: np.ndarray) -> dict[str, float]:
+    """The dev-only judgement of the per-code thresholds: 2-fold within dev, 5 random halvings; the mean change they
+    make on the held-out half."""
+    from clinicode.metrics import tune_threshold
+    from clinicode.models.fused.fusion import per_code_offsets, sigmoid
+
+    cv = []
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        order = rng.permutation(len(zd))
+        halves = (order[: len(order) // 2], order[len(order) // 2:])
+        for a, b in (halves, halves[::-1]):
+            ta = tune_threshold(y_dev[a], sigmoid(zd[a]))
+            off = per_code_offsets(y_dev[a], zd[a], counts, ta)
+            base = band_figures(y_dev[b], sigmoid(zd[b]), ta, counts)
+            got = band_figures(y_dev[b], sigmoid(zd[b] + off), ta, counts)
+            cv.append({k: got[k] - base[k] for k in ("f1_micro", "f1_macro", "rare<10_f1", "prec_at_8")
+                       if k in got and k in base})
+    return {k: float(np.mean([c[k] for c in cv if k in c])) for k in cv[0]}
+
+
+def _rules_dev_cv(z_dev: tuple, y_dev: np.ndarray, rules: list[str], counts: np.ndarray) -> dict[str, dict]:
+    """The weight rules judged on dev alone: fitted on one half of dev, scored on the other (5 halvings x 2)."""
+    from clinicode.metrics import tune_threshold
+    from clinicode.models.fused.fusion import sigmoid
+
+    rules_cv: dict[str, list[dict]] = {r: [] for r in rules}
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        order = rng.permutation(len(y_dev))
+        halves = (order[: len(order) // 2], order[len(order) // 2:])
+        for a, b in (halves, halves[::-1]):
+            za, zb = _rows(z_dev, a), _rows(z_dev, b)
+            for r in rules:
+                f = _fit(za, y_dev[a], r, counts)
+                ta = tune_threshold(y_dev[a], sigmoid(_fused(za, f, counts)))
+                rules_cv[r].append(band_figures(y_dev[b], sigmoid(_fused(zb, f, counts)), ta, counts))
+    return {r: {k: float(np.nanmean([x[k] for x in v if k in x])) for k in ("f1_micro", "auc_macro",
+                                                                            "prec_at_8", "f1_macro",
+                                                                            "rare<10_auc")}
+            for r, v in rules_cv.items()}
+
+
 def study(leam: dict | None, lr: dict | None, counts: np.ndarray, parts: tuple[dict, dict] | None = None) -> dict:
     """Every variant fitted on dev and scored on dev and test; the rules and the per-code thresholds also judged by
     cross-fitting within dev. PARTS: ({split: (z_leam, z_lr, z_title)}, {split: gold}) of a fused run."""
     from clinicode.metrics import tune_threshold
-    from clinicode.models.fused.fusion import Fusion, fit_fusion, fused_logits, logit, per_code_offsets, sigmoid
+    from clinicode.models.fused.fusion import Fusion, logit, per_code_offsets, sigmoid
 
     if parts is not None:
         z, y = parts
@@ -58,22 +117,14 @@ def study(leam: dict | None, lr: dict | None, counts: np.ndarray, parts: tuple[d
         y = {s: leam[f"y_{s}"] for s in ("dev", "test")}
     titles = z["dev"][2] is not None
 
-    def fl(zs: tuple, f: Fusion, part: str = "both") -> np.ndarray:
-        return fused_logits(zs[0], zs[1], f, counts, parts=part, z_title=zs[2])
-
-    def fit(zs: tuple, yy: np.ndarray, rule: str) -> Fusion:
-        if rule == "auc+platt, no titles":
-            return fit_fusion(yy, zs[0], zs[1], counts, rule="auc+platt")
-        return fit_fusion(yy, zs[0], zs[1], counts, rule=rule, z_title=zs[2])
-
-    fusion = fit(z["dev"], y["dev"], "auc+platt")
+    fusion = _fit(z["dev"], y["dev"], "auc+platt", counts)
     rows: dict[str, dict] = {}
 
     def add(name: str, f: Fusion | None, part: str = "both", w: float | None = None) -> None:
         if f is None:  # round 13's blend: w LEAM + (1 - w) tfidf-lr on raw log-odds
             zz = {s: w * z[s][0] + (1 - w) * z[s][1] for s in z}
         else:
-            zz = {s: fl(z[s], f, part) for s in z}
+            zz = {s: _fused(z[s], f, counts, part) for s in z}
         sd, st = sigmoid(zz["dev"]), sigmoid(zz["test"])
         t = tune_threshold(y["dev"], sd)
         rows[name] = {"threshold": t, "dev": band_figures(y["dev"], sd, t, counts),
@@ -85,7 +136,7 @@ def study(leam: dict | None, lr: dict | None, counts: np.ndarray, parts: tuple[d
     add("fused", fusion)
     rules = ["f1+auc", "auc+platt, no titles"] + (["auc+platt"] if titles else [])
     for r in rules[:-1] if titles else rules[:1]:
-        add(f"fused, rule {r}", fit(z["dev"], y["dev"], r))
+        add(f"fused, rule {r}", _fit(z["dev"], y["dev"], r, counts))
     add("fused, LEAM part only", fusion, "leam")
     add("fused, tfidf-lr part only", fusion, "lr")
     if titles:
@@ -95,37 +146,8 @@ def study(leam: dict | None, lr: dict | None, counts: np.ndarray, parts: tuple[d
     with_off = Fusion(**{**fusion.__dict__, "offsets": per_code_offsets(y["dev"], rows["fused"]["_z"]["dev"], counts,
                                                                         t)})
     add("fused + per-code thresholds", with_off)
-    # the dev-only judgement of the per-code thresholds: 2-fold within dev, 5 random halvings
-    cv = []
-    rng = np.random.default_rng(0)
-    zd = rows["fused"]["_z"]["dev"]
-    for _ in range(5):
-        order = rng.permutation(len(zd))
-        halves = (order[: len(order) // 2], order[len(order) // 2:])
-        for a, b in (halves, halves[::-1]):
-            ta = tune_threshold(y["dev"][a], sigmoid(zd[a]))
-            off = per_code_offsets(y["dev"][a], zd[a], counts, ta)
-            base = band_figures(y["dev"][b], sigmoid(zd[b]), ta, counts)
-            got = band_figures(y["dev"][b], sigmoid(zd[b] + off), ta, counts)
-            cv.append({k: got[k] - base[k] for k in ("f1_micro", "f1_macro", "rare<10_f1", "prec_at_8")
-                       if k in got and k in base})
-    cv_mean = {k: float(np.mean([c[k] for c in cv if k in c])) for k in cv[0]}
-    # the weight rules judged on dev alone: fitted on one half of dev, scored on the other (5 halvings x 2)
-    rules_cv: dict[str, list[dict]] = {r: [] for r in rules}
-    rng = np.random.default_rng(1)
-    for _ in range(5):
-        order = rng.permutation(len(y["dev"]))
-        halves = (order[: len(order) // 2], order[len(order) // 2:])
-        for a, b in (halves, halves[::-1]):
-            za, zb = _rows(z["dev"], a), _rows(z["dev"], b)
-            for r in rules:
-                f = fit(za, y["dev"][a], r)
-                ta = tune_threshold(y["dev"][a], sigmoid(fl(za, f)))
-                rules_cv[r].append(band_figures(y["dev"][b], sigmoid(fl(zb, f)), ta, counts))
-    rules_mean = {r: {k: float(np.nanmean([x[k] for x in v if k in x])) for k in ("f1_micro", "auc_macro",
-                                                                                   "prec_at_8", "f1_macro",
-                                                                                   "rare<10_auc")}
-                  for r, v in rules_cv.items()}
+    cv_mean = _offsets_dev_cv(y["dev"], rows["fused"]["_z"]["dev"], counts)
+    rules_mean = _rules_dev_cv(z["dev"], y["dev"], rules, counts)
     for r in rows.values():
         r.pop("_z")
     return {"fusion": fusion.to_json(), "n_offsets": int(np.count_nonzero(with_off.offsets)), "rows": rows,

@@ -3,11 +3,15 @@
 import collections
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import SHARED_DATA
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks import accuracy_report as report, accuracy_sets as sets  # bench_accuracy.py's parts
 
 _SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_accuracy.py"
 _spec = importlib.util.spec_from_file_location("bench_accuracy", _SCRIPT)
@@ -50,7 +54,7 @@ def test_keyword_proxy_has_hundreds_of_specific_mostly_rare_labels(tmp_path):
     n_labels = bench.PROXIES["mtsamples-keywords"][2]
     counts = _counts(_read(folder / "train.jsonl"))
     assert len(counts) == n_labels == 300
-    assert min(counts.values()) >= bench.KEYWORD_MIN_NOTES
+    assert min(counts.values()) >= sets.KEYWORD_MIN_NOTES
     assert sum(n < 20 for n in counts.values()) >= 0.66 * n_labels          # most labels are rare codes
     assert sum(5 <= n <= 30 for n in counts.values()) >= 0.8 * n_labels
     for part in ("train", "dev", "test"):
@@ -65,7 +69,7 @@ def test_keyword_proxy_has_hundreds_of_specific_mostly_rare_labels(tmp_path):
     full = collections.Counter(" ".join(k.lower().split())
                                for r in _read(source / "train.jsonl") for k in set(r["keywords"]))
     assert full.most_common(1)[0][0] in counts
-    assert not any(full[k] < bench.KEYWORD_MIN_NOTES for k in counts)
+    assert not any(full[k] < sets.KEYWORD_MIN_NOTES for k in counts)
     again = bench.make_proxy("mtsamples-keywords", tmp_path / "again")
     for part in ("train.jsonl", "dev.jsonl", "test.jsonl"):
         assert (again / part).read_bytes() == (folder / part).read_bytes()   # the same proxy on every run
@@ -80,7 +84,7 @@ def test_proxies_keep_their_label_sets_and_big_public_sets_get_top_50(tmp_path):
     for part in ("train", "dev", "test"):
         rows = [{"id": f"{part}{i}", "text": f"note {i} word{i % 60}", "labels": [f"L{i % 60}"]} for i in range(120)]
         (many / f"{part}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    assert bench.top_k_for("many", many) == bench.TOP_K
+    assert bench.top_k_for("many", many) == sets.TOP_K
 
 
 def test_set_options_are_typed_and_checked():
@@ -106,7 +110,7 @@ def test_goals_are_judged_for_every_leam_row_and_proxies_against_tfidf_lr():
                ("mtsamples-keywords", "tfidf-lr"): rows(0.50, auc=0.975),
                ("mtsamples-keywords", "leam"): rows(0.52, 0.51, auc=0.96),
                ("mtsamples-keywords", "leam+evidence"): rows(0.57, 0.56, auc=0.985)}
-    lines = bench.goals(results, ["hoc", "mtsamples-keywords"])
+    lines = report.goals(results, ["hoc", "mtsamples-keywords"])
     text = "\n".join(lines)
     assert len(lines) == 6 and "tfidf-lr" not in [line.split(",")[1].split(":")[0].strip() for line in lines]
     assert "- hoc, leam: micro-F1 sd 0.0050" in text
@@ -124,9 +128,9 @@ def test_many_codes_proxy_at_50_and_all_labels(tmp_path):
     every = _counts(_read(bench.make_proxy("mtsamples-keywords-all", tmp_path / "all") / "train.jsonl"))
     assert len(few) == 50 and set(few) < set(three) < set(every)          # the 50 most given are among the 300
     assert min(few.values()) >= max(n for k, n in three.items() if k not in few)
-    assert len(every) > 2000 and min(every.values()) == bench.KEYWORD_ALL_MIN
+    assert len(every) > 2000 and min(every.values()) == sets.KEYWORD_ALL_MIN
     assert sum(n <= 10 for n in every.values()) >= 0.85 * len(every)      # most codes have a handful of notes
-    assert set(bench.ISSUE_SCALES) <= set(bench.DATASETS)
+    assert set(sets.ISSUE_SCALES) <= set(bench.DATASETS)
 
 
 def test_issue_goals_judge_each_scale_against_tfidf_lr():
@@ -139,7 +143,7 @@ def test_issue_goals_judge_each_scale_against_tfidf_lr():
                ("mtsamples-keywords", "leam"): rows(0.51, 0.52, auc=0.96, p8=0.29),           # P@8 below tfidf-lr
                ("mtsamples-keywords-all", "tfidf-lr"): rows(0.20),
                ("mtsamples-keywords-all", "leam"): rows(0.25, auc=0.91, p8=0.31), ("hoc", "leam"): rows(0.1)}
-    lines = {ln.split(",")[0] + "," + ln.split(",")[1]: ln for ln in bench.issue_goals(results)}
+    lines = {ln.split(",")[0] + "," + ln.split(",")[1]: ln for ln in report.issue_goals(results)}
     assert len(lines) == 4 and not any("hoc" in k for k in lines)
     assert "NOT met" not in lines["- mtsamples-keywords-50 (50 codes), leam"]
     paper_50 = lines["- mtsamples-keywords-50 (50 codes), leam (paper)"]
@@ -154,11 +158,11 @@ def test_small_training_proxy_keeps_500_of_the_50_keyword_notes(tmp_path):
     full = bench.make_proxy("mtsamples-keywords-50", tmp_path / "full")
     small = bench.make_proxy("mtsamples-keywords-50-500", tmp_path / "small")
     rows, all_rows = _read(small / "train.jsonl"), _read(full / "train.jsonl")
-    assert len(rows) == bench.SMALL_TRAIN < len(all_rows)
+    assert len(rows) == sets.SMALL_TRAIN < len(all_rows)
     ids = [r["id"] for r in all_rows]
     kept = [ids.index(r["id"]) for r in rows]
     assert kept == sorted(kept) and all(all_rows[i] == r for i, r in zip(kept, rows))   # file order, rows unchanged
-    assert kept != list(range(bench.SMALL_TRAIN))                                        # a shuffle, not the head
+    assert kept != list(range(sets.SMALL_TRAIN))                                        # a shuffle, not the head
     for part in ("dev.jsonl", "test.jsonl"):
         assert (small / part).read_bytes() == (full / part).read_bytes()
     again = bench.make_proxy("mtsamples-keywords-50-500", tmp_path / "again")

@@ -11,11 +11,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TREES = ("clinicode", "app_streamlit", "pipelines")
+# sizes are checked in benchmarks/ too; a benchmark script's module docstring is its usage text, so not its length
+SIZED = (*TREES, "benchmarks")
 MAX_MODULE, MAX_FUNCTION, MAX_DOCSTRING = 600, 80, 3
 
 
-def _modules() -> list[Path]:
-    return sorted(p for tree in TREES for p in (ROOT / tree).rglob("*.py"))
+def _modules(trees: tuple[str, ...] = TREES) -> list[Path]:
+    return sorted(p for tree in trees for p in (ROOT / tree).rglob("*.py"))
 
 
 def _name(path: Path) -> str:
@@ -23,13 +25,13 @@ def _name(path: Path) -> str:
 
 
 def test_no_module_is_over_600_lines():
-    long = {_name(p): n for p in _modules() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE}
+    long = {_name(p): n for p in _modules(SIZED) if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE}
     assert not long, f"split these modules along their seams: {long}"
 
 
 def test_no_function_is_over_80_lines():
     long = {}
-    for p in _modules():
+    for p in _modules(SIZED):
         for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1

@@ -16,6 +16,7 @@ import torch
 
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
+from clinicode.codes.systems import spelling
 from clinicode.config import TrainConfig
 from clinicode.constants import EVIDENCE, HISTORY_FILE, RUN_DATA_DIR
 from clinicode.errors import DataFormatError
@@ -313,8 +314,11 @@ def _before_loop(kind: Any, ds: Any, config: TrainConfig, report: Callable[[str]
         return None
     t0 = time.perf_counter()
     train_df = ds.split("train")
-    evidence = (train_df[EVIDENCE].tolist() if EVIDENCE in train_df.columns and config.mentions
-                else None)  # coders' spans, if any
+    evidence = None
+    if EVIDENCE in train_df.columns and config.mentions:  # coders' spans, their codes spelled as the labels are
+        spell = spelling(ds.labels.codes, ds.labels.code_system)
+        evidence = [[{**m, "code": spell(m.get("code", ""))} if isinstance(m, dict) else m for m in note or ()]
+                    for note in train_df[EVIDENCE].tolist()]
     before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
                               single_label=single_label(ds, config), codes=ds.labels.codes, evidence=evidence,
                               warm_start=warm_start)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Container, Iterable, Mapping
+from typing import Callable, Container, Iterable, Mapping, Sequence
 
 from clinicode.codes import chapters
 from clinicode.codes.icd9 import format_diagnosis, format_procedure, is_icd9_diagnosis, is_icd9_procedure
@@ -297,5 +297,23 @@ def infer_code_system(codes: Iterable[str]) -> CodeSystem:
     return MIXED
 
 
+def spelling(codes: Sequence[str], system: CodeSystem | None = None) -> Callable[[str], str]:
+    """A function giving any spelling of one of CODES as CODES spell it ('4280' -> '428.0', 'R52' -> 'r52'), by the
+    codes' system (SYSTEM, else `infer_code_system`); a code outside CODES comes back stripped, as given."""
+    system = system or infer_code_system(codes)
+    known = set(codes)
+    by_form = {}
+    for c in codes:
+        by_form.setdefault(system.canonical(c) or c, c)
+
+    def spell(code: str) -> str:
+        code = str(code).strip()
+        if code in known:
+            return code
+        return by_form.get(system.canonical(code) or code, code)
+
+    return spell
+
+
 __all__ = ["CODE_SYSTEMS", "CodeSystem", "DIAGNOSIS", "ICD10", "ICD10_CM", "ICD10_PCS", "ICD9_CM", "LOCAL", "MESH",
-           "MESH_OMIM", "MIXED", "OMIM", "PROCEDURE", "code_system", "family_of", "infer_code_system"]
+           "MESH_OMIM", "MIXED", "OMIM", "PROCEDURE", "code_system", "family_of", "infer_code_system", "spelling"]

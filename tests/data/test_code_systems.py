@@ -248,3 +248,12 @@ def test_an_old_checkpoint_still_loads_and_says_its_system_was_inferred(tiny_run
         loaded = load_checkpoint(ck)
     assert loaded.labels.code_system is ICD9_CM
     assert "labels.json names no code system (an older checkpoint); its 50 codes are taken as ICD-9-CM" in caplog.text
+
+
+def test_spelling_gives_each_code_as_the_label_set_writes_it():
+    from clinicode.codes.systems import spelling
+
+    icd9 = spelling(["428.0", "401.9", "250.00"])
+    assert [icd9(c) for c in ("4280", " 401.9 ", "25000", "999.9")] == ["428.0", "401.9", "250.00", "999.9"]
+    icd10 = spelling(["r52", "I10"])
+    assert [icd10(c) for c in ("R52", "i10", "R51")] == ["r52", "I10", "R51"]

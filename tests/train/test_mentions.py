@@ -178,3 +178,21 @@ def test_every_found_mention_outranks_every_other_word_whatever_leams_cosine(run
     pred.scorer.leam.word_rows = lambda ids, codes, **_: -np.abs(np.random.default_rng(0).normal(size=(1, len(ids))))
     rows = pred.scorer.word_rows(np.asarray(enc.ids), [k], text=note, offsets=enc.offsets)[0]
     assert rows[inside].min() > rows[outside].max()
+
+
+def test_evidence_codes_spelled_otherwise_reach_their_labels(tmp_path):
+    """ICD-9 labels written with dots and evidence spans naming the same codes without them ('4280' for '428.0'):
+    the mentions are learnt for the labels' codes."""
+    icd9 = {"C1": "428.0", "C2": "401.9", "C3": "250.00", "C4": "486", "C5": "584.9", "C6": "038.9"}
+    data = _write(tmp_path / "raw", with_evidence=True)
+    for split in ("train", "dev", "test"):
+        rows = [json.loads(line) for line in (data / f"{split}.jsonl").read_text().splitlines()]
+        for r in rows:
+            r["labels"] = [icd9[c] for c in r["labels"]]
+            r["evidence"] = [{**m, "code": icd9[m["code"]].replace(".", "")} for m in r["evidence"]]
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = TrainConfig(model="fused", epochs=1, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
+                      device="cpu", min_doc_freq=1)
+    train(out_dir=tmp_path / "run", config=cfg, data_dir=data, model_options=SIZES, progress=False)
+    held = json.loads((tmp_path / "run" / "checkpoint" / MENTIONS_FILE).read_text())
+    assert held["phrases"] == {icd9[code]: [phrase] for code, phrase in PHRASES.items()}

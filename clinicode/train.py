@@ -322,7 +322,9 @@ def _before_loop(kind: Any, ds: Any, config: TrainConfig, report: Callable[[str]
     before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
                               single_label=single_label(ds, config), codes=ds.labels.codes, evidence=evidence,
                               warm_start=warm_start)
-    _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s")
+    said = getattr(before, "note", "")
+    _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s"
+         + (f"; {said}" if said else ""))
     return before
 
 

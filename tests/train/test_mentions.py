@@ -75,6 +75,7 @@ def test_the_checkpoint_keeps_each_codes_mentions_owner_only(runs):
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert json.loads((run / "checkpoint" / "fusion.json").read_text())["mentions"] == len(PHRASES)
     assert any("6 phrases from the training notes' evidence spans" in line for line in lines)
+    assert any("6 mention phrases learnt from 240 evidence spans" in line and "outside" not in line for line in lines)
     # trained on the same notes without evidence spans: no lexicon, as before
     plain, _ = runs[False]
     assert not (plain / "checkpoint" / MENTIONS_FILE).exists()
@@ -190,9 +191,15 @@ def test_evidence_codes_spelled_otherwise_reach_their_labels(tmp_path):
         for r in rows:
             r["labels"] = [icd9[c] for c in r["labels"]]
             r["evidence"] = [{**m, "code": icd9[m["code"]].replace(".", "")} for m in r["evidence"]]
+        if split == "train":     # and one span naming a code that is no label: told, not learnt
+            rows[0]["evidence"].append({"code": "V99.9", "start": 0, "end": 5})
         (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = TrainConfig(model="fused", epochs=1, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
                       device="cpu", min_doc_freq=1)
-    train(out_dir=tmp_path / "run", config=cfg, data_dir=data, model_options=SIZES, progress=False)
+    lines = []
+    train(out_dir=tmp_path / "run", config=cfg, data_dir=data, model_options=SIZES, progress=False,
+          report=lines.append)
     held = json.loads((tmp_path / "run" / "checkpoint" / MENTIONS_FILE).read_text())
     assert held["phrases"] == {icd9[code]: [phrase] for code, phrase in PHRASES.items()}
+    assert any("6 mention phrases learnt from 240 evidence spans (1 more name codes outside the label set)" in line
+               for line in lines)

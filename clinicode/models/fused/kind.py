@@ -134,7 +134,14 @@ class FusedKind:
         held = getattr(getattr(warm_start, "model", None), "mentions", None)
         if held is not None and tuple(held.codes) == tuple(codes):
             mentions = mentions.union(held)
-        return Before(fit_lr_part(texts, y, single_label=single_label), mentions)
+        note = ""
+        if evidence is not None:
+            known = set(codes)
+            spans = [m for note_spans in evidence for m in (note_spans or ()) if isinstance(m, Mapping)]
+            outside = sum(1 for m in spans if str(m.get("code")) not in known)
+            note = (f"{len(mentions):,} mention phrases learnt from {len(spans) - outside:,} evidence spans"
+                    + (f" ({outside:,} more name codes outside the label set)" if outside else ""))
+        return Before(fit_lr_part(texts, y, single_label=single_label), mentions, note)
 
     def after_loop(self, model: Any, tokenizer: Any, before: Any, *, dev_texts: Sequence[str], y_dev: np.ndarray,
                    train_counts: np.ndarray, descriptions: Sequence[str], max_len: int, device: Any,

@@ -27,6 +27,7 @@ class Before(NamedTuple):
 
     lr: Any                    # the tfidf-lr part
     mentions: MentionLexicon   # the codes' mentions in the training notes' evidence spans (empty: none given)
+    note: str = ""             # what `train` says of it: the mentions learnt, and the spans that named other codes
 
 
 def fit_lr_part(texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> Any:

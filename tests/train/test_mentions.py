@@ -110,6 +110,7 @@ def test_the_lexicon_reads_only_sound_spans_of_known_codes(tmp_path):
                  {"code": "C2", "start": 0, "end": 500},                  # past the end
                  {"code": "C3", "start": 38, "end": len(text) - 1},       # longer than MAX_WORDS words
                  {"code": "C4", "start": 17, "end": 18},                  # no word
+                 {"code": "C4", "start": 24, "end": 25},                  # "x": no word of two letters
                  "not a mention"]]
     lex = MentionLexicon.build(["C1", "C2", "C3", "C4"], [text], evidence)
     assert lex.phrases == {("glorp", "fever"): (0,)}

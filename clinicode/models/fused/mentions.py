@@ -41,7 +41,7 @@ class MentionLexicon:
 
     phrases: dict[tuple[str, ...], tuple[int, ...]] = field(default_factory=dict)
     codes: tuple[str, ...] = ()      # the model's codes, in its order (what the indices point at)
-    longest: int = 0
+    longest: int = field(default=0, init=False)   # words in the longest phrase
 
     def __post_init__(self) -> None:
         self.longest = max((len(p) for p in self.phrases), default=0)
@@ -54,7 +54,8 @@ class MentionLexicon:
     def build(cls, codes: Sequence[str], texts: Sequence[str],
               evidence: Sequence[Iterable[Mapping[str, Any]] | None]) -> MentionLexicon:
         """From each training note's evidence ({code, start, end}: text[start:end] justifies code); mentions of codes
-        outside CODES, empty ones and ones longer than MAX_WORDS words are left out."""
+        outside CODES, ones longer than MAX_WORDS words and ones without a word of two letters ("A", "2") are left
+        out."""
         index = {c: k for k, c in enumerate(codes)}
         found: dict[tuple[str, ...], set[int]] = {}
         for text, spans in zip(texts, evidence):
@@ -64,7 +65,7 @@ class MentionLexicon:
                 if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= len(text)):
                     continue
                 phrase = _key([w for w, _, _ in _words(text[start:end])])
-                if 0 < len(phrase) <= MAX_WORDS:
+                if 0 < len(phrase) <= MAX_WORDS and any(sum(c.isalpha() for c in w) >= 2 for w in phrase):
                     found.setdefault(phrase, set()).add(k)
         return cls({p: tuple(sorted(ks)) for p, ks in found.items()}, tuple(codes))
 

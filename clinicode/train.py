@@ -317,7 +317,8 @@ def _before_loop(kind: Any, ds: Any, config: TrainConfig, report: Callable[[str]
     evidence = None
     if EVIDENCE in train_df.columns and config.mentions:  # coders' spans, their codes spelled as the labels are
         spell = spelling(ds.labels.codes, ds.labels.code_system)
-        evidence = [[{**m, "code": spell(m.get("code", ""))} if isinstance(m, dict) else m for m in note or ()]
+        evidence = [[{**m, "code": spell(m.get("code", ""))} if isinstance(m, dict) else m
+                     for m in (note if isinstance(note, (list, tuple)) else ())]
                     for note in train_df[EVIDENCE].tolist()]
     before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
                               single_label=single_label(ds, config), codes=ds.labels.codes, evidence=evidence,

@@ -27,7 +27,6 @@ from clinicode.review.store import (
     utc_now,
 )
 
-
 MAX_SPANS = 50  # evidence spans per code and decision: the words that justify it, not the whole note
 
 

@@ -42,9 +42,9 @@ def export(db: ReviewStore, out: str | Path, *, base: str | Path | None = None) 
     manifest's `codes_without_training_notes`): no model can learn it from this folder.
     The folder is new, empty or an earlier export; it appears atomically, and its files (they hold note text) are
     owner-only. A reviewed note's row carries the coders' evidence spans of its codes when they marked some
-    (`ReviewStore.finished`). `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`; `audit.json` every
-    decision (who, when, from what, to what, source, checkpoint), each coder's time per note and the double coders'
-    kappa (`clinicode.review.audit`).
+    (`ReviewStore.finished`). `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`;
+    `audit.json` every decision (who, when, from what, to what, source, checkpoint, evidence spans), each coder's
+    time per note and the double coders' kappa (`clinicode.review.audit`).
     """
     out = Path(out)
     check_output(out, option="--out", command="review export", folder=True, recognise=is_review_export,

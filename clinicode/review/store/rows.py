@@ -27,8 +27,9 @@ def state_of(log: Iterable[dict[str, Any]]) -> dict[str, str]:
 def final_evidence(log: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """{"code", "start", "end"} spans of each code the LOG (a note's decisions, oldest first, with reviewer, source and
     spans: JSON text as stored, or decoded) finally holds, accepted or added: those of the latest accept or add row
-    of that code that carried spans. On an adjudicated note the adjudicator's rows fix the codes and carry no spans; its spans are then those of each
-    coder who still held the code when they finished (each coder's latest such row; a span both marked, once)."""
+    of that code that carried spans. On an adjudicated note the adjudicator's rows fix the codes and carry no
+    spans; its spans are then those of each coder who still held the code when they finished (each coder's latest
+    such row; a span both marked, once)."""
     adjudicated = any(r.get("source") == "adjudication" for r in log)
     coders = sorted({r["reviewer"] for r in log if r.get("source") != "adjudication"}) if adjudicated else [None]
     out = []

@@ -155,9 +155,10 @@ def _evidence(note_id: str, given: Sequence[tuple[str, Any]], system: CodeSystem
             pair = _span(note_id, code, span, length)
             if pair not in pairs:
                 pairs.append(pair)
-        if len(pairs) > MAX_SPANS:
-            raise ReviewError(f"note {note_id!r}: {len(pairs)} evidence spans for {code}; at most {MAX_SPANS} a code "
-                              "and decision: keep the words that justify it (nothing was saved).")
+            if len(pairs) > MAX_SPANS:
+                raise ReviewError(f"note {note_id!r}: more than {MAX_SPANS} evidence spans for {code}; at most "
+                                  f"{MAX_SPANS} a code and decision: keep the words that justify it (nothing was "
+                                  "saved).")
     return {c: json.dumps(p) for c, p in out.items() if p}
 
 

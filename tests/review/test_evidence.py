@@ -124,6 +124,13 @@ def test_bad_evidence_is_refused_and_nothing_is_saved(tmp_path, kwargs, message)
             == before
 
 
+def test_fifty_spans_a_code_are_kept_and_a_repeated_span_counts_once(tmp_path):
+    with open_db(_db(tmp_path / "r.sqlite")) as db:
+        fifty = [(i, i + 1) for i in range(50)]
+        r = db.decide("n0", "ann", accept=["401.9"], evidence={"401.9": fifty + fifty[:10]})
+        assert r["evidence"] == {"401.9": [list(p) for p in fifty]}
+
+
 def test_retrain_data_and_export_carry_the_spans_of_kept_codes(tmp_path):
     base = tmp_path / "base"
     base.mkdir()

@@ -90,6 +90,8 @@ def test_an_adjudicated_note_takes_the_spans_of_the_coders_who_kept_the_code(tmp
                   evidence={"401.9": [HTN], "428.0": [CHF], "584.9": [(0, 5)]}, done=True)
         db.decide("n0", "bob", accept=["401.9"], evidence={"401.9": [HTN, (0, 5)]})
         db.decide("n0", "bob", reject=["428.0"], done=True)
+        assert db.note("n0", reviewer="bob")["evidence"] == [               # blind: bob sees his own spans only
+            {"code": "401.9", "start": HTN[0], "end": HTN[1]}, {"code": "401.9", "start": 0, "end": 5}]
         adjudicate(db, "n0", "cat", ["401.9", "428.0"])         # 584.9 rejected; 428.0 kept, as ann said
         assert db.finished()[0]["evidence"] == [
             {"code": "401.9", "start": HTN[0], "end": HTN[1]}, {"code": "401.9", "start": 0, "end": 5},

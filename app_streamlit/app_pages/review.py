@@ -38,6 +38,20 @@ def _act(fn, *args, **kwargs) -> bool:
         return False
 
 
+def _highlighted(text: str, evidence: list[dict]) -> list[tuple[int, int]]:
+    """A suggestion's highlighted words as evidence spans: words next to each other (only spaces between) are one
+    phrase, as a coder would mark them (`decide` refuses more than 50 a code, shown as its one line)."""
+    out: list[list[int]] = []
+    for a, b in sorted((int(e["start"]), int(e["end"])) for e in evidence):
+        if not 0 <= a < b <= len(text):
+            continue
+        if out and not text[out[-1][1]:a].strip():  # touching, overlapping, or only spaces between
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
 def _double_coding(db) -> None:
     """Double coders' agreement (Cohen's kappa per coder and per code) and each coder's time per note."""
     a = api.review_agreement(db)
@@ -198,6 +212,11 @@ try:
             can_decide = (note["status"] != "done" and not (holder and holder != reviewer) and bool(reviewer)
                           and not (coders and coders.get(reviewer)))
             st.markdown("**Suggested codes**" if sugg else "_The model suggested no code for this note._")
+            keep = st.checkbox("Keep the highlighted words as evidence", value=False, key="review_keep_ev",
+                               disabled=not (sugg and can_decide),
+                               help="Accept then stores the code's highlighted words with your decision, and "
+                                    "retraining learns them as the code's mention. Model highlights are not gold: "
+                                    "tick it only when the words are what justifies the code.")
             label = {"accept": ":green[accepted]", "reject": ":red[rejected]", None: ":gray[undecided]"}
             for s in sugg:
                 r1, r2, r3, r4 = st.columns([6, 2, 1, 1])
@@ -207,7 +226,9 @@ try:
                     r1.markdown(f"`{s['code']}` {s['description']} · score {s['score']:.2f}")
                 r2.markdown(label.get(state.get(s["code"]), ""))
                 if r3.button("Accept", key=f"review_accept_{s['code']}", disabled=not can_decide):
-                    _act(db.decide, note_id, reviewer, accept=[s["code"]])
+                    marked = _highlighted(note["text"], s["evidence"]) if keep else []
+                    _act(db.decide, note_id, reviewer, accept=[s["code"]],
+                         evidence={s["code"]: marked} if marked else None)
                     st.rerun()
                 if r4.button("Reject", key=f"review_reject_{s['code']}", disabled=not can_decide):
                     _act(db.decide, note_id, reviewer, reject=[s["code"]])

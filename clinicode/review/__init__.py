@@ -5,7 +5,7 @@ as methods, what the CLI and the app's Review page share. This module re-exports
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from clinicode.review import decisions as _decisions, stats as _stats, teach as _teach
 from clinicode.review.decisions import search_codes
@@ -34,9 +34,13 @@ class ReviewDB(ReviewStore):
     """An open review database with the services as methods (`open_db`); close it, or use it as a context manager."""
 
     def decide(self, note_id: str, reviewer: str, *, accept: Sequence[str] = (), reject: Sequence[str] = (),
-               add: Sequence[str] = (), done: bool = False, now: float | None = None) -> dict[str, Any]:
-        """Record REVIEWER's decisions on NOTE, all or none (`clinicode.review.decisions.decide`)."""
-        return _decisions.decide(self, note_id, reviewer, accept=accept, reject=reject, add=add, done=done, now=now)
+               add: Sequence[str] = (), done: bool = False,
+               evidence: Mapping[str, Sequence[tuple[int, int]]] | None = None,
+               now: float | None = None) -> dict[str, Any]:
+        """Record REVIEWER's decisions on NOTE, all or none, with the spans that justify the codes it accepts or adds
+        (`clinicode.review.decisions.decide`)."""
+        return _decisions.decide(self, note_id, reviewer, accept=accept, reject=reject, add=add, done=done,
+                                 evidence=evidence, now=now)
 
     def finish(self, note_id: str, reviewer: str, *, now: float | None = None) -> dict[str, Any]:
         """Mark NOTE done (every suggestion needs a decision)."""

@@ -4,6 +4,7 @@ when, from what, to what and its source, and each coder's time on a note (docs/r
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from typing import Any, Sequence
@@ -194,12 +195,14 @@ def agreement(db: ReviewStore) -> dict[str, Any]:
 def audit_log(db: ReviewStore) -> list[dict[str, Any]]:
     """Every decision: note, code, action (to what), was (from what: the code's earlier state for that reviewer, or
     each coder's for an adjudication), reviewer, at, source, checkpoint (the one whose suggestions the note showed;
-    for rows written before schema 5, the note's). No note text."""
-    rows = [dict(r) for r in db.read("SELECT id, note, code, action, was, reviewer, at, source, checkpoint_sha256 "
-                                     "FROM decisions ORDER BY id")]
+    for rows written before schema 5, the note's), spans (the [start, end] character offsets the coder gave as
+    evidence for an accept or add; None when none were given). Offsets only, no note text."""
+    rows = [dict(r) for r in db.read("SELECT id, note, code, action, was, reviewer, at, source, checkpoint_sha256, "
+                                     "spans FROM decisions ORDER BY id")]
     for r in rows:
         if r["checkpoint_sha256"] is None:
             r["checkpoint_sha256"] = note_checkpoint(db.con, r["note"])
+        r["spans"] = json.loads(r["spans"]) if r["spans"] else None
     return rows
 
 

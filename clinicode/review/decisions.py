@@ -3,9 +3,11 @@ code system; and the code search of the Review page's *Add a code*."""
 
 from __future__ import annotations
 
+import json
+import numbers
 import sqlite3
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from clinicode.codes import icd10 as code_titles
 from clinicode.codes.search import code_matches
@@ -25,24 +27,31 @@ from clinicode.review.store import (
     utc_now,
 )
 
+MAX_SPANS = 50  # evidence spans per code and decision: the words that justify it, not the whole note
+
 
 def decide(db: ReviewStore, note_id: str, reviewer: str, *, accept: Sequence[str] = (), reject: Sequence[str] = (),
-           add: Sequence[str] = (), done: bool = False, now: float | None = None) -> dict[str, Any]:
+           add: Sequence[str] = (), done: bool = False, evidence: Mapping[str, Sequence[tuple[int, int]]] | None = None,
+           now: float | None = None) -> dict[str, Any]:
     """Record REVIEWER's decisions on NOTE as audit rows, all or none (one transaction), and finish it if `done`.
 
     accept/reject: suggested codes (reject also withdraws a code added earlier); add: a code the model did not
     suggest (one of the checkpoint's codes, or a code of the note's code system: `_addable`); done: every
-    suggestion must then have a decision. The reviewer's claim on the note is renewed.
+    suggestion must then have a decision; evidence: {code: [(start, end), ...]}, the character spans of the note that
+    justify a code this call accepts or adds (at most MAX_SPANS a code), stored with its decision row and taught to
+    the default model by `review retrain` and `review export`. The reviewer's claim on the note is renewed.
 
     Raises:
         ClaimedError: another reviewer holds the note. ReviewError: unknown note or code, a finished note, a code
-        given twice, or undecided suggestions at `done`.
+        given twice, undecided suggestions at `done`, or evidence for a code not accepted or added here, or outside
+        the note's text.
     """
     reviewer = check_reviewer(reviewer)
     now = time.time() if now is None else now
     accept, reject, add = ([norm_code(c) for c in xs] for xs in (accept, reject, add))
     if not accept + reject + add and not done:
         raise ReviewError("nothing to record; pass --accept, --reject, --add CODE or --done.")
+    given = [(norm_code(c), spans) for c, spans in (evidence or {}).items()]
     system = db.code_system(note_id) if accept + reject + add else LOCAL
     model = [c for c, _ in db.model_codes(note_id) or db.model_codes()]
     add = [_addable(db, c, note_id, system, model) for c in add]
@@ -59,9 +68,10 @@ def decide(db: ReviewStore, note_id: str, reviewer: str, *, accept: Sequence[str
                                                        (note_id, reviewer) if assigned else (note_id,))])
         before = dict(state)
         _match_codes(note_id, system, accept, reject, add, suggested, {c for c, a in state.items() if a == "add"})
+        spans = _evidence(note_id, given, system, accept + add, len(n["text"]))
         at = utc_now()
         sha = note_checkpoint(con, note_id)
-        rows = [(note_id, c, a, reviewer, at, sha, proposed.get(c, "person"), before.get(c))
+        rows = [(note_id, c, a, reviewer, at, sha, proposed.get(c, "person"), before.get(c), spans.get(c))
                 for a, cs in (("accept", accept), ("reject", reject), ("add", add)) for c in cs]
         for r in rows:
             state[r[1]] = r[2]
@@ -71,12 +81,13 @@ def decide(db: ReviewStore, note_id: str, reviewer: str, *, accept: Sequence[str
                 raise ReviewError(f"note {note_id!r}: {len(undecided)} suggested code(s) have no decision yet "
                                   f"({', '.join(undecided[:5])}); accept or reject each before "
                                   "finishing (nothing was saved).")
-            rows.append((note_id, None, "done", reviewer, at, sha, "person", None))
-        con.executemany("INSERT INTO decisions (note, code, action, reviewer, at, checkpoint_sha256, source, was) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            rows.append((note_id, None, "done", reviewer, at, sha, "person", None, None))
+        con.executemany("INSERT INTO decisions (note, code, action, reviewer, at, checkpoint_sha256, source, was, "
+                        "spans) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         start_work(con, note_id, reviewer, now)
         _update_note(con, note_id, reviewer, done=done, double=bool(assigned), at=at, now=now)
         return {"note": note_id, "accepted": accept, "rejected": reject, "added": add, "done": done,
+                "evidence": {c: json.loads(v) for c, v in spans.items()},
                 "codes": sorted(c for c, a in state.items() if a in ("accept", "add"))}
 
     return db.write(run)
@@ -125,6 +136,46 @@ def _match_codes(note_id: str, system: CodeSystem, accept: list[str], reject: li
     if twice:
         raise ReviewError(f"note {note_id!r}: code {twice[0]} is given more than once; accept, "
                           "reject or add each code once.")
+
+
+def _evidence(note_id: str, given: Sequence[tuple[str, Any]], system: CodeSystem, kept: Sequence[str],
+              length: int) -> dict[str, str]:
+    """{code as stored: JSON list of [start, end]} of the evidence GIVEN, each code one of KEPT (this call's accepted
+    and added codes, however spelled), each span a pair of whole numbers 0 <= start < end <= LENGTH (the note's
+    characters), at most MAX_SPANS a code; repeated spans are stored once, in the order given."""
+    out: dict[str, list[list[int]]] = {}
+    for typed, spans in given:
+        code = same_code(system, typed, set(kept))
+        if code is None:
+            raise ReviewError(f"note {note_id!r}: evidence for {typed}, which this decision neither accepts nor adds; "
+                              f"give evidence only with --accept {typed} or --add {typed} in the same decision "
+                              "(nothing was saved).")
+        pairs = out.setdefault(code, [])
+        for span in [spans] if isinstance(spans, (str, bytes)) else spans:
+            pair = _span(note_id, code, span, length)
+            if pair not in pairs:
+                pairs.append(pair)
+            if len(pairs) > MAX_SPANS:
+                raise ReviewError(f"note {note_id!r}: more than {MAX_SPANS} evidence spans for {code}; at most "
+                                  f"{MAX_SPANS} a code and decision: keep the words that justify it (nothing was "
+                                  "saved).")
+    return {c: json.dumps(p) for c, p in out.items() if p}
+
+
+def _span(note_id: str, code: str, span: Any, length: int) -> list[int]:
+    """SPAN as [start, end]: two whole numbers with 0 <= start < end <= LENGTH."""
+    try:
+        start, end = span
+    except (TypeError, ValueError):
+        start = end = None
+    if not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in (start, end)):
+        raise ReviewError(f"note {note_id!r}: evidence span {str(span)[:40]!r} for {code} is not a pair of character "
+                          "offsets; give each span as (start, end), two whole numbers (nothing was saved).")
+    if not 0 <= start < end <= length:
+        raise ReviewError(f"note {note_id!r}: evidence span {start}:{end} for {code} is outside the note's "
+                          f"{length} characters; expected 0 <= start < end <= {length}, offsets into the note's text "
+                          "(nothing was saved).")
+    return [int(start), int(end)]
 
 
 def _update_note(con: sqlite3.Connection, note_id: str, reviewer: str, *, done: bool, double: bool, at: str,

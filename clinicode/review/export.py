@@ -41,9 +41,10 @@ def export(db: ReviewStore, out: str | Path, *, base: str | Path | None = None) 
     (its notes all in dev or test, or kept out) is left out of labels.json and listed as `untrained` (and in the
     manifest's `codes_without_training_notes`): no model can learn it from this folder.
     The folder is new, empty or an earlier export; it appears atomically, and its files (they hold note text) are
-    owner-only. `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`; `audit.json` every
-    decision (who, when, from what, to what, source, checkpoint), each coder's time per note and the double coders'
-    kappa (`clinicode.review.audit`).
+    owner-only. A reviewed note's row carries the coders' evidence spans of its codes when they marked some
+    (`ReviewStore.finished`). `descriptions.tsv` holds the reviewed codes' titles for `train --descriptions`;
+    `audit.json` every decision (who, when, from what, to what, source, checkpoint, evidence spans), each coder's
+    time per note and the double coders' kappa (`clinicode.review.audit`).
     """
     out = Path(out)
     check_output(out, option="--out", command="review export", folder=True, recognise=is_review_export,
@@ -59,7 +60,7 @@ def export(db: ReviewStore, out: str | Path, *, base: str | Path | None = None) 
     codes = sorted({c for n in notes for c in n["labels"]})
     system = db.code_system()
     titles.update(system.titles([c for c in codes if c not in titles]))
-    rows = {n["id"]: {"id": n["id"], "text": n["text"], "labels": n["labels"]} for n in notes}
+    rows = {n["id"]: _reviewed_row(n, n["labels"]) for n in notes}
     labels_json = None
     kept_out = 0
     if base is None:
@@ -116,7 +117,8 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     training notes (all of them, or a random SAMPLE for a warm start), and the base's dev and test unchanged, every
     split's codes kept to LABELS (the checkpoint's (code, title) list, which labels.json fixes: a retrained model
     has the same outputs). Base notes left without a code of LABELS are dropped, as `train --top-k` drops them;
-    reviewed notes are kept whatever they hold (a note coded with none of the codes is a lesson too). Reviewed
+    reviewed notes are kept whatever they hold (a note coded with none of the codes is a lesson too), with the
+    coders' evidence spans of their kept codes (a fused checkpoint learns those mentions). Reviewed
     notes whose id is in the base's dev or test are left out (`kept_out`), as `export --base` does.
 
     Returns:
@@ -138,8 +140,7 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     keep = {c for c, _ in labels}
     ds = load_dataset(Path(base))
     held = {str(i) for name in ("dev", "test") if name in ds.splits for i in ds.splits[name]["id"]}
-    reviewed = [{"id": n["id"], "text": n["text"], "labels": sorted(c for c in n["labels"] if c in keep)}
-                for n in notes if n["id"] not in held]
+    reviewed = [_reviewed_row(n, sorted(c for c in n["labels"] if c in keep)) for n in notes if n["id"] not in held]
     ids = {r["id"] for r in reviewed}
 
     def rows(name: str) -> list[dict[str, Any]]:
@@ -176,6 +177,16 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
                                           base=str(base), sample=sample))
     return {**counts, "reviewed": len(reviewed), "sampled": len(base_train), "kept_out": len(notes) - len(reviewed),
             "notes": sorted(ids)}
+
+
+def _reviewed_row(note: dict[str, Any], labels: list[str]) -> dict[str, Any]:
+    """A finished note as a coded-notes row: id, text, LABELS, and the coders' evidence spans of those labels (only
+    when they marked some: the default model learns its codes' mentions from them)."""
+    row = {"id": note["id"], "text": note["text"], "labels": labels}
+    spans = [m for m in note.get("evidence", ()) if m["code"] in labels]
+    if spans:
+        row[EVIDENCE] = spans
+    return row
 
 
 def _merged_labels(base: Any, new: Sequence[str], titles: dict[str, str], system: CodeSystem) -> list[dict[str, str]]:

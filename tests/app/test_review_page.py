@@ -96,6 +96,31 @@ def test_accept_reject_add_and_finish_a_note(queued):
     assert set(per_code["code"]) == set(sugg) | {added}
 
 
+def test_accept_keeps_the_highlighted_words_only_when_the_coder_ticks_the_box(queued):
+    """Model highlights are not gold: an accept stores no evidence unless 'keep the highlighted words' is ticked;
+    then the suggestion's highlighted words are the decision's spans (touching words as one phrase)."""
+    at = _page()
+    _ok(at.selectbox(key="review_pick").set_value("r1").run())
+    _ok(at.button(key="review_open_btn").click().run())
+    assert at.checkbox(key="review_keep_ev").value is False
+    with review.open_db(queued) as rdb:
+        sugg = rdb.note("r1")["suggestions"]
+    _ok(at.button(key=f"review_accept_{sugg[0]['code']}").click().run())
+    _ok(at.checkbox(key="review_keep_ev").check().run())
+    _ok(at.button(key=f"review_accept_{sugg[1]['code']}").click().run())
+    with review.open_db(queued) as rdb:
+        note = rdb.note("r1")
+    assert [(r["code"], r["spans"]) for r in note["log"]][0] == (sugg[0]["code"], None)
+    code, spans = note["log"][1]["code"], note["log"][1]["spans"]
+    marked = sorted((e["start"], e["end"]) for e in sugg[1]["evidence"])
+    assert code == sugg[1]["code"] and spans and marked
+    text = note["text"]
+    covered = {i for a, b in spans for i in range(a, b)}
+    assert all(set(range(a, b)) <= covered for a, b in marked)          # every highlighted word is kept
+    assert all(text[a:b].strip() == text[a:b] for a, b in spans)                   # whole words, no spaces around
+    assert all(text[spans[k][1]:spans[k + 1][0]].strip() for k in range(len(spans) - 1))  # touching words joined
+
+
 def test_a_second_session_sees_the_claim_and_cannot_decide(queued):
     ann = _page("ann")
     ann.selectbox(key="review_pick").set_value("r1").run()

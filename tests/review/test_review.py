@@ -52,7 +52,7 @@ def test_new_database_is_owner_only_wal_and_versioned(tmp_path):
             f = Path(str(path) + suffix)
             assert f.exists() and _mode(f) == 0o600, (suffix, oct(_mode(f)))
         assert db.con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.con.execute("PRAGMA user_version").fetchone()[0] == review.SCHEMA_VERSION == 5  # 4: #43, 5: #44
+        assert db.con.execute("PRAGMA user_version").fetchone()[0] == review.SCHEMA_VERSION == 6  # 5: #44, 6: spans
         assert db.con.execute("PRAGMA application_id").fetchone()[0] == review.APPLICATION_ID
 
 
@@ -80,7 +80,7 @@ def test_a_version_1_file_is_migrated_keeping_its_rows(tmp_path):
         db.con.execute("INSERT INTO decisions (note, code, action, reviewer, at) VALUES "
                        "('a', '401.9', 'accept', 'ann', '2026-01-01T00:00:01Z')")
     with open_db(path) as db:
-        assert db.con.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert db.con.execute("PRAGMA user_version").fetchone()[0] == review.SCHEMA_VERSION
         assert db.note("a")["suggestions"][0]["source"] == "model"  # v4: every earlier suggestion is the model's
         assert db.model_codes("a") == [("401.9", "Hypertension")]  # v2's models table filled from v1's suggestions
         assert db.code_system("a").name == "ICD-9-CM"              # v3's code system inferred from those codes

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clinicode.review import open_db, teach
+from clinicode.review import SCHEMA_VERSION, open_db, teach
 
 from helpers import fails, succeeds
 
@@ -127,7 +127,7 @@ def test_a_database_of_the_previous_schema_opens_with_every_decision(tmp_path, v
                        "('a', NULL, 'done', 'ann', '2026-01-02T00:00:00Z')")
         db.con.execute("UPDATE notes SET status = 'done' WHERE id = 'a'")
     with open_db(path) as db:
-        assert db.con.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert db.con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         log = db.note("a")["log"]
         assert [(r["code"], r["action"], r["reviewer"]) for r in log] == [("401.9", "accept", "ann"),
                                                                            (None, "done", "ann")]

@@ -72,15 +72,36 @@ def review_decide_cli(
     add: Annotated[Optional[list[str]], typer.Option(help="A code the model missed; repeatable.")] = None,
     done: Annotated[bool, typer.Option("--done",
                                        help="Finish the note (every suggestion must have a decision).")] = False,
+    evidence: Annotated[Optional[list[str]],
+                        typer.Option(help="CODE=START:END, the note's characters START to END that justify a code "
+                                          "accepted or added here; repeatable, also for one code.")] = None,
 ) -> None:
     """Record a coder's decisions on one note (the same code path as the app's Review page)."""
     from clinicode.review import open_db
 
+    spans = evidence_spans(evidence or [])
     with open_db(db, create=False) as rdb:
-        r = rdb.decide(id, reviewer, accept=accept or [], reject=reject or [], add=add or [], done=done)
+        r = rdb.decide(id, reviewer, accept=accept or [], reject=reject or [], add=add or [], done=done,
+                       evidence=spans)
+    marked = sum(len(v) for v in r["evidence"].values())
     typer.echo(f"note {r['note']}: accepted {len(r['accepted'])}, rejected "
                f"{len(r['rejected'])}, added {len(r['added'])}"
+               f"{f' ({marked} evidence spans)' if marked else ''}"
                f"{'; finished' if r['done'] else ''}; codes now: {', '.join(r['codes']) or 'none'}")
+
+
+def evidence_spans(given: list[str]) -> dict[str, list[tuple[int, int]]]:
+    """--evidence CODE=START:END options as {code: [(start, end), ...]} (a code may repeat); the note's length and
+    the codes are checked by `decide`."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for item in given:
+        code, _, where = item.partition("=")
+        start, _, end = where.partition(":")
+        if not (code.strip() and all(x.strip().isascii() and x.strip().isdigit() for x in (start, end))):
+            raise ConfigError(f"--evidence {item[:60]!r}: expected CODE=START:END, a code and two character offsets "
+                              "into the note, e.g. --evidence 428.0=120:133 (nothing was saved).")
+        out.setdefault(code.strip(), []).append((int(start), int(end)))
+    return out
 
 
 @friendly

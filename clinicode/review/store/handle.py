@@ -13,7 +13,15 @@ from typing import Any, Callable, Iterable, Sequence
 from clinicode.codes.systems import LOCAL, CodeSystem, code_system, family_of, infer_code_system
 from clinicode.review.store.errors import RETRIES, ClaimedError, ReviewError, is_busy, translate
 from clinicode.review.store.file_rules import COMPANIONS
-from clinicode.review.store.rows import CLAIM_MINUTES, check_claim, check_reviewer, open_note, start_work, state_of
+from clinicode.review.store.rows import (
+    CLAIM_MINUTES,
+    check_claim,
+    check_reviewer,
+    final_evidence,
+    open_note,
+    start_work,
+    state_of,
+)
 from clinicode.review.store.schema import utc_now
 
 
@@ -207,7 +215,9 @@ class ReviewStore:
         return out
 
     def note(self, note_id: str, *, reviewer: str | None = None) -> dict[str, Any]:
-        """One note: text, status, claim, suggestions (with evidence), each code's latest decision, the log.
+        """One note: text, status, claim, suggestions (with evidence), each code's latest decision, the log (each
+        decision's `spans`, [start, end] pairs or None), and the coders' evidence of the codes it holds
+        (`final_evidence`, {"code", "start", "end"}).
 
         A double-coded note not yet adjudicated is blind: `state` and `log` hold REVIEWER's decisions only (none when
         REVIEWER is None); `assigned` names its coders and when each finished."""
@@ -220,16 +230,16 @@ class ReviewStore:
                  "evidence": json.loads(s["evidence"]), "checkpoint": s["checkpoint_path"],
                  "checkpoint_sha256": s["checkpoint_sha256"], "source": s["source"]}
                 for s in self.read("SELECT * FROM suggestions WHERE note = ? ORDER BY rank", (note_id,))]
-        log = [dict(r) for r in self.read("SELECT id, code, action, reviewer, at, source, was, checkpoint_sha256 "
-                                           "FROM decisions WHERE note = ? ORDER BY id",
-                                           (note_id,))]
+        log = [{**r, "spans": json.loads(r["spans"]) if r["spans"] else None} for r in map(dict, self.read(
+            "SELECT id, code, action, reviewer, at, source, was, checkpoint_sha256, spans FROM decisions "
+            "WHERE note = ? ORDER BY id", (note_id,)))]
         assigned = {r[0]: r[1] for r in self.read("SELECT reviewer, finished_at FROM assignments WHERE note = ? "
                                                   "ORDER BY rowid", (note_id,))}
         if assigned and n["status"] != "done":
             log = [r for r in log if r["reviewer"] == reviewer]
         return {"id": n["id"], "text": n["text"], "status": n["status"], "claimed_by": n["claimed_by"],
                 "claim_expires": n["claim_expires"], "queued_at": n["queued_at"], "suggestions": sugg,
-                "state": state_of(log), "log": log, "assigned": assigned}
+                "state": state_of(log), "log": log, "assigned": assigned, "evidence": final_evidence(log)}
 
     def model_codes(self, note_id: str | None = None) -> list[tuple[str, str]]:
         """(code, description) of the checkpoints that scored NOTE (every queued checkpoint when None)."""
@@ -279,12 +289,13 @@ class ReviewStore:
 
     # -------------------------------------------------------------------------------------------- finished notes
     def finished(self) -> list[dict[str, Any]]:
-        """Done notes with text, final codes (accepted + added), suggested codes and when they were finished."""
+        """Done notes with text, final codes (accepted + added), their evidence spans (`final_evidence`), suggested
+        codes and when they were finished."""
         notes = {r["id"]: r["text"] for r in self.read("SELECT id, text FROM notes WHERE "
                                                        "status = 'done' ORDER BY rowid")}
         log: dict[str, list[dict[str, Any]]] = {i: [] for i in notes}
-        for r in self.read("SELECT d.note, d.code, d.action, d.at FROM decisions d JOIN notes n ON n.id = d.note "
-                           "WHERE n.status = 'done' ORDER BY d.id"):
+        for r in self.read("SELECT d.note, d.code, d.action, d.at, d.reviewer, d.source, d.spans FROM decisions d "
+                           "JOIN notes n ON n.id = d.note WHERE n.status = 'done' ORDER BY d.id"):
             log[r["note"]].append(dict(r))
         suggested: dict[str, set[str]] = {i: set() for i in notes}
         from_title: dict[str, set[str]] = {i: set() for i in notes}
@@ -300,5 +311,6 @@ class ReviewStore:
             out.append({"id": note_id, "text": text, "state": state, "suggested": suggested[note_id],
                         "from_title": from_title[note_id],
                         "scores": scores[note_id], "done_at": done_at,
-                        "labels": sorted(c for c, a in state.items() if a in ("accept", "add"))})
+                        "labels": sorted(c for c, a in state.items() if a in ("accept", "add")),
+                        "evidence": final_evidence(log[note_id])})
         return out

@@ -3,11 +3,12 @@ claim), each code's latest decision, the checkpoint a note shows, and each coder
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import unicodedata
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from clinicode.review.store.errors import ClaimedError, ReviewError
 
@@ -21,6 +22,32 @@ def state_of(log: Iterable[dict[str, Any]]) -> dict[str, str]:
         if r.get("code") is not None and r["action"] != "done":
             state[r["code"]] = r["action"]
     return state
+
+
+def final_evidence(log: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """{"code", "start", "end"} spans of each code the LOG (a note's decisions, oldest first, with reviewer, source and
+    spans: JSON text as stored, or decoded) finally holds, accepted or added: those of the latest accept or add row
+    of that code that carried spans. On an adjudicated note the adjudicator's rows fix the codes and carry no
+    spans; its spans are then those of each coder who still held the code when they finished (each coder's latest
+    such row; a span both marked, once)."""
+    adjudicated = any(r.get("source") == "adjudication" for r in log)
+    coders = sorted({r["reviewer"] for r in log if r.get("source") != "adjudication"}) if adjudicated else [None]
+    out = []
+    for code, action in sorted(state_of(log).items()):
+        if action not in ("accept", "add"):
+            continue
+        spans: list[tuple[int, int]] = []
+        for coder in coders:
+            rows = [r for r in log if r.get("code") == code and (coder is None or (
+                r["reviewer"] == coder and r.get("source") != "adjudication"))]
+            if state_of(rows).get(code) not in ("accept", "add"):
+                continue
+            marked = next((r["spans"] for r in reversed(rows) if r["action"] in ("accept", "add") and r.get("spans")),
+                          None)
+            pairs = json.loads(marked) if isinstance(marked, str) else marked or []
+            spans += [s for s in map(tuple, pairs) if s not in spans]
+        out += [{"code": code, "start": a, "end": b} for a, b in spans]
+    return out
 
 
 def check_reviewer(name: Any) -> str:

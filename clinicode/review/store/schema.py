@@ -90,8 +90,16 @@ def _v5(con: sqlite3.Connection) -> None:
         PRIMARY KEY (note, reviewer))""")
 
 
+def _v6(con: sqlite3.Connection) -> None:
+    """Additive (#44): the words a decision was made on. `spans` is a JSON list of [start, end] character offsets into
+    the note's text, given with an accept or an add (`decide(evidence=...)`); NULL when none were given, as for every
+    earlier row. Retraining and exports carry them as the note's evidence spans (the default model learns its codes'
+    mentions from them)."""
+    con.execute("ALTER TABLE decisions ADD COLUMN spans TEXT")
+
+
 # step i takes a file from version i to i+1
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -17,6 +17,7 @@ ORDERS = ("teach", "arrival")
 DEFAULT_ORDER = "teach"   # measured: benchmarks/bench_review_learning.py (BENCHMARKS.md, "review: which note next")
 CANDIDATES = 500          # the best notes by the signals whose texts the diversity term compares
 DIVERSE = 50              # places of a ranking the greedy diversity walk decides; the rest follow the signals
+SEEN = 2000               # the latest finished notes a proposed note is compared with (it should not repeat them)
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset("a an and the of or in on to with by for due not other unspecified nos".split())
 
@@ -31,7 +32,10 @@ class Weights:
     diversity: float = 1.0
 
 
-TEACH = Weights()
+# `review next`'s rule: rarity and diversity (from the reviewed notes and this batch). On dev (bc5cdr, halves: one
+# fits, the other scores; every code and top 50, 2 seeds) it taught the default model more than adding uncertainty at
+# almost every budget (BENCHMARKS.md, "review: which note next"; docs/review.md)
+TEACH = Weights(uncertainty=0.0, rarity=1.0, diversity=1.0)
 
 
 def check_order(order: str) -> str:
@@ -105,12 +109,13 @@ def vectors(texts: Sequence[str]) -> Any:
 
 
 def pick(uncertainty: "np.ndarray", rarity: "np.ndarray", k: int, *, texts: Sequence[str] | None = None,
-         vecs: Any = None, weights: Weights = TEACH) -> list[int]:
+         vecs: Any = None, weights: Weights = TEACH, seen: Any = None) -> list[int]:
     """The indices of the K notes to review next, in order (greedy; `Weights` gives the rule): ranked by the weighted
     sum of both signals' ranks, each next note losing `diversity` x its highest tf-idf cosine to the notes already
-    picked in this batch, so alike notes are not proposed one after another.
+    reviewed (SEEN) or picked in this batch, so notes alike to what the coders have seen are not proposed again.
 
     vecs: the notes' L2-normalised rows (`vectors`), else made from TEXTS; neither: no diversity term.
+    seen: the reviewed notes' rows in the same tf-idf space as VECS (None: only this batch counts).
     """
     import numpy as np
 
@@ -122,6 +127,8 @@ def pick(uncertainty: "np.ndarray", rarity: "np.ndarray", k: int, *, texts: Sequ
     if vecs is None and texts is not None and weights.diversity:
         vecs = vectors(texts)
     closest = np.zeros(n)
+    if vecs is not None and seen is not None and weights.diversity and seen.shape[0]:
+        closest = np.asarray((vecs @ seen.T).max(axis=1).todense()).ravel()
     free = np.ones(n, dtype=bool)
     chosen: list[int] = []
     for _ in range(k):
@@ -135,9 +142,10 @@ def pick(uncertainty: "np.ndarray", rarity: "np.ndarray", k: int, *, texts: Sequ
 
 
 def order_notes(pool: Sequence[Mapping[str, Any]], k: int, *, order: str = DEFAULT_ORDER,
-                weights: Weights = TEACH, text_of: Any = None) -> list[str]:
+                weights: Weights = TEACH, text_of: Any = None, seen_texts: Sequence[str] = ()) -> list[str]:
     """The ids of the next K notes of POOL (dicts with id, uncertainty, rarity and, unless TEXT_OF is given, text; in
-    arrival order). TEXT_OF(ids) -> texts reads the texts of the few notes the diversity term compares.
+    arrival order). TEXT_OF(ids) -> texts reads the texts of the few notes the diversity term compares; SEEN_TEXTS:
+    notes already reviewed, which a proposed note should not repeat.
 
     The greedy diversity walk runs over the DIVERSE best notes by the signals alone (CANDIDATES of them are compared);
     the rest follow by the signals, so ranking a queue of thousands costs one tf-idf fit over a few hundred notes.
@@ -154,7 +162,11 @@ def order_notes(pool: Sequence[Mapping[str, Any]], k: int, *, order: str = DEFAU
     by_base = [int(i) for i in np.argsort(-base, kind="stable")]
     head = by_base[:CANDIDATES]
     texts = text_of([pool[i]["id"] for i in head]) if text_of is not None else [pool[i]["text"] for i in head]
-    chosen = [head[j] for j in pick(unc[head], rare[head], min(k, DIVERSE), texts=texts, weights=weights)]
+    vecs = seen = None
+    if weights.diversity:
+        rows = vectors([*texts, *seen_texts])     # one tf-idf space for the candidates and the reviewed notes
+        vecs, seen = rows[:len(texts)], rows[len(texts):]
+    chosen = [head[j] for j in pick(unc[head], rare[head], min(k, DIVERSE), vecs=vecs, seen=seen, weights=weights)]
     taken = set(chosen)
     chosen += [i for i in by_base if i not in taken][:max(k - len(chosen), 0)]
     return [pool[i]["id"] for i in chosen]
@@ -193,8 +205,10 @@ def next_notes(db: Any, k: int = 1, *, order: str = DEFAULT_ORDER, reviewer: str
                 f"SELECT id, text FROM notes WHERE id IN ({','.join('?' * len(part))})", part))
         return [texts[i] for i in ids]
 
-    return order_notes(pool, k, order=order, weights=weights, text_of=text_of)
+    seen = [r[0] for r in db.read("SELECT text FROM notes WHERE status = 'done' ORDER BY rowid DESC LIMIT ?",
+                                  (SEEN,))] if order != "arrival" and pool and weights.diversity else []
+    return order_notes(pool, k, order=order, weights=weights, text_of=text_of, seen_texts=seen)
 
 
-__all__ = ["CANDIDATES", "DEFAULT_ORDER", "DIVERSE", "ORDERS", "TEACH", "Weights", "check_order", "next_notes",
+__all__ = ["CANDIDATES", "DEFAULT_ORDER", "DIVERSE", "ORDERS", "SEEN", "TEACH", "Weights", "check_order", "next_notes",
            "order_notes", "pick", "signals", "title_hits", "title_words", "vectors"]

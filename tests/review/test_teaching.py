@@ -61,6 +61,31 @@ def test_diversity_spreads_a_batch_over_unlike_notes():
     assert teach.pick(unc, rare, 10, texts=texts)[:2] == [0, 3] and len(teach.pick(unc, rare, 10, texts=texts)) == 4
 
 
+def test_a_note_alike_to_one_already_reviewed_waits():
+    texts = ["heart failure with reduced ejection fraction", "fracture of the left femur after a fall",
+             "itchy rash on both forearms"]
+    seen = ["heart failure with reduced ejection fraction, admitted"]
+    rows = teach.vectors(texts + seen)
+    unc, rare = np.zeros(3), np.array([1.0, 0.9, 0.1])                          # ranks 1, 0.5, 0
+    assert teach.pick(unc, rare, 1, vecs=rows[:3]) == [0]                       # by rarity alone
+    assert teach.pick(unc, rare, 1, vecs=rows[:3], seen=rows[3:]) == [1]        # its twin was reviewed: the next
+    assert teach.pick(unc, rare, 1, vecs=rows[:3], seen=rows[3:], weights=teach.Weights(0, 1, 0)) == [0]
+    pool = [{"id": i, "uncertainty": 0.0, "rarity": r, "text": t} for i, r, t in zip(("hf", "fx", "rash"), rare, texts)]
+    assert teach.order_notes(pool, 3) == ["hf", "fx", "rash"]
+    assert teach.order_notes(pool, 3, seen_texts=seen)[0] == "fx"
+
+
+def test_next_notes_compares_with_the_finished_notes(tmp_path):
+    hf = "acute decompensated heart failure, reduced ejection fraction"
+    path = _db(tmp_path / "r.sqlite", [("old", hf, None), ("twin", hf, (0, 0.5)),
+                                        ("new", "fever and cough for three days", (0, 0.4)),
+                                        ("rash", "itchy rash on both forearms", (0, 0.1))])
+    with open_db(path) as db:
+        assert db.next_notes(3) == ["twin", "new", "rash"]
+        db.decide("old", "ann", accept=["401.9"], done=True)
+        assert db.next_notes(3)[0] == "new"     # twin repeats what ann just finished: it waits
+
+
 def test_rarity_counts_as_much_as_uncertainty():
     unc, rare = np.array([1.0, 0.9, 0.8, 0.0]), np.array([0.0, 0.2, 0.1, 5.0])
     assert teach.pick(unc, rare, 1, weights=teach.Weights(1, 0, 0)) == [0]
@@ -152,7 +177,8 @@ def test_a_long_queue_reads_only_the_candidates_texts():
     assert len(asked) == teach.CANDIDATES                                   # no more texts than the candidates
     topics = [int(i[1:]) % 7 for i in ranked[:7]]
     assert len(set(topics)) == 7                                            # alike notes spread out at the top
-    base = teach._ranks(np.array([p["uncertainty"] for p in pool])) + teach._ranks(
+    w = teach.TEACH
+    base = w.uncertainty * teach._ranks(np.array([p["uncertainty"] for p in pool])) + w.rarity * teach._ranks(
         np.array([p["rarity"] for p in pool]))
     tail = [int(i[1:]) for i in ranked[teach.DIVERSE:]]
     assert all(base[a] >= base[b] for a, b in zip(tail, tail[1:]))          # after the walk: by the signals

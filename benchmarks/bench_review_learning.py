@@ -1,20 +1,25 @@
 """Which note next, measured: a simulated coder replays gold labels in the order each next-note rule proposes.
 
     python benchmarks/bench_review_learning.py [--data bc5cdr ncbi] [--codes top50 all] [--seeds 0 1 2]
-        [--seed-share 0.1] [--batch-share 0.05] [--rules arrival uncertainty rarity teach] [--no-write]
+        [--learner fused|tfidf-lr] [--seed-share 0.1] [--batch-share 0.1]
+        [--rules arrival uncertainty rarity teach] [--no-write]
 
 For each data set (../shared/data/<name>-disease-mesh or cmc2007-radiology-icd9), code set (the 50 codes with the most
-training notes, or every code) and seed: a tfidf-lr model (`train --model tfidf-lr`'s fit, seconds each) is fitted
-on a random seed set (--seed-share of train); each round the rule picks the next --batch-share of train from the notes
-not yet reviewed, the coder's decisions on them are their gold codes, and the model is refitted on every note reviewed
-so far. Test micro-F1 and macro-F1 at the threshold tuned on dev (as `train` tunes it) after each refit, and the
-refit's time. `arrival` is the queue's order (a random permutation per seed: the notes' arrival); the other rules are
-`clinicode.review.teach.pick` with weights (uncertainty, rarity, diversity) of (1,0,0), (0,1,0) and (1,1,1), on the
-same signals `review queue` stores (`teach.signals`; unseen codes by their titles, from labels.tsv).
+training notes, or every code) and seed: a model is fitted on a random seed set (--seed-share of train); each round
+the rule picks the next --batch-share of train from the notes not yet reviewed, the coder's decisions on them are
+their gold codes and gold evidence spans, and the model is refitted on every note reviewed so far. Test micro-F1 and
+macro-F1 at the threshold tuned on dev (as `train` tunes it) after each refit, and the refit's time.
 
-Writes the table to BENCHMARKS.md ("review-learning") and every curve to benchmarks/review_learning.json, which the
-app's Review page plots. LEAM is not refitted here (each of these curves takes dozens of refits); its retrain is timed
-by `bench_review_retrain.py`.
+--learner fused (the default model's parts that need no epochs): tfidf-lr, the title match and the codes' mentions
+learnt from the reviewed notes' evidence spans, fused per frequency band on dev as `train --model fused` fuses them
+(`clinicode.models.fused`); its LEAM part is left out, since each curve takes dozens of refits (LEAM's retrain is
+timed by `bench_review_retrain.py`). --learner tfidf-lr: `train --model tfidf-lr`'s fit alone (the earlier table).
+
+`arrival` is the queue's order (a random permutation per seed: the notes' arrival); the other rules are
+`clinicode.review.teach.pick` on the signals `review queue` stores (`teach.signals`; unseen codes by their titles):
+`uncertainty` and `rarity` alone, `teach` with `teach.TEACH`'s weights and the reviewed notes as `seen` (what `review
+next` does). Writes the table to BENCHMARKS.md ("review-learning") and every curve to benchmarks/review_learning.json
+(the sets measured now replace theirs; the others are kept), which the app's Review page plots.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import machine_line, publish  # noqa: E402
 from clinicode.metrics import binarize, macro_prf, micro_prf, tune_threshold  # noqa: E402
+from clinicode.models.fused.fusion import fit_fusion, fused_logits, sigmoid  # noqa: E402
+from clinicode.models.fused.mentions import MENTION_WEIGHT, MentionLexicon  # noqa: E402
+from clinicode.models.fused.model import title_rows  # noqa: E402
 from clinicode.models.tfidf_lr.baseline import fit_tfidf_lr  # noqa: E402
 from clinicode.review import teach  # noqa: E402
 
@@ -41,6 +49,7 @@ DATA = ROOT.parent / "shared" / "data"
 SETS = {"bc5cdr": "bc5cdr-disease-mesh", "ncbi": "ncbi-disease-mesh", "cmc2007": "cmc2007-radiology-icd9"}
 RULES = {"uncertainty": teach.Weights(1.0, 0.0, 0.0), "rarity": teach.Weights(0.0, 1.0, 0.0),
          "teach": teach.TEACH}
+LEARNERS = ("fused", "tfidf-lr")
 CURVES = ROOT / "benchmarks" / "review_learning.json"
 BUDGETS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
 
@@ -75,33 +84,66 @@ def multi_hot(rows: list[dict], codes: list[str]) -> np.ndarray:
     return y
 
 
-def scores(model, dev: tuple[list[str], np.ndarray], test: tuple[list[str], np.ndarray]) -> tuple[float, float, float]:
-    """(test micro-F1, test macro-F1, threshold): at the threshold tuned on dev, as `train` does."""
-    t = tune_threshold(dev[1], model.predict_proba(dev[0]))
-    yhat = binarize(model.predict_proba(test[0]), t)
-    return micro_prf(test[1], yhat)[2], macro_prf(test[1], yhat)[2], t
+class Fitted:
+    """A refitted model: probabilities of notes, the dev-tuned threshold and each code's training notes."""
+
+    def __init__(self, learner: str, rows: list[dict], codes: list[str], titles: list[str],
+                 dev: tuple[list[str], np.ndarray]) -> None:
+        texts, y = [r["text"] for r in rows], multi_hot(rows, codes)
+        self.counts = y.sum(axis=0)
+        self.lr = fit_tfidf_lr(texts, y, single_label=False)
+        self.fused = learner == "fused"
+        if self.fused:   # the coder's evidence spans teach the codes' mentions, as a training split's do
+            self.titles = title_rows(self.lr, titles)
+            self.mentions = MentionLexicon.build(codes, texts, [r.get("evidence") for r in rows])
+            z_lr, z_title = self._parts(dev[0])
+            self.fusion = fit_fusion(dev[1], np.zeros_like(z_lr), z_lr, self.counts, z_title=z_title)
+        self.threshold = tune_threshold(dev[1], self.proba(dev[0]))
+
+    def _parts(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """([N, K] tfidf-lr's logits, [N, K] title match + mentions), as the fused scorer computes them."""
+        x = self.lr.transform(texts).astype(np.float32)
+        z_lr = np.asarray(x @ self.lr.coef.T, dtype=np.float32) + self.lr.intercept
+        z_title = np.asarray((x @ self.titles.T).todense(), dtype=np.float32)
+        if len(self.mentions):
+            z_title += MENTION_WEIGHT * self.mentions.match(texts, z_title.shape[1])
+        return z_lr, z_title
+
+    def proba(self, texts: list[str]) -> np.ndarray:
+        if not self.fused:
+            return self.lr.predict_proba(texts)
+        z_lr, z_title = self._parts(texts)
+        return sigmoid(fused_logits(np.zeros_like(z_lr), z_lr, self.fusion, self.counts, z_title=z_title))
+
+    def scores(self, test: tuple[list[str], np.ndarray]) -> tuple[float, float]:
+        """(test micro-F1, test macro-F1) at the dev-tuned threshold."""
+        yhat = binarize(self.proba(test[0]), self.threshold)
+        return micro_prf(test[1], yhat)[2], macro_prf(test[1], yhat)[2]
 
 
-def simulate(rule: str, texts: list[str], y: np.ndarray, dev: tuple, test: tuple, hits: np.ndarray, vecs, *,
-             seed: int, seed_n: int, batch: int) -> list[dict]:
+def simulate(rule: str, learner: str, train: list[dict], codes: list[str], titles: list[str], dev: tuple,
+             test: tuple, hits: np.ndarray, vecs, *, seed: int, seed_n: int, batch: int) -> list[dict]:
+    texts, y = [r["text"] for r in train], multi_hot(train, codes)
     order = list(np.random.default_rng(seed).permutation(len(texts)))
     reviewed, pool = order[:seed_n], order[seed_n:]
     curve = []
     while True:
         t0 = time.perf_counter()
-        model = fit_tfidf_lr([texts[i] for i in reviewed], y[reviewed], single_label=False)
+        model = Fitted(learner, [train[i] for i in reviewed], codes, titles, dev)
         took = time.perf_counter() - t0
-        micro, macro, threshold = scores(model, dev, test)
+        micro, macro = model.scores(test)
         curve.append({"reviewed": len(reviewed), "share": len(reviewed) / len(texts), "micro_f1": micro,
-                      "macro_f1": macro, "threshold": threshold, "refit_s": took})
+                      "macro_f1": macro, "threshold": model.threshold, "refit_s": took,
+                      "codes_decided": int(y[reviewed].sum())})
         if not pool:
             return curve
         if rule == "arrival":
             nxt = pool[:batch]
         else:
-            probs = model.predict_proba([texts[i] for i in pool])
-            unc, rare = teach.signals(probs, threshold, y[reviewed].sum(axis=0), hits[pool])
-            nxt = [pool[j] for j in teach.pick(unc, rare, batch, vecs=vecs[pool], weights=RULES[rule])]
+            unc, rare = teach.signals(model.proba([texts[i] for i in pool]), model.threshold, model.counts,
+                                      hits[pool])
+            seen = vecs[reviewed] if rule == "teach" else None   # `review next` compares with the finished notes
+            nxt = [pool[j] for j in teach.pick(unc, rare, batch, vecs=vecs[pool], weights=RULES[rule], seen=seen)]
         taken = set(nxt)
         reviewed = reviewed + nxt
         pool = [i for i in pool if i not in taken]
@@ -112,83 +154,93 @@ def at_budget(curve: list[dict], share: float) -> dict:
     return max((p for p in curve if p["share"] <= share + 1e-9), key=lambda p: p["share"])
 
 
+def measure(name: str, codes: str, a: argparse.Namespace) -> dict:
+    """One data set and code set: the full fit and every rule's curve for every seed."""
+    train, dev_rows, test_rows, chosen, titles = load(name, codes)
+    texts = [r["text"] for r in train]
+    dev = ([r["text"] for r in dev_rows], multi_hot(dev_rows, chosen))
+    test = ([r["text"] for r in test_rows], multi_hot(test_rows, chosen))
+    hits, vecs = teach.title_hits(texts, titles), teach.vectors(texts)
+    t0 = time.perf_counter()
+    full = Fitted(a.learner, train, chosen, titles, dev)
+    full_s = time.perf_counter() - t0
+    full_micro, full_macro = full.scores(test)
+    seed_n, batch = max(1, round(a.seed_share * len(texts))), max(1, round(a.batch_share * len(texts)))
+    entry = {"data": SETS[name], "codes": len(chosen), "train_notes": len(texts), "test_notes": len(test_rows),
+             "learner": a.learner, "full": {"micro_f1": full_micro, "macro_f1": full_macro, "fit_s": full_s},
+             "seed_notes": seed_n, "batch_notes": batch, "seeds": a.seeds, "curves": {}}
+    for rule in a.rules:
+        entry["curves"][rule] = [simulate(rule, a.learner, train, chosen, titles, dev, test, hits, vecs, seed=s,
+                                          seed_n=seed_n, batch=batch) for s in a.seeds]
+        print(f"{name}/{codes} {rule}: done", file=sys.stderr)
+    return entry
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", nargs="+", default=["bc5cdr", "ncbi"], choices=sorted(SETS))
     ap.add_argument("--codes", nargs="+", default=["top50"], choices=["top50", "all"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--learner", default="fused", choices=LEARNERS)
     ap.add_argument("--seed-share", type=float, default=0.1)
-    ap.add_argument("--batch-share", type=float, default=0.05)
+    ap.add_argument("--batch-share", type=float, default=0.1)
     ap.add_argument("--rules", nargs="+", default=["arrival", "uncertainty", "rarity", "teach"],
                     choices=["arrival", *RULES])
     ap.add_argument("--no-write", action="store_true", help="print the table only")
     a = ap.parse_args()
+    measured = {f"{name}/{codes}": measure(name, codes, a) for name in a.data for codes in a.codes}
+    # the curves file keeps the sets not measured now (read here, at the end: a run beside this one may have written)
     results: dict = json.loads(CURVES.read_text()) if CURVES.exists() and not a.no_write else {}
-    lines = []
-    for name in a.data:
-        for codes in a.codes:
-            train, dev_rows, test_rows, chosen, titles = load(name, codes)
-            texts, y = [r["text"] for r in train], multi_hot(train, chosen)
-            dev = ([r["text"] for r in dev_rows], multi_hot(dev_rows, chosen))
-            test = ([r["text"] for r in test_rows], multi_hot(test_rows, chosen))
-            hits = teach.title_hits(texts, titles)
-            vecs = teach.vectors(texts)
-            t0 = time.perf_counter()
-            full = fit_tfidf_lr(texts, y, single_label=False)
-            full_s = time.perf_counter() - t0
-            full_micro, full_macro, _ = scores(full, dev, test)
-            seed_n, batch = max(1, round(a.seed_share * len(texts))), max(1, round(a.batch_share * len(texts)))
-            key = f"{name}/{codes}"
-            entry = {"data": SETS[name], "codes": len(chosen), "train_notes": len(texts), "test_notes": len(test_rows),
-                     "full": {"micro_f1": full_micro, "macro_f1": full_macro, "fit_s": full_s},
-                     "seed_notes": seed_n, "batch_notes": batch, "curves": {}}
-            for rule in a.rules:
-                entry["curves"][rule] = [simulate(rule, texts, y, dev, test, hits, vecs, seed=s, seed_n=seed_n,
-                                                  batch=batch) for s in a.seeds]
-                print(f"{key} {rule}: done", file=sys.stderr)
-            entry["seeds"] = a.seeds
-            results[key] = entry
-    for key, entry in results.items():  # every set measured so far (the curves file keeps earlier runs' sets)
-        lines += _table(key, entry, entry.get("seeds", a.seeds))
+    results.update(measured)
     if not a.no_write:
         CURVES.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    head = [
+    lines = [
         "## review: which note next (`benchmarks/bench_review_learning.py`)",
         "",
-        f"`python benchmarks/bench_review_learning.py --data DATA --codes top50|all --seeds "
-        f"{' '.join(map(str, a.seeds))} --batch-share {a.batch_share}`: a simulated coder replays gold codes in the "
-        "order each rule proposes; "
-        f"tfidf-lr refitted on every note reviewed so far (seed set {a.seed_share:.0%} of train, then "
-        f"{a.batch_share:.0%} of train per round), test micro- and macro-F1 at the dev-tuned threshold, mean over "
-        f"{len(a.seeds)} seeds (min-max in brackets). `full`: tfidf-lr fitted on every training note. Rules: "
-        "`arrival` (queue order), `uncertainty`, `rarity`, `teach` (both plus diversity: `review next`'s "
-        f"default). Refit: mean seconds per refit along the curve. {machine_line()}",
+        "`python benchmarks/bench_review_learning.py --data DATA --codes top50|all --seeds 0 1 2`: a simulated coder "
+        "replays gold codes and gold evidence spans in the order each rule proposes; the model is refitted on every "
+        "note reviewed so far (seed set and each round: below), test micro- and macro-F1 at the dev-tuned "
+        "threshold, mean over the seeds (min-max in brackets). Learner `fused`: the default model's tfidf-lr, title "
+        "match and mentions (learnt from the reviewed notes' spans), fused on dev, without its LEAM part; "
+        "`tfidf-lr`: tfidf-lr alone. `full`: the same learner fitted on every training note. Rules: `arrival` (queue "
+        "order), `uncertainty`, `rarity`, `teach` (`review next`'s default). Codes/note: gold codes decided per note "
+        "reviewed at 60% (the coder's work per note). Macro > arrival: (budget, seed) pairs below 100% where the "
+        "rule's macro-F1 is above arrival order's from the same seed set. Refit: mean seconds per refit along the "
+        f"curve. {machine_line()}",
         "",
     ]
-    publish("review-learning", head + lines, write=not a.no_write)
+    for key, entry in results.items():
+        lines += _table(key, entry)
+    publish("review-learning", lines, write=not a.no_write)
 
 
-def _table(key: str, entry: dict, seeds: list[int]) -> list[str]:
+def _table(key: str, entry: dict) -> list[str]:
     full = entry["full"]
-    out = [f"**{key}** ({entry['codes']} codes, {entry['train_notes']} training notes, {entry['test_notes']} test "
-           f"notes): full train micro-F1 {full['micro_f1']:.3f}, macro-F1 {full['macro_f1']:.3f} "
-           f"(fit {full['fit_s']:.1f} s)", "",
-           "| rule | " + " | ".join(f"{b:.0%} micro / macro" for b in BUDGETS) + " | refit s | reaches full micro at |",
-           "|---|" + "---|" * (len(BUDGETS) + 2)]
+    out = [f"**{key}**, learner {entry.get('learner', 'tfidf-lr')} ({entry['codes']} codes, {entry['train_notes']} "
+           f"training notes, {entry['test_notes']} test notes; seed set {entry['seed_notes']} notes, then "
+           f"{entry['batch_notes']} a round): full train micro-F1 {full['micro_f1']:.3f}, macro-F1 "
+           f"{full['macro_f1']:.3f} (fit {full['fit_s']:.1f} s)", "",
+           "| rule | " + " | ".join(f"{b:.0%} micro / macro" for b in BUDGETS)
+           + " | codes/note | macro > arrival | refit s | reaches full micro at |",
+           "|---|" + "---|" * (len(BUDGETS) + 4)]
+    arrival = entry["curves"].get("arrival")
     for rule, curves in entry["curves"].items():
         cells = []
         for b in BUDGETS:
             pts = [at_budget(c, b) for c in curves]
             mi, ma = [p["micro_f1"] for p in pts], [p["macro_f1"] for p in pts]
             cells.append(f"{statistics.mean(mi):.3f} [{min(mi):.2f}-{max(mi):.2f}] / {statistics.mean(ma):.3f}")
-        refit = statistics.mean(p["refit_s"] for c in curves for p in c)
-        reach = []
-        for c in curves:
-            hit = next((p["share"] for p in c if p["micro_f1"] >= full["micro_f1"] - 1e-9), None)
-            reach.append(hit)
-        reached = "never" if any(r is None for r in reach) else f"{max(reach):.0%} (worst seed)"
-        cells.append(f"{refit:.2f}")
-        cells.append(reached)
+        at60 = [at_budget(c, 0.6) for c in curves]
+        cells.append(f"{statistics.mean(p.get('codes_decided', 0) / p['reviewed'] for p in at60):.2f}")
+        if arrival is None or rule == "arrival":
+            cells.append("")
+        else:
+            pairs = [(at_budget(c, b)["macro_f1"], at_budget(r, b)["macro_f1"])
+                     for c, r in zip(curves, arrival) for b in BUDGETS[:-1]]
+            cells.append(f"{sum(m > r for m, r in pairs)}/{len(pairs)}")
+        cells.append(f"{statistics.mean(p['refit_s'] for c in curves for p in c):.2f}")
+        reach = [next((p["share"] for p in c if p["micro_f1"] >= full["micro_f1"] - 1e-9), None) for c in curves]
+        cells.append("never" if any(r is None for r in reach) else f"{max(reach):.0%} (worst seed)")
         out.append(f"| {rule} | " + " | ".join(cells) + " |")
     out.append("")
     return out

@@ -275,13 +275,16 @@ def train(
         return train_whole(run, ds, config, extra)  # a kind fitted whole (tfidf-lr): no epoch loop
 
     kind = train_kind(config.model)
-    before = _before_loop(kind, ds, config, report, warm_start)
+    before = _before_loop(kind, ds, config, report, warm_start)   # every training note (tfidf-lr: seconds)
+    every, ds = ds, _loop_data(ds) if warm_start is not None else ds
     # a kind may cap its loop's epochs (the fused model's LEAM part: --fused-epochs); the checkpoint keeps the options
     # as given
     loop_config = (dataclasses.replace(config, epochs=kind.loop_epochs(config, len(ds.labels)))
                    if hasattr(kind, "loop_epochs") else config)
     setup = TrainingSetup(ds, run, loop_config, options, given_options(model_options), resume=resume, report=report,
                           manifest_extra={**extra, "world_size": world()[1]}, warm_start=warm_start)
+    if ds is not every:   # the bands and the checkpoint count every training note, not only those the epochs saw
+        setup.train_counts = every.labels.counts(every.split("train")["labels"])
     trainer = _Trainer(setup, progress=progress, on_epoch=on_epoch)
     if setup.world == 1 and int(setup.state["epoch"]) < loop_config.epochs:
         _say(report, estimate(setup))
@@ -305,6 +308,17 @@ def train(
         result["fusion"] = fusion
     return {**result, "run": str(run), "best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
             "stopped": trainer.stopped()}
+
+
+def _loop_data(ds: Any) -> Any:
+    """DS with only the training notes its manifest's `loop_notes` names (`review retrain`'s data: the decided notes
+    and the sample a warm start's epochs see), or DS itself when it names none."""
+    keep = ds.manifest.get("loop_notes")
+    if not keep:
+        return ds
+    train_df = ds.split("train")
+    part = train_df[train_df["id"].astype(str).isin({str(i) for i in keep})].reset_index(drop=True)
+    return dataclasses.replace(ds, splits={**ds.splits, "train": part})
 
 
 def _before_loop(kind: Any, ds: Any, config: TrainConfig, report: Callable[[str], None] | None,

@@ -109,12 +109,14 @@ def export(db: ReviewStore, out: str | Path, *, base: str | Path | None = None) 
 
 
 RETRAIN_KIND = "prepared-dataset"  # a run's own data (RUN/data), which `train` accepts inside its --out
+LOOP_NOTES = "loop_notes"          # the manifest's list of the training notes a warm start's epochs see
 
 
 def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: Sequence[tuple[str, str]],
                  sample: int | None = None, seed: int = 0) -> dict[str, Any]:
     """The coded-notes folder `review retrain` trains on: the finished notes with the coders' codes, plus the base's
-    training notes (all of them, or a random SAMPLE for a warm start), and the base's dev and test unchanged, every
+    training notes (all of them; a warm start's epochs see only the decided notes and a random SAMPLE of the others,
+    named in the manifest's `loop_notes`), and the base's dev and test unchanged, every
     split's codes kept to LABELS (the checkpoint's (code, title) list, which labels.json fixes: a retrained model
     has the same outputs). Base notes left without a code of LABELS are dropped, as `train --top-k` drops them;
     reviewed notes are kept whatever they hold (a note coded with none of the codes is a lesson too), with the
@@ -161,8 +163,9 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
         return out_rows
 
     base_train = rows("train")
+    loop = None        # the notes a warm start's epochs see: the decided ones and the sample (None: every note)
     if sample is not None and sample < len(base_train):
-        base_train = random.Random(seed).sample(base_train, max(sample, 0))
+        loop = sorted(ids | {r["id"] for r in random.Random(seed).sample(base_train, max(sample, 0))})
     splits = {"train": reviewed + base_train, "dev": rows("dev"), "test": rows("test")}
     with atomic_dir(out, replaces=lambda f: manifest_kind(f) == RETRAIN_KIND) as tmp:
         os.chmod(tmp, 0o700)
@@ -174,8 +177,9 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
         _write_private(tmp / "labels.json", json.dumps(label_set.to_json(), indent=1, ensure_ascii=False) + "\n")
         counts = {name: len(part) for name, part in splits.items()}
         write_manifest(tmp, make_manifest(RETRAIN_KIND, counts=counts, reviewed=len(reviewed), source=str(db.path),
-                                          base=str(base), sample=sample))
-    return {**counts, "reviewed": len(reviewed), "sampled": len(base_train), "kept_out": len(notes) - len(reviewed),
+                                          base=str(base), sample=sample, **{LOOP_NOTES: loop}))
+    sampled = len(base_train) if loop is None else len(loop) - len(reviewed)
+    return {**counts, "reviewed": len(reviewed), "sampled": sampled, "kept_out": len(notes) - len(reviewed),
             "notes": sorted(ids)}
 
 

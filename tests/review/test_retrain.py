@@ -90,10 +90,18 @@ def test_a_leam_checkpoint_is_warm_started_from_its_weights(tiny_run, demo_data,
     old, new = load_checkpoint(tiny_run / "checkpoint"), load_checkpoint(out / "checkpoint")
     assert new.tokenizer.vocab_size == old.tokenizer.vocab_size                 # the old vocabulary, no new word2vec
     assert new.manifest["retrained_from"]["checkpoint_sha256"] == old.manifest_sha256
-    train = (out / "data" / "train.jsonl").read_text().splitlines()
-    assert len(train) == 12 + 40                                                 # decided + the sample
+    from clinicode.data.prepared import load_dataset
+
+    base = load_dataset(demo_data).split("train")
+    train = [json.loads(line) for line in (out / "data" / "train.jsonl").read_text().splitlines()]
+    decided = {r["id"] for r in train} - set(base["id"].astype(str))
+    assert len(decided) == 12 and len(train) == len(base) + 12                   # every training note, and the decided
+    loop = json.loads((out / "data" / "manifest.json").read_text())["loop_notes"]
+    assert len(loop) == 12 + 40 and decided <= set(loop)                         # the epochs: decided + the sample
     history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
     assert len(history) == 2
+    counts = json.loads((out / "checkpoint" / "train_counts.json").read_text())["counts"]
+    assert counts == {c: sum(c in r["labels"] for r in train) for c in new.labels.codes}   # every note, not the 52
     ow, nw = old.model.state_dict(), new.model.state_dict()
     moved = [k for k in ow if not (ow[k] == nw[k]).all()]
     assert moved, "the warm start trained the weights"
@@ -132,6 +140,8 @@ def test_a_checkpoint_of_the_default_kind_is_warm_started_and_refitted(demo_data
                                                 dim=1)
     assert float(cos.mean()) > 0.9                                              # the LEAM part started from the old
     assert not (old.model.leam.label_emb == new.model.leam.label_emb).all()     # and trained
+    # the bag-of-words part is refitted on every training note and the decided ones, not on the epochs' 52
+    assert len(new.model.lr.vocabulary) >= len(old.model.lr.vocabulary)
 
 
 def test_the_base_notes_keep_their_evidence_spans_in_the_retrain_data(tfidf_run, demo_data, tmp_path):

@@ -21,8 +21,8 @@ def review_retrain_cli(
     out: Annotated[Path, typer.Option(help="The new run folder (new or empty): its checkpoint, and its data/.")],
     db: Annotated[Optional[str], db_option()] = None,
     epochs: Annotated[int, typer.Option(help="LEAM: epochs of the warm start.")] = 3,
-    sample: Annotated[int, typer.Option(help="LEAM: training notes of --data trained on beside the decided ones "
-                                             "(tfidf-lr refits on all of them).")] = 200,
+    sample: Annotated[int, typer.Option(help="Warm start: training notes of --data its epochs see beside the "
+                                             "decided ones (tfidf-lr parts refit on all of them).")] = 200,
     seed: Annotated[int, typer.Option(help="Seed of the sample and of the warm start.")] = 0,
     device: Annotated[Optional[str], opt("auto, cpu or cuda.", default_of(TrainConfig, "device"))] = None,
 ) -> None:

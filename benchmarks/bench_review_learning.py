@@ -122,7 +122,9 @@ class Fitted:
 
 
 def simulate(rule: str, learner: str, train: list[dict], codes: list[str], titles: list[str], dev: tuple,
-             test: tuple, hits: np.ndarray, vecs, *, seed: int, seed_n: int, batch: int) -> list[dict]:
+             test: tuple, hits: np.ndarray, vecs, *, seed: int, seed_n: int, batch: int,
+             order_out: list[int] | None = None) -> list[dict]:
+    """One curve; ORDER_OUT, when given, receives the indices of train in the order they were reviewed."""
     texts, y = [r["text"] for r in train], multi_hot(train, codes)
     order = list(np.random.default_rng(seed).permutation(len(texts)))
     reviewed, pool = order[:seed_n], order[seed_n:]
@@ -136,6 +138,8 @@ def simulate(rule: str, learner: str, train: list[dict], codes: list[str], title
                       "macro_f1": macro, "threshold": model.threshold, "refit_s": took,
                       "codes_decided": int(y[reviewed].sum())})
         if not pool:
+            if order_out is not None:
+                order_out.extend(int(i) for i in reviewed)
             return curve
         if rule == "arrival":
             nxt = pool[:batch]

@@ -88,8 +88,10 @@ def _learning_curves() -> None:
     if not rows:
         return
     st.subheader("Which note next: learning curves")
-    st.caption("A simulated coder replays gold codes in each rule's order; tfidf-lr refitted after each batch "
-               "(benchmarks/bench_review_learning.py, mean of the seeds). `teach` is `review next`'s rule.")
+    learners = sorted({e.get("learner", "tfidf-lr") for e in data.values()})
+    st.caption("A simulated coder replays gold codes (and evidence spans) in each rule's order; the model "
+               f"({', '.join(learners)}) is refitted after each batch (benchmarks/bench_review_learning.py, mean of "
+               "the seeds). `teach` is `review next`'s rule.")
     df = pd.DataFrame(rows).groupby(["data", "rule", "notes reviewed", "metric"], as_index=False)["value"].mean()
     key = st.selectbox("Data", sorted(df["data"].unique()), key="review_curve_data")
     st.altair_chart(alt.Chart(df[df["data"] == key]).mark_line(point=True).encode(

@@ -1,12 +1,14 @@
-"""Retraining from decisions, measured: `review retrain` from 50 decisions against a full `train`, on bc5cdr top 50.
+"""Retraining from decisions, measured: `review retrain` from 50 decisions against a full `train`, on bc5cdr.
 
     python benchmarks/bench_review_retrain.py [--decisions 50] [--model leam] [--seed 0] [--epochs 3] [--sample 200]
-        [--work-dir /tmp/clinicode-bench-retrain] [--no-write]
+        [--codes top50|all] [--work-dir /tmp/clinicode-bench-retrain] [--no-write]
 
 ../shared/data/bc5cdr-disease-mesh with the 50 codes of most training notes (labels.json; notes without one of them
-dropped from every split, as `train --top-k 50` drops them). --decisions training notes (a seeded draw) are held out:
+dropped from every split, as `train --top-k 50` drops them), or every code (--codes all). --decisions training notes
+(a seeded draw) are held out:
 the base run trains on the others; the held-out notes are queued with it (`review queue`), a simulated coder decides
-them by their gold codes, and `review retrain` makes a new run from those decisions. The full run trains on every
+them by their gold codes and gold evidence spans (`review decide --evidence`), and `review retrain` makes a new run
+from those decisions. The full run trains on every
 training note, as a full retrain would. Times are whole commands (`train`, `review retrain`), each a fresh process;
 test micro-F1 at each run's dev-tuned threshold. The full and base runs are kept in --work-dir and reused;
 each retrain writes a new database and run (nothing is deleted).
@@ -85,13 +87,15 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=200)
     ap.add_argument("--train-epochs", type=int, default=None,
                     help="cap the full and base trains' epochs (default: train's own, with early stopping)")
+    ap.add_argument("--codes", default="top50", choices=["top50", "all"])
     ap.add_argument("--work-dir", type=Path, default=Path("/tmp/clinicode-bench-retrain"))
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
-    work = a.work_dir / f"{a.model}-d{a.decisions}-s{a.seed}{f'-cap{a.train_epochs}' if a.train_epochs else ''}"
+    work = a.work_dir / (f"{a.model}-d{a.decisions}-s{a.seed}{f'-cap{a.train_epochs}' if a.train_epochs else ''}"
+                         f"{'-all' if a.codes == 'all' else ''}")
     train, dev, test = _rows("train"), _rows("dev"), _rows("test")
     count = collections.Counter(c for r in train for c in r["labels"])
-    codes = [c for c, _ in sorted(count.items(), key=lambda kv: (-kv[1], kv[0]))][:50]
+    codes = [c for c, _ in sorted(count.items(), key=lambda kv: (-kv[1], kv[0]))][:50 if a.codes == "top50" else None]
     titles = {}
     for line in (DATA / "descriptions.tsv").read_text(encoding="utf-8").splitlines():
         code, _, title = line.partition("\t")
@@ -115,8 +119,12 @@ def main() -> None:
         for r in held:
             gold = set(r["labels"]) & set(codes)
             suggested = {s["code"] for s in rdb.note(r["id"])["suggestions"]}
+            spans: dict[str, list[tuple[int, int]]] = {}   # the coder marks the gold evidence of each code kept
+            for m in r.get("evidence") or []:
+                if m["code"] in gold:
+                    spans.setdefault(m["code"], []).append((int(m["start"]), int(m["end"])))
             rdb.decide(r["id"], "simulated-coder", accept=sorted(suggested & gold), reject=sorted(suggested - gold),
-                       add=sorted(gold - suggested), done=True)
+                       add=sorted(gold - suggested), done=True, evidence=spans)
     out = work / f"retrained-e{a.epochs}-n{a.sample}-{stamp}"
     retrain_s, _ = _cli("review", "retrain", "--checkpoint", work / "base", "--data", work / "base-data", "--out", out,
                         "--db", db, "--epochs", a.epochs, "--sample", a.sample, "--seed", a.seed, "--device", "cpu")
@@ -124,11 +132,12 @@ def main() -> None:
     kind = "warm start" if a.model != "tfidf-lr" else "refit"
     lines = [
         f"### retrain from {a.decisions} decisions, {a.model} (`benchmarks/bench_review_retrain.py --model {a.model} "
-        f"--epochs {a.epochs} --sample {a.sample} --seed {a.seed}"
+        f"--epochs {a.epochs} --sample {a.sample} --seed {a.seed}{' --codes all' if a.codes == 'all' else ''}"
         f"{f' --train-epochs {a.train_epochs}' if a.train_epochs else ''}`)",
         "",
-        f"bc5cdr-disease-mesh, the 50 codes of most training notes; {a.decisions} training notes held out and decided "
-        f"by a simulated coder (their gold codes) on the base run's suggestions. Whole commands, fresh processes"
+        f"bc5cdr-disease-mesh, {'every code' if a.codes == 'all' else 'the 50 codes of most training notes'}; "
+        f"{a.decisions} training notes held out and decided by a simulated coder (their gold codes and evidence spans) "
+        f"on the base run's suggestions. Whole commands, fresh processes"
         f"{f'; full and base trains capped at {a.train_epochs} epochs' if a.train_epochs else ''}. "
         f"{machine_line()}",
         "",
@@ -144,7 +153,7 @@ def main() -> None:
         f"{new - full:+.4f} (goal within 0.01).",
         "",
     ]
-    publish(f"review-retrain-{a.model}", lines, write=not a.no_write)
+    publish(f"review-retrain-{a.model}{'-all' if a.codes == 'all' else ''}", lines, write=not a.no_write)
 
 
 if __name__ == "__main__":

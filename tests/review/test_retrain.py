@@ -165,3 +165,11 @@ def test_the_base_notes_keep_their_evidence_spans_in_the_retrain_data(tfidf_run,
     from_base = [r for r in rows if not r["id"].startswith("new")]
     assert from_base and all(r["evidence"] == [{"code": labels[0], "start": 0, "end": 4}] for r in from_base)
     assert all("evidence" not in r for r in rows if r["id"].startswith("new"))
+    # `review export --base` keeps them too, in every split (it keeps the base's labels as they are)
+    from clinicode.review.export import export
+
+    with open_db(db) as rdb:
+        export(rdb, tmp_path / "exported", base=base)
+    for split in ("train", "dev", "test"):
+        got = [json.loads(line) for line in (tmp_path / "exported" / f"{split}.jsonl").read_text().splitlines()]
+        assert all(len(r["evidence"]) == 2 for r in got if not r["id"].startswith("new")), split

@@ -72,13 +72,14 @@ def export(db: ReviewStore, out: str | Path, *, base: str | Path | None = None) 
         splits = {}
         for name, df in ds.splits.items():
             part = []
-            for i, t, lab in zip(df["id"], df["text"], df["labels"]):
+            spans = df[EVIDENCE] if EVIDENCE in df.columns else [None] * len(df)
+            for i, t, lab, ev in zip(df["id"], df["text"], df["labels"], spans):
                 reviewed = rows.pop(str(i), None)
                 if reviewed is not None and name == "train":
                     part.append(reviewed)
                 else:
                     kept_out += reviewed is not None
-                    part.append({"id": str(i), "text": t, "labels": list(lab)})
+                    part.append(_base_row(str(i), t, list(lab), ev))
             splits[name] = part
         splits["train"].extend(rows.values())
     # A code whose reviewed notes all fell in dev or test (or were kept out) has no training note: no model can learn
@@ -154,12 +155,7 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
         for i, t, lab, ev in zip(df["id"], df["text"], df["labels"], spans):
             codes = sorted(c for c in lab if c in keep)
             if codes and str(i) not in ids:
-                row = {"id": str(i), "text": t, "labels": codes}
-                if isinstance(ev, (list, tuple)) or hasattr(ev, "tolist"):  # coders' evidence spans stay with it
-                    row[EVIDENCE] = [{"code": str(m["code"]), "start": int(m["start"]), "end": int(m["end"])}
-                                     for m in (ev.tolist() if hasattr(ev, "tolist") else ev)
-                                     if str(m["code"]) in keep]
-                out_rows.append(row)
+                out_rows.append(_base_row(str(i), t, codes, ev, keep=keep))
         return out_rows
 
     base_train = rows("train")
@@ -190,6 +186,18 @@ def _reviewed_row(note: dict[str, Any], labels: list[str]) -> dict[str, Any]:
     spans = [m for m in note.get("evidence", ()) if m["code"] in labels]
     if spans:
         row[EVIDENCE] = spans
+    return row
+
+
+def _base_row(note_id: str, text: str, labels: list[str], evidence: Any, *,
+              keep: set[str] | None = None) -> dict[str, Any]:
+    """A base dataset's note as a coded-notes row; its coders' evidence spans stay with it when the base has them
+    (of the codes in KEEP; None: all), since the default model learns its codes' mentions from them."""
+    row: dict[str, Any] = {"id": note_id, "text": text, "labels": labels}
+    if isinstance(evidence, (list, tuple)) or hasattr(evidence, "tolist"):
+        row[EVIDENCE] = [{"code": str(m["code"]), "start": int(m["start"]), "end": int(m["end"])}
+                         for m in (evidence.tolist() if hasattr(evidence, "tolist") else evidence)
+                         if keep is None or str(m["code"]) in keep]
     return row
 
 

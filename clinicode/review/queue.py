@@ -1,5 +1,5 @@
 """`review queue`: score notes with a checkpoint and store them, with their suggestions and evidence, a chunk per
-transaction."""
+transaction; `review rescore`: score the untouched ones again with a retrained checkpoint."""
 
 from __future__ import annotations
 
@@ -105,6 +105,46 @@ def queue(db: ReviewStore, predictor: "Predictor", input: str | Path | Any, *, e
 
     for recs, preds in score_records(predictor, todo(), top_k=SIGNAL_CODES, explain=explain, chunk=chunk):
         store(recs, preds)
+    return counts
+
+
+def rescore(db: ReviewStore, predictor: "Predictor", *, explain: int = EXPLAIN, chunk: int = CHUNK,
+            on_bad: Callable[[str], None] | None = None) -> dict[str, int]:
+    """Score the queued notes no one has opened, decided or been assigned again with PREDICTOR's checkpoint (after
+    `review retrain`), replacing their suggestions and next-note signals; every other note keeps what its decisions
+    were made on. The texts are the database's own.
+
+    Returns:
+        {"rescored", "kept": queued notes left as they were, "errors"}.
+    """
+    explain = check_explain(explain)
+    sha = predictor.checkpoint.manifest_sha256
+    ck_path = str(predictor.checkpoint.path)
+    labels = predictor.labels
+    db.add_model(sha, ck_path, list(zip(labels.codes, labels.descriptions)), predictor.code_system)
+    signal_of = _signaller(predictor)
+    todo = db.untouched()
+    total = db.read("SELECT COUNT(*) FROM notes")[0][0]
+    counts = {"rescored": 0, "kept": total - len(todo), "errors": 0}
+    from clinicode.predict_io import score_records
+
+    records = (Record(i, t) for i, t in todo)
+    for recs, preds in score_records(predictor, records, top_k=SIGNAL_CODES, explain=explain, chunk=chunk):
+        items = []
+        for r, p in zip(recs, preds):
+            rec = p.to_dict()
+            if "error" in rec:
+                counts["errors"] += 1
+                if on_bad:
+                    on_bad(rec["error"])
+            else:
+                items.append((r.id, r.text, rec))
+        if items:
+            signals = signal_of([t for _, t, _ in items], [rec["scores"] for _, _, rec in items])
+            done = db.rescore_notes([(i, rec) for i, _, rec in items], sha256=sha, checkpoint=ck_path,
+                                    signals={i: v for (i, _, _), v in zip(items, signals)})
+            counts["rescored"] += done
+            counts["kept"] += len(items) - done   # opened or decided meanwhile
     return counts
 
 

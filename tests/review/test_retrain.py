@@ -165,3 +165,46 @@ def test_the_base_notes_keep_their_evidence_spans_in_the_retrain_data(tfidf_run,
     from_base = [r for r in rows if not r["id"].startswith("new")]
     assert from_base and all(r["evidence"] == [{"code": labels[0], "start": 0, "end": 4}] for r in from_base)
     assert all("evidence" not in r for r in rows if r["id"].startswith("new"))
+    # `review export --base` keeps them too, in every split (it keeps the base's labels as they are)
+    from clinicode.review.export import export
+
+    with open_db(db) as rdb:
+        export(rdb, tmp_path / "exported", base=base)
+    for split in ("train", "dev", "test"):
+        got = [json.loads(line) for line in (tmp_path / "exported" / f"{split}.jsonl").read_text().splitlines()]
+        assert all(len(r["evidence"]) == 2 for r in got if not r["id"].startswith("new")), split
+
+
+def test_rescore_gives_the_untouched_notes_the_retrained_models_suggestions(tfidf_run, demo_data, tmp_path):
+    """`review rescore` after `review retrain`: notes no one opened, decided or was assigned take the new
+    checkpoint's suggestions and next-note signals; the others keep what their decisions were made on."""
+    db, _ = _decided(tfidf_run, demo_data, tmp_path, n=6)
+    out = tmp_path / "retrained"
+    succeeds(["review", "retrain", "--checkpoint", tfidf_run, "--data", demo_data, "--out", out, "--db", db])
+    df = pd.read_parquet(demo_data / "dev.parquet").head(5)
+    more = tmp_path / "more.jsonl"
+    more.write_text("".join(json.dumps({"id": f"m{i}", "text": t}) + "\n" for i, t in enumerate(df["text"])))
+    succeeds(["review", "queue", "--checkpoint", tfidf_run, "--input", more, "--db", db])
+    with open_db(db) as rdb:
+        rdb.claim("m0", "ann")                                                    # open: kept
+        old_sha = rdb.read("SELECT checkpoint_sha256 FROM suggestions WHERE note = 'm1'")[0][0]
+        m1_before = rdb.note("m1")["suggestions"]
+    fails(["review", "rescore", "--checkpoint", out, "--db", db, "--explain", "0"], "--explain must be an integer")
+    fails(["review", "rescore", "--checkpoint", out, "--db", tmp_path / "none.sqlite"], "none.sqlite")
+    res = succeeds(["review", "rescore", "--checkpoint", out, "--db", db])
+    assert "rescored 4 notes" in res.stdout and "7 opened, decided or assigned notes kept" in res.stdout
+    new_sha = load_checkpoint_sha(out)
+    assert new_sha != old_sha
+    with open_db(db) as rdb:
+        sha_of = {r[0]: r[1] for r in rdb.read("SELECT note, MIN(checkpoint_sha256) FROM suggestions GROUP BY note")}
+        signals = {r[0]: r[1] for r in rdb.read("SELECT note, checkpoint_sha256 FROM note_signals")}
+        assert all(sha_of[f"m{i}"] == new_sha and signals[f"m{i}"] == new_sha for i in range(1, 5))
+        assert sha_of["m0"] == old_sha and all(sha_of[f"new{i}"] == old_sha for i in range(6))
+        assert [s["code"] for s in m1_before] and rdb.note("m1")["text"] == df["text"].iloc[1]
+        assert rdb.next_notes(1, reviewer="bob")[0] in {f"m{i}" for i in range(1, 5)}
+
+
+def load_checkpoint_sha(run: Path) -> str:
+    from clinicode.checkpoint import load_checkpoint
+
+    return load_checkpoint(run / "checkpoint").manifest_sha256

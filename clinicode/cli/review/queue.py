@@ -62,6 +62,31 @@ def review_queue_cli(
 
 
 @friendly
+def review_rescore_cli(
+    checkpoint: Annotated[Path, typer.Option(help="Run folder (or its checkpoint/), e.g. the one `review retrain` "
+                                                  "made.")],
+    db: Annotated[Optional[str], db_option()] = None,
+    explain: Annotated[int, typer.Option(help="Evidence phrases stored per suggested code (>= 1).")] = 5,
+    device: Annotated[Optional[str], opt("auto, cpu or cuda.", default_of(TrainConfig, "device"))] = None,
+    memory_budget: Annotated[Optional[int], opt("MB of scratch memory one batch and the word-code table may use.",
+                                                default_of(PredictConfig, "memory_mb"))] = None,
+) -> None:
+    """Score the queued notes no one has opened, decided or been assigned again with CHECKPOINT (after `review
+    retrain`): their suggestions and next-note signals become the new model's; every other note keeps its own."""
+    from clinicode.predict import Predictor
+    from clinicode.review import open_db
+    from clinicode.review.queue import check_explain, rescore
+
+    explain = check_explain(explain)
+    PredictConfig.from_user(explain=explain, **given(memory_mb=memory_budget))
+    with open_db(db, create=False) as rdb:     # the database is checked before the model is loaded
+        pred = Predictor.from_checkpoint(checkpoint, **given(device=device, memory_mb=memory_budget))
+        counts = rescore(rdb, pred, explain=explain, on_bad=lambda msg: typer.echo(f"bad record: {msg}", err=True))
+    typer.echo(f"rescored {counts['rescored']:,} notes with {pred.checkpoint.path}; {counts['kept']:,} opened, "
+               f"decided or assigned notes kept as they were, {counts['errors']:,} bad (listed above) -> {rdb.path}")
+
+
+@friendly
 def review_decide_cli(
     id: Annotated[str, typer.Option("--id", help="The note's id.")],
     reviewer: Annotated[str, typer.Option(help="Who decides (stored with every decision).")],
@@ -110,8 +135,8 @@ def review_next_cli(
     reviewer: Annotated[Optional[str], typer.Option(help="Who reviews: notes others hold, and double-coded notes "
                                                          "not assigned to them, are left out.")] = None,
     count: Annotated[int, typer.Option("--count", "-n", help="How many notes to propose, best first.")] = 1,
-    order: Annotated[str, typer.Option(help="teach (uncertain notes and rare codes first, alike notes spread out) "
-                                            "or arrival (queue order).")] = "teach",
+    order: Annotated[str, typer.Option(help="teach (rare codes first, unlike the notes already finished and each "
+                                            "other) or arrival (queue order).")] = "teach",
 ) -> None:
     """Print the ids of the notes to review next, one a line, by the next-note rule (the app's *Next note*)."""
     from clinicode.review import open_db

@@ -161,25 +161,39 @@ class ReviewStore:
                 if cur.rowcount != 1:
                     continue
                 added += 1
-                evidence = (rec.get("evidence") or {}).get("codes") or {}
-                predicted = rec.get("predicted", [])
-                con.executemany(
-                    "INSERT INTO suggestions (note, checkpoint_sha256, checkpoint_path, code, description, score, "
-                    "evidence, rank, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'model')",
-                    [(note_id, sha256, checkpoint, p["code"], p.get("description") or "", float(p["score"]),
-                      json.dumps(evidence.get(p["code"], [])), rank)
-                     for rank, p in enumerate(predicted, start=1)])
-                # codes suggested from their titles (#43), after the model's; their score is a rank, not a probability
-                con.executemany(
-                    "INSERT OR IGNORE INTO suggestions (note, checkpoint_sha256, checkpoint_path, code, description, "
-                    "score, evidence, rank, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'title')",
-                    [(note_id, sha256, checkpoint, p["code"], p.get("title") or "", float(p["score"]),
-                      json.dumps([{**sp, "weight": 1.0} for sp in p.get("spans", [])]), rank)
-                     for rank, p in enumerate(rec.get("suggested") or [], start=len(predicted) + 1)])
-                if signals and note_id in signals:
-                    con.execute("INSERT INTO note_signals (note, checkpoint_sha256, uncertainty, rarity) "
-                                "VALUES (?, ?, ?, ?)", (note_id, sha256, *signals[note_id]))
+                _suggest(con, note_id, rec, sha256, checkpoint, (signals or {}).get(note_id))
             return added
+
+        return self.write(run)
+
+    def untouched(self) -> list[tuple[str, str]]:
+        """(id, text) of the queued notes no one has opened, decided or been assigned: what `review rescore` may
+        score again."""
+        return [(r[0], r[1]) for r in self.read(
+            "SELECT n.id, n.text FROM notes n WHERE n.status = 'pending' AND n.claimed_by IS NULL "
+            "AND NOT EXISTS (SELECT 1 FROM decisions d WHERE d.note = n.id) "
+            "AND NOT EXISTS (SELECT 1 FROM assignments a WHERE a.note = n.id) ORDER BY n.rowid")]
+
+    def rescore_notes(self, items: Sequence[tuple[str, dict[str, Any]]], *, sha256: str, checkpoint: str,
+                      signals: dict[str, tuple[float, float]] | None = None) -> int:
+        """Replace the suggestions and signals of queued notes with another checkpoint's ((id, Prediction.to_dict())
+        pairs), in one transaction; a note someone opened, decided or was assigned meanwhile is left as it is.
+        Returns how many were replaced."""
+
+        def run(con: sqlite3.Connection) -> int:
+            done = 0
+            for note_id, rec in items:
+                still = con.execute(
+                    "SELECT 1 FROM notes n WHERE n.id = ? AND n.status = 'pending' AND n.claimed_by IS NULL "
+                    "AND NOT EXISTS (SELECT 1 FROM decisions d WHERE d.note = n.id) "
+                    "AND NOT EXISTS (SELECT 1 FROM assignments a WHERE a.note = n.id)", (note_id,)).fetchone()
+                if still is None:
+                    continue
+                con.execute("DELETE FROM suggestions WHERE note = ?", (note_id,))
+                con.execute("DELETE FROM note_signals WHERE note = ?", (note_id,))
+                _suggest(con, note_id, rec, sha256, checkpoint, (signals or {}).get(note_id))
+                done += 1
+            return done
 
         return self.write(run)
 
@@ -314,3 +328,26 @@ class ReviewStore:
                         "labels": sorted(c for c, a in state.items() if a in ("accept", "add")),
                         "evidence": final_evidence(log[note_id])})
         return out
+
+
+def _suggest(con: sqlite3.Connection, note_id: str, rec: dict[str, Any], sha256: str, checkpoint: str,
+             signals: tuple[float, float] | None) -> None:
+    """Store a note's suggestions (the model's, then the codes suggested from their titles) and its signals."""
+    evidence = (rec.get("evidence") or {}).get("codes") or {}
+    predicted = rec.get("predicted", [])
+    con.executemany(
+        "INSERT INTO suggestions (note, checkpoint_sha256, checkpoint_path, code, description, score, "
+        "evidence, rank, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'model')",
+        [(note_id, sha256, checkpoint, p["code"], p.get("description") or "", float(p["score"]),
+          json.dumps(evidence.get(p["code"], [])), rank)
+         for rank, p in enumerate(predicted, start=1)])
+    # codes suggested from their titles (#43), after the model's; their score is a rank, not a probability
+    con.executemany(
+        "INSERT OR IGNORE INTO suggestions (note, checkpoint_sha256, checkpoint_path, code, description, "
+        "score, evidence, rank, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'title')",
+        [(note_id, sha256, checkpoint, p["code"], p.get("title") or "", float(p["score"]),
+          json.dumps([{**sp, "weight": 1.0} for sp in p.get("spans", [])]), rank)
+         for rank, p in enumerate(rec.get("suggested") or [], start=len(predicted) + 1)])
+    if signals is not None:
+        con.execute("INSERT INTO note_signals (note, checkpoint_sha256, uncertainty, rarity) VALUES (?, ?, ?, ?)",
+                    (note_id, sha256, *signals))

@@ -11,6 +11,8 @@ from typing import Any, Callable
 
 import typer
 
+from clinicode.errors import ConfigError
+
 
 def opt(help: str, default: Any = None, *decls: str, **kw: Any) -> Any:
     """An option that stays None unless given, so the library's default (clinicode/config.py) applies;
@@ -69,3 +71,17 @@ _DB_HELP = "Review database file (SQLite; holds note text; created owner-only). 
 def db_option() -> Any:
     """`review`'s --db: the database file, or $CLINICODE_REVIEW_DB."""
     return typer.Option("--db", help=_DB_HELP, envvar="CLINICODE_REVIEW_DB", show_envvar=False)
+
+
+def evidence_spans(given: list[str]) -> dict[str, list[tuple[int, int]]]:
+    """--evidence CODE=START:END options as {code: [(start, end), ...]} (a code may repeat); the note's length and
+    the codes are checked by `decide`."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for item in given:
+        code, _, where = item.partition("=")
+        start, _, end = where.partition(":")
+        if not (code.strip() and all(x.strip().isascii() and x.strip().isdigit() for x in (start, end))):
+            raise ConfigError(f"--evidence {item[:60]!r}: expected CODE=START:END, a code and two character offsets "
+                              "into the note, e.g. --evidence 428.0=120:133 (nothing was saved).")
+        out.setdefault(code.strip(), []).append((int(start), int(end)))
+    return out

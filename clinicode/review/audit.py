@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from clinicode.review.store import (
     ReviewError,
     ReviewStore,
+    check_evidence,
     check_reviewer,
     norm_code,
     note_checkpoint,
@@ -51,19 +52,23 @@ def assign(db: ReviewStore, note_ids: Sequence[str], coders: Sequence[str]) -> i
 
 
 def adjudicate(db: ReviewStore, note_id: str, reviewer: str, codes: Sequence[str], *,
+               evidence: Mapping[str, Sequence[tuple[int, int]]] | None = None,
                now: float | None = None) -> dict[str, Any]:
     """Record the final codes of a double-coded note both coders finished, and finish it.
 
     Every code either coder or the model named gets a decision by REVIEWER with source "adjudication" (accept or
     add when in CODES, reject otherwise), so the note's final state is the adjudicator's whatever the coders said.
+    EVIDENCE: {code: [(start, end), ...]} of final codes, the words the adjudicator kept them on (checked as
+    `decide` checks them); a final code without it keeps the spans of the coders who kept it.
     """
     reviewer = check_reviewer(reviewer)
     now = time.time() if now is None else now
     final = [norm_code(c) for c in codes]
+    given = [(norm_code(c), spans) for c, spans in (evidence or {}).items()]
     system = db.code_system(note_id)
 
     def run(con: sqlite3.Connection) -> dict[str, Any]:
-        open_note(con, db.path, note_id)
+        n = open_note(con, db.path, note_id)
         coders = {r[0]: r[1] for r in con.execute("SELECT reviewer, finished_at FROM assignments WHERE note = ?",
                                                   (note_id,))}
         if not coders:
@@ -84,15 +89,16 @@ def adjudicate(db: ReviewStore, note_id: str, reviewer: str, codes: Sequence[str
         if unknown:
             raise ReviewError(f"note {note_id!r}: {unknown[0]} was named by neither coder nor the model; the final "
                               "codes are chosen from theirs.")
+        spans = check_evidence(note_id, given, system, chosen, len(n["text"]), keeps="--code {code}")
         at, sha = utc_now(), note_checkpoint(con, note_id)
         rows = []
         for c in sorted(named):
             action = ("accept" if c in suggested else "add") if c in chosen else "reject"
             was = "/".join(f"{k}:{per_coder[k].get(c, '-')}" for k in sorted(coders))
-            rows.append((note_id, c, action, reviewer, at, sha, "adjudication", was))
-        rows.append((note_id, None, "done", reviewer, at, sha, "adjudication", None))
-        con.executemany("INSERT INTO decisions (note, code, action, reviewer, at, checkpoint_sha256, source, was) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            rows.append((note_id, c, action, reviewer, at, sha, "adjudication", was, spans.get(c)))
+        rows.append((note_id, None, "done", reviewer, at, sha, "adjudication", None, None))
+        con.executemany("INSERT INTO decisions (note, code, action, reviewer, at, checkpoint_sha256, source, was, "
+                        "spans) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         start_work(con, note_id, reviewer, now)
         con.execute("UPDATE work SET finished = ? WHERE note = ? AND reviewer = ? AND finished IS NULL",
                     (now, note_id, reviewer))

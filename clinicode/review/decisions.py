@@ -4,7 +4,6 @@ code system; and the code search of the Review page's *Add a code*."""
 from __future__ import annotations
 
 import json
-import numbers
 import sqlite3
 import time
 from typing import Any, Mapping, Sequence
@@ -17,6 +16,7 @@ from clinicode.review.store import (
     ReviewError,
     ReviewStore,
     check_claim,
+    check_evidence,
     check_reviewer,
     norm_code,
     note_checkpoint,
@@ -27,8 +27,6 @@ from clinicode.review.store import (
     utc_now,
 )
 
-MAX_SPANS = 50  # evidence spans per code and decision: the words that justify it, not the whole note
-
 
 def decide(db: ReviewStore, note_id: str, reviewer: str, *, accept: Sequence[str] = (), reject: Sequence[str] = (),
            add: Sequence[str] = (), done: bool = False, evidence: Mapping[str, Sequence[tuple[int, int]]] | None = None,
@@ -38,7 +36,7 @@ def decide(db: ReviewStore, note_id: str, reviewer: str, *, accept: Sequence[str
     accept/reject: suggested codes (reject also withdraws a code added earlier); add: a code the model did not
     suggest (one of the checkpoint's codes, or a code of the note's code system: `_addable`); done: every
     suggestion must then have a decision; evidence: {code: [(start, end), ...]}, the character spans of the note that
-    justify a code this call accepts or adds (at most MAX_SPANS a code), stored with its decision row and taught to
+    justify a code this call accepts or adds (at most `MAX_SPANS` a code), stored with its decision row and taught to
     the default model by `review retrain` and `review export`. The reviewer's claim on the note is renewed.
 
     Raises:
@@ -68,7 +66,7 @@ def decide(db: ReviewStore, note_id: str, reviewer: str, *, accept: Sequence[str
                                                        (note_id, reviewer) if assigned else (note_id,))])
         before = dict(state)
         _match_codes(note_id, system, accept, reject, add, suggested, {c for c, a in state.items() if a == "add"})
-        spans = _evidence(note_id, given, system, accept + add, len(n["text"]))
+        spans = check_evidence(note_id, given, system, accept + add, len(n["text"]))
         at = utc_now()
         sha = note_checkpoint(con, note_id)
         rows = [(note_id, c, a, reviewer, at, sha, proposed.get(c, "person"), before.get(c), spans.get(c))
@@ -136,46 +134,6 @@ def _match_codes(note_id: str, system: CodeSystem, accept: list[str], reject: li
     if twice:
         raise ReviewError(f"note {note_id!r}: code {twice[0]} is given more than once; accept, "
                           "reject or add each code once.")
-
-
-def _evidence(note_id: str, given: Sequence[tuple[str, Any]], system: CodeSystem, kept: Sequence[str],
-              length: int) -> dict[str, str]:
-    """{code as stored: JSON list of [start, end]} of the evidence GIVEN, each code one of KEPT (this call's accepted
-    and added codes, however spelled), each span a pair of whole numbers 0 <= start < end <= LENGTH (the note's
-    characters), at most MAX_SPANS a code; repeated spans are stored once, in the order given."""
-    out: dict[str, list[list[int]]] = {}
-    for typed, spans in given:
-        code = same_code(system, typed, set(kept))
-        if code is None:
-            raise ReviewError(f"note {note_id!r}: evidence for {typed}, which this decision neither accepts nor adds; "
-                              f"give evidence only with --accept {typed} or --add {typed} in the same decision "
-                              "(nothing was saved).")
-        pairs = out.setdefault(code, [])
-        for span in [spans] if isinstance(spans, (str, bytes)) else spans:
-            pair = _span(note_id, code, span, length)
-            if pair not in pairs:
-                pairs.append(pair)
-            if len(pairs) > MAX_SPANS:
-                raise ReviewError(f"note {note_id!r}: more than {MAX_SPANS} evidence spans for {code}; at most "
-                                  f"{MAX_SPANS} a code and decision: keep the words that justify it (nothing was "
-                                  "saved).")
-    return {c: json.dumps(p) for c, p in out.items() if p}
-
-
-def _span(note_id: str, code: str, span: Any, length: int) -> list[int]:
-    """SPAN as [start, end]: two whole numbers with 0 <= start < end <= LENGTH."""
-    try:
-        start, end = span
-    except (TypeError, ValueError):
-        start = end = None
-    if not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in (start, end)):
-        raise ReviewError(f"note {note_id!r}: evidence span {str(span)[:40]!r} for {code} is not a pair of character "
-                          "offsets; give each span as (start, end), two whole numbers (nothing was saved).")
-    if not 0 <= start < end <= length:
-        raise ReviewError(f"note {note_id!r}: evidence span {start}:{end} for {code} is outside the note's "
-                          f"{length} characters; expected 0 <= start < end <= {length}, offsets into the note's text "
-                          "(nothing was saved).")
-    return [int(start), int(end)]
 
 
 def _update_note(con: sqlite3.Connection, note_id: str, reviewer: str, *, done: bool, double: bool, at: str,

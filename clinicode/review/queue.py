@@ -128,8 +128,12 @@ def rescore(db: ReviewStore, predictor: "Predictor", *, explain: int = EXPLAIN, 
     counts = {"rescored": 0, "kept": total - len(todo), "errors": 0}
     from clinicode.predict_io import score_records
 
-    records = (Record(i, t) for i, t in todo)
-    for recs, preds in score_records(predictor, records, top_k=SIGNAL_CODES, explain=explain, chunk=chunk):
+    def records() -> Iterator[Record]:   # the texts a chunk at a time: a queue of long notes never sits in memory
+        for k in range(0, len(todo), chunk):
+            ids = todo[k:k + chunk]
+            yield from (Record(i, t) for i, t in zip(ids, db.texts(ids)))
+
+    for recs, preds in score_records(predictor, records(), top_k=SIGNAL_CODES, explain=explain, chunk=chunk):
         items = []
         for r, p in zip(recs, preds):
             rec = p.to_dict()

@@ -98,6 +98,36 @@ def test_an_adjudicated_note_takes_the_spans_of_the_coders_who_kept_the_code(tmp
             {"code": "428.0", "start": CHF[0], "end": CHF[1]}]
 
 
+def test_the_adjudicators_spans_replace_the_coders_and_are_checked(tmp_path):
+    with open_db(_db(tmp_path / "r.sqlite")) as db:
+        assign(db, ["n0"], ["ann", "bob"])
+        db.decide("n0", "ann", accept=["401.9", "428.0"], evidence={"401.9": [HTN], "428.0": [CHF]}, done=True)
+        db.decide("n0", "bob", accept=["401.9"], reject=["428.0"], evidence={"401.9": [(0, 5)]}, done=True)
+        with pytest.raises(ReviewError, match="evidence for 584.9, which this decision neither accepts nor adds; "
+                                              "give evidence only with --code 584.9"):
+            adjudicate(db, "n0", "cat", ["401.9"], evidence={"584.9": [(0, 5)]})
+        with pytest.raises(ReviewError, match="outside the note's"):
+            adjudicate(db, "n0", "cat", ["401.9"], evidence={"401.9": [(0, len(TEXT) + 1)]})
+        assert db.note("n0", reviewer="cat")["status"] != "done"                 # nothing saved
+        adjudicate(db, "n0", "cat", ["401.9", "428.0"], evidence={"401.9": [HTN]})
+        assert db.finished()[0]["evidence"] == [                # 401.9: the adjudicator's; 428.0: ann's, who kept it
+            {"code": "401.9", "start": HTN[0], "end": HTN[1]}, {"code": "428.0", "start": CHF[0], "end": CHF[1]}]
+
+
+def test_the_adjudicate_command_takes_evidence(tmp_path):
+    db = _db(tmp_path / "r.sqlite")
+    with open_db(db) as rdb:
+        assign(rdb, ["n0"], ["ann", "bob"])
+        rdb.decide("n0", "ann", accept=["401.9"], reject=["428.0"], done=True)
+        rdb.decide("n0", "bob", accept=["401.9", "428.0"], done=True)
+    fails(["review", "adjudicate", "--db", db, "--id", "n0", "--reviewer", "cat", "--code", "401.9",
+           "--evidence", "401.9=5"], "expected CODE=START:END")
+    succeeds(["review", "adjudicate", "--db", db, "--id", "n0", "--reviewer", "cat", "--code", "401.9",
+              "--evidence", f"401.9={HTN[0]}:{HTN[1]}"])
+    with open_db(db) as rdb:
+        assert [TEXT[m["start"]:m["end"]] for m in rdb.finished()[0]["evidence"]] == ["hypertension"]
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(accept=["401.9"], reject=["428.0"], evidence={"428.0": [CHF]}),
      "evidence for 428.0, which this decision neither accepts nor adds"),

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from clinicode.cli.options import db_option
+from clinicode.cli.options import db_option, evidence_spans
 from clinicode.cli.root import friendly
 from clinicode.errors import ConfigError
 
@@ -44,13 +44,17 @@ def review_adjudicate_cli(
     db: Annotated[Optional[str], db_option()] = None,
     code: Annotated[Optional[list[str]], typer.Option(help="A final code (named by a coder or the model); "
                                                            "repeatable; none: the note has no code.")] = None,
+    evidence: Annotated[Optional[list[str]],
+                        typer.Option(help="CODE=START:END, the note's characters that justify a final code; "
+                                          "repeatable (without it a code keeps its coders' spans).")] = None,
 ) -> None:
     """Record the final codes of a note both coders finished, and finish it."""
     from clinicode.review import open_db
     from clinicode.review.audit import adjudicate
 
+    spans = evidence_spans(evidence or [])
     with open_db(db, create=False) as rdb:
-        r = adjudicate(rdb, id, reviewer, code or [])
+        r = adjudicate(rdb, id, reviewer, code or [], evidence=spans)
     coders = "; ".join(f"{c}: {', '.join(sorted(a for a, v in s.items() if v in ('accept', 'add'))) or 'none'}"
                        for c, s in sorted(r["coders"].items()))
     typer.echo(f"note {r['note']}: final codes {', '.join(r['codes']) or 'none'} ({coders}); finished")

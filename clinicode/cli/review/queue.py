@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from clinicode.cli.options import db_option, formats_help, given, opt
+from clinicode.cli.options import db_option, evidence_spans, formats_help, given, opt
 from clinicode.cli.root import friendly
 from clinicode.config import PredictConfig, TrainConfig, default_of
 from clinicode.errors import ConfigError
@@ -113,20 +113,6 @@ def review_decide_cli(
                f"{len(r['rejected'])}, added {len(r['added'])}"
                f"{f' ({marked} evidence spans)' if marked else ''}"
                f"{'; finished' if r['done'] else ''}; codes now: {', '.join(r['codes']) or 'none'}")
-
-
-def evidence_spans(given: list[str]) -> dict[str, list[tuple[int, int]]]:
-    """--evidence CODE=START:END options as {code: [(start, end), ...]} (a code may repeat); the note's length and
-    the codes are checked by `decide`."""
-    out: dict[str, list[tuple[int, int]]] = {}
-    for item in given:
-        code, _, where = item.partition("=")
-        start, _, end = where.partition(":")
-        if not (code.strip() and all(x.strip().isascii() and x.strip().isdigit() for x in (start, end))):
-            raise ConfigError(f"--evidence {item[:60]!r}: expected CODE=START:END, a code and two character offsets "
-                              "into the note, e.g. --evidence 428.0=120:133 (nothing was saved).")
-        out.setdefault(code.strip(), []).append((int(start), int(end)))
-    return out
 
 
 @friendly

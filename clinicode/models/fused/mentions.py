@@ -46,6 +46,8 @@ class MentionLexicon:
     def __post_init__(self) -> None:
         self.longest = max((len(p) for p in self.phrases), default=0)
         self._starts = {p[0] for p in self.phrases}     # a note's word can begin a mention only if it is one of these
+        # every phrase's beginnings: a run of a note's words that begins none can be left at once
+        self._prefixes = {p[:n] for p in self.phrases for n in range(1, len(p) + 1)}
 
     def __len__(self) -> int:
         return len(self.phrases)
@@ -88,8 +90,10 @@ class MentionLexicon:
                 continue
             for n in range(1, min(self.longest, len(words) - i) + 1):
                 key = tuple(lower[i:i + n])
-                codes = set(self.phrases.get(key, ()))
                 as_written = tuple(w for w, _, _ in words[i:i + n])
+                if key not in self._prefixes and as_written not in self._prefixes:
+                    break                 # no phrase goes on from here
+                codes = set(self.phrases.get(key, ()))
                 if as_written != key:     # an acronym matches only as written
                     codes.update(self.phrases.get(as_written, ()))
                 for k in sorted(codes):

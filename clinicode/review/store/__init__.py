@@ -17,8 +17,9 @@ from clinicode.review.store.rows import (
     state_of,
 )
 from clinicode.review.store.schema import ACTIONS, APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, STATUSES, utc_now
+from clinicode.review.store.spans import MAX_SPANS, check_evidence
 
 __all__ = ["ACTIONS", "APPLICATION_ID", "BUSY_MS", "CLAIM_MINUTES", "COMPANIONS", "DB_ENV", "MAX_CODE_CHARS",
-           "MIGRATIONS", "RETRIES", "SCHEMA_VERSION", "SQLITE_MAGIC", "STATUSES", "ClaimedError", "ReviewError",
-           "ReviewStore", "check_claim", "check_reviewer", "db_path", "norm_code", "note_checkpoint", "open_note",
-           "open_store", "same_code", "start_work", "state_of", "utc_now"]
+           "MAX_SPANS", "MIGRATIONS", "RETRIES", "SCHEMA_VERSION", "SQLITE_MAGIC", "STATUSES", "ClaimedError",
+           "ReviewError", "ReviewStore", "check_claim", "check_evidence", "check_reviewer", "db_path", "norm_code",
+           "note_checkpoint", "open_note", "open_store", "same_code", "start_work", "state_of", "utc_now"]

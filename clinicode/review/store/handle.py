@@ -166,13 +166,22 @@ class ReviewStore:
 
         return self.write(run)
 
-    def untouched(self) -> list[tuple[str, str]]:
-        """(id, text) of the queued notes no one has opened, decided or been assigned: what `review rescore` may
-        score again."""
-        return [(r[0], r[1]) for r in self.read(
-            "SELECT n.id, n.text FROM notes n WHERE n.status = 'pending' AND n.claimed_by IS NULL "
+    def untouched(self) -> list[str]:
+        """The ids of the queued notes no one has opened, decided or been assigned: what `review rescore` may score
+        again."""
+        return [r[0] for r in self.read(
+            "SELECT n.id FROM notes n WHERE n.status = 'pending' AND n.claimed_by IS NULL "
             "AND NOT EXISTS (SELECT 1 FROM decisions d WHERE d.note = n.id) "
             "AND NOT EXISTS (SELECT 1 FROM assignments a WHERE a.note = n.id) ORDER BY n.rowid")]
+
+    def texts(self, ids: Sequence[str]) -> list[str]:
+        """The texts of notes IDS, in that order (read 500 at a time)."""
+        found: dict[str, str] = {}
+        for i in range(0, len(ids), 500):
+            part = list(ids[i:i + 500])
+            found.update((r[0], r[1]) for r in self.read(
+                f"SELECT id, text FROM notes WHERE id IN ({','.join('?' * len(part))})", part))
+        return [found[i] for i in ids]
 
     def rescore_notes(self, items: Sequence[tuple[str, dict[str, Any]]], *, sha256: str, checkpoint: str,
                       signals: dict[str, tuple[float, float]] | None = None) -> int:

@@ -27,14 +27,20 @@ def state_of(log: Iterable[dict[str, Any]]) -> dict[str, str]:
 def final_evidence(log: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """{"code", "start", "end"} spans of each code the LOG (a note's decisions, oldest first, with reviewer, source and
     spans: JSON text as stored, or decoded) finally holds, accepted or added: those of the latest accept or add row
-    of that code that carried spans. On an adjudicated note the adjudicator's rows fix the codes and carry no
-    spans; its spans are then those of each coder who still held the code when they finished (each coder's latest
-    such row; a span both marked, once)."""
+    of that code that carried spans. On an adjudicated note the adjudicator's rows fix the codes; a code the
+    adjudicator marked spans on has those, any other the spans of each coder who still held the code when they
+    finished (each coder's latest such row; a span both marked, once)."""
     adjudicated = any(r.get("source") == "adjudication" for r in log)
     coders = sorted({r["reviewer"] for r in log if r.get("source") != "adjudication"}) if adjudicated else [None]
     out = []
     for code, action in sorted(state_of(log).items()):
         if action not in ("accept", "add"):
+            continue
+        ruled = next((r["spans"] for r in reversed(log) if adjudicated and r.get("code") == code
+                      and r.get("source") == "adjudication" and r.get("spans")), None)
+        if ruled:
+            out += [{"code": code, "start": a, "end": b}
+                    for a, b in (json.loads(ruled) if isinstance(ruled, str) else ruled)]
             continue
         spans: list[tuple[int, int]] = []
         for coder in coders:

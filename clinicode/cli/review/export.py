@@ -26,8 +26,9 @@ def review_retrain_cli(
     seed: Annotated[int, typer.Option(help="Seed of the sample and of the warm start.")] = 0,
     device: Annotated[Optional[str], opt("auto, cpu or cuda.", default_of(TrainConfig, "device"))] = None,
 ) -> None:
-    """A new checkpoint from the finished notes' decisions: tfidf-lr refits on train + decided notes; LEAM starts
-    from the checkpoint's weights and trains a few epochs on the decided notes and a sample of train."""
+    """A new checkpoint from the finished notes' decisions: tfidf-lr (and the default model's tfidf-lr part,
+    mentions and fusion) refits on train + decided notes; LEAM starts from the checkpoint's weights and trains a few
+    epochs on the decided notes and a sample of train."""
     from clinicode.checkpoint import load_checkpoint, resolve_checkpoint_dir
     from clinicode.review import db_path, open_db
     from clinicode.review.export import retrain_data

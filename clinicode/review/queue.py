@@ -54,11 +54,7 @@ def queue(db: ReviewStore, predictor: "Predictor", input: str | Path | Any, *, e
     if first is None:
         raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, "
                               "CSV/parquet row or .txt file.")
-    sha = predictor.checkpoint.manifest_sha256
-    ck_path = str(predictor.checkpoint.path)
-    labels = predictor.labels
-    db.add_model(sha, ck_path, list(zip(labels.codes, labels.descriptions)), predictor.code_system)
-    signal_of = _signaller(predictor)
+    sha, ck_path = _register(db, predictor)
     counts = {"queued": 0, "already": 0, "errors": 0}
     seen: set[str] = set()
 
@@ -84,27 +80,10 @@ def queue(db: ReviewStore, predictor: "Predictor", input: str | Path | Any, *, e
                     seen.add(r.id)
                     yield r
 
-    def store(recs: list[Record], preds: list[Any]) -> None:
-        items = []
-        for r, p in zip(recs, preds):
-            rec = p.to_dict()
-            if "error" in rec:
-                bad(rec["error"])
-            else:
-                items.append((r.id, r.text, rec))
-        if items:
-            signals = signal_of([t for _, t, _ in items], [rec["scores"] for _, _, rec in items])
-            added = db.add_notes(items, sha256=sha, checkpoint=ck_path,
-                                 signals={i: s for (i, _, _), s in zip(items, signals)})
-            counts["queued"] += added
-            counts["already"] += len(items) - added  # another process queued them meanwhile
-
-    # predict's own chunked scorer: tokenising the next chunk overlaps scoring and storing this one (imported here:
-    # it loads torch, which `review decide`, `stats` and the app's queue view never need)
-    from clinicode.predict_io import score_records
-
-    for recs, preds in score_records(predictor, todo(), top_k=SIGNAL_CODES, explain=explain, chunk=chunk):
-        store(recs, preds)
+    for items, signals in _scored(predictor, todo(), explain=explain, chunk=chunk, bad=bad):
+        added = db.add_notes(items, sha256=sha, checkpoint=ck_path, signals=signals)
+        counts["queued"] += added
+        counts["already"] += len(items) - added  # another process queued them meanwhile
     return counts
 
 
@@ -118,38 +97,57 @@ def rescore(db: ReviewStore, predictor: "Predictor", *, explain: int = EXPLAIN, 
         {"rescored", "kept": queued notes left as they were, "errors"}.
     """
     explain = check_explain(explain)
-    sha = predictor.checkpoint.manifest_sha256
-    ck_path = str(predictor.checkpoint.path)
-    labels = predictor.labels
-    db.add_model(sha, ck_path, list(zip(labels.codes, labels.descriptions)), predictor.code_system)
-    signal_of = _signaller(predictor)
+    sha, ck_path = _register(db, predictor)
     todo = db.untouched()
     total = db.read("SELECT COUNT(*) FROM notes")[0][0]
     counts = {"rescored": 0, "kept": total - len(todo), "errors": 0}
-    from clinicode.predict_io import score_records
+
+    def bad(msg: str) -> None:
+        counts["errors"] += 1
+        if on_bad:
+            on_bad(msg)
 
     def records() -> Iterator[Record]:   # the texts a chunk at a time: a queue of long notes never sits in memory
         for k in range(0, len(todo), chunk):
             ids = todo[k:k + chunk]
             yield from (Record(i, t) for i, t in zip(ids, db.texts(ids)))
 
-    for recs, preds in score_records(predictor, records(), top_k=SIGNAL_CODES, explain=explain, chunk=chunk):
+    for items, signals in _scored(predictor, records(), explain=explain, chunk=chunk, bad=bad):
+        done = db.rescore_notes([(i, rec) for i, _, rec in items], sha256=sha, checkpoint=ck_path, signals=signals)
+        counts["rescored"] += done
+        counts["kept"] += len(items) - done   # opened or decided meanwhile
+    return counts
+
+
+def _register(db: ReviewStore, predictor: "Predictor") -> tuple[str, str]:
+    """Record PREDICTOR's checkpoint (codes, code system) in DB; returns its (manifest SHA-256, path)."""
+    sha, ck_path = predictor.checkpoint.manifest_sha256, str(predictor.checkpoint.path)
+    labels = predictor.labels
+    db.add_model(sha, ck_path, list(zip(labels.codes, labels.descriptions)), predictor.code_system)
+    return sha, ck_path
+
+
+def _scored(predictor: "Predictor", records: Iterator[Record], *, explain: int, chunk: int,
+            bad: Callable[[str], None]) -> Iterator[tuple[list[tuple[str, str, dict[str, Any]]],
+                                                      dict[str, tuple[float, float]]]]:
+    """Each chunk of RECORDS scored: ([(id, text, Prediction.to_dict())] of the good ones, {id: (uncertainty,
+    rarity)}); a record that could not be scored goes to BAD. Predict's own chunked scorer: tokenising the next chunk
+    overlaps storing this one (imported here: it loads torch, which `review decide`, `stats` and the app's queue view
+    never need)."""
+    from clinicode.predict_io import score_records
+
+    signal_of = _signaller(predictor)
+    for recs, preds in score_records(predictor, records, top_k=SIGNAL_CODES, explain=explain, chunk=chunk):
         items = []
         for r, p in zip(recs, preds):
             rec = p.to_dict()
             if "error" in rec:
-                counts["errors"] += 1
-                if on_bad:
-                    on_bad(rec["error"])
+                bad(rec["error"])
             else:
                 items.append((r.id, r.text, rec))
         if items:
             signals = signal_of([t for _, t, _ in items], [rec["scores"] for _, _, rec in items])
-            done = db.rescore_notes([(i, rec) for i, _, rec in items], sha256=sha, checkpoint=ck_path,
-                                    signals={i: v for (i, _, _), v in zip(items, signals)})
-            counts["rescored"] += done
-            counts["kept"] += len(items) - done   # opened or decided meanwhile
-    return counts
+            yield items, {i: v for (i, _, _), v in zip(items, signals)}
 
 
 def _signaller(predictor: "Predictor") -> Callable[[list[str], list[dict[str, float]]], list[tuple[float, float]]]:

@@ -197,17 +197,9 @@ def next_notes(db: Any, k: int = 1, *, order: str = DEFAULT_ORDER, reviewer: str
             continue
         pool.append({"id": r["id"], "uncertainty": r["uncertainty"], "rarity": r["rarity"]})
 
-    def text_of(ids: list[str]) -> list[str]:
-        texts: dict[str, str] = {}
-        for i in range(0, len(ids), 500):
-            part = ids[i:i + 500]
-            texts.update((r[0], r[1]) for r in db.read(
-                f"SELECT id, text FROM notes WHERE id IN ({','.join('?' * len(part))})", part))
-        return [texts[i] for i in ids]
-
     seen = [r[0] for r in db.read("SELECT text FROM notes WHERE status = 'done' ORDER BY rowid DESC LIMIT ?",
                                   (SEEN,))] if order != "arrival" and pool and weights.diversity else []
-    return order_notes(pool, k, order=order, weights=weights, text_of=text_of, seen_texts=seen)
+    return order_notes(pool, k, order=order, weights=weights, text_of=db.texts, seen_texts=seen)
 
 
 __all__ = ["CANDIDATES", "DEFAULT_ORDER", "DIVERSE", "ORDERS", "SEEN", "TEACH", "Weights", "check_order", "next_notes",

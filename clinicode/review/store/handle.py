@@ -24,6 +24,11 @@ from clinicode.review.store.rows import (
 )
 from clinicode.review.store.schema import utc_now
 
+# a queued note no one has opened, decided or been assigned: `review rescore` may replace its suggestions
+_UNTOUCHED = ("n.status = 'pending' AND n.claimed_by IS NULL "
+              "AND NOT EXISTS (SELECT 1 FROM decisions d WHERE d.note = n.id) "
+              "AND NOT EXISTS (SELECT 1 FROM assignments a WHERE a.note = n.id)")
+
 
 class ReviewStore:
     """An open review database. Use `open_store` (or `clinicode.review.open_db`); close it (or use it as a context
@@ -169,10 +174,7 @@ class ReviewStore:
     def untouched(self) -> list[str]:
         """The ids of the queued notes no one has opened, decided or been assigned: what `review rescore` may score
         again."""
-        return [r[0] for r in self.read(
-            "SELECT n.id FROM notes n WHERE n.status = 'pending' AND n.claimed_by IS NULL "
-            "AND NOT EXISTS (SELECT 1 FROM decisions d WHERE d.note = n.id) "
-            "AND NOT EXISTS (SELECT 1 FROM assignments a WHERE a.note = n.id) ORDER BY n.rowid")]
+        return [r[0] for r in self.read(f"SELECT n.id FROM notes n WHERE {_UNTOUCHED} ORDER BY n.rowid")]
 
     def texts(self, ids: Sequence[str]) -> list[str]:
         """The texts of notes IDS, in that order (read 500 at a time)."""
@@ -192,10 +194,7 @@ class ReviewStore:
         def run(con: sqlite3.Connection) -> int:
             done = 0
             for note_id, rec in items:
-                still = con.execute(
-                    "SELECT 1 FROM notes n WHERE n.id = ? AND n.status = 'pending' AND n.claimed_by IS NULL "
-                    "AND NOT EXISTS (SELECT 1 FROM decisions d WHERE d.note = n.id) "
-                    "AND NOT EXISTS (SELECT 1 FROM assignments a WHERE a.note = n.id)", (note_id,)).fetchone()
+                still = con.execute(f"SELECT 1 FROM notes n WHERE n.id = ? AND {_UNTOUCHED}", (note_id,)).fetchone()
                 if still is None:
                     continue
                 con.execute("DELETE FROM suggestions WHERE note = ?", (note_id,))

@@ -23,9 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import machine_line, publish  # noqa: E402
-from benchmarks.bench_review_learning import DATA, SETS, load, multi_hot, simulate  # noqa: E402
+from benchmarks.bench_review_learning import DATA, SETS, Set, prepared, simulate  # noqa: E402
 from benchmarks.bench_review_retrain import _cli, _write  # noqa: E402
-from clinicode.review import teach  # noqa: E402
 
 
 def _train(run: Path, data: Path, descriptions: Path, seed: int) -> dict:
@@ -40,16 +39,12 @@ def _train(run: Path, data: Path, descriptions: Path, seed: int) -> dict:
         "seconds"]}
 
 
-def reviewed_at(name: str, codes: str, rule: str, share: float, seed: int) -> list[dict]:
-    """The training notes RULE had reviewed at SHARE of train in `bench_review_learning.py`'s simulation."""
-    train, dev_rows, test_rows, chosen, titles = load(name, codes)
-    texts = [r["text"] for r in train]
-    dev = ([r["text"] for r in dev_rows], multi_hot(dev_rows, chosen))
-    test = ([r["text"] for r in test_rows], multi_hot(test_rows, chosen))
+def reviewed_at(d: Set, rule: str, share: float, seed: int) -> list[dict]:
+    """The training notes RULE had reviewed at SHARE of train in `bench_review_learning.py`'s simulation on D."""
     order: list[int] = []
-    simulate(rule, "fused", train, chosen, titles, dev, test, teach.title_hits(texts, titles), teach.vectors(texts),
-             seed=seed, seed_n=round(0.1 * len(train)), batch=round(0.1 * len(train)), order_out=order)
-    return [train[i] for i in order[:round(share * len(train))]]
+    n = len(d.train)
+    simulate(rule, "fused", d, seed=seed, seed_n=round(0.1 * n), batch=round(0.1 * n), order_out=order)
+    return [d.train[i] for i in order[:round(share * n)]]
 
 
 def main() -> None:
@@ -64,11 +59,11 @@ def main() -> None:
     a = ap.parse_args()
     folder = DATA / SETS[a.data]
     work = a.work_dir / f"{a.data}-{a.codes}-s{a.seed}"
-    train, dev, test, chosen, _ = load(a.data, a.codes)
+    d = prepared(a.data, a.codes)
+    (dev, test), chosen = d.rows, d.codes
     titles = dict(line.split("\t", 1) for line in (folder / "descriptions.tsv").read_text().splitlines() if line)
-    runs = {"every training note": train}
-    runs.update({f"{rule}, {a.share:.0%} reviewed": reviewed_at(a.data, a.codes, rule, a.share, a.seed)
-                 for rule in a.rules})
+    runs = {"every training note": d.train}
+    runs.update({f"{rule}, {a.share:.0%} reviewed": reviewed_at(d, rule, a.share, a.seed) for rule in a.rules})
     rows = []
     for k, (label, notes) in enumerate(runs.items()):
         data = work / f"data-{k}"

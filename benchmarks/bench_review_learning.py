@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -40,8 +41,9 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._common import machine_line, publish  # noqa: E402
 from clinicode.metrics import binarize, macro_prf, micro_prf, tune_threshold  # noqa: E402
 from clinicode.models.fused.fusion import fit_fusion, fused_logits, sigmoid  # noqa: E402
-from clinicode.models.fused.mentions import MENTION_WEIGHT, MentionLexicon  # noqa: E402
+from clinicode.models.fused.mentions import MentionLexicon  # noqa: E402
 from clinicode.models.fused.model import title_rows  # noqa: E402
+from clinicode.models.fused.scorer import bag_of_words  # noqa: E402
 from clinicode.models.tfidf_lr.baseline import fit_tfidf_lr  # noqa: E402
 from clinicode.review import teach  # noqa: E402
 
@@ -84,6 +86,27 @@ def multi_hot(rows: list[dict], codes: list[str]) -> np.ndarray:
     return y
 
 
+class Set(NamedTuple):
+    """One data set and code set, ready for `simulate`."""
+
+    train: list[dict]
+    codes: list[str]
+    titles: list[str]
+    dev: tuple[list[str], np.ndarray]     # texts, [N, K] gold
+    test: tuple[list[str], np.ndarray]
+    hits: np.ndarray                      # [N_train, K] `teach.title_hits`
+    vecs: Any                             # the training notes' tf-idf rows (`teach.vectors`)
+    rows: tuple[list[dict], list[dict]]   # the dev and test notes as read
+
+
+def prepared(name: str, codes: str) -> Set:
+    train, dev_rows, test_rows, chosen, titles = load(name, codes)
+    texts = [r["text"] for r in train]
+    return Set(train, chosen, titles, ([r["text"] for r in dev_rows], multi_hot(dev_rows, chosen)),
+               ([r["text"] for r in test_rows], multi_hot(test_rows, chosen)), teach.title_hits(texts, titles),
+               teach.vectors(texts), (dev_rows, test_rows))
+
+
 class Fitted:
     """A refitted model: probabilities of notes, the dev-tuned threshold and each code's training notes."""
 
@@ -101,13 +124,8 @@ class Fitted:
         self.threshold = tune_threshold(dev[1], self.proba(dev[0]))
 
     def _parts(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """([N, K] tfidf-lr's logits, [N, K] title match + mentions), as the fused scorer computes them."""
-        x = self.lr.transform(texts).astype(np.float32)
-        z_lr = np.asarray(x @ self.lr.coef.T, dtype=np.float32) + self.lr.intercept
-        z_title = np.asarray((x @ self.titles.T).todense(), dtype=np.float32)
-        if len(self.mentions):
-            z_title += MENTION_WEIGHT * self.mentions.match(texts, z_title.shape[1])
-        return z_lr, z_title
+        """([N, K] tfidf-lr's logits, [N, K] title match + mentions), the fused scorer's own computation."""
+        return bag_of_words(self.lr, self.titles, self.mentions, texts)
 
     def proba(self, texts: list[str]) -> np.ndarray:
         if not self.fused:
@@ -121,10 +139,10 @@ class Fitted:
         return micro_prf(test[1], yhat)[2], macro_prf(test[1], yhat)[2]
 
 
-def simulate(rule: str, learner: str, train: list[dict], codes: list[str], titles: list[str], dev: tuple,
-             test: tuple, hits: np.ndarray, vecs, *, seed: int, seed_n: int, batch: int,
+def simulate(rule: str, learner: str, d: Set, *, seed: int, seed_n: int, batch: int,
              order_out: list[int] | None = None) -> list[dict]:
-    """One curve; ORDER_OUT, when given, receives the indices of train in the order they were reviewed."""
+    """One curve on D; ORDER_OUT, when given, receives the indices of train in the order they were reviewed."""
+    train, codes, titles, dev, test, hits, vecs, _ = d
     texts, y = [r["text"] for r in train], multi_hot(train, codes)
     order = list(np.random.default_rng(seed).permutation(len(texts)))
     reviewed, pool = order[:seed_n], order[seed_n:]
@@ -160,22 +178,18 @@ def at_budget(curve: list[dict], share: float) -> dict:
 
 def measure(name: str, codes: str, a: argparse.Namespace) -> dict:
     """One data set and code set: the full fit and every rule's curve for every seed."""
-    train, dev_rows, test_rows, chosen, titles = load(name, codes)
-    texts = [r["text"] for r in train]
-    dev = ([r["text"] for r in dev_rows], multi_hot(dev_rows, chosen))
-    test = ([r["text"] for r in test_rows], multi_hot(test_rows, chosen))
-    hits, vecs = teach.title_hits(texts, titles), teach.vectors(texts)
+    d = prepared(name, codes)
     t0 = time.perf_counter()
-    full = Fitted(a.learner, train, chosen, titles, dev)
+    full = Fitted(a.learner, d.train, d.codes, d.titles, d.dev)
     full_s = time.perf_counter() - t0
-    full_micro, full_macro = full.scores(test)
-    seed_n, batch = max(1, round(a.seed_share * len(texts))), max(1, round(a.batch_share * len(texts)))
-    entry = {"data": SETS[name], "codes": len(chosen), "train_notes": len(texts), "test_notes": len(test_rows),
+    full_micro, full_macro = full.scores(d.test)
+    n = len(d.train)
+    seed_n, batch = max(1, round(a.seed_share * n)), max(1, round(a.batch_share * n))
+    entry = {"data": SETS[name], "codes": len(d.codes), "train_notes": n, "test_notes": len(d.test[0]),
              "learner": a.learner, "full": {"micro_f1": full_micro, "macro_f1": full_macro, "fit_s": full_s},
              "seed_notes": seed_n, "batch_notes": batch, "seeds": a.seeds, "curves": {}}
     for rule in a.rules:
-        entry["curves"][rule] = [simulate(rule, a.learner, train, chosen, titles, dev, test, hits, vecs, seed=s,
-                                          seed_n=seed_n, batch=batch) for s in a.seeds]
+        entry["curves"][rule] = [simulate(rule, a.learner, d, seed=s, seed_n=seed_n, batch=batch) for s in a.seeds]
         print(f"{name}/{codes} {rule}: done", file=sys.stderr)
     return entry
 

@@ -19,6 +19,18 @@ EVIDENCE_LEAM_FLOOR = 0.5
 MENTION_FLOOR = 2.0
 
 
+def bag_of_words(lr: Any, titles: Any, mentions: Any, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """([N, K] tfidf-lr's logits, [N, K] title matches) from one tf-idf pass over the notes; a code's title match
+    counts MENTION_WEIGHT more where one of its training mentions (MENTIONS, a `MentionLexicon`) occurs in the note.
+    TITLES: [K, V] the codes' titles as tfidf-lr's features (`title_rows`)."""
+    x = lr.transform(list(texts)).astype(np.float32)                               # [N, V]
+    z_lr = np.asarray(x @ lr.coef.T, dtype=np.float32) + lr.intercept               # [N, K]
+    z_title = np.asarray((x @ titles.T).todense(), dtype=np.float32)                # [N, K]
+    if len(mentions):
+        z_title += MENTION_WEIGHT * mentions.match(texts, z_title.shape[1])
+    return z_lr, z_title
+
+
 class _LogitsOf:
     """The LEAM as `LEAMScorer` uses it, but giving logits where it asks for probabilities."""
 
@@ -82,15 +94,8 @@ class FusedScorer:
         return (0.5 * (1.0 + np.tanh(0.5 * np.clip(z, -30.0, 30.0)))).astype(np.float32)
 
     def bag_of_words(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """([N, K] tfidf-lr's logits, [N, K] title matches) from one tf-idf pass over the notes; a code's title
-        match counts MENTION_WEIGHT more where one of its training mentions occurs in the note."""
-        lr = self.model.lr
-        x = lr.transform(list(texts)).astype(np.float32)                               # [N, V]
-        z_lr = np.asarray(x @ lr.coef.T, dtype=np.float32) + lr.intercept               # [N, K]
-        z_title = np.asarray((x @ self.model.titles.T).todense(), dtype=np.float32)     # [N, K]
-        if len(self.model.mentions):
-            z_title += MENTION_WEIGHT * self.model.mentions.match(texts, z_title.shape[1])
-        return z_lr, z_title
+        """([N, K] tfidf-lr's logits, [N, K] title matches) of the notes (`bag_of_words`)."""
+        return bag_of_words(self.model.lr, self.model.titles, self.model.mentions, texts)
 
     def logits(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """([N, K] LEAM's logits, tfidf-lr's, title matches) of raw notes: the parts before fusion (ablations,

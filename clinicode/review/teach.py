@@ -90,14 +90,46 @@ def signals(probs: "np.ndarray", threshold: float, train_counts: Sequence[int] |
     return uncertainty, rarity
 
 
+# Two signals closer than this share of the signal's scale are one value: the model's scores differ in their last
+# bits from one CPU to another (vector units, thread counts), and such noise must not decide which note comes first.
+NOISE = 1e-5
+
+
+def _settled(x: "np.ndarray") -> "np.ndarray":
+    """X with every run of values closer than NOISE x scale to their neighbour (sorted) replaced by the run's least,
+    so that ranks and comparisons made from it do not depend on floating-point noise."""
+    import numpy as np
+
+    x = np.asarray(x, dtype=np.float64)
+    if len(x) < 2:
+        return x.copy()
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    tol = NOISE * max(float(np.abs(xs).max()), 1e-12)
+    starts = np.concatenate(([True], np.diff(xs) > tol))
+    out = np.empty_like(x)
+    out[order] = xs[np.flatnonzero(starts)[np.cumsum(starts) - 1]]
+    return out
+
+
 def _ranks(x: "np.ndarray") -> "np.ndarray":
-    """Ranks in [0, 1] (ties share their mean rank); a constant signal is all 0, so it orders nothing."""
+    """Ranks in [0, 1] (ties, and values within NOISE of each other, share their mean rank); a constant signal is all
+    0, so it orders nothing."""
     import numpy as np
     from scipy.stats import rankdata
 
+    x = _settled(x)
     if len(x) < 2 or np.ptp(x) == 0:
         return np.zeros(len(x))
     return (rankdata(x) - 1) / (len(x) - 1)
+
+
+def _first_best(score: "np.ndarray") -> int:
+    """The first index whose score is within NOISE of the best: a near tie goes to the earlier note."""
+    import numpy as np
+
+    best = float(score.max())
+    return int(np.flatnonzero(score >= best - NOISE * max(abs(best), 1.0))[0])
 
 
 def vectors(texts: Sequence[str]) -> Any:
@@ -133,7 +165,7 @@ def pick(uncertainty: "np.ndarray", rarity: "np.ndarray", k: int, *, texts: Sequ
     chosen: list[int] = []
     for _ in range(k):
         score = np.where(free, base - weights.diversity * closest, -np.inf)
-        i = int(np.argmax(score))
+        i = _first_best(score)
         chosen.append(i)
         free[i] = False
         if vecs is not None and weights.diversity:

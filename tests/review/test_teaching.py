@@ -182,3 +182,26 @@ def test_a_long_queue_reads_only_the_candidates_texts():
         np.array([p["rarity"] for p in pool]))
     tail = [int(i[1:]) for i in ranked[teach.DIVERSE:]]
     assert all(base[a] >= base[b] for a, b in zip(tail, tail[1:]))          # after the walk: by the signals
+
+
+@pytest.mark.parametrize("nudge", [1e-9, -1e-9, 3e-7, -3e-7])
+def test_a_near_tie_goes_to_arrival_order_whatever_the_cpu_rounding(nudge):
+    """Two notes alike but for floating-point noise in their signals (scores differ in their last bits from one CPU to
+    another): the earlier note comes first, whichever way the noise went."""
+    texts = {"e0": "chest pain and fever", "e1": "chest pain and fever", "x": "ankle fracture"}
+    pool = [{"id": "e0", "uncertainty": 0.0, "rarity": 0.72},
+            {"id": "e1", "uncertainty": 0.0, "rarity": 0.72 + nudge},
+            {"id": "x", "uncertainty": 0.0, "rarity": 0.10}]
+    ranked = teach.order_notes(pool, 3, text_of=lambda ids: [texts[i] for i in ids])
+    assert ranked[0] == "e0"
+    assert ranked == teach.order_notes(pool, 3, text_of=lambda ids: [texts[i] for i in ids])   # and every call alike
+    # a real difference still decides, whichever note arrived first
+    pool[1]["rarity"] = 0.80
+    assert teach.order_notes(pool, 1, text_of=lambda ids: [texts[i] for i in ids]) == ["e1"]
+
+
+def test_ranks_tie_values_within_noise_but_keep_real_differences():
+    r = teach._ranks(np.array([0.5, 0.5 + 1e-9, 0.5 - 1e-9, 0.9, 0.1]))
+    assert r[0] == r[1] == r[2]
+    assert r[4] < r[0] < r[3]
+    assert teach._first_best(np.array([0.3, 0.7 - 1e-9, 0.7, 0.7 + 1e-9])) == 1

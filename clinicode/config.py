@@ -16,6 +16,9 @@ from clinicode.files import write_json_atomic
 T = TypeVar("T")
 
 
+FIT_ON = ("train", "train+dev")   # which notes the fused model's parts without epochs learn from, in the end
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """Training options; saved as train_config.json beside the weights."""
@@ -28,6 +31,9 @@ class TrainConfig:
                                     # tfidf-lr and the titles carry the rare codes (docs/accuracy-tuning.md, round 14)
     mentions: bool = True           # --model fused: learn each code's mentions from the training split's evidence
                                     # spans, when it has them (round 15; --no-mentions keeps their words out)
+    fit_on: str = "train+dev"       # --model fused: after dev has chosen the fusion and the threshold, refit the
+                                    # parts that need no epochs (tfidf-lr, titles, mentions) on "train+dev", or keep
+                                    # them as fitted on "train" (round 16)
     batch_size: int = 16
     lr: float = 1e-2                # tuned on hoc/mtsamples/cmc2007 dev (BENCHMARKS.md); was 2e-3
     optimizer: str = "adamw"        # "adamw" (decoupled weight decay) or "adam" (weight_decay as L2 in the gradient)
@@ -76,6 +82,8 @@ class TrainConfig:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
         if self.w2v_epochs < 0:
             raise ConfigError(f"--w2v-epochs must be >= 1, or 0 for automatic, got {self.w2v_epochs}.")
+        if self.fit_on not in FIT_ON:
+            raise ConfigError(f"--fit-on must be {' or '.join(FIT_ON)}, got {self.fit_on!r}.")
         if self.optimizer not in ("adamw", "adam"):
             raise ConfigError(f"--optimizer must be 'adamw' or 'adam', got {self.optimizer!r}.")
         if self.decay_scope not in ("all", "matrices", "embeddings"):

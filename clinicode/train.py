@@ -299,7 +299,7 @@ def train(
             return {"run": str(run), "rank": setup.rank, "best_epoch": setup.state["best_epoch"]}
     setup.release_training()
     _load_best(run, setup)
-    result, fusion = _finish(kind, run, ds, config, setup, before, report)
+    result, fusion = _finish(kind, run, ds, config, setup, before, report, every=every)
     if setup.world > 1:
         import torch.distributed as dist
 
@@ -328,19 +328,36 @@ def _before_loop(kind: Any, ds: Any, config: TrainConfig, report: Callable[[str]
         return None
     t0 = time.perf_counter()
     train_df = ds.split("train")
-    evidence = None
-    if EVIDENCE in train_df.columns and config.mentions:  # coders' spans, their codes spelled as the labels are
-        spell = spelling(ds.labels.codes, ds.labels.code_system)
-        evidence = [[{**m, "code": spell(m.get("code", ""))} if isinstance(m, dict) else m
-                     for m in (note if isinstance(note, (list, tuple)) else ())]
-                    for note in train_df[EVIDENCE].tolist()]
     before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
-                              single_label=single_label(ds, config), codes=ds.labels.codes, evidence=evidence,
-                              warm_start=warm_start)
+                              single_label=single_label(ds, config), codes=ds.labels.codes,
+                              evidence=_evidence(ds, train_df, config), warm_start=warm_start)
     said = getattr(before, "note", "")
     _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s"
          + (f"; {said}" if said else ""))
     return before
+
+
+def _evidence(ds: Any, df: Any, config: TrainConfig) -> list | None:
+    """Each note of DF's coders' spans, their codes spelled as the labels are; None when DF has no evidence column
+    or `--no-mentions` keeps their words out."""
+    if EVIDENCE not in df.columns or not config.mentions:
+        return None
+    spell = spelling(ds.labels.codes, ds.labels.code_system)
+    return [[{**m, "code": spell(m.get("code", ""))} if isinstance(m, dict) else m
+             for m in (note if isinstance(note, (list, tuple)) else ())]
+            for note in df[EVIDENCE].tolist()]
+
+
+def _refit_on_all(kind: Any, ds: Any, config: TrainConfig, final: Any) -> tuple[Any, np.ndarray]:
+    """(FINAL refitted on train and dev by KIND.refit, every code's notes in train and dev): `--fit-on train+dev`."""
+    import pandas as pd
+
+    both = pd.concat([ds.split("train"), ds.split("dev")], ignore_index=True)
+    y = ds.labels.multi_hot(both["labels"])
+    model = kind.refit(final, both["text"].tolist(), y, codes=ds.labels.codes,
+                       descriptions=ds.labels.descriptions, evidence=_evidence(ds, both, config),
+                       single_label=single_label(ds, config))
+    return model, y.sum(axis=0)
 
 
 def _note_if_still_improving(trainer: _Trainer, setup: TrainingSetup, config: TrainConfig, loop_config: TrainConfig,
@@ -372,9 +389,10 @@ def _load_best(run: Path, setup: TrainingSetup) -> None:
 
 
 def _finish(kind: Any, run: Path, ds: Any, config: TrainConfig, setup: TrainingSetup, before: Any,
-            report: Callable[[str], None] | None) -> tuple[dict[str, Any], Any]:
+            report: Callable[[str], None] | None, *, every: Any = None) -> tuple[dict[str, Any], Any]:
     """Tune the threshold on dev, score test and save the final checkpoint: the loop's model, or the kind's model
-    made from it (`after_loop`: the fused model, its fusion fitted on dev). Returns (the result, the fusion or None)."""
+    made from it (`after_loop`: the fused model, its fusion fitted on dev; with `--fit-on train+dev`, its parts
+    without epochs then refitted on EVERY's train, all of it, and dev). Returns (the result, the fusion or None)."""
 
     def save_final(t: float, md: dict, mt: dict) -> None:
         setup.state["epoch"] = setup.state["best_epoch"]
@@ -395,14 +413,27 @@ def _finish(kind: Any, run: Path, ds: Any, config: TrainConfig, setup: TrainingS
                          f"{fusion['edges']} training notes, then more), {fusion['per_code_thresholds']} per-code "
                          f"thresholds, {fusion.get('mentions', 0):,} phrases from the training notes' evidence spans")
 
+        counts = setup.train_counts
+        refit = None
+        if config.fit_on == "train+dev" and hasattr(kind, "refit") and len(ds.split("dev")):
+            def refit() -> Checkpoint:
+                nonlocal final, counts
+                t1 = time.perf_counter()
+                final, counts = _refit_on_all(kind, every if every is not None else ds, config, final)
+                _say(report, f"--fit-on train+dev: tfidf-lr, the titles and the mentions refitted on train and dev "
+                             f"in {time.perf_counter() - t1:.0f} s, each code keeping the fusion dev chose; test "
+                             "scores this model")
+                return Checkpoint(run / CHECKPOINT_DIR, kind.name, final, setup.labels, 0.5, config, {},
+                                  setup.tokenizer)
+
         def save_kind(t: float, md: dict, mt: dict) -> None:
             save_checkpoint(run / CHECKPOINT_DIR, kind=kind.name, model=final, labels=setup.labels, threshold=t,
                             train_config=config, tokenizer=setup.tokenizer, metrics_dev=md, metrics_test=mt,
                             extra={**setup.manifest_extra, "epoch": setup.state["best_epoch"], "seed": config.seed},
-                            train_counts=setup.train_counts)
+                            train_counts=counts)
 
         ck = Checkpoint(run / CHECKPOINT_DIR, kind.name, final, setup.labels, 0.5, config, {}, setup.tokenizer)
-        result = finish(run, ds, ck, save_kind, train_counts=setup.train_counts)
+        result = finish(run, ds, ck, save_kind, train_counts=setup.train_counts, refit=refit)
     else:
         result = finish(run, ds, setup.checkpoint(0.5), save_final, train_counts=setup.train_counts,
                         dev_ids=setup.dev_ids)

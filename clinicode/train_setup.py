@@ -261,11 +261,15 @@ class TrainingSetup:
 
 
 def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float, dict, dict], None], *,
-           train_counts: np.ndarray, dev_ids: list | None = None) -> dict[str, Any]:
+           train_counts: np.ndarray, dev_ids: list | None = None,
+           refit: Callable[[], Checkpoint] | None = None) -> dict[str, Any]:
     """Tune the threshold on dev with the inference path, score test once, save the final checkpoint.
 
     `train_counts`: [K] training notes per code (`LabelSet.counts`), for the test metrics' rare/frequent slices.
     `dev_ids`: dev as the checkpoint's tokenizer encodes it, when training already has it (LEAM).
+    `refit`: called once dev has chosen the threshold and been scored; the checkpoint it returns (parts refitted on
+    train and dev: `--fit-on train+dev`) is the one test scores and SAVE keeps. Dev's metrics stay those of CK, since
+    the refitted model has seen dev.
     """
     pred = Predictor(ck, device=ck.model_kind.device(ck.model),
                      batch_size=ck.train_config.eval_batch_size, memory_mb=ck.train_config.memory_mb)
@@ -281,6 +285,10 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
             "usable epoch)."
         )
     metrics_dev = metrics_report(y_dev, s_dev, threshold=t, single_label=one)
+    if refit is not None:
+        ck = refit()
+        pred = Predictor(ck, device=ck.model_kind.device(ck.model),
+                         batch_size=ck.train_config.eval_batch_size, memory_mb=ck.train_config.memory_mb)
     metrics_test: dict[str, Any] = {}
     if "test" in ds.splits and len(ds.split("test")):
         test = ds.split("test")

@@ -71,6 +71,10 @@ class TrainSchedule:
                         opt("--model fused: learn each code's mentions from the training split's evidence spans, "
                             "when it has them (the checkpoint keeps their words, owner-only; docs/training.md).",
                             default_of(_T, "mentions"), "--mentions/--no-mentions")] = None
+    fit_on: Annotated[Optional[str],
+                      opt("--model fused: once dev has chosen the fusion and the threshold, refit tfidf-lr, the titles "
+                          "and the mentions on 'train+dev' (every labelled note outside test), or keep them as "
+                          "fitted on 'train' (docs/training.md).", default_of(_T, "fit_on"))] = None
     patience: Annotated[Optional[int], opt("Stop when more than this many epochs in a row bring no dev micro-F1 gain.",
                                            default_of(_T, "patience"))] = None
     patience_steps: Annotated[Optional[int],
@@ -169,6 +173,7 @@ def train_config(source: TrainData, schedule: TrainSchedule, fit: FitOptions, *,
         model = "leam"
     s, f = schedule, fit
     return TrainConfig(**given(model=model, epochs=s.epochs, fused_epochs=s.fused_epochs, mentions=s.mentions,
+                               fit_on=s.fit_on,
                                batch_size=f.batch_size,
                                lr=f.lr, max_len=f.max_len, embeddings=f.embeddings, weight_decay=f.weight_decay,
                                optimizer=f.optimizer, pos_weight=f.pos_weight, decay_scope=f.decay_scope,

@@ -23,7 +23,10 @@ SIZES = {k: v for k, v in TINY_MODEL.items() if k not in ("code_evidence", "wind
 def fused_run(demo_data, tmp_path_factory):
     run = tmp_path_factory.mktemp("fused") / "run"
     lines = []
-    cfg = TrainConfig(model="fused", epochs=4, batch_size=16, lr=2e-2, w2v_epochs=2, patience=3, seed=7, device="cpu")
+    # the parts as fitted on train, so that the fusion can be recomputed from the checkpoint's own parts on dev
+    # (the default, --fit-on train+dev, refits them afterwards: tests/train/test_fit_on.py)
+    cfg = TrainConfig(model="fused", epochs=4, batch_size=16, lr=2e-2, w2v_epochs=2, patience=3, seed=7, device="cpu",
+                      fit_on="train")
     res = train(out_dir=run, config=cfg, data_dir=demo_data, model_options=SIZES, progress=False, report=lines.append)
     return run, res, lines
 

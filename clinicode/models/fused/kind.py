@@ -153,6 +153,15 @@ class FusedKind:
                     train_counts=train_counts, descriptions=descriptions, max_len=max_len, device=device,
                     batch_size=batch_size, memory_mb=memory_mb)
 
+    def refit(self, model: FusedModel, texts: Sequence[str], y: np.ndarray, *, codes: Sequence[str],
+              descriptions: Sequence[str], evidence: Sequence[Any] | None, single_label: bool) -> FusedModel:
+        """`train --fit-on train+dev`: the parts that need no epochs refitted on every labelled note
+        (`training.refit_on_all`)."""
+        from clinicode.models.fused.training import refit_on_all
+
+        return refit_on_all(model, texts, y, codes=codes, descriptions=descriptions, evidence=evidence,
+                            single_label=single_label)
+
     # The epoch loop trains the LEAM part: LEAM's answers (`loop_kind`).
     def model_config(self, options: ModelOptions, *, vocab_size: int, n_labels: int, multilabel: bool) -> LEAMConfig:
         return LEAM_KIND.model_config(options, vocab_size=vocab_size, n_labels=n_labels, multilabel=multilabel)

@@ -1,0 +1,88 @@
+"""`train --fit-on train+dev` (the default model's default): once dev has chosen the fusion and the threshold,
+tfidf-lr, the titles and the mentions refit on train and dev; every code keeps the fusion numbers dev chose, dev's
+metrics stay those of the model fitted on train, and test scores the refitted model."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from clinicode.config import TrainConfig
+from clinicode.errors import ConfigError
+from clinicode.models.fused.mentions import MENTIONS_FILE
+from clinicode.train import train
+
+from conftest import TINY_MODEL
+
+SIZES = {k: v for k, v in TINY_MODEL.items() if k not in ("code_evidence", "window_nonneg")}
+PHRASES = {"C1": "glorp fever", "C2": "vantic syndrome", "C3": "zelmic palsy", "C4": "hurdic anaemia"}
+DEV_ONLY = "blarvic tremens"   # C1's mention that only dev's coders marked
+FILLER = "patient presented with history of review notes stable plan follow up discussed daily routine".split()
+
+
+def _write(folder):
+    rng = random.Random(1)
+    folder.mkdir()
+    for split, n in (("train", 100), ("dev", 60), ("test", 40)):
+        with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as f:
+            for i in range(n):
+                codes = sorted(rng.sample(sorted(PHRASES), rng.choice((1, 2, 3))))
+                text, evidence = " ".join(rng.choice(FILLER) for _ in range(20)), []
+                for code in codes:
+                    phrase = DEV_ONLY if code == "C1" and split != "train" else PHRASES[code]
+                    text += " , "
+                    evidence.append({"code": code, "start": len(text), "end": len(text) + len(phrase)})
+                    text += phrase + " " + " ".join(rng.choice(FILLER) for _ in range(10))
+                f.write(json.dumps({"id": f"{split}{i}", "text": text, "labels": codes, "evidence": evidence}) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("fit_on")
+    data = _write(base / "data")
+    out = {}
+    for fit_on in ("train", "train+dev"):
+        cfg = TrainConfig(model="fused", epochs=2, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
+                          device="cpu", min_doc_freq=1, fit_on=fit_on)
+        lines: list[str] = []
+        result = train(out_dir=base / fit_on, config=cfg, data_dir=data, model_options=SIZES, progress=False,
+                       report=lines.append)
+        out[fit_on] = (base / fit_on / "checkpoint", result, lines)
+    return out
+
+
+def test_the_refit_learns_from_dev_and_keeps_what_dev_chose(runs):
+    (only, r_only, _), (both, r_both, lines) = runs["train"], runs["train+dev"]
+    phrases = {fit_on: json.loads((ck / MENTIONS_FILE).read_text())["phrases"] for fit_on, (ck, _, _) in runs.items()}
+    assert DEV_ONLY not in phrases["train"]["C1"]
+    assert DEV_ONLY in phrases["train+dev"]["C1"] and PHRASES["C1"] in phrases["train+dev"]["C1"]
+    assert json.loads((both / "fusion.json").read_text())["fit_on"] == "train+dev"
+    assert "fit_on" not in json.loads((only / "fusion.json").read_text())
+    # the fusion dev chose and the threshold are the same; dev's metrics are the train-only model's
+    from safetensors.numpy import load_file
+
+    a, b = load_file(str(only / "fusion.safetensors")), load_file(str(both / "fusion.safetensors"))
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert r_only["threshold"] == r_both["threshold"]
+    assert r_only["dev"] == r_both["dev"]
+    # a note that writes C1 as dev does: only the refitted model has learnt that phrase, and shows it as evidence
+    from clinicode.predict import Predictor
+
+    note = f"patient presented with {PHRASES['C2']} , then {DEV_ONLY} , review notes stable"
+    score = {}
+    for fit_on, (ck, _, _) in runs.items():
+        [res] = Predictor.from_checkpoint(ck.parent, device="cpu").predict([note], top_k=4)
+        score[fit_on] = dict(res.scores).get("C1", 0.0)
+    assert score["train+dev"] > 2 * score["train"], score
+    counts = json.loads((both / "train_counts.json").read_text())
+    assert sum(counts["counts"].values()) == sum(
+        len(json.loads(line)["labels"]) for split in ("train", "dev")
+        for line in (both.parents[1] / "data" / f"{split}.jsonl").read_text().splitlines())
+    assert any("--fit-on train+dev" in line for line in lines)
+
+
+def test_fit_on_takes_only_its_two_values():
+    with pytest.raises(ConfigError, match="--fit-on must be train or train\\+dev, got 'dev'"):
+        TrainConfig(fit_on="dev")

@@ -1,0 +1,170 @@
+"""The review queue, sixth hostile round (#51, #52): one test per finding. Kappa per pair of coders and per note's
+own codes, coders' time without adjudications, nothing of a blind note shown to its coder, per-code note counts, a
+full or failing disk named as such, code systems checked before anything is rescored or built, retrain's advice and
+files, `review show`. Each refused case exits with status 1 and one line. Synthetic notes only."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sklearn.metrics import cohen_kappa_score
+from test_double_coding import CODES, SHA, _code, _db
+from test_review import _fake_db
+
+from clinicode.review import open_db
+from clinicode.review.audit import adjudicate, agreement, assign, work_times
+
+from helpers import fails, snapshot, succeeds
+
+# ------------------------------------------------------------------------------------------------ 8. kappa per pair
+ANN = {"n00": {"401.9"}, "n01": {"401.9", "427.31"}, "n02": {"428.0"}, "n03": set(), "n04": {"401.9", "428.0"}}
+BOB = {"n00": {"401.9"}, "n01": {"401.9"}, "n02": {"428.0", "427.31"}, "n03": {"401.9"}, "n04": {"401.9", "428.0"}}
+OTHER = ["584.9", "486", "250.00"]  # what the unrelated pair codes, on notes of their own
+
+
+def _pair(path: Path, notes: dict, other: dict, coders: list[str], t0: float) -> None:
+    with open_db(path) as db:
+        assign(db, sorted(notes), coders)
+        for i, n in enumerate(sorted(notes)):
+            db.claim(n, coders[0], now=t0 + i)
+            _code(db, n, coders[0], notes[n], now=t0 + i + 4)
+            db.claim(n, coders[1], now=t0 + i)
+            _code(db, n, coders[1], other[n], now=t0 + i + 6)
+
+
+def _sk(notes: list[str], first: dict, second: dict, codes: dict[str, set[str]] | list[str]) -> float:
+    """scikit-learn's kappa over NOTES x CODES (a list: the same codes on every note; a dict: each note's own)."""
+    x, y = [], []
+    for n in notes:
+        for c in sorted(codes[n] if isinstance(codes, dict) else codes):
+            x.append(int(c in first[n]))
+            y.append(int(c in second[n]))
+    return cohen_kappa_score(x, y)
+
+
+def test_a_pairs_kappa_uses_only_that_pairs_notes_and_codes(tmp_path):
+    path = _db(tmp_path / "r.sqlite", 20)
+    _pair(path, ANN, BOB, ["ann", "bob"], 1000.0)
+    notes = sorted(ANN)
+    named = {n: ANN[n] | BOB[n] | set(CODES[:2]) for n in notes}   # coders' codes and the model's suggestions
+    codes = sorted(set().union(*named.values()))
+    with open_db(path) as db:
+        alone = agreement(db)
+    assert alone["per_coder"]["ann"]["kappa_with_other"] == pytest.approx(_sk(notes, ANN, BOB, codes))
+    # an unrelated pair codes 10 other notes with other codes: ann's and bob's figures do not move
+    cy = {f"n{i:02d}": {OTHER[i % 3]} for i in range(10, 20)}
+    dan = {f"n{i:02d}": {OTHER[i % 3], OTHER[(i + 1) % 3]} if i % 2 else {OTHER[i % 3]} for i in range(10, 20)}
+    _pair(path, cy, dan, ["cy", "dan"], 5000.0)
+    with open_db(path) as db:
+        a = agreement(db)
+    for me in ("ann", "bob"):
+        assert a["per_coder"][me]["kappa_with_other"] == pytest.approx(alone["per_coder"][me]["kappa_with_other"])
+        assert a["per_coder"][me]["notes"] == 5 and a["per_coder"][me]["codes"] == len(codes)
+    ab = next(p for p in a["per_pair"] if p["coders"] == ["ann", "bob"])
+    assert ab["notes"] == 5 and ab["kappa"] == pytest.approx(_sk(notes, ANN, BOB, codes))
+    assert ab["kappa_note_codes"] == pytest.approx(_sk(notes, ANN, BOB, named))
+    cd = next(p for p in a["per_pair"] if p["coders"] == ["cy", "dan"])
+    other_notes = sorted(cy)
+    other_codes = sorted(set().union(*cy.values(), *dan.values(), CODES[:2]))
+    assert cd["kappa"] == pytest.approx(_sk(other_notes, cy, dan, other_codes))
+    assert a["per_coder"]["cy"]["kappa_with_other"] == pytest.approx(_sk(other_notes, cy, dan, other_codes))
+
+
+def test_overall_kappa_says_which_it_is_and_gives_the_per_note_variant(tmp_path):
+    path = _db(tmp_path / "r.sqlite", 5)
+    _pair(path, ANN, BOB, ["ann", "bob"], 1000.0)
+    notes = sorted(ANN)
+    named = {n: ANN[n] | BOB[n] | set(CODES[:2]) for n in notes}
+    every = sorted(set().union(*named.values()))
+    with open_db(path) as db:
+        a = agreement(db)
+    assert a["overall_kappa"] == pytest.approx(_sk(notes, ANN, BOB, every))           # every note x every code
+    assert a["overall_kappa_note_codes"] == pytest.approx(_sk(notes, ANN, BOB, named))  # each note's own codes
+    js = json.loads(succeeds(["review", "agreement", "--db", path, "--json"]).stdout)
+    assert js["overall_kappa_note_codes"] == pytest.approx(a["overall_kappa_note_codes"])
+    text = succeeds(["review", "agreement", "--db", path]).stdout
+    assert f"{a['overall_kappa']:5.2f} over every note x every named code" in text
+    assert f"{a['overall_kappa_note_codes']:5.2f} over each note's own codes" in text
+
+
+# ------------------------------------------------------------------------------------------------ #52: time per note
+def test_time_per_note_counts_coders_finishing_not_adjudications(tmp_path):
+    from clinicode.review.audit import median_time
+
+    path = _db(tmp_path / "r.sqlite", 5)
+    _pair(path, ANN, BOB, ["ann", "bob"], 1000.0)         # ann 4 s a note, bob 6 s
+    with open_db(path) as db:
+        for n in sorted(ANN):
+            adjudicate(db, n, "cy", sorted(ANN[n]), now=9000.0)
+        times = work_times(db)
+    assert {t["role"] for t in times if t["reviewer"] == "cy"} == {"adjudicator"}
+    assert median_time(times) == {"median_seconds": 6.0, "finished": 10}   # 5 x 4 s and 5 x 6 s; no 0 s rulings
+    js = json.loads(succeeds(["review", "agreement", "--db", path, "--json"]).stdout)
+    assert js["time_per_note"] == {"median_seconds": 6.0, "finished": 10}
+    text = succeeds(["review", "agreement", "--db", path]).stdout
+    assert "median 6 s over 10 finished codings (adjudications not counted)" in text
+
+
+# ------------------------------------------------------------------------------------------------ #52: blind coders
+def test_a_blind_coder_sees_nothing_of_the_other_coder_before_adjudication(tmp_path):
+    path = _db(tmp_path / "r.sqlite", 5)
+    _pair(path, ANN, BOB, ["ann", "bob"], 1000.0)
+    with open_db(path) as db:
+        all_decisions = db.stats()["checkpoints"][SHA]["decisions"]
+        ann_decisions = db.read("SELECT COUNT(*) FROM decisions WHERE reviewer = 'ann' AND code IS NOT NULL")[0][0]
+    js = json.loads(succeeds(["review", "stats", "--db", path, "--json", "--reviewer", "ann"]).stdout)
+    assert js["checkpoints"][SHA]["decisions"] == ann_decisions < all_decisions
+    a = json.loads(succeeds(["review", "agreement", "--db", path, "--json", "--reviewer", "ann"]).stdout)
+    assert a["notes"] == 0 and a["blind_notes"] == 5 and a["per_code"] == {} and a["per_coder"] == {}
+    assert {t["reviewer"] for t in a["time"]} == {"ann"}
+    # the coordinator (no --reviewer) sees everything; once adjudicated, so does ann
+    assert json.loads(succeeds(["review", "agreement", "--db", path, "--json"]).stdout)["notes"] == 5
+    with open_db(path) as db:
+        for n in sorted(ANN):
+            adjudicate(db, n, "cy", sorted(ANN[n]))
+    a = json.loads(succeeds(["review", "agreement", "--db", path, "--json", "--reviewer", "ann"]).stdout)
+    assert a["notes"] == 5 and a["blind_notes"] == 0 and {t["reviewer"] for t in a["time"]} == {"ann", "bob", "cy"}
+    js = json.loads(succeeds(["review", "stats", "--db", path, "--json", "--reviewer", "ann"]).stdout)
+    assert js["checkpoints"][SHA]["decisions"] > ann_decisions
+
+
+# ------------------------------------------------------------------------------------------------ 16. stats per code
+def test_stats_per_code_counts_the_notes_each_code_was_decided_on(tmp_path):
+    db = _fake_db(tmp_path / "r.sqlite", n=3)
+    with open_db(db) as rdb:
+        rdb.decide("n0", "ann", accept=["401.9", "428.0"], reject=["427.31"], add=["584.9"], done=True)
+        rdb.decide("n1", "ann", accept=["401.9"], reject=["428.0", "427.31"], done=True)
+        rdb.decide("n2", "ann", accept=["401.9"])  # not finished: not counted
+    per_code = json.loads(succeeds(["review", "stats", "--db", db, "--json"]).stdout)["per_code"]
+    assert {c: v["notes"] for c, v in per_code.items()} == {"401.9": 2, "427.31": 2, "428.0": 2, "584.9": 1}
+
+
+# ------------------------------------------------------------------------------------------------ 13. a full disk
+def _sqlite_error(code: int, text: str) -> sqlite3.OperationalError:
+    err = sqlite3.OperationalError(text)
+    err.sqlite_errorcode = code
+    return err
+
+
+@pytest.mark.parametrize("code, text", [(13, "database or disk is full"), (10 | (19 << 8), "disk I/O error")])
+def test_a_full_or_failing_disk_is_named_and_the_database_is_not_blamed(tmp_path, monkeypatch, code, text):
+    import clinicode.review.store.opening as opening
+
+    db = _fake_db(tmp_path / "r.sqlite")
+    before = snapshot(tmp_path)
+
+    def full(*args, **kw):  # what SQLite says when the disk filled up under it (the -shm or a page write failed)
+        raise _sqlite_error(code, text)
+
+    monkeypatch.setattr(opening, "check_readable", full)
+    monkeypatch.setattr(opening, "migrate", full)
+    for args in (["review", "stats"], ["review", "next"], ["review", "decide", "--id", "n0", "--reviewer", "ann",
+                                                           "--accept", "401.9"]):
+        line = fails([*args, "--db", db], "free some space").stderr
+        assert "intact" in line and f"disk holding {tmp_path}" in line, line
+        assert "check the file" not in line and "pass a new --db" not in line and "damaged" not in line, line
+    assert snapshot(tmp_path) == before
+

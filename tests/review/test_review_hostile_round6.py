@@ -14,10 +14,11 @@ from sklearn.metrics import cohen_kappa_score
 from test_double_coding import CODES, SHA, _code, _db
 from test_review import _fake_db
 
+from clinicode.cli import app
 from clinicode.review import open_db
 from clinicode.review.audit import adjudicate, agreement, assign, work_times
 
-from helpers import fails, snapshot, succeeds
+from helpers import fails, runner, snapshot, succeeds
 
 # ------------------------------------------------------------------------------------------------ 8. kappa per pair
 ANN = {"n00": {"401.9"}, "n01": {"401.9", "427.31"}, "n02": {"428.0"}, "n03": set(), "n04": {"401.9", "428.0"}}
@@ -168,3 +169,101 @@ def test_a_full_or_failing_disk_is_named_and_the_database_is_not_blamed(tmp_path
         assert "check the file" not in line and "pass a new --db" not in line and "damaged" not in line, line
     assert snapshot(tmp_path) == before
 
+
+
+# ------------------------------------------------------------------------------------------------ 7, 14, 15: systems
+ICD10_OF = ["I10", "I50.9", "I48.91", "N17.9", "J18.9"]
+
+
+@pytest.fixture(scope="module")
+def runs(demo_data, tmp_path_factory):
+    """tfidf-lr runs (seconds to train) on the demo data, in ICD-9-CM, and in ICD-10-CM with its codes mapped."""
+    import pandas as pd
+
+    root = tmp_path_factory.mktemp("systems")
+    icd10 = root / "data10"
+    icd10.mkdir()
+    for split in ("train", "dev", "test"):
+        df = pd.read_parquet(demo_data / f"{split}.parquet")
+        (icd10 / f"{split}.jsonl").write_text("".join(
+            json.dumps({"id": str(i), "text": t, "labels": sorted({ICD10_OF[sum(map(ord, c)) % 5] for c in lab})})
+            + "\n" for i, t, lab in zip(df["id"], df["text"], df["labels"])))
+    out = {}
+    for name, data in (("icd9", demo_data), ("icd10", icd10)):
+        out[name] = root / f"run_{name}"
+        succeeds(["train", "--data", data, "--out", out[name], "--model", "tfidf-lr", "--device", "cpu",
+                  "--no-progress"])
+    return out, icd10
+
+
+def _queued(run: Path, demo_data: Path, tmp_path: Path, n: int = 6, done: int = 3) -> Path:
+    """N demo test notes queued with RUN; the first DONE decided (suggestions kept) and finished."""
+    import pandas as pd
+
+    df = pd.read_parquet(demo_data / "test.parquet").head(n)
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("".join(json.dumps({"id": f"new{i}", "text": t}) + "\n" for i, t in enumerate(df["text"])))
+    db = tmp_path / "r.sqlite"
+    succeeds(["review", "queue", "--checkpoint", run, "--input", notes, "--db", db])
+    with open_db(db) as rdb:
+        for i in range(done):
+            codes = [s["code"] for s in rdb.note(f"new{i}")["suggestions"]]
+            rdb.decide(f"new{i}", "ann", accept=codes, add=[] if codes else ["401.9"], done=True)
+    return db
+
+
+def test_rescore_or_queue_with_a_checkpoint_of_another_code_system_is_refused(runs, demo_data, tmp_path):
+    (run, _), notes = runs, tmp_path / "notes.jsonl"
+    db = _queued(run["icd9"], demo_data, tmp_path)
+    before = snapshot(tmp_path)
+    for cmd in (["rescore"], ["queue", "--input", notes]):
+        line = fails(["review", *cmd, "--checkpoint", run["icd10"], "--db", db],
+                     f"review {cmd[0]} --checkpoint {run['icd10'] / 'checkpoint'}: it codes in ICD-10-CM/PCS, but "
+                     f"the queue in {db} holds notes scored in ICD-9-CM").stderr
+        assert "nothing was changed" in line
+    assert snapshot(tmp_path) == before
+    assert "rescored" in succeeds(["review", "rescore", "--checkpoint", run["icd9"], "--db", db]).stdout
+
+
+def test_retrain_checks_the_datas_code_system_first_and_leaves_no_data_behind(runs, demo_data, tmp_path, monkeypatch):
+    (run, icd10) = runs
+    db = _queued(run["icd9"], demo_data, tmp_path)
+    out = tmp_path / "W" / "x"
+    fails(["review", "retrain", "--checkpoint", run["icd9"], "--data", icd10, "--out", out, "--db", db],
+          f"--data {icd10} holds ICD-10-CM/PCS codes, but --checkpoint {run['icd9']} codes in ICD-9-CM")
+    assert not out.exists()
+    # a failure after the data was written (here: in training) removes it, and the run folder this command made
+    import clinicode.train
+
+    from clinicode.errors import ConfigError
+
+    def broken(**kw):
+        assert (out / "data" / "train.jsonl").is_file()
+        raise ConfigError("training failed")
+
+    def failed_in_training() -> None:  # the data's line, then the one error line
+        res = runner().invoke(app, [str(a) for a in ["review", "retrain", "--checkpoint", run["icd9"], "--data",
+                                                       demo_data, "--out", out, "--db", db]])
+        assert res.exit_code == 1 and res.stderr.strip().splitlines()[-1] == "error: training failed", res.stderr
+
+    monkeypatch.setattr(clinicode.train, "retrain", broken)
+    failed_in_training()
+    assert not out.exists()
+    out.mkdir(parents=True)                                   # a folder of the user's: kept, but not the data
+    failed_in_training()
+    assert out.is_dir() and not (out / "data").exists()
+
+
+def test_retrain_writes_owner_only_files_and_never_advises_an_option_it_lacks(runs, demo_data, tmp_path):
+    import stat
+
+    (run, _) = runs
+    db = _queued(run["icd9"], demo_data, tmp_path)
+    out = tmp_path / "r1"
+    succeeds(["review", "retrain", "--checkpoint", run["icd9"], "--data", demo_data, "--out", out, "--db", db])
+    loose = [str(p.relative_to(out)) for p in [out, *out.rglob("*")] if stat.S_IMODE(p.stat().st_mode) & 0o077]
+    assert loose == []                                        # data/manifest.json was 0644
+    assert stat.S_IMODE((out / "data" / "manifest.json").stat().st_mode) == 0o600
+    line = fails(["review", "retrain", "--checkpoint", run["icd9"], "--data", demo_data, "--out", out, "--db", db],
+                 f"--out {out} already holds a run").stderr
+    assert "--resume" not in line and "choose a new --out folder" in line

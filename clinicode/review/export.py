@@ -137,7 +137,6 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     import random
 
     from clinicode.codes.systems import infer_code_system
-
     from clinicode.data.labels import LabelSet
     from clinicode.data.prepared import load_dataset
 

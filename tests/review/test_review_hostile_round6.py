@@ -234,7 +234,6 @@ def test_retrain_checks_the_datas_code_system_first_and_leaves_no_data_behind(ru
     assert not out.exists()
     # a failure after the data was written (here: in training) removes it, and the run folder this command made
     import clinicode.train
-
     from clinicode.errors import ConfigError
 
     def broken(**kw):
@@ -267,3 +266,42 @@ def test_retrain_writes_owner_only_files_and_never_advises_an_option_it_lacks(ru
     line = fails(["review", "retrain", "--checkpoint", run["icd9"], "--data", demo_data, "--out", out, "--db", db],
                  f"--out {out} already holds a run").stderr
     assert "--resume" not in line and "choose a new --out folder" in line
+
+
+# ------------------------------------------------------------------------------------------------ 10, 11: note files
+def _predict(run: Path, src: Path) -> list:
+    return ["predict", "--checkpoint", run, "--input", src, "--output", "-", "--device", "cpu", "--no-progress"]
+
+
+def test_a_repeated_header_saved_with_a_bom_is_a_bad_record_in_every_reader(tiny_run, tmp_path):
+    from clinicode.format_streams import Upload
+    from clinicode.records import read_records
+
+    joined = b"id,text\na,heart failure\nb,renal failure\n" + b"\xef\xbb\xbfid,text\nc,sepsis\n"  # cat a.csv b.csv
+    (tmp_path / "ab.csv").write_bytes(joined)
+    for source in (tmp_path / "ab.csv", Upload("ab.csv", joined)):
+        recs = list(read_records(source))
+        assert [r.id for r in recs] == ["a", "b", "row-3", "c"]
+        assert "a repeated header row" in recs[2].error and recs[2].text is None
+    res = succeeds(["review", "queue", "--checkpoint", tiny_run, "--input", tmp_path / "ab.csv", "--db",
+                    tmp_path / "r.sqlite"])
+    assert "queued 3 notes" in res.stdout and "1 bad records" in res.stdout and "repeated header" in res.stderr
+    out = [json.loads(line) for line in succeeds(_predict(tiny_run, tmp_path / "ab.csv")).stdout.splitlines()]
+    assert [r["id"] for r in out] == ["a", "b", "row-3", "c"] and "predicted" not in out[2]
+
+
+def test_nullable_integer_parquet_ids_with_a_null_are_read_like_any_other(tiny_run, tmp_path):
+    import pandas as pd
+
+    from clinicode.records import read_records
+
+    src = tmp_path / "notes.parquet"
+    pd.DataFrame({"id": pd.array([1, None, 3], dtype="Int64"),
+                  "text": pd.array(["heart failure", "renal failure", None], dtype="string")}).to_parquet(src)
+    recs = list(read_records(src))
+    assert [r.id for r in recs] == ["1", "row-2", "3"]        # as docs/predict.md says: 1, 3, and row-N
+    assert recs[2].error == "note '3': missing text"           # a null text: a bad record, not 'NAType'
+    res = succeeds(["review", "queue", "--checkpoint", tiny_run, "--input", src, "--db", tmp_path / "r.sqlite"])
+    assert "queued 2 notes" in res.stdout and "1 bad records" in res.stdout
+    out = [json.loads(line) for line in succeeds(_predict(tiny_run, src)).stdout.splitlines()]
+    assert [r["id"] for r in out] == ["1", "row-2", "3"] and "missing text" in out[2]["error"]

@@ -257,6 +257,32 @@ def audit_log(db: ReviewStore) -> list[dict[str, Any]]:
     return rows
 
 
+def show(db: ReviewStore, note_id: str, *, reviewer: str | None = None) -> dict[str, Any]:
+    """One note for scripts (`review show`), without its text: status, claim, the suggestions (code, title, score,
+    rank, source, checkpoint, evidence offsets), the decisions so far (`log`: who, when, action, source, was, spans),
+    each code's latest decision (`state`), the final codes' evidence spans, and its `coders` when double coded
+    (`assigned`: when each finished).
+
+    A double-coded note not yet adjudicated is blind (`blind`: true): REVIEWER (one of its coders) gets only their
+    own decisions and finishing time; anyone else, none of them.
+
+    Raises:
+        ReviewError: no such note.
+    """
+    reviewer = None if reviewer is None else check_reviewer(reviewer)
+    n = db.note(note_id, reviewer=reviewer)
+    blind = bool(n["assigned"]) and n["status"] != "done"
+    sugg = [{k: v for k, v in s.items() if k != "evidence"}
+            | {"evidence": [{k: e[k] for k in ("start", "end", "weight") if k in e} for e in s["evidence"]]}
+            for s in n["suggestions"]]
+    # while blind, when the other coder finished is theirs: only REVIEWER's own finishing time is given
+    assigned = {c: f for c, f in n["assigned"].items() if c == reviewer} if blind else n["assigned"]
+    return {"id": n["id"], "status": n["status"], "claimed_by": n["claimed_by"], "claim_expires": n["claim_expires"],
+            "queued_at": n["queued_at"], "suggestions": sugg, "state": n["state"], "log": n["log"],
+            "evidence": n["evidence"], "coders": list(n["assigned"]), "assigned": assigned, "blind": blind,
+            **({"reviewer": reviewer} if reviewer is not None else {})}
+
+
 def work_times(db: ReviewStore, *, reviewer: str | None = None) -> list[dict[str, Any]]:
     """Each reviewer's time on each note: from their first claim or decision to finishing (None while open). `role`:
     "adjudicator" for the one who adjudicated the note (their row times the ruling, not a coding), else "coder".
@@ -278,4 +304,4 @@ def median_time(times: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 __all__ = ["SOURCES", "adjudicate", "agreement", "assign", "audit_log", "blind_to", "kappa", "median_time",
-           "work_times"]
+           "show", "work_times"]

@@ -305,3 +305,48 @@ def test_nullable_integer_parquet_ids_with_a_null_are_read_like_any_other(tiny_r
     assert "queued 2 notes" in res.stdout and "1 bad records" in res.stdout
     out = [json.loads(line) for line in succeeds(_predict(tiny_run, src)).stdout.splitlines()]
     assert [r["id"] for r in out] == ["1", "row-2", "3"] and "missing text" in out[2]["error"]
+
+
+# ------------------------------------------------------------------------------------------------ #52: review show
+def test_review_show_gives_a_notes_suggestions_and_decisions_without_its_text(tmp_path):
+    from helpers import SECRET
+
+    db = _fake_db(tmp_path / "r.sqlite", n=2)
+    with open_db(db) as rdb:
+        rdb.decide("n0", "ann", accept=["401.9"], reject=["427.31"], add=["584.9"], evidence={"584.9": [(0, 7)]})
+    res = succeeds(["review", "show", "--db", db, "--id", "n0", "--json"])
+    n = json.loads(res.stdout)
+    assert SECRET not in res.stdout and "text" not in n
+    assert [(s["code"], s["rank"], s["source"]) for s in n["suggestions"]] == [
+        ("401.9", 1, "model"), ("428.0", 2, "model"), ("427.31", 3, "model")]
+    assert n["suggestions"][0]["score"] == pytest.approx(0.9)
+    assert n["suggestions"][0]["evidence"] == [{"start": 13, "end": 25, "weight": 1.0}]
+    assert n["state"] == {"401.9": "accept", "427.31": "reject", "584.9": "add"} and not n["blind"]
+    assert [(r["reviewer"], r["action"], r["code"], r["source"], r["spans"]) for r in n["log"]] == [
+        ("ann", "accept", "401.9", "model", None), ("ann", "reject", "427.31", "model", None),
+        ("ann", "add", "584.9", "person", [[0, 7]])]
+    text = succeeds(["review", "show", "--db", db, "--id", "n0"]).stdout
+    assert "ann: add 584.9 (person) spans 0:7" in text and "   1 401.9         0.900 model  13:25" in text
+    assert SECRET not in text
+    fails(["review", "show", "--db", db, "--id", "zz"], "no note 'zz'")
+
+
+def test_review_show_keeps_a_blind_coder_blind(tmp_path):
+    path = _db(tmp_path / "r.sqlite", 5)
+    _pair(path, ANN, BOB, ["ann", "bob"], 1000.0)
+
+    def show(*who: str) -> dict:
+        return json.loads(succeeds(["review", "show", "--db", path, "--id", "n01", "--json", *who]).stdout)
+
+    ann, bob, nobody = show("--reviewer", "ann"), show("--reviewer", "bob"), show()
+    assert ann["blind"] and {r["reviewer"] for r in ann["log"]} == {"ann"} and list(ann["assigned"]) == ["ann"]
+    assert ann["state"] == {"401.9": "accept", "428.0": "reject", "427.31": "add"}
+    assert {r["reviewer"] for r in bob["log"]} == {"bob"} and bob["state"] == {"401.9": "accept", "428.0": "reject"}
+    assert nobody["log"] == [] and nobody["assigned"] == {} and nobody["coders"] == ["ann", "bob"]
+    text = succeeds(["review", "show", "--db", path, "--id", "n01"]).stdout
+    assert "double coded by ann and bob (blind)" in text and "none shown: blind until adjudicated" in text
+    with open_db(path) as db:
+        adjudicate(db, "n01", "cy", ["401.9"])
+    after = show("--reviewer", "ann")
+    assert not after["blind"] and {r["reviewer"] for r in after["log"]} == {"ann", "bob", "cy"}
+    assert set(after["assigned"]) == {"ann", "bob"}

@@ -1,4 +1,5 @@
-"""`review assign`, `review adjudicate`, `review agreement`: blind double coding, its final codes, and kappa."""
+"""`review assign`, `review adjudicate`, `review agreement`: blind double coding, its final codes, and kappa; `review
+show`: one note's suggestions and decisions so far."""
 
 from __future__ import annotations
 
@@ -102,3 +103,38 @@ def review_agreement_cli(
     if median["finished"]:
         typer.echo(f"\ntime per note and coder: median {median['median_seconds']:.0f} s over {median['finished']:,} "
                    "finished codings (adjudications not counted)")
+
+
+@friendly
+def review_show_cli(
+    id: Annotated[str, typer.Option("--id", help="The note's id.")],
+    db: Annotated[Optional[str], db_option()] = None,
+    reviewer: Annotated[Optional[str], typer.Option(help="Who asks: on a double-coded note not yet adjudicated, "
+                                                         "only their own decisions are shown.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the note as JSON (for scripts).")] = False,
+) -> None:
+    """One note's suggestions (sources, scores, evidence offsets) and the decisions so far; never its text."""
+    from clinicode.review import open_db
+    from clinicode.review.audit import show
+
+    with open_db(db, readonly=True) as rdb:
+        n = show(rdb, id, reviewer=reviewer)
+    if as_json:
+        typer.echo(json.dumps(n, indent=2))
+        return
+
+    def spans(items: list[dict]) -> str:
+        return " ".join(f"{e['start']}:{e['end']}" for e in items) or "-"
+
+    coders = f"; double coded by {' and '.join(n['coders'])}{' (blind)' if n['blind'] else ''}" if n["coders"] else ""
+    typer.echo(f"note {n['id']}: {n['status'].replace('_', ' ')}, queued {n['queued_at']}{coders}")
+    typer.echo(f"{'rank':>4} {'code':<12} {'score':>6} {'source':<6} evidence (character offsets)")
+    for s in n["suggestions"]:
+        typer.echo(f"{s['rank']:>4} {s['code']:<12} {s['score']:>6.3f} {s['source']:<6} {spans(s['evidence'])}")
+    hidden = " (none shown: blind until adjudicated)" if n["blind"] and not n["log"] else ""
+    typer.echo(f"decisions so far: {len(n['log']):,}{hidden}")
+    for r in n["log"]:
+        what = f"{r['action']} {r['code']}" if r["code"] else r["action"]
+        marked = f" spans {spans([{'start': a, 'end': b} for a, b in r['spans']])}" if r["spans"] else ""
+        source = f" ({r['source']})" if r["source"] else ""
+        typer.echo(f"  {r['at']}  {r['reviewer']}: {what}{source}{marked}")

@@ -186,7 +186,7 @@ def agreement(db: ReviewStore, *, reviewer: str | None = None) -> dict[str, Any]
     Kappa is Cohen's, binary (1 = the code was coded), over (note, code) cells. `overall_kappa` takes every note x
     every code anyone (a coder, the model, an adjudicator) named on any of those notes; `overall_kappa_note_codes`
     takes each note x only the codes named on that note (a code never named on a note adds no agreed 0 cells there,
-    so it is the lower, stricter figure). Per code: over the notes, between each note's first and second coder, with
+    so it is usually the lower figure). Per code: over the notes, between each note's first and second coder, with
     how often each coded it. Per pair of coders (`per_pair`): over that pair's notes x the codes named on them. Per
     coder: with the other coder and with the adjudicated final codes, over their notes x the codes named on them
     (another pair's notes and codes never enter). REVIEWER: a coder asking; the notes still blind to them (assigned
@@ -216,9 +216,9 @@ def agreement(db: ReviewStore, *, reviewer: str | None = None) -> dict[str, Any]
         return {"notes": len(group), "codes": len(own), "kappa": kappa(*_cells(group, own, first, second)),
                 "kappa_note_codes": kappa(*_cells(group, None, first, second))}
 
-    pairs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    pairs: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for n in notes:
-        pairs.setdefault(tuple(sorted(n["coders"])), []).append(n)  # type: ignore[arg-type]
+        pairs.setdefault(tuple(sorted(n["coders"])), []).append(n)
     per_pair = [{"coders": list(p), **between(group)} for p, group in sorted(pairs.items())]
     per_coder = {}
     for me in sorted({c for n in notes for c in n["coders"]}):

@@ -281,10 +281,16 @@ def csv_rows(f: BinaryIO, where: str, *, limit: int = MAX_RECORD_BYTES, strings:
             yield chunk
 
     for row in _table_rows(frames(), limit=limit):
-        if row.fields is not None and len(row.fields) > 1 and all(v == k for k, v in row.fields.items()):
+        if row.fields is not None and len(row.fields) > 1 and all(is_header_cell(v, k) for k, v in row.fields.items()):
             row = Row(row.n, None, "a repeated header row (files joined with `cat`?); keep only the first file's "
                                    "header, e.g. `tail -n +2 b.csv >> a.csv`")
         yield row
+
+
+def is_header_cell(value: Any, name: str) -> bool:
+    """Whether a CSV cell repeats its column's NAME: a header row of a second file joined with `cat`, with the
+    byte-order mark a spreadsheet saves at its start ('\ufeffid') or without."""
+    return isinstance(value, str) and value.lstrip("\ufeff") == name
 
 
 def csv_error_row(err: BaseException) -> int | None:

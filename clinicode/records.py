@@ -37,7 +37,7 @@ class Record:
 def text_error(rid: str, text: Any) -> str | None:
     """Why a note cannot be scored (not a string, blank, or holding a lone surrogate), or None. The one rule, for
     readers and `Predictor`."""
-    if text is None or (isinstance(text, float) and text != text):
+    if is_missing(text):
         return f"note {rid!r}: missing text"
     if not isinstance(text, str):
         return f"note {rid!r}: 'text' is {type(text).__name__}, expected a string"
@@ -127,9 +127,19 @@ def _first_bad_line(raw: Callable[[], BinaryIO]) -> int | None:
     return None
 
 
+def is_missing(value: Any) -> bool:
+    """A table cell holding no value: None, NaN, or pandas' NA of a nullable column (`Int64`, `string`), whose truth
+    value cannot be asked."""
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return value != value  # NaN
+    return type(value).__name__ in ("NAType", "NaTType")  # asked by name: this module does not import pandas
+
+
 def _table_record(n: int, fields: dict[str, Any]) -> Record:
     rid = fields.get("id")
-    ok = rid is not None and rid == rid and str(rid).strip()
+    ok = not is_missing(rid) and str(rid).strip()
     return _record(str(rid) if ok else f"row-{n}", fields.get("text"))
 
 

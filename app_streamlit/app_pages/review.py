@@ -55,16 +55,19 @@ def _highlighted(text: str, evidence: list[dict]) -> list[tuple[int, int]]:
 def _double_coding(db) -> None:
     """Double coders' agreement (Cohen's kappa per coder and per code) and each coder's time per note."""
     a = api.review_agreement(db)
-    times = pd.DataFrame([t for t in api.review_work_times(db) if t["seconds"] is not None],
+    times = pd.DataFrame([t for t in api.review_work_times(db)  # an adjudication times a ruling, not a coding
+                          if t["seconds"] is not None and t["role"] != "adjudicator"],
                          columns=["note", "reviewer", "seconds"])
     st.subheader("Double coding")
     if not a["notes"]:
         st.caption("No note is double coded and finished by both coders yet (`clinicode review assign --coder A "
                    "--coder B --count N`).")
     else:
-        k = a["overall_kappa"]
+        k, kn = a["overall_kappa"], a["overall_kappa_note_codes"]
         st.caption(f"{a['notes']} note(s) both coders finished, {a['adjudicated']} adjudicated; Cohen's kappa over "
-                   f"every note and code: {'–' if k is None else f'{k:.2f}'} (1: full agreement; 0: chance).")
+                   f"every note and every code named on any of them: {'–' if k is None else f'{k:.2f}'}; over each "
+                   f"note and only the codes named on it: {'–' if kn is None else f'{kn:.2f}'} (1: full agreement; "
+                   "0: chance).")
         st.dataframe(pd.DataFrame([{"coder": c, **v} for c, v in a["per_coder"].items()],
                                   columns=["coder", "notes", "kappa_with_other", "kappa_with_final"]),
                      hide_index=True, width="stretch", key="review_kappa_coders")

@@ -52,10 +52,12 @@ class ReviewDB(ReviewStore):
         return _teach.next_notes(self, k, order=order or _teach.DEFAULT_ORDER, reviewer=reviewer, now=now)
 
     def stats(self, *, by: str = "day", min_decisions: int | None = None,
-              target: float | None = None) -> dict[str, Any]:
-        """Agreement and what the queue teaches (`clinicode.review.stats.stats`)."""
-        return _stats.stats(self, by=by, **{k: v for k, v in (("min_decisions", min_decisions), ("target", target))
-                                            if v is not None})
+              target: float | None = None, reviewer: str | None = None) -> dict[str, Any]:
+        """Agreement and what the queue teaches (`clinicode.review.stats.stats`); REVIEWER: a coder asking, blind to
+        the other coder's decisions on notes they double code."""
+        return _stats.stats(self, by=by, reviewer=reviewer,
+                            **{k: v for k, v in (("min_decisions", min_decisions), ("target", target))
+                               if v is not None})
 
 
 def open_db(db: str | Path | None = None, *, create: bool = True, readonly: bool = False,

@@ -125,9 +125,16 @@ def kappa(a: Sequence[Any], b: Sequence[Any]) -> float | None:
     return (observed - expected) / (1 - expected)
 
 
+def blind_to(db: ReviewStore, reviewer: str) -> set[str]:
+    """The notes REVIEWER double codes that are not adjudicated yet: until then they may see only their own decisions
+    and time on them (`ReviewStore.note` shows them nothing else either)."""
+    return {r[0] for r in db.read("SELECT a.note FROM assignments a JOIN notes n ON n.id = a.note "
+                                  "WHERE a.reviewer = ? AND n.status != 'done'", (reviewer,))}
+
+
 def _double_coded(db: ReviewStore) -> list[dict[str, Any]]:
-    """Notes both coders finished: their coders (in assignment order), each coder's codes, and the final codes when
-    adjudicated."""
+    """Notes both coders finished: their coders (in assignment order), each coder's codes, the model's suggestions,
+    and the final codes when adjudicated."""
     coders: dict[str, list[tuple[str, str | None]]] = {}
     for r in db.read("SELECT note, reviewer, finished_at FROM assignments ORDER BY rowid"):
         coders.setdefault(r[0], []).append((r[1], r[2]))
@@ -136,6 +143,9 @@ def _double_coded(db: ReviewStore) -> list[dict[str, Any]]:
     for r in db.read("SELECT note, code, action, reviewer, source FROM decisions WHERE note IN "
                      "(SELECT note FROM assignments) ORDER BY id"):
         log.setdefault(r["note"], []).append(dict(r))
+    suggested: dict[str, set[str]] = {}
+    for r in db.read("SELECT note, code FROM suggestions WHERE note IN (SELECT note FROM assignments)"):
+        suggested.setdefault(r[0], set()).add(r[1])
     out = []
     for note, pair in coders.items():
         if len(pair) != 2 or any(f is None for _, f in pair):
@@ -144,7 +154,8 @@ def _double_coded(db: ReviewStore) -> list[dict[str, Any]]:
         codes = {c: _coded(state_of(r for r in rows if r["reviewer"] == c and r["source"] != "adjudication"))
                  for c, _ in pair}
         final = _coded(state_of(rows)) if status.get(note) == "done" else None
-        out.append({"note": note, "coders": [c for c, _ in pair], "codes": codes, "final": final})
+        out.append({"note": note, "coders": [c for c, _ in pair], "codes": codes, "final": final,
+                    "suggested": suggested.get(note, set())})
     return out
 
 
@@ -152,50 +163,84 @@ def _coded(state: dict[str, str]) -> set[str]:
     return {c for c, a in state.items() if a in ("accept", "add")}
 
 
-def agreement(db: ReviewStore) -> dict[str, Any]:
+def _named(n: dict[str, Any]) -> set[str]:
+    """The codes anyone named on a double-coded note: either coder, the model, the adjudicator."""
+    return set().union(*n["codes"].values(), n["suggested"], n["final"] or ())
+
+
+def _cells(notes: Sequence[dict[str, Any]], codes: Sequence[str] | None, a: Any, b: Any) -> tuple[list[int], list[int]]:
+    """Binary cells (note, code) of NOTES for the code sets a(note) and b(note): over CODES on every note, or over
+    each note's own named codes when CODES is None."""
+    x: list[int] = []
+    y: list[int] = []
+    for n in notes:
+        for code in (codes if codes is not None else sorted(_named(n))):
+            x.append(int(code in a(n)))
+            y.append(int(code in b(n)))
+    return x, y
+
+
+def agreement(db: ReviewStore, *, reviewer: str | None = None) -> dict[str, Any]:
     """Agreement of double coders on the notes both finished.
 
-    Per code: Cohen's kappa over those notes between each note's first and second coder (1 = the code was coded),
-    with how often each coded it. Per coder: kappa with the other coder over every (note, code) cell of their notes
-    (codes: all codes anyone or the model named on those notes), and with the adjudicated final codes where there is
-    one. Overall: kappa over every cell.
+    Kappa is Cohen's, binary (1 = the code was coded), over (note, code) cells. `overall_kappa` takes every note x
+    every code anyone (a coder, the model, an adjudicator) named on any of those notes; `overall_kappa_note_codes`
+    takes each note x only the codes named on that note (a code never named on a note adds no agreed 0 cells there,
+    so it is usually the lower figure). Per code: over the notes, between each note's first and second coder, with
+    how often each coded it. Per pair of coders (`per_pair`): over that pair's notes x the codes named on them. Per
+    coder: with the other coder and with the adjudicated final codes, over their notes x the codes named on them
+    (another pair's notes and codes never enter). REVIEWER: a coder asking; the notes still blind to them (assigned
+    to them, not adjudicated) are left out, so nothing of the other coder's decisions shows (`blind_notes` counts
+    them).
     """
-    notes = _double_coded(db)
-    suggested: dict[str, set[str]] = {}
-    for r in db.read("SELECT note, code FROM suggestions WHERE note IN (SELECT note FROM assignments)"):
-        suggested.setdefault(r[0], set()).add(r[1])
-    codes = sorted({c for n in notes for s in n["codes"].values() for c in s}
-                   | {c for n in notes for c in suggested.get(n["note"], ())}
-                   | {c for n in notes for c in (n["final"] or ())})
+    blind = blind_to(db, reviewer) if reviewer is not None else set()
+    notes = [n for n in _double_coded(db) if n["note"] not in blind]
+    codes = sorted(set().union(*map(_named, notes))) if notes else []
     per_code = {}
     for code in codes:
         a = [int(code in n["codes"][n["coders"][0]]) for n in notes]
         b = [int(code in n["codes"][n["coders"][1]]) for n in notes]
         per_code[code] = {"notes": len(notes), "first": sum(a), "second": sum(b),
                           "agree": sum(x == y for x, y in zip(a, b)), "kappa": kappa(a, b)}
-    cells: dict[str, tuple[list[int], list[int], list[int], list[int]]] = {}
-    all_a: list[int] = []
-    all_b: list[int] = []
+
+    def between(group: Sequence[dict[str, Any]], me: str | None = None) -> dict[str, Any]:
+        """kappa of GROUP's two coders over its notes x its named codes (ME first, when given)."""
+        own = sorted(set().union(*map(_named, group))) if group else []
+
+        def first(n: dict[str, Any]) -> set[str]:
+            return n["codes"][me or n["coders"][0]]
+
+        def second(n: dict[str, Any]) -> set[str]:
+            return n["codes"][next(c for c in n["coders"] if c != (me or n["coders"][0]))]
+
+        return {"notes": len(group), "codes": len(own), "kappa": kappa(*_cells(group, own, first, second)),
+                "kappa_note_codes": kappa(*_cells(group, None, first, second))}
+
+    pairs: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for n in notes:
-        first, second = n["coders"]
-        for code in codes:
-            x, y = int(code in n["codes"][first]), int(code in n["codes"][second])
-            all_a.append(x)
-            all_b.append(y)
-            for me, mine, theirs in ((first, x, y), (second, y, x)):
-                c = cells.setdefault(me, ([], [], [], []))
-                c[0].append(mine)
-                c[1].append(theirs)
-                if n["final"] is not None:
-                    c[2].append(mine)
-                    c[3].append(int(code in n["final"]))
-    per_coder = {me: {"notes": len(c[0]) // max(len(codes), 1), "kappa_with_other": kappa(c[0], c[1]),
-                      "kappa_with_final": kappa(c[2], c[3]) if c[2] else None,
-                      "adjudicated_notes": len(c[2]) // max(len(codes), 1)}
-                 for me, c in sorted(cells.items())}
+        pairs.setdefault(tuple(sorted(n["coders"])), []).append(n)
+    per_pair = [{"coders": list(p), **between(group)} for p, group in sorted(pairs.items())]
+    per_coder = {}
+    for me in sorted({c for n in notes for c in n["coders"]}):
+        mine = [n for n in notes if me in n["coders"]]
+        judged = [n for n in mine if n["final"] is not None]
+        own = sorted(set().union(*map(_named, mine)))
+        with_final = _cells(judged, own, lambda n: n["codes"][me], lambda n: n["final"])
+        per_coder[me] = {"notes": len(mine), "codes": len(own), "kappa_with_other": between(mine, me)["kappa"],
+                         "kappa_with_final": kappa(*with_final) if judged else None, "adjudicated_notes": len(judged)}
+
+    def first_coder(n: dict[str, Any]) -> set[str]:
+        return n["codes"][n["coders"][0]]
+
+    def second_coder(n: dict[str, Any]) -> set[str]:
+        return n["codes"][n["coders"][1]]
+
     return {"notes": len(notes), "adjudicated": sum(n["final"] is not None for n in notes),
             "waiting": sum(n["final"] is None for n in notes), "codes": len(codes),
-            "overall_kappa": kappa(all_a, all_b), "per_code": per_code, "per_coder": per_coder}
+            "overall_kappa": kappa(*_cells(notes, codes, first_coder, second_coder)),
+            "overall_kappa_note_codes": kappa(*_cells(notes, None, first_coder, second_coder)),
+            "per_code": per_code, "per_pair": per_pair, "per_coder": per_coder,
+            **({"reviewer": reviewer, "blind_notes": len(blind)} if reviewer is not None else {})}
 
 
 def audit_log(db: ReviewStore) -> list[dict[str, Any]]:
@@ -212,10 +257,51 @@ def audit_log(db: ReviewStore) -> list[dict[str, Any]]:
     return rows
 
 
-def work_times(db: ReviewStore) -> list[dict[str, Any]]:
-    """Each reviewer's time on each note: from their first claim or decision to finishing (None while open)."""
-    return [{"note": r[0], "reviewer": r[1], "seconds": None if r[3] is None else round(r[3] - r[2], 3)}
-            for r in db.read("SELECT note, reviewer, started, finished FROM work ORDER BY rowid")]
+def show(db: ReviewStore, note_id: str, *, reviewer: str | None = None) -> dict[str, Any]:
+    """One note for scripts (`review show`), without its text: status, claim, the suggestions (code, title, score,
+    rank, source, checkpoint, evidence offsets), the decisions so far (`log`: who, when, action, source, was, spans),
+    each code's latest decision (`state`), the final codes' evidence spans, and its `coders` when double coded
+    (`assigned`: when each finished).
+
+    A double-coded note not yet adjudicated is blind (`blind`: true): REVIEWER (one of its coders) gets only their
+    own decisions and finishing time; anyone else, none of them.
+
+    Raises:
+        ReviewError: no such note.
+    """
+    reviewer = None if reviewer is None else check_reviewer(reviewer)
+    n = db.note(note_id, reviewer=reviewer)
+    blind = bool(n["assigned"]) and n["status"] != "done"
+    sugg = [{k: v for k, v in s.items() if k != "evidence"}
+            | {"evidence": [{k: e[k] for k in ("start", "end", "weight") if k in e} for e in s["evidence"]]}
+            for s in n["suggestions"]]
+    # while blind, when the other coder finished is theirs: only REVIEWER's own finishing time is given
+    assigned = {c: f for c, f in n["assigned"].items() if c == reviewer} if blind else n["assigned"]
+    return {"id": n["id"], "status": n["status"], "claimed_by": n["claimed_by"], "claim_expires": n["claim_expires"],
+            "queued_at": n["queued_at"], "suggestions": sugg, "state": n["state"], "log": n["log"],
+            "evidence": n["evidence"], "coders": list(n["assigned"]), "assigned": assigned, "blind": blind,
+            **({"reviewer": reviewer} if reviewer is not None else {})}
 
 
-__all__ = ["SOURCES", "adjudicate", "agreement", "assign", "audit_log", "kappa", "work_times"]
+def work_times(db: ReviewStore, *, reviewer: str | None = None) -> list[dict[str, Any]]:
+    """Each reviewer's time on each note: from their first claim or decision to finishing (None while open). `role`:
+    "adjudicator" for the one who adjudicated the note (their row times the ruling, not a coding), else "coder".
+    REVIEWER: a coder asking; on the notes still blind to them only their own rows are given."""
+    blind = blind_to(db, reviewer) if reviewer is not None else set()
+    judges = {(r[0], r[1]) for r in db.read("SELECT DISTINCT note, reviewer FROM decisions "
+                                            "WHERE source = 'adjudication'")}
+    return [{"note": r[0], "reviewer": r[1], "seconds": None if r[3] is None else round(r[3] - r[2], 3),
+             "role": "adjudicator" if (r[0], r[1]) in judges else "coder"}
+            for r in db.read("SELECT note, reviewer, started, finished FROM work ORDER BY rowid")
+            if r[0] not in blind or r[1] == reviewer]
+
+
+def median_time(times: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """{"median_seconds", "finished"}: the median of coders' finished times per note (`work_times`); adjudications
+    are left out (they time a ruling on work already timed). median_seconds is None when none finished."""
+    done = sorted(t["seconds"] for t in times if t["seconds"] is not None and t.get("role") != "adjudicator")
+    return {"median_seconds": done[len(done) // 2] if done else None, "finished": len(done)}
+
+
+__all__ = ["SOURCES", "adjudicate", "agreement", "assign", "audit_log", "blind_to", "kappa", "median_time",
+           "show", "work_times"]

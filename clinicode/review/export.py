@@ -114,7 +114,8 @@ LOOP_NOTES = "loop_notes"          # the manifest's list of the training notes a
 
 
 def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: Sequence[tuple[str, str]],
-                 sample: int | None = None, seed: int = 0) -> dict[str, Any]:
+                 sample: int | None = None, seed: int = 0, system: CodeSystem | None = None,
+                 checkpoint: str | Path = "") -> dict[str, Any]:
     """The coded-notes folder `review retrain` trains on: the finished notes with the coders' codes, plus the base's
     training notes (all of them; a warm start's epochs see only the decided notes and a random SAMPLE of the others,
     named in the manifest's `loop_notes`), and the base's dev and test unchanged, every
@@ -124,11 +125,18 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     coders' evidence spans of their kept codes (a fused checkpoint learns those mentions). Reviewed
     notes whose id is in the base's dev or test are left out (`kept_out`), as `export --base` does.
 
+    SYSTEM: the checkpoint's code system (inferred from LABELS when None); the base's and the queue's must be the
+    same, checked before anything is written (another system's notes would keep no code of LABELS). CHECKPOINT: its
+    path, for that message. Every file written is owner-only (0600; the folder 0700).
+
     Returns:
         {"train", "dev", "test", "reviewed", "sampled", "kept_out", "notes": ids of the reviewed notes used}.
+    Raises:
+        ReviewError: no finished note, or the base or the queue codes in another system than the checkpoint.
     """
     import random
 
+    from clinicode.codes.systems import infer_code_system
     from clinicode.data.labels import LabelSet
     from clinicode.data.prepared import load_dataset
 
@@ -141,7 +149,18 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
         raise ReviewError(f"no finished note in {db.path}; finish notes with `clinicode review decide ... --done` or "
                           "on the Review page, then retrain.")
     keep = {c for c, _ in labels}
+    system = system or infer_code_system(c for c, _ in labels)
     ds = load_dataset(Path(base))
+    theirs = ds.labels.code_system or infer_code_system(ds.labels.codes)
+    if theirs.name != system.name:
+        raise ReviewError(f"review retrain: --data {base} holds {theirs.name} codes, but --checkpoint {checkpoint} "
+                          f"codes in {system.name}; pass the dataset the checkpoint was trained on (nothing was "
+                          "written).")
+    queued = db.code_system()
+    if queued is not LOCAL and queued.name != system.name:
+        raise ReviewError(f"review retrain: the queue in {db.path} holds notes scored in {queued.name}, but "
+                          f"--checkpoint {checkpoint} codes in {system.name}; retrain the checkpoint that scored "
+                          "them (nothing was written).")
     held = {str(i) for name in ("dev", "test") if name in ds.splits for i in ds.splits[name]["id"]}
     reviewed = [_reviewed_row(n, sorted(c for c in n["labels"] if c in keep)) for n in notes if n["id"] not in held]
     ids = {r["id"] for r in reviewed}
@@ -174,6 +193,7 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
         counts = {name: len(part) for name, part in splits.items()}
         write_manifest(tmp, make_manifest(RETRAIN_KIND, counts=counts, reviewed=len(reviewed), source=str(db.path),
                                           base=str(base), sample=sample, **{LOOP_NOTES: loop}))
+        os.chmod(tmp / MANIFEST_FILE, 0o600)  # like every file of the folder: it names the reviewed notes' ids
     sampled = len(base_train) if loop is None else len(loop) - len(reviewed)
     return {**counts, "reviewed": len(reviewed), "sampled": sampled, "kept_out": len(notes) - len(reviewed),
             "notes": sorted(ids)}

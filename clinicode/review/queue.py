@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.records import Record, read_records
-from clinicode.review.store import ReviewStore
+from clinicode.review.store import ReviewError, ReviewStore
 
 if TYPE_CHECKING:  # the app lists the queue without importing torch
     from clinicode.predict import Predictor
@@ -54,7 +54,7 @@ def queue(db: ReviewStore, predictor: "Predictor", input: str | Path | Any, *, e
     if first is None:
         raise DataFormatError(f"--input {input}: no records; expected one note per JSONL line, "
                               "CSV/parquet row or .txt file.")
-    sha, ck_path = _register(db, predictor)
+    sha, ck_path = _register(db, predictor, "queue")
     counts = {"queued": 0, "already": 0, "errors": 0}
     seen: set[str] = set()
 
@@ -97,7 +97,7 @@ def rescore(db: ReviewStore, predictor: "Predictor", *, explain: int = EXPLAIN, 
         {"rescored", "kept": queued notes left as they were, "errors"}.
     """
     explain = check_explain(explain)
-    sha, ck_path = _register(db, predictor)
+    sha, ck_path = _register(db, predictor, "rescore")
     todo = db.untouched()
     total = db.read("SELECT COUNT(*) FROM notes")[0][0]
     counts = {"rescored": 0, "kept": total - len(todo), "errors": 0}
@@ -119,9 +119,24 @@ def rescore(db: ReviewStore, predictor: "Predictor", *, explain: int = EXPLAIN, 
     return counts
 
 
-def _register(db: ReviewStore, predictor: "Predictor") -> tuple[str, str]:
-    """Record PREDICTOR's checkpoint (codes, code system) in DB; returns its (manifest SHA-256, path)."""
+def _register(db: ReviewStore, predictor: "Predictor", command: str) -> tuple[str, str]:
+    """Record PREDICTOR's checkpoint (codes, code system) in DB; returns its (manifest SHA-256, path).
+
+    Raises:
+        ReviewError: DB's notes were scored in another code system (one queue holds one: a coder's additions, the
+            stats and the exports are checked and titled in it); nothing is recorded.
+    """
     sha, ck_path = predictor.checkpoint.manifest_sha256, str(predictor.checkpoint.path)
+    system = predictor.code_system
+    others = [(r[0], r[1]) for r in db.read("SELECT path, system FROM models WHERE sha256 != ? ORDER BY first_used",
+                                            (sha,)) if r[1] and r[1] != system.name]
+    if others:
+        path, theirs = others[0]
+        fix = ("a checkpoint that codes in " + theirs if command == "rescore" else
+               "a new --db for these notes, or a checkpoint that codes in " + theirs)
+        raise ReviewError(f"review {command} --checkpoint {ck_path}: it codes in {system.name}, but the queue in "
+                          f"{db.path} holds notes scored in {theirs} (by {path}); one queue holds one code system: "
+                          f"pass {fix} (nothing was changed).")
     labels = predictor.labels
     db.add_model(sha, ck_path, list(zip(labels.codes, labels.descriptions)), predictor.code_system)
     return sha, ck_path

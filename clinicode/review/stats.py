@@ -14,7 +14,7 @@ ROUTE_TARGET = 0.95                  # the acceptance rate a routing score must 
 
 
 def stats(db: ReviewStore, *, by: str = "day", min_decisions: int = MIN_ROUTE_DECISIONS,
-          target: float = ROUTE_TARGET) -> dict[str, Any]:
+          target: float = ROUTE_TARGET, reviewer: str | None = None) -> dict[str, Any]:
     """Agreement of the model with coders on finished notes: overall, per code and per day or week, and what the
     queue teaches per code.
 
@@ -26,7 +26,9 @@ def stats(db: ReviewStore, *, by: str = "day", min_decisions: int = MIN_ROUTE_DE
     rates or routing. `routing` gives, per checkpoint and per code with at least MIN_DECISIONS decided suggestions,
     the lowest score
     at and above which at least MIN_DECISIONS suggestions were accepted at a rate >= TARGET (`route_threshold`),
-    with the decisions behind it. It is a report: nothing is accepted without a coder.
+    with the decisions behind it. It is a report: nothing is accepted without a coder. REVIEWER: a coder asking; on
+    the double-coded notes still blind to them (not adjudicated) only their own decisions are counted in
+    `checkpoints` (finished notes, all the other counts read, are never blind).
 
     Raises:
         ReviewError: the database is damaged (the integrity check runs first).
@@ -53,7 +55,9 @@ def stats(db: ReviewStore, *, by: str = "day", min_decisions: int = MIN_ROUTE_DE
                 continue
             if kind != "added" and code not in n["suggested"]:
                 continue  # a withdrawn addition (reject after add) counts for nothing
-            for c in (overall, bucket, per_code.setdefault(code, _counts())):
+            entry = per_code.setdefault(code, _counts())
+            entry["notes"] += 1  # a code has one final state a note: the notes it was decided on
+            for c in (overall, bucket, entry):
                 c[kind] += 1
             if kind != "added":
                 score, sha = n["scores"][code]
@@ -66,9 +70,12 @@ def stats(db: ReviewStore, *, by: str = "day", min_decisions: int = MIN_ROUTE_DE
             entry = routing.setdefault(sha, {"checkpoint": paths.get(sha, ""), "codes": {}})
             entry["codes"][code] = route_threshold(pairs, target=target, min_decisions=min_decisions)
     made_on: dict[str, int] = {}  # each decision's checkpoint (stored since schema 5; earlier rows: their note's)
+    blind = "" if reviewer is None else (  # another coder's decisions on a note still blind to REVIEWER: not shown
+        " AND (d.reviewer = :me OR d.note NOT IN (SELECT a.note FROM assignments a JOIN notes n ON n.id = a.note "
+        "WHERE a.reviewer = :me AND n.status != 'done'))")
     for r in db.read("SELECT COALESCE(d.checkpoint_sha256, (SELECT s.checkpoint_sha256 FROM suggestions s "
-                     "WHERE s.note = d.note LIMIT 1)) AS sha, COUNT(*) FROM decisions d WHERE d.code IS NOT NULL "
-                     "GROUP BY sha"):
+                     "WHERE s.note = d.note LIMIT 1)) AS sha, COUNT(*) FROM decisions d WHERE d.code IS NOT NULL"
+                     f"{blind} GROUP BY sha", {"me": reviewer}):
         made_on[r[0] or "unknown"] = r[1]
     return {"checkpoints": {sha: {"checkpoint": paths.get(sha, ""), "decisions": n} for sha, n in made_on.items()},
             "overall": _rates(overall), "per_code": {c: _rates(v) for c, v in sorted(per_code.items())},

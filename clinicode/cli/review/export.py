@@ -29,6 +29,10 @@ def review_retrain_cli(
     """A new checkpoint from the finished notes' decisions: tfidf-lr (and the default model's tfidf-lr part,
     mentions and fusion) refits on train + decided notes; LEAM starts from the checkpoint's weights and trains a few
     epochs on the decided notes and a sample of train."""
+    import os
+    import shutil
+
+    from clinicode.artifacts import holds_training
     from clinicode.checkpoint import load_checkpoint, resolve_checkpoint_dir
     from clinicode.review import db_path, open_db
     from clinicode.review.export import retrain_data
@@ -36,19 +40,39 @@ def review_retrain_cli(
 
     if epochs < 1 or sample < 0:
         raise ConfigError(f"--epochs must be >= 1 and --sample >= 0, got {epochs} and {sample}.")
+    if holds_training(out):  # `train --resume` continues a run; a retrain always starts a new one
+        raise ConfigError(f"--out {out} already holds a run (an earlier or interrupted retrain, or a train); `review "
+                          "retrain` always starts a new run: choose a new --out folder, or remove that one if you no "
+                          "longer need it.")
     check_run_folder(out, resume=False, inputs={"--data": data, "--checkpoint": checkpoint})  # before RUN/data
     ck = load_checkpoint(resolve_checkpoint_dir(checkpoint), verify=True)
     warm = ck.model_kind.trained_by_loop
-    with open_db(db, readonly=True) as rdb:
-        made = retrain_data(rdb, Path(out) / RUN_DATA, base=data, labels=list(zip(ck.labels.codes,
-                                                                                     ck.labels.descriptions)),
-                            sample=sample if warm else None, seed=seed)
-    typer.echo(f"{made['reviewed']:,} finished notes and {made['sampled']:,} training notes of {data} -> "
-               f"{Path(out) / RUN_DATA}", err=True)
-    r = retrain(checkpoint=ck, out_dir=out, data_dir=Path(out) / RUN_DATA, epochs=epochs, seed=seed,
-                device=device, provenance={"checkpoint": str(ck.path), "checkpoint_sha256": ck.manifest_sha256,
-                                           "review_db": str(Path(db_path(db)).resolve()),
-                                           "decided_notes": made["reviewed"], "sampled_notes": made["sampled"]})
+    new_out, made = not Path(out).exists(), None
+    # every file and folder the retrain writes is owner-only: its data holds the reviewed notes' text, and the new
+    # checkpoint's vocabulary and mentions are learned from their words
+    mask = os.umask(0o077)
+    try:
+        with open_db(db, readonly=True) as rdb:
+            made = retrain_data(rdb, Path(out) / RUN_DATA, base=data,
+                                labels=list(zip(ck.labels.codes, ck.labels.descriptions)),
+                                sample=sample if warm else None, seed=seed, system=ck.labels.code_system,
+                                checkpoint=checkpoint)
+        typer.echo(f"{made['reviewed']:,} finished notes and {made['sampled']:,} training notes of {data} -> "
+                   f"{Path(out) / RUN_DATA}", err=True)
+        r = retrain(checkpoint=ck, out_dir=out, data_dir=Path(out) / RUN_DATA, epochs=epochs, seed=seed,
+                    device=device, provenance={"checkpoint": str(ck.path), "checkpoint_sha256": ck.manifest_sha256,
+                                               "review_db": str(Path(db_path(db)).resolve()),
+                                               "decided_notes": made["reviewed"], "sampled_notes": made["sampled"]})
+    except BaseException:
+        # the data holds the reviewed notes' text: never left behind by a failed retrain; nor is a run folder this
+        # command made (a retrain cannot be resumed, so a partial one is of no use)
+        if new_out:
+            shutil.rmtree(out, ignore_errors=True)
+        elif made is not None:
+            shutil.rmtree(Path(out) / RUN_DATA, ignore_errors=True)
+        raise
+    finally:
+        os.umask(mask)
     typer.echo(f"retrained {ck.kind} from {ck.path} ({'warm start, ' + str(epochs) + ' epochs' if warm else 'refit'}) "
                f"-> {r['run']}: test micro-F1 {r['test'].get('f1_micro', float('nan')):.4f} in {r['seconds']:.1f} s")
 

@@ -68,13 +68,17 @@ def _print_routing(s: dict[str, Any]) -> None:
 def review_stats_cli(
     db: Annotated[Optional[str], db_option()] = None,
     by: Annotated[str, typer.Option(help="Period of the over-time table: day or week.")] = "day",
+    reviewer: Annotated[Optional[str], typer.Option(help="A coder asking: another coder's decisions on notes they "
+                                                         "double code are not counted until adjudicated.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as JSON.")] = False,
 ) -> None:
     """Agreement of the model with coders on finished notes: accepted, rejected, added; precision and recall."""
     from clinicode.review import open_db
+    from clinicode.review.store import check_reviewer
 
+    reviewer = None if reviewer is None else check_reviewer(reviewer)
     with open_db(db, readonly=True) as rdb:
-        s = rdb.stats(by=by)
+        s = rdb.stats(by=by, reviewer=reviewer)
     if as_json:
         typer.echo(json.dumps(s, indent=2))
         return

@@ -3,6 +3,7 @@ writer waits and how often a busy transaction is retried."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -32,9 +33,14 @@ def is_busy(err: sqlite3.Error) -> bool:
 def translate(err: sqlite3.Error, path: Path) -> ReviewError:
     """One line for an SQLite error (never the SQL, never note text)."""
     code, text = _code_of(err), str(err)
-    if code == 13 or "disk is full" in text:
+    where = Path(os.path.abspath(path)).parent  # the folder to free space in
+    if code == 13 or "disk is full" in text:  # SQLITE_FULL: the file is intact, the change rolled back
         return ReviewError(f"review database {path}: the disk is full, so this change was not saved (everything saved "
-                           "before is intact); free some space and repeat the command.")
+                           f"before is intact); free some space on the disk holding {where} and repeat the command.")
+    if code == 10 or "disk I/O error" in text:  # SQLITE_IOERR: a write or the -shm map failed (a full or failing disk)
+        return ReviewError(f"review database {path}: disk I/O error, so the disk holding {where} is full or failing; "
+                           "this command saved nothing and everything saved before is intact: free some space there "
+                           "(or check the disk) and repeat the command.")
     if code in (11, 26) or "malformed" in text or "not a database" in text:
         return ReviewError(f"review database {path} is damaged ({text}); restore it from a "
                            "copy, or pass a new --db file.")

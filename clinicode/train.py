@@ -411,7 +411,9 @@ def _finish(kind: Any, run: Path, ds: Any, config: TrainConfig, setup: TrainingS
             _say(report, f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: LEAM's share per band "
                          f"{fusion['weights']}, title match {fusion['title_weights']} (bands up to "
                          f"{fusion['edges']} training notes, then more), {fusion['per_code_thresholds']} per-code "
-                         f"thresholds, {fusion.get('mentions', 0):,} phrases from the training notes' evidence spans")
+                         f"thresholds, {fusion.get('mentions', 0):,} phrases from the training notes' evidence spans"
+                         + (f"; {fusion['codes_outside_train']:,} codes only dev carries joined the label set, "
+                            "learnt from dev when the parts refit" if fusion.get("codes_outside_train") else ""))
 
         counts = setup.train_counts
         refit = None

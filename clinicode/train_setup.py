@@ -277,7 +277,9 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
     dev = ds.split("dev")
     y_dev = ds.labels.multi_hot(dev["labels"])
     s_dev = pred.score_ids(dev_ids) if dev_ids is not None else pred.score(dev["text"].tolist())
-    t = 0.0 if one else tune_threshold(y_dev, s_dev)
+    # codes no training note carries (only dev's, learnt by `refit`) cannot be found yet: they do not move the threshold
+    known = np.asarray(train_counts) > 0
+    t = 0.0 if one else tune_threshold(y_dev[:, known], s_dev[:, known])
     if not one and marks_everything(s_dev, t):
         raise DataFormatError(
             f"{run}: the threshold tuned on dev ({t:.2f}) would mark every code on every note, so the model has "
@@ -361,7 +363,9 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
     run = check_run_folder(Path(out_dir), resume=resume,
                            inputs={"--data": data_dir, "--descriptions": descriptions_path, "--embeddings": vectors})
     options = kind_options(kind, model_options)  # unknown or out-of-range options fail before anything is written
-    ds = load_dataset(Path(data_dir), top_k=config.top_k)
+    # a kind that refits on train and dev (the fused model's --fit-on train+dev) learns the codes only dev carries too
+    grows = config.fit_on == "train+dev" and hasattr(kind, "refit") and config.top_k is None
+    ds = load_dataset(Path(data_dir), top_k=config.top_k, label_splits=("train", "dev") if grows else ("train",))
     ds.labels = with_descriptions(ds.labels, descriptions_path)
     n_train, n_dev = len(ds.split("train")), len(ds.split("dev"))
     if n_train == 0 or n_dev == 0:

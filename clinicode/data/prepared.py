@@ -395,8 +395,10 @@ def _read_splits(path: Path) -> dict[str, pd.DataFrame]:
     return splits
 
 
-def _dataset_labels(path: Path, splits: dict[str, pd.DataFrame], stats: dict[str, Any]) -> LabelSet:
-    """labels.json, every code checked against it; without one, train's codes (others dropped, counted in STATS)."""
+def _dataset_labels(path: Path, splits: dict[str, pd.DataFrame], stats: dict[str, Any],
+                    label_splits: Sequence[str] = ("train",)) -> LabelSet:
+    """labels.json, every code checked against it; without one, the codes of LABEL_SPLITS (train's, or train's and
+    dev's; others dropped, counted in STATS)."""
     labels_path = path / LABELS_FILE
     if labels_path.is_file():
         labels = LabelSet.load(labels_path)
@@ -412,7 +414,10 @@ def _dataset_labels(path: Path, splits: dict[str, pd.DataFrame], stats: dict[str
         train_codes = sorted({c for row in splits["train"][LABELS] for c in row})
         if not train_codes:
             raise DataFormatError(f"train split of {path} has no labels at all; a dataset needs at least one label.")
-        labels = LabelSet.from_codes(train_codes)
+        more = sorted({c for name in label_splits if name != "train" and name in splits
+                       for row in splits[name][LABELS] for c in row} - set(train_codes))
+        stats["codes_outside_train"] = len(more)
+        labels = LabelSet.from_codes(sorted([*train_codes, *more]))
         unseen = {}
         for name, df in splits.items():
             n = sum(1 for row in df[LABELS] for c in row if c not in labels)
@@ -444,7 +449,8 @@ def _keep_top_k(path: Path, splits: dict[str, pd.DataFrame], labels: LabelSet, t
     return labels
 
 
-def load_dataset(path: Path, *, top_k: int | None = None) -> PreparedDataset:
+def load_dataset(path: Path, *, top_k: int | None = None,
+                 label_splits: Sequence[str] = ("train",)) -> PreparedDataset:
     """Load and validate a prepared dataset folder.
 
     The folder holds `{train,dev,test}.{parquet,jsonl,csv}` (train and dev required, test optional) with
@@ -457,6 +463,8 @@ def load_dataset(path: Path, *, top_k: int | None = None) -> PreparedDataset:
         path: the dataset folder.
         top_k: keep only the top_k most frequent train codes (documents counted once per code, ties by code
             string); documents left without a label are dropped from every split.
+        label_splits: without labels.json, the splits whose codes make the label set: train's, or ("train", "dev")
+            for a model that learns codes only dev carries (the fused model's `--fit-on train+dev`).
     Returns:
         The validated PreparedDataset; labels in each row are sorted by label index.
     Raises:
@@ -473,7 +481,7 @@ def load_dataset(path: Path, *, top_k: int | None = None) -> PreparedDataset:
     manifest_path = path / MANIFEST_FILE
     manifest = read_json(manifest_path) if manifest_path.is_file() else {}
     stats: dict[str, Any] = {}
-    labels = _dataset_labels(path, splits, stats)
+    labels = _dataset_labels(path, splits, stats, label_splits)
     if top_k is not None:
         labels = _keep_top_k(path, splits, labels, top_k, stats)
 

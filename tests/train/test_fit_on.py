@@ -18,19 +18,23 @@ from conftest import TINY_MODEL
 SIZES = {k: v for k, v in TINY_MODEL.items() if k not in ("code_evidence", "window_nonneg")}
 PHRASES = {"C1": "glorp fever", "C2": "vantic syndrome", "C3": "zelmic palsy", "C4": "hurdic anaemia"}
 DEV_ONLY = "blarvic tremens"   # C1's mention that only dev's coders marked
+NEW_CODE, NEW_PHRASE = "C5", "quorbic nephritis"   # a code no training note carries
 FILLER = "patient presented with history of review notes stable plan follow up discussed daily routine".split()
 
 
-def _write(folder):
+def _write(folder, *, new_code=False):
     rng = random.Random(1)
     folder.mkdir()
     for split, n in (("train", 100), ("dev", 60), ("test", 40)):
         with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as f:
             for i in range(n):
                 codes = sorted(rng.sample(sorted(PHRASES), rng.choice((1, 2, 3))))
+                if new_code and split != "train" and i % 4 == 0:
+                    codes.append(NEW_CODE)
                 text, evidence = " ".join(rng.choice(FILLER) for _ in range(20)), []
                 for code in codes:
-                    phrase = DEV_ONLY if code == "C1" and split != "train" else PHRASES[code]
+                    phrase = (NEW_PHRASE if code == NEW_CODE else
+                              DEV_ONLY if code == "C1" and split != "train" else PHRASES[code])
                     text += " , "
                     evidence.append({"code": code, "start": len(text), "end": len(text) + len(phrase)})
                     text += phrase + " " + " ".join(rng.choice(FILLER) for _ in range(10))
@@ -41,21 +45,24 @@ def _write(folder):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("fit_on")
-    data = _write(base / "data")
+    data = {False: _write(base / "data"), True: _write(base / "data-new-code", new_code=True)}
     out = {}
-    for fit_on in ("train", "train+dev"):
-        cfg = TrainConfig(model="fused", epochs=2, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
-                          device="cpu", min_doc_freq=1, fit_on=fit_on)
-        lines: list[str] = []
-        result = train(out_dir=base / fit_on, config=cfg, data_dir=data, model_options=SIZES, progress=False,
-                       report=lines.append)
-        out[fit_on] = (base / fit_on / "checkpoint", result, lines)
+    for new_code in (False, True):
+        for fit_on in ("train", "train+dev"):
+            cfg = TrainConfig(model="fused", epochs=2, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
+                              device="cpu", min_doc_freq=1, fit_on=fit_on)
+            lines: list[str] = []
+            name = fit_on + ("-new-code" if new_code else "")
+            result = train(out_dir=base / name, config=cfg, data_dir=data[new_code], model_options=SIZES,
+                           progress=False, report=lines.append)
+            out[name] = (base / name / "checkpoint", result, lines)
     return out
 
 
 def test_the_refit_learns_from_dev_and_keeps_what_dev_chose(runs):
     (only, r_only, _), (both, r_both, lines) = runs["train"], runs["train+dev"]
-    phrases = {fit_on: json.loads((ck / MENTIONS_FILE).read_text())["phrases"] for fit_on, (ck, _, _) in runs.items()}
+    phrases = {fit_on: json.loads((runs[fit_on][0] / MENTIONS_FILE).read_text())["phrases"]
+               for fit_on in ("train", "train+dev")}
     assert DEV_ONLY not in phrases["train"]["C1"]
     assert DEV_ONLY in phrases["train+dev"]["C1"] and PHRASES["C1"] in phrases["train+dev"]["C1"]
     assert json.loads((both / "fusion.json").read_text())["fit_on"] == "train+dev"
@@ -72,7 +79,8 @@ def test_the_refit_learns_from_dev_and_keeps_what_dev_chose(runs):
 
     note = f"patient presented with {PHRASES['C2']} , then {DEV_ONLY} , review notes stable"
     score = {}
-    for fit_on, (ck, _, _) in runs.items():
+    for fit_on in ("train", "train+dev"):
+        ck = runs[fit_on][0]
         [res] = Predictor.from_checkpoint(ck.parent, device="cpu").predict([note], top_k=4)
         score[fit_on] = dict(res.scores).get("C1", 0.0)
     assert score["train+dev"] > 2 * score["train"], score
@@ -80,7 +88,28 @@ def test_the_refit_learns_from_dev_and_keeps_what_dev_chose(runs):
     assert sum(counts["counts"].values()) == sum(
         len(json.loads(line)["labels"]) for split in ("train", "dev")
         for line in (both.parents[1] / "data" / f"{split}.jsonl").read_text().splitlines())
+    assert "codes_outside_train" in json.loads((both / "fusion.json").read_text())
     assert any("--fit-on train+dev" in line for line in lines)
+
+
+def test_a_code_only_dev_carries_joins_the_label_set_and_is_found(runs):
+    from clinicode.predict import Predictor
+
+    (only, r_only, _), (both, r_both, lines) = runs["train-new-code"], runs["train+dev-new-code"]
+    codes = {name: [c["code"] for c in json.loads((ck / "labels.json").read_text())] for name, (ck, _, _) in
+             (("train", runs["train-new-code"]), ("train+dev", runs["train+dev-new-code"]))}
+    assert NEW_CODE not in codes["train"] and NEW_CODE in codes["train+dev"]
+    assert json.loads((both / "fusion.json").read_text())["codes_outside_train"] == 1
+    assert any("1 codes only dev carries joined the label set" in line for line in lines)
+    [res] = Predictor.from_checkpoint(both.parent, device="cpu").predict(
+        [f"patient presented with {NEW_PHRASE} , review notes stable"], top_k=5)
+    assert NEW_CODE in [p.code for p in res.predicted]
+    # the test notes coded C5: the model fitted on train cannot know the code, the refitted one finds most of them
+    rows = [json.loads(line) for line in (both.parents[1] / "data-new-code" / "test.jsonl").read_text().splitlines()]
+    coded = [r["text"] for r in rows if NEW_CODE in r["labels"]]
+    found = [NEW_CODE in [p.code for p in x.predicted]
+             for x in Predictor.from_checkpoint(both.parent, device="cpu").predict(coded, top_k=5)]
+    assert len(coded) >= 5 and sum(found) >= 0.8 * len(coded)
 
 
 def test_fit_on_takes_only_its_two_values():

@@ -4,6 +4,7 @@ fitted without it. Everything model-specific is asked of the model kind: this mo
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -203,14 +204,21 @@ class TrainingSetup:
     def _start_warm(self, warm_start: Checkpoint) -> None:
         """A fresh loop state from WARM_START's tokenizer and weights (`review retrain`)."""
         cfg, kind = self.cfg, self.kind
-        if warm_start.kind != cfg.model or list(warm_start.labels.codes) != list(self.labels.codes):
-            raise ConfigError(f"a warm start needs a {cfg.model} checkpoint of the data's label set; "
-                              f"{warm_start.path} is {warm_start.kind} with {len(warm_start.labels)} codes.")
+        old, new = list(warm_start.labels.codes), list(self.labels.codes)
+        if warm_start.kind != cfg.model or new[:len(old)] != old:
+            raise ConfigError(f"a warm start needs a {cfg.model} checkpoint of the data's label set (or of its first "
+                              f"codes, when codes were added after them); {warm_start.path} is {warm_start.kind} with "
+                              f"{len(warm_start.labels)} codes.")
         self.state = {"epoch": 0, "best_score": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
         self.tokenizer = warm_start.tokenizer
         self.model_config = warm_start.model.config  # a loop kind's model carries its configuration
+        if len(new) > len(old):   # codes coders added (`review retrain`): the model grows a row for each
+            self.model_config = dataclasses.replace(self.model_config, n_labels=len(new))
         self.model = kind.build(self.model_config)
-        kind.load_weights(warm_start.path, self.model)  # the checkpoint's weights, through its kind
+        titles = self.labels.descriptions[len(old):]
+        words = self.tokenizer.encode_ids([t or "" for t in titles]) if titles else []
+        kind.load_weights(warm_start.path, self.model,  # the checkpoint's weights, through its kind
+                          **({"new_code_words": [[int(j) for j in w] for w in words]} if words else {}))
         log.info("warm start from %s", warm_start.path)
 
     def _start_fresh(self, train_df: Any, options: Any) -> None:

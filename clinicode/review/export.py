@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -16,6 +17,7 @@ from clinicode.review.audit import agreement, audit_log, work_times
 from clinicode.review.store import ReviewError, ReviewStore
 
 EXPORT_KIND = "review-export"
+MIN_ADDED_NOTES = 3   # a code coders added joins a retrained model's label set from this many reviewed notes on
 AUDIT_FILE = "audit.json"  # the audit trail beside the notes (no note text; not a split, so not .jsonl)
 
 
@@ -129,8 +131,13 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     same, checked before anything is written (another system's notes would keep no code of LABELS). CHECKPOINT: its
     path, for that message. Every file written is owner-only (0600; the folder 0700).
 
+    Codes coders added that LABELS lacks join the label set, after LABELS, when at least MIN_ADDED_NOTES reviewed
+    notes carry them (the retrained model grows a row for each, started from its title); the others are returned in
+    "too_few" and left out.
+
     Returns:
-        {"train", "dev", "test", "reviewed", "sampled", "kept_out", "notes": ids of the reviewed notes used}.
+        {"train", "dev", "test", "reviewed", "sampled", "kept_out", "notes": ids of the reviewed notes used,
+        "added_codes": {code: reviewed notes} that joined, "too_few": {code: reviewed notes} left out}.
     Raises:
         ReviewError: no finished note, or the base or the queue codes in another system than the checkpoint.
     """
@@ -162,6 +169,14 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
                           f"--checkpoint {checkpoint} codes in {system.name}; retrain the checkpoint that scored "
                           "them (nothing was written).")
     held = {str(i) for name in ("dev", "test") if name in ds.splits for i in ds.splits[name]["id"]}
+    # codes coders added that the checkpoint lacks: a code on MIN_ADDED_NOTES reviewed notes or more joins the label
+    # set after the checkpoint's codes (the model grows a row for it); fewer are named in the result, not learnt
+    added = Counter(c for n in notes if n["id"] not in held for c in set(n["labels"]) if c not in keep)
+    joined = sorted(c for c, k in added.items() if k >= MIN_ADDED_NOTES)
+    if joined:
+        titles = system.titles(joined)
+        labels = [*labels, *((c, titles.get(c, "")) for c in joined)]
+        keep |= set(joined)
     reviewed = [_reviewed_row(n, sorted(c for c in n["labels"] if c in keep)) for n in notes if n["id"] not in held]
     ids = {r["id"] for r in reviewed}
 
@@ -196,7 +211,8 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
         os.chmod(tmp / MANIFEST_FILE, 0o600)  # like every file of the folder: it names the reviewed notes' ids
     sampled = len(base_train) if loop is None else len(loop) - len(reviewed)
     return {**counts, "reviewed": len(reviewed), "sampled": sampled, "kept_out": len(notes) - len(reviewed),
-            "notes": sorted(ids)}
+            "notes": sorted(ids), "added_codes": {c: added[c] for c in joined},
+            "too_few": {c: k for c, k in sorted(added.items()) if c not in joined}}
 
 
 def _reviewed_row(note: dict[str, Any], labels: list[str]) -> dict[str, Any]:

@@ -208,3 +208,55 @@ def load_checkpoint_sha(run: Path) -> str:
     from clinicode.checkpoint import load_checkpoint
 
     return load_checkpoint(run / "checkpoint").manifest_sha256
+
+
+def test_codes_coders_add_join_the_retrained_label_set_and_too_rare_ones_are_named(demo_data, tmp_path):
+    """A code the checkpoint lacks, added by coders on enough notes, becomes a code of the retrained checkpoint (the
+    LEAM part grows a row for it, the bag-of-words parts learn it) and is found on notes like those; a code added on
+    too few notes is named in the output, not dropped without a word."""
+    from clinicode.checkpoint import load_checkpoint
+    from clinicode.config import TrainConfig
+    from clinicode.predict import Predictor
+    from clinicode.review.export import MIN_ADDED_NOTES
+    from clinicode.train import train
+
+    from conftest import TINY_MODEL
+
+    sizes = {k: v for k, v in TINY_MODEL.items() if k not in ("code_evidence", "window_nonneg")}
+    run = tmp_path / "fused"
+    train(out_dir=run, config=TrainConfig(epochs=2, batch_size=16, lr=2e-2, w2v_epochs=1, seed=7, device="cpu"),
+          data_dir=demo_data, model_options=sizes, progress=False)
+    old = load_checkpoint(run / "checkpoint")
+    new_code, rare_code = "V10.3", "V12.54"
+    assert new_code not in old.labels and rare_code not in old.labels
+    df = pd.read_parquet(demo_data / "test.parquet").head(24)
+    marked = "the patient keeps on warfarin daily for anticoagulation"
+    notes = tmp_path / "notes.jsonl"
+    texts = {f"g{i}": (t + " " + marked if i % 2 == 0 else t) for i, t in enumerate(df["text"])}
+    notes.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in texts.items()))
+    db = tmp_path / "r.sqlite"
+    succeeds(["review", "queue", "--checkpoint", run, "--input", notes, "--db", db])
+    gold = {f"g{i}": set(lab) for i, lab in enumerate(df["labels"])}
+    with open_db(db) as rdb:
+        for i, (note_id, text) in enumerate(texts.items()):
+            suggested = {s["code"] for s in rdb.note(note_id)["suggestions"]}
+            add = sorted(gold[note_id] - suggested) + ([new_code] if marked in text else [])
+            if i == 1:
+                add.append(rare_code)
+            rdb.decide(note_id, "coder", accept=sorted(suggested & gold[note_id]),
+                       reject=sorted(suggested - gold[note_id]), add=add, done=True)
+    out = tmp_path / "grown"
+    res = succeeds(["review", "retrain", "--checkpoint", run, "--data", demo_data, "--out", out, "--db", db,
+                    "--epochs", "2", "--sample", "40", "--device", "cpu"])
+    assert f"1 codes coders added join the label set" in res.stderr and f"{new_code} (12 notes)" in res.stderr
+    assert f"fewer than {MIN_ADDED_NOTES} reviewed notes" in res.stderr and f"{rare_code} (1 note)" in res.stderr
+    grown = load_checkpoint(out / "checkpoint")
+    assert list(grown.labels.codes) == [*old.labels.codes, new_code]           # appended after the checkpoint's
+    assert rare_code not in grown.labels
+    assert grown.model.leam.label_emb.shape[0] == len(old.labels) + 1
+    pred = Predictor.from_checkpoint(out, device="cpu")
+    held_out = pd.read_parquet(demo_data / "dev.parquet").head(10)["text"]
+    found = [new_code in [p.code for p in r.predicted]
+             for r in pred.predict([t + " " + marked for t in held_out], top_k=5)]
+    missed = [new_code in [p.code for p in r.predicted] for r in pred.predict(list(held_out), top_k=5)]
+    assert sum(found) >= 5 and sum(missed) <= 2

@@ -35,7 +35,7 @@ def review_retrain_cli(
     from clinicode.artifacts import holds_training
     from clinicode.checkpoint import load_checkpoint, resolve_checkpoint_dir
     from clinicode.review import db_path, open_db
-    from clinicode.review.export import retrain_data
+    from clinicode.review.export import MIN_ADDED_NOTES, retrain_data
     from clinicode.train import RUN_DATA, check_run_folder, retrain
 
     if epochs < 1 or sample < 0:
@@ -59,6 +59,13 @@ def review_retrain_cli(
                                 checkpoint=checkpoint)
         typer.echo(f"{made['reviewed']:,} finished notes and {made['sampled']:,} training notes of {data} -> "
                    f"{Path(out) / RUN_DATA}", err=True)
+        if made["added_codes"]:
+            typer.echo(f"{len(made['added_codes']):,} codes coders added join the label set (the model grows a "
+                       "row for each, started from its title): " + _counted(made["added_codes"]), err=True)
+        if made["too_few"]:
+            typer.echo(f"{len(made['too_few']):,} codes coders added are left out: fewer than {MIN_ADDED_NOTES} "
+                       "reviewed notes carry them, too little to learn from (decide more notes with them, then "
+                       "retrain): " + _counted(made["too_few"]), err=True)
         r = retrain(checkpoint=ck, out_dir=out, data_dir=Path(out) / RUN_DATA, epochs=epochs, seed=seed,
                     device=device, provenance={"checkpoint": str(ck.path), "checkpoint_sha256": ck.manifest_sha256,
                                                "review_db": str(Path(db_path(db)).resolve()),
@@ -75,6 +82,12 @@ def review_retrain_cli(
         os.umask(mask)
     typer.echo(f"retrained {ck.kind} from {ck.path} ({'warm start, ' + str(epochs) + ' epochs' if warm else 'refit'}) "
                f"-> {r['run']}: test micro-F1 {r['test'].get('f1_micro', float('nan')):.4f} in {r['seconds']:.1f} s")
+
+
+def _counted(codes: dict[str, int], shown: int = 10) -> str:
+    """'C1 (4 notes), C2 (3 notes), ...': the first SHOWN codes and their reviewed notes."""
+    head = ", ".join(f"{c} ({n} note{'s' if n != 1 else ''})" for c, n in list(codes.items())[:shown])
+    return head + (f", and {len(codes) - shown:,} more" if len(codes) > shown else "")
 
 
 @friendly

@@ -132,8 +132,11 @@ class FusedKind:
         mentions = (MentionLexicon.build(codes, texts, evidence) if evidence is not None
                     else MentionLexicon(codes=tuple(codes)))
         held = getattr(getattr(warm_start, "model", None), "mentions", None)
-        if held is not None and tuple(held.codes) == tuple(codes):
-            mentions = mentions.union(held)
+        if held is not None:   # the checkpoint's mentions, on this label set (which may append codes coders added)
+            index = {c: k for k, c in enumerate(codes)}
+            moved = {p: tuple(sorted(index[held.codes[k]] for k in ks if held.codes[k] in index))
+                     for p, ks in held.phrases.items()}
+            mentions = mentions.union(MentionLexicon({p: ks for p, ks in moved.items() if ks}, tuple(codes)))
         note = ""
         if evidence is not None:
             known = set(codes)
@@ -192,8 +195,8 @@ class FusedKind:
     def epoch_stats(self, model: Any) -> dict[str, float]:
         return LEAM_KIND.epoch_stats(model)
 
-    def load_weights(self, folder: Path, model: Any) -> None:
-        LEAM_KIND.load_weights(folder, model)
+    def load_weights(self, folder: Path, model: Any, *, new_code_words: Sequence[Sequence[int]] = ()) -> None:
+        LEAM_KIND.load_weights(folder, model, new_code_words=new_code_words)
 
 
 KIND = FusedKind()

@@ -213,10 +213,36 @@ class LEAMKind:
     def epoch_stats(self, model: Any) -> dict[str, float]:
         return model.window_stats()
 
-    def load_weights(self, folder: Path, model: Any) -> None:
+    def load_weights(self, folder: Path, model: Any, *, new_code_words: Sequence[Sequence[int]] = ()) -> None:
+        """FOLDER's weights into MODEL. A MODEL with more codes than FOLDER's (a `review retrain` whose coders added
+        codes: they come after the checkpoint's) keeps the checkpoint's rows for its codes; each new code starts as a
+        rare code would: its vector the mean of its title's word vectors (NEW_CODE_WORDS: the token ids of each new
+        code's title, in order; none: a random start), no weight on the attended note, the lowest bias of the old."""
+        import torch
         from safetensors.torch import load_file
 
-        model.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
+        held = load_file(str(folder / WEIGHTS_FILE))
+        own = model.state_dict()
+        k_old = held["label_emb"].shape[0]
+        k_new = own["label_emb"].shape[0]
+        if k_new > k_old:
+            for name, t in list(held.items()):
+                mine = own[name]
+                if t.shape != mine.shape and t.shape[0] == k_old and mine.shape[0] == k_new and \
+                        t.shape[1:] == mine.shape[1:]:
+                    grown = mine.clone()
+                    grown[:k_old] = t
+                    if name.endswith("weight") and name != "label_emb":
+                        grown[k_old:] = 0.0          # the head's rows: nothing learnt of the new codes yet
+                    elif name.endswith("bias"):
+                        grown[k_old:] = t.min()      # a new code starts as unlikely as the rarest old one
+                    held[name] = grown
+            emb = held["word_emb.weight"]
+            for i, ids in enumerate(new_code_words):
+                ids = [j for j in ids if 0 < j < emb.shape[0]]
+                if ids and k_old + i < k_new:
+                    held["label_emb"][k_old + i] = emb[torch.tensor(ids)].mean(dim=0)
+        model.load_state_dict(held)
 
 
 KIND = LEAMKind()

@@ -48,6 +48,9 @@ class ModelKind(Protocol):
     name: str                # the manifest's "model", `train --model`, `Checkpoint.kind`
     summary: str             # a few words for `train --help`
     files: tuple[str, ...]   # the checkpoint files it writes and reads: the manifest must hash each one
+    # the files it writes only sometimes and reads when they are there (the fused model's mentions.json): one that is
+    # there must be hashed too, or a file planted in a copied run would change what the checkpoint predicts
+    optional_files: tuple[str, ...]
     can_explain: bool        # token attention and per-code phrase spans (predict --explain, explain_codes, evidence)
     can_embed: bool          # note and code vectors (Predictor.embed and label_embeddings; the app's embedding map)
     scores_ids: bool         # scores notes its tokenizer already encoded (Predictor.score_ids: training's dev scoring)

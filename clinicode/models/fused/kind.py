@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from clinicode.errors import CheckpointError
+from clinicode.constants import LABELS_FILE
+from clinicode.data.labels import LabelSet
+from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.files import write_bytes_atomic, write_json_atomic
-from clinicode.models.fused.mentions import MentionLexicon
+from clinicode.models.fused.mentions import MENTIONS_FILE, MentionLexicon, read_mentions
 from clinicode.models.fused.model import FusedModel, title_rows
 from clinicode.models.leam.kind import KIND as LEAM_KIND, check_weight_shapes, weight_shapes
 from clinicode.models.leam.options import LEAMConfig, ModelOptions
@@ -22,7 +24,6 @@ from clinicode.models.tfidf_lr.kind import KIND as LR_KIND
 
 if TYPE_CHECKING:
     from clinicode.config import TrainConfig
-    from clinicode.data.labels import LabelSet
     from clinicode.memory import MemoryPlan
 
 FUSION_WEIGHTS = "fusion.safetensors"
@@ -43,6 +44,7 @@ class FusedKind:
     name = "fused"
     summary = "LEAM and tfidf-lr fused per code, the default"
     files = (*LEAM_KIND.files, *LR_KIND.files, FUSION_WEIGHTS, FUSION_META)
+    optional_files = (MENTIONS_FILE,)  # written when the training notes had evidence spans
     can_explain = True
     can_embed = True
     scores_ids = False      # the tfidf-lr part reads the text itself
@@ -70,6 +72,12 @@ class FusedKind:
         if held != want:
             raise CheckpointError(f"{folder / FUSION_WEIGHTS}: holds {held}, the model's {config.n_labels} codes need "
                                   f"{want}; the pieces come from different runs, retrain.")
+        if (folder / MENTIONS_FILE).is_file():  # checked here too, so a run whose mentions would fail is not listed
+            try:                                 # as healthy (the app's run list verifies; it does not load)
+                codes = LabelSet.load(folder / LABELS_FILE).codes
+            except (ClinicodeError, OSError, ValueError):
+                return  # loading names what is wrong with labels.json
+            read_mentions(folder / MENTIONS_FILE, codes)
 
     def load(self, folder: Path, *, labels: LabelSet, train_config: TrainConfig, device: Any) -> tuple[FusedModel, Any]:
         from safetensors.numpy import load as st_load

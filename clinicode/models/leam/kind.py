@@ -82,6 +82,7 @@ class LEAMKind:
     name = "leam"
     summary = "label-embedding attention (with code evidence; --paper: the paper's)"
     files = (WEIGHTS_FILE, MODEL_CONFIG_FILE, TOKENIZER_FILE)
+    optional_files = ()
     can_explain = True
     can_embed = True
     scores_ids = True

@@ -42,6 +42,7 @@ class TfidfLRKind:
     name = "tfidf-lr"
     summary = "the bag-of-words baseline"
     files = FILES
+    optional_files = ()
     can_explain = False
     can_embed = False
     scores_ids = False

@@ -136,7 +136,7 @@ def _trained(kind: ModelKind, texts: list[str], y: np.ndarray, labels: LabelSet,
     who = f"model kind {kind.name!r}"
     if not kind.trained_by_loop:
         model = kind.fit(texts[:24], y[:24], labels=labels, dev_texts=texts[24:], y_dev=y[24:], single_label=False,
-                         seed=0)
+                         seed=0, min_doc_freq=TrainConfig.min_doc_freq)
         return model, None
     import torch
 

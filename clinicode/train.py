@@ -336,7 +336,7 @@ def _before_loop(kind: Any, ds: Any, config: TrainConfig, report: Callable[[str]
                     for note in train_df[EVIDENCE].tolist()]
     before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
                               single_label=single_label(ds, config), codes=ds.labels.codes, evidence=evidence,
-                              warm_start=warm_start)
+                              warm_start=warm_start, min_doc_freq=config.min_doc_freq)
     said = getattr(before, "note", "")
     _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s"
          + (f"; {said}" if said else ""))

@@ -84,10 +84,10 @@ class ModelKind(Protocol):
         """A `Scorer` for a loaded checkpoint of this kind."""
 
     def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
-            y_dev: np.ndarray, single_label: bool, seed: int) -> Any:
+            y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
         """A model fitted whole (kinds not `trained_by_loop`) on training notes and their [N, K] 0/1 labels over
-        LABELS; the dev notes and labels (for the kind's own choices: the threshold is tuned on dev afterwards) and
-        the run's seed."""
+        LABELS; the dev notes and labels (for the kind's own choices: the threshold is tuned on dev afterwards), the
+        run's seed and its --min-doc-freq (a vocabulary keeps only words of at least that many training notes)."""
 
     # The epoch loop (`train`, `train_setup`) asks a kind `trained_by_loop` for the rest; a kind fitted whole raises
     # NotImplementedError from them. The model is a torch.nn.Module fed token ids; `config_type` is its configuration

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from clinicode.config import TrainConfig
 from clinicode.constants import LABELS_FILE
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
@@ -23,7 +24,6 @@ from clinicode.models.leam.options import LEAMConfig, ModelOptions
 from clinicode.models.tfidf_lr.kind import KIND as LR_KIND
 
 if TYPE_CHECKING:
-    from clinicode.config import TrainConfig
     from clinicode.memory import MemoryPlan
 
 FUSION_WEIGHTS = "fusion.safetensors"
@@ -119,7 +119,7 @@ class FusedKind:
                            batch_size=batch_size, memory_mb=memory_mb)
 
     def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
-            y_dev: np.ndarray, single_label: bool, seed: int) -> Any:
+            y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
         raise NotImplementedError("the fused model's LEAM part is trained by the epoch loop (`clinicode.train`).")
 
     # Around the epoch loop (optional members of `ModelKind`, which `clinicode.train` asks for).
@@ -131,8 +131,10 @@ class FusedKind:
         return min(config.epochs, config.fused_epochs) if n_labels > CAP_FROM else config.epochs
 
     def before_loop(self, texts: Sequence[str], y: np.ndarray, *, single_label: bool, codes: Sequence[str] = (),
-                    evidence: Sequence[Any] | None = None, warm_start: Any = None) -> Any:
-        """The tfidf-lr part, fitted on the training notes before LEAM's epochs, and the codes' mentions in them
+                    evidence: Sequence[Any] | None = None, warm_start: Any = None,
+                    min_doc_freq: int = TrainConfig.min_doc_freq) -> Any:
+        """The tfidf-lr part, fitted on the training notes before LEAM's epochs (words of at least MIN_DOC_FREQ
+        notes, `train --min-doc-freq`), and the codes' mentions in them
         (EVIDENCE: each note's {code, start, end} spans, when the training split carries them), with those of
         WARM_START (a fused checkpoint `review retrain` starts from: its sampled notes would forget the rest)."""
         from clinicode.models.fused.training import Before, fit_lr_part
@@ -149,7 +151,7 @@ class FusedKind:
             outside = sum(1 for m in spans if str(m.get("code")) not in known)
             note = (f"{len(mentions):,} mention phrases learnt from {len(spans) - outside:,} evidence spans"
                     + (f" ({outside:,} more name codes outside the label set)" if outside else ""))
-        return Before(fit_lr_part(texts, y, single_label=single_label), mentions, note)
+        return Before(fit_lr_part(texts, y, single_label=single_label, min_doc_freq=min_doc_freq), mentions, note)
 
     def after_loop(self, model: Any, tokenizer: Any, before: Any, *, dev_texts: Sequence[str], y_dev: np.ndarray,
                    train_counts: np.ndarray, descriptions: Sequence[str], max_len: int, device: Any,

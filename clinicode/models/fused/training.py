@@ -30,11 +30,12 @@ class Before(NamedTuple):
     note: str = ""             # what `train` says of it: the mentions learnt, and the spans that named other codes
 
 
-def fit_lr_part(texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> Any:
-    """The bag-of-words part, fitted on the training notes (tfidf-lr with its defaults)."""
+def fit_lr_part(texts: Sequence[str], y: np.ndarray, *, single_label: bool, min_doc_freq: int) -> Any:
+    """The bag-of-words part, fitted on the training notes (tfidf-lr with its defaults; words of at least
+    MIN_DOC_FREQ notes, as the LEAM part's tokenizer keeps)."""
     from clinicode.models.tfidf_lr.baseline import fit_tfidf_lr
 
-    return fit_tfidf_lr(texts, y, single_label=single_label)
+    return fit_tfidf_lr(texts, y, single_label=single_label, min_doc_freq=min_doc_freq)
 
 
 def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None = None, dev_texts: Sequence[str],

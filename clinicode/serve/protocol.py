@@ -140,6 +140,7 @@ class _Timed:
         log.info("an Upgrade request (WebSocket, h2c) is answered as plain HTTP; this service speaks HTTP/1.1 only")
 
     def send_400_response(self, msg: str) -> None:  # a malformed request: JSON too, not uvicorn's plain text
+        msg = _H11_REASONS.get(getattr(self, "_reason", ""), msg)  # h11's reason, kept by `_H11Reasons`
         message = msg if msg in (_SMUGGLING, DUPLICATE_HOST, MISSING_HOST) else (
             "malformed HTTP request (bad request line or headers, or headers over 16 KB); send an HTTP/1.1 "
             "request.")
@@ -151,7 +152,8 @@ class _Timed:
 
 class _H11Reasons:
     """The h11 side: uvicorn answers every request h11 refuses "Invalid HTTP request received."; h11's reason is kept
-    here, so a request with two Host headers or none is answered as under httptools (`DUPLICATE_HOST`, `MISSING_HOST`).
+    here, so a request with two Host headers or none is answered as under httptools (`DUPLICATE_HOST`, `MISSING_HOST`,
+    by `_Timed.send_400_response`).
     """
 
     def connection_made(self, transport: Any) -> None:
@@ -168,9 +170,6 @@ class _H11Reasons:
                 raise
 
         conn.next_event = kept
-
-    def send_400_response(self, msg: str) -> None:
-        super().send_400_response(_H11_REASONS.get(self._reason, msg))
 
 
 class _HttpToolsBounds:

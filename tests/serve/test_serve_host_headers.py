@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("uvicorn")
 
-from clinicode.serve.protocol import DUPLICATE_HOST, MISSING_HOST  # noqa: E402
-from tests.helpers import SECRET, read_until_closed, serve_process  # noqa: E402
+from clinicode.serve.protocol import DUPLICATE_HOST, MISSING_HOST
+from tests.helpers import SECRET, read_until_closed, serve_process
 
 pytestmark = pytest.mark.slow
 

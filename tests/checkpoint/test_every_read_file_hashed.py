@@ -148,10 +148,10 @@ def test_a_mentions_link_leading_outside_is_refused_before_reading_it(ck, plante
 
 
 @pytest.mark.parametrize("phrases, said", [
-    (["   "], "code {code!r}'s phrase 1 is blank"),
-    (["", "fever"], "code {code!r}'s phrase 1 is blank"),
-    (["fever", 7], "code {code!r}'s phrase 2 is not a string (int)"),
-    ("fever", "code {code!r}'s phrases are not a list (str)"),
+    (["   "], "phrase 1 of code {code!r} is blank"),
+    (["", "fever"], "phrase 1 of code {code!r} is blank"),
+    (["fever", 7], "phrase 2 of code {code!r} is not a string (int)"),
+    ("fever", "the phrases of code {code!r} are not a list (str)"),
 ])
 def test_a_hashed_mentions_file_with_a_blank_phrase_or_a_wrong_type_is_one_line(ck, planted, tmp_path, phrases,
                                                                                 said):
@@ -163,6 +163,7 @@ def test_a_hashed_mentions_file_with_a_blank_phrase_or_a_wrong_type_is_one_line(
             check(ck)
         msg = str(err.value)
         assert said in msg and "restore the checkpoint or retrain" in msg and "\n" not in msg, msg
+        assert '{"format": "clinicode.mentions", "phrases": {code: [non-blank phrases]}};' in msg, msg
     notes = tmp_path / "notes.jsonl"
     notes.write_text(json.dumps({"id": "n1", "text": "fever and cough"}) + "\n")
     fails(["predict", "--checkpoint", ck, "--input", notes, "--no-progress"], said)
@@ -175,4 +176,4 @@ def test_the_apps_run_list_shows_a_run_with_a_blank_mention_as_unhealthy(ck, pla
     assert state.run_problem(ck.parent) is None
     _with_mentions(ck, _mentions(planted[0], " "))
     problem = state.run_problem(ck.parent)
-    assert problem is not None and "phrase 1 is blank" in problem, problem
+    assert problem is not None and "phrase 1 of code" in problem and "is blank" in problem, problem

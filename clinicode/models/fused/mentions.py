@@ -156,7 +156,7 @@ def read_mentions(path: Path, codes: Sequence[str]) -> dict[str, list[tuple[str,
 
     def refuse(what: str) -> CheckpointError:
         return CheckpointError(f"{path}: {what}; expected {{\"format\": \"{MENTION_FORMAT}\", \"phrases\": {{code: "
-                               "[non-blank phrases]}}}}; the file was edited or damaged, restore the checkpoint or "
+                               "[non-blank phrases]}}; the file was edited or damaged, restore the checkpoint or "
                                "retrain.")
 
     try:
@@ -173,12 +173,12 @@ def read_mentions(path: Path, codes: Sequence[str]) -> dict[str, list[tuple[str,
         if code not in known:
             raise refuse(f"names codes this checkpoint does not have ({shown}: a file of another model)")
         if not isinstance(phrases, list):
-            raise refuse(f"code {shown}'s phrases are not a list ({type(phrases).__name__})")
+            raise refuse(f"the phrases of code {shown} are not a list ({type(phrases).__name__})")
         for i, phrase in enumerate(phrases):
             if not isinstance(phrase, str):
-                raise refuse(f"code {shown}'s phrase {i + 1} is not a string ({type(phrase).__name__})")
+                raise refuse(f"phrase {i + 1} of code {shown} is not a string ({type(phrase).__name__})")
             words = tuple(phrase.split())
             if not words:
-                raise refuse(f"code {shown}'s phrase {i + 1} is blank")
+                raise refuse(f"phrase {i + 1} of code {shown} is blank")
             out.setdefault(code, []).append(words)
     return out

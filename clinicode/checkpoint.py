@@ -46,6 +46,9 @@ CHECKPOINT_KIND = "checkpoint"
 TRAIN_COUNTS_FILE = "train_counts.json"
 # The files every checkpoint holds, beside those its model kind owns (`ModelKind.files`).
 _COMMON_FILES = (LABELS_FILE, THRESHOLD_FILE, TRAIN_CONFIG_FILE)
+# The files a checkpoint may hold and loading reads when it does (older checkpoints may lack them), beside its kind's
+# (`ModelKind.optional_files`): one that is there must be hashed in the manifest, else it is refused unread.
+_OPTIONAL_FILES = (METRICS_DEV_FILE, METRICS_TEST_FILE, TRAIN_COUNTS_FILE)
 
 
 @dataclass
@@ -266,16 +269,25 @@ def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[st
     if not isinstance(files, dict):
         raise CheckpointError(f"{folder}: manifest.json has no 'files' table of SHA-256 hashes; the "
                               "checkpoint is damaged, retrain it.")
-    for name in (*files, METRICS_DEV_FILE, METRICS_TEST_FILE):  # before anything reads or hashes them
-        _check_inside(folder, name)
     kind = manifest.get("model")
     plugin = MODEL_KINDS.get(kind) if isinstance(kind, str) else None  # an unknown kind: load_checkpoint says so
+    optional = (*_OPTIONAL_FILES, *getattr(plugin, "optional_files", ()))  # a kind may declare none
+    for name in (*files, *optional):  # before anything reads or hashes them
+        _check_inside(folder, name)
     # Every piece that loading reads must be covered by a hash, or a swapped file would load unchecked.
     unlisted = [n for n in ((*plugin.files, *_COMMON_FILES) if plugin else ()) if n not in files]
     if unlisted:
         raise CheckpointError(
             f"{folder}: manifest.json lists no hash for {', '.join(unlisted)}; the checkpoint is damaged "
             "or was edited, retrain it."
+        )
+    # A file loading reads when it is there, there without a hash: planted in the folder, or the manifest edited.
+    planted = [n for n in optional if n not in files and ((folder / n).exists() or (folder / n).is_symlink())]
+    if planted:
+        raise CheckpointError(
+            f"{folder}: holds {', '.join(planted)} but manifest.json lists no hash for it; it was added or the "
+            "manifest edited after saving (loading would read it unchecked): remove it or restore the checkpoint "
+            "(nothing was read)."
         )
     for name, digest in files.items():
         p = folder / name
@@ -378,8 +390,9 @@ def load_checkpoint(path: Path, *, device: torch.device | str = "cpu", verify: b
                           system)
         train_config = load_config(TrainConfig, folder / TRAIN_CONFIG_FILE)
         threshold = _read_threshold(folder)
-        metrics_dev = read_json(folder / METRICS_DEV_FILE) if (folder / METRICS_DEV_FILE).is_file() else {}
-        metrics_test = read_json(folder / METRICS_TEST_FILE) if (folder / METRICS_TEST_FILE).is_file() else {}
+        listed = manifest["files"]  # verify_checkpoint refused such a file there without a hash
+        metrics_dev = read_json(folder / METRICS_DEV_FILE) if METRICS_DEV_FILE in listed else {}
+        metrics_test = read_json(folder / METRICS_TEST_FILE) if METRICS_TEST_FILE in listed else {}
     except CheckpointError:
         raise
     except (ClinicodeError, OSError, KeyError, ValueError, TypeError) as err:

@@ -330,10 +330,43 @@ class ServeConfig:
             if not 0 < getattr(self, name) <= 3600:
                 raise ConfigError(f"--{name.replace('_', '-')} must be in (0, 3600] seconds, "
                                   f"got {getattr(self, name)}.")
+        for origin in self.allow_origins:  # one no browser's Origin header can equal would allow nothing, silently
+            why = _origin_problem(origin)
+            if why:
+                raise ConfigError(f"--allow-origin {str(origin)[:80]!r}: {why}; give an origin as browsers send it, "
+                                  "scheme://host[:port] such as https://coding.example.org, or '*' for any.")
 
     @property
     def max_body_bytes(self) -> int:
         return int(self.max_body_mb * 2**20)
+
+
+def _origin_problem(origin: object) -> str | None:
+    """Why ORIGIN is no value a browser's Origin header can hold (RFC 6454: scheme, host and a port other than the
+    scheme's own, lower-cased by the Gate), or None for such a value or '*'."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(origin, str):
+        return "not a string"
+    value = origin.strip().rstrip("/")
+    if value == "*":
+        return None
+    if value.lower() == "null":
+        return "'null' is what sandboxed and file:// pages send, any of them: it cannot name one site"
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        return "its port is not a number from 0 to 65535"
+    if parts.scheme.lower() not in ("http", "https") or "://" not in value:
+        return "not an http:// or https:// origin"
+    if not parts.hostname or parts.username is not None or parts.password is not None:
+        return "it names no host (or has user information)"
+    if parts.path or parts.query or parts.fragment:
+        return "an origin has no path, query or fragment"
+    if port == {"http": 80, "https": 443}[parts.scheme.lower()]:
+        return f"browsers leave out the default port {port}"
+    return None
 
 
 PREPARE, PREDICT, COMPARE, DEMO = PrepareConfig(), PredictConfig(), CompareConfig(), DemoConfig()

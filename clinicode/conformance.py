@@ -8,6 +8,8 @@ import dataclasses
 import io
 import json
 import math
+import os
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -71,6 +73,10 @@ def _check_declarations(kind: ModelKind, who: str) -> None:
           who, "`files` must be a non-empty tuple of file names (no folders).")
     _need(len(set(files)) == len(files) and not set(files) & _CHECKPOINT_OWN, who,
           f"`files` must be distinct and none of the checkpoint's own ({', '.join(sorted(_CHECKPOINT_OWN))}).")
+    optional = getattr(kind, "optional_files", ())
+    _need(isinstance(optional, tuple) and all(isinstance(f, str) and f and "/" not in f for f in optional)
+          and not set(optional) & (set(files) | _CHECKPOINT_OWN), who,
+          "`optional_files` must be a tuple of file names (no folders), none of `files` or the checkpoint's own.")
     for flag in ("can_explain", "can_embed", "scores_ids", "trained_by_loop"):
         _need(isinstance(getattr(kind, flag, None), bool), who, f"`{flag}` must be a bool.")
     opts = getattr(kind, "options_type", "missing")
@@ -92,12 +98,45 @@ def _check_declarations(kind: ModelKind, who: str) -> None:
     _need(isinstance(kind.display_name({}), str), who, "`display_name({})` must be a string.")
 
 
+def _cue_spans(texts: list[str], y: np.ndarray) -> list[list[dict[str, Any]]]:
+    """Each note's evidence spans ({code, start, end}): the first cue word of each of its codes."""
+    out = []
+    for text, row in zip(texts, y):
+        spans = []
+        for j in np.flatnonzero(row):
+            found = [(text.find(w), w) for w in _CUES[j] if text.find(w) >= 0]
+            if found:
+                start, word = min(found)
+                spans.append({"code": _CODES[j], "start": start, "end": start + len(word)})
+        out.append(spans)
+    return out
+
+
+# The files opened (Python's `open` audit event) while `_opened` records, for the rule that loading reads only the
+# checkpoint's hashed files; one hook for the process, as audit hooks cannot be removed.
+_OPENS: list[list[str]] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event == "open" and _OPENS and isinstance(args[0], (str, bytes, Path)):
+        _OPENS[-1].append(str(args[0] if not isinstance(args[0], bytes) else args[0].decode(errors="replace")))
+
+
+def _opened() -> list[str]:
+    """Start recording the paths `open` is given (stop with `_OPENS.pop()`)."""
+    if not getattr(_audit, "installed", False):
+        sys.addaudithook(_audit)
+        _audit.installed = True  # type: ignore[attr-defined]
+    _OPENS.append([])
+    return _OPENS[-1]
+
+
 def _trained(kind: ModelKind, texts: list[str], y: np.ndarray, labels: LabelSet, max_len: int) -> tuple[Any, Any]:
     """(model, tokenizer or None) trained as `train` would: one epoch-loop step, or `fit`."""
     who = f"model kind {kind.name!r}"
     if not kind.trained_by_loop:
         model = kind.fit(texts[:24], y[:24], labels=labels, dev_texts=texts[24:], y_dev=y[24:], single_label=False,
-                         seed=0)
+                         seed=0, min_doc_freq=TrainConfig.min_doc_freq)
         return model, None
     import torch
 
@@ -135,7 +174,9 @@ def _trained(kind: ModelKind, texts: list[str], y: np.ndarray, labels: LabelSet,
           who, "`epoch_stats` must return {name: float}.")
     model.eval()
     if hasattr(kind, "after_loop"):  # the optional hooks around the loop, as `train` calls them (the fused kind)
-        before = kind.before_loop(texts[:24], y[:24], single_label=False) if hasattr(kind, "before_loop") else None
+        # with each note's first cue as a coder's evidence span, so a kind that keeps something of them writes it
+        before = kind.before_loop(texts[:24], y[:24], single_label=False, codes=labels.codes,
+                                  evidence=_cue_spans(texts[:24], y[:24])) if hasattr(kind, "before_loop") else None
         model = kind.after_loop(model, tokenizer, before, dev_texts=texts[24:], y_dev=y[24:],
                                 train_counts=y[:24].sum(0).astype(int), descriptions=list(labels.descriptions),
                                 max_len=max_len, device="cpu", batch_size=8, memory_mb=512)
@@ -181,8 +222,23 @@ def _check_use(kind: ModelKind, who: str) -> None:
                         train_config=TrainConfig(model=kind.name, max_len=max_len, device="cpu"), tokenizer=tokenizer)
         for name in kind.files:
             _need((folder / name).is_file(), who, f"`save` must write each of `files` ({name} is missing).")
+        # a file the kind reads must be one the manifest hashes and verifying checks: declared, or a file planted in
+        # a copied checkpoint would change what it predicts with its hashes still matching
+        declared = {*kind.files, *getattr(kind, "optional_files", ()), *_CHECKPOINT_OWN}
+        undeclared = sorted(p.name for p in folder.iterdir() if p.name not in declared)
+        _need(not undeclared, who, f"`save` wrote {', '.join(undeclared)}, which neither `files` nor `optional_files` "
+                                   "declares (the manifest must hash every file loading reads).")
         kind.verify(folder)
-        pred = Predictor(load_checkpoint(folder), device="cpu", batch_size=8, memory_mb=512)
+        opened = _opened()
+        try:
+            checkpoint = load_checkpoint(folder)
+        finally:
+            _OPENS.pop()
+        root = os.path.realpath(folder)
+        read = sorted({os.path.basename(p) for p in opened if os.path.dirname(os.path.realpath(p)) == root})
+        _need(set(read) <= declared, who, f"loading read {', '.join(sorted(set(read) - declared))}, which neither "
+                                          "`files` nor `optional_files` declares (the manifest must hash it).")
+        pred = Predictor(checkpoint, device="cpu", batch_size=8, memory_mb=512)
         _need(pred.kind == kind.name, who, "the loaded checkpoint must name the kind.")
         s = pred.score(texts)
         _need(isinstance(s, np.ndarray) and s.shape == (len(texts), len(labels)) and s.dtype == np.float32, who,

@@ -17,7 +17,7 @@ import torch
 from clinicode.checkpoint import Checkpoint, load_checkpoint
 from clinicode.codes.icd10 import PCS_NO_TITLE
 from clinicode.codes.suggest import Suggester, Suggestion, system_titles
-from clinicode.codes.systems import CodeSystem
+from clinicode.codes.systems import LOCAL, CodeCheck, CodeSystem, check_code
 from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.memory import MemoryPlan
@@ -219,6 +219,7 @@ class Predictor:
         # now, so a bad titles file fails first), else the titles its code system ships (ICD-10-CM's 74,736: built on
         # first use, so evaluate and training's dev scoring never pay for them); `suggest=False` turns them off
         self._suggest_lock = threading.Lock()
+        self.titles_left_out: tuple[str, ...] = ()  # codes of TITLES not of the checkpoint's system (never suggested)
         self._pending: tuple | None = (None, tree) if suggest and titles is None else None
         given = suggest and titles is not None
         self._suggester: Suggester | None = self._build_suggester(titles, tree) if given else None
@@ -228,21 +229,46 @@ class Predictor:
 
     def _canonical_titles(self, titles: Mapping[str, str]) -> dict[str, str]:
         """TITLES keyed by the checkpoint's spelling of each code (`CodeSystem.canonical`: MIMIC's undotted 'I5020'
-        is the checkpoint's 'I50.20'), so a code the checkpoint has is never suggested as one it lacks.
+        is the checkpoint's 'I50.20'), so a code the checkpoint has is never suggested as one it lacks; every code
+        is one of the checkpoint's code system (`check_code`, as `review decide --add` checks a coder's), bar for a
+        checkpoint of its own labels (LOCAL), whose codes follow no rule. The others ('R07.9' for an ICD-9 model,
+        'not a code', CAML's chapter ranges '001-139.99') are left out, never suggested, and logged in one warning
+        (`titles_left_out`); a file most of whose codes are not the system's is another system's, and refused.
 
         Raises:
-            DataFormatError: two spellings of one code ('4280' and '428.0') with different titles.
+            DataFormatError: most codes are not of the checkpoint's system (one line counting them and naming the
+                first); two spellings of one code ('4280' and '428.0') with different titles.
         """
+        system = self.code_system
         known = set(self.labels.codes)
         out: dict[str, str] = {}
         given: dict[str, str] = {}
+        foreign: list[tuple[str, CodeCheck]] = []
         for code, title in titles.items():
-            key = self.code_system.canonical(code, known) or code.strip()  # no code of the system: as given
+            key = system.canonical(code, known)
+            if key not in known and system is not LOCAL:
+                found = check_code(system, code)
+                if found.code is None:
+                    foreign.append((code, found))
+                    continue
+                key = found.code
+            key = key or code.strip()  # LOCAL: as given
             if key in out and out[key] != title:
                 raise DataFormatError(f"--titles: {given[key][:40]!r} and {code[:40]!r} are both code {key[:40]!r} "
                                       "with different titles; keep one code<TAB>title line per code.")
             out.setdefault(key, title)
             given.setdefault(key, code)
+        if foreign:
+            code, found = foreign[0]
+            what = (f"a code of {found.other.name}" if found.other is not None else
+                    "not in the CMS tables" if found.not_in_tables else f"no {system.name} code")
+            said = (f"{len(foreign):,} of {len(titles):,} codes are not of the checkpoint's code system, "
+                    f"{system.name} (the first, {code[:40]!r}, is {what})")
+            if 2 * len(foreign) > len(titles):
+                raise DataFormatError(f"--titles: {said}; give titles of {system.name} codes (such as "
+                                      f"{system.example}).")
+            log.warning("--titles: %s; they are left out, never suggested.", said)
+            self.titles_left_out = tuple(c for c, _ in foreign)
         return out
 
     @classmethod

@@ -330,7 +330,8 @@ def _before_loop(kind: Any, ds: Any, config: TrainConfig, report: Callable[[str]
     train_df = ds.split("train")
     before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
                               single_label=single_label(ds, config), codes=ds.labels.codes,
-                              evidence=_evidence(ds, train_df, config), warm_start=warm_start)
+                              evidence=_evidence(ds, train_df, config), warm_start=warm_start,
+                              min_doc_freq=config.min_doc_freq)
     said = getattr(before, "note", "")
     _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s"
          + (f"; {said}" if said else ""))
@@ -356,7 +357,7 @@ def _refit_on_all(kind: Any, ds: Any, config: TrainConfig, final: Any) -> tuple[
     y = ds.labels.multi_hot(both["labels"])
     model = kind.refit(final, both["text"].tolist(), y, codes=ds.labels.codes,
                        descriptions=ds.labels.descriptions, evidence=_evidence(ds, both, config),
-                       single_label=single_label(ds, config))
+                       single_label=single_label(ds, config), min_doc_freq=config.min_doc_freq)
     return model, y.sum(axis=0)
 
 

@@ -423,7 +423,7 @@ def train_whole(run: Path, ds: PreparedDataset, config: TrainConfig, extra: dict
     train_df, dev_df = ds.split("train"), ds.split("dev")
     model = kind.fit(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]), labels=ds.labels,
                      dev_texts=dev_df["text"].tolist(), y_dev=ds.labels.multi_hot(dev_df["labels"]),
-                     single_label=single_label(ds, config), seed=config.seed)
+                     single_label=single_label(ds, config), seed=config.seed, min_doc_freq=config.min_doc_freq)
 
     counts = ds.labels.counts(train_df["labels"])
 

@@ -297,6 +297,36 @@ def infer_code_system(codes: Iterable[str]) -> CodeSystem:
     return MIXED
 
 
+@dataclass(frozen=True)
+class CodeCheck:
+    """What `check_code` found of a code given from outside a checkpoint."""
+
+    code: str | None                  # the code in the system's one spelling; None: it is no code of the system
+    other: CodeSystem | None = None   # then, the standard system it is a code of instead (a member), if any
+    not_in_tables: bool = False       # then, an ICD-10-CM shape the CMS tables do not know
+
+
+def check_code(system: CodeSystem, code: str) -> CodeCheck:
+    """Whether CODE, given from outside a checkpoint, is a code of its SYSTEM: THE check for every input of a code
+    system (a coder's `review decide --add`, a `--titles` file's lines). Spelled as `canonical` spells it; an
+    ICD-10-CM code must be in the CMS tables (ICD-9-CM, ICD-10-PCS and MeSH ship no tables, so their shape is
+    checked); a string only LOCAL takes (any string) is no code of a standard system, and of LOCAL none is.
+
+    Returns:
+        CodeCheck(spelling) for a code of SYSTEM; else CodeCheck(None, the standard system it belongs to, if
+        another) or CodeCheck(None, not_in_tables=True).
+    """
+    spelled = system.canonical(code)
+    member = system.member(spelled) if spelled is not None else None
+    if member is None or member is LOCAL:
+        other = next((s.member(spelling) for s in (ICD9_CM, ICD10, MESH_OMIM)
+                      if s is not system and (spelling := s.canonical(code)) is not None), None)
+        return CodeCheck(None, other=other)
+    if member is ICD10_CM and not member.titles([spelled]):
+        return CodeCheck(None, not_in_tables=True)
+    return CodeCheck(spelled)
+
+
 def spelling(codes: Sequence[str], system: CodeSystem | None = None) -> Callable[[str], str]:
     """A function giving any spelling of one of CODES as CODES spell it ('4280' -> '428.0', 'R52' -> 'r52'), by the
     codes' system (SYSTEM, else `infer_code_system`); a code outside CODES comes back stripped, as given."""
@@ -315,5 +345,6 @@ def spelling(codes: Sequence[str], system: CodeSystem | None = None) -> Callable
     return spell
 
 
-__all__ = ["CODE_SYSTEMS", "CodeSystem", "DIAGNOSIS", "ICD10", "ICD10_CM", "ICD10_PCS", "ICD9_CM", "LOCAL", "MESH",
-           "MESH_OMIM", "MIXED", "OMIM", "PROCEDURE", "code_system", "family_of", "infer_code_system", "spelling"]
+__all__ = ["CODE_SYSTEMS", "CodeCheck", "CodeSystem", "DIAGNOSIS", "ICD10", "ICD10_CM", "ICD10_PCS", "ICD9_CM", "LOCAL",
+           "MESH", "MESH_OMIM", "MIXED", "OMIM", "PROCEDURE", "check_code", "code_system", "family_of",
+           "infer_code_system", "spelling"]

@@ -48,6 +48,9 @@ class ModelKind(Protocol):
     name: str                # the manifest's "model", `train --model`, `Checkpoint.kind`
     summary: str             # a few words for `train --help`
     files: tuple[str, ...]   # the checkpoint files it writes and reads: the manifest must hash each one
+    # the files it writes only sometimes and reads when they are there (the fused model's mentions.json): one that is
+    # there must be hashed too, or a file planted in a copied run would change what the checkpoint predicts
+    optional_files: tuple[str, ...]
     can_explain: bool        # token attention and per-code phrase spans (predict --explain, explain_codes, evidence)
     can_embed: bool          # note and code vectors (Predictor.embed and label_embeddings; the app's embedding map)
     scores_ids: bool         # scores notes its tokenizer already encoded (Predictor.score_ids: training's dev scoring)
@@ -81,10 +84,10 @@ class ModelKind(Protocol):
         """A `Scorer` for a loaded checkpoint of this kind."""
 
     def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
-            y_dev: np.ndarray, single_label: bool, seed: int) -> Any:
+            y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
         """A model fitted whole (kinds not `trained_by_loop`) on training notes and their [N, K] 0/1 labels over
-        LABELS; the dev notes and labels (for the kind's own choices: the threshold is tuned on dev afterwards) and
-        the run's seed."""
+        LABELS; the dev notes and labels (for the kind's own choices: the threshold is tuned on dev afterwards), the
+        run's seed and its --min-doc-freq (a vocabulary keeps only words of at least that many training notes)."""
 
     # The epoch loop (`train`, `train_setup`) asks a kind `trained_by_loop` for the rest; a kind fitted whole raises
     # NotImplementedError from them. The model is a torch.nn.Module fed token ids; `config_type` is its configuration

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from clinicode.codes import icd10 as code_titles
 from clinicode.codes.search import code_matches
-from clinicode.codes.systems import ICD9_CM, ICD10, ICD10_CM, LOCAL, MESH_OMIM, CodeSystem, infer_code_system
+from clinicode.codes.systems import ICD10_CM, LOCAL, CodeSystem, check_code, infer_code_system
 from clinicode.review.store import (
     CLAIM_MINUTES,
     ReviewError,
@@ -165,22 +165,19 @@ def _addable(db: ReviewStore, code: str, note_id: str, system: CodeSystem, model
     known = same_code(system, code, set(model))
     if known:
         return known
-    spelled = system.canonical(code)
-    member = system.member(spelled) if spelled is not None else None
-    if member is None or member is LOCAL:
-        other = next((s.member(spelling) for s in (ICD9_CM, ICD10, MESH_OMIM)
-                      if s is not system and (spelling := s.canonical(code)) is not None), None)
-        if other is not None and system is not LOCAL:
-            raise ReviewError(f"note {note_id!r}: --add {code} is a code of {other.name}, but the model that "
+    found = check_code(system, code)  # as a --titles file's codes are checked (Predictor)
+    if found.not_in_tables:
+        raise ReviewError(f"note {note_id!r}: --add {code} is neither one of the model's codes nor a valid "
+                          "ICD-10-CM code (not in the CMS tables); check the spelling (the Review page searches "
+                          "codes and titles).")
+    if found.code is None:
+        if found.other is not None and system is not LOCAL:
+            raise ReviewError(f"note {note_id!r}: --add {code} is a code of {found.other.name}, but the model that "
                               f"scored this note codes in {system.name}; add the {system.name} code (such as "
                               f"{system.example}) instead.")
         raise ReviewError(f"note {note_id!r}: --add {code} is neither one of the model's codes nor a valid "
                           f"{system.name} code; check the spelling (the Review page searches codes and titles).")
-    if member is ICD10_CM and not member.titles([spelled]):
-        raise ReviewError(f"note {note_id!r}: --add {code} is neither one of the model's codes nor a valid "
-                          "ICD-10-CM code (not in the CMS tables); check the spelling (the Review page searches "
-                          "codes and titles).")
-    return spelled
+    return found.code
 
 
 def search_codes(query: str, model_codes: Sequence[tuple[str, str]], *, system: CodeSystem | None = None,

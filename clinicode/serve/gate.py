@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 
 from clinicode.formats import WRITERS
 from clinicode.serve.parsing import BadRequest
+from clinicode.serve.protocol import DUPLICATE_HOST, MISSING_HOST
 
 if TYPE_CHECKING:
     from clinicode.serve.service import Service
@@ -151,6 +152,7 @@ class _Front:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        hosts = sum(1 for k, _ in scope.get("headers", []) if k == b"host")  # before an absolute target names one
         absolute = _absolute_form(scope)
         if isinstance(absolute, dict):
             scope = absolute
@@ -176,7 +178,10 @@ class _Front:
             await send(message)
 
         refusal = None
-        if isinstance(absolute, str):
+        if hosts > 1 or (hosts == 0 and scope.get("http_version") == "1.1"):
+            # as h11 answers while parsing (protocol.py), so the answer does not depend on --http: a plain JSON 400
+            refusal = _error(400, DUPLICATE_HOST if hosts else MISSING_HOST, headers={"Connection": "close"})
+        elif isinstance(absolute, str):
             refusal = _error(400, absolute + ".", fhir=fhir, headers={"Connection": "close"})
         elif _header(scope, b"transfer-encoding") is not None and _header(scope, b"content-length") is not None:
             # the body's length said two ways: a proxy in front may read it by the other (request smuggling), so

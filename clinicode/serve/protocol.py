@@ -16,6 +16,12 @@ log = logging.getLogger("clinicode.serve")
 
 MAX_HEAD = 16 * 1024  # request line and headers, as h11's default bound (`send_400_response` names it)
 _SMUGGLING = "the request has both Transfer-Encoding and Content-Length; send one of them."
+# RFC 9112 section 3.2: a request with more than one Host header, or an HTTP/1.1 one with none, is a 400. h11 refuses
+# both while parsing, httptools passes them on (the app refuses them then, `gate._Front`): one answer either way.
+DUPLICATE_HOST = ("the request has more than one Host header (a proxy may route by another than the one this server "
+                  "checks); send exactly one.")
+MISSING_HOST = "an HTTP/1.1 request must have a Host header naming the server; send one (e.g. Host: 127.0.0.1:8000)."
+_H11_REASONS = {"Found multiple Host: headers": DUPLICATE_HOST, "Missing mandatory Host: header": MISSING_HOST}
 
 
 def compiled_available() -> bool:
@@ -36,7 +42,7 @@ def _protocol(read_timeout: float, write_timeout: float = 30.0, parser: str = "h
     if parser != "httptools":
         from uvicorn.protocols.http.h11_impl import H11Protocol
 
-        return type("Timed", (_Timed, H11Protocol), deadlines)
+        return type("Timed", (_H11Reasons, _Timed, H11Protocol), deadlines)
     import httptools
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -134,13 +140,36 @@ class _Timed:
         log.info("an Upgrade request (WebSocket, h2c) is answered as plain HTTP; this service speaks HTTP/1.1 only")
 
     def send_400_response(self, msg: str) -> None:  # a malformed request: JSON too, not uvicorn's plain text
-        message = _SMUGGLING if msg == _SMUGGLING else (
+        msg = _H11_REASONS.get(getattr(self, "_reason", ""), msg)  # h11's reason, kept by `_H11Reasons`
+        message = msg if msg in (_SMUGGLING, DUPLICATE_HOST, MISSING_HOST) else (
             "malformed HTTP request (bad request line or headers, or headers over 16 KB); send an HTTP/1.1 "
             "request.")
         body = json.dumps({"error": {"status": 400, "message": message}}).encode()
         self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: "
                              + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
         self.transport.close()
+
+
+class _H11Reasons:
+    """The h11 side: uvicorn answers every request h11 refuses "Invalid HTTP request received."; h11's reason is kept
+    here, so a request with two Host headers or none is answered as under httptools (`DUPLICATE_HOST`, `MISSING_HOST`,
+    by `_Timed.send_400_response`).
+    """
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._reason = ""
+        conn = self.conn
+        next_event = conn.next_event
+
+        def kept() -> Any:
+            try:
+                return next_event()
+            except Exception as err:  # h11.RemoteProtocolError: the request is malformed
+                self._reason = str(err)
+                raise
+
+        conn.next_event = kept
 
 
 class _HttpToolsBounds:

@@ -43,6 +43,38 @@ class _ClaimsFiles(TfidfLRKind):
     files = ("tfidf_lr.safetensors", "tfidf_lr.json", "extra.bin")  # says it writes a file it never writes
 
 
+class _ReadsUndeclared(TfidfLRKind):
+    name = "reads-undeclared"
+
+    def load(self, folder, **kw):  # reads a file when it is there, which the manifest would not hash (#51)
+        try:
+            with open(folder / "extra.json", encoding="utf-8"):
+                pass
+        except OSError:
+            pass
+        return super().load(folder, **kw)
+
+
+class _WritesUndeclared(TfidfLRKind):
+    name = "writes-undeclared"
+
+    def save(self, folder, model, tokenizer):
+        super().save(folder, model, tokenizer)
+        (folder / "extra.json").write_text("{}")
+
+
+def test_a_kind_reading_or_writing_a_file_it_does_not_declare_is_caught():
+    with pytest.raises(ConformanceError, match=r"model kind 'reads-undeclared': loading read extra\.json, which "
+                                               r"neither `files` nor `optional_files` declares"):
+        check_kind(_ReadsUndeclared())
+    with pytest.raises(ConformanceError, match=r"model kind 'writes-undeclared': `save` wrote extra\.json, which "
+                                               r"neither `files` nor `optional_files` declares"):
+        check_kind(_WritesUndeclared())
+    declared = _WritesUndeclared()
+    declared.optional_files = ("extra.json",)
+    check_kind(declared)
+
+
 class _NoDoneIds(TfidfLRKind):
     name = "no-done"
 

@@ -85,7 +85,7 @@ class KeywordKind:
         return KeywordScorer(checkpoint.model, checkpoint.labels.codes)
 
     def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
-            y_dev: np.ndarray, single_label: bool, seed: int) -> Any:
+            y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
         """Each code's keyword: the word of its notes found least often in the others."""
         words = [set(t.lower().split()) for t in texts]
         table = {}

@@ -69,10 +69,11 @@ class ProbeWholeKind(TfidfLRKind):
 
     name = "probe-whole"
 
-    def fit(self, texts, y, *, labels, dev_texts, y_dev, single_label, seed):
-        self.given = dict(texts=list(texts), y=y, labels=labels, dev_texts=list(dev_texts), y_dev=y_dev, seed=seed)
+    def fit(self, texts, y, *, labels, dev_texts, y_dev, single_label, seed, min_doc_freq):
+        self.given = dict(texts=list(texts), y=y, labels=labels, dev_texts=list(dev_texts), y_dev=y_dev, seed=seed,
+                          min_doc_freq=min_doc_freq)
         return super().fit(texts, y, labels=labels, dev_texts=dev_texts, y_dev=y_dev, single_label=single_label,
-                           seed=seed)
+                           seed=seed, min_doc_freq=min_doc_freq)
 
 
 def test_the_epoch_loop_trains_whatever_kind_it_is_given(tmp_path, monkeypatch):
@@ -96,9 +97,10 @@ def test_a_kind_fitted_whole_gets_labels_the_dev_split_and_the_seed(tmp_path, mo
     kind = ProbeWholeKind()
     monkeypatch.setitem(MODEL_KINDS, kind.name, kind)
     data = _small_data(tmp_path / "data")
-    train(out_dir=tmp_path / "run", config=TrainConfig(model=kind.name, seed=11), data_dir=data, progress=False)
+    train(out_dir=tmp_path / "run", config=TrainConfig(model=kind.name, seed=11, min_doc_freq=2), data_dir=data,
+          progress=False)
     given = kind.given
-    assert list(given["labels"].codes) == ["A", "B"] and given["seed"] == 11
+    assert list(given["labels"].codes) == ["A", "B"] and given["seed"] == 11 and given["min_doc_freq"] == 2
     assert len(given["texts"]) == 12 and given["y"].shape == (12, 2)
     assert given["dev_texts"][0].startswith("fever cough note 0") and given["y_dev"].shape == (12, 2)
     assert np.array_equal(given["y_dev"][2], [1, 1])

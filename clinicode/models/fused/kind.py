@@ -12,17 +12,18 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from clinicode.errors import CheckpointError
+from clinicode.config import TrainConfig
+from clinicode.constants import LABELS_FILE
+from clinicode.data.labels import LabelSet
+from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.files import write_bytes_atomic, write_json_atomic
-from clinicode.models.fused.mentions import MentionLexicon
+from clinicode.models.fused.mentions import MENTIONS_FILE, MentionLexicon, read_mentions
 from clinicode.models.fused.model import FusedModel, title_rows
 from clinicode.models.leam.kind import KIND as LEAM_KIND, check_weight_shapes, weight_shapes
 from clinicode.models.leam.options import LEAMConfig, ModelOptions
 from clinicode.models.tfidf_lr.kind import KIND as LR_KIND
 
 if TYPE_CHECKING:
-    from clinicode.config import TrainConfig
-    from clinicode.data.labels import LabelSet
     from clinicode.memory import MemoryPlan
 
 FUSION_WEIGHTS = "fusion.safetensors"
@@ -43,6 +44,7 @@ class FusedKind:
     name = "fused"
     summary = "LEAM and tfidf-lr fused per code, the default"
     files = (*LEAM_KIND.files, *LR_KIND.files, FUSION_WEIGHTS, FUSION_META)
+    optional_files = (MENTIONS_FILE,)  # written when the training notes had evidence spans
     can_explain = True
     can_embed = True
     scores_ids = False      # the tfidf-lr part reads the text itself
@@ -70,6 +72,12 @@ class FusedKind:
         if held != want:
             raise CheckpointError(f"{folder / FUSION_WEIGHTS}: holds {held}, the model's {config.n_labels} codes need "
                                   f"{want}; the pieces come from different runs, retrain.")
+        if (folder / MENTIONS_FILE).is_file():  # checked here too, so a run whose mentions would fail is not listed
+            try:                                 # as healthy (the app's run list verifies; it does not load)
+                codes = LabelSet.load(folder / LABELS_FILE).codes
+            except (ClinicodeError, OSError, ValueError):
+                return  # loading names what is wrong with labels.json
+            read_mentions(folder / MENTIONS_FILE, codes)
 
     def load(self, folder: Path, *, labels: LabelSet, train_config: TrainConfig, device: Any) -> tuple[FusedModel, Any]:
         from safetensors.numpy import load as st_load
@@ -111,7 +119,7 @@ class FusedKind:
                            batch_size=batch_size, memory_mb=memory_mb)
 
     def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
-            y_dev: np.ndarray, single_label: bool, seed: int) -> Any:
+            y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
         raise NotImplementedError("the fused model's LEAM part is trained by the epoch loop (`clinicode.train`).")
 
     # Around the epoch loop (optional members of `ModelKind`, which `clinicode.train` asks for).
@@ -123,8 +131,10 @@ class FusedKind:
         return min(config.epochs, config.fused_epochs) if n_labels > CAP_FROM else config.epochs
 
     def before_loop(self, texts: Sequence[str], y: np.ndarray, *, single_label: bool, codes: Sequence[str] = (),
-                    evidence: Sequence[Any] | None = None, warm_start: Any = None) -> Any:
-        """The tfidf-lr part, fitted on the training notes before LEAM's epochs, and the codes' mentions in them
+                    evidence: Sequence[Any] | None = None, warm_start: Any = None,
+                    min_doc_freq: int = TrainConfig.min_doc_freq) -> Any:
+        """The tfidf-lr part, fitted on the training notes before LEAM's epochs (words of at least MIN_DOC_FREQ
+        notes, `train --min-doc-freq`), and the codes' mentions in them
         (EVIDENCE: each note's {code, start, end} spans, when the training split carries them), with those of
         WARM_START (a fused checkpoint `review retrain` starts from: its sampled notes would forget the rest)."""
         from clinicode.models.fused.training import Before, fit_lr_part
@@ -144,7 +154,7 @@ class FusedKind:
             outside = sum(1 for m in spans if str(m.get("code")) not in known)
             note = (f"{len(mentions):,} mention phrases learnt from {len(spans) - outside:,} evidence spans"
                     + (f" ({outside:,} more name codes outside the label set)" if outside else ""))
-        return Before(fit_lr_part(texts, y, single_label=single_label), mentions, note)
+        return Before(fit_lr_part(texts, y, single_label=single_label, min_doc_freq=min_doc_freq), mentions, note)
 
     def after_loop(self, model: Any, tokenizer: Any, before: Any, *, dev_texts: Sequence[str], y_dev: np.ndarray,
                    train_counts: np.ndarray, descriptions: Sequence[str], max_len: int, device: Any,
@@ -157,13 +167,14 @@ class FusedKind:
                     batch_size=batch_size, memory_mb=memory_mb)
 
     def refit(self, model: FusedModel, texts: Sequence[str], y: np.ndarray, *, codes: Sequence[str],
-              descriptions: Sequence[str], evidence: Sequence[Any] | None, single_label: bool) -> FusedModel:
+              descriptions: Sequence[str], evidence: Sequence[Any] | None, single_label: bool,
+              min_doc_freq: int) -> FusedModel:
         """`train --fit-on train+dev`: the parts that need no epochs refitted on every labelled note
         (`training.refit_on_all`)."""
         from clinicode.models.fused.training import refit_on_all
 
         return refit_on_all(model, texts, y, codes=codes, descriptions=descriptions, evidence=evidence,
-                            single_label=single_label)
+                            single_label=single_label, min_doc_freq=min_doc_freq)
 
     # The epoch loop trains the LEAM part: LEAM's answers (`loop_kind`).
     def model_config(self, options: ModelOptions, *, vocab_size: int, n_labels: int, multilabel: bool) -> LEAMConfig:

@@ -129,24 +129,56 @@ class MentionLexicon:
 
     @classmethod
     def load(cls, folder: Path, codes: Sequence[str]) -> MentionLexicon:
-        """The lexicon saved in FOLDER; empty when it has none (a model trained without evidence, or before it)."""
-        import json
+        """The lexicon saved in FOLDER; empty when it has none (a model trained without evidence, or before it).
 
+        Raises:
+            CheckpointError: the file is not what `save` writes (`read_mentions`).
+        """
         path = folder / MENTIONS_FILE
         if not path.is_file():
             return cls(codes=tuple(codes))
-        try:
-            held = json.loads(path.read_text(encoding="utf-8"))
-            if held.get("format") != MENTION_FORMAT or not isinstance(held.get("phrases"), dict):
-                raise ValueError("not a mentions file")
-            index = {c: k for k, c in enumerate(codes)}
-            found: dict[tuple[str, ...], set[int]] = {}
-            for code, phrases in held["phrases"].items():
-                if code not in index or not isinstance(phrases, list):
-                    raise ValueError("unknown code")
-                for p in phrases:
-                    found.setdefault(tuple(str(p).split()), set()).add(index[code])
-        except (ValueError, AttributeError, TypeError, UnicodeDecodeError):
-            raise CheckpointError(f"{path}: damaged or from another model (it names codes this checkpoint does not "
-                                  "have); retrain.") from None
+        index = {c: k for k, c in enumerate(codes)}
+        found: dict[tuple[str, ...], set[int]] = {}
+        for code, phrases in read_mentions(path, codes).items():
+            for p in phrases:
+                found.setdefault(p, set()).add(index[code])
         return cls({p: tuple(sorted(ks)) for p, ks in found.items()}, tuple(codes))
+
+
+def read_mentions(path: Path, codes: Sequence[str]) -> dict[str, list[tuple[str, ...]]]:
+    """{code: its phrases, each as its words} from a mentions file, checked as `MentionLexicon.save` writes it: the
+    format, codes of CODES only, and each phrase a string of at least one word (a blank one would break matching).
+
+    Raises:
+        CheckpointError: one line naming the file, the code and what is wrong (never the phrase: words of notes).
+    """
+    import json
+
+    def refuse(what: str) -> CheckpointError:
+        return CheckpointError(f"{path}: {what}; expected {{\"format\": \"{MENTION_FORMAT}\", \"phrases\": {{code: "
+                               "[non-blank phrases]}}; the file was edited or damaged, restore the checkpoint or "
+                               "retrain.")
+
+    try:
+        held = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, OSError):
+        raise refuse("not readable JSON text") from None
+    if not isinstance(held, dict) or held.get("format") != MENTION_FORMAT or not isinstance(held.get("phrases"),
+                                                                                              dict):
+        raise refuse("not a mentions file")
+    known = set(codes)
+    out: dict[str, list[tuple[str, ...]]] = {}
+    for code, phrases in held["phrases"].items():
+        shown = ascii(code)[:40]
+        if code not in known:
+            raise refuse(f"names codes this checkpoint does not have ({shown}: a file of another model)")
+        if not isinstance(phrases, list):
+            raise refuse(f"the phrases of code {shown} are not a list ({type(phrases).__name__})")
+        for i, phrase in enumerate(phrases):
+            if not isinstance(phrase, str):
+                raise refuse(f"phrase {i + 1} of code {shown} is not a string ({type(phrase).__name__})")
+            words = tuple(phrase.split())
+            if not words:
+                raise refuse(f"phrase {i + 1} of code {shown} is blank")
+            out.setdefault(code, []).append(words)
+    return out

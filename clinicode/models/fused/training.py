@@ -30,11 +30,12 @@ class Before(NamedTuple):
     note: str = ""             # what `train` says of it: the mentions learnt, and the spans that named other codes
 
 
-def fit_lr_part(texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> Any:
-    """The bag-of-words part, fitted on the training notes (tfidf-lr with its defaults)."""
+def fit_lr_part(texts: Sequence[str], y: np.ndarray, *, single_label: bool, min_doc_freq: int) -> Any:
+    """The bag-of-words part, fitted on the training notes (tfidf-lr with its defaults; words of at least
+    MIN_DOC_FREQ notes, as the LEAM part's tokenizer keeps)."""
     from clinicode.models.tfidf_lr.baseline import fit_tfidf_lr
 
-    return fit_tfidf_lr(texts, y, single_label=single_label)
+    return fit_tfidf_lr(texts, y, single_label=single_label, min_doc_freq=min_doc_freq)
 
 
 def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None = None, dev_texts: Sequence[str],
@@ -93,7 +94,8 @@ def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None 
 
 
 def refit_on_all(model: FusedModel, texts: Sequence[str], y: np.ndarray, *, codes: Sequence[str],
-                 descriptions: Sequence[str], evidence: Sequence[Any] | None, single_label: bool) -> FusedModel:
+                 descriptions: Sequence[str], evidence: Sequence[Any] | None, single_label: bool,
+                 min_doc_freq: int) -> FusedModel:
     """MODEL with the parts that need no epochs (tfidf-lr, the title rows, the mentions) refitted on TEXTS (train and
     dev) once dev has chosen the fusion and the threshold (`train --fit-on train+dev`). Every code keeps the fusion
     numbers dev chose for it (its band by train's notes): on dev halves that kept or raised micro-F1 and MAP on every
@@ -104,7 +106,7 @@ def refit_on_all(model: FusedModel, texts: Sequence[str], y: np.ndarray, *, code
         texts, y: every labelled note outside test and its [N, K] gold.
         evidence: each note's coders' spans ({code, start, end}), or None: the mentions the model holds are kept.
     """
-    lr = fit_lr_part(texts, y, single_label=single_label)
+    lr = fit_lr_part(texts, y, single_label=single_label, min_doc_freq=min_doc_freq)
     mentions = model.mentions
     if evidence is not None:
         mentions = MentionLexicon.build(codes, texts, evidence).union(model.mentions)

@@ -82,6 +82,7 @@ class LEAMKind:
     name = "leam"
     summary = "label-embedding attention (with code evidence; --paper: the paper's)"
     files = (WEIGHTS_FILE, MODEL_CONFIG_FILE, TOKENIZER_FILE)
+    optional_files = ()
     can_explain = True
     can_embed = True
     scores_ids = True
@@ -172,7 +173,7 @@ class LEAMKind:
                           batch_size=batch_size, memory_mb=memory_mb)
 
     def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
-            y_dev: np.ndarray, single_label: bool, seed: int) -> Any:
+            y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
         raise NotImplementedError("LEAM is trained by the epoch loop (`clinicode.train.train`), not fitted whole.")
 
     # What the epoch loop asks (`ModelKind`, "The epoch loop").

@@ -19,6 +19,7 @@ from safetensors.numpy import load as st_load, save as st_save
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
 
+from clinicode.config import TrainConfig
 from clinicode.data.text import tokenize
 from clinicode.errors import CheckpointError, ConfigError
 from clinicode.files import write_bytes_atomic, write_json_atomic
@@ -377,13 +378,16 @@ class TfidfLR:
         return model
 
 
-def fit_tfidf_lr(texts: Sequence[str], y: np.ndarray, *, single_label: bool) -> TfidfLR:
-    """The bag-of-words baseline `train --model tfidf-lr` fits: one LR per code, or one softmax LR for single-label
-    data.
+def fit_tfidf_lr(texts: Sequence[str], y: np.ndarray, *, single_label: bool,
+                 min_doc_freq: int = TrainConfig.min_doc_freq) -> TfidfLR:
+    """The bag-of-words baseline `train --model tfidf-lr` fits (and the fused model's part): one LR per code, or one
+    softmax LR for single-label data.
 
     Args:
         texts: the training notes.
         y: [N, K] 0/1 gold matrix.
         single_label: every note has exactly one code (then a multinomial LR).
+        min_doc_freq: the vocabulary keeps words found in at least this many notes (`train --min-doc-freq`, as the
+            tokenizer's: docs/data-safety.md promises no word of fewer training notes is kept in a checkpoint).
     """
-    return TfidfLR(TfidfLRConfig(softmax=single_label), n_labels=y.shape[1]).fit(texts, y)
+    return TfidfLR(TfidfLRConfig(softmax=single_label, min_df=min_doc_freq), n_labels=y.shape[1]).fit(texts, y)

@@ -42,6 +42,7 @@ class TfidfLRKind:
     name = "tfidf-lr"
     summary = "the bag-of-words baseline"
     files = FILES
+    optional_files = ()
     can_explain = False
     can_embed = False
     scores_ids = False
@@ -80,12 +81,12 @@ class TfidfLRKind:
         return TfidfLRScorer(checkpoint.model)
 
     def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
-            y_dev: np.ndarray, single_label: bool, seed: int) -> Any:
-        """Fit on train alone; dev and the seed are not used (liblinear's own random_state is fixed at 0, so a
-        checkpoint's bytes do not depend on --seed)."""
+            y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
+        """Fit on train alone, words of at least MIN_DOC_FREQ notes; dev and the seed are not used (liblinear's own
+        random_state is fixed at 0, so a checkpoint's bytes do not depend on --seed)."""
         from clinicode.models.tfidf_lr.baseline import fit_tfidf_lr
 
-        return fit_tfidf_lr(texts, y, single_label=single_label)
+        return fit_tfidf_lr(texts, y, single_label=single_label, min_doc_freq=min_doc_freq)
 
 
 KIND = TfidfLRKind()

@@ -34,6 +34,7 @@ NO_TRAIN_COUNTS = ("no training counts in this checkpoint (trained before clinic
 COMPARISON_KIND = "comparison"
 FAMILY_NAMES = {"diagnosis": "diagnoses", "procedure": "procedures"}  # `CodeSystem.kind` -> the MAP key's family
 NO_SPANS = "this split has no evidence spans (an `evidence` field of {code, start, end} per coder's reference)"
+NO_MODEL_SPANS = "a {kind} checkpoint shows no per-code spans to judge"
 
 
 def _is_json_of_kind(kind: str, legacy_keys: set[str]):
@@ -183,7 +184,7 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
             result["evidence"] = evidence
     result["span_code"] = None if evidence is None else evidence.get("span_code")
     if result["span_code"] is None:  # absent, not 0
-        result["span_code_note"] = NO_SPANS if evidence is None else evidence.get("model_note", NO_SPANS)
+        result["span_code_note"] = NO_SPANS if evidence is None else NO_MODEL_SPANS.format(kind=pred.kind)
     if output is not None:
         write_json_atomic(Path(output), result)
     return result

@@ -101,6 +101,19 @@ def test_span_code_f1_counts_a_code_only_where_a_shown_span_holds_its_reference(
     assert "span_code_note" not in m
 
 
+def test_a_model_that_shows_no_spans_has_no_span_metric(spanned, demo_data, tmp_path_factory):
+    from clinicode.config import TrainConfig
+    from clinicode.train import train
+
+    folder, _ = spanned
+    run = tmp_path_factory.mktemp("lr") / "lr"
+    train(out_dir=run, config=TrainConfig(model="tfidf-lr"), data_dir=demo_data, progress=False)
+    m = evaluate(checkpoint=run, data_dir=folder, split="test", device="cpu")
+    assert m["evidence"]["n_pairs"] > 0                                  # the split has references ...
+    assert m["span_code"] is None and m["span_code_note"] == "a tfidf-lr checkpoint shows no per-code spans to judge"
+    assert 0 < m["map"] <= 1                                             # ... and MAP needs none
+
+
 def test_no_evidence_spans_no_span_metric_and_the_cli_says_so(tiny_run, demo_data, tmp_path):
     out = tmp_path / "m.json"
     res = runner().invoke(app, ["evaluate", "--checkpoint", str(tiny_run), "--data", str(demo_data), "--split", "test",

@@ -120,12 +120,17 @@ def map_report(pred: Predictor, gold: Sequence[Sequence[str]], y: np.ndarray, s:
         `map_figures`' keys ("map", "n_map_notes", "map_depth", "map_<family>", ...).
     """
     drop = set(without)
-    keep = [i for i, c in enumerate(pred.labels.codes) if c not in drop]
-    kind = pred.code_system.kind
-    families = [FAMILY_NAMES.get(kind(pred.labels.codes[i]), kind(pred.labels.codes[i])) for i in keep]
+    codes = pred.labels.codes
+    keep = [i for i, c in enumerate(codes) if c not in drop]
     notes = [set(row) - drop for row in gold]
-    family_gold = {f: np.array([sum(FAMILY_NAMES.get(kind(c), kind(c)) == f for c in row) for row in notes])
-                   for f in {FAMILY_NAMES.get(kind(c), kind(c)) for row in notes for c in row} | set(families)}
+    family: dict[str, str] = {}                          # code -> its family's name, asked once per distinct code
+    for c in [*codes, *(c for row in notes for c in row)]:
+        if c not in family:
+            kind = pred.code_system.kind(c)
+            family[c] = FAMILY_NAMES.get(kind, kind)
+    families = [family[codes[i]] for i in keep]
+    family_gold = {f: np.array([sum(family[c] == f for c in row) for row in notes])
+                   for f in {family[c] for row in notes for c in row} | set(families)}
     return map_figures(y[:, keep], s[:, keep], n_gold=np.array([len(row) for row in notes]), families=families,
                        family_gold=family_gold, depth=MAP_DEPTH)
 

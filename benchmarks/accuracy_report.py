@@ -8,7 +8,7 @@ import statistics
 import time
 from datetime import datetime, timezone
 
-from benchmarks.accuracy_sets import ALL_CODES, ISSUE_SCALES, N_BOOT, PROXIES, ROW_KIND, SEEDS_CAP
+from benchmarks.accuracy_sets import ALL_CODES, ISSUE_SCALES, MAP_WITHOUT, N_BOOT, PROXIES, ROW_KIND, SEEDS_CAP
 
 # Seeds agree (issue 35): on these sets the best seed's test micro-F1 is at most this far above the worst's.
 SPREAD_GOAL = 0.05
@@ -112,6 +112,30 @@ def table(results: dict[tuple[str, str], list[dict]]) -> str:
         secs = _cell([r["seconds"] for r in rows], 0)
         lines.append(f"| {dataset} | {model} | {len(rows)} | " + " | ".join(cells) + f" | {secs} |")
     return "\n".join(lines)
+
+
+def shared_task_table(results: dict[tuple[str, str], list[dict]]) -> list[str]:
+    """The shared tasks' metrics per set and row (docs/metrics.md): MAP, MAP without the set's MAP_WITHOUT codes and
+    the span-and-code P/R/F1, seed mean ± sd and the worst seed; '-' where a figure is absent (no evidence spans, a
+    model that shows none, or no code left out)."""
+    keys = (("map", "MAP"), ("map_without", "MAP without"), ("span_precision", "span-and-code P"),
+            ("span_recall", "span-and-code R"), ("span_f1", "span-and-code F1"))
+    lines = ["| dataset | model | runs | " + " | ".join(n for _, n in keys) + " | MAP worst | span-and-code F1 worst |",
+             "|---|---|---|" + "---|" * (len(keys) + 2)]
+    for (dataset, model), rows in results.items():
+        if not any(r.get("map") is not None for r in rows):
+            continue
+        cells = [_mean([r.get(k) for r in rows]) for k, _ in keys]
+        lines.append(f"| {dataset} | {model} | {len(rows)} | " + " | ".join(cells)
+                     + f" | {_worst([r.get('map') for r in rows])} | {_worst([r.get('span_f1') for r in rows])} |")
+    if len(lines) == 2:
+        return []
+    left_out = "; ".join(f"{d}: without {', '.join(c)}" for d, c in MAP_WITHOUT.items())
+    return ["The shared tasks' metrics (test; docs/metrics.md): MAP ranks each note's codes by score to depth 1,000, "
+            "a gold code outside the model's codes never retrieved (CANTEMIST-CODING, CodiEsp-D/P); MAP without "
+            f"({left_out}) leaves those codes out of ranking and gold; span-and-code F1 counts a predicted code only "
+            "when one of its 5 shown spans holds a coder's reference of it, 10 characters of slack each side "
+            "(CodiEsp-X), over (note, code) pairs.", "", *lines, ""]
 
 
 def _worst(values: list[float | None]) -> str:
@@ -338,6 +362,7 @@ def _tables(results: dict[tuple[str, str], list[dict]], gaps: dict[tuple[str, st
         "",
         robustness_table(results),
         "",
+        *shared_task_table(results),
         *evidence_table(evidence),
         "",
         *parts_table(results),

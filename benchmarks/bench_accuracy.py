@@ -61,6 +61,7 @@ from benchmarks.accuracy_sets import (  # noqa: E402
     DATA,
     DATASETS,
     FUSED_SEEDS,
+    MAP_WITHOUT,
     N_BOOT,
     PROXIES,
     ROW_KIND,
@@ -141,6 +142,8 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
         row = json.loads(kept.read_text(encoding="utf-8"))
         if row.get("key") == run_key and Path(row["run"]).is_dir():
             print(f"reusing {kept.name} (trained at {row.get('commit')})", file=sys.stderr, flush=True)
+            if "map" not in row:   # kept from before the shared tasks' metrics: measured on its checkpoint now
+                row.update(shared_task_figures(dataset, Path(row["run"]), data_dir))
             return {**row, "reused": True}
     if REUSE_ONLY:   # --reuse-only: report what --runs holds, train nothing
         return None
@@ -178,12 +181,26 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
 
     row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # this process's peak so far
     row["unseen_share"] = unseen_share(data_dir, LabelSet.load(Path(res["run"]) / CHECKPOINT_DIR / LABELS_FILE).codes)
+    row.update(shared_task_figures(dataset, Path(res["run"]), data_dir))
     print(json.dumps({"dataset": dataset, "model": name or model, "seed": seed, **row}), file=sys.stderr, flush=True)
     row = {**row, "run": res["run"], "key": run_key, "commit": _commit()}
     tmp = kept.with_name(kept.name + ".tmp")
     tmp.write_text(json.dumps(row, indent=1), encoding="utf-8")
     tmp.replace(kept)
     return row
+
+
+def shared_task_figures(dataset: str, run: Path, data_dir: Path) -> dict:
+    """The shared tasks' metrics of a run on the test split, as `clinicode evaluate` reports them: MAP (gold codes
+    outside the model never retrieved), MAP without the set's MAP_WITHOUT codes, and the span-and-code P/R/F1 (None
+    where the notes carry no evidence spans or the model shows none)."""
+    from clinicode.evaluate import evaluate
+
+    m = evaluate(checkpoint=run, data_dir=data_dir, split="test", device="cpu",
+                 map_without=MAP_WITHOUT.get(dataset, ()))
+    span = m.get("span_code") or {}
+    return {"map": m["map"], "map_without": (m.get("map_without") or {}).get("map"),
+            "span_precision": span.get("precision"), "span_recall": span.get("recall"), "span_f1": span.get("f1")}
 
 
 def band_figures(y, s, t: float, counts) -> dict:

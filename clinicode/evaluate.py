@@ -19,8 +19,10 @@ from clinicode.files import check_output, read_json, write_json_atomic
 from clinicode.metrics import (
     EVIDENCE_K,
     HEADLINE,
+    MAP_DEPTH,
     REPORTED,
     all_metrics,
+    map_figures,
     metrics_report,
     paired_bootstrap,
 )
@@ -30,6 +32,9 @@ EVALUATION_KIND = "evaluation"
 NO_TRAIN_COUNTS = ("no training counts in this checkpoint (trained before clinicode kept them), so no rare/frequent "
                    "slice; retrain to get one")
 COMPARISON_KIND = "comparison"
+FAMILY_NAMES = {"diagnosis": "diagnoses", "procedure": "procedures"}  # `CodeSystem.kind` -> the MAP key's family
+NO_SPANS = "this split has no evidence spans (an `evidence` field of {code, start, end} per coder's reference)"
+NO_MODEL_SPANS = "a {kind} checkpoint shows no per-code spans to judge"
 
 
 def _is_json_of_kind(kind: str, legacy_keys: set[str]):
@@ -99,12 +104,46 @@ def outside_warning(report: dict[str, Any], n_labels: int) -> str | None:
             "codes and are not scored: the metrics cover the checkpoint's codes only (n_gold_outside_labels).")
 
 
+def map_report(pred: Predictor, gold: Sequence[Sequence[str]], y: np.ndarray, s: np.ndarray, *,
+               without: Sequence[str] = ()) -> dict[str, Any]:
+    """MAP of a scored split as the shared tasks compute it (`clinicode.metrics.map_figures`): each note's codes ranked
+    by score to depth 1000, its gold codes outside the checkpoint never retrieved, and per family (diagnoses and
+    procedures) when the code system has both.
+
+    Args:
+        pred: the checkpoint (its codes and code system).
+        gold: [N] each note's gold codes, all of them (those outside the checkpoint too).
+        y: [N, K] the gold matrix over the checkpoint's codes.
+        s: [N, K] scores.
+        without: codes left out of ranking and gold alike (CANTEMIST also reported MAP without 8000/6).
+    Returns:
+        `map_figures`' keys ("map", "n_map_notes", "map_depth", "map_<family>", ...).
+    """
+    drop = set(without)
+    codes = pred.labels.codes
+    keep = [i for i, c in enumerate(codes) if c not in drop]
+    notes = [set(row) - drop for row in gold]
+    family: dict[str, str] = {}                          # code -> its family's name, asked once per distinct code
+    for c in [*codes, *(c for row in notes for c in row)]:
+        if c not in family:
+            kind = pred.code_system.kind(c)
+            family[c] = FAMILY_NAMES.get(kind, kind)
+    families = [family[codes[i]] for i in keep]
+    family_gold = {f: np.array([sum(family[c] == f for c in row) for row in notes])
+                   for f in {family[c] for row in notes for c in row} | set(families)}
+    return map_figures(y[:, keep], s[:, keep], n_gold=np.array([len(row) for row in notes]), families=families,
+                       family_gold=family_gold, depth=MAP_DEPTH)
+
+
 def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: Path | None = None,
-             device: str = "auto", predictor: Predictor | None = None, explain: int | None = None) -> dict[str, Any]:
-    """Metrics of a checkpoint on one split, at its tuned threshold and at 0.5, plus per-code rows.
+             device: str = "auto", predictor: Predictor | None = None, explain: int | None = None,
+             map_without: Sequence[str] = ()) -> dict[str, Any]:
+    """Metrics of a checkpoint on one split, at its tuned threshold and at 0.5, plus per-code rows, and the shared
+    tasks' metrics: MAP (`map_report`) and, where the split carries evidence spans, the span-and-code figures.
 
     The checkpoint's label set decides what is scored: gold codes outside it are counted (`n_gold_outside_labels`,
-    `codes_outside_labels`), never silently filtered by the data folder's own codes (see `scored_split`).
+    `codes_outside_labels`), never silently filtered by the data folder's own codes (see `scored_split`); MAP counts
+    them as never retrieved, the span-and-code recall as missed.
 
     Args:
         checkpoint: run or checkpoint folder.
@@ -112,10 +151,12 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
         split: train, dev or test.
         output: JSON file to write atomically.
         explain: spans per code for the evidence figures (default `EVIDENCE_K`, 5).
+        map_without: codes left out of a second MAP ("map_without": CANTEMIST's MAP without 8000/6).
     Returns:
         the metrics dict (keys auc_macro, auc_micro, f1_macro, f1_macro_mean, f1_micro, prec_at_5, prec_at_8,
-        threshold, n_docs, threshold_0.5, per_code, ...), and "evidence" (`evidence_report`'s figures) when the
-        split carries gold mentions.
+        threshold, n_docs, threshold_0.5, per_code, map, n_map_notes, ...), "evidence" (`evidence_report`'s figures)
+        when the split carries gold mentions, and "span_code" (`clinicode.metrics.span_code_prf`'s figures at the
+        tuned threshold; None, with "span_code_note", when the split has no evidence spans or the model shows none).
     """
     if output is not None:
         # a link: its target is written (the link stays)
@@ -137,10 +178,18 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
     if counts is None:  # a checkpoint from before training counts were kept
         result["slices"] = None
         result["slices_note"] = NO_TRAIN_COUNTS
+    result.update(map_report(pred, df["labels"].tolist(), y, s))
+    if map_without:
+        result["map_without"] = {"codes": sorted(set(map_without)),
+                                 **map_report(pred, df["labels"].tolist(), y, s, without=map_without)}
+    evidence = None
     if EVIDENCE in df.columns:
         evidence = _evidence_of_notes(pred, df, k=EVIDENCE_K if explain is None else explain)
         if evidence is not None:
             result["evidence"] = evidence
+    result["span_code"] = None if evidence is None else evidence.get("span_code")
+    if result["span_code"] is None:  # absent, not 0
+        result["span_code_note"] = NO_SPANS if evidence is None else NO_MODEL_SPANS.format(kind=pred.kind)
     if output is not None:
         write_json_atomic(Path(output), result)
     return result
@@ -218,9 +267,35 @@ def format_table(m: dict[str, Any]) -> str:
                          f"{'n/a' if f1 is None else format(f1, '.4f')}")
     elif m.get("slices_note"):
         lines.append(m["slices_note"])
+    lines.extend(format_shared_tasks(m))
     if m.get("evidence"):
         lines.extend(format_evidence(m["evidence"]))
     return "\n".join(lines)
+
+
+def format_shared_tasks(m: dict[str, Any]) -> list[str]:
+    """The shared tasks' metrics as table lines: MAP (all codes, per family, without some codes) and span-and-code."""
+    if "map" not in m:
+        return []
+    def value(v: float | None) -> str:
+        return f"{'n/a':>10}" if v is None else f"{v:>10.4f}"
+
+    lines = [f"{'MAP':<16}{value(m['map'])}   each note's codes ranked to depth {m['map_depth']:,}, over "
+             f"{m['n_map_notes']:,} notes with a gold code; gold codes outside the checkpoint are never retrieved"]
+    for key in sorted(k for k in m if k.startswith("map_") and f"n_map_notes_{k[4:]}" in m):
+        lines.append(f"{'MAP ' + key[4:]:<16}{value(m[key])}   over {m[f'n_map_notes_{key[4:]}']:,} notes")
+    w = m.get("map_without")
+    if w:
+        lines.append(f"{'MAP without':<16}{value(w['map'])}   without {', '.join(w['codes'])}, over "
+                     f"{w['n_map_notes']:,} notes")
+    sc = m.get("span_code")
+    if sc is None or sc.get("f1") is None:
+        lines.append(f"{'span-and-code F1':<16}{'n/a':>10}   {m.get('span_code_note', NO_SPANS)}")
+    else:
+        lines.append(f"{'span-and-code F1':<16}{sc['f1']:>10.4f}   P {sc['precision']:.4f}, R {sc['recall']:.4f}: "
+                     f"{sc['n_correct']:,} of {sc['n_predicted']:,} predicted and {sc['n_gold']:,} gold (note, code) "
+                     f"pairs with a shown span holding a reference ({sc['slack']} characters of slack)")
+    return lines
 
 
 def format_evidence(ev: dict[str, Any]) -> list[str]:

@@ -21,7 +21,7 @@ from clinicode.codes.systems import LOCAL, CodeCheck, CodeSystem, check_code
 from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.memory import MemoryPlan
-from clinicode.metrics import EVIDENCE_K, evidence_figures, predicted_codes, predicted_indices
+from clinicode.metrics import EVIDENCE_K, evidence_figures, predicted_codes, predicted_indices, span_code_prf
 from clinicode.records import text_error
 from clinicode.runtime import pick_device
 
@@ -81,6 +81,15 @@ def _word_spans(offs: Sequence[tuple[int, int]], g: np.ndarray, n: int) -> list[
     best = [float(g[r].max()) for r in runs]
     order = sorted(range(len(runs)), key=lambda x: (-best[x], runs[x][0]))[:n]
     return [Span(offs[runs[x][0]][0], offs[runs[x][-1]][1], best[x]) for x in order]
+
+
+def _gold_only(shown: list[dict[str, Any]], gold: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
+    """Each note's predicted codes (with their spans) that are gold codes of the note."""
+    out = []
+    for note, codes in zip(shown, gold, strict=True):
+        wanted = set(codes)
+        out.append({c: v for c, v in note.items() if c in wanted})
+    return out
 
 
 # evidence_quality of a checkpoint that shows no per-code spans
@@ -448,11 +457,30 @@ class Predictor:
             out[i] = rec
         return out  # type: ignore[return-value]
 
+    def code_spans(self, texts: Sequence[str], *, explain: int,
+                   threshold: float | None = None) -> list[dict[str, list[tuple[int, int]] | None]]:
+        """Each note's predicted codes (at the threshold) with the spans `predict(..., explain=explain)` shows for
+        them, best first (None for a kind that shows none, tfidf-lr): what the span-and-code F1 judges
+        (`clinicode.metrics.span_code_prf`).
+
+        Args:
+            texts: [n_notes] the notes.
+            explain: spans per code.
+            threshold: the cut-off for "predicted" (default: the checkpoint's).
+        """
+        spans = self.model_kind.can_explain
+        records = self.predict(texts, explain=explain if spans else 0, top_k=0, threshold=threshold, attention=False)
+        out: list[dict[str, list[tuple[int, int]] | None]] = []
+        for rec in records:
+            phrases = rec.code_phrases or {}
+            out.append({c.code: ([(s.start, s.end) for s in phrases.get(c.code, [])] if spans else None)
+                        for c in rec.predicted})
+        return out
+
     def correct_code_spans(self, texts: Sequence[str], gold: Sequence[Sequence[str]], *, explain: int,
                            threshold: float | None = None) -> list[dict[str, list[tuple[int, int]] | None]]:
-        """Each note's correctly predicted codes (gold, and predicted at the threshold) with the spans
-        `predict(..., explain=explain)` shows for them, best first (None for a kind that shows none, tfidf-lr): what
-        `clinicode.metrics.evidence_figures` judges against gold mentions.
+        """Each note's correctly predicted codes (gold, and predicted at the threshold) with their spans (`code_spans`):
+        what `clinicode.metrics.evidence_figures` judges against gold mentions.
 
         Args:
             texts: [n_notes] the notes.
@@ -460,20 +488,14 @@ class Predictor:
             explain: spans per code.
             threshold: the cut-off for "predicted" (default: the checkpoint's).
         """
-        spans = self.model_kind.can_explain
-        records = self.predict(texts, explain=explain if spans else 0, top_k=0, threshold=threshold, attention=False)
-        out: list[dict[str, list[tuple[int, int]] | None]] = []
-        for rec, codes in zip(records, gold, strict=True):
-            wanted, phrases = set(codes), rec.code_phrases or {}
-            out.append({c.code: ([(s.start, s.end) for s in phrases.get(c.code, [])] if spans else None)
-                        for c in rec.predicted if c.code in wanted})
-        return out
+        return _gold_only(self.code_spans(texts, explain=explain, threshold=threshold), gold)
 
     def evidence_quality(self, texts: Sequence[str], gold: Sequence[Sequence[str]],
                          mentions: Sequence[Sequence[Mapping[str, Any]]], *, k: int = EVIDENCE_K,
                          threshold: float | None = None) -> dict[str, Any] | None:
         """How well the spans shown for each correctly predicted code point at its gold mentions, beside the random
-        and title-word floors (`clinicode.metrics.evidence_figures`): what `evaluate` reports and `train` saves.
+        and title-word floors (`clinicode.metrics.evidence_figures`), and the span-and-code figures of every predicted
+        code (`clinicode.metrics.span_code_prf`): what `evaluate` reports and `train` saves.
 
         Args:
             texts: [n_notes] the notes.
@@ -482,8 +504,8 @@ class Predictor:
             k: spans per code (the explain count), >= 1.
             threshold: the cut-off for "predicted" (default: the checkpoint's).
         Returns:
-            None when no note has a gold mention; else the figures, with a "model_note" for a kind that shows no
-            spans (tfidf-lr).
+            None when no note has a gold mention; else the figures, with "span_code" (None, and a "model_note", for
+            a kind that shows no spans: tfidf-lr).
         Raises:
             ConfigError: k < 1.
         """
@@ -502,11 +524,13 @@ class Predictor:
                 if spell[code] not in known:
                     outside[code] += 1
         mentions = [[{**m, "code": spell[str(m["code"])]} for m in note] for note in mentions]
-        correct = self.correct_code_spans(texts, gold, explain=k, threshold=threshold)
+        shown = self.code_spans(texts, explain=k, threshold=threshold)  # one scoring pass for both reports
+        correct = _gold_only(shown, gold)
         titles = {c: "" if t == PCS_NO_TITLE else t for c, t in zip(self.labels.codes, self.labels.descriptions)}
         out = evidence_figures(texts, mentions, correct, titles, k=k)  # a display placeholder is no title: no floor
         out["n_mentions_outside"] = sum(outside.values())  # mentions of codes that are no label of the checkpoint
         out["outside_codes"] = [c for c, _ in outside.most_common(5)]
+        out["span_code"] = span_code_prf(shown, mentions) if self.model_kind.can_explain else None
         if not self.model_kind.can_explain:
             out["model_note"] = NO_PHRASES.format(kind=self.kind)
         return out

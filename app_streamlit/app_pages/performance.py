@@ -47,6 +47,13 @@ if evidence is not None:
     st.dataframe(evidence, hide_index=True, width="stretch", key="perf_evidence",
                  column_config={c: st.column_config.NumberColumn(c, format="%.1f" if c == "words per code" else "%.3f")
                                 for c in evidence.columns if c != "spans"})
+    span = ev.get("span_code") or {}
+    if span.get("f1") is not None:
+        st.caption(f"Span-and-code F1 {span['f1']:.3f} (precision {span['precision']:.3f}, "
+                   f"recall {span['recall']:.3f}): "
+                   f"a predicted code counts only when one of its {ev['k']} spans holds a coder's mention of it, "
+                   f"{span['slack']} characters of slack each side, over every predicted code (CodiEsp-X's metric; "
+                   "docs/metrics.md).")
 
 # ---------------------------------------------------------------- per code: groups, best and worst, search
 pred = state.current_predictor()

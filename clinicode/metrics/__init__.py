@@ -36,13 +36,16 @@ from clinicode.metrics.reports import (
     metrics_report,
     per_label_metrics,
 )
+from clinicode.metrics.retrieval import MAP_DEPTH, average_precisions, map_figures, mean_average_precision
+from clinicode.metrics.span_code import SPAN_SLACK, span_code_prf, span_holds
 from clinicode.metrics.thresholds import f1_by_threshold, tune_threshold
 
 __all__ = [
-    "DEFAULT_KS", "DEFAULT_THRESHOLD", "EVIDENCE_K", "EVIDENCE_SEED", "HEADLINE", "METRIC_LABELS", "RARE_BELOW",
-    "REPORTED", "SUMMARY", "accuracy", "all_metrics", "auc_macro", "auc_micro", "binarize", "evidence_figures",
-    "evidence_quality", "f1_by_threshold", "f1_macro_mean", "frequency_slices", "label_aucs", "macro_prf",
-    "metrics_report", "micro_prf", "paired_bootstrap", "per_label_metrics", "precision_at_k", "predicted_codes",
-    "predicted_indices", "random_spans", "recall_at_k", "title_spans", "tune_threshold", "word_spans",
+    "DEFAULT_KS", "DEFAULT_THRESHOLD", "EVIDENCE_K", "EVIDENCE_SEED", "HEADLINE", "MAP_DEPTH", "METRIC_LABELS",
+    "RARE_BELOW", "REPORTED", "SPAN_SLACK", "SUMMARY", "accuracy", "all_metrics", "auc_macro", "auc_micro",
+    "average_precisions", "binarize", "evidence_figures", "evidence_quality", "f1_by_threshold", "f1_macro_mean",
+    "frequency_slices", "label_aucs", "macro_prf", "map_figures", "mean_average_precision", "metrics_report",
+    "micro_prf", "paired_bootstrap", "per_label_metrics", "precision_at_k", "predicted_codes", "predicted_indices",
+    "random_spans", "recall_at_k", "span_code_prf", "span_holds", "title_spans", "tune_threshold", "word_spans",
     "words_covered",
 ]

@@ -69,6 +69,8 @@ def test_performance_page_shows_evidence_quality_beside_both_floors(evidence_run
         assert row["hit@1"] == pytest.approx(saved[key]["hit_at_1"])
         assert row["word F1"] == pytest.approx(saved[key]["token_f1"])
     assert any(f"{saved['n_pairs']:,} correctly predicted codes" in c.value for c in at.caption)
+    span = saved["span_code"]
+    assert span["f1"] is not None and any(c.value.startswith(f"Span-and-code F1 {span['f1']:.3f} ") for c in at.caption)
 
     at.sidebar.selectbox(key="run_name").set_value("plain").run()
     at.switch_page("app_pages/performance.py").run()

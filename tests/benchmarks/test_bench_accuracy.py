@@ -167,3 +167,26 @@ def test_small_training_proxy_keeps_500_of_the_50_keyword_notes(tmp_path):
         assert (small / part).read_bytes() == (full / part).read_bytes()
     again = bench.make_proxy("mtsamples-keywords-50-500", tmp_path / "again")
     assert (again / "train.jsonl").read_bytes() == (small / "train.jsonl").read_bytes()
+
+
+def test_cantemist_runs_at_every_code_with_its_map_without_8000_6():
+    assert "cantemist-icdo3" in sets.DATASETS
+    assert bench.top_k_for("cantemist-icdo3", sets.source_dir("cantemist-icdo3")) is None   # not cut to 50
+    assert sets.MAP_WITHOUT["cantemist-icdo3"] == ("8000/6",)
+    assert bench._n_seeds("cantemist-icdo3", "fused", 5) == 3 and bench._n_seeds("cantemist-icdo3", "leam", 5) == 0
+
+
+def test_shared_task_table_shows_absent_figures_as_absent():
+    results = {("cantemist-icdo3", "tfidf-lr"): [{"map": 0.59, "map_without": 0.55, "span_precision": None,
+                                                  "span_recall": None, "span_f1": None}],
+               ("cantemist-icdo3", "fused"): [{"map": 0.74, "map_without": 0.70, "span_precision": 0.7,
+                                               "span_recall": 0.6, "span_f1": 0.65},
+                                              {"map": 0.72, "map_without": 0.68, "span_precision": 0.7,
+                                               "span_recall": 0.6, "span_f1": 0.63}],
+               ("hoc", "tfidf-lr"): [{"f1_micro": 0.7}]}                       # a row from before: left out
+    lines = report.shared_task_table(results)
+    rows = {ln.split(" | ")[1]: ln for ln in lines if ln.startswith("| cantemist-icdo3")}
+    assert set(rows) == {"tfidf-lr", "fused"} and not any(ln.startswith("| hoc") for ln in lines)
+    assert rows["tfidf-lr"].endswith("| 0.5900 | 0.5500 | - | - | - | 0.5900 | - |")        # absent, not 0
+    assert "| 0.7300 ± 0.0141 |" in rows["fused"] and rows["fused"].endswith("| 0.7200 | 0.6300 |")
+    assert "without 8000/6" in lines[0]

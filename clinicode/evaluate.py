@@ -190,6 +190,10 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
     result["span_code"] = None if evidence is None else evidence.get("span_code")
     if result["span_code"] is None:  # absent, not 0
         result["span_code_note"] = NO_SPANS if evidence is None else NO_MODEL_SPANS.format(kind=pred.kind)
+    fit_on = (getattr(pred.checkpoint.model, "fusion", None) or {}).get("fit_on", "train")
+    if split != "test" and fit_on == "train+dev":
+        result["in_sample_note"] = (f"the checkpoint's parts without epochs were refitted on train and dev "
+                                    f"(--fit-on train+dev): its {split} figures are in-sample; judge it on test")
     if output is not None:
         write_json_atomic(Path(output), result)
     return result

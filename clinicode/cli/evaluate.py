@@ -32,5 +32,7 @@ def evaluate_cli(
     warning = outside_warning(m, m["n_labels"])
     if warning:
         typer.echo(warning, err=True)
+    if m.get("in_sample_note"):
+        typer.echo(m["in_sample_note"], err=True)
     if output:
         typer.echo(f"wrote {output}")

@@ -115,3 +115,17 @@ def test_a_code_only_dev_carries_joins_the_label_set_and_is_found(runs):
 def test_fit_on_takes_only_its_two_values():
     with pytest.raises(ConfigError, match="--fit-on must be train or train\\+dev, got 'dev'"):
         TrainConfig(fit_on="dev")
+
+
+def test_evaluate_says_dev_is_in_sample_for_a_refitted_checkpoint(runs):
+    from helpers import succeeds
+
+    both = runs["train+dev"][0]
+    data = both.parents[1] / "data"
+    res = succeeds(["evaluate", "--checkpoint", both.parent, "--data", data, "--split", "dev", "--device", "cpu"])
+    assert "its dev figures are in-sample; judge it on test" in res.stderr
+    res = succeeds(["evaluate", "--checkpoint", runs["train"][0].parent, "--data", data, "--split", "dev",
+                    "--device", "cpu"])
+    assert "in-sample" not in res.stderr
+    res = succeeds(["evaluate", "--checkpoint", both.parent, "--data", data, "--split", "test", "--device", "cpu"])
+    assert "in-sample" not in res.stderr

@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clinicode.metrics import binarize, macro_prf, micro_prf, tune_threshold  # noqa: E402
+from clinicode.metrics import binarize, macro_prf, tune_threshold  # noqa: E402
 from clinicode.models.fused.fusion import fit_fusion, fused_logits, sigmoid  # noqa: E402
 from clinicode.models.fused.mentions import MentionLexicon  # noqa: E402
 from clinicode.models.fused.model import title_rows  # noqa: E402

@@ -144,7 +144,6 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     import random
 
     from clinicode.codes.systems import infer_code_system
-    from clinicode.data.labels import LabelSet
     from clinicode.data.prepared import load_dataset
 
     out = Path(out)
@@ -155,28 +154,16 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     if not notes:
         raise ReviewError(f"no finished note in {db.path}; finish notes with `clinicode review decide ... --done` or "
                           "on the Review page, then retrain.")
-    keep = {c for c, _ in labels}
     system = system or infer_code_system(c for c, _ in labels)
     ds = load_dataset(Path(base))
-    theirs = ds.labels.code_system or infer_code_system(ds.labels.codes)
-    if theirs.name != system.name:
-        raise ReviewError(f"review retrain: --data {base} holds {theirs.name} codes, but --checkpoint {checkpoint} "
-                          f"codes in {system.name}; pass the dataset the checkpoint was trained on (nothing was "
-                          "written).")
-    queued = db.code_system()
-    if queued is not LOCAL and queued.name != system.name:
-        raise ReviewError(f"review retrain: the queue in {db.path} holds notes scored in {queued.name}, but "
-                          f"--checkpoint {checkpoint} codes in {system.name}; retrain the checkpoint that scored "
-                          "them (nothing was written).")
+    _same_system(db, ds, system, base=base, checkpoint=checkpoint)
     held = {str(i) for name in ("dev", "test") if name in ds.splits for i in ds.splits[name]["id"]}
-    # codes coders added that the checkpoint lacks: a code on MIN_ADDED_NOTES reviewed notes or more joins the label
-    # set after the checkpoint's codes (the model grows a row for it); fewer are named in the result, not learnt
-    added = Counter(c for n in notes if n["id"] not in held for c in set(n["labels"]) if c not in keep)
+    added = Counter(c for n in notes if n["id"] not in held for c in set(n["labels"]) if c not in dict(labels))
     joined = sorted(c for c, k in added.items() if k >= MIN_ADDED_NOTES)
-    if joined:
+    if joined:   # the model grows a row for each, after the checkpoint's codes
         titles = system.titles(joined)
         labels = [*labels, *((c, titles.get(c, "")) for c in joined)]
-        keep |= set(joined)
+    keep = {c for c, _ in labels}
     reviewed = [_reviewed_row(n, sorted(c for c in n["labels"] if c in keep)) for n in notes if n["id"] not in held]
     ids = {r["id"] for r in reviewed}
 
@@ -197,6 +184,20 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     if sample is not None and sample < len(base_train):
         loop = sorted(ids | {r["id"] for r in random.Random(seed).sample(base_train, max(sample, 0))})
     splits = {"train": reviewed + base_train, "dev": rows("dev"), "test": rows("test")}
+    counts = _write_retrain_folder(out, splits, labels, manifest={
+        "reviewed": len(reviewed), "source": str(db.path), "base": str(base), "sample": sample, LOOP_NOTES: loop})
+    sampled = len(base_train) if loop is None else len(loop) - len(reviewed)
+    return {**counts, "reviewed": len(reviewed), "sampled": sampled, "kept_out": len(notes) - len(reviewed),
+            "notes": sorted(ids), "added_codes": {c: added[c] for c in joined},
+            "too_few": {c: k for c, k in sorted(added.items()) if c not in joined}}
+
+
+def _write_retrain_folder(out: Path, splits: dict[str, list[dict[str, Any]]], labels: Sequence[tuple[str, str]], *,
+                          manifest: dict[str, Any]) -> dict[str, int]:
+    """OUT as a coded-notes folder of SPLITS with LABELS fixed in labels.json, every file owner-only; returns each
+    split's notes."""
+    from clinicode.data.labels import LabelSet
+
     with atomic_dir(out, replaces=lambda f: manifest_kind(f) == RETRAIN_KIND) as tmp:
         os.chmod(tmp, 0o700)
         for name, part in splits.items():
@@ -206,13 +207,26 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
         label_set = LabelSet(tuple(c for c, _ in labels), tuple(d for _, d in labels), None)
         _write_private(tmp / "labels.json", json.dumps(label_set.to_json(), indent=1, ensure_ascii=False) + "\n")
         counts = {name: len(part) for name, part in splits.items()}
-        write_manifest(tmp, make_manifest(RETRAIN_KIND, counts=counts, reviewed=len(reviewed), source=str(db.path),
-                                          base=str(base), sample=sample, **{LOOP_NOTES: loop}))
+        write_manifest(tmp, make_manifest(RETRAIN_KIND, counts=counts, **manifest))
         os.chmod(tmp / MANIFEST_FILE, 0o600)  # like every file of the folder: it names the reviewed notes' ids
-    sampled = len(base_train) if loop is None else len(loop) - len(reviewed)
-    return {**counts, "reviewed": len(reviewed), "sampled": sampled, "kept_out": len(notes) - len(reviewed),
-            "notes": sorted(ids), "added_codes": {c: added[c] for c in joined},
-            "too_few": {c: k for c, k in sorted(added.items()) if c not in joined}}
+    return counts
+
+
+def _same_system(db: ReviewStore, ds: Any, system: CodeSystem, *, base: str | Path, checkpoint: str | Path) -> None:
+    """Refuse a base dataset or a queue that codes in another system than the checkpoint's, before anything is
+    written (another system's notes would keep no code of its label set)."""
+    from clinicode.codes.systems import infer_code_system
+
+    theirs = ds.labels.code_system or infer_code_system(ds.labels.codes)
+    if theirs.name != system.name:
+        raise ReviewError(f"review retrain: --data {base} holds {theirs.name} codes, but --checkpoint {checkpoint} "
+                          f"codes in {system.name}; pass the dataset the checkpoint was trained on (nothing was "
+                          "written).")
+    queued = db.code_system()
+    if queued is not LOCAL and queued.name != system.name:
+        raise ReviewError(f"review retrain: the queue in {db.path} holds notes scored in {queued.name}, but "
+                          f"--checkpoint {checkpoint} codes in {system.name}; retrain the checkpoint that scored "
+                          "them (nothing was written).")
 
 
 def _reviewed_row(note: dict[str, Any], labels: list[str]) -> dict[str, Any]:

@@ -248,7 +248,7 @@ def test_codes_coders_add_join_the_retrained_label_set_and_too_rare_ones_are_nam
     out = tmp_path / "grown"
     res = succeeds(["review", "retrain", "--checkpoint", run, "--data", demo_data, "--out", out, "--db", db,
                     "--epochs", "2", "--sample", "40", "--device", "cpu"])
-    assert f"1 codes coders added join the label set" in res.stderr and f"{new_code} (12 notes)" in res.stderr
+    assert "1 codes coders added join the label set" in res.stderr and f"{new_code} (12 notes)" in res.stderr
     assert f"fewer than {MIN_ADDED_NOTES} reviewed notes" in res.stderr and f"{rare_code} (1 note)" in res.stderr
     grown = load_checkpoint(out / "checkpoint")
     assert list(grown.labels.codes) == [*old.labels.codes, new_code]           # appended after the checkpoint's

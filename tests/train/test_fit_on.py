@@ -95,7 +95,7 @@ def test_the_refit_learns_from_dev_and_keeps_what_dev_chose(runs):
 def test_a_code_only_dev_carries_joins_the_label_set_and_is_found(runs):
     from clinicode.predict import Predictor
 
-    (only, r_only, _), (both, r_both, lines) = runs["train-new-code"], runs["train+dev-new-code"]
+    both, _, lines = runs["train+dev-new-code"]
     codes = {name: [c["code"] for c in json.loads((ck / "labels.json").read_text())] for name, (ck, _, _) in
              (("train", runs["train-new-code"]), ("train+dev", runs["train+dev-new-code"]))}
     assert NEW_CODE not in codes["train"] and NEW_CODE in codes["train+dev"]

@@ -77,5 +77,6 @@ def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None 
                                  f"threshold when its dev F1 reaches 0.3 (SCutfbr), under the global {t:.3f}")
                if t is not None else "none"}
     summary["mentions"] = len(mentions)
+    summary["language"] = mentions.language   # the notes' language: the mentions' stemmer and negation triggers
     return FusedModel(leam, lr, a=a, c=c, e=e, offset=bias + offsets, w=w, fusion=summary, titles=titles,
                       mentions=mentions)

@@ -68,6 +68,8 @@ class Matching:
         negation: an occurrence inside a negation trigger's scope does not count ("denies chest pain").
         caps: a capitalised word is an acronym only where the words around it are not capitalised too.
         support: training spans a mention needs (a one-off span teaches nothing).
+        acronym_support: training spans a one-word acronym mention needs.
+        values: an acronym followed by a number ("TG 250", "CRP: 12") names a measurement, not a finding.
         ordinary: an acronym that is also a lower-case word of the training text is no mention on its own.
     """
 
@@ -76,6 +78,8 @@ class Matching:
     negation: bool = False
     caps: bool = True
     support: int = 1
+    acronym_support: int = 1
+    values: bool = True
     ordinary: bool = True
 
     def __post_init__(self) -> None:
@@ -92,7 +96,8 @@ DEFAULT = Matching()
 # The title suggestions (a coder reads each): negated findings are never suggested (#51 item 17).
 SUGGESTING = Matching(negation=True)
 # before round 16
-LEGACY = Matching(fold=False, inflection="none", negation=False, caps=False, support=1, ordinary=False)
+LEGACY = Matching(fold=False, inflection="none", negation=False, caps=False, support=1, acronym_support=1,
+                  ordinary=False, values=False)
 
 
 @functools.lru_cache(maxsize=1 << 18)  # notes share a small vocabulary: each word is worked out once

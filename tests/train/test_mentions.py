@@ -160,6 +160,12 @@ def test_acronyms_do_not_fire_on_the_words_of_a_capitalised_note():
     note = "THE PATIENT CAN WALK. THERE IS A 2 CM NODULE. HE HIT HIS HEAD ON THE LID. NO SIGN OF SSC HERE EITHER."
     assert not lex.match([note], len(codes)).any()
     assert lex.match(["Known SSC, stable."], len(codes))[0].tolist() == [0, 0, 0, 0, 1]
+    # "TG 250" names a measurement; "LIDs" is the acronym LID (lower-cased it matched the word "lid")
+    lab = MentionLexicon.build(["K", "D"], ["renal TG was seen; LIDs then"], [[{"code": "K", "start": 6, "end": 8},
+                                                                            {"code": "D", "start": 19, "end": 23}]])
+    assert set(lab.phrases) == {("TG",), ("LID",)}
+    assert lab.match(["Lipid panel: TG 250, HDL 40.", "TG = 3.1", "he hit the lid", "TG noted; LIDs"], 2).tolist() == [
+        [0, 0], [0, 0], [0, 0], [1, 1]]
     # an older lexicon (read from a checkpoint, no training text) still needs the acronym out of a capitalised note
     old = MentionLexicon({("HIT",): (2,)}, tuple(codes))
     assert not old.match(["HE HIT HIS HEAD ON THE DOOR"], len(codes)).any()

@@ -45,12 +45,22 @@ def _words(text: str) -> list[tuple[str, int, int]]:
     return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text) if m.group() not in ("s", "S")]
 
 
+_PLURAL_ACRONYM = re.compile(r"[A-Z][A-Z0-9]+s")
+_VALUE = re.compile(r"\s*[:=]?\s*[<>]?\s*\d")   # what follows a measurement's name: "TG 250", "CRP: 12", "K=3.1"
+
+
+def _acronym_singular(word: str) -> str:
+    """"LIDs" -> "LID": an acronym's plural is the acronym (lower-cased, "lids" would match the word "lid")."""
+    return word[:-1] if _PLURAL_ACRONYM.fullmatch(word) else word
+
+
 def _is_acronym(words: Sequence[str]) -> bool:
     return all(all_caps(w) and len(w) <= ACRONYM for w in words)
 
 
 def _key(words: Sequence[str]) -> tuple[str, ...]:
-    """A mention's phrase: its words lower-cased, unless it is an acronym (kept as written)."""
+    """A mention's phrase: its words lower-cased, unless it is an acronym (kept as written, "LIDs" as "LID")."""
+    words = [_acronym_singular(w) for w in words]
     if _is_acronym(words):
         return tuple(words)
     return tuple(w.lower() for w in words)
@@ -111,8 +121,9 @@ class MentionLexicon:
               matching: Matching = DEFAULT) -> MentionLexicon:
         """From each training note's evidence ({code, start, end}: text[start:end] justifies code); mentions of codes
         outside CODES, ones longer than MAX_WORDS words, ones without a word of two letters ("A", "2"), ones made only
-        of stop words ("and"), ones spanned fewer than `matching.support` times for the code, and acronyms of one
-        word that the training notes also write in lower case ("CAN", "HIT": `matching.ordinary`) are left out.
+        of stop words ("and"), ones spanned fewer than `matching.support` times for the code (one-word acronyms:
+        `matching.acronym_support`), and acronyms of one word that the training notes also write in lower case ("CAN",
+        "HIT": `matching.ordinary`) are left out.
         LANGUAGE: the notes' ("en", "es"); None: detected from TEXTS (`clinicode.matching.detect_language`)."""
         index = {c: k for k, c in enumerate(codes)}
         found: Counter[tuple[tuple[str, ...], int]] = Counter()
@@ -132,7 +143,10 @@ class MentionLexicon:
             ordinary = {w for w, n in seen.items() if n >= ORDINARY}
         kept: dict[tuple[str, ...], set[int]] = {}
         for (phrase, k), n in found.items():
-            if n < matching.support or (len(phrase) == 1 and _is_acronym(phrase) and phrase[0].lower() in ordinary):
+            if len(phrase) == 1 and _is_acronym(phrase):
+                if n < matching.acronym_support or phrase[0].lower() in ordinary:
+                    continue
+            if n < matching.support:
                 continue
             kept.setdefault(phrase, set()).add(k)
         lang = check_language(language) if language else detect_language(texts)
@@ -149,15 +163,18 @@ class MentionLexicon:
     def _occurrences(self, text: str) -> list[tuple[int, int, int]]:
         """(code, start, end) of every occurrence of a phrase in TEXT, on word boundaries; linear in its words (a
         phrase has at most `longest` of them). An acronym matches only as written, and (`matching.caps`) only where
-        the words around it are not capitalised too; an occurrence a negation holds (`matching.negation`) is left."""
+        the words around it are not capitalised too, and (`matching.values`) not when a number follows it ("TG 250");
+        an occurrence a negation holds (`matching.negation`) is left."""
         if not self.phrases:
             return []
         words = _words(text)
-        written = [w for w, _, _ in words]
-        keys = [self._norm(w) for w in written]
+        keys = [self._norm(w) for w, _, _ in words]
+        written = [_acronym_singular(w) for w, _, _ in words]
         acro = [all_caps(w) and len(w) <= ACRONYM for w in written] if self._acronyms else [False] * len(words)
         if self._acronyms and self.matching.caps and any(acro):
             acro = [a and not c for a, c in zip(acro, caps_context(written))]
+        if self._acronyms and self.matching.values:    # "TG 250": a measurement's name, not a finding
+            acro = [a and not _VALUE.match(text, words[i][2]) for i, a in enumerate(acro)]
         held = (negated(text, [(fold(w), a, b) for w, a, b in words], self.language) if self.matching.negation
                 else [False] * len(words))
         out = []

@@ -217,18 +217,27 @@ def negated(text: str, words: Sequence[tuple[str, int, int]], language: str) -> 
         one flag a word; a trigger's own words are not flagged.
     """
     triggers, longest = _triggers(check_language(language))
+    first = {t[0] for t in triggers}
     stop = TERMINATION[language]
     n = len(words)
+    folded = [w for w, _, _ in words]
     # sentence[i]: the sentence index of word i (a .;:!? or line break between two words starts a new one)
+    ends = [m.start() for m in _SENTENCE.finditer(text)]
     sentence = [0] * n
-    for i in range(1, n):
-        sentence[i] = sentence[i - 1] + bool(_SENTENCE.search(text, words[i - 1][2], words[i][1]))
+    e = 0
+    for i in range(n):
+        while e < len(ends) and ends[e] < words[i][1]:
+            e += 1
+        sentence[i] = e
     out = [False] * n
     i = 0
     while i < n:
         hit = None
+        if folded[i] not in first:
+            i += 1
+            continue
         for k in range(min(longest, n - i), 0, -1):   # the longest trigger starting here wins ("no evidence of")
-            seq = tuple(w for w, _, _ in words[i:i + k])
+            seq = tuple(folded[i:i + k])
             if seq in triggers and sentence[i + k - 1] == sentence[i]:
                 hit = (k, triggers[seq])
                 break

@@ -228,9 +228,10 @@ class Suggester:
 
         Linear in the note's words: one pass finds every phrase (at most the longest title's words from each word),
         and whether a phrase lies inside a longer one is read from running maxima, not by comparing occurrences."""
-        toks = [(m.group(), m.start(), m.end()) for m in WORD.finditer(text) if fold(m.group()) != "s"]
-        words = [norm(w, self.language, self.matching) for w, _, _ in toks]
-        held = (negated(text, [(fold(w), a, b) for w, a, b in toks], self.language) if self.matching.negation
+        toks = [(m.group(), m.start(), m.end()) for m in WORD.finditer(text) if m.group() not in ("s", "S")]
+        forms = {w: (norm(w, self.language, self.matching), fold(w)) for w in {t[0] for t in toks}}  # once a word
+        words = [forms[w][0] for w, _, _ in toks]
+        held = (negated(text, [(forms[w][1], a, b) for w, a, b in toks], self.language) if self.matching.negation
                 else [False] * len(toks))
         present = set(words)
         at: dict[str, list[int]] = {}

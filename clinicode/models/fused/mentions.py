@@ -168,14 +168,15 @@ class MentionLexicon:
         if not self.phrases:
             return []
         words = _words(text)
-        keys = [self._norm(w) for w, _, _ in words]
+        forms = {w: (self._norm(w), fold(w)) for w in {t[0] for t in words}}      # worked out once a word
+        keys = [forms[w][0] for w, _, _ in words]
         written = [_acronym_singular(w) for w, _, _ in words]
         acro = [all_caps(w) and len(w) <= ACRONYM for w in written] if self._acronyms else [False] * len(words)
         if self._acronyms and self.matching.caps and any(acro):
             acro = [a and not c for a, c in zip(acro, caps_context(written))]
         if self._acronyms and self.matching.values:    # "TG 250": a measurement's name, not a finding
             acro = [a and not _VALUE.match(text, words[i][2]) for i, a in enumerate(acro)]
-        held = (negated(text, [(fold(w), a, b) for w, a, b in words], self.language) if self.matching.negation
+        held = (negated(text, [(forms[w][1], a, b) for w, a, b in words], self.language) if self.matching.negation
                 else [False] * len(words))
         out = []
         for i in range(len(words)):

@@ -1,4 +1,4 @@
-"""Words as the mentions and the title suggestions compare them: case and accents folded, inflections stemmed (English,
+"""Words as the mentions and the title suggestions compare them: case and accents folded, plural endings off (English,
 Spanish), stop words, the notes' language, and negated findings (a NegEx-style trigger and its scope in the sentence).
 Keys only: a note's character offsets are never changed here, and no note text leaves it."""
 

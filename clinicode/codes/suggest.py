@@ -118,7 +118,7 @@ class Suggester:
       and "NOS" optional ("Chest pain, unspecified" is found as "chest pain"). A phrase inside a longer title found in
       the same place (a candidate's or one of the checkpoint's own codes': "Syndrome" inside "neuroleptic malignant
       syndrome") does not count. Every title word present in any order counts less. Words are compared folded and
-      stemmed in the titles' language (`norm`: "Sjögren" is found as "Sjogren", "fractures" as "fracture"); an
+      made singular in the titles' language (`norm`: "Sjögren" is found as "Sjogren", "fractures" as "fracture"); an
       occurrence inside a negated finding ("denies chest pain", "no se observan metástasis") does not count.
     - **specificity.** A title that many other titles narrow ("Syndrome", "Hepatitis", "Body Weight": every title
       holding all its words is narrower) loses; the rarest title word's inverse frequency over the titles adds a little.
@@ -131,8 +131,8 @@ class Suggester:
         own: the checkpoint's codes -> titles: never suggested, and their titles found in a note cover shorter ones.
         tree: code -> tree numbers (MeSH), for parents and siblings; None: ICD's categories from the codes.
         bar, limit: the score at or above which a candidate is suggested, and suggestions per note at most.
-        language: the titles' and the notes' ("en", "es"; the stemmer and the negation triggers); None: detected from
-            the titles (`clinicode.matching.detect_language`).
+        language: the titles' and the notes' ("en", "es"; the plural rules and the negation triggers); None:
+            detected from the titles (`clinicode.matching.detect_language`).
         matching: which matching mechanisms apply (`clinicode.matching.Matching`; the benchmark's ablations).
     """
 

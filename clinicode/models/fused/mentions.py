@@ -1,6 +1,6 @@
 """Each code's mentions in the training notes (coders' evidence spans), found again in new notes: they add to the code's
-title match and lead its highlighted words (docs/accuracy-tuning.md, rounds 15 and 17). Words are compared as
-`clinicode.matching` folds and stems them; a mention inside a negated finding does not count."""
+title match and lead its highlighted words (docs/accuracy-tuning.md, rounds 15 and 16). Words are compared as
+`clinicode.matching` folds them, plurals off; negation is a switch of `Matching` that dev left off (round 16)."""
 
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ class MentionLexicon:
     """Phrase (lower-cased words; an acronym's as written) -> the indices of the codes it was a training mention of.
 
     A phrase made only of stop words, numbers and punctuation ("and", "of the") is dropped however the lexicon was
-    made (built, or read from an older mentions.json). LANGUAGE ("en", "es") picks the stemmer and the negation
-    triggers; MATCHING the mechanisms (`clinicode.matching.Matching`)."""
+    made (built, or read from an older mentions.json). LANGUAGE ("en", "es") picks the plural rules (and the negation
+    triggers); MATCHING the mechanisms (`clinicode.matching.Matching`)."""
 
     phrases: dict[tuple[str, ...], tuple[int, ...]] = field(default_factory=dict)
     codes: tuple[str, ...] = ()      # the model's codes, in its order (what the indices point at)
@@ -84,7 +84,7 @@ class MentionLexicon:
         check_language(self.language)
         self.phrases = {p: ks for p, ks in self.phrases.items() if p and not is_stopword_phrase(p)}
         self.longest = max((len(p) for p in self.phrases), default=0)
-        # the matching keys: an acronym's words as written, the others' folded and stemmed as the note's will be
+        # the matching keys: an acronym's words as written, the others' folded and made singular as the note's will be
         self._acronyms: dict[tuple[str, ...], set[int]] = {}
         self._index: dict[tuple[str, ...], set[int]] = {}
         for p, ks in self.phrases.items():

@@ -26,6 +26,8 @@ SCRIPTS = [
     ("bench_review.py", [], ["--notes", "200", "--repeat", "1"]),
     ("bench_compare.py", [], ["--notes", "500", "--codes", "500", "--repeat", "1"]),
     ("bench_suggestions.py", [], []),
+    ("bench_matching.py", ["accuracy"], None),
+    ("bench_matching.py", ["speed"], ["speed"]),
     ("bench_review_learning.py", ["--codes", "top50", "all"], ["--data", "ncbi", "--seeds", "0"]),
     ("bench_review_learning.py", ["--data", "cmc2007", "--codes", "all"], None),
     ("bench_review_confirm.py", [], None),

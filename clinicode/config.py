@@ -33,7 +33,7 @@ class TrainConfig:
                                     # spans, when it has them (round 15; --no-mentions keeps their words out)
     fit_on: str = "train+dev"       # --model fused: after dev has chosen the fusion and the threshold, refit the
                                     # parts that need no epochs (tfidf-lr, titles, mentions) on "train+dev", or keep
-                                    # them as fitted on "train" (round 16)
+                                    # them as fitted on "train" (round 17)
     batch_size: int = 16
     lr: float = 1e-2                # tuned on hoc/mtsamples/cmc2007 dev (BENCHMARKS.md); was 2e-3
     optimizer: str = "adamw"        # "adamw" (decoupled weight decay) or "adam" (weight_decay as L2 in the gradient)

@@ -443,7 +443,8 @@ class Predictor:
                     rec.error = f"note {ids[i]!r}: {_no_words(prepared.texts[j])}; nothing to code"
                     rec.predicted, rec.scores = [], {}
             if self.suggester is not None and rec.error is None:
-                rec.suggested = self.suggester.suggest(prepared.texts[j], _RowScores(self.labels, s))
+                read = self._read_part(prepared.texts[j], encs[j] if encs is not None else None)
+                rec.suggested = self.suggester.suggest(read, _RowScores(self.labels, s))
             if explain > 0 and extras is not None and extras[j] is not None and rec.error is None:
                 beta = extras[j]
                 offs = encs[j].offsets
@@ -476,6 +477,14 @@ class Predictor:
             out.append({c.code: ([(s.start, s.end) for s in phrases.get(c.code, [])] if spans else None)
                         for c in rec.predicted})
         return out
+
+    def _read_part(self, text: str, enc: Any) -> str:
+        """The part of TEXT the model reads (its suggestions come from nothing past the cut): the whole note, or up to
+        the end of its last kept token when it was truncated (ENC: its encoding; None: a model that reads the text)."""
+        if enc is None or not enc.truncated:
+            return text
+        offsets = enc.offsets or self.scorer.encode([text], offsets=True)[0].offsets  # type: ignore[attr-defined]
+        return text[:offsets[-1][1]] if len(offsets) else text
 
     def correct_code_spans(self, texts: Sequence[str], gold: Sequence[Sequence[str]], *, explain: int,
                            threshold: float | None = None) -> list[dict[str, list[tuple[int, int]] | None]]:

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import heapq
 import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
+
+from clinicode.matching import SUGGESTING, Matching, detect_language, fold, inflect, negated, stem
 
 WORD = re.compile(r"[^\W_]+")
 STOPWORDS = frozenset("a an and as at by for from in into of on or other the to with without".split())
 OPTIONAL = frozenset({"unspecified", "nos"})  # ICD's residual titles: the note rarely says them
+TITLE_STOPWORDS_ES = frozenset("a al con de del el en la las los o para por sin u un una y".split())
 
 
 # the words notes use for MeSH's and ICD's "neoplasm", and "vs" spelt out
@@ -22,34 +26,39 @@ SYNONYMS = {"tumor": "neoplasm", "cancer": "neoplasm", "vs": "versus"}
 
 
 @functools.lru_cache(maxsize=1 << 17)  # titles and notes share a small vocabulary: each word is worked out once
-def norm(word: str) -> str:
-    """A word for comparing: lower case, British spelling made American ("haemorrhage", "tumour", "oedema",
-    "leucocyte"), a regular plural made singular ("diseases" -> "disease", "injuries" -> "injury", "metastases" ->
-    "metastasis"; "-ss", "-us", "-is" endings kept: "abscess", "hepatitis"), and SYNONYMS."""
-    w = word.lower().replace("aem", "em").replace("leuco", "leuko").replace("hoea", "hea")
-    if w.startswith("oe"):
-        w = "e" + w[2:]
-    w = _singular(w)
-    if len(w) > 5 and w.endswith("our"):
-        w = w[:-3] + "or"
-    return SYNONYMS.get(w, w)
+def norm(word: str, language: str = "en", matching: Matching = SUGGESTING) -> str:
+    """A word for comparing: lower case without accents ("Sjögren" is "sjogren"; `matching.fold`); in English, British
+    spelling made American ("haemorrhage", "tumour", "oedema", "leucocyte"), a regular plural made singular
+    ("diseases" -> "disease", "injuries" -> "injury", "metastases" -> "metastasis"; "-ss", "-us", "-is" endings kept:
+    "abscess", "hepatitis") and SYNONYMS; in Spanish, plural endings off ("tumores" is "tumor",
+    `matching.inflection` "plural"); with `matching.inflection` "snowball", its Snowball stem in LANGUAGE."""
+    w = fold(word) if matching.fold else word.lower()
+    if language == "en":
+        w = w.replace("aem", "em").replace("leuco", "leuko").replace("hoea", "hea")
+        if w.startswith("oe"):
+            w = "e" + w[2:]
+        w = inflect(w, language)
+        if len(w) > 5 and w.endswith("our"):
+            w = w[:-3] + "or"
+        w = SYNONYMS.get(w, w)
+    elif matching.inflection in ("plural", "gender"):
+        w = inflect(w, language, gender=matching.inflection == "gender")
+    return stem(w, language) if matching.inflection == "snowball" else w
 
 
-def _singular(w: str) -> str:
-    if len(w) > 4 and w.endswith("ses"):
-        return w[:-3] + "sis"
-    if len(w) > 4 and w.endswith("ies"):
-        return w[:-3] + "y"
-    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
-        return w[:-1]
-    return w
+def _title_words(text: str, language: str, matching: Matching) -> list[str]:
+    """A title's (or a title part's) words for comparing: "'s" left out, stop words and optional words dropped."""
+    skip = STOPWORDS if language == "en" else TITLE_STOPWORDS_ES
+    return [norm(w, language, matching) for w in WORD.findall(text)
+            if fold(w) != "s" and fold(w) not in skip and fold(w) not in OPTIONAL]
 
 
-def _phrases(title: str) -> list[tuple[str, ...]]:
+def _phrases(title: str, language: str = "en", matching: Matching = SUGGESTING) -> list[tuple[str, ...]]:
     """The word sequences a title is found as: as written and with its comma-separated parts turned round (MeSH and
     ICD write the head first: "Death, Sudden, Cardiac" is said "sudden cardiac death"); optional words dropped."""
-    parts = [[norm(w) for w in WORD.findall(p) if w.lower() != "s"] for p in title.split(",")]
-    parts = [[w for w in p if w not in OPTIONAL] for p in parts]
+    skip = OPTIONAL
+    parts = [[norm(w, language, matching) for w in WORD.findall(p) if fold(w) != "s" and fold(w) not in skip]
+             for p in title.split(",")]
     parts = [p for p in parts if p]
     if not parts:
         return []
@@ -108,7 +117,9 @@ class Suggester:
       Insipidus, Nephrogenic" is found as "nephrogenic diabetes insipidus"), plural or singular, with "unspecified"
       and "NOS" optional ("Chest pain, unspecified" is found as "chest pain"). A phrase inside a longer title found in
       the same place (a candidate's or one of the checkpoint's own codes': "Syndrome" inside "neuroleptic malignant
-      syndrome") does not count. Every title word present in any order counts less.
+      syndrome") does not count. Every title word present in any order counts less. Words are compared folded and
+      made singular in the titles' language (`norm`: "Sjögren" is found as "Sjogren", "fractures" as "fracture"); an
+      occurrence inside a negated finding ("denies chest pain", "no se observan metástasis") does not count.
     - **specificity.** A title that many other titles narrow ("Syndrome", "Hepatitis", "Body Weight": every title
       holding all its words is narrower) loses; the rarest title word's inverse frequency over the titles adds a little.
     - **what the model knows.** A candidate under which the checkpoint has a trained code (ICD: a longer code of the
@@ -120,27 +131,31 @@ class Suggester:
         own: the checkpoint's codes -> titles: never suggested, and their titles found in a note cover shorter ones.
         tree: code -> tree numbers (MeSH), for parents and siblings; None: ICD's categories from the codes.
         bar, limit: the score at or above which a candidate is suggested, and suggestions per note at most.
+        language: the titles' and the notes' ("en", "es"; the plural rules and the negation triggers); None:
+            detected from the titles (`clinicode.matching.detect_language`).
+        matching: which matching mechanisms apply (`clinicode.matching.Matching`; the benchmark's ablations).
     """
 
     def __init__(self, titles: Mapping[str, str], *, own: Mapping[str, str] | None = None,
-                 tree: Mapping[str, Sequence[str]] | None = None, bar: float = BAR, limit: int = LIMIT) -> None:
+                 tree: Mapping[str, Sequence[str]] | None = None, bar: float = BAR, limit: int = LIMIT,
+                 language: str | None = None, matching: Matching = SUGGESTING) -> None:
         own = dict(own or {})
         self.bar, self.limit = bar, limit
+        self.matching = matching
+        self.language = language or detect_language(titles.values(), notes=5000, chars=200)
         req = {c: self._required(t) for c, t in titles.items() if c not in own}
         self._req = {c: r for c, r in req.items() if r}
         self.titles = {c: titles[c].strip() for c in self._req}
         self._phr: dict[str, list[tuple[str, ...]]] = {}  # worked out when a candidate is first found in a note
-        self._own_phr = {c: _phrases(t) for c, t in own.items() if t and t.strip()}
+        self._own_phr = {c: _phrases(t, self.language, matching) for c, t in own.items() if t and t.strip()}
         df = Counter(w for ws in self._req.values() for w in ws)
         n = len(self._req)
         self._idf = {w: math.log((n + 1) / (k + 1)) + 1.0 for w, k in df.items()}
         self._by_word: dict[str, list[str]] = {}
         for c, ws in self._req.items():
             self._by_word.setdefault(min(ws, key=lambda w: (df[w], w)), []).append(c)
-        self._own_first: dict[str, list[tuple[str, ...]]] = {}
-        for seqs in self._own_phr.values():
-            for s in seqs:
-                self._own_first.setdefault(s[0], []).append(s)
+        self._own_seqs = {s for seqs in self._own_phr.values() for s in seqs}
+        self._own_prefixes = {s[:n] for s in self._own_seqs for n in range(1, len(s) + 1)}
         # the checkpoint's codes under each candidate (its descendants in the hierarchy), and how broad a title is
         self._tree = None if tree is None else {c: tuple(v) for c, v in tree.items()}
         self._below = self._trained_below(list(own))
@@ -155,11 +170,11 @@ class Suggester:
             digest.update(f"{c}\t{self.titles[c]}\n".encode("utf-8"))
         if tree is not None:
             digest.update(repr(sorted(self._tree.items())).encode("utf-8"))  # type: ignore[union-attr]
+        digest.update(f"{self.language}\t{matching}".encode("utf-8"))
         self.fingerprint = digest.hexdigest()
 
-    @staticmethod
-    def _required(title: str) -> frozenset[str]:
-        return frozenset(norm(w) for w in WORD.findall(title)) - STOPWORDS - OPTIONAL
+    def _required(self, title: str) -> frozenset[str]:
+        return frozenset(_title_words(title, self.language, self.matching))
 
     def _trained_below(self, own: list[str]) -> dict[str, tuple[str, ...]]:
         """candidate -> the checkpoint's codes below it: MeSH tree numbers under one of its own, else (ICD) longer
@@ -196,7 +211,7 @@ class Suggester:
     def _phrases_of(self, code: str) -> list[tuple[str, ...]]:
         p = self._phr.get(code)
         if p is None:
-            p = self._phr[code] = _phrases(self.titles[code])
+            p = self._phr[code] = _phrases(self.titles[code], self.language, self.matching)
         return p
 
     def __len__(self) -> int:
@@ -209,47 +224,77 @@ class Suggester:
     def candidates(self, text: str) -> list[dict]:
         """Every candidate with each title word in the note, with its features (for ranking and for the benchmark):
         code, phrase (uncovered phrase occurrences), covered (phrases inside a longer title), own_covered (inside one
-        of the checkpoint's titles), specificity, spans."""
-        toks = [(norm(m.group()), m.start(), m.end()) for m in WORD.finditer(text) if m.group().lower() != "s"]
-        words = [t[0] for t in toks]
+        of the checkpoint's titles), specificity, spans.
+
+        Linear in the note's words: one pass finds every phrase (at most the longest title's words from each word),
+        and whether a phrase lies inside a longer one is read from running maxima, not by comparing occurrences."""
+        toks = [(m.group(), m.start(), m.end()) for m in WORD.finditer(text) if m.group() not in ("s", "S")]
+        forms = {w: (norm(w, self.language, self.matching), fold(w)) for w in {t[0] for t in toks}}  # once a word
+        words = [forms[w][0] for w, _, _ in toks]
+        held = (negated(text, [(forms[w][1], a, b) for w, a, b in toks], self.language) if self.matching.negation
+                else [False] * len(toks))
         present = set(words)
         at: dict[str, list[int]] = {}
         for i, w in enumerate(words):
             at.setdefault(w, []).append(i)
         found = [c for w in present for c in self._by_word.get(w, ()) if self._req[c] <= present]
-
-        def occurrences(seqs: Iterable[tuple[str, ...]]) -> set[tuple[int, int]]:
-            out = set()
-            for s in seqs:
-                for i in at.get(s[0], ()):
-                    if tuple(words[i:i + len(s)]) == s:
-                        out.add((i, i + len(s)))
-            return out
-
-        occ = {c: occurrences(self._phrases_of(c)) for c in found}
-        own_occ = set()
-        for w in present:
-            own_occ |= occurrences(self._own_first.get(w, ()))
-        spans_all = [(a, b, c) for c, o in occ.items() for a, b in o]
+        seqs: dict[tuple[str, ...], list[str]] = {}
+        for c in found:
+            for s in self._phrases_of(c):
+                seqs.setdefault(s, []).append(c)
+        prefixes = {s[:n] for s in seqs for n in range(1, len(s) + 1)}
+        occ: dict[str, set[tuple[int, int]]] = {c: set() for c in found}
+        own_occ: list[tuple[int, int]] = []
+        n_words = len(words)
+        for i in range(n_words):
+            if held[i]:
+                continue  # a negated finding is no occurrence
+            for table, pre, sink in ((seqs, prefixes, "cand"), (self._own_seqs, self._own_prefixes, "own")):
+                for j in range(i + 1, n_words + 1):
+                    key = tuple(words[i:j])
+                    if key not in pre:
+                        break
+                    if key in table:
+                        if sink == "own":
+                            own_occ.append((i, j))
+                        else:
+                            for c in seqs[key]:
+                                occ[c].add((i, j))
+        inside_own = _inside([], own_occ, n_words)
+        inside_any = _inside([o for c in found for o in occ[c]], [], n_words)
         rows = []
         for c in found:
             free, by_own, by_other = [], 0, 0
             for a, b in occ[c]:
-                if any(x <= a and b <= y and y - x > b - a for x, y in own_occ):
+                if inside_own(a, b):
                     by_own += 1
-                elif any(x <= a and b <= y and y - x > b - a for x, y, _ in spans_all):
+                elif inside_any(a, b):
                     by_other += 1
                 else:
                     free.append((a, b))
             if free:
                 spans = tuple(sorted((toks[a][1], toks[b - 1][2]) for a, b in free))[:SPANS]
             else:
-                req = self._req[c]
-                spans = tuple(_runs([(w in req, s, e) for w, s, e in toks]))[:SPANS]
+                spans = self._scattered(self._req[c], at, toks)
             rows.append({"code": c, "phrase": len(free), "covered": by_other, "own_covered": by_own,
                          "specificity": max(self._idf[w] for w in self._req[c]), "narrower": self.narrower(c),
                          "spans": spans})
         return rows
+
+    @staticmethod
+    def _scattered(req: frozenset[str], at: Mapping[str, list[int]],
+                   toks: Sequence[tuple[str, int, int]]) -> tuple[tuple[int, int], ...]:
+        """The first SPANS runs of neighbouring title words (a title found only as scattered words), read from the
+        words' positions in order and left as soon as SPANS runs are closed."""
+        runs: list[list[int]] = []
+        for i in heapq.merge(*(at[w] for w in req)):
+            if runs and i <= runs[-1][1] + 1:
+                runs[-1][1] = max(runs[-1][1], i)
+            elif len(runs) == SPANS:
+                break
+            else:
+                runs.append([i, i])
+        return tuple((toks[a][1], toks[b][2]) for a, b in runs)
 
     def score(self, row: dict, below: float) -> float | None:
         """The rank score of one candidate row (`candidates`) given the best score of a trained code under it; None
@@ -282,18 +327,16 @@ class Suggester:
         return out[: self.limit]
 
 
-def _runs(flags: list[tuple[bool, int, int]]) -> list[tuple[int, int]]:
-    """(start, end) of each run of flagged neighbouring words."""
-    runs: list[tuple[int, int]] = []
-    prev = False
-    for on, s, e in flags:
-        if on:
-            if prev:
-                runs[-1] = (runs[-1][0], e)
-            else:
-                runs.append((s, e))
-        prev = on
-    return runs
+def _inside(every: Sequence[tuple[int, int]], own: Sequence[tuple[int, int]], n: int):
+    """A test of whether a word interval [a, b) lies inside a longer interval of EVERY + OWN ([x, y) with x <= a and
+    b <= y, not [a, b) itself), from two running maxima over the n word positions (linear, not pairwise)."""
+    at = [-1] * (n + 1)        # the farthest end of an interval starting at each word
+    for x, y in list(every) + list(own):
+        at[x] = max(at[x], y)
+    before = [-1] * (n + 1)    # the farthest end of an interval starting before each word
+    for i in range(1, n + 1):
+        before[i] = max(before[i - 1], at[i - 1])
+    return lambda a, b: before[a] >= b or at[a] > b
 
 
 def read_tree(path) -> dict[str, tuple[str, ...]]:

@@ -176,3 +176,75 @@ def test_cli_predict_refuses_a_titles_file_without_new_codes_and_titles_without_
     fails([*base, "--output", tmp_path / "o3.jsonl", "--titles", tmp_path / "missing.tsv"],
           "cannot read code descriptions")
     fails([*base, "--output", tmp_path / "o4.jsonl", "--titles", path, "--no-suggest"], "drop them or --no-suggest")
+
+
+# ------------------------------------------------------------------ matching that survives clinical language (#51)
+def _lines_run(fn) -> int:
+    """Lines of clinicode/codes/suggest.py executed by fn(): a measure of the suggester's work that no clock sways."""
+    import sys
+
+    import clinicode.codes.suggest as suggest
+
+    count = 0
+
+    def local(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code.co_filename == suggest.__file__ else None
+
+    sys.settrace(tracer)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_the_suggesters_work_grows_linearly_with_the_note():
+    """#51 item 4: every occurrence of a title was compared with every other (a 199 KB note held a service 115 s).
+    Four times the note is about four times the work, not sixteen."""
+    s = Suggester({"A": "Renal failure", "B": "Acute renal failure", "C": "Chronic renal failure", "D": "Failure",
+                   "E": "Renal failure, acute", "F": "Kidney"}, own={"K": "Acute kidney failure"})
+    block = "acute renal failure, then chronic renal failure; renal failure with acute kidney failure. "
+    short, long_ = block * 40, block * 160
+    s.suggest(long_)                                    # words' normal forms cached: only the matching is counted
+    ratio = _lines_run(lambda: s.suggest(long_)) / _lines_run(lambda: s.suggest(short))
+    assert ratio < 5.0, ratio
+    assert [x.code for x in s.suggest(short)] == [x.code for x in s.suggest(long_)] == ["C", "B", "E"]
+
+
+def test_negated_findings_are_not_suggested():
+    """#51 item 17: "denies chest pain, fever or cough. No nausea." suggested R11.0, R07.9 and R05.9."""
+    s = Suggester({"R11.0": "Nausea", "R07.9": "Chest pain, unspecified", "R05.9": "Cough, unspecified"})
+    assert s.suggest("Review of systems: denies chest pain, fever or cough. No nausea.") == []
+    assert {x.code for x in s.suggest("Review of systems: chest pain and cough. Nausea since Monday.")} == {
+        "R11.0", "R07.9", "R05.9"}
+    es = Suggester({"8140/6": "Adenocarcinoma metastásico", "8500/3": "Carcinoma ductal infiltrante"}, language="es")
+    assert es.suggest("No se observan adenocarcinomas metastásicos. Se descarta carcinoma ductal infiltrante.") == []
+    assert [x.code for x in es.suggest("Carcinomas ductales infiltrantes en la mama.")] == ["8500/3"]
+
+
+def test_titles_with_accents_match_notes_without_them_and_the_other_way_round():
+    """#51 item 18: Sjögren, Behçet, Sézary were never suggested for notes written without accents; a note with them
+    missed CMS's unaccented "Guillain-Barre"."""
+    s = Suggester({"M35.00": "Sjögren syndrome, unspecified", "M35.2": "Behçet's disease",
+                   "G61.0": "Guillain-Barre syndrome"})
+    assert {x.code for x in s.suggest("sjogren syndrome and behcet disease")} == {"M35.00", "M35.2"}
+    assert [x.code for x in s.suggest("Guillain-Barré syndrome after a viral illness")] == ["G61.0"]
+
+
+def test_suggestions_come_only_from_the_part_of_the_note_the_model_reads(tiny_run, titles):
+    """#51 item 4: a 192,000-character note flagged truncated got a suggestion past the cut."""
+    from clinicode.codes.icd9 import load_descriptions_tsv
+
+    pred = Predictor.from_checkpoint(tiny_run, device="cpu", titles=load_descriptions_tsv(titles[0]))
+    filler = "hypertension noted " * (pred.checkpoint.max_len // 2 + 10)
+    for explain in (0, 3):
+        [cut] = pred.predict([filler + "air embolism"], explain=explain)
+        [head] = pred.predict(["air embolism " + filler], explain=explain)
+        assert cut.truncated and head.truncated
+        assert "999.1" not in {s.code for s in cut.suggested} and "999.1" in {s.code for s in head.suggested}

@@ -3,6 +3,7 @@ notes (the title match), shows them first among the code's words, and keeps them
 
 import json
 import random
+import re
 import stat
 
 import numpy as np
@@ -10,6 +11,8 @@ import pytest
 
 from clinicode.config import TrainConfig
 from clinicode.errors import CheckpointError
+from clinicode.files import sha256_file
+from clinicode.matching import Matching
 from clinicode.models.fused.mentions import MAX_WORDS, MENTION_WEIGHT, MENTIONS_FILE, MentionLexicon
 from clinicode.predict import Predictor
 from clinicode.train import train
@@ -115,9 +118,9 @@ def test_the_lexicon_reads_only_sound_spans_of_known_codes(tmp_path):
     lex = MentionLexicon.build(["C1", "C2", "C3", "C4"], [text], evidence)
     assert lex.phrases == {("glorp", "fever"): (0,)}
     assert len(text[38:len(text) - 1].split()) > MAX_WORDS
-    # whole words only, any case
+    # whole words only, any case, any inflection (#50: "fevers" is "fever")
     m = lex.match(["GLORP FEVER", "glorp fevers", "glorpfever", "a glorp  fever b"], 4)
-    assert m[:, 0].tolist() == [1.0, 0.0, 0.0, 1.0] and not m[:, 1:].any()
+    assert m[:, 0].tolist() == [1.0, 1.0, 0.0, 1.0] and not m[:, 1:].any()
     assert lex.spans("x Glorp Fever", [0, 1]) == [[(2, 13)], []]
 
 
@@ -134,12 +137,89 @@ def test_a_damaged_or_foreign_mentions_file_is_refused(tmp_path):
 
 
 def test_an_acronym_matches_only_in_capitals():
-    text = "Renal crisis (SRC) and CAN here."
+    text = "Renal crisis (SRC) and HCM here."
     lex = MentionLexicon.build(["C1", "C2"], [text], [[{"code": "C1", "start": 14, "end": 17},
                                                         {"code": "C2", "start": 23, "end": 26}]])
-    assert set(lex.phrases) == {("SRC",), ("CAN",)}
-    m = lex.match(["we can see src", "SRC seen", "CAN seen", "Src"], 2)
+    assert set(lex.phrases) == {("SRC",), ("HCM",)}
+    m = lex.match(["we can see src", "SRC seen", "HCM seen", "Src"], 2)
     assert m.tolist() == [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]
+
+
+def test_acronyms_do_not_fire_on_the_words_of_a_capitalised_note():
+    """#51 item 5: "CAN", "CM", "HIT", "LID" taught as acronyms coded a note typed in capitals; an acronym the training
+    notes also write as an ordinary word is no mention on its own, and in capitals all around it is a word."""
+    codes = ["kidney", "cardio", "thrombo", "dyskin", "scler"]
+    train_text = ("Cardiac autonomic neuropathy (CAN) in diabetes; we can see it. Dilated CM; a 2 cm mass and a "
+                  "3 cm cyst. Heparin-induced HIT; they hit the target. Levodopa LID; the lid of the eye. "
+                  "Systemic sclerosis (SSC).")
+    spans = [(codes[0], "CAN"), (codes[1], "CM"), (codes[2], "HIT"), (codes[3], "LID"), (codes[4], "SSC")]
+    at = {w: re.search(rf"\b{w}\b", train_text).start() for _, w in spans}
+    evidence = [[{"code": c, "start": at[w], "end": at[w] + len(w)} for c, w in spans]]
+    lex = MentionLexicon.build(codes, [train_text], evidence)
+    assert set(lex.phrases) == {("SSC",)}          # CAN is a stop word; CM, HIT, LID stand in lower case too
+    note = "THE PATIENT CAN WALK. THERE IS A 2 CM NODULE. HE HIT HIS HEAD ON THE LID. NO SIGN OF SSC HERE EITHER."
+    assert not lex.match([note], len(codes)).any()
+    assert lex.match(["Known SSC, stable."], len(codes))[0].tolist() == [0, 0, 0, 0, 1]
+    # "TG 250" names a measurement; "LIDs" is the acronym LID (lower-cased it matched the word "lid")
+    lab = MentionLexicon.build(["K", "D"], ["renal TG was seen; LIDs then"], [[{"code": "K", "start": 6, "end": 8},
+                                                                            {"code": "D", "start": 19, "end": 23}]])
+    assert set(lab.phrases) == {("TG",), ("LID",)}
+    assert lab.match(["Lipid panel: TG 250, HDL 40.", "TG = 3.1", "he hit the lid", "TG noted; LIDs"], 2).tolist() == [
+        [0, 0], [0, 0], [0, 0], [1, 1]]
+    # an older lexicon (read from a checkpoint, no training text) still needs the acronym out of a capitalised note
+    old = MentionLexicon({("HIT",): (2,)}, tuple(codes))
+    assert not old.match(["HE HIT HIS HEAD ON THE DOOR"], len(codes)).any()
+    assert old.match(["Platelets fell: HIT suspected."], len(codes))[0, 2] == 1.0
+
+
+def test_a_span_on_a_stop_word_teaches_no_mention_and_an_older_lexicon_drops_it(tmp_path):
+    """#51 item 6: a coder's span on "and" taught it to 9 codes, and an unrelated note gained a code with "and" as its
+    evidence. Stop words, numbers and punctuation alone are never a mention, learnt or read."""
+    text = "Renal failure and sepsis, of the 2 kinds."
+    evidence = [[{"code": "C1", "start": 14, "end": 17}, {"code": "C2", "start": 26, "end": 32},
+                 {"code": "C1", "start": 0, "end": 13}, {"code": "C2", "start": 26, "end": 34}]]
+    lex = MentionLexicon.build(["C1", "C2"], [text], evidence)
+    assert set(lex.phrases) == {("renal", "failure")}
+    assert not lex.match(["cough and fever of the chest"], 2).any()
+    (tmp_path / MENTIONS_FILE).write_text(json.dumps({"format": "clinicode.mentions", "format_version": 1, "phrases": {
+        "C1": ["and", "renal failure"], "C2": ["of the", "2", "and"]}}), encoding="utf-8")
+    read = MentionLexicon.load(tmp_path, ["C1", "C2"])
+    assert set(read.phrases) == {("renal", "failure")}
+    assert read.spans("cough and fever; renal failure", [0, 1]) == [[(17, 30)], []]
+
+
+def test_accents_plurals_and_genders_match_and_negation_is_the_matchings_choice():
+    en = MentionLexicon({("chest", "pain"): (0,), ("sjogren", "syndrome"): (1,)}, ("C1", "C2"))
+    notes = ["Denies chest pain, fever or cough.", "Chest pains since Monday.", "Sjögren's syndrome"]
+    assert en.match(notes, 2).tolist() == [[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]   # dev kept negated mentions
+    negating = en.with_matching(Matching(negation=True))
+    assert negating.match(notes, 2).tolist() == [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]
+    es = MentionLexicon({("carcinoma", "ductal"): (0,), ("metastasis", "osea"): (1,)}, ("C1", "C2"), "es")
+    notes = ["Carcinomas ductales infiltrantes.", "Metástasis óseas múltiples.", "Se descarta carcinoma ductal."]
+    assert es.match(notes, 2).tolist() == [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]
+    assert es.with_matching(Matching(negation=True)).match(notes, 2)[2].tolist() == [0.0, 0.0]
+    assert es.spans("Carcinomas ductales.", [0]) == [[(0, 19)]]      # the note's own characters, not the keys'
+    assert MentionLexicon.build(["C1"], ["El paciente presenta un carcinoma ductal de la mama."],
+                                [[{"code": "C1", "start": 24, "end": 41}]]).language == "es"
+
+
+def test_a_checkpoint_records_its_notes_language_and_an_older_one_reads_as_english(runs, tmp_path):
+    import shutil
+
+    run, _ = runs[True]
+    assert json.loads((run / "checkpoint" / "fusion.json").read_text())["language"] == "en"
+    old = tmp_path / "old"
+    shutil.copytree(run / "checkpoint", old)
+    meta = json.loads((old / "fusion.json").read_text())
+    del meta["language"]                                        # as written before it was recorded
+    (old / "fusion.json").write_text(json.dumps(meta))
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["files"]["fusion.json"] = sha256_file(old / "fusion.json")
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    pred = Predictor.from_checkpoint(old, device="cpu")
+    assert pred.checkpoint.model.mentions.language == "en"
+    [rec] = pred.predict(["seen with glorp fever today"], threshold=0.0, top_k=None)
+    assert rec.error is None
 
 
 def test_a_warm_start_keeps_the_mentions_its_checkpoint_learnt(runs, tmp_path):
@@ -204,3 +284,23 @@ def test_evidence_codes_spelled_otherwise_reach_their_labels(tmp_path):
     assert held["phrases"] == {icd9[code]: [phrase] for code, phrase in PHRASES.items()}
     assert any("6 mention phrases learnt from 240 evidence spans (1 more name codes outside the label set)" in line
                for line in lines)
+
+
+def test_the_title_match_can_leave_negated_findings_out():
+    """`Matching(negation=True)`: the title match reads a note with its negated words blanked (round 16 measured it
+    and the default model keeps it off: the sets' gold codes count negated mentions)."""
+    from clinicode.models.fused.model import title_rows
+    from clinicode.models.fused.scorer import bag_of_words
+    from clinicode.models.tfidf_lr.baseline import fit_tfidf_lr
+
+    texts = ["pneumonia in the left lung", "fracture of the left arm", "pneumonia again", "arm fracture again"]
+    lr = fit_tfidf_lr(texts, np.array([[1, 0], [0, 1], [1, 0], [0, 1]]), single_label=False)
+    titles = title_rows(lr, ["Pneumonia", "Fracture"])
+    notes = ["No evidence of pneumonia. Arm fracture.", "Pneumonia. Arm fracture."]
+    plain = MentionLexicon(codes=("P", "F"))
+    negating = plain.with_matching(Matching(negation=True))
+    _, z_plain = bag_of_words(lr, titles, plain, notes)
+    z_lr, z_neg = bag_of_words(lr, titles, negating, notes)
+    assert z_plain[0, 0] > 0 and z_neg[0, 0] == 0 and z_neg[0, 1] > 0
+    np.testing.assert_allclose(z_neg[1], z_plain[1])                 # a note without a negation reads as it was
+    np.testing.assert_allclose(z_lr, bag_of_words(lr, titles, plain, notes)[0])   # tfidf-lr reads the whole note

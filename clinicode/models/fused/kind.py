@@ -17,6 +17,7 @@ from clinicode.constants import LABELS_FILE
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.files import write_bytes_atomic, write_json_atomic
+from clinicode.matching import LANGUAGES, detect_language
 from clinicode.models.fused.mentions import MENTIONS_FILE, MentionLexicon, read_mentions
 from clinicode.models.fused.model import FusedModel, title_rows
 from clinicode.models.leam.kind import KIND as LEAM_KIND, check_weight_shapes, weight_shapes
@@ -36,6 +37,15 @@ CAP_FROM = 100   # the LEAM part's --fused-epochs applies to label sets of more 
 
 def fusion_header(path: Path) -> dict[str, tuple[int, ...]]:
     return weight_shapes(path)
+
+
+def _language(fusion: Mapping[str, Any]) -> str:
+    """The training notes' language as fusion.json records it; "en" for a checkpoint written before it did."""
+    language = fusion.get("language", "en")
+    if language not in LANGUAGES:
+        raise CheckpointError(f"{FUSION_META}: language {language!r} is not one clinicode matches "
+                              f"({', '.join(LANGUAGES)}); retrain.")
+    return language
 
 
 class FusedKind:
@@ -98,7 +108,7 @@ class FusedKind:
         fusion = {k: v for k, v in meta.items() if k not in ("format", "format_version")}
         return FusedModel(leam, lr, **{k: vectors[k].astype(np.float64) for k in _VECTORS}, fusion=fusion,
                           titles=title_rows(lr, labels.descriptions),
-                          mentions=MentionLexicon.load(folder, labels.codes)), tokenizer
+                          mentions=MentionLexicon.load(folder, labels.codes).in_language(_language(fusion))), tokenizer
 
     def single_label(self, model: FusedModel) -> bool:
         return not model.leam.config.multilabel
@@ -140,7 +150,7 @@ class FusedKind:
         from clinicode.models.fused.training import Before, fit_lr_part
 
         mentions = (MentionLexicon.build(codes, texts, evidence) if evidence is not None
-                    else MentionLexicon(codes=tuple(codes)))
+                    else MentionLexicon(codes=tuple(codes), language=detect_language(texts)))
         held = getattr(getattr(warm_start, "model", None), "mentions", None)
         if held is not None:   # the checkpoint's mentions, on this label set (which may append codes coders added)
             index = {c: k for k, c in enumerate(codes)}

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from clinicode.matching import blank_negated
 from clinicode.models.fused.mentions import MENTION_WEIGHT
 from clinicode.models.leam.scorer import LEAMScorer
 from clinicode.tokenizer import ClinicalTokenizer
@@ -19,13 +20,32 @@ EVIDENCE_LEAM_FLOOR = 0.5
 MENTION_FLOOR = 2.0
 
 
+def title_features(lr: Any, mentions: Any, texts: Sequence[str], x: Any) -> Any:
+    """[N, V] the notes' tf-idf rows the title match reads: X (their tf-idf rows) where nothing is negated, else the
+    rows of the notes with their negated words blanked (`clinicode.matching.blank_negated`, in MENTIONS' language and
+    when its matching negates): "no evidence of pneumonia" is no title match of Pneumonia."""
+    if not mentions.matching.negation:
+        return x
+    blanked = [blank_negated(t, mentions.language) for t in texts]
+    changed = [i for i, (b, t) in enumerate(zip(blanked, texts)) if b is not t]
+    if not changed:
+        return x
+    import scipy.sparse as sp
+
+    again = lr.transform([blanked[i] for i in changed]).astype(np.float32)          # [M, V]
+    take = np.arange(len(texts))
+    take[changed] = len(texts) + np.arange(len(changed))
+    return sp.vstack([sp.csr_matrix(x), again]).tocsr()[take]                       # [N, V]
+
+
 def bag_of_words(lr: Any, titles: Any, mentions: Any, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """([N, K] tfidf-lr's logits, [N, K] title matches) from one tf-idf pass over the notes; a code's title match
-    counts MENTION_WEIGHT more where one of its training mentions (MENTIONS, a `MentionLexicon`) occurs in the note.
-    TITLES: [K, V] the codes' titles as tfidf-lr's features (`title_rows`)."""
+    """([N, K] tfidf-lr's logits, [N, K] title matches) from one tf-idf pass over the notes (and one more over those
+    holding a negated finding, for the title match: `title_features`); a code's title match counts MENTION_WEIGHT more
+    where one of its training mentions (MENTIONS, a `MentionLexicon`) occurs in the note. TITLES: [K, V] the codes'
+    titles as tfidf-lr's features (`title_rows`)."""
     x = lr.transform(list(texts)).astype(np.float32)                               # [N, V]
     z_lr = np.asarray(x @ lr.coef.T, dtype=np.float32) + lr.intercept               # [N, K]
-    z_title = np.asarray((x @ titles.T).todense(), dtype=np.float32)                # [N, K]
+    z_title = np.asarray((title_features(lr, mentions, texts, x) @ titles.T).todense(), dtype=np.float32)  # [N, K]
     if len(mentions):
         z_title += MENTION_WEIGHT * mentions.match(texts, z_title.shape[1])
     return z_lr, z_title

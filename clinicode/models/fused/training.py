@@ -89,6 +89,7 @@ def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None 
                if t is not None else "none"}
     summary["mentions"] = len(mentions)
     summary["codes_outside_train"] = int((~known).sum())
+    summary["language"] = mentions.language   # the notes' language: the mentions' stemmer and negation triggers
     return FusedModel(leam, lr, a=a, c=c, e=e, offset=bias + offsets, w=w, fusion=summary, titles=titles,
                       mentions=mentions)
 
@@ -100,7 +101,7 @@ def refit_on_all(model: FusedModel, texts: Sequence[str], y: np.ndarray, *, code
     dev) once dev has chosen the fusion and the threshold (`train --fit-on train+dev`). Every code keeps the fusion
     numbers dev chose for it (its band by train's notes): on dev halves that kept or raised micro-F1 and MAP on every
     set, where moving codes into the bands of their new counts lost up to 0.03 micro-F1 (docs/accuracy-tuning.md,
-    round 16). The LEAM part is the one the epochs trained on train.
+    round 17). The LEAM part is the one the epochs trained on train.
 
     Args:
         texts, y: every labelled note outside test and its [N, K] gold.

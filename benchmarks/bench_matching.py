@@ -54,13 +54,16 @@ SETS = {"bc5cdr": "bc5cdr-disease-mesh", "ncbi": "ncbi-disease-mesh", "cmc2007":
 # one mechanism at a time, from none of them (LEGACY) and from the kept ones (DEFAULT)
 ALONE = {"fold": dict(fold=True), "plural": dict(inflection="plural"), "snowball": dict(inflection="snowball"),
          "negation": dict(negation=True), "caps": dict(caps=True), "ordinary": dict(ordinary=True),
-         "values": dict(values=True), "support 2": dict(support=2), "acronym support 2": dict(acronym_support=2)}
+         "values": dict(values=True), "support 2": dict(support=2), "acronym support 2": dict(acronym_support=2),
+         "weighted": dict(weighted=True), "longest": dict(longest=True)}
 AROUND = {"without fold": dict(fold=False), "without plural": dict(inflection="none"),
           "snowball for plural": dict(inflection="snowball"), "with Spanish gender": dict(inflection="gender"),
           "with negation": dict(negation=True),
           "without caps": dict(caps=False), "without ordinary": dict(ordinary=False),
           "without values": dict(values=False),
-          "with support 2": dict(support=2), "with acronym support 2": dict(acronym_support=2)}
+          "with support 2": dict(support=2), "with acronym support 2": dict(acronym_support=2),
+          "without weighted": dict(weighted=False), "without longest": dict(longest=False),
+          "without weighted or longest": dict(weighted=False, longest=False)}
 
 
 def _read(path: Path) -> list[dict]:

@@ -78,6 +78,9 @@ class MentionLexicon:
     codes: tuple[str, ...] = ()      # the model's codes, in its order (what the indices point at)
     language: str = "en"
     matching: Matching = DEFAULT
+    # phrase -> {code index: what an occurrence adds to the code} (`Matching.weighted`); None, or a phrase or code
+    # missing: 1.0 (an older lexicon's, or one built unweighted)
+    weights: dict[tuple[str, ...], dict[int, float]] | None = None
     longest: int = field(default=0, init=False)   # words in the longest phrase
 
     def __post_init__(self) -> None:
@@ -87,13 +90,15 @@ class MentionLexicon:
         # the matching keys: an acronym's words as written, the others' folded and made singular as the note's will be
         self._acronyms: dict[tuple[str, ...], set[int]] = {}
         self._index: dict[tuple[str, ...], set[int]] = {}
+        self._weight: dict[tuple[tuple[str, ...], int], float] = {}   # (matching key, code) -> weight
         for p, ks in self.phrases.items():
-            if _is_acronym(p):
-                self._acronyms.setdefault(p, set()).update(ks)
-            else:
-                key = tuple(self._norm(w) for w in p if w != "s")   # an older lexicon's possessive "s"
-                if key:
-                    self._index.setdefault(key, set()).update(ks)
+            key = p if _is_acronym(p) else tuple(self._norm(w) for w in p if w != "s")  # an older possessive "s"
+            if not key:
+                continue
+            (self._acronyms if _is_acronym(p) else self._index).setdefault(key, set()).update(ks)
+            held = (self.weights or {}).get(p, {})
+            for k in ks:   # phrases written alike (a plural, an accent) share a key: the larger weight
+                self._weight[(key, k)] = max(self._weight.get((key, k), 0.0), float(held.get(k, 1.0)))
         # every phrase's beginnings: a run of a note's words that begins none can be left at once
         self._prefixes = {p[:n] for p in self._index for n in range(1, len(p) + 1)}
         self._acronym_prefixes = {p[:n] for p in self._acronyms for n in range(1, len(p) + 1)}
@@ -150,21 +155,52 @@ class MentionLexicon:
                 continue
             kept.setdefault(phrase, set()).add(k)
         lang = check_language(language) if language else detect_language(texts)
-        return cls({p: tuple(sorted(ks)) for p, ks in kept.items()}, tuple(codes), lang, matching)
+        lexicon = cls({p: tuple(sorted(ks)) for p, ks in kept.items()}, tuple(codes), lang, matching)
+        return lexicon._weighed(found, texts) if matching.weighted else lexicon
+
+    def _weighed(self, found: Mapping[tuple[tuple[str, ...], int], int], texts: Sequence[str]) -> MentionLexicon:
+        """This lexicon with `Matching.weighted`'s weights, from FOUND (training spans per (phrase, code)) and the
+        phrases' occurrences in the training notes TEXTS: a phrase's share of spans naming the code, times the share
+        of its occurrences coders marked (at most 1)."""
+        key_of = {p: (p if _is_acronym(p) else tuple(self._norm(w) for w in p if w != "s")) for p in self.phrases}
+        spans: Counter[tuple[tuple[str, ...], int]] = Counter()
+        for (p, k), n in found.items():
+            if p in key_of:
+                spans[(key_of[p], k)] += n
+        marked: Counter[tuple[str, ...]] = Counter()
+        for (key, _), n in spans.items():
+            marked[key] += n
+        seen: Counter[tuple[str, ...]] = Counter()
+        for text in texts:
+            seen.update(key for _, _, key in {(a, b, key) for _, a, b, key in self._found(text)})
+        weights = {p: {k: spans[(key_of[p], k)] / marked[key_of[p]]
+                          * min(1.0, marked[key_of[p]] / max(seen[key_of[p]], 1)) for k in ks}
+                   for p, ks in self.phrases.items() if marked[key_of[p]]}
+        return replace(self, weights=weights)
 
     def union(self, other: MentionLexicon) -> MentionLexicon:
         """Both lexicons' phrases (of the same codes), matched as this one's."""
         found = {p: set(ks) for p, ks in self.phrases.items()}
         for p, ks in other.phrases.items():
             found.setdefault(p, set()).update(ks)
+        weights = None
+        if self.weights is not None or other.weights is not None:   # each phrase's own; this lexicon's first
+            weights = {p: {k: 1.0 for k in ks} for p, ks in found.items()}
+            for lex in (other, self):
+                for p, ks in lex.phrases.items():
+                    weights[p].update({k: (lex.weights or {}).get(p, {}).get(k, 1.0) for k in ks})
         return MentionLexicon({p: tuple(sorted(ks)) for p, ks in found.items()}, self.codes, self.language,
-                              self.matching)
+                              self.matching, weights)
 
     def _occurrences(self, text: str) -> list[tuple[int, int, int]]:
-        """(code, start, end) of every occurrence of a phrase in TEXT, on word boundaries; linear in its words (a
-        phrase has at most `longest` of them). An acronym matches only as written, and (`matching.caps`) only where
-        the words around it are not capitalised too, and (`matching.values`) not when a number follows it ("TG 250");
-        an occurrence a negation holds (`matching.negation`) is left."""
+        """(code, start, end) of every occurrence of a phrase in TEXT (`_found`)."""
+        return [(k, a, b) for k, a, b, _ in self._found(text)]
+
+    def _found(self, text: str) -> list[tuple[int, int, int, tuple[str, ...]]]:
+        """(code, start, end, matching key) of every occurrence of a phrase in TEXT, on word boundaries; linear in its
+        words (a phrase has at most `longest` of them). An acronym matches only as written, and (`matching.caps`)
+        only where the words around it are not capitalised too, and (`matching.values`) not when a number follows it
+        ("TG 250"); an occurrence a negation holds (`matching.negation`) is left."""
         if not self.phrases:
             return []
         words = _words(text)
@@ -187,7 +223,7 @@ class MentionLexicon:
                 if key not in self._prefixes:
                     break                 # no phrase goes on from here
                 for k in sorted(self._index.get(key, ())):
-                    out.append((k, words[i][1], words[i + n - 1][2]))
+                    out.append((k, words[i][1], words[i + n - 1][2], key))
             for n in range(1, min(self.longest, len(words) - i) + 1):
                 if not acro[i + n - 1]:
                     break
@@ -195,15 +231,20 @@ class MentionLexicon:
                 if as_written not in self._acronym_prefixes:
                     break
                 for k in sorted(self._acronyms.get(as_written, ())):
-                    out.append((k, words[i][1], words[i + n - 1][2]))
+                    out.append((k, words[i][1], words[i + n - 1][2], as_written))
         return out
 
     def match(self, texts: Sequence[str], n_codes: int) -> np.ndarray:
-        """[N, n_codes] 1.0 where a mention of the code occurs in the note, else 0."""
+        """[N, n_codes] where a mention of the code occurs in the note, its weight (`Matching.weighted`; the best of
+        its occurrences; 1.0 unweighted), else 0; with `Matching.longest`, only the longest of overlapping phrases
+        counts."""
         out = np.zeros((len(texts), n_codes), dtype=np.float32)
         for i, text in enumerate(texts):
-            for k, _, _ in self._occurrences(text):
-                out[i, k] = 1.0
+            found = self._found(text)
+            if self.matching.longest:
+                found = _longest(found)
+            for k, _, _, key in found:
+                out[i, k] = max(out[i, k], self._weight.get((key, k), 1.0))
         return out
 
     def spans(self, text: str, codes: Sequence[int]) -> list[list[tuple[int, int]]]:
@@ -218,11 +259,17 @@ class MentionLexicon:
         if not self.phrases:
             return
         by_code: dict[str, list[str]] = {}
+        weights: dict[str, list[float]] = {}
         for phrase, ks in sorted(self.phrases.items()):
             for k in ks:
                 by_code.setdefault(self.codes[k], []).append(" ".join(phrase))
+                weights.setdefault(self.codes[k], []).append(
+                    round(float((self.weights or {}).get(phrase, {}).get(k, 1.0)), 6))
         path = folder / MENTIONS_FILE
-        write_json_atomic(path, {"format": MENTION_FORMAT, "format_version": 1, "phrases": by_code})
+        held: dict[str, Any] = {"format": MENTION_FORMAT, "format_version": 1, "phrases": by_code}
+        if self.weights is not None:   # format 2: each phrase's weight for its code, in the phrases' order
+            held.update(format_version=2, weights=weights)
+        write_json_atomic(path, held)
         os.chmod(path, 0o600)
 
     @classmethod
@@ -237,10 +284,18 @@ class MentionLexicon:
             return cls(codes=tuple(codes))
         index = {c: k for k, c in enumerate(codes)}
         found: dict[tuple[str, ...], set[int]] = {}
-        for code, phrases in read_mentions(path, codes).items():
-            for p in phrases:
+        held = read_mentions(path, codes)
+        held_weights = read_weights(path, codes)
+        weights: dict[tuple[str, ...], dict[int, float]] | None = None if held_weights is None else {}
+        for code, phrases in held.items():
+            for i, p in enumerate(phrases):
                 found.setdefault(p, set()).add(index[code])
-        return cls({p: tuple(sorted(ks)) for p, ks in found.items()}, tuple(codes))
+                if weights is not None and held_weights is not None:
+                    weights.setdefault(p, {})[index[code]] = held_weights[code][i]
+        # an older file (format 1) is matched as it was made: every phrase 1.0, overlapping phrases all counted
+        matching = DEFAULT if weights is not None else replace(DEFAULT, weighted=False, longest=False)
+        return cls({p: tuple(sorted(ks)) for p, ks in found.items()}, tuple(codes), matching=matching,
+                   weights=weights)
 
 
 def read_mentions(path: Path, codes: Sequence[str]) -> dict[str, list[tuple[str, ...]]]:
@@ -280,3 +335,41 @@ def read_mentions(path: Path, codes: Sequence[str]) -> dict[str, list[tuple[str,
                 raise refuse(f"phrase {i + 1} of code {shown} is blank")
             out.setdefault(code, []).append(words)
     return out
+
+
+def read_weights(path: Path, codes: Sequence[str]) -> dict[str, list[float]] | None:
+    """{code: its phrases' weights, in `read_mentions`' order} of a format-2 mentions file; None for format 1.
+
+    Raises:
+        CheckpointError: a weight that is not a number in [0, 1], or lists that do not match the phrases.
+    """
+    import json
+    import math
+
+    held = json.loads(path.read_text(encoding="utf-8"))   # `read_mentions` has checked it is a mentions file
+    if held.get("format_version", 1) == 1 and "weights" not in held:
+        return None
+    weights, phrases = held.get("weights"), held.get("phrases", {})
+    bad = CheckpointError(f"{path}: the phrases' weights do not match its phrases (one number in [0, 1] for each); "
+                          "the file was edited or damaged, restore the checkpoint or retrain.")
+    if not isinstance(weights, dict) or set(weights) != set(phrases):
+        raise bad
+    for code, ws in weights.items():
+        if not (isinstance(ws, list) and len(ws) == len(phrases[code]) and all(
+                isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and 0.0 <= w <= 1.0
+                for w in ws)):
+            raise bad
+    return {code: [float(w) for w in ws] for code, ws in weights.items()}
+
+
+def _longest(found: list[tuple[int, int, int, tuple[str, ...]]]) -> list[tuple[int, int, int, tuple[str, ...]]]:
+    """FOUND without the occurrences whose span lies inside a longer matched one ("adenocarcinoma" inside
+    "metástasis de adenocarcinoma"): one pass over the spans by start, longest first."""
+    spans = sorted({(a, b) for _, a, b, _ in found}, key=lambda s: (s[0], -s[1]))
+    inside, reach = set(), -1
+    for a, b in spans:
+        if b <= reach:
+            inside.add((a, b))
+        reach = max(reach, b)
+    return [f for f in found if (f[1], f[2]) not in inside]
+

@@ -304,6 +304,14 @@ def test_added_codes_follow_the_models_code_system(tmp_path):
         assert rdb.code_system("n0").name == "ICD-9-CM" and rdb.code_system().name == "ICD-9-CM"
 
 
+def test_a_mesh_id_is_never_called_an_icd10_pcs_code(tmp_path):
+    # 'D009369' has the shape of an undotted ICD-10-PCS code too; the registry asks MeSH first
+    icd9 = _fake_db(tmp_path / "icd9.sqlite")
+    res = fails(["review", "decide", "--db", icd9, "--reviewer", "ann", "--id", "n0", "--add", "D009369"],
+                "D009369 is a code of MeSH, but the model that scored this note codes in ICD-9-CM")
+    assert "ICD-10-PCS" not in res.stderr + res.stdout
+
+
 def test_queue_records_the_checkpoints_code_system(tiny_run, tmp_path):
     notes = tmp_path / "in.jsonl"
     notes.write_text(json.dumps({"id": "a", "text": "hypertension and congestive heart failure"}) + "\n")

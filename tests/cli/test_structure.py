@@ -4,6 +4,7 @@ docstrings a reader takes in at a glance (at most 3 lines)."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -128,6 +129,18 @@ def test_the_private_name_finder_finds_a_planted_reach():
                      "t._cm_module()\n")
     assert _private_reaches(tree, "clinicode.review.decisions") == ["clinicode.codes.icd10._cm_module"] * 2
     assert _private_reaches(tree, "clinicode.codes.suggest") == []
+
+
+_ROUND = re.compile(r"hostile|round\d|_round|recheck|followup|fifth|sixth")  # names a testing round, not a behaviour
+_ROUND_WORDS = re.compile(r"\b(second|third|fourth|fifth|sixth)\b[\w ]{0,10}\bround\b|hostile round", re.I)
+
+
+def test_test_files_are_named_by_what_they_check_not_by_round():
+    by_round = [_name(p) for p in _modules(("tests",)) if _ROUND.search(p.stem)]
+    assert not by_round, f"name these test files by the behaviour they check: {by_round}"
+    said = [_name(p) for p in _modules(("tests",))
+            if _ROUND_WORDS.search(ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) or "")]
+    assert not said, f"these test modules' docstrings name a round; say what they check: {said}"
 
 
 def test_no_import_circle_in_the_package():

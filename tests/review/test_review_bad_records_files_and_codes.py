@@ -1,8 +1,9 @@
-"""The review queue, second hostile round (issue #36): one test per finding about the review database, the `review`
-commands and the JSONL reader they share with `predict`.
+"""The review queue against hostile input (#36): the JSONL reader it shares with `predict` (bad records), the review
+database's files (damaged, planted, another user's, read-only, a FIFO), codes as the model's code system spells and
+names them, export with a base, and the stats.
 
-Each refused case exits with status 1 and one line, and leaves what it did not create as it was. Synthetic notes only.
-"""
+Each refused case exits with status 1 and one line, and leaves what it did not create as it was. Synthetic notes
+only."""
 
 from __future__ import annotations
 

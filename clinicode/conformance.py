@@ -1,6 +1,6 @@
 """Conformance checks for plugins (as scikit-learn's `check_estimator`): `check_kind` for a model kind, `check_writer`
-and `check_reader` for formats. Each runs the plugin through the public path on a small synthetic set and raises
-`ConformanceError` naming the plugin and the rule it breaks; the tests run them over every registered plugin."""
+and `check_reader` for formats, `check_code_system` for a code system. Each uses the plugin through the public path
+and raises `ConformanceError` naming the plugin and the rule it breaks; the tests run them over every registered one."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from clinicode import fhir
 from clinicode.checkpoint import load_checkpoint, save_checkpoint
+from clinicode.codes import systems as code_systems
 from clinicode.config import TrainConfig
 from clinicode.constants import LABELS_FILE, MANIFEST_FILE, THRESHOLD_FILE, TRAIN_CONFIG_FILE
 from clinicode.data.labels import LabelSet
@@ -348,3 +350,77 @@ def check_reader(r: Reader) -> None:
     if r.splits:
         _need(all(len(f.get("labels") if f.get("labels") is not None else "") > 0 for f in good), who,
               "a format that reads training splits must give each example note its labels.")
+
+
+# ---------------------------------------------------------------------------------------------- code systems
+def check_code_system(system: code_systems.CodeSystem) -> None:
+    """Check a registered code system (an entry of `codes.systems.REGISTRY`, a single system or a family) by asking
+    what its consumers ask: its declarations; each member's example code valid, spelled once for good
+    (`canonical` twice gives the same), a diagnosis or a procedure, grouped, titled only by itself; blanks refused;
+    the registry, in its order, reading the example as this system's (`infer_code_system`, `family_of`, MIXED: no
+    system before it claims it); a coder's code checked (`check_code`, in the tables of a system that ships them);
+    labels.json naming the member and read back as this system; FHIR coding it with the member's URI.
+
+    Raises:
+        ConformanceError: the first rule the system breaks, naming it.
+    """
+    who = f"code system {getattr(system, 'name', '?')!r}"
+    _need(isinstance(system, code_systems.CodeSystem), who, "must be a `CodeSystem` (clinicode/codes/systems.py).")
+    _need(isinstance(system.name, str) and system.name and system.name == system.name.strip()
+          and len(system.name) <= 40, who, "`name` must be a short non-empty string (what labels.json records).")
+    _need(any(s is system for s in code_systems.REGISTRY), who,
+          "must be in `REGISTRY` (clinicode/codes/systems.py), placed before any system whose shapes overlap its own "
+          "and should lose.")
+    _need(code_systems.code_system(system.name) is system, who,
+          "its name must be its own: another system of `CODE_SYSTEMS` has it.")
+    for part in system.leaves:
+        _check_member(system, part)
+    _need(system.is_valid(system.example), who, f"its `example` {system.example!r} must be one of its codes.")
+
+
+def _check_member(family: code_systems.CodeSystem, part: code_systems.CodeSystem) -> None:
+    """The rules for one single system PART of the registered FAMILY (itself for a single system)."""
+    cs = code_systems
+    who = f"code system {part.name!r}" + (f" (of {family.name!r})" if part is not family else "")
+    _need(isinstance(part.name, str) and part.name and part.name == part.name.strip() and len(part.name) <= 40
+          and cs.code_system(part.name) is part, who, "`name` must be a short string no other system has.")
+    _need(isinstance(part.uri, str) and part.uri and not any(c.isspace() for c in part.uri) and ":" in part.uri,
+          who, "`uri` must be its FHIR system URI (Coding.system), an absolute URI.")
+    example = part.example
+    _need(isinstance(example, str) and example.strip(), who, "`example` must be one of its codes (error messages).")
+    spelled = part.canonical(example)
+    _need(spelled is not None and part.member(example) is part, who, f"its `example` {example!r} must be valid.")
+    _need(part.canonical(spelled) == spelled and part.member(spelled) is part, who,
+          f"`canonical` must spell its own spelling {spelled!r} unchanged (one spelling a code).")
+    for blank in ("", "   "):
+        _need(part.canonical(blank) is None and not part.is_valid(blank), who, "a blank string must be no code.")
+    _need(part.kind(spelled) in (cs.DIAGNOSIS, cs.PROCEDURE), who, "`kind` must give DIAGNOSIS or PROCEDURE.")
+    group = part.group(spelled)
+    _need(isinstance(group, str) and group.strip(), who, "`group` must give a non-empty name (the app groups by it).")
+    titles = part.titles([spelled])
+    _need(isinstance(titles, dict) and set(titles) <= {spelled}, who,
+          "`titles` must give {code: title} for codes it was asked of only.")
+    # the registry, in its order, reads the example as this system's: no system before it claims it
+    _need(cs.MIXED.member(spelled) is part, who,
+          f"the registry reads its example {spelled!r} as a code of {getattr(cs.MIXED.member(spelled), 'name', '?')}"
+          ": move this system before that one in `REGISTRY`, or narrow its `_valid`.")
+    _need(cs.infer_code_system([spelled]) is family and cs.family_of([part]) is family, who,
+          f"a label set of its example must be inferred as {family.name!r} (`infer_code_system`, `family_of`).")
+    found = cs.check_code(family, example)
+    _need(found.code == spelled, who, f"`check_code` must take its example {example!r} as {spelled!r}"
+          + (" (a system that ships tables must list it in them)." if part.ships_tables else "."))
+    if part.ships_tables:
+        listed = part.catalogue()[:5]
+        _need(listed and all(isinstance(c, str) and isinstance(t, str) and part.canonical(c) == c
+                             for c, t, _ in listed), who,
+              "`_catalogue` must list (code, title) pairs in its own spelling (the review page searches them).")
+        _need(titles.get(spelled), who, "a system that ships tables must title its example (`_titles`).")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / LABELS_FILE
+        LabelSet.from_codes([spelled], code_system=family).save(path)
+        entry = json.loads(path.read_text(encoding="utf-8"))[0]
+        back = LabelSet.load(path)
+    _need(entry.get("system") == part.name and back.code_system is family and back.codes == (spelled,), who,
+          "labels.json must record each code's member by name and read back as this system.")
+    _need(fhir.code_systems([spelled], family) == {spelled: (part.kind(spelled), part.uri)}, who,
+          "FHIR must code its example with its `uri` and its `kind`.")

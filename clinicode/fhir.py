@@ -183,7 +183,7 @@ def _resource(rec: Mapping[str, Any], pred: Mapping[str, Any], subject: dict[str
     """One Condition or Procedure of a predicted code (PRED), or of a title suggestion (TITLE: no score, its word
     spans as evidence without weight, tagged TITLE_TAG)."""
     code = pred["code"]
-    kind, system = systems.get(code) or code_systems([code], _cs.MIXED)[code]
+    kind, system = systems.get(code) or code_systems([code], _cs.MIXED)[code]  # alone, as the registry reads it
     coding = {"system": system, "code": code}
     if pred.get("description"):
         coding["display"] = pred["description"]
@@ -258,14 +258,16 @@ def bundle(records: Sequence[Mapping[str, Any]], *, systems: Mapping[str, tuple[
     extensions docs/serve.md defines. A record that could not be scored becomes an `OperationOutcome` entry.
 
     Args:
-        systems: `code_systems(predictor.codes)`; codes missing from it are classified alone.
+        systems: `code_systems(predictor.codes)`; codes missing from it are classified alone by the registry
+            (`codes.systems.REGISTRY`, in its order).
         subjects: per record, the note's subject ('Patient/1' or a Reference object) or None.
         documents: per record, a reference to the note's DocumentReference ('DocumentReference/7') or None;
             Conditions cite it in `evidence.detail`.
         source: the checkpoint's identity (`model_source`): each resource's `meta.source` names the checkpoint and
             the Bundle's first entry is a Device describing it.
         request_id: the service's request id, kept as the Bundle's `identifier`.
-        family: the checkpoint's code system, for suggested codes (not in SYSTEMS); default every ICD system.
+        family: the checkpoint's code system, for suggested codes (not in SYSTEMS); default every registered system
+            (`codes.systems.MIXED`: each code classified alone, in the registry's order).
     Returns:
         the Bundle as a JSON-ready dict: one Condition or Procedure per predicted code (record order, then score
         order), then one per suggested code (tagged TITLE_TAG, no score), one OperationOutcome per record with an

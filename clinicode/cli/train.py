@@ -225,7 +225,8 @@ def train_cli(
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --out.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Train the fused model (LEAM and tfidf-lr; or --model leam, --paper, --model tfidf-lr) into a checkpoint."""
+    """Train the fused model (LEAM, tfidf-lr, title match and mentions; or --model leam, --paper, --model tfidf-lr)
+    into a checkpoint."""
     from clinicode.evaluate import format_table
     from clinicode.runtime import keep_freed_memory
     from clinicode.train import train

@@ -97,6 +97,15 @@ PCS_NO_TITLE = "ICD-10-PCS, no title"
 PCS_SECTIONS = frozenset("0123456789BCDFGHX")  # the first character of every ICD-10-PCS code is one of its sections
 
 
+@functools.lru_cache(maxsize=1)
+def icd10_cm_catalogue() -> tuple[tuple[str, str], ...]:
+    """(code, title) of every ICD-10-CM category and code in the CMS tables (`simple-icd-10-cm`), dotted; chapters
+    (numbers) and blocks (ranges) are not codes and are left out. Built once per process (~1 s)."""
+    cm = _cm_module()
+    return tuple((c, cm.get_description(c)) for c in cm.get_all_codes(with_dots=True)
+                 if "-" not in c and not c.isdigit())
+
+
 def icd10_cm_titles(codes: Iterable[str]) -> dict[str, str]:
     """{code: title} for the ICD-10-CM codes among CODES that the CMS tables know (dotted or not); others are left out.
 

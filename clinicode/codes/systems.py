@@ -14,6 +14,7 @@ from clinicode.codes.icd10 import (
     PCS_NO_TITLE,
     PCS_SECTIONS,
     format_icd10_cm,
+    icd10_cm_catalogue,
     icd10_cm_titles,
     is_icd10_cm,
     is_icd10_pcs,
@@ -53,6 +54,8 @@ class CodeSystem:
     _kind: Callable[[str], str] = field(default=lambda c: DIAGNOSIS, repr=False)
     _group: Callable[[str], str] = field(default=lambda c: chapters.OTHER, repr=False)
     _titles: Callable[[list[str]], dict[str, str]] = field(default=lambda codes: {}, repr=False)
+    # () -> every (code, title) the system's shipped tables list, for search; None: it ships no tables
+    _catalogue: "Callable[[], Sequence[tuple[str, str]]] | None" = field(default=None, repr=False)
     # (system, stripped code, kind or None) -> the code's spelling in this single system, or None
     _spell: Callable[["CodeSystem", str, "str | None"], "str | None"] = field(
         default=lambda s, c, kind: s._normalise(c) if s._valid(c) and kind in (None, s._kind(c)) else None, repr=False)
@@ -153,6 +156,18 @@ class CodeSystem:
         part = self.member(code)
         return part._group(code.strip()) if part is not None else chapters.OTHER
 
+    @property
+    def ships_tables(self) -> bool:
+        """True when this single system ships the tables of its codes (ICD-10-CM): a code given from outside must then
+        be in them (`check_code`), and the tables are searched (`catalogue`)."""
+        return self._catalogue is not None
+
+    def catalogue(self) -> tuple[tuple[str, str, "CodeSystem"], ...]:
+        """(code, title, member) for every code the tables of this system's members list (a member that ships none
+        adds nothing), in the members' order: what a coder's search looks through beyond a model's codes."""
+        return tuple((c, t, part) for part in self.leaves if part._catalogue is not None
+                     for c, t in part._catalogue())
+
     def titles(self, codes: Iterable[str]) -> dict[str, str]:
         """{code: title} for the CODES whose title this system ships (no network); codes it cannot name are left out.
 
@@ -231,7 +246,8 @@ ICD9_CM = CodeSystem(
     _kind=lambda c: PROCEDURE if _icd9_is_procedure(c) else DIAGNOSIS, _group=chapters.icd9_chapter)
 ICD10_CM = CodeSystem(
     "ICD-10-CM", "http://hl7.org/fhir/sid/icd-10-cm", example="J18.9",
-    _valid=is_icd10_cm, _normalise=format_icd10_cm, _group=chapters.icd10_cm_chapter, _titles=icd10_cm_titles)
+    _valid=is_icd10_cm, _normalise=format_icd10_cm, _group=chapters.icd10_cm_chapter, _titles=icd10_cm_titles,
+    _catalogue=icd10_cm_catalogue)
 ICD10_PCS = CodeSystem(
     "ICD-10-PCS", "http://www.cms.gov/Medicare/Coding/ICD10", example="02HV33Z",
     _valid=_pcs_valid, _normalise=str.upper,
@@ -248,12 +264,59 @@ LOCAL = CodeSystem(  # a checkpoint's own labels, no standard classification: an
 # ------------------------------------------------------------------ families
 ICD10 = CodeSystem("ICD-10-CM/PCS", parts=(ICD10_PCS, ICD10_CM), example="J18.9")  # PCS first: never dotted
 MESH_OMIM = CodeSystem("MeSH/OMIM", parts=(MESH, OMIM), example="D009369")
-# Codes that show no one system: each is classified alone, as clinicode's FHIR output always did for such sets.
-MIXED = CodeSystem("mixed", parts=(ICD10_PCS, ICD9_CM, ICD10_CM, LOCAL), example="401.9")
 
-CODE_SYSTEMS: Mapping[str, CodeSystem] = {s.name: s for s in (
-    ICD9_CM, ICD10_CM, ICD10_PCS, MESH, OMIM, LOCAL, ICD10, MESH_OMIM, MIXED)}
-_FAMILIES = (ICD9_CM, ICD10, MESH_OMIM, LOCAL)  # what a label set's system is, given its codes' members
+# ------------------------------------------------------------------ the registry
+# THE one ordered list of code systems: what a label set may be of, and the order in which every question of which
+# system a code or a set belongs to asks them (`infer_code_system`, `family_of`, `check_code`, MIXED, so FHIR, the
+# review queue and search). The first that takes a code wins where shapes overlap: ICD-9-CM before ICD-10 (a set of
+# V codes alone fits both and is ICD-9-CM), MeSH/OMIM before ICD-10 (MeSH's 'D009369' also has the shape of an
+# undotted ICD-10-PCS code). A new system is its value above and one line here (docs/architecture.md), placed before
+# any system whose shapes overlap its own and should lose; `conformance.check_code_system` checks it.
+REGISTRY: list[CodeSystem] = [
+    ICD9_CM,
+    MESH_OMIM,
+    ICD10,
+]
+
+
+class _EveryRegistered(CodeSystem):
+    """MIXED: every registered system's members in the registry's order, then LOCAL, asked when the registry is."""
+
+    @property
+    def is_family(self) -> bool:
+        return True
+
+    @property
+    def leaves(self) -> tuple[CodeSystem, ...]:
+        return (*(leaf for s in REGISTRY for leaf in s.leaves), LOCAL)
+
+
+# Codes that show no one system (or a code from outside a checkpoint's set): each is classified alone, by the first
+# registered system that takes it, as clinicode's FHIR output always did for such sets.
+MIXED = _EveryRegistered("mixed", example="401.9")
+
+
+class _Names(Mapping[str, CodeSystem]):
+    """CODE_SYSTEMS: by name, every registered system and its members, LOCAL and MIXED, read from the registry."""
+
+    def _all(self) -> dict[str, CodeSystem]:
+        out: dict[str, CodeSystem] = {}
+        for s in (*REGISTRY, LOCAL, MIXED):
+            for one in (*(s.parts if s is not MIXED else ()), s):
+                out.setdefault(one.name, one)
+        return out
+
+    def __getitem__(self, name: str) -> CodeSystem:
+        return self._all()[name]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+CODE_SYSTEMS: Mapping[str, CodeSystem] = _Names()
 
 
 def code_system(name: str) -> CodeSystem:
@@ -269,10 +332,11 @@ def code_system(name: str) -> CodeSystem:
 
 
 def family_of(members: Iterable[CodeSystem]) -> CodeSystem:
-    """The system of a label set whose codes belong to MEMBERS: ICD-9-CM; ICD-10-CM/PCS for any ICD-10 mix (so an
-    ICD-10 set may receive either kind); MeSH/OMIM for MeSH or OMIM; local; otherwise MIXED."""
+    """The system of a label set whose codes belong to MEMBERS: the first registered system holding them all
+    (ICD-10-CM/PCS for any ICD-10 mix, so an ICD-10 set may receive either kind; MeSH/OMIM for MeSH or OMIM), else
+    LOCAL when all are local, otherwise MIXED."""
     leaves = {leaf for m in members for leaf in m.leaves}
-    for fam in _FAMILIES:
+    for fam in (*REGISTRY, LOCAL):
         if leaves and leaves <= set(fam.leaves):
             return fam
     return MIXED
@@ -282,17 +346,16 @@ def infer_code_system(codes: Iterable[str]) -> CodeSystem:
     """The family that the codes of a label set show, for a label set that does not name one (older checkpoints and
     folders): asked once, where the set is loaded, and then recorded.
 
-    The first of MeSH/OMIM, ICD-9-CM, ICD-10-CM/PCS that holds every code wins (a set of V codes alone fits both ICD
-    versions and is taken as ICD-9-CM, as before); a set with no code of any standard system is LOCAL; anything
-    else is MIXED (each code classified alone). MeSH comes first because a MeSH id such as 'D009369' also has the
-    shape of an undotted ICD-10-PCS code.
+    The first registered system (`REGISTRY`: ICD-9-CM, MeSH/OMIM, ICD-10-CM/PCS) that holds every code wins (a set of
+    V codes alone fits both ICD versions and is taken as ICD-9-CM, as before; a MeSH id such as 'D009369' also has
+    the shape of an undotted ICD-10-PCS code and is MeSH); a set with no code of any registered system is LOCAL;
+    anything else is MIXED (each code classified alone).
     """
     codes = list(codes)
-    for fam in (MESH_OMIM, ICD9_CM, ICD10):
+    for fam in REGISTRY:
         if codes and all(fam.is_valid(c) for c in codes):
             return fam
-    standard = (MESH_OMIM, ICD9_CM, ICD10)
-    if not any(s.is_valid(c) for s in standard for c in codes):
+    if not any(s.is_valid(c) for s in REGISTRY for c in codes):
         return LOCAL
     return MIXED
 
@@ -303,26 +366,27 @@ class CodeCheck:
 
     code: str | None                  # the code in the system's one spelling; None: it is no code of the system
     other: CodeSystem | None = None   # then, the standard system it is a code of instead (a member), if any
-    not_in_tables: bool = False       # then, an ICD-10-CM shape the CMS tables do not know
+    not_in_tables: bool = False       # then, a shape of a system that ships tables (ICD-10-CM) they do not know
 
 
 def check_code(system: CodeSystem, code: str) -> CodeCheck:
     """Whether CODE, given from outside a checkpoint, is a code of its SYSTEM: THE check for every input of a code
-    system (a coder's `review decide --add`, a `--titles` file's lines). Spelled as `canonical` spells it; an
-    ICD-10-CM code must be in the CMS tables (ICD-9-CM, ICD-10-PCS and MeSH ship no tables, so their shape is
-    checked); a string only LOCAL takes (any string) is no code of a standard system, and of LOCAL none is.
+    system (a coder's `review decide --add`, a `--titles` file's lines). Spelled as `canonical` spells it; a code of
+    a system that ships tables must be in them (ICD-10-CM's CMS tables; ICD-9-CM, ICD-10-PCS and MeSH ship none, so
+    their shape is checked); a string only LOCAL takes (any string) is no code of a standard system, and of LOCAL
+    none is.
 
     Returns:
         CodeCheck(spelling) for a code of SYSTEM; else CodeCheck(None, the standard system it belongs to, if
-        another) or CodeCheck(None, not_in_tables=True).
+        another: the first in `REGISTRY` order) or CodeCheck(None, not_in_tables=True).
     """
     spelled = system.canonical(code)
     member = system.member(spelled) if spelled is not None else None
     if member is None or member is LOCAL:
-        other = next((s.member(spelling) for s in (ICD9_CM, ICD10, MESH_OMIM)
+        other = next((s.member(spelling) for s in REGISTRY  # in the registry's order: 'D009369' is MeSH's, not PCS's
                       if s is not system and (spelling := s.canonical(code)) is not None), None)
         return CodeCheck(None, other=other)
-    if member is ICD10_CM and not member.titles([spelled]):
+    if member.ships_tables and not member.titles([spelled]):
         return CodeCheck(None, not_in_tables=True)
     return CodeCheck(spelled)
 
@@ -346,5 +410,5 @@ def spelling(codes: Sequence[str], system: CodeSystem | None = None) -> Callable
 
 
 __all__ = ["CODE_SYSTEMS", "CodeCheck", "CodeSystem", "DIAGNOSIS", "ICD10", "ICD10_CM", "ICD10_PCS", "ICD9_CM", "LOCAL",
-           "MESH", "MESH_OMIM", "MIXED", "OMIM", "PROCEDURE", "check_code", "code_system", "family_of",
+           "MESH", "MESH_OMIM", "MIXED", "OMIM", "PROCEDURE", "REGISTRY", "check_code", "code_system", "family_of",
            "infer_code_system", "spelling"]

@@ -8,9 +8,8 @@ import sqlite3
 import time
 from typing import Any, Mapping, Sequence
 
-from clinicode.codes import icd10 as code_titles
-from clinicode.codes.search import code_matches
-from clinicode.codes.systems import ICD10_CM, LOCAL, CodeSystem, check_code, infer_code_system
+from clinicode.codes.search import code_matches, search_catalogue
+from clinicode.codes.systems import LOCAL, CodeSystem, check_code, infer_code_system
 from clinicode.review.store import (
     CLAIM_MINUTES,
     ReviewError,
@@ -182,33 +181,12 @@ def _addable(db: ReviewStore, code: str, note_id: str, system: CodeSystem, model
 
 def search_codes(query: str, model_codes: Sequence[tuple[str, str]], *, system: CodeSystem | None = None,
                  limit: int = 25) -> list[tuple[str, str, str]]:
-    """(code, title, source) matching QUERY by code prefix or words in the title: the model's codes first, then, when
-    the model's code system (SYSTEM, else inferred from its codes) holds ICD-10-CM, ICD-10-CM's billable and category
-    codes (the CMS tables shipped with simple-icd-10-cm). No other system ships titles to search."""
+    """(code, title, source) matching QUERY by code prefix or words in the title: the model's codes first (source
+    "model"), then the codes the tables of the model's code system (SYSTEM, else inferred from its codes) list, source
+    the member's name (`codes.search.search_catalogue`: ICD-10-CM's billable and category codes, the CMS tables shipped
+    with simple-icd-10-cm; no other system ships tables to search)."""
     if not query.strip():
         return []
-    out = [(c, t, "model") for c, t in model_codes if code_matches(query, c, t)]
+    out = [(c, t, "model") for c, t in model_codes if code_matches(query, c, t)][:limit]
     system = system or infer_code_system(c for c, _ in model_codes)
-    if ICD10_CM not in system.leaves:
-        return out[:limit]
-    have = {c for c, _, _ in out}
-    for c, t, low in _icd10_cm_index():
-        if len(out) >= limit:
-            break
-        if c not in have and code_matches(query, c, low):
-            out.append((c, t, "ICD-10-CM"))
-    return out[:limit]
-
-
-_CM_INDEX: list[tuple[str, str, str]] | None = None
-
-
-def _icd10_cm_index() -> list[tuple[str, str, str]]:
-    """(code, title, lower-case title) of every ICD-10-CM category and code, built once per process (~1 s)."""
-    global _CM_INDEX
-    if _CM_INDEX is None:
-        cm = code_titles._cm_module()
-        titles = [(c, cm.get_description(c)) for c in cm.get_all_codes(with_dots=True)
-                  if "-" not in c and not c.isdigit()]  # chapters (numbers) and blocks (ranges) are not codes
-        _CM_INDEX = [(c, t, t.lower()) for c, t in titles]
-    return _CM_INDEX
+    return out + search_catalogue(query, system, skip={c for c, _, _ in out}, limit=limit - len(out))

@@ -35,8 +35,9 @@ def create_app(predictor: Predictor | None = None, *, token: str | None = None, 
         svc.load(predictor)
     app = FastAPI(title="clinicode", version=__version__, lifespan=_lifespan, redirect_slashes=False,
                   redoc_url=None,  # one API page (/docs); ReDoc would fetch its script from a CDN
-                  description="ICD code suggestions for clinical notes (LEAM). Suggestions are unconfirmed: a coder "
-                              "reviews them. See docs/serve.md.")
+                  description="ICD code suggestions for clinical notes from a clinicode checkpoint (by default LEAM, "
+                              "a tf-idf logistic regression, a title match and coders' mentions, fused per code). "
+                              "Suggestions are unconfirmed: a coder reviews them. See docs/serve.md.")
     app.state.service = svc
     app.state.limits = limits
     add_error_handlers(app)

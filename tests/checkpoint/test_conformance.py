@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from clinicode import formats
-from clinicode.conformance import ConformanceError, check_kind, check_reader, check_writer
+from clinicode.codes.systems import REGISTRY
+from clinicode.conformance import ConformanceError, check_code_system, check_kind, check_reader, check_writer
 from clinicode.models import MODEL_KINDS
 from clinicode.models.tfidf_lr.kind import TfidfLRKind
 
@@ -35,6 +36,11 @@ def test_every_registered_writer_conforms(name):
 @pytest.mark.parametrize("name", list(formats.READERS))
 def test_every_registered_reader_conforms(name):
     check_reader(formats.READERS[name])
+
+
+@pytest.mark.parametrize("system", REGISTRY, ids=lambda s: s.name)
+def test_every_registered_code_system_conforms(system):
+    check_code_system(system)  # the toy SNOMED CT of tests/data/test_code_systems.py shows the checks are not vacuous
 
 
 # ------------------------------------------------------------------ the checks catch what they promise

@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from typer.testing import CliRunner
 
 from clinicode.cli import app
@@ -193,3 +194,24 @@ def test_the_readme_commands_run_on_a_fresh_clone():
         if "--out" in opts:
             written.add(opts["--out"])
     assert seen >= 8
+
+
+def test_the_one_line_descriptions_name_the_default_model_as_the_readme_does():
+    """`clinicode --help`, the fused kind's summary (`train --help`), serve's API description and pyproject.toml's
+    describe the default, fused model (LEAM, tf-idf logistic regression, title match, mentions), not LEAM alone."""
+    pytest.importorskip("fastapi")
+    from clinicode.models import MODEL_KINDS
+    from clinicode.serve import create_app
+
+    described = {
+        "clinicode --help": CliRunner().invoke(app, ["--help"], terminal_width=400).output,
+        "the fused kind's summary": MODEL_KINDS["fused"].summary,
+        "serve's API description": create_app().description,
+        "pyproject.toml": re.search(r'^description = "(.*)"$', (ROOT / "pyproject.toml").read_text(encoding="utf-8"),
+                                    flags=re.M).group(1),
+    }
+    for where, text in described.items():
+        flat = " ".join(text.split())
+        assert "with LEAM" not in flat and "(LEAM)" not in flat, where
+        assert all(part in flat for part in ("LEAM", "title match", "mentions")), (where, flat)
+        assert "tf-idf logistic regression" in flat or "tfidf-lr" in flat, (where, flat)

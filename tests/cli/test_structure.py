@@ -4,6 +4,7 @@ docstrings a reader takes in at a glance (at most 3 lines)."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -92,6 +93,54 @@ def _circles(graph, modules: list[str]) -> list[list[str]]:
                 if len(comp) > 1:
                     out.append(sorted(comp))
     return out
+
+
+def _private_reaches(tree: ast.AST, module: str) -> list[str]:
+    """The private names (one leading underscore) of clinicode modules that MODULE imports or reaches through an
+    imported module, from outside the part of clinicode that owns them (`clinicode.<part>`)."""
+    part = ".".join(module.split(".")[:2])
+    aliases, out = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("clinicode"):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    out.append(f"{node.module}.{a.name}")
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            aliases.update({a.asname or a.name: a.name for a in node.names if a.name.startswith("clinicode")})
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            out.append(f"{aliases[node.value.id]}.{node.attr}")
+    return [name for name in out if not name.startswith(part + ".")]
+
+
+def test_no_module_reaches_into_a_private_name_of_another_part():
+    found = {}
+    for p in _modules(("clinicode",)):
+        module = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        if reached := _private_reaches(ast.parse(p.read_text(encoding="utf-8")), module):
+            found[_name(p)] = reached
+    assert not found, f"ask a public function of the module instead: {found}"
+
+
+def test_the_private_name_finder_finds_a_planted_reach():
+    tree = ast.parse("from clinicode.codes import icd10 as t\nfrom clinicode.codes.icd10 import _cm_module\n"
+                     "t._cm_module()\n")
+    assert _private_reaches(tree, "clinicode.review.decisions") == ["clinicode.codes.icd10._cm_module"] * 2
+    assert _private_reaches(tree, "clinicode.codes.suggest") == []
+
+
+_ROUND = re.compile(r"hostile|round\d|_round|recheck|followup|fifth|sixth")  # names a testing round, not a behaviour
+_ROUND_WORDS = re.compile(r"\b(second|third|fourth|fifth|sixth)\b[\w ]{0,10}\bround\b|hostile round", re.I)
+
+
+def test_test_files_are_named_by_what_they_check_not_by_round():
+    by_round = [_name(p) for p in _modules(("tests",)) if _ROUND.search(p.stem)]
+    assert not by_round, f"name these test files by the behaviour they check: {by_round}"
+    said = [_name(p) for p in _modules(("tests",))
+            if _ROUND_WORDS.search(ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) or "")]
+    assert not said, f"these test modules' docstrings name a round; say what they check: {said}"
 
 
 def test_no_import_circle_in_the_package():

@@ -1,6 +1,6 @@
 """Code systems as values (clinicode.codes.systems): each system's validation and spelling table, FHIR URIs, kinds and
-groups; inference for label sets that name none; labels.json recording the system; prepared folders and checkpoints
-carrying it, old checkpoints inferring it once."""
+groups; inference for label sets that name none, in the one registry's order; labels.json recording the system;
+prepared folders and checkpoints carrying it, old checkpoints inferring it once; a new system added by one line."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from clinicode.codes import systems
 from clinicode.codes.systems import (
     CODE_SYSTEMS,
     DIAGNOSIS,
@@ -24,6 +25,9 @@ from clinicode.codes.systems import (
     MIXED,
     OMIM,
     PROCEDURE,
+    REGISTRY,
+    CodeSystem,
+    check_code,
     code_system,
     family_of,
     infer_code_system,
@@ -134,7 +138,8 @@ def test_registry_by_name():
     for name, system in CODE_SYSTEMS.items():
         assert code_system(name) is system and system.name == name
     assert {"ICD-9-CM", "ICD-10-CM", "ICD-10-PCS", "ICD-10-CM/PCS", "MeSH"} <= set(CODE_SYSTEMS)
-    with pytest.raises(DataFormatError, match=r"unknown code system 'ICD-11'; known: ICD-9-CM, ICD-10-CM, "):
+    with pytest.raises(DataFormatError, match=r"unknown code system 'ICD-11'; known: ICD-9-CM, MeSH, OMIM, MeSH/OMIM, "
+                                              r"ICD-10-PCS, ICD-10-CM, ICD-10-CM/PCS, local, mixed\.$"):
         code_system("ICD-11")
 
 
@@ -145,6 +150,7 @@ def test_registry_by_name():
     (["D009369", "C537666"], MESH_OMIM),            # not ICD-10-PCS, whose shape D009369 also has
     (["D009369", "OMIM:312080"], MESH_OMIM),
     (["401.9", "J18.9"], MIXED), (["401.9", "my-label"], MIXED), (["a", "b"], LOCAL),
+    (["D009369", "401.9"], MIXED),
 ])
 def test_infer_code_system(codes, want):
     assert infer_code_system(codes) is want
@@ -155,6 +161,69 @@ def test_family_of_members():
     assert family_of([ICD10_PCS, ICD10_CM]) is ICD10 and family_of([ICD9_CM]) is ICD9_CM
     assert family_of([MESH]) is MESH_OMIM and family_of([LOCAL]) is LOCAL
     assert family_of([ICD9_CM, ICD10_CM]) is MIXED
+
+
+def test_every_question_asks_the_registry_in_its_order():
+    """One ordered list: a MeSH id is MeSH wherever it is asked (it also has the shape of an undotted ICD-10-PCS
+    code), in a mixed set, by check_code and in the names a message lists."""
+    assert REGISTRY == [ICD9_CM, MESH_OMIM, ICD10]
+    assert MIXED.leaves == (ICD9_CM, MESH, OMIM, ICD10_PCS, ICD10_CM, LOCAL)
+    assert MIXED.member("D009369") is MESH and MIXED.canonical("d009369") == "D009369"
+    assert check_code(ICD9_CM, "D009369").other is MESH and check_code(ICD9_CM, "02HV33Z").other is ICD10_PCS
+    assert check_code(MESH_OMIM, "J18.9").other is ICD10_CM
+
+
+# ------------------------------------------------------------------ adding a code system (docs/architecture.md)
+# The recipe tried: one value and one registry line. SNOMED CT concept ids are 6 to 18 digits; a 7-digit one has the
+# shape of an undotted ICD-10-PCS code, so the line goes before ICD-10.
+SNOMED = CodeSystem(
+    "SNOMED CT", "http://snomed.info/sct", example="22298006",
+    _valid=lambda c: c.isdigit() and 6 <= len(c) <= 18, _group=lambda c: "SNOMED CT",
+    _titles=lambda codes: {c: "Myocardial infarction" for c in codes if c == "22298006"},
+    _catalogue=lambda: (("22298006", "Myocardial infarction"), ("38341003", "Hypertensive disorder")))
+
+
+@pytest.fixture
+def snomed(monkeypatch):
+    """SNOMED CT registered for one test, before ICD-10 (its one registry line)."""
+    monkeypatch.setattr(systems, "REGISTRY", [ICD9_CM, MESH_OMIM, SNOMED, ICD10])
+    return SNOMED
+
+
+def test_a_new_code_system_is_one_value_and_one_registry_line(snomed, tmp_path):
+    from clinicode import fhir
+    from clinicode.codes.search import search_catalogue
+    from clinicode.conformance import check_code_system
+    from clinicode.review.decisions import search_codes
+
+    check_code_system(snomed)
+    assert code_system("SNOMED CT") is snomed and "SNOMED CT" in CODE_SYSTEMS
+    assert infer_code_system(["22298006", "1234567"]) is snomed  # 1234567: a PCS shape, read as SNOMED CT first
+    assert family_of([snomed]) is snomed and family_of([snomed, ICD9_CM]) is MIXED
+    assert check_code(ICD9_CM, "22298006").other is snomed and check_code(snomed, " 22298006 ").code == "22298006"
+    LabelSet.from_codes(["22298006", "38341003"], code_system=snomed).save(tmp_path / "labels.json")
+    assert read_json(tmp_path / "labels.json")[0]["system"] == "SNOMED CT"
+    assert LabelSet.load(tmp_path / "labels.json").code_system is snomed
+    assert fhir.code_systems(["22298006"]) == {"22298006": ("diagnosis", "http://snomed.info/sct")}
+    assert fhir.code_systems(["22298006", "401.9"])["22298006"] == ("diagnosis", "http://snomed.info/sct")
+    assert search_catalogue("hypertensive", snomed) == [("38341003", "Hypertensive disorder", "SNOMED CT")]
+    assert search_codes("myocard", [("22298006", "Myocardial infarction")]) == [
+        ("22298006", "Myocardial infarction", "model")]
+    assert search_codes("3834", [("22298006", "Myocardial infarction")]) == [
+        ("38341003", "Hypertensive disorder", "SNOMED CT")]
+
+
+def test_a_registered_system_the_registry_reads_as_another_fails_its_check(monkeypatch):
+    from clinicode.conformance import ConformanceError, check_code_system
+
+    late = CodeSystem("SNOMED CT", "http://snomed.info/sct", example="1234567",
+                      _valid=lambda c: c.isdigit() and 6 <= len(c) <= 18)
+    monkeypatch.setattr(systems, "REGISTRY", [*REGISTRY, late])  # after ICD-10, whose PCS takes a 7-digit id
+    with pytest.raises(ConformanceError, match="reads its example '1234567' as a code of ICD-10-PCS: move this "
+                                               "system before that one in `REGISTRY`"):
+        check_code_system(late)
+    with pytest.raises(ConformanceError, match="must be in `REGISTRY`"):
+        check_code_system(SNOMED)
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "ncbi-disease-mesh").is_dir(), reason="needs the public MeSH sets")

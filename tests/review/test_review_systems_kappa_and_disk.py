@@ -1,7 +1,7 @@
-"""The review queue, sixth hostile round (#51, #52): one test per finding. Kappa per pair of coders and per note's
-own codes, coders' time without adjudications, nothing of a blind note shown to its coder, per-code note counts, a
-full or failing disk named as such, code systems checked before anything is rescored or built, retrain's advice and
-files, `review show`. Each refused case exits with status 1 and one line. Synthetic notes only."""
+"""The review queue (#51, #52): one test per finding. Kappa per pair of coders and per note's own codes, coders' time
+without adjudications, nothing of a blind note shown to its coder, per-code note counts, a full or failing disk named
+as such, code systems checked before anything is rescored or built, retrain's advice and files, `review show`. Each
+refused case exits with status 1 and one line. Synthetic notes only."""
 
 from __future__ import annotations
 

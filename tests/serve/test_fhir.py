@@ -47,6 +47,15 @@ def test_mesh_codes_are_conditions_in_mesh_not_icd10_pcs_procedures():
     assert fhir.code_systems(["D009369"], codes.MESH_OMIM)["D009369"] == ("diagnosis", "https://www.nlm.nih.gov/mesh")
 
 
+def test_a_code_classified_alone_asks_the_registry_so_a_mesh_id_is_no_pcs_procedure():
+    """Codes of a mixed set, and suggested codes of a Bundle that names no family, are classified by the registry."""
+    assert fhir.code_systems(["D009369", "401.9"])["D009369"] == ("diagnosis", codes.MESH.uri)
+    rec = {"id": "n1", "predicted": [], "suggested": [{"code": "D009369", "description": "Neoplasms", "spans": []}]}
+    (entry,) = fhir.bundle([rec])["entry"]
+    assert entry["resource"]["resourceType"] == "Condition"
+    assert entry["resource"]["code"]["coding"][0]["system"] == codes.MESH.uri
+
+
 def test_label_set_version_decides_ambiguous_codes():
     nine = fhir.code_systems(["401.9", "38.93", "V58.61"])
     assert nine["V58.61"] == ("diagnosis", fhir.ICD9_CM) and nine["38.93"] == ("procedure", fhir.ICD9_CM)

@@ -52,7 +52,7 @@ class FusedKind:
     """LEAM and tfidf-lr in one checkpoint, their logits fused per code with weights learnt on dev."""
 
     name = "fused"
-    summary = "LEAM and tfidf-lr fused per code, the default"
+    summary = "LEAM, tfidf-lr, title match and mentions fused per code, the default"
     files = (*LEAM_KIND.files, *LR_KIND.files, FUSION_WEIGHTS, FUSION_META)
     optional_files = (MENTIONS_FILE,)  # written when the training notes had evidence spans
     can_explain = True

@@ -1,8 +1,8 @@
-"""`clinicode serve` against a second hostile round of the same size (issue #36's goal check), through FastAPI's
-TestClient: odd but legal JSON, odd HTTP, FHIR edge cases, query strings, tokens, logs and metrics. Each test pins
-either a fix (it fails without it) or a behaviour worth keeping: every refusal a 4xx JSON answer (an
-OperationOutcome on /fhir/ routes) without note text, every 200 Bundle a valid R4B Bundle, every JSON answer the
-records `Predictor.predict` gives for the same notes. The real process's cases are in test_serve_process_recheck.py."""
+"""`clinicode serve` against odd requests (#36), through FastAPI's TestClient: odd but legal JSON, odd HTTP, FHIR
+edge cases, query strings, tokens, logs and metrics. Each test pins either a fix (it fails without it) or a behaviour
+worth keeping: every refusal a 4xx JSON answer (an OperationOutcome on /fhir/ routes) without note text, every 200
+Bundle a valid R4B Bundle, every JSON answer the records `Predictor.predict` gives for the same notes. The real
+process's cases are in test_serve_process_odd_http.py."""
 
 import base64
 import codecs

@@ -1,6 +1,6 @@
-"""Checkpoints, fifth hostile round (#42): manifest.json cannot make loading read files outside the checkpoint folder,
-and a threshold.json without its threshold is one clear line. Each tampered copy re-hashes what it changed, so the
-check behind the hash is what stops it."""
+"""Checkpoints (#42): manifest.json cannot make loading read files outside the checkpoint folder, and a
+threshold.json without its threshold is one clear line. Each tampered copy re-hashes what it changed, so the check
+behind the hash is what stops it."""
 
 from __future__ import annotations
 

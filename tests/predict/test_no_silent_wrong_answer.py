@@ -1,4 +1,4 @@
-"""Never a silent wrong answer, fifth round (#42): the formats, outputs, FHIR, evidence, titles and training cases.
+"""Never a silent wrong answer (#42): the formats, outputs, FHIR, evidence, titles and training cases.
 
 One test (or a few) per case; each fails without its fix. Refusals exit with status 1 and print one line
 (`helpers.fails`), with no note text in it.

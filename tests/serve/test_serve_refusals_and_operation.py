@@ -1,7 +1,8 @@
-"""`clinicode serve` against hostile-but-realistic clients and operators, second round (issue #36): one test per
-finding, through FastAPI's TestClient. Every refusal is a 4xx (or a 503 with Retry-After) with a JSON body
-(an OperationOutcome on /fhir/ routes) that repeats no note text; every accepted FHIR answer is a valid R4B Bundle.
-The real uvicorn process (timeouts, SIGTERM, binding, hang-ups) is in test_serve_process_hostile.py."""
+"""`clinicode serve` against hostile-but-realistic clients and operators (#36), through FastAPI's TestClient:
+subjects, ids, hostile JSON, charsets, Host and Origin checks, readiness, metrics, request ids, a full queue,
+draining, binding and token files. Every refusal is a 4xx (or a 503 with Retry-After) with a JSON body (an
+OperationOutcome on /fhir/ routes) that repeats no note text; every accepted FHIR answer is a valid R4B Bundle. The
+real uvicorn process (timeouts, SIGTERM, binding, hang-ups) is in test_serve_process_slow_clients.py."""
 
 import base64
 import json

@@ -1,6 +1,5 @@
-"""`clinicode serve` as a real process, the cases the second hostile round left open (issue #36): a stop requested
-while the model is still loading, and a client that sends a request and never reads the answer. On 127.0.0.1 with
-short timeouts; every wait is bounded."""
+"""`clinicode serve` as a real process (#36): a stop requested while the model is still loading, and a client that
+sends a request and never reads the answer. On 127.0.0.1 with short timeouts; every wait is bounded."""
 
 import json
 import signal

@@ -1,7 +1,7 @@
-"""`clinicode serve` as a real process, fifth hostile round (#42): clients trickling their bodies hold no place in
---max-pending (a request counts once its body is read; bodies being read are bounded by --read-timeout and, in
-bytes, by --max-pending x --max-body-mb), an absolute-form request target is answered, and SIGTERM closes an idle
-keep-alive connection at once. Real sockets on 127.0.0.1; every loop is bounded in count and time."""
+"""`clinicode serve` as a real process (#42): clients trickling their bodies hold no place in --max-pending (a
+request counts once its body is read; bodies being read are bounded by --read-timeout and, in bytes, by --max-pending
+x --max-body-mb), an absolute-form request target is answered, and SIGTERM closes an idle keep-alive connection at
+once. Real sockets on 127.0.0.1; every loop is bounded in count and time."""
 
 import json
 import signal

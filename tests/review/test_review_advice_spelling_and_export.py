@@ -1,9 +1,9 @@
-"""The review queue, fifth hostile round (#42): one test per finding. Advice that never loses decisions, codes as the
-checkpoint's code system spells them, export's codes without training notes, `queue --input-format`, nothing left
-behind by a refused first open, one --explain bound, an owner-only export manifest, printable reviewer names.
+"""The review queue (#42): advice that never loses decisions, codes as the checkpoint's code system spells them,
+export's codes without training notes, `queue --input-format`, nothing left behind by a refused first open, one
+--explain bound, an owner-only export manifest, printable reviewer names.
 
-Each refused case exits with status 1 and one line, and leaves what it did not create as it was. Synthetic notes only.
-"""
+Each refused case exits with status 1 and one line, and leaves what it did not create as it was. Synthetic notes
+only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Never lose a user's file, third round (issue #31): one test per finding of the 152 hostile-but-realistic cases.
+"""Never lose a user's file (#31): one test per finding of the 152 hostile-but-realistic cases.
 
 Every refused case exits with status 1, prints one line and no traceback, and leaves the whole folder tree it ran in
 byte-identical (`helpers.snapshot`). Numbers in the test names are the issue's findings.

@@ -1,6 +1,6 @@
 """`clinicode serve` as a real uvicorn process against slow, vanishing and many clients, and a SIGTERM under load
-(issue #36, second hostile round). Bound to [::1] (127.0.0.1 without IPv6), with short timeouts so each case takes
-seconds. Every answer is JSON; the log holds no traceback, no ERROR for a client's hang-up and no note text."""
+(#36). Bound to [::1] (127.0.0.1 without IPv6), with short timeouts so each case takes seconds. Every answer is JSON;
+the log holds no traceback, no ERROR for a client's hang-up and no note text."""
 
 import json
 import signal

@@ -1,25 +1,17 @@
-"""`clinicode serve` against the fifth hostile round (#42), through FastAPI's TestClient: a browser page of an
---allow-origin origin can call the service (preflight and answers carry the CORS headers), $analyze's messages show
-$analyze's example, FHIR messages give the true reason (an id too long, base64 padding missing), a note of emoji is
-refused as what it is, /redoc is not served, and a FHIR answer with no code still names its note. The real process's
-cases (slow bodies, absolute-form targets, a stop on an idle connection) are in test_serve_process_fifth.py."""
+"""`clinicode serve`'s answers say why, through FastAPI's TestClient: $analyze's refusals show $analyze's example,
+FHIR messages give the true reason (an id too long, base64 padding missing), a note of emoji is refused as what it
+is, /redoc is not served, and a FHIR answer with no code still names its note. CORS is in test_serve_cors.py; the
+real process's cases (slow bodies, absolute-form targets, a stop on an idle connection) are in
+test_serve_process_pending_bodies_and_stacks.py."""
 
 import base64
 
 import pytest
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient
 
-from clinicode.config import ServeConfig
-from clinicode.serve import create_app
-from tests.helpers import SECRET
-
-LOCAL = "http://127.0.0.1:8000"
 JSON = {"content-type": "application/json"}
 ANALYZE = "/fhir/DocumentReference/$analyze"
-PAGE = "https://coding.example.org"
-TOKEN = "fifth-round-" + "t" * 32
 
 
 def _docref(data: str, rid: str = "d1") -> dict:
@@ -29,55 +21,6 @@ def _docref(data: str, rid: str = "d1") -> dict:
 
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
-
-
-@pytest.fixture(scope="module")
-def cors(predictor):
-    with TestClient(create_app(predictor, token=TOKEN, limits=ServeConfig(batch_wait_ms=1, allow_origins=(PAGE,))),
-                    base_url=LOCAL) as c:
-        yield c
-
-
-# ------------------------------------------------------------------ --allow-origin: CORS for the origins it names
-@pytest.mark.parametrize("path, methods", [("/v1/predict", "POST"), (ANALYZE, "POST"), ("/ready", "GET, HEAD")])
-def test_a_preflight_from_an_allowed_origin_is_granted_without_a_token(cors, path, methods):
-    r = cors.options(path, headers={"Origin": PAGE, "Access-Control-Request-Method": methods.split(",")[0],
-                                    "Access-Control-Request-Headers": "authorization, content-type"})
-    assert r.status_code == 204, r.text  # was: 405 with no Access-Control-* header (and would be 401 with a token)
-    assert r.headers["access-control-allow-origin"] == PAGE
-    assert r.headers["access-control-allow-methods"] == methods
-    allowed = {h.strip().lower() for h in r.headers["access-control-allow-headers"].split(",")}
-    assert {"authorization", "content-type", "x-request-id"} <= allowed
-    assert "Origin" in r.headers["vary"]
-
-
-def test_the_answers_to_an_allowed_origin_carry_access_control_allow_origin(cors):
-    auth = {"Authorization": f"Bearer {TOKEN}", "Origin": PAGE}
-    r = cors.post("/v1/predict", json={"notes": [{"text": "chest pain"}]}, headers=auth)
-    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == PAGE
-    exposed = r.headers["access-control-expose-headers"].lower()
-    assert "x-request-id" in exposed and "x-clinicode-checkpoint" in exposed
-    bad = cors.post("/v1/predict", json={"notes": []}, headers=auth)  # the page can read why it was refused, too
-    assert bad.status_code == 422 and bad.headers["access-control-allow-origin"] == PAGE
-    fhir = cors.post(ANALYZE, json=_docref(_b64("chest pain")), headers=auth)
-    assert fhir.status_code == 200 and fhir.headers["access-control-allow-origin"] == PAGE
-
-
-@pytest.mark.parametrize("origin", ["https://evil.example", "http://coding.example.org", "null"])
-def test_other_origins_are_still_refused_and_get_no_cors_headers(cors, origin):
-    pre = cors.options("/v1/predict", headers={"Origin": origin, "Access-Control-Request-Method": "POST"})
-    assert pre.status_code == 403 and "access-control-allow-origin" not in pre.headers
-    r = cors.post("/v1/predict", json={"notes": [{"text": SECRET}]},
-                  headers={"Authorization": f"Bearer {TOKEN}", "Origin": origin})
-    assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
-    assert "--allow-origin" in r.json()["error"]["message"] and SECRET not in r.text
-
-
-def test_without_allow_origin_no_cors_header_is_ever_sent(client):
-    r = client.post("/v1/predict", json={"notes": [{"text": "pain"}]}, headers={"Origin": LOCAL})  # its own origin
-    assert r.status_code == 200 and not any(h.startswith("access-control-") for h in r.headers)
-    pre = client.options("/v1/predict", headers={"Origin": PAGE, "Access-Control-Request-Method": "POST"})
-    assert pre.status_code == 403 and not any(h.startswith("access-control-") for h in pre.headers)
 
 
 # ------------------------------------------------------------------ $analyze's own example

@@ -1,8 +1,9 @@
-"""The review queue, second hostile round (issue #36): one test per finding about the review database, the `review`
-commands and the JSONL reader they share with `predict`.
+"""The review queue against hostile input (#36): the JSONL reader it shares with `predict` (bad records), the review
+database's files (damaged, planted, another user's, read-only, a FIFO), codes as the model's code system spells and
+names them, export with a base, and the stats.
 
-Each refused case exits with status 1 and one line, and leaves what it did not create as it was. Synthetic notes only.
-"""
+Each refused case exits with status 1 and one line, and leaves what it did not create as it was. Synthetic notes
+only."""
 
 from __future__ import annotations
 
@@ -302,6 +303,14 @@ def test_added_codes_follow_the_models_code_system(tmp_path):
                     "in ICD-9-CM; add the ICD-9-CM code (such as 401.9) instead.")
     with open_db(icd9) as rdb:
         assert rdb.code_system("n0").name == "ICD-9-CM" and rdb.code_system().name == "ICD-9-CM"
+
+
+def test_a_mesh_id_is_never_called_an_icd10_pcs_code(tmp_path):
+    # 'D009369' has the shape of an undotted ICD-10-PCS code too; the registry asks MeSH first
+    icd9 = _fake_db(tmp_path / "icd9.sqlite")
+    res = fails(["review", "decide", "--db", icd9, "--reviewer", "ann", "--id", "n0", "--add", "D009369"],
+                "D009369 is a code of MeSH, but the model that scored this note codes in ICD-9-CM")
+    assert "ICD-10-PCS" not in res.stderr + res.stdout
 
 
 def test_queue_records_the_checkpoints_code_system(tiny_run, tmp_path):

@@ -1,7 +1,6 @@
-"""`clinicode serve` as a real uvicorn process, second hostile round (issue #36's goal check): a request framed two
-ways, WebSocket upgrades, Expect: 100-continue over the limit, /metrics under load and Ctrl-C pressed twice. On
-127.0.0.1 with short timeouts; every loop is bounded in count and time. Every answer is JSON and the log holds no
-traceback."""
+"""`clinicode serve` as a real uvicorn process against odd HTTP (#36): a request framed two ways, WebSocket upgrades,
+Expect: 100-continue over the limit, /metrics under load and Ctrl-C pressed twice. On 127.0.0.1 with short timeouts;
+every loop is bounded in count and time. Every answer is JSON and the log holds no traceback."""
 
 import json
 import signal

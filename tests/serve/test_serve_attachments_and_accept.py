@@ -1,7 +1,7 @@
-"""`clinicode serve` through FastAPI's TestClient, the cases the second hostile round left open (issue #36): a
-DocumentReference whose readable text is not its first attachment, and `Accept` headers. Each test fails without
-its fix; every refusal is a 4xx JSON answer (an OperationOutcome on /fhir/ routes) without note text. The real
-process's cases are in test_serve_process_followup.py."""
+"""`clinicode serve` through FastAPI's TestClient (#36): which attachment of a DocumentReference is the note (the
+first readable as text), and `Accept` headers. Each test fails without its fix; every refusal is a 4xx JSON answer
+(an OperationOutcome on /fhir/ routes) without note text. The real process's cases are in
+test_serve_process_stop_and_write_timeout.py."""
 
 import base64
 

@@ -354,10 +354,13 @@ def _refit_on_all(kind: Any, ds: Any, config: TrainConfig, final: Any) -> tuple[
     import pandas as pd
 
     both = pd.concat([ds.split("train"), ds.split("dev")], ignore_index=True)
+    one = single_label(ds, config)
+    if one:   # a softmax learns from notes of exactly one code: a dev note with none or several teaches it nothing
+        both = both[both["labels"].map(len) == 1].reset_index(drop=True)
     y = ds.labels.multi_hot(both["labels"])
     model = kind.refit(final, both["text"].tolist(), y, codes=ds.labels.codes,
                        descriptions=ds.labels.descriptions, evidence=_evidence(ds, both, config),
-                       single_label=single_label(ds, config), min_doc_freq=config.min_doc_freq)
+                       single_label=one, min_doc_freq=config.min_doc_freq)
     return model, y.sum(axis=0)
 
 

@@ -129,3 +129,23 @@ def test_evaluate_says_dev_is_in_sample_for_a_refitted_checkpoint(runs):
     assert "in-sample" not in res.stderr
     res = succeeds(["evaluate", "--checkpoint", both.parent, "--data", data, "--split", "test", "--device", "cpu"])
     assert "in-sample" not in res.stderr
+
+
+def test_single_label_data_refits_on_the_dev_notes_of_one_code(tmp_path):
+    """A softmax part learns from notes of exactly one code: a dev note with none is left out of the refit, not a
+    crash at the end of training."""
+    rng = random.Random(2)
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, n in (("train", 60), ("dev", 30), ("test", 20)):
+        with open(data / f"{split}.jsonl", "w", encoding="utf-8") as f:
+            for i in range(n):
+                code = rng.choice(sorted(PHRASES))
+                labels = [] if split == "dev" and i == 0 else [code]
+                text = " ".join(rng.choice(FILLER) for _ in range(12)) + " " + PHRASES[code]
+                f.write(json.dumps({"id": f"{split}{i}", "text": text, "labels": labels}) + "\n")
+    cfg = TrainConfig(model="fused", epochs=2, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
+                      device="cpu", min_doc_freq=1)
+    result = train(out_dir=tmp_path / "run", config=cfg, data_dir=data, model_options=SIZES, progress=False)
+    fusion = json.loads((tmp_path / "run" / "checkpoint" / "fusion.json").read_text())
+    assert fusion["fit_on"] == "train+dev" and result["test"]["accuracy"] > 0.5

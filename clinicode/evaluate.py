@@ -333,7 +333,8 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
     tuned threshold; see `clinicode.metrics.paired_bootstrap` for the interval.
 
     Args:
-        runs_a, runs_b: run or checkpoint folders; all must share one label set.
+        runs_a, runs_b: run or checkpoint folders; scored over the union of their codes (a code a run lacks it never
+            predicts: the default model learns the codes only dev carries, tfidf-lr does not).
         data_dir: prepared dataset folder, loaded as the first run of A was trained (its --top-k).
         split: train, dev or test.
         n_boot: bootstrap resamples.
@@ -343,7 +344,7 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
         {"split", "n_docs", "n_boot", "a": [...], "b": [...], "metrics_a", "metrics_b" (means over runs),
         "f1_micro": {diff, lo, hi, p_a_below_b}, "auc_macro": {...}}.
     Raises:
-        ConfigError: if a side is empty or the runs have different label sets.
+        ConfigError: if a side is empty or two runs share no code.
         DataFormatError: if the split holds no notes.
     """
     if not runs_a or not runs_b:
@@ -357,22 +358,33 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
                               recognise=is_comparison_output, inputs=inputs)
     preds = [[Predictor.from_checkpoint(r, device=device) for r in runs] for runs in (runs_a, runs_b)]
     first = preds[0][0]
-    codes = sorted(first.codes)
+    # one set of columns for every run: the union of their codes (the default model learns the codes only dev
+    # carries, tfidf-lr does not); a code a run lacks it never predicts, as MAP counts such a code never retrieved
+    codes = sorted(set().union(*(p.codes for side in preds for p in side)))
     for side, runs in zip(preds, (runs_a, runs_b)):
-        for p, r in zip(side, runs):
-            if sorted(p.codes) != codes:
-                raise ConfigError(f"{r}: its label set ({len(p.codes)} codes) differs from "
-                                  f"{runs_a[0]}'s ({len(codes)} codes); "
-                                  "compare runs trained on the same labels.")
-    df, y_first, report = scored_split(first, data_dir, split)
+        for p, r in zip(side, runs):   # a label set chosen otherwise (--top-k) is another question, not a lack
+            if p.checkpoint.train_config.top_k != first.checkpoint.train_config.top_k:
+                raise ConfigError(f"{r}: its label set ({len(p.codes)} codes, --top-k "
+                                  f"{p.checkpoint.train_config.top_k}) differs from {runs_a[0]}'s ({len(first.codes)} "
+                                  f"codes, --top-k {first.checkpoint.train_config.top_k}); compare runs trained on "
+                                  "the same labels.")
+    df, _, report = scored_split(first, data_dir, split)
     texts = df["text"].tolist()
+    index = {c: k for k, c in enumerate(codes)}
+    y = np.zeros((len(df), len(codes)), dtype=np.float32)
+    for i, row in enumerate(df["labels"]):
+        for c in row:
+            if c in index:
+                y[i, index[c]] = 1.0
 
-    def columns(p: Predictor) -> list[int]:  # this run's column of each code, in `codes` order
-        where = {c: i for i, c in enumerate(p.codes)}
-        return [where[c] for c in codes]
+    def on_codes(p: Predictor) -> np.ndarray:  # this run's scores in `codes` order, 0 for a code it lacks
+        out = np.zeros((len(texts), len(codes)), dtype=np.float32)
+        out[:, [index[c] for c in p.codes]] = p.score(texts)
+        return out
 
-    y = y_first[:, columns(first)]
-    sides = [[(p.score(texts)[:, columns(p)], None if p.single_label else p.threshold) for p in side] for side in preds]
+    sides = [[(on_codes(p), None if p.single_label else p.threshold) for p in side] for side in preds]
+    lacking = {str(r): len(codes) - len(p.codes) for side, runs in zip(preds, (runs_a, runs_b))
+               for p, r in zip(side, runs) if len(p.codes) < len(codes)}
     boot = paired_bootstrap(y, sides[0], sides[1], n_boot=n_boot, seed=seed)
     def mean_metrics(runs: list[tuple[np.ndarray, float]]) -> dict[str, float]:
         ms = [all_metrics(y, s, threshold=0.0 if t is None else t, single_label=t is None) for s, t in runs]
@@ -380,7 +392,7 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
 
     result = {"kind": COMPARISON_KIND, "split": split, "n_docs": int(len(df)), "n_boot": n_boot, "codes": codes,
               **report,
-              "a": [str(r) for r in runs_a], "b": [str(r) for r in runs_b],
+              "a": [str(r) for r in runs_a], "b": [str(r) for r in runs_b], "codes_lacking": lacking,
               "metrics_a": mean_metrics(sides[0]), "metrics_b": mean_metrics(sides[1]), **boot}
     if output is not None:
         write_json_atomic(Path(output), result)
@@ -396,4 +408,8 @@ def format_comparison(c: dict[str, Any]) -> str:
                      f"[{b['lo']:+.4f}, {b['hi']:+.4f}]  {100 * b['p_a_below_b']:>8.1f}%")
     lines.append(f"{c['n_docs']:,} {c['split']} notes, {c['n_boot']:,} paired resamples; A = {len(c['a'])} run(s), "
                  f"B = {len(c['b'])} run(s).")
+    if c.get("codes_lacking"):
+        lacking = "; ".join(f"{r} lacks {n:,}" for r, n in c["codes_lacking"].items())
+        lines.append(f"the runs' label sets differ: scored over their {len(c['codes']):,} codes together, a code a run "
+                     f"lacks never predicted by it ({lacking}).")
     return "\n".join(lines)

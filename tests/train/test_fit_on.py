@@ -149,3 +149,20 @@ def test_single_label_data_refits_on_the_dev_notes_of_one_code(tmp_path):
     result = train(out_dir=tmp_path / "run", config=cfg, data_dir=data, model_options=SIZES, progress=False)
     fusion = json.loads((tmp_path / "run" / "checkpoint" / "fusion.json").read_text())
     assert fusion["fit_on"] == "train+dev" and result["test"]["accuracy"] > 0.5
+
+
+def test_compare_scores_a_grown_label_set_against_one_without_the_new_code(runs):
+    """The default model learns the codes only dev carries and tfidf-lr does not: `compare` scores both over the
+    union of their codes, a code a run lacks never predicted by it, and says so."""
+    from clinicode.evaluate import compare, format_comparison
+
+    grown, plain = runs["train+dev-new-code"][0].parent, runs["train-new-code"][0].parent
+    data = grown.parent / "data-new-code"
+    c = compare(runs_a=[grown], runs_b=[plain], data_dir=data, n_boot=50, device="cpu")
+    assert NEW_CODE in c["codes"] and c["codes_lacking"] == {str(plain): 1}
+    assert "a code a run lacks never predicted by it" in format_comparison(c)
+    # the test notes' C5 codes count: missed by the run that lacks the code, so it scores below its own evaluation
+    from clinicode.evaluate import evaluate
+
+    own = evaluate(checkpoint=plain, data_dir=data, split="test", device="cpu")
+    assert own["n_gold_outside_labels"] > 0 and c["metrics_b"]["f1_micro"] < own["f1_micro"]

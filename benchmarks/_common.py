@@ -109,3 +109,34 @@ def remove_own(path: Path, *, marks: tuple[str, ...] = ()) -> None:
         return
     raise SystemExit(f"{path} exists and was not created by this benchmark (no {OWN_MARK} mark); it is left alone. "
                      "Move it away or pass another --work-dir.")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a coded-notes split (one JSON object a line)."""
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def read_titles(folder: Path) -> dict[str, str]:
+    """{code: title} from a public set's labels.tsv (columns code or label, and title)."""
+    titles: dict[str, str] = {}
+    with open(folder / "labels.tsv", encoding="utf-8") as f:
+        head = f.readline().rstrip("\n").split("\t")
+        for line in f:
+            row = dict(zip(head, line.rstrip("\n").split("\t")))
+            titles[row.get("code") or row.get("label", "")] = row.get("title", "")
+    return titles
+
+
+def multi_hot(rows: list[dict], codes: list[str]) -> np.ndarray:
+    """[N, K] int8: 1 where row n's labels hold codes[k] (labels outside CODES left out)."""
+    index = {c: k for k, c in enumerate(codes)}
+    y = np.zeros((len(rows), len(codes)), dtype=np.int8)
+    for i, r in enumerate(rows):
+        for c in r["labels"]:
+            if c in index:
+                y[i, index[c]] = 1
+    return y
+

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import sys
 import time
@@ -39,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import machine_line, publish  # noqa: E402
+from benchmarks._common import machine_line, multi_hot, publish, read_jsonl, read_titles  # noqa: E402
 from clinicode.matching import DEFAULT, LEGACY, detect_language  # noqa: E402
 from clinicode.metrics import binarize, macro_prf, micro_prf, tune_threshold  # noqa: E402
 from clinicode.models.fused.fusion import fit_fusion, fused_logits, sigmoid  # noqa: E402
@@ -66,34 +65,18 @@ AROUND = {"without fold": dict(fold=False), "without plural": dict(inflection="n
           "without weighted or longest": dict(weighted=False, longest=False)}
 
 
-def _read(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def load(name: str) -> tuple[list[dict], list[dict], list[str], list[str]]:
     """(train rows, dev rows, every code of train by training notes, their titles); test is never opened."""
     folder = DATA / SETS[name]
-    train, dev = _read(folder / "train.jsonl"), _read(folder / "dev.jsonl")
-    titles: dict[str, str] = {}
-    with open(folder / "labels.tsv", encoding="utf-8") as f:
-        head = f.readline().rstrip("\n").split("\t")
-        for line in f:
-            row = dict(zip(head, line.rstrip("\n").split("\t")))
-            titles[row.get("code") or row.get("label", "")] = row.get("title", "")
+    train, dev = read_jsonl(folder / "train.jsonl"), read_jsonl(folder / "dev.jsonl")
+    titles = read_titles(folder)
     count = collections.Counter(c for r in train for c in r["labels"])
     codes = [c for c, _ in sorted(count.items(), key=lambda kv: (-kv[1], kv[0]))]
     return train, dev, codes, [titles.get(c, "") for c in codes]
 
 
-def multi_hot(rows: list[dict], codes: list[str]) -> np.ndarray:
-    index = {c: k for k, c in enumerate(codes)}
-    y = np.zeros((len(rows), len(codes)), dtype=np.int8)
-    for i, r in enumerate(rows):
-        for c in r["labels"]:
-            if c in index:
-                y[i, index[c]] = 1
-    return y
 
 
 def mean_average_precision(y: np.ndarray, s: np.ndarray) -> float:

@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import machine_line, publish  # noqa: E402
+from benchmarks._common import machine_line, multi_hot, publish, read_jsonl, read_titles  # noqa: E402
 from clinicode.metrics import binarize, macro_prf, micro_prf, tune_threshold  # noqa: E402
 from clinicode.models.fused.fusion import fit_fusion, fused_logits, sigmoid  # noqa: E402
 from clinicode.models.fused.mentions import MentionLexicon  # noqa: E402
@@ -56,34 +56,18 @@ CURVES = ROOT / "benchmarks" / "review_learning.json"
 BUDGETS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
 
 
-def _read(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def load(name: str, codes: str) -> tuple[list[dict], list[dict], list[dict], list[str], list[str]]:
     folder = DATA / SETS[name]
-    train, dev, test = (_read(folder / f"{s}.jsonl") for s in ("train", "dev", "test"))
-    titles: dict[str, str] = {}
-    with open(folder / "labels.tsv", encoding="utf-8") as f:
-        head = f.readline().rstrip("\n").split("\t")
-        for line in f:
-            row = dict(zip(head, line.rstrip("\n").split("\t")))
-            titles[row.get("code") or row.get("label", "")] = row.get("title", "")
+    train, dev, test = (read_jsonl(folder / f"{s}.jsonl") for s in ("train", "dev", "test"))
+    titles = read_titles(folder)
     count = collections.Counter(c for r in train for c in r["labels"])
     ranked = [c for c, _ in sorted(count.items(), key=lambda kv: (-kv[1], kv[0]))]
     chosen = ranked[:50] if codes == "top50" else ranked
     return train, dev, test, chosen, [titles.get(c, "") for c in chosen]
 
 
-def multi_hot(rows: list[dict], codes: list[str]) -> np.ndarray:
-    index = {c: k for k, c in enumerate(codes)}
-    y = np.zeros((len(rows), len(codes)), dtype=np.int8)
-    for i, r in enumerate(rows):
-        for c in r["labels"]:
-            if c in index:
-                y[i, index[c]] = 1
-    return y
 
 
 class Set(NamedTuple):

@@ -31,6 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import multi_hot, read_jsonl, read_titles  # noqa: E402
 from clinicode.metrics import binarize, macro_prf, tune_threshold  # noqa: E402
 from clinicode.models.fused.fusion import fit_fusion, fused_logits, sigmoid  # noqa: E402
 from clinicode.models.fused.mentions import MentionLexicon  # noqa: E402
@@ -43,29 +44,10 @@ SETS = {"cantemist": "cantemist-icdo3", "bc5cdr": "bc5cdr-disease-mesh", "ncbi":
         "cmc2007": "cmc2007-radiology-icd9"}
 
 
-def _read(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
-def _titles(folder: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    with open(folder / "labels.tsv", encoding="utf-8") as f:
-        head = f.readline().rstrip("\n").split("\t")
-        for line in f:
-            row = dict(zip(head, line.rstrip("\n").split("\t")))
-            out[row.get("code") or row.get("label", "")] = row.get("title", "")
-    return out
 
 
-def multi_hot(rows: list[dict], codes: list[str]) -> np.ndarray:
-    index = {c: k for k, c in enumerate(codes)}
-    y = np.zeros((len(rows), len(codes)), dtype=np.int8)
-    for i, r in enumerate(rows):
-        for c in r["labels"]:
-            if c in index:
-                y[i, index[c]] = 1
-    return y
 
 
 def mean_ap(rows: list[dict], codes: list[str], scores: np.ndarray) -> float:
@@ -118,8 +100,8 @@ def score(name: str, rows_b: list[dict], codes: list[str], p: np.ndarray, t: flo
 
 def run(name: str, seed: int) -> dict:
     folder = DATA / SETS[name]
-    train, dev = _read(folder / "train.jsonl"), _read(folder / "dev.jsonl")
-    titles = _titles(folder)
+    train, dev = read_jsonl(folder / "train.jsonl"), read_jsonl(folder / "dev.jsonl")
+    titles = read_titles(folder)
     order = np.random.default_rng(seed).permutation(len(dev))
     a = [dev[i] for i in order[: len(dev) // 2]]
     b = [dev[i] for i in order[len(dev) // 2:]]

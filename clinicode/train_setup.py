@@ -279,8 +279,11 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
     train and dev: `--fit-on train+dev`) is the one test scores and SAVE keeps. Dev's metrics stay those of CK, since
     the refitted model has seen dev.
     """
-    pred = Predictor(ck, device=ck.model_kind.device(ck.model),
-                     batch_size=ck.train_config.eval_batch_size, memory_mb=ck.train_config.memory_mb)
+    def scorer(ck: Checkpoint) -> Predictor:
+        return Predictor(ck, device=ck.model_kind.device(ck.model),
+                         batch_size=ck.train_config.eval_batch_size, memory_mb=ck.train_config.memory_mb)
+
+    pred = scorer(ck)
     one = ck.single_label
     dev = ds.split("dev")
     y_dev = ds.labels.multi_hot(dev["labels"])
@@ -296,9 +299,7 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
         )
     metrics_dev = metrics_report(y_dev, s_dev, threshold=t, single_label=one)
     if refit is not None:
-        ck = refit()
-        pred = Predictor(ck, device=ck.model_kind.device(ck.model),
-                         batch_size=ck.train_config.eval_batch_size, memory_mb=ck.train_config.memory_mb)
+        pred = scorer(refit())
     metrics_test: dict[str, Any] = {}
     if "test" in ds.splits and len(ds.split("test")):
         test = ds.split("test")

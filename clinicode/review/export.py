@@ -158,7 +158,8 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     ds = load_dataset(Path(base))
     _same_system(db, ds, system, base=base, checkpoint=checkpoint)
     held = {str(i) for name in ("dev", "test") if name in ds.splits for i in ds.splits[name]["id"]}
-    added = Counter(c for n in notes if n["id"] not in held for c in set(n["labels"]) if c not in dict(labels))
+    known = {c for c, _ in labels}
+    added = Counter(c for n in notes if n["id"] not in held for c in set(n["labels"]) if c not in known)
     joined = sorted(c for c, k in added.items() if k >= MIN_ADDED_NOTES)
     if joined:   # the model grows a row for each, after the checkpoint's codes
         titles = system.titles(joined)

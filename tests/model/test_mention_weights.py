@@ -12,7 +12,7 @@ import pytest
 
 from clinicode.errors import CheckpointError
 from clinicode.matching import DEFAULT
-from clinicode.models.fused.mentions import MENTIONS_FILE, MentionLexicon, read_weights
+from clinicode.models.fused.mentions import MENTIONS_FILE, MentionLexicon, read_mentions
 
 
 def _spans(text: str, phrase: str, code: str) -> list[dict]:
@@ -93,6 +93,6 @@ def test_damaged_weights_are_one_line(tmp_path, edit):
         held["weights"][code][0] = "0.5"
     path.write_text(json.dumps(held))
     with pytest.raises(CheckpointError, match="weights do not match its phrases"):
-        read_weights(path, ["A", "B", "C", "D"])
+        read_mentions(path, ["A", "B", "C", "D"])
     with pytest.raises(CheckpointError):
         MentionLexicon.load(tmp_path, ["A", "B", "C", "D"])

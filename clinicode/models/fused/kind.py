@@ -18,7 +18,7 @@ from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.files import write_bytes_atomic, write_json_atomic
 from clinicode.matching import LANGUAGES, detect_language
-from clinicode.models.fused.mentions import MENTIONS_FILE, MentionLexicon, read_mentions, read_weights
+from clinicode.models.fused.mentions import MENTIONS_FILE, MentionLexicon, read_mentions
 from clinicode.models.fused.model import FusedModel, title_rows
 from clinicode.models.leam.kind import KIND as LEAM_KIND, check_weight_shapes, weight_shapes
 from clinicode.models.leam.options import LEAMConfig, ModelOptions
@@ -88,7 +88,6 @@ class FusedKind:
             except (ClinicodeError, OSError, ValueError):
                 return  # loading names what is wrong with labels.json
             read_mentions(folder / MENTIONS_FILE, codes)
-            read_weights(folder / MENTIONS_FILE, codes)
 
     def load(self, folder: Path, *, labels: LabelSet, train_config: TrainConfig, device: Any) -> tuple[FusedModel, Any]:
         from safetensors.numpy import load as st_load
@@ -154,14 +153,7 @@ class FusedKind:
                     else MentionLexicon(codes=tuple(codes), language=detect_language(texts)))
         held = getattr(getattr(warm_start, "model", None), "mentions", None)
         if held is not None:   # the checkpoint's mentions, on this label set (which may append codes coders added)
-            index = {c: k for k, c in enumerate(codes)}
-            moved = {p: tuple(sorted(index[held.codes[k]] for k in ks if held.codes[k] in index))
-                     for p, ks in held.phrases.items()}
-            weights = None if held.weights is None else {
-                p: {index[held.codes[k]]: w for k, w in ws.items() if held.codes[k] in index}
-                for p, ws in held.weights.items()}
-            mentions = mentions.union(MentionLexicon({p: ks for p, ks in moved.items() if ks}, tuple(codes),
-                                                     weights=weights))
+            mentions = mentions.union(held.on_codes(codes))
         note = ""
         if evidence is not None:
             known = set(codes)

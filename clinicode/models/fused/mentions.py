@@ -92,7 +92,7 @@ class MentionLexicon:
         self._index: dict[tuple[str, ...], set[int]] = {}
         self._weight: dict[tuple[tuple[str, ...], int], float] = {}   # (matching key, code) -> weight
         for p, ks in self.phrases.items():
-            key = p if _is_acronym(p) else tuple(self._norm(w) for w in p if w != "s")  # an older possessive "s"
+            key = self._match_key(p)
             if not key:
                 continue
             (self._acronyms if _is_acronym(p) else self._index).setdefault(key, set()).update(ks)
@@ -102,6 +102,11 @@ class MentionLexicon:
         # every phrase's beginnings: a run of a note's words that begins none can be left at once
         self._prefixes = {p[:n] for p in self._index for n in range(1, len(p) + 1)}
         self._acronym_prefixes = {p[:n] for p in self._acronyms for n in range(1, len(p) + 1)}
+
+    def _match_key(self, phrase: tuple[str, ...]) -> tuple[str, ...]:
+        """What PHRASE is matched as: an acronym's words as written, the others' folded and made singular as a note's
+        words will be (an older lexicon's possessive "s" left out)."""
+        return phrase if _is_acronym(phrase) else tuple(self._norm(w) for w in phrase if w != "s")
 
     def _norm(self, word: str) -> str:
         w = fold(word) if self.matching.fold else word.lower()
@@ -162,7 +167,7 @@ class MentionLexicon:
         """This lexicon with `Matching.weighted`'s weights, from FOUND (training spans per (phrase, code)) and the
         phrases' occurrences in the training notes TEXTS: a phrase's share of spans naming the code, times the share
         of its occurrences coders marked (at most 1)."""
-        key_of = {p: (p if _is_acronym(p) else tuple(self._norm(w) for w in p if w != "s")) for p in self.phrases}
+        key_of = {p: self._match_key(p) for p in self.phrases}
         spans: Counter[tuple[tuple[str, ...], int]] = Counter()
         for (p, k), n in found.items():
             if p in key_of:
@@ -191,6 +196,17 @@ class MentionLexicon:
                     weights[p].update({k: (lex.weights or {}).get(p, {}).get(k, 1.0) for k in ks})
         return MentionLexicon({p: tuple(sorted(ks)) for p, ks in found.items()}, self.codes, self.language,
                               self.matching, weights)
+
+    def on_codes(self, codes: Sequence[str]) -> MentionLexicon:
+        """The same phrases and weights on the label set CODES (one that appends codes coders added, say): each
+        phrase keeps the codes CODES has, and a phrase left with none is dropped."""
+        index = {c: k for k, c in enumerate(codes)}
+        moved = {p: tuple(sorted(index[self.codes[k]] for k in ks if self.codes[k] in index))
+                 for p, ks in self.phrases.items()}
+        weights = None if self.weights is None else {
+            p: {index[self.codes[k]]: w for k, w in ws.items() if self.codes[k] in index}
+            for p, ws in self.weights.items()}
+        return replace(self, phrases={p: ks for p, ks in moved.items() if ks}, codes=tuple(codes), weights=weights)
 
     def _occurrences(self, text: str) -> list[tuple[int, int, int]]:
         """(code, start, end) of every occurrence of a phrase in TEXT (`_found`)."""
@@ -284,8 +300,7 @@ class MentionLexicon:
             return cls(codes=tuple(codes))
         index = {c: k for k, c in enumerate(codes)}
         found: dict[tuple[str, ...], set[int]] = {}
-        held = read_mentions(path, codes)
-        held_weights = read_weights(path, codes)
+        held, held_weights = read_mentions(path, codes)
         weights: dict[tuple[str, ...], dict[int, float]] | None = None if held_weights is None else {}
         for code, phrases in held.items():
             for i, p in enumerate(phrases):
@@ -298,9 +313,11 @@ class MentionLexicon:
                    weights=weights)
 
 
-def read_mentions(path: Path, codes: Sequence[str]) -> dict[str, list[tuple[str, ...]]]:
-    """{code: its phrases, each as its words} from a mentions file, checked as `MentionLexicon.save` writes it: the
-    format, codes of CODES only, and each phrase a string of at least one word (a blank one would break matching).
+def read_mentions(path: Path, codes: Sequence[str]) -> tuple[dict[str, list[tuple[str, ...]]],
+                                                              dict[str, list[float]] | None]:
+    """({code: its phrases, each as its words}, {code: its phrases' weights, in that order} or None for format 1)
+    from a mentions file, checked as `MentionLexicon.save` writes it: the format, codes of CODES only, each phrase a
+    string of at least one word (a blank one would break matching), and each weight a number in [0, 1].
 
     Raises:
         CheckpointError: one line naming the file, the code and what is wrong (never the phrase: words of notes).
@@ -334,22 +351,16 @@ def read_mentions(path: Path, codes: Sequence[str]) -> dict[str, list[tuple[str,
             if not words:
                 raise refuse(f"phrase {i + 1} of code {shown} is blank")
             out.setdefault(code, []).append(words)
-    return out
+    return out, _weights(path, held)
 
 
-def read_weights(path: Path, codes: Sequence[str]) -> dict[str, list[float]] | None:
-    """{code: its phrases' weights, in `read_mentions`' order} of a format-2 mentions file; None for format 1.
-
-    Raises:
-        CheckpointError: a weight that is not a number in [0, 1], or lists that do not match the phrases.
-    """
-    import json
+def _weights(path: Path, held: dict[str, Any]) -> dict[str, list[float]] | None:
+    """The weights of HELD, a mentions file already checked by `read_mentions`; None for format 1."""
     import math
 
-    held = json.loads(path.read_text(encoding="utf-8"))   # `read_mentions` has checked it is a mentions file
     if held.get("format_version", 1) == 1 and "weights" not in held:
         return None
-    weights, phrases = held.get("weights"), held.get("phrases", {})
+    weights, phrases = held.get("weights"), held["phrases"]
     bad = CheckpointError(f"{path}: the phrases' weights do not match its phrases (one number in [0, 1] for each); "
                           "the file was edited or damaged, restore the checkpoint or retrain.")
     if not isinstance(weights, dict) or set(weights) != set(phrases):

@@ -344,7 +344,7 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
         {"split", "n_docs", "n_boot", "a": [...], "b": [...], "metrics_a", "metrics_b" (means over runs),
         "f1_micro": {diff, lo, hi, p_a_below_b}, "auc_macro": {...}}.
     Raises:
-        ConfigError: if a side is empty or two runs share no code.
+        ConfigError: if a side is empty or the runs chose their codes otherwise (another --top-k).
         DataFormatError: if the split holds no notes.
     """
     if not runs_a or not runs_b:
@@ -371,11 +371,7 @@ def compare(*, runs_a: Sequence[Path], runs_b: Sequence[Path], data_dir: Path, s
     df, _, report = scored_split(first, data_dir, split)
     texts = df["text"].tolist()
     index = {c: k for k, c in enumerate(codes)}
-    y = np.zeros((len(df), len(codes)), dtype=np.float32)
-    for i, row in enumerate(df["labels"]):
-        for c in row:
-            if c in index:
-                y[i, index[c]] = 1.0
+    y = LabelSet.from_codes(codes).multi_hot(df["labels"])
 
     def on_codes(p: Predictor) -> np.ndarray:  # this run's scores in `codes` order, 0 for a code it lacks
         out = np.zeros((len(texts), len(codes)), dtype=np.float32)

@@ -222,18 +222,20 @@ def test_a_checkpoint_records_its_notes_language_and_an_older_one_reads_as_engli
     assert rec.error is None
 
 
-def test_a_warm_start_keeps_the_mentions_its_checkpoint_learnt(runs, tmp_path):
-    """`review retrain` warm-starts from a sample of the training notes: the new checkpoint still knows every
-    mention the old one did."""
+def test_a_warm_start_learns_mentions_from_its_notes_never_from_its_checkpoint(runs, tmp_path):
+    """`review retrain`'s warm start starts LEAM's epochs from the checkpoint's weights, but learns mentions from its
+    own training notes only: a checkpoint refitted on train + dev holds dev's mentions, and the fusion fitted on dev
+    would trust them. On notes without evidence spans, the checkpoint's phrases are not carried over."""
     from clinicode.checkpoint import load_checkpoint
 
     run, _ = runs[True]
+    assert load_checkpoint(run).model.mentions.phrases          # the checkpoint knows its phrases
     cfg = TrainConfig(model="fused", epochs=1, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
                       device="cpu", min_doc_freq=1)
     train(out_dir=tmp_path / "warm", config=cfg, data_dir=run.parent / "data-False", model_options=SIZES,
           progress=False, warm_start=load_checkpoint(run))
-    held = json.loads((tmp_path / "warm" / "checkpoint" / MENTIONS_FILE).read_text())
-    assert held["phrases"] == {code: [phrase] for code, phrase in PHRASES.items()}
+    assert not load_checkpoint(tmp_path / "warm" / "checkpoint").model.mentions.phrases
+    assert json.loads((tmp_path / "warm" / "checkpoint" / "fusion.json").read_text())["mentions"] == 0
 
 
 def test_no_mentions_keeps_the_spans_words_out_of_the_checkpoint(runs, tmp_path):

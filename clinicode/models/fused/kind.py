@@ -145,15 +145,14 @@ class FusedKind:
                     min_doc_freq: int = TrainConfig.min_doc_freq) -> Any:
         """The tfidf-lr part, fitted on the training notes before LEAM's epochs (words of at least MIN_DOC_FREQ
         notes, `train --min-doc-freq`), and the codes' mentions in them
-        (EVIDENCE: each note's {code, start, end} spans, when the training split carries them), with those of
-        WARM_START (a fused checkpoint `review retrain` starts from: its sampled notes would forget the rest)."""
+        (EVIDENCE: each note's {code, start, end} spans, when the training split carries them). A warm start
+        (`review retrain`) learns them from every training note too, never from its checkpoint: a checkpoint
+        refitted on train + dev (`--fit-on`) holds dev's mentions, and the fusion fitted on dev would trust them."""
         from clinicode.models.fused.training import Before, fit_lr_part
 
+        del warm_start   # the epochs start from its weights; what is fitted here comes from the notes alone
         mentions = (MentionLexicon.build(codes, texts, evidence) if evidence is not None
                     else MentionLexicon(codes=tuple(codes), language=detect_language(texts)))
-        held = getattr(getattr(warm_start, "model", None), "mentions", None)
-        if held is not None:   # the checkpoint's mentions, on this label set (which may append codes coders added)
-            mentions = mentions.union(held.on_codes(codes))
         note = ""
         if evidence is not None:
             known = set(codes)

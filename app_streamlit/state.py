@@ -277,8 +277,8 @@ def seed_siblings(root: str, run_dir: str, names: tuple[str, ...]) -> list[dict[
             return None
         if isinstance(mc, dict):  # as read back: a key saved before it existed means what it meant then
             try:
-                mc = api.model_options_as_saved(mc)
-            except api.ConfigError:
+                mc = api.model_options_as_saved(mc, kind=manifest.get("model"))
+            except api.ClinicodeError:
                 return None
         options = {k: v for k, v in tc.items() if k not in _SEED_FREE}
         return json.dumps([options, mc, fingerprint], sort_keys=True), tc.get("seed")

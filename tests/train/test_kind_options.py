@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from clinicode.checkpoint import load_checkpoint
-from clinicode.conformance import check_kind
+from clinicode.conformance import ConformanceError, check_kind
 from clinicode.models import MODEL_KINDS, parse_model_options, train_kind
 from clinicode.predict import Predictor
 
@@ -142,6 +142,21 @@ def _data(folder: Path) -> Path:
 
 def test_a_new_kind_with_options_conforms(majority):
     check_kind(majority)  # includes its options off their defaults, saved and read back equal
+
+
+def test_check_kind_catches_a_kind_that_forgets_its_options(majority, monkeypatch):
+    """Not vacuous: a kind whose checkpoint comes back with the default options instead of those it was trained with
+    (the options it was given never saved) breaks a rule."""
+    load = type(majority).load
+
+    def forgets(self, folder, **kw):
+        model, tokenizer = load(self, folder, **kw)
+        return {**model, "options": dataclasses.asdict(self.options_type())}, tokenizer
+
+    monkeypatch.setattr(type(majority), "load", forgets)
+    with pytest.raises(ConformanceError, match=r"options given to training must be saved with the checkpoint and "
+                                               r"read back .*smoothing: 0\.5 given, 1\.0 read back"):
+        check_kind(majority)
 
 
 def test_a_new_kinds_options_are_set_from_the_cli_saved_and_read_back(majority, tmp_path):

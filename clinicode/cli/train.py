@@ -99,10 +99,9 @@ class ModelFlags:
     and the fused one's LEAM part); a kind without them refuses them."""
 
     model_option: Annotated[Optional[list[str]],
-                            typer.Option("--model-option",
-                                         help="KEY=VALUE: one of the --model kind's options (repeatable), read by its "
-                                              "type, e.g. --model-option label_reg_codes=128 (docs/cli.md lists "
-                                              "each kind's).")] = None
+                            typer.Option("--model-option", metavar="KEY=VALUE",
+                                         help="One of the --model kind's options (repeatable), read by its type, e.g. "
+                                              "--model-option label_reg_codes=128 (LEAM's: docs/cli.md).")] = None
 
     embed_dim: Annotated[Optional[int], opt("Word and code vector size P.", default_of(_M, "embed_dim"))] = None
     radius: Annotated[Optional[int],

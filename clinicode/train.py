@@ -272,7 +272,7 @@ def train(
     extra.update(manifest_extra or {})
     seed_everything(config.seed)
     if not train_kind(config.model).trained_by_loop:
-        return train_whole(run, ds, config, extra)  # a kind fitted whole (tfidf-lr): no epoch loop
+        return train_whole(run, ds, config, extra, options)  # a kind fitted whole (tfidf-lr): no epoch loop
 
     kind = train_kind(config.model)
     before = _before_loop(kind, ds, config, report, warm_start)   # every training note (tfidf-lr: seconds)

@@ -363,7 +363,7 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
 
     Returns:
         (RUN resolved, the dataset with descriptions filled, the manifest's extra fields ({"data": ...}), the
-        model options (None for a kind fitted whole, such as tfidf-lr)).
+        model options (an `options_type`, or None for a kind that takes none, such as tfidf-lr)).
     Raises:
         ConfigError: an unknown --model (before anything is written), or bad options.
     """
@@ -414,16 +414,17 @@ def given_options(model_options: Any) -> dict[str, Any]:
     return dict(model_options or {})
 
 
-def train_whole(run: Path, ds: PreparedDataset, config: TrainConfig, extra: dict[str, Any]) -> dict[str, Any]:
-    """A model kind fitted whole (`ModelKind.fit`, e.g. the tfidf-lr baseline): fit on train, then `finish`
-    (threshold on dev, test, checkpoint); one process only."""
+def train_whole(run: Path, ds: PreparedDataset, config: TrainConfig, extra: dict[str, Any], options: Any = None
+                ) -> dict[str, Any]:
+    """A model kind fitted whole (`ModelKind.fit`, e.g. the tfidf-lr baseline) with its OPTIONS (`kind_options`):
+    fit on train, then `finish` (threshold on dev, test, checkpoint); one process only."""
     kind = train_kind(config.model)
     if world()[1] > 1:
         raise ConfigError(f"--model {kind.name} trains in one process; run it without torchrun.")
     ck_dir = run / CHECKPOINT_DIR
     train_df, dev_df = ds.split("train"), ds.split("dev")
-    model = kind.fit(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]), labels=ds.labels,
-                     dev_texts=dev_df["text"].tolist(), y_dev=ds.labels.multi_hot(dev_df["labels"]),
+    model = kind.fit(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]), options=options,
+                     labels=ds.labels, dev_texts=dev_df["text"].tolist(), y_dev=ds.labels.multi_hot(dev_df["labels"]),
                      single_label=single_label(ds, config), seed=config.seed, min_doc_freq=config.min_doc_freq)
 
     counts = ds.labels.counts(train_df["labels"])

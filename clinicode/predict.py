@@ -22,13 +22,13 @@ from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.memory import MemoryPlan
 from clinicode.metrics import EVIDENCE_K, evidence_figures, predicted_codes, predicted_indices, span_code_prf
+from clinicode.models.spans import WORD_BAR, Span, attention_spans, top
 from clinicode.records import text_error
 from clinicode.runtime import pick_device
 
+__all__ = ["WORD_BAR", "CodeScore", "Prediction", "Predictor", "Prepared", "Span"]  # Span, WORD_BAR: models.spans'
+
 log = logging.getLogger(__name__)
-# A code's evidence: the words whose cosine with the code vector is at least this share of the note's best for that
-# code. Chosen on bc5cdr dev against gold mentions (docs/accuracy-tuning.md, round 12; docs/predict.md).
-WORD_BAR = 0.8
 TITLE_SUGGESTIONS = 10  # `predict --titles` before #43 listed this many at most (benchmarks/bench_suggestions.py)
 
 
@@ -46,41 +46,6 @@ class _RowScores:
             return float(self._row[self._labels.index(code)])
         except (KeyError, ValueError):
             return default
-
-
-def _top(values: np.ndarray, n: int) -> np.ndarray:
-    """Indices of the n largest values, largest first (ties by position)."""
-    if n >= len(values):
-        return np.argsort(-values, kind="stable")
-    kth = np.partition(values, len(values) - n)[len(values) - n]                  # the n-th largest value
-    above = np.flatnonzero(values > kth)
-    idx = np.concatenate([above, np.flatnonzero(values == kth)[: n - len(above)]])  # ties: earliest first
-    return idx[np.lexsort((idx, -values[idx]))]                                   # == stable argsort[:n]
-
-
-def _word_spans(offs: Sequence[tuple[int, int]], g: np.ndarray, n: int) -> list[Span]:
-    """A code's evidence in one note: the words whose cosine with the code vector is at least `WORD_BAR` times the
-    note's best (the best word alone when no cosine is positive), neighbouring words joined into one span; the spans
-    ranked by their best word's cosine (the weight), ties by position; at most n.
-
-    Args:
-        offs: [L] each token's character span.
-        g: [L] each token's cosine with the code vector (the scorer's `word_rows`).
-        n: spans at most.
-    """
-    if not len(g) or n < 1:
-        return []
-    top = float(g.max())
-    picked = np.flatnonzero(g >= WORD_BAR * top) if top > 0 else np.array([int(g.argmax())])
-    runs: list[list[int]] = []
-    for i in picked.tolist():
-        if runs and i == runs[-1][-1] + 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    best = [float(g[r].max()) for r in runs]
-    order = sorted(range(len(runs)), key=lambda x: (-best[x], runs[x][0]))[:n]
-    return [Span(offs[runs[x][0]][0], offs[runs[x][-1]][1], best[x]) for x in order]
 
 
 def _gold_only(shown: list[dict[str, Any]], gold: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
@@ -102,14 +67,6 @@ def _no_words(text: str) -> str:
         return "no words after tokenisation (no letters: only numbers, punctuation, symbols or emoji)"
     return "no words after tokenisation (none of its letters form a word the model reads)"
 
-@dataclass(frozen=True)
-class Span:
-    """A character span [start, end) of the original note with a weight."""
-
-    start: int
-    end: int
-    weight: float
-
 
 @dataclass(frozen=True)
 class CodeScore:
@@ -122,9 +79,11 @@ class CodeScore:
 class Prediction:
     """One note's result. `error` is set (and scores empty) when the note could not be scored.
 
-    evidence: the highest-attention token spans (beta), when explain > 0.
-    code_phrases: for each predicted code, at most `explain` spans of the words closest to the code vector (cosine at
-        least `WORD_BAR` of the note's best; neighbouring words joined), best first, weighted by that cosine.
+    evidence: the highest-attention token spans (LEAM's beta, in [0, 1]), when explain > 0.
+    code_phrases: for each predicted code, at most `explain` spans of its evidence words (weight at least `WORD_BAR`
+        of the note's best; neighbouring words joined), best first, as the model kind's scorer shows them and on its
+        scale (`code_spans`: LEAM's cosine with the code vector, in [-1, 1]; the default model's mixed evidence, at
+        most 1, and 1.9-2.1 inside one of the code's training mentions).
     attention: every kept token's span with its beta weight (for highlighting), when explain > 0.
     suggested: when the predictor has candidates (its code system's titles, or a titles file), the codes outside the
         checkpoint's whose title stands in the note, best first (`clinicode.codes.suggest`): suggestions from the
@@ -435,8 +394,8 @@ class Predictor:
             s = scores[j]
             keep = predicted_indices(s, t, single_label=self.single_label)                # the one rule
             predicted = [CodeScore(codes[k], descs[k], float(s[k])) for k in keep]
-            top = {codes[k]: float(s[k]) for k in _top(s, k_keep)} if k_keep else {}
-            rec = Prediction(ids[i], predicted=predicted, scores=top)
+            best = {codes[k]: float(s[k]) for k in top(s, k_keep)} if k_keep else {}
+            rec = Prediction(ids[i], predicted=predicted, scores=best)
             if encs is not None:
                 rec.truncated, rec.n_tokens = encs[j].truncated, len(encs[j].ids)
                 if len(encs[j].ids) == 0:
@@ -446,15 +405,13 @@ class Predictor:
                 read = self._read_part(prepared.texts[j], encs[j] if encs is not None else None)
                 rec.suggested = self.suggester.suggest(read, _RowScores(self.labels, s))
             if explain > 0 and extras is not None and extras[j] is not None and rec.error is None:
-                beta = extras[j]
-                offs = encs[j].offsets
+                beta, offs = extras[j], encs[j].offsets
                 if attention:
-                    rec.attention = [Span(a, b, float(w)) for (a, b), w in zip(offs, beta)]
-                rec.evidence = [Span(offs[p][0], offs[p][1], float(beta[p])) for p in _top(beta, explain)]
-                ks = [self.labels.index(c.code) for c in predicted]
-                g = self.scorer.word_rows(np.asarray(encs[j].ids), ks,  # type: ignore[attr-defined]  # [n, L]
-                                          text=prepared.texts[j], offsets=offs)
-                rec.code_phrases = {c.code: _word_spans(offs, row, explain) for c, row in zip(predicted, g)}
+                    rec.attention = attention_spans(offs, beta)
+                rec.evidence = attention_spans(offs, beta, explain)
+                spans = self.scorer.code_spans(encs[j], [int(k) for k in keep], explain,  # type: ignore[attr-defined]
+                                               text=prepared.texts[j])                  # the kind's own scale
+                rec.code_phrases = {c.code: found for c, found in zip(predicted, spans)}
             out[i] = rec
         return out  # type: ignore[return-value]
 
@@ -557,9 +514,9 @@ class Predictor:
         enc = self.scorer.encode([text], offsets=True)[0]
         if not enc.ids or not codes:
             return {c: [] for c in codes}
-        g = self.scorer.word_rows(np.asarray(enc.ids), [self.labels.index(c) for c in codes],  # type: ignore[attr-defined]
-                                  text=text, offsets=enc.offsets)
-        return {c: _word_spans(enc.offsets, row, n) for c, row in zip(codes, g)}
+        spans = self.scorer.code_spans(enc, [self.labels.index(c) for c in codes], n,  # type: ignore[attr-defined]
+                                       text=text)
+        return dict(zip(codes, spans))
 
     def card(self) -> dict[str, Any]:
         """Model card: manifest, configs and metrics (for the app)."""

@@ -4,8 +4,6 @@ The CLI, `evaluate`, serve and the app all score through `Predictor`, which asks
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -16,10 +14,10 @@ import torch
 
 from clinicode.checkpoint import Checkpoint, load_checkpoint
 from clinicode.codes.icd10 import PCS_NO_TITLE
-from clinicode.codes.suggest import Suggester, Suggestion, system_titles
-from clinicode.codes.systems import LOCAL, CodeCheck, CodeSystem, check_code
+from clinicode.codes.suggest import CheckpointSuggestions, Suggester, Suggestion
+from clinicode.codes.systems import CodeSystem
 from clinicode.config import PREDICT, check_threshold
-from clinicode.errors import ConfigError, DataFormatError
+from clinicode.errors import ConfigError
 from clinicode.memory import MemoryPlan
 from clinicode.metrics import EVIDENCE_K, evidence_figures, predicted_codes, predicted_indices, span_code_prf
 from clinicode.models.spans import WORD_BAR, Span, attention_spans, top
@@ -27,25 +25,6 @@ from clinicode.records import text_error
 from clinicode.runtime import pick_device
 
 __all__ = ["WORD_BAR", "CodeScore", "Prediction", "Predictor", "Prepared", "Span"]  # Span, WORD_BAR: models.spans'
-
-log = logging.getLogger(__name__)
-TITLE_SUGGESTIONS = 10  # `predict --titles` before #43 listed this many at most (benchmarks/bench_suggestions.py)
-
-
-class _RowScores:
-    """One note's scores of the checkpoint's codes, read by code (what the suggester asks of the model)."""
-
-    def __init__(self, labels: Any, row: np.ndarray) -> None:
-        self._labels, self._row = labels, row
-
-    def __bool__(self) -> bool:
-        return True
-
-    def get(self, code: str, default: float = 0.0) -> float:
-        try:
-            return float(self._row[self._labels.index(code)])
-        except (KeyError, ValueError):
-            return default
 
 
 def _gold_only(shown: list[dict[str, Any]], gold: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
@@ -184,60 +163,12 @@ class Predictor:
         self.device = torch.device(device)
         self.batch_size = batch_size
         # codes the checkpoint was not trained on, suggested from their titles (`suggested`): TITLES when given (built
-        # now, so a bad titles file fails first), else the titles its code system ships (ICD-10-CM's 74,736: built on
-        # first use, so evaluate and training's dev scoring never pay for them); `suggest=False` turns them off
-        self._suggest_lock = threading.Lock()
-        self.titles_left_out: tuple[str, ...] = ()  # codes of TITLES not of the checkpoint's system (never suggested)
-        self._pending: tuple | None = (None, tree) if suggest and titles is None else None
-        given = suggest and titles is not None
-        self._suggester: Suggester | None = self._build_suggester(titles, tree) if given else None
+        # now, so a bad titles file fails first), else the titles its code system ships (built on first use)
+        self._suggestions = CheckpointSuggestions(self.labels.codes, self.labels.descriptions, self.code_system,
+                                                  titles=titles, tree=tree, enabled=suggest)
         self.scorer = self.model_kind.scorer(checkpoint, device=self.device, batch_size=batch_size,
                                              memory_mb=memory_mb)
         self.plan: MemoryPlan | None = getattr(self.scorer, "plan", None)  # a model with a memory plan (LEAM)
-
-    def _canonical_titles(self, titles: Mapping[str, str]) -> dict[str, str]:
-        """TITLES keyed by the checkpoint's spelling of each code (`CodeSystem.canonical`: MIMIC's undotted 'I5020'
-        is the checkpoint's 'I50.20'), so a code the checkpoint has is never suggested as one it lacks; every code
-        is one of the checkpoint's code system (`check_code`, as `review decide --add` checks a coder's), bar for a
-        checkpoint of its own labels (LOCAL), whose codes follow no rule. The others ('R07.9' for an ICD-9 model,
-        'not a code', CAML's chapter ranges '001-139.99') are left out, never suggested, and logged in one warning
-        (`titles_left_out`); a file most of whose codes are not the system's is another system's, and refused.
-
-        Raises:
-            DataFormatError: most codes are not of the checkpoint's system (one line counting them and naming the
-                first); two spellings of one code ('4280' and '428.0') with different titles.
-        """
-        system = self.code_system
-        known = set(self.labels.codes)
-        out: dict[str, str] = {}
-        given: dict[str, str] = {}
-        foreign: list[tuple[str, CodeCheck]] = []
-        for code, title in titles.items():
-            key = system.canonical(code, known)
-            if key not in known and system is not LOCAL:
-                found = check_code(system, code)
-                if found.code is None:
-                    foreign.append((code, found))
-                    continue
-                key = found.code
-            key = key or code.strip()  # LOCAL: as given
-            if key in out and out[key] != title:
-                raise DataFormatError(f"--titles: {given[key][:40]!r} and {code[:40]!r} are both code {key[:40]!r} "
-                                      "with different titles; keep one code<TAB>title line per code.")
-            out.setdefault(key, title)
-            given.setdefault(key, code)
-        if foreign:
-            code, found = foreign[0]
-            what = (f"a code of {found.other.name}" if found.other is not None else
-                    "not in the CMS tables" if found.not_in_tables else f"no {system.name} code")
-            said = (f"{len(foreign):,} of {len(titles):,} codes are not of the checkpoint's code system, "
-                    f"{system.name} (the first, {code[:40]!r}, is {what})")
-            if 2 * len(foreign) > len(titles):
-                raise DataFormatError(f"--titles: {said}; give titles of {system.name} codes (such as "
-                                      f"{system.example}).")
-            log.warning("--titles: %s; they are left out, never suggested.", said)
-            self.titles_left_out = tuple(c for c, _ in foreign)
-        return out
 
     @classmethod
     def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = PREDICT.batch_size,
@@ -257,23 +188,12 @@ class Predictor:
     def suggester(self) -> Suggester | None:
         """The candidates' suggester, or None when there are none (suggest=False, or a code system shipping no
         titles); the code system's own titles are read and indexed the first time it is asked for."""
-        if self._pending is not None:
-            with self._suggest_lock:
-                if self._pending is not None:
-                    self._suggester = self._build_suggester(*self._pending)
-                    self._pending = None
-        return self._suggester
+        return self._suggestions.suggester
 
-    def _build_suggester(self, titles: Mapping[str, str] | None,
-                         tree: Mapping[str, Sequence[str]] | None) -> Suggester | None:
-        if titles is None:
-            titles = system_titles(self.code_system)
-            if not titles:
-                return None
-        else:
-            titles = self._canonical_titles(titles)  # the checkpoint's spelling: its own codes are never candidates
-        own = dict(zip(self.labels.codes, self.labels.descriptions))
-        return Suggester(titles, own=own, tree=tree)
+    @property
+    def titles_left_out(self) -> tuple[str, ...]:
+        """Codes of the given titles that are not of the checkpoint's code system (never suggested)."""
+        return self._suggestions.left_out
 
     @property
     def codes(self) -> tuple[str, ...]:
@@ -403,7 +323,7 @@ class Predictor:
                     rec.predicted, rec.scores = [], {}
             if self.suggester is not None and rec.error is None:
                 read = self._read_part(prepared.texts[j], encs[j] if encs is not None else None)
-                rec.suggested = self.suggester.suggest(read, _RowScores(self.labels, s))
+                rec.suggested = self._suggestions.suggest(read, s)
             if explain > 0 and extras is not None and extras[j] is not None and rec.error is None:
                 beta, offs = extras[j], encs[j].offsets
                 if attention:

@@ -1,10 +1,9 @@
 """Scoring notes with a checkpoint: `Predictor.from_checkpoint(dir).predict(texts)` -> typed records.
 
-The CLI, `evaluate`, serve and the app all score through `Predictor`, which asks the checkpoint's model kind."""
+Every face scores through it; it asks the kind's scorer (scores, spans) and `codes.suggest`, and judges nothing."""
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -13,31 +12,17 @@ import numpy as np
 import torch
 
 from clinicode.checkpoint import Checkpoint, load_checkpoint
-from clinicode.codes.icd10 import PCS_NO_TITLE
 from clinicode.codes.suggest import CheckpointSuggestions, Suggester, Suggestion
 from clinicode.codes.systems import CodeSystem
 from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError
 from clinicode.memory import MemoryPlan
-from clinicode.metrics import EVIDENCE_K, evidence_figures, predicted_codes, predicted_indices, span_code_prf
+from clinicode.metrics import predicted_codes, predicted_indices
 from clinicode.models.spans import WORD_BAR, Span, attention_spans, top
 from clinicode.records import text_error
 from clinicode.runtime import pick_device
 
 __all__ = ["WORD_BAR", "CodeScore", "Prediction", "Predictor", "Prepared", "Span"]  # Span, WORD_BAR: models.spans'
-
-
-def _gold_only(shown: list[dict[str, Any]], gold: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
-    """Each note's predicted codes (with their spans) that are gold codes of the note."""
-    out = []
-    for note, codes in zip(shown, gold, strict=True):
-        wanted = set(codes)
-        out.append({c: v for c, v in note.items() if c in wanted})
-    return out
-
-
-# evidence_quality of a checkpoint that shows no per-code spans
-NO_PHRASES = "a {kind} checkpoint shows no per-code spans; only the floors are measured"
 
 
 def _no_words(text: str) -> str:
@@ -338,8 +323,8 @@ class Predictor:
     def code_spans(self, texts: Sequence[str], *, explain: int,
                    threshold: float | None = None) -> list[dict[str, list[tuple[int, int]] | None]]:
         """Each note's predicted codes (at the threshold) with the spans `predict(..., explain=explain)` shows for
-        them, best first (None for a kind that shows none, tfidf-lr): what the span-and-code F1 judges
-        (`clinicode.metrics.span_code_prf`).
+        them, best first (None for a kind that shows none, tfidf-lr): what the evidence figures and the span-and-code F1
+        judge (`clinicode.metrics.spans_report`).
 
         Args:
             texts: [n_notes] the notes.
@@ -362,64 +347,6 @@ class Predictor:
             return text
         offsets = enc.offsets or self.scorer.encode([text], offsets=True)[0].offsets  # type: ignore[attr-defined]
         return text[:offsets[-1][1]] if len(offsets) else text
-
-    def correct_code_spans(self, texts: Sequence[str], gold: Sequence[Sequence[str]], *, explain: int,
-                           threshold: float | None = None) -> list[dict[str, list[tuple[int, int]] | None]]:
-        """Each note's correctly predicted codes (gold, and predicted at the threshold) with their spans (`code_spans`):
-        what `clinicode.metrics.evidence_figures` judges against gold mentions.
-
-        Args:
-            texts: [n_notes] the notes.
-            gold: per note, its gold codes.
-            explain: spans per code.
-            threshold: the cut-off for "predicted" (default: the checkpoint's).
-        """
-        return _gold_only(self.code_spans(texts, explain=explain, threshold=threshold), gold)
-
-    def evidence_quality(self, texts: Sequence[str], gold: Sequence[Sequence[str]],
-                         mentions: Sequence[Sequence[Mapping[str, Any]]], *, k: int = EVIDENCE_K,
-                         threshold: float | None = None) -> dict[str, Any] | None:
-        """How well the spans shown for each correctly predicted code point at its gold mentions, beside the random
-        and title-word floors (`clinicode.metrics.evidence_figures`), and the span-and-code figures of every predicted
-        code (`clinicode.metrics.span_code_prf`): what `evaluate` reports and `train` saves.
-
-        Args:
-            texts: [n_notes] the notes.
-            gold: per note, its gold codes.
-            mentions: per note, its gold mentions ({code, start, end}).
-            k: spans per code (the explain count), >= 1.
-            threshold: the cut-off for "predicted" (default: the checkpoint's).
-        Returns:
-            None when no note has a gold mention; else the figures, with "span_code" (None, and a "model_note", for
-            a kind that shows no spans: tfidf-lr).
-        Raises:
-            ConfigError: k < 1.
-        """
-        if k < 1:
-            raise ConfigError(f"evidence needs k >= 1 spans per code (the explain count), got {k}.")
-        if not any(len(m) for m in mentions):
-            return None
-        known = set(self.labels.codes)
-        spell = {}  # each mention's code in the checkpoint's spelling (`CodeSystem.canonical`: '4280' is 428.0)
-        outside: Counter[str] = Counter()
-        for note in mentions:
-            for m in note:
-                code = str(m["code"])
-                if code not in spell:
-                    spell[code] = self.code_system.canonical(code, known) or code.strip()
-                if spell[code] not in known:
-                    outside[code] += 1
-        mentions = [[{**m, "code": spell[str(m["code"])]} for m in note] for note in mentions]
-        shown = self.code_spans(texts, explain=k, threshold=threshold)  # one scoring pass for both reports
-        correct = _gold_only(shown, gold)
-        titles = {c: "" if t == PCS_NO_TITLE else t for c, t in zip(self.labels.codes, self.labels.descriptions)}
-        out = evidence_figures(texts, mentions, correct, titles, k=k)  # a display placeholder is no title: no floor
-        out["n_mentions_outside"] = sum(outside.values())  # mentions of codes that are no label of the checkpoint
-        out["outside_codes"] = [c for c, _ in outside.most_common(5)]
-        out["span_code"] = span_code_prf(shown, mentions) if self.model_kind.can_explain else None
-        if not self.model_kind.can_explain:
-            out["model_note"] = NO_PHRASES.format(kind=self.kind)
-        return out
 
     def explain_codes(self, text: str, codes: Sequence[str], n: int = 5) -> dict[str, list[Span]]:
         """Each given code's evidence spans in one note, at most n (as `predict(..., explain=n)` gives for predicted

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from clinicode.config import TrainConfig
+from clinicode.data.prepared import read_split
 from clinicode.errors import CheckpointError
+from clinicode.evaluate import evidence_of
 from clinicode.files import sha256_file
 from clinicode.matching import Matching
 from clinicode.models.fused.mentions import MAX_WORDS, MENTION_WEIGHT, MENTIONS_FILE, MentionLexicon
@@ -125,6 +127,18 @@ def test_a_codes_mentions_are_its_spans_on_their_own_band_above_the_word_bar(run
     start = with_mention.index("VANTIC")
     [only] = pred.scorer.code_spans(pred.scorer.encode([with_mention], offsets=True)[0], [k], 5, text=with_mention)
     assert [(s.start, s.end) for s in only] == [(start, start + len("VANTIC SYNDROME"))]
+
+
+def test_training_saves_the_evidence_figures_evaluate_reports(runs):
+    """train (metrics_test.json) and evaluate judge the spans by one method (`clinicode.metrics.spans_report`)."""
+    run = runs[True][0]
+    pred = Predictor.from_checkpoint(run, device="cpu")
+    saved = json.loads((run / "checkpoint" / "metrics_test.json").read_text())["evidence"]
+    test = read_split(run.parent / "data-True", "test")
+    again = evidence_of(pred, test["text"].tolist(), test["labels"].tolist(), test["evidence"].tolist(),
+                             threshold=pred.threshold)
+    assert saved["n_pairs"] > 0 and saved["span_code"]["n_predicted"] > 0
+    assert again == saved
 
 
 def test_the_lexicon_reads_only_sound_spans_of_known_codes(tmp_path):

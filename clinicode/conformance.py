@@ -280,6 +280,8 @@ def _check_use(kind: ModelKind, who: str) -> None:
         _need(np.isfinite(s).all() and (s >= 0).all() and (s <= 1).all(), who, "scores must be probabilities.")
         _need(np.allclose(pred.score(texts[:5][::-1]), s[:5][::-1], atol=1e-5), who,
               "a note's scores must not depend on the other notes of its batch or their order.")
+        _need(not kind.can_explain or callable(getattr(pred.scorer, "code_spans", None)), who,
+              "`can_explain`: the scorer must give each code's spans on its own stated scale (`code_spans`).")
         record = pred.predict(texts[:2], explain=2 if kind.can_explain else 0)[0].to_dict()
         _need(record["id"] == "0" and "scores" in record, who, "`Predictor.predict` must give records.")
         if kind.can_explain:

@@ -29,9 +29,9 @@ class Scorer(Protocol):
     """A loaded model ready to score notes (`ModelKind.scorer`); `Predictor` holds one.
 
     Optional members, present when the kind says so: `score_ids(id_lists)` (`scores_ids`); `embed(texts)` and
-    `label_embeddings()` (`can_embed`); `word_rows(token_ids, code_indices, *, text, offsets)` (`can_explain`; the
-    note and its tokens' character spans, for a kind that reads words); `plan` (the memory plan, for a model that
-    has one).
+    `label_embeddings()` (`can_embed`); `code_spans(enc, code_indices, n, *, text)` (`can_explain`: each code's
+    evidence spans in one encoded note, best first, by `clinicode.models.spans.word_spans` over the kind's own word
+    weights, whose meaning and range its docstring states); `plan` (the memory plan, for a model that has one).
     """
 
     def score(self, texts: Sequence[str]) -> np.ndarray:

@@ -364,8 +364,8 @@ def system_titles(system) -> dict[str, str]:
     return dict(icd10_cm_billable_titles())
 
 
-def checkpoint_titles(titles: Mapping[str, str], system: CodeSystem,
-                      codes: Sequence[str]) -> tuple[dict[str, str], tuple[str, ...]]:
+def checkpoint_titles(titles: Mapping[str, str], system: CodeSystem, codes: Sequence[str], *,
+                      option: str = "--titles") -> tuple[dict[str, str], tuple[str, ...]]:
     """TITLES keyed by a checkpoint's spelling of each code (`CodeSystem.canonical`: MIMIC's undotted 'I5020' is the
     checkpoint's 'I50.20'), so a code the checkpoint has is never suggested as one it lacks; every code is one of the
     checkpoint's code system SYSTEM (`check_code`, as `review decide --add` checks a coder's), bar for a checkpoint of
@@ -377,6 +377,7 @@ def checkpoint_titles(titles: Mapping[str, str], system: CodeSystem,
         titles: code -> title, as a `--titles` file gives them.
         system: the checkpoint's code system.
         codes: the checkpoint's codes.
+        option: the option the titles came from, for messages (`train --terminology` reads them too).
     Returns:
         (code -> title in the checkpoint's spelling, the codes of TITLES left out).
     Raises:
@@ -397,7 +398,7 @@ def checkpoint_titles(titles: Mapping[str, str], system: CodeSystem,
             key = found.code
         key = key or code.strip()  # LOCAL: as given
         if key in out and out[key] != title:
-            raise DataFormatError(f"--titles: {given[key][:40]!r} and {code[:40]!r} are both code {key[:40]!r} "
+            raise DataFormatError(f"{option}: {given[key][:40]!r} and {code[:40]!r} are both code {key[:40]!r} "
                                   "with different titles; keep one code<TAB>title line per code.")
         out.setdefault(key, title)
         given.setdefault(key, code)
@@ -408,9 +409,9 @@ def checkpoint_titles(titles: Mapping[str, str], system: CodeSystem,
         said = (f"{len(foreign):,} of {len(titles):,} codes are not of the checkpoint's code system, "
                 f"{system.name} (the first, {code[:40]!r}, is {what})")
         if 2 * len(foreign) > len(titles):
-            raise DataFormatError(f"--titles: {said}; give titles of {system.name} codes (such as "
+            raise DataFormatError(f"{option}: {said}; give titles of {system.name} codes (such as "
                                   f"{system.example}).")
-        log.warning("--titles: %s; they are left out, never suggested.", said)
+        log.warning("%s: %s; they are left out, never suggested.", option, said)
     return out, tuple(c for c, _ in foreign)
 
 

@@ -34,6 +34,8 @@ class TrainConfig:
     fit_on: str = "train+dev"       # --model fused: after dev has chosen the fusion and the threshold, refit the
                                     # parts that need no epochs (tfidf-lr, titles, mentions) on "train+dev", or keep
                                     # them as fitted on "train" (round 17)
+    terminology: str | None = None  # --model fused: a code<TAB>title file, or "auto" (the code system's own titles):
+                                    # its codes outside the label set join it, scored from their titles (#50)
     batch_size: int = 16
     lr: float = 1e-2                # tuned on hoc/mtsamples/cmc2007 dev (BENCHMARKS.md); was 2e-3
     optimizer: str = "adamw"        # "adamw" (decoupled weight decay) or "adam" (weight_decay as L2 in the gradient)
@@ -82,6 +84,11 @@ class TrainConfig:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
         if self.w2v_epochs < 0:
             raise ConfigError(f"--w2v-epochs must be >= 1, or 0 for automatic, got {self.w2v_epochs}.")
+        if self.terminology is not None and (not isinstance(self.terminology, str) or not self.terminology.strip()):
+            raise ConfigError(f"--terminology must be a code<TAB>title file or 'auto', got {self.terminology!r}.")
+        if self.terminology is not None and self.model != "fused":
+            raise ConfigError(f"--terminology scores codes from their titles in the fused model; --model {self.model} "
+                              "has no title match: leave out --terminology, or train --model fused.")
         if self.fit_on not in FIT_ON:
             raise ConfigError(f"--fit-on must be {' or '.join(FIT_ON)}, got {self.fit_on!r}.")
         if self.optimizer not in ("adamw", "adam"):

@@ -22,7 +22,10 @@ from clinicode.models.spans import WORD_BAR, Span, attention_spans, top
 from clinicode.records import text_error
 from clinicode.runtime import pick_device
 
-__all__ = ["WORD_BAR", "CodeScore", "Prediction", "Predictor", "Prepared", "Span"]  # Span, WORD_BAR: models.spans'
+TERMINOLOGY = "terminology"   # `CodeScore.source` of a code scored from a terminology's title, with no training note
+
+# Span, WORD_BAR: models.spans'
+__all__ = ["TERMINOLOGY", "WORD_BAR", "CodeScore", "Prediction", "Predictor", "Prepared", "Span"]
 
 
 def _no_words(text: str) -> str:
@@ -37,6 +40,7 @@ class CodeScore:
     code: str
     description: str
     score: float
+    source: str | None = None   # "terminology": a code no training note carried, scored from its title alone
 
 
 @dataclass
@@ -49,6 +53,8 @@ class Prediction:
         scale (`code_spans`: LEAM's cosine with the code vector, in [-1, 1]; the default model's mixed evidence, at
         most 1, and 1.9-2.1 inside one of the code's training mentions).
     attention: every kept token's span with its beta weight (for highlighting), when explain > 0.
+    predicted: the codes scoring above the threshold; one whose `source` is "terminology" had no training note
+        (`train --terminology`): its score comes from its title in the note alone.
     suggested: when the predictor has candidates (its code system's titles, or a titles file), the codes outside the
         checkpoint's whose title stands in the note, best first (`clinicode.codes.suggest`): suggestions from the
         title, not predictions (their score is a rank, not a probability; never in `predicted` or `scores`).
@@ -71,7 +77,8 @@ class Prediction:
             return {"id": self.id, "error": self.error}
         out: dict[str, Any] = {
             "id": self.id,
-            "predicted": [{"code": c.code, "description": c.description, "score": c.score} for c in self.predicted],
+            "predicted": [{"code": c.code, "description": c.description, "score": c.score,
+                           **({"source": c.source} if c.source else {})} for c in self.predicted],
             "scores": self.scores,
             "truncated": self.truncated,
         }
@@ -108,7 +115,9 @@ class Prediction:
         codes = predicted_codes(self.scores, t, single_label=single_label)
         phrases = None if self.code_phrases is None else {c: self.code_phrases[c] for c in codes
                                                            if c in self.code_phrases}
-        return replace(self, predicted=[CodeScore(c, titles.get(c, ""), float(self.scores[c])) for c in codes],
+        marks = {c.code: c.source for c in self.predicted}
+        return replace(self, predicted=[CodeScore(c, titles.get(c, ""), float(self.scores[c]), marks.get(c))
+                                        for c in codes],
                        scores=dict(self.scores), code_phrases=phrases)
 
 
@@ -154,6 +163,9 @@ class Predictor:
         self.scorer = self.model_kind.scorer(checkpoint, device=self.device, batch_size=batch_size,
                                              memory_mb=memory_mb)
         self.plan: MemoryPlan | None = getattr(self.scorer, "plan", None)  # a model with a memory plan (LEAM)
+        # codes from index on that a kind scores from a terminology's titles alone (the fused model's
+        # `train --terminology`), marked so in `predicted`; len(labels): none
+        self._first_term = len(self.labels) - int(getattr(self.scorer, "terminology_codes", 0))
 
     @classmethod
     def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = PREDICT.batch_size,
@@ -298,7 +310,8 @@ class Predictor:
         for j, i in enumerate(good):
             s = scores[j]
             keep = predicted_indices(s, t, single_label=self.single_label)                # the one rule
-            predicted = [CodeScore(codes[k], descs[k], float(s[k])) for k in keep]
+            predicted = [CodeScore(codes[k], descs[k], float(s[k]), TERMINOLOGY if k >= self._first_term else None)
+                         for k in keep]
             best = {codes[k]: float(s[k]) for k in top(s, k_keep)} if k_keep else {}
             rec = Prediction(ids[i], predicted=predicted, scores=best)
             if encs is not None:

@@ -364,6 +364,17 @@ def _refit_on_all(kind: Any, ds: Any, config: TrainConfig, final: Any) -> tuple[
     return model, y.sum(axis=0)
 
 
+def _with_terminology(labels: Any, config: TrainConfig) -> tuple[Any, dict[str, str]]:
+    """(LABELS followed by the codes of `config.terminology` they lack, those codes -> titles); (LABELS, {}) without."""
+    if config.terminology is None:
+        return labels, {}
+    from clinicode.codes.terminology import terminology_titles
+
+    more = terminology_titles(config.terminology, labels.codes, labels.code_system)
+    return type(labels)(labels.codes + tuple(more), labels.descriptions + tuple(more.values()),
+                        labels.code_system), more
+
+
 def _note_if_still_improving(trainer: _Trainer, setup: TrainingSetup, config: TrainConfig, loop_config: TrainConfig,
                              report: Callable[[str], None] | None) -> None:
     """Tell the user when the loop ran out of --epochs while dev was still improving."""
@@ -406,10 +417,17 @@ def _finish(kind: Any, run: Path, ds: Any, config: TrainConfig, setup: TrainingS
     if hasattr(kind, "after_loop"):  # the kind's model from the loop's (the fused model: its fusion learnt on dev)
         t0 = time.perf_counter()
         dev = ds.split("dev")
+        grown, more = _with_terminology(setup.labels, config)   # `--terminology`: its codes join after the loop
         final = kind.after_loop(setup.model, setup.tokenizer, before, dev_texts=dev["text"].tolist(),
-                                y_dev=setup.y_dev, train_counts=setup.train_counts,
-                                descriptions=setup.labels.descriptions, max_len=config.max_len, device=setup.device,
-                                batch_size=config.eval_batch_size, memory_mb=config.memory_mb)
+                                y_dev=grown.multi_hot(dev["labels"]) if more else setup.y_dev,
+                                train_counts=setup.train_counts, descriptions=setup.labels.descriptions,
+                                max_len=config.max_len, device=setup.device, batch_size=config.eval_batch_size,
+                                memory_mb=config.memory_mb, **({"terminology": more} if more else {}))
+        if more:   # no training note carries them: the data, the checkpoint and test count them from now on
+            setup.labels = ds.labels = grown
+            if every is not None:
+                every.labels = grown
+            setup.train_counts = np.concatenate([setup.train_counts, np.zeros(len(more), dtype=np.int64)])
         fusion = getattr(final, "fusion", None)
         if fusion:
             _say(report, f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: LEAM's share per band "

@@ -21,7 +21,8 @@ from clinicode.artifacts import holds_training, is_run_data, is_run_folder, make
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.codes.icd9 import load_descriptions_tsv
 from clinicode.codes.icd10 import PCS_NO_TITLE
-from clinicode.codes.systems import infer_code_system
+from clinicode.codes.systems import LOCAL, infer_code_system
+from clinicode.codes.terminology import read_terminology
 from clinicode.config import TrainConfig, config_to_dict
 from clinicode.constants import EVIDENCE, RUN_FILE, SCORES_TEST_FILE
 from clinicode.data.labels import LabelSet
@@ -383,12 +384,18 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
     kind = train_kind(config.model)
     vectors = config.embeddings if config.embeddings not in ("w2v", "random") else None
     run = check_run_folder(Path(out_dir), resume=resume,
-                           inputs={"--data": data_dir, "--descriptions": descriptions_path, "--embeddings": vectors})
+                           inputs={"--data": data_dir, "--descriptions": descriptions_path, "--embeddings": vectors,
+                                   "--terminology": config.terminology if config.terminology != "auto" else None})
     options = kind_options(kind, model_options)  # unknown or out-of-range options fail before anything is written
     # a kind that refits on train and dev (the fused model's --fit-on train+dev) learns the codes only dev carries too
     grows = config.fit_on == "train+dev" and hasattr(kind, "refit") and config.top_k is None
     ds = load_dataset(Path(data_dir), top_k=config.top_k, label_splits=("train", "dev") if grows else ("train",))
     ds.labels = with_descriptions(ds.labels, descriptions_path)
+    if config.terminology is not None:   # a missing file or another code system's codes fail before anything is written
+        table = read_terminology(config.terminology, ds.labels.codes, ds.labels.code_system or LOCAL)
+        ds.labels = LabelSet(ds.labels.codes, tuple(d or table.get(c, "") for c, d in zip(ds.labels.codes,
+                                                                                          ds.labels.descriptions)),
+                             ds.labels.code_system)   # its titles are descriptions too
     n_train, n_dev = len(ds.split("train")), len(ds.split("dev"))
     if n_train == 0 or n_dev == 0:
         raise DataFormatError(f"{data_dir}: the train and dev splits must both hold notes (got {n_train} and "

@@ -131,23 +131,26 @@ RULES = {"f1+auc": RULE, "auc+platt": RULE_AUC}
 DEFAULT_RULE = "auc+platt"
 
 
-def _platt(x: np.ndarray, y: np.ndarray, iters: int = 30) -> tuple[float, float]:
+def _platt(x: np.ndarray, y: np.ndarray, iters: int = 30, weight: np.ndarray | None = None) -> tuple[float, float]:
     """(scale, bias) of the lowest mean cross-entropy of sigmoid(scale x + bias) against y: Newton's method on the
     two parameters from (1, 0), each step halved until the loss falls, a small ridge towards (1, 0), and the scale
-    kept in [0.05, 20] (positive: a band's ranking never flips)."""
+    kept in [0.05, 20] (positive: a band's ranking never flips). WEIGHT: each (x, y) point's count (None: 1 each),
+    so many equal points are one."""
     x, t = x.ravel().astype(np.float64), y.ravel().astype(np.float64)
+    wt = np.ones_like(x) if weight is None else weight.ravel().astype(np.float64)
+    wt = wt / wt.sum()
     feats = np.stack([x, np.ones_like(x)], axis=1)                                   # [n, 2]
     ridge, prior = 1e-3, np.array([1.0, 0.0])
 
     def loss(theta: np.ndarray) -> float:
         s = np.clip(feats @ theta, -_CLIP, _CLIP)
-        return float(np.mean(np.logaddexp(0.0, s) - t * s)) + 0.5 * ridge * float(((theta - prior) ** 2).sum())
+        return float(wt @ (np.logaddexp(0.0, s) - t * s)) + 0.5 * ridge * float(((theta - prior) ** 2).sum())
 
     theta, current = prior.copy(), loss(prior)
     for _ in range(iters):
         p = sigmoid(feats @ theta)
-        grad = feats.T @ (p - t) / len(t) + ridge * (theta - prior)
-        hess = (feats * (p * (1 - p))[:, None]).T @ feats / len(t) + ridge * np.eye(2)
+        grad = feats.T @ (wt * (p - t)) + ridge * (theta - prior)
+        hess = (feats * (wt * p * (1 - p))[:, None]).T @ feats + ridge * np.eye(2)
         step = np.linalg.solve(hess, grad)
         for _ in range(30):
             cand = theta - step
@@ -237,3 +240,56 @@ def per_code_offsets(y_dev: np.ndarray, z: np.ndarray, train_counts: np.ndarray,
         if curve[g] >= fbr:
             offsets[k] = float(logit(np.float64(threshold)) - logit(np.float64(grid[g])))
     return offsets
+
+
+# A terminology's codes (`train --terminology`): no training note, so they form a band of their own, its numbers fitted
+# on dev's codes that no training note carries (the same kind of code, seen by dev) when dev holds at least this many
+# of their (note, code) pairs; with fewer, `TERMINOLOGY_DEFAULT`
+MIN_TERMINOLOGY_POSITIVES = 5
+OFFSET_GRID = tuple(round(float(x), 2) for x in np.linspace(-8.0, 8.0, 65))
+TERMINOLOGY_RULE = ("a band of its own from dev's codes that no training note carries: Platt's scale and bias of the "
+                    "title match (cosine + 1 where the title is said), then the shift of the grid -8, -7.75, ..., 8 "
+                    "with the best dev micro-F1 of every code at the global threshold (ties: the smaller shift)")
+TERMINOLOGY_DEFAULT = ("too few dev codes without a training note to fit it: scale 1, and a bias that keeps the best "
+                       "title match possible (2) at the global threshold, so the codes are ranked, never predicted")
+
+
+def fit_terminology(x: np.ndarray, y: np.ndarray, threshold: float, *, tp: int, fp: int, fn: int) -> dict[str, Any]:
+    """The terminology band's numbers: its codes score sigmoid(scale x + bias) (`TERMINOLOGY_RULE`).
+
+    Args:
+        x: [n] the title match of each dev (note, code) cell of the codes without a training note (cosine in [0, 1],
+            plus 1 where the title is said).
+        y: [n] 0/1 their gold.
+        threshold: the global threshold tuned on dev's other codes.
+        tp, fp, fn: those other codes' dev counts at it (the micro-F1 the shift must not lower).
+    Returns:
+        {"scale", "bias", "rule", "dev_positives", "dev_predicted"}.
+    """
+    x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=bool).ravel()
+    cut = float(logit(np.float64(threshold)))
+    positives = int(y.sum())
+    if positives < MIN_TERMINOLOGY_POSITIVES:
+        return {"scale": 1.0, "bias": cut - 2.0, "rule": TERMINOLOGY_DEFAULT, "dev_positives": positives,
+                "dev_predicted": 0}
+    # cells with the same title match are one weighted point (most are 0: no title word in the note)
+    keys, inverse = np.unique(np.round(x, 4), return_inverse=True)
+    n = np.bincount(inverse).astype(np.float64)
+    pos = np.bincount(inverse, weights=y.astype(np.float64))
+    xs = np.concatenate([keys, keys])
+    ts = np.concatenate([np.ones_like(keys), np.zeros_like(keys)])
+    ws = np.concatenate([pos, n - pos])
+    keep = ws > 0
+    scale, bias = _platt(xs[keep], ts[keep], weight=ws[keep])
+    # the shift: predicted cells are those with scale x + bias + shift > cut; one F1 per grid point
+    z = scale * keys + bias
+    best, best_shift, best_pred = -1.0, OFFSET_GRID[0], 0
+    for shift in OFFSET_GRID:
+        on = z + shift > cut
+        t_ = tp + float(pos[on].sum())
+        f_ = fp + float((n - pos)[on].sum())
+        f1 = 2 * t_ / max(2 * t_ + f_ + fn + positives - float(pos[on].sum()), 1.0)
+        if f1 > best + 1e-12:
+            best, best_shift, best_pred = f1, shift, int(n[on].sum())
+    return {"scale": scale, "bias": bias + best_shift, "rule": TERMINOLOGY_RULE, "dev_positives": positives,
+            "dev_predicted": best_pred, "dev_micro_f1": round(best, 6)}

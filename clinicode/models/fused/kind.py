@@ -19,7 +19,7 @@ from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.files import write_bytes_atomic, write_json_atomic
 from clinicode.matching import LANGUAGES, detect_language
 from clinicode.models.fused.mentions import MENTIONS_FILE, MentionLexicon, read_mentions
-from clinicode.models.fused.model import FusedModel, title_rows
+from clinicode.models.fused.model import FusedModel, terminology_phrases, title_rows
 from clinicode.models.leam.kind import KIND as LEAM_KIND, check_weight_shapes, weight_shapes
 from clinicode.models.tfidf_lr.kind import KIND as LR_KIND
 
@@ -36,6 +36,20 @@ CAP_FROM = 100   # the LEAM part's --fused-epochs applies to label sets of more 
 
 def fusion_header(path: Path) -> dict[str, tuple[int, ...]]:
     return weight_shapes(path)
+
+
+def _terminology_codes(folder: Path) -> int:
+    """How many codes of a terminology (`train --terminology`) follow the parts' codes, as fusion.json records them
+    (0: none, or a checkpoint written before they could)."""
+    try:
+        held = json.loads((folder / FUSION_META).read_text(encoding="utf-8")).get("terminology") or {}
+        n = held.get("codes", 0) if isinstance(held, dict) else None
+    except (OSError, ValueError, AttributeError):
+        return 0   # loading names what is wrong with fusion.json
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise CheckpointError(f"{folder / FUSION_META}: its terminology's 'codes' is {str(n)[:20]}, expected a count "
+                              "of codes; the file was edited or damaged, restore the checkpoint or retrain.")
+    return n
 
 
 def _language(fusion: Mapping[str, Any]) -> str:
@@ -77,9 +91,10 @@ class FusedKind:
     def verify(self, folder: Path) -> None:
         config = check_weight_shapes(folder)
         held = fusion_header(folder / FUSION_WEIGHTS)
-        want = {k: (config.n_labels,) for k in _VECTORS}
+        k = config.n_labels + _terminology_codes(folder)
+        want = {name: (k,) for name in _VECTORS}
         if held != want:
-            raise CheckpointError(f"{folder / FUSION_WEIGHTS}: holds {held}, the model's {config.n_labels} codes need "
+            raise CheckpointError(f"{folder / FUSION_WEIGHTS}: holds {held}, the model's {k} codes need "
                                   f"{want}; the pieces come from different runs, retrain.")
         if (folder / MENTIONS_FILE).is_file():  # checked here too, so a run whose mentions would fail is not listed
             try:                                 # as healthy (the app's run list verifies; it does not load)
@@ -92,8 +107,11 @@ class FusedKind:
         from safetensors.numpy import load as st_load
 
         self.verify(folder)
-        leam, tokenizer = LEAM_KIND.load(folder, labels=labels, train_config=train_config, device=device)
-        lr, _ = LR_KIND.load(folder, labels=labels, train_config=train_config, device=device)
+        extra = _terminology_codes(folder)   # a terminology's codes, last in labels.json: the parts score the others
+        parts = labels if not extra else LabelSet(labels.codes[:-extra], labels.descriptions[:-extra],
+                                                  labels.code_system)
+        leam, tokenizer = LEAM_KIND.load(folder, labels=parts, train_config=train_config, device=device)
+        lr, _ = LR_KIND.load(folder, labels=parts, train_config=train_config, device=device)
         try:
             vectors = st_load((folder / FUSION_WEIGHTS).read_bytes())
             meta = json.loads((folder / FUSION_META).read_text(encoding="utf-8"))
@@ -105,9 +123,13 @@ class FusedKind:
         if not all(np.isfinite(v).all() for v in vectors.values()):
             raise CheckpointError(f"{folder / FUSION_WEIGHTS}: holds values that are not finite; retrain.")
         fusion = {k: v for k, v in meta.items() if k not in ("format", "format_version")}
+        language = _language(fusion)
+        terminology = tuple(zip(labels.codes[len(parts):], labels.descriptions[len(parts):]))
         return FusedModel(leam, lr, **{k: vectors[k].astype(np.float64) for k in _VECTORS}, fusion=fusion,
                           titles=title_rows(lr, labels.descriptions),
-                          mentions=MentionLexicon.load(folder, labels.codes).in_language(_language(fusion))), tokenizer
+                          mentions=MentionLexicon.load(folder, labels.codes).in_language(language),
+                          terminology=terminology,
+                          phrases=terminology_phrases(terminology, labels.codes, language)), tokenizer
 
     def single_label(self, model: FusedModel) -> bool:
         return not model.leam.config.multilabel
@@ -163,13 +185,15 @@ class FusedKind:
 
     def after_loop(self, model: Any, tokenizer: Any, before: Any, *, dev_texts: Sequence[str], y_dev: np.ndarray,
                    train_counts: np.ndarray, descriptions: Sequence[str], max_len: int, device: Any,
-                   batch_size: int, memory_mb: int) -> FusedModel:
-        """The fused model of the trained LEAM part (MODEL) and BEFORE (the tfidf-lr part), fitted on dev."""
+                   batch_size: int, memory_mb: int, terminology: Mapping[str, str] | None = None) -> FusedModel:
+        """The fused model of the trained LEAM part (MODEL) and BEFORE (the tfidf-lr part), fitted on dev; with
+        TERMINOLOGY (code -> title of codes outside the label set, `train --terminology`), those codes join it
+        after the label set's, scored from their titles (`FusedModel.terminology`)."""
         from clinicode.models.fused.training import fuse
 
         return fuse(model, tokenizer, before.lr, mentions=before.mentions, dev_texts=dev_texts, y_dev=y_dev,
                     train_counts=train_counts, descriptions=descriptions, max_len=max_len, device=device,
-                    batch_size=batch_size, memory_mb=memory_mb)
+                    batch_size=batch_size, memory_mb=memory_mb, terminology=terminology)
 
     def refit(self, model: FusedModel, texts: Sequence[str], y: np.ndarray, *, codes: Sequence[str],
               descriptions: Sequence[str], evidence: Sequence[Any] | None, single_label: bool,

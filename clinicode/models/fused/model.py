@@ -1,9 +1,10 @@
-"""A loaded fused model: its two parts, the codes' titles and mentions, and the per-code numbers that fuse them."""
+"""A loaded fused model: its two parts, the codes' titles and mentions, and the per-code numbers that fuse them; a
+terminology's codes (`train --terminology`) follow the parts' codes, scored from their titles alone."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -25,15 +26,46 @@ class FusedModel:
     fusion: dict[str, Any]       # the fitted summary: temperatures, band weights, edges, rule, offsets used
     titles: Any = None           # [K, V] sparse: each code's title in tfidf-lr's features (`title_rows`)
     mentions: MentionLexicon = field(default_factory=MentionLexicon)   # the training notes' evidence spans per code
+    # (code, title) of the codes of a terminology that no note of the label set carries (`train --terminology`): the
+    # last len(terminology) of the K codes, with no LEAM or tfidf-lr row (a = c = 0), scored from their titles alone
+    terminology: tuple[tuple[str, str], ...] = ()
+    phrases: MentionLexicon = field(default_factory=MentionLexicon)    # those titles' phrases (`terminology_phrases`)
 
     @property
     def config(self) -> Any:
         return self.leam.config
 
+    @property
+    def n_parts(self) -> int:
+        """The codes the parts (LEAM, tfidf-lr) score: every code but the terminology's."""
+        return len(self.a) - len(self.terminology)
+
     def fuse(self, z_leam: np.ndarray, z_lr: np.ndarray, z_title: np.ndarray) -> np.ndarray:
-        """[N, K] fused logits from the parts' [N, K] logits and title matches."""
-        return (self.a * z_leam.astype(np.float64) + self.c * z_lr.astype(np.float64)
-                + self.e * z_title.astype(np.float64) + self.offset)
+        """[N, K] fused logits from the parts' [N, n_parts] logits and the [N, K] title matches (a terminology's codes
+        take the title match alone)."""
+        z = self.e * z_title.astype(np.float64) + self.offset
+        k = z_leam.shape[1]
+        z[:, :k] += self.a[:k] * z_leam.astype(np.float64) + self.c[:k] * z_lr.astype(np.float64)
+        return z
+
+
+def terminology_phrases(terminology: Sequence[tuple[str, str]], codes: Sequence[str], language: str) -> MentionLexicon:
+    """A lexicon of the terminology's titles as phrases (`clinicode.codes.terminology.title_phrases`) of CODES (every
+    code, the terminology's last), matched as the training mentions are in LANGUAGE: a title said in a note adds to
+    its code's title match as a training mention does (`MENTION_WEIGHT`)."""
+    first = len(codes) - len(terminology)
+    return phrase_lexicon({first + j: title for j, (_, title) in enumerate(terminology)}, codes, language)
+
+
+def phrase_lexicon(titles: Mapping[int, str], codes: Sequence[str], language: str) -> MentionLexicon:
+    """A lexicon of TITLES (code index -> title) as phrases of CODES (`clinicode.codes.terminology.title_phrases`)."""
+    from clinicode.codes.terminology import title_phrases
+
+    found: dict[tuple[str, ...], set[int]] = {}
+    for k, title in titles.items():
+        for phrase in title_phrases(title or ""):
+            found.setdefault(tuple(w.lower() for w in phrase), set()).add(k)
+    return MentionLexicon({p: tuple(sorted(ks)) for p, ks in found.items()}, tuple(codes), language)
 
 
 def title_rows(lr: Any, descriptions: Sequence[str]) -> Any:

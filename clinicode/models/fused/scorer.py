@@ -42,16 +42,19 @@ def title_features(lr: Any, mentions: Any, texts: Sequence[str], x: Any) -> Any:
     return sp.vstack([sp.csr_matrix(x), again]).tocsr()[take]                       # [N, V]
 
 
-def bag_of_words(lr: Any, titles: Any, mentions: Any, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """([N, K] tfidf-lr's logits, [N, K] title matches) from one tf-idf pass over the notes (and one more over those
+def bag_of_words(lr: Any, titles: Any, mentions: Any, texts: Sequence[str],
+                 phrases: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """([N, K'] tfidf-lr's logits, [N, K] title matches) from one tf-idf pass over the notes (and one more over those
     holding a negated finding, for the title match: `title_features`); a code's title match counts MENTION_WEIGHT more
-    where one of its training mentions (MENTIONS, a `MentionLexicon`) occurs in the note. TITLES: [K, V] the codes'
-    titles as tfidf-lr's features (`title_rows`)."""
+    where one of its training mentions (MENTIONS, a `MentionLexicon`) occurs in the note, or (PHRASES: a terminology's
+    titles, `model.terminology_phrases`) its title is said there. TITLES: [K, V] the codes' titles as tfidf-lr's
+    features (`title_rows`); tfidf-lr scores its own K' codes (K' < K: a terminology's codes follow them)."""
     x = lr.transform(list(texts)).astype(np.float32)                               # [N, V]
-    z_lr = np.asarray(x @ lr.coef.T, dtype=np.float32) + lr.intercept               # [N, K]
+    z_lr = np.asarray(x @ lr.coef.T, dtype=np.float32) + lr.intercept               # [N, K']
     z_title = np.asarray((title_features(lr, mentions, texts, x) @ titles.T).todense(), dtype=np.float32)  # [N, K]
-    if len(mentions):
-        z_title += MENTION_WEIGHT * mentions.match(texts, z_title.shape[1])
+    for lexicon in (mentions, phrases):
+        if lexicon is not None and len(lexicon):
+            z_title += MENTION_WEIGHT * lexicon.match(texts, z_title.shape[1])
     return z_lr, z_title
 
 
@@ -101,6 +104,7 @@ class FusedScorer:
         self.leam = LEAMScorer(_LogitsOf(model.leam), tokenizer, max_len=max_len, device=device,
                                batch_size=batch_size, memory_mb=memory_mb)
         self.plan = self.leam.plan
+        self.terminology_codes = len(model.terminology)   # the last codes, scored from their titles alone
         self.tokenizer = tokenizer
         self.single = not model.leam.config.multilabel
         lr = model.lr
@@ -119,7 +123,7 @@ class FusedScorer:
 
     def bag_of_words(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """([N, K] tfidf-lr's logits, [N, K] title matches) of the notes (`bag_of_words`)."""
-        return bag_of_words(self.model.lr, self.model.titles, self.model.mentions, texts)
+        return bag_of_words(self.model.lr, self.model.titles, self.model.mentions, texts, self.model.phrases)
 
     def logits(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """([N, K] LEAM's logits, tfidf-lr's, title matches) of raw notes: the parts before fusion (ablations,
@@ -141,7 +145,10 @@ class FusedScorer:
         return self.leam.embed(texts)
 
     def label_embeddings(self) -> np.ndarray:
-        return self.leam.label_embeddings()
+        """[K, P] LEAM's code vectors; a terminology's codes, which LEAM has no row for, get zero rows."""
+        c = self.leam.label_embeddings()
+        extra = len(self.model.terminology)
+        return np.vstack([c, np.zeros((extra, c.shape[1]), dtype=c.dtype)]) if extra else c
 
     def lr_word_rows(self, tok_ids: np.ndarray, codes: list[int], *, matrix: Any = None) -> np.ndarray:
         """[len(codes), L] tfidf-lr's share of each code's logit carried by each token's word: coefficient x the
@@ -170,11 +177,16 @@ class FusedScorer:
         bag-of-words parts count at most as much as LEAM's (docs/accuracy-tuning.md, round 14: dev chose it).
         Given the note (TEXT, and OFFSETS, its tokens' character spans), a token inside one of the code's training
         mentions found in it scores above every other token (`MENTION_FLOOR`), so the mentions come first (round 15)."""
-        g = self.leam.word_rows(tok_ids, codes).astype(np.float64)                   # [n, L]
+        k = np.asarray(codes, dtype=np.int64)
+        parts = k < self.model.n_parts          # a terminology's codes have no LEAM or tfidf-lr row: their words are
+        g = np.zeros((len(k), len(tok_ids)))    # the title match's alone
+        if parts.any():
+            g[parts] = self.leam.word_rows(tok_ids, k[parts].tolist())
         if not len(codes) or not g.shape[1]:
             return g.astype(np.float32)
-        k = np.asarray(codes)
-        contrib = self.model.c[k][:, None] * self.lr_word_rows(tok_ids, codes)
+        contrib = np.zeros_like(g)
+        if parts.any():
+            contrib[parts] = self.model.c[k[parts]][:, None] * self.lr_word_rows(tok_ids, k[parts].tolist())
         if self.model.titles is not None and self.model.e[k].any():
             contrib += self.model.e[k][:, None] * self.lr_word_rows(tok_ids, codes, matrix=self.model.titles)
         contrib = np.clip(contrib, 0.0, None)                                         # [n, L]
@@ -184,8 +196,10 @@ class FusedScorer:
         cs = contrib / np.where(cmax > 0, cmax, 1.0)
         w = np.maximum(self.model.w[np.asarray(codes)], EVIDENCE_LEAM_FLOOR)[:, None]
         rows = w * gs + (1.0 - w) * cs                                                # [n, L], at most 1
-        if text is not None and offsets is not None and len(self.model.mentions):
-            inside = self._inside(self.model.mentions.spans(text, codes), offsets) > 0
+        if text is not None and offsets is not None and (len(self.model.mentions) or len(self.model.phrases)):
+            said = [a + b for a, b in zip(self.model.mentions.spans(text, codes),
+                                          self.model.phrases.spans(text, codes))]
+            inside = self._inside(said, offsets) > 0
             rows = np.where(inside, MENTION_FLOOR + np.clip(rows, -1.0, 1.0) / 10, rows)
         return rows.astype(np.float32)
 

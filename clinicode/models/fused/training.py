@@ -3,7 +3,7 @@ the fusion on dev last (`fuse`); test is never read here."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -11,11 +11,13 @@ from clinicode.models.fused.fusion import (
     Fusion,
     bands,
     fit_fusion,
+    fit_terminology,
+    logit,
     per_code_offsets,
     sigmoid,
 )
 from clinicode.models.fused.mentions import MentionLexicon
-from clinicode.models.fused.model import FusedModel, title_rows
+from clinicode.models.fused.model import FusedModel, phrase_lexicon, terminology_phrases, title_rows
 
 # Per-code thresholds for rare codes (SCutfbr): off. Round 14 judged them on dev alone, fitted on one half of dev and
 # scored on the other: they lowered micro-F1 and P@8 and left macro-F1 where it was (docs/accuracy-tuning.md).
@@ -40,20 +42,25 @@ def fit_lr_part(texts: Sequence[str], y: np.ndarray, *, single_label: bool, min_
 
 def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None = None, dev_texts: Sequence[str],
          y_dev: np.ndarray, train_counts: np.ndarray, descriptions: Sequence[str], max_len: int, device: Any,
-         batch_size: int, memory_mb: int, per_code: bool = PER_CODE_THRESHOLDS) -> FusedModel:
+         batch_size: int, memory_mb: int, per_code: bool = PER_CODE_THRESHOLDS,
+         terminology: Mapping[str, str] | None = None) -> FusedModel:
     """The fused model of a trained LEAM and a fitted tfidf-lr, its fusion learnt on dev.
 
     Args:
-        dev_texts, y_dev: the dev notes and their [N_dev, K] 0/1 gold.
+        dev_texts, y_dev: the dev notes and their [N_dev, K] 0/1 gold (K + the terminology's codes, when given).
         train_counts: [K] training notes per code (the frequency bands).
         descriptions: [K] the codes' titles (the title match).
         mentions: the codes' training mentions (added to the title match; None: none).
         per_code: fold per-code thresholds of rare codes into the logits (single-label data: never).
+        terminology: code -> title of codes outside the K, in y_dev's order after them (`train --terminology`): they
+            join the model after its codes, scored from their titles alone (`join_terminology`).
     """
     from clinicode.metrics import tune_threshold
     from clinicode.models.fused.scorer import FusedScorer
 
     k = len(train_counts)
+    y_all = np.asarray(y_dev, dtype=bool)
+    y_dev = y_all[:, :k]
     titles = title_rows(lr, descriptions)
     mentions = mentions if mentions is not None else MentionLexicon()
     start = FusedModel(leam, lr, a=np.ones(k), c=np.zeros(k), e=np.zeros(k), offset=np.zeros(k), w=np.ones(k),
@@ -90,8 +97,70 @@ def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None 
     summary["mentions"] = len(mentions)
     summary["codes_outside_train"] = int((~known).sum())
     summary["language"] = mentions.language   # the notes' language: the mentions' stemmer and negation triggers
-    return FusedModel(leam, lr, a=a, c=c, e=e, offset=bias + offsets, w=w, fusion=summary, titles=titles,
-                      mentions=mentions)
+    model = FusedModel(leam, lr, a=a, c=c, e=e, offset=bias + offsets, w=w, fusion=summary, titles=titles,
+                       mentions=mentions)
+    if not terminology:
+        return model
+    single = not leam.config.multilabel
+    t = 0.0 if single else tune_threshold(y[:, known], sigmoid(z[:, known]))   # as `train` tunes it on dev
+    return join_terminology(model, terminology, dev_texts=dev_texts, y_dev=y_all, train_counts=counts,
+                            descriptions=descriptions, z=z, threshold=t)
+
+
+def join_terminology(model: FusedModel, terminology: Mapping[str, str], *, dev_texts: Sequence[str],
+                     y_dev: np.ndarray, train_counts: np.ndarray, descriptions: Sequence[str], z: np.ndarray,
+                     threshold: float) -> FusedModel:
+    """MODEL with TERMINOLOGY's codes after its own, scored from their titles alone: the title match (the note's
+    tf-idf cosine with the title, plus 1 where the title is said as a phrase: `terminology_phrases`) on a band of
+    its own, fitted on dev's codes without a training note (`fusion.fit_terminology`). They have no LEAM or tfidf-lr
+    row (a = c = 0), so 70,000 codes cost the title rows (sparse) and the scores, never the parts.
+
+    Args:
+        terminology: code -> title, in Y_DEV's order after MODEL's codes.
+        y_dev: [N_dev, K + T] 0/1 dev gold over MODEL's codes and the terminology's.
+        train_counts: [K] training notes of MODEL's codes (those with none that dev carries calibrate the band too).
+        descriptions: [K] MODEL's codes' titles.
+        z: [N_dev, K] MODEL's fused dev logits; threshold: the global threshold tuned on them.
+    """
+    from clinicode.models.fused.scorer import bag_of_words
+
+    k = len(train_counts)
+    term = tuple(terminology.items())
+    codes = tuple(model.mentions.codes)
+    if len(codes) != k:
+        raise ValueError(f"the model's mentions name {len(codes)} codes, its fusion {k}: the terminology's codes "
+                         "need the model's codes in order.")
+    every = codes + tuple(c for c, _ in term)
+    language = model.mentions.language
+    phrases = terminology_phrases(term, every, language)
+    titles = title_rows(model.lr, [*descriptions, *(t for _, t in term)])              # [K + T, V] sparse
+    # dev's codes without a training note (`--fit-on train+dev`'s dev-only codes, or the terminology's own) are
+    # scored by the band on dev as the terminology's will be: their title match, title phrases included
+    zero = np.flatnonzero(np.asarray(train_counts) == 0)
+    seen = phrase_lexicon({int(j): descriptions[j] for j in zero}, every, language)
+    seen = seen.union(phrases) if len(seen) else phrases
+    plain = MentionLexicon(codes=every, language=language, matching=model.mentions.matching)  # negation, no mentions
+    _, z_title = bag_of_words(model.lr, titles, plain, dev_texts, seen)                # [N_dev, K + T]
+    y = np.asarray(y_dev, dtype=bool)
+    cols = np.concatenate([zero, np.arange(k, k + len(term))])
+    known = np.asarray(train_counts) > 0
+    pred = z[:, known] > logit(np.float64(threshold))
+    gold = y[:, :k][:, known]
+    band = fit_terminology(z_title[:, cols], y[:, cols], threshold, tp=int((pred & gold).sum()),
+                           fp=int((pred & ~gold).sum()), fn=int((~pred & gold).sum()))
+    n = len(term)
+    pad = np.zeros(n)
+    fusion = {**model.fusion, "terminology": {
+        "codes": n, "scale": round(band["scale"], 6), "bias": round(band["bias"], 6), "rule": band["rule"],
+        "dev_codes_without_training_notes": int(len(zero) + int((y[:, k:].sum(axis=0) > 0).sum())),
+        "dev_positives": band["dev_positives"], "dev_predicted": band["dev_predicted"]}}
+    return FusedModel(model.leam, model.lr, a=np.concatenate([model.a, pad]), c=np.concatenate([model.c, pad]),
+                      e=np.concatenate([model.e, np.full(n, band["scale"])]),
+                      offset=np.concatenate([model.offset, np.full(n, band["bias"])]),
+                      w=np.concatenate([model.w, pad]), fusion=fusion, titles=titles,
+                      mentions=MentionLexicon(model.mentions.phrases, every, language, model.mentions.matching,
+                                              model.mentions.weights),
+                      terminology=term, phrases=phrases)
 
 
 def refit_on_all(model: FusedModel, texts: Sequence[str], y: np.ndarray, *, codes: Sequence[str],
@@ -107,11 +176,13 @@ def refit_on_all(model: FusedModel, texts: Sequence[str], y: np.ndarray, *, code
         texts, y: every labelled note outside test and its [N, K] gold.
         evidence: each note's coders' spans ({code, start, end}), or None: the mentions the model holds are kept.
     """
-    lr = fit_lr_part(texts, y, single_label=single_label, min_doc_freq=min_doc_freq)
+    # a terminology's codes (the last ones) have no tfidf-lr row: it learns the parts' codes alone
+    lr = fit_lr_part(texts, np.asarray(y)[:, :model.n_parts], single_label=single_label, min_doc_freq=min_doc_freq)
     mentions = model.mentions
     if evidence is not None:
         mentions = MentionLexicon.build(codes, texts, evidence).union(model.mentions)
     fusion = {**model.fusion, "fit_on": "train+dev", "mentions": len(mentions)}
     return FusedModel(model.leam, lr, a=model.a, c=model.c, e=model.e, offset=model.offset, w=model.w,
-                      fusion=fusion, titles=title_rows(lr, descriptions), mentions=mentions)
+                      fusion=fusion, titles=title_rows(lr, descriptions), mentions=mentions,
+                      terminology=model.terminology, phrases=model.phrases)
 

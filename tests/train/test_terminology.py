@@ -1,0 +1,95 @@
+"""`train --terminology`: codes of a code<TAB>title file that no note of the label set carries join the fused model's
+ranking, scored from their titles on a band fitted on dev's codes without a training note, and marked as from the
+terminology when predicted; its bad input is one line before anything is written."""
+
+import json
+import random
+
+import pytest
+
+from clinicode.config import TrainConfig
+from clinicode.train import train
+
+from conftest import TINY_MODEL
+from helpers import fails
+
+SIZES = {k: v for k, v in TINY_MODEL.items() if k not in ("code_evidence", "window_nonneg")}
+PHRASES = {"C1": "glorp fever", "C2": "vantic syndrome", "C3": "zelmic palsy", "C4": "hurdic anaemia"}
+DEV_CODE, DEV_TITLE = "C5", "quorbic nephritis"     # dev carries it, no training note does (it calibrates the band)
+TEST_CODE, TEST_TITLE = "C6", "dorvic myalgia"      # only test carries it: the terminology alone knows it
+SILENT = {"C7": "plenric ataxia", "C8": "wembly gout"}   # never said in a note
+FILLER = "patient presented with history of review notes stable plan follow up discussed daily routine".split()
+
+
+def _write(folder):
+    rng = random.Random(1)
+    folder.mkdir()
+    for split, n in (("train", 100), ("dev", 60), ("test", 40)):
+        with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as f:
+            for i in range(n):
+                codes = sorted(rng.sample(sorted(PHRASES), rng.choice((1, 2, 3))))
+                if split == "dev" and i % 4 == 0:
+                    codes.append(DEV_CODE)
+                if split == "test" and i % 4 == 0:
+                    codes.append(TEST_CODE)
+                text = " ".join(rng.choice(FILLER) for _ in range(20))
+                for code in codes:
+                    title = {DEV_CODE: DEV_TITLE, TEST_CODE: TEST_TITLE}.get(code) or PHRASES[code]
+                    text += " , " + title + " " + " ".join(rng.choice(FILLER) for _ in range(10))
+                f.write(json.dumps({"id": f"{split}{i}", "text": text, "labels": codes}) + "\n")
+    terms = {**PHRASES, DEV_CODE: DEV_TITLE, TEST_CODE: TEST_TITLE, **SILENT}
+    (folder / "terms.tsv").write_text("".join(f"{c}\t{t.title()}\n" for c, t in terms.items()), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    base = tmp_path_factory.mktemp("terminology")
+    data = _write(base / "data")
+    cfg = TrainConfig(model="fused", epochs=2, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
+                      device="cpu", min_doc_freq=1, terminology=str(data / "terms.tsv"))
+    lines: list[str] = []
+    result = train(out_dir=base / "run", config=cfg, data_dir=data, model_options=SIZES, progress=False,
+                   report=lines.append)
+    return base / "run" / "checkpoint", result, data
+
+
+def test_a_code_no_note_carries_is_ranked_and_predicted_from_its_title(run):
+    from clinicode.predict import Predictor
+
+    ck, _, data = run
+    from clinicode.data.labels import LabelSet
+
+    codes = list(LabelSet.load(ck / "labels.json").codes)
+    # the terminology's codes that neither train nor dev carries join after the label set's (C5: dev's, learnt)
+    assert codes[-3:] == [TEST_CODE, *SILENT], codes
+    band = json.loads((ck / "fusion.json").read_text())["terminology"]
+    assert band["codes"] == 3 and band["dev_positives"] >= 5, band   # fitted on dev's C5, which no training note has
+    pred = Predictor.from_checkpoint(ck, device="cpu", suggest=False)
+    note = f"patient presented with {PHRASES['C2']} , then {TEST_TITLE} , review notes stable"
+    rec = pred.predict([note], top_k=None)[0]
+    got = {c.code: c for c in rec.predicted}
+    assert TEST_CODE in got and "C2" in got, rec.predicted
+    assert rec.scores[TEST_CODE] > max(rec.scores[c] for c in SILENT)
+    out = rec.to_dict()
+    marks = {p["code"]: p.get("source") for p in out["predicted"]}
+    assert marks[TEST_CODE] == "terminology" and marks["C2"] is None, marks
+    # evaluate counts test's gold C6 as a code of the checkpoint, found, not as one outside it
+    from clinicode.evaluate import evaluate
+
+    with_terms = evaluate(checkpoint=ck, data_dir=data, split="test", device="cpu")
+    row = {r["code"]: r for r in with_terms["per_code"]}[TEST_CODE]
+    assert row["support"] == 10 and row["f1"] > 0.9, row
+    assert TEST_CODE not in (with_terms.get("codes_outside_labels") or {})
+
+
+def test_the_code_system_without_titles_or_a_missing_file_is_one_line(demo_data, tmp_path):
+    base = ["train", "--data", demo_data, "--epochs", "1"]
+    fails([*base, "--out", tmp_path / "a", "--terminology", tmp_path / "none.tsv"], "no such file")
+    icd10 = tmp_path / "icd10.tsv"
+    icd10.write_text("I21.4\tNon-ST elevation myocardial infarction\nJ18.9\tPneumonia, unspecified organism\n",
+                     encoding="utf-8")
+    fails([*base, "--out", tmp_path / "b", "--terminology", icd10], "not of the checkpoint's code system")
+    fails([*base, "--out", tmp_path / "c", "--terminology", "auto"], "ships no titles")
+    fails([*base, "--out", tmp_path / "d", "--model", "leam", "--terminology", "auto"], "--terminology")
+    assert not any((tmp_path / n).exists() for n in "abcd")

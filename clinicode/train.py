@@ -435,7 +435,10 @@ def _finish(kind: Any, run: Path, ds: Any, config: TrainConfig, setup: TrainingS
                          f"{fusion['edges']} training notes, then more), {fusion['per_code_thresholds']} per-code "
                          f"thresholds, {fusion.get('mentions', 0):,} phrases from the training notes' evidence spans"
                          + (f"; {fusion['codes_outside_train']:,} codes only dev carries joined the label set, "
-                            "learnt from dev when the parts refit" if fusion.get("codes_outside_train") else ""))
+                            "learnt from dev when the parts refit" if fusion.get("codes_outside_train") else "")
+                 + (f"; {fusion['terminology']['codes']:,} codes of --terminology joined it, scored from their "
+                    f"titles ({fusion['terminology']['dev_positives']:,} dev notes of codes without a training note "
+                    "fitted their band)" if fusion.get("terminology") else ""))
 
         counts = setup.train_counts
         refit = None

@@ -131,26 +131,23 @@ RULES = {"f1+auc": RULE, "auc+platt": RULE_AUC}
 DEFAULT_RULE = "auc+platt"
 
 
-def _platt(x: np.ndarray, y: np.ndarray, iters: int = 30, weight: np.ndarray | None = None) -> tuple[float, float]:
+def _platt(x: np.ndarray, y: np.ndarray, iters: int = 30) -> tuple[float, float]:
     """(scale, bias) of the lowest mean cross-entropy of sigmoid(scale x + bias) against y: Newton's method on the
     two parameters from (1, 0), each step halved until the loss falls, a small ridge towards (1, 0), and the scale
-    kept in [0.05, 20] (positive: a band's ranking never flips). WEIGHT: each (x, y) point's count (None: 1 each),
-    so many equal points are one."""
+    kept in [0.05, 20] (positive: a band's ranking never flips)."""
     x, t = x.ravel().astype(np.float64), y.ravel().astype(np.float64)
-    wt = np.ones_like(x) if weight is None else weight.ravel().astype(np.float64)
-    wt = wt / wt.sum()
     feats = np.stack([x, np.ones_like(x)], axis=1)                                   # [n, 2]
     ridge, prior = 1e-3, np.array([1.0, 0.0])
 
     def loss(theta: np.ndarray) -> float:
         s = np.clip(feats @ theta, -_CLIP, _CLIP)
-        return float(wt @ (np.logaddexp(0.0, s) - t * s)) + 0.5 * ridge * float(((theta - prior) ** 2).sum())
+        return float(np.mean(np.logaddexp(0.0, s) - t * s)) + 0.5 * ridge * float(((theta - prior) ** 2).sum())
 
     theta, current = prior.copy(), loss(prior)
     for _ in range(iters):
         p = sigmoid(feats @ theta)
-        grad = feats.T @ (wt * (p - t)) + ridge * (theta - prior)
-        hess = (feats * (wt * p * (1 - p))[:, None]).T @ feats + ridge * np.eye(2)
+        grad = feats.T @ (p - t) / len(t) + ridge * (theta - prior)
+        hess = (feats * (p * (1 - p))[:, None]).T @ feats / len(t) + ridge * np.eye(2)
         step = np.linalg.solve(hess, grad)
         for _ in range(30):
             cand = theta - step
@@ -246,50 +243,95 @@ def per_code_offsets(y_dev: np.ndarray, z: np.ndarray, train_counts: np.ndarray,
 # on dev's codes that no training note carries (the same kind of code, seen by dev) when dev holds at least this many
 # of their (note, code) pairs; with fewer, `TERMINOLOGY_DEFAULT`
 MIN_TERMINOLOGY_POSITIVES = 5
-OFFSET_GRID = tuple(round(float(x), 2) for x in np.linspace(-8.0, 8.0, 65))
-TERMINOLOGY_RULE = ("a band of its own from dev's codes that no training note carries: Platt's scale and bias of the "
-                    "title match (cosine + 1 where the title is said), then the shift of the grid -8, -7.75, ..., 8 "
-                    "with the best dev micro-F1 of every code at the global threshold (ties: the smaller shift)")
-TERMINOLOGY_DEFAULT = ("too few dev codes without a training note to fit it: scale 1, and a bias that keeps the best "
-                       "title match possible (2) at the global threshold, so the codes are ranked, never predicted")
+OFFSET_GRID = tuple(round(float(x), 2) for x in np.linspace(-4.0, 4.0, 33))
+TERMINOLOGY_RULE = ("a band of its own from dev's codes that no training note carries: a logistic regression of their "
+                    "gold on the title's tf-idf cosine with the note and whether the title is said in it (the weights "
+                    "of both, and a bias), then the shift of the grid -4, -3.75, ..., 4 with the best dev micro-F1 of "
+                    "every code at the global threshold (ties: the smaller shift)")
+TERMINOLOGY_DEFAULT = ("too few dev codes without a training note to fit it: the cosine's weight 8, the said "
+                       "title's 4, and a bias that keeps the best title match possible at the global threshold, so "
+                       "the codes are ranked, never predicted")
 
 
-def fit_terminology(x: np.ndarray, y: np.ndarray, threshold: float, *, tp: int, fp: int, fn: int) -> dict[str, Any]:
-    """The terminology band's numbers: its codes score sigmoid(scale x + bias) (`TERMINOLOGY_RULE`).
+def _logistic(feats: np.ndarray, t: np.ndarray, weight: np.ndarray, *, ridge: float = 1e-6,
+              iters: int = 50) -> np.ndarray:
+    """[d] the weights of the lowest weighted cross-entropy of sigmoid(feats @ theta) against t (Newton's method from
+    0, steps halved until the loss falls, a small ridge on every weight but the last, the bias). FEATS: [n, d], its
+    last column ones; WEIGHT: [n] each point's count."""
+    wt = weight / weight.sum()
+    reg = np.full(feats.shape[1], ridge)
+    reg[-1] = 0.0
+
+    def loss(theta: np.ndarray) -> float:
+        z = np.clip(feats @ theta, -_CLIP, _CLIP)
+        return float(wt @ (np.logaddexp(0.0, z) - t * z)) + 0.5 * float(reg @ theta ** 2)
+
+    theta = np.zeros(feats.shape[1])
+    current = loss(theta)
+    for _ in range(iters):
+        p = sigmoid(feats @ theta)
+        grad = feats.T @ (wt * (p - t)) + reg * theta
+        hess = (feats * (wt * p * (1 - p))[:, None]).T @ feats + np.diag(reg) + 1e-12 * np.eye(len(theta))
+        step = np.linalg.solve(hess, grad)
+        for _ in range(30):
+            got = loss(theta - step)
+            if got <= current:
+                break
+            step = step / 2
+        else:
+            break
+        done = abs(current - got) < 1e-12
+        theta, current = theta - step, got
+        if done:
+            break
+    return theta
+
+
+def fit_terminology(cosine: np.ndarray, said: np.ndarray, y: np.ndarray, threshold: float, *, tp: int, fp: int,
+                    fn: int) -> dict[str, Any]:
+    """The terminology band's numbers: its codes score sigmoid(scale (cosine + phrase x said) + bias)
+    (`TERMINOLOGY_RULE`).
 
     Args:
-        x: [n] the title match of each dev (note, code) cell of the codes without a training note (cosine in [0, 1],
-            plus 1 where the title is said).
+        cosine: [n] the tf-idf cosine of each dev (note, code) cell's note and title, for the codes without a training
+            note.
+        said: [n] 0/1 whether the title is said in the note (`clinicode.codes.terminology.title_phrases`).
         y: [n] 0/1 their gold.
         threshold: the global threshold tuned on dev's other codes.
         tp, fp, fn: those other codes' dev counts at it (the micro-F1 the shift must not lower).
     Returns:
-        {"scale", "bias", "rule", "dev_positives", "dev_predicted"}.
+        {"scale", "phrase", "bias", "rule", "dev_positives", "dev_predicted"}: the title match's weight (e), the said
+        title's weight inside the title match, and the band's bias.
     """
-    x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=bool).ravel()
+    c = np.asarray(cosine, dtype=np.float64).ravel()
+    f = (np.asarray(said, dtype=np.float64).ravel() > 0).astype(np.float64)
+    y = np.asarray(y, dtype=bool).ravel()
     cut = float(logit(np.float64(threshold)))
     positives = int(y.sum())
     if positives < MIN_TERMINOLOGY_POSITIVES:
-        return {"scale": 1.0, "bias": cut - 2.0, "rule": TERMINOLOGY_DEFAULT, "dev_positives": positives,
-                "dev_predicted": 0}
-    # cells with the same title match are one weighted point (most are 0: no title word in the note)
-    keys, inverse = np.unique(np.round(x, 4), return_inverse=True)
+        scale, phrase = 8.0, 0.5
+        return {"scale": scale, "phrase": phrase, "bias": cut - scale * (1.0 + phrase), "rule": TERMINOLOGY_DEFAULT,
+                "dev_positives": positives, "dev_predicted": 0}
+    # cells with the same (cosine, said) are one weighted point (most have cosine 0 and no title said)
+    keys, inverse = np.unique(np.stack([np.round(c, 4), f], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.ravel()
     n = np.bincount(inverse).astype(np.float64)
     pos = np.bincount(inverse, weights=y.astype(np.float64))
-    xs = np.concatenate([keys, keys])
-    ts = np.concatenate([np.ones_like(keys), np.zeros_like(keys)])
+    feats = np.concatenate([keys, keys])
+    feats = np.concatenate([feats, np.ones((len(feats), 1))], axis=1)              # [2u, 3]: cosine, said, 1
+    ts = np.concatenate([np.ones(len(keys)), np.zeros(len(keys))])
     ws = np.concatenate([pos, n - pos])
     keep = ws > 0
-    scale, bias = _platt(xs[keep], ts[keep], weight=ws[keep])
-    # the shift: predicted cells are those with scale x + bias + shift > cut; one F1 per grid point
-    z = scale * keys + bias
+    w_cos, w_said, bias = _logistic(feats[keep], ts[keep], ws[keep])
+    scale = max(float(w_cos), 0.05)                       # the title match's weight: its ranking never flips
+    phrase = max(float(w_said), 0.0) / scale              # the said title's weight inside the title match
+    z = scale * (keys[:, 0] + phrase * keys[:, 1]) + bias
     best, best_shift, best_pred = -1.0, OFFSET_GRID[0], 0
-    for shift in OFFSET_GRID:
+    for shift in OFFSET_GRID:   # predicted cells: z + shift > cut; one dev micro-F1 of every code per grid point
         on = z + shift > cut
         t_ = tp + float(pos[on].sum())
-        f_ = fp + float((n - pos)[on].sum())
-        f1 = 2 * t_ / max(2 * t_ + f_ + fn + positives - float(pos[on].sum()), 1.0)
+        f1 = 2 * t_ / max(2 * t_ + fp + float((n - pos)[on].sum()) + fn + positives - float(pos[on].sum()), 1.0)
         if f1 > best + 1e-12:
             best, best_shift, best_pred = f1, shift, int(n[on].sum())
-    return {"scale": scale, "bias": bias + best_shift, "rule": TERMINOLOGY_RULE, "dev_positives": positives,
-            "dev_predicted": best_pred, "dev_micro_f1": round(best, 6)}
+    return {"scale": scale, "phrase": phrase, "bias": float(bias) + best_shift, "rule": TERMINOLOGY_RULE,
+            "dev_positives": positives, "dev_predicted": best_pred, "dev_micro_f1": round(best, 6)}

@@ -52,6 +52,17 @@ def _terminology_codes(folder: Path) -> int:
     return n
 
 
+def _phrase_weight(fusion: Mapping[str, Any], folder: Path) -> float:
+    """What a terminology's title said in a note adds to its title match, as fusion.json records it (1.0 without)."""
+    import math
+
+    w = (fusion.get("terminology") or {}).get("phrase", 1.0)
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+        raise CheckpointError(f"{folder / FUSION_META}: its terminology's 'phrase' is {str(w)[:20]}, expected a "
+                              "non-negative number; the file was edited or damaged, restore the checkpoint or retrain.")
+    return float(w)
+
+
 def _language(fusion: Mapping[str, Any]) -> str:
     """The training notes' language as fusion.json records it; "en" for a checkpoint written before it did."""
     language = fusion.get("language", "en")
@@ -129,7 +140,8 @@ class FusedKind:
                           titles=title_rows(lr, labels.descriptions),
                           mentions=MentionLexicon.load(folder, labels.codes).in_language(language),
                           terminology=terminology,
-                          phrases=terminology_phrases(terminology, labels.codes, language)), tokenizer
+                          phrases=terminology_phrases(terminology, labels.codes, language,
+                                                      weight=_phrase_weight(fusion, folder))), tokenizer
 
     def single_label(self, model: FusedModel) -> bool:
         return not model.leam.config.multilabel

@@ -49,23 +49,29 @@ class FusedModel:
         return z
 
 
-def terminology_phrases(terminology: Sequence[tuple[str, str]], codes: Sequence[str], language: str) -> MentionLexicon:
+def terminology_phrases(terminology: Sequence[tuple[str, str]], codes: Sequence[str], language: str, *,
+                        weight: float = 1.0) -> MentionLexicon:
     """A lexicon of the terminology's titles as phrases (`clinicode.codes.terminology.title_phrases`) of CODES (every
-    code, the terminology's last), matched as the training mentions are in LANGUAGE: a title said in a note adds to
-    its code's title match as a training mention does (`MENTION_WEIGHT`)."""
+    code, the terminology's last), matched as the training mentions are in LANGUAGE: a title said in a note adds
+    WEIGHT (the band's, fitted on dev: fusion.json's terminology "phrase") to its code's title match, as a training
+    mention adds `MENTION_WEIGHT`."""
     first = len(codes) - len(terminology)
-    return phrase_lexicon({first + j: title for j, (_, title) in enumerate(terminology)}, codes, language)
+    return phrase_lexicon({first + j: title for j, (_, title) in enumerate(terminology)}, codes, language,
+                          weight=weight)
 
 
-def phrase_lexicon(titles: Mapping[int, str], codes: Sequence[str], language: str) -> MentionLexicon:
-    """A lexicon of TITLES (code index -> title) as phrases of CODES (`clinicode.codes.terminology.title_phrases`)."""
+def phrase_lexicon(titles: Mapping[int, str], codes: Sequence[str], language: str, *,
+                   weight: float = 1.0) -> MentionLexicon:
+    """A lexicon of TITLES (code index -> title) as phrases of CODES (`clinicode.codes.terminology.title_phrases`),
+    each occurrence worth WEIGHT."""
     from clinicode.codes.terminology import title_phrases
 
     found: dict[tuple[str, ...], set[int]] = {}
     for k, title in titles.items():
         for phrase in title_phrases(title or ""):
             found.setdefault(tuple(w.lower() for w in phrase), set()).add(k)
-    return MentionLexicon({p: tuple(sorted(ks)) for p, ks in found.items()}, tuple(codes), language)
+    return MentionLexicon({p: tuple(sorted(ks)) for p, ks in found.items()}, tuple(codes), language,
+                          weights={p: {k: float(weight) for k in ks} for p, ks in found.items()})
 
 
 def title_rows(lr: Any, descriptions: Sequence[str]) -> Any:

@@ -132,26 +132,28 @@ def join_terminology(model: FusedModel, terminology: Mapping[str, str], *, dev_t
                          "need the model's codes in order.")
     every = codes + tuple(c for c, _ in term)
     language = model.mentions.language
-    phrases = terminology_phrases(term, every, language)
     titles = title_rows(model.lr, [*descriptions, *(t for _, t in term)])              # [K + T, V] sparse
     # dev's codes without a training note (`--fit-on train+dev`'s dev-only codes, or the terminology's own) are
-    # scored by the band on dev as the terminology's will be: their title match, title phrases included
+    # scored by the band on dev as the terminology's will be: their title's cosine, and whether it is said
     zero = np.flatnonzero(np.asarray(train_counts) == 0)
-    seen = phrase_lexicon({int(j): descriptions[j] for j in zero}, every, language)
-    seen = seen.union(phrases) if len(seen) else phrases
-    plain = MentionLexicon(codes=every, language=language, matching=model.mentions.matching)  # negation, no mentions
-    _, z_title = bag_of_words(model.lr, titles, plain, dev_texts, seen)                # [N_dev, K + T]
-    y = np.asarray(y_dev, dtype=bool)
     cols = np.concatenate([zero, np.arange(k, k + len(term))])
+    said = phrase_lexicon({int(j): descriptions[j] for j in zero}, every, language)
+    said = said.union(terminology_phrases(term, every, language)) if len(said) else terminology_phrases(
+        term, every, language)
+    plain = MentionLexicon(codes=every, language=language, matching=model.mentions.matching)  # negation, no mentions
+    _, cosine = bag_of_words(model.lr, titles, plain, dev_texts)                      # [N_dev, K + T]
+    y = np.asarray(y_dev, dtype=bool)
     known = np.asarray(train_counts) > 0
     pred = z[:, known] > logit(np.float64(threshold))
     gold = y[:, :k][:, known]
-    band = fit_terminology(z_title[:, cols], y[:, cols], threshold, tp=int((pred & gold).sum()),
-                           fp=int((pred & ~gold).sum()), fn=int((~pred & gold).sum()))
+    band = fit_terminology(cosine[:, cols], said.match(dev_texts, len(every))[:, cols], y[:, cols], threshold,
+                           tp=int((pred & gold).sum()), fp=int((pred & ~gold).sum()), fn=int((~pred & gold).sum()))
+    phrases = terminology_phrases(term, every, language, weight=band["phrase"])
     n = len(term)
     pad = np.zeros(n)
     fusion = {**model.fusion, "terminology": {
-        "codes": n, "scale": round(band["scale"], 6), "bias": round(band["bias"], 6), "rule": band["rule"],
+        "codes": n, "scale": round(band["scale"], 6), "phrase": band["phrase"], "bias": round(band["bias"], 6),
+        "rule": band["rule"],
         "dev_codes_without_training_notes": int(len(zero) + int((y[:, k:].sum(axis=0) > 0).sum())),
         "dev_positives": band["dev_positives"], "dev_predicted": band["dev_predicted"]}}
     return FusedModel(model.leam, model.lr, a=np.concatenate([model.a, pad]), c=np.concatenate([model.c, pad]),

@@ -75,6 +75,11 @@ class TrainSchedule:
                       opt("--model fused: once dev has chosen the fusion and the threshold, refit tfidf-lr, the titles "
                           "and the mentions on 'train+dev' (every labelled note outside test), or keep them as "
                           "fitted on 'train' (docs/training.md).", default_of(_T, "fit_on"))] = None
+    terminology: Annotated[Optional[str],
+                           typer.Option(metavar="FILE|auto",
+                                        help="--model fused: the codes of a code<TAB>title file (or 'auto': the code "
+                                             "system's own titles, ICD-10-CM's) that no note carries join the "
+                                             "ranking, scored from their titles (docs/training.md).")] = None
     patience: Annotated[Optional[int], opt("Stop when more than this many epochs in a row bring no dev micro-F1 gain.",
                                            default_of(_T, "patience"))] = None
     patience_steps: Annotated[Optional[int],
@@ -164,11 +169,6 @@ class FitOptions:
                                  "blocks; see docs/training.md).", default_of(_T, "memory_mb"))] = None
     descriptions: Annotated[Optional[Path],
                             typer.Option(help="code<TAB>description file for labels without descriptions.")] = None
-    terminology: Annotated[Optional[str],
-                           typer.Option(metavar="FILE|auto",
-                                        help="--model fused: the codes of a code<TAB>title file (or 'auto': the code "
-                                             "system's own titles, ICD-10-CM's) that no note carries join the "
-                                             "ranking, scored from their titles (docs/training.md).")] = None
     device: Annotated[Optional[str], opt("auto (CUDA when present), cpu or cuda.", default_of(_T, "device"))] = None
     seed: Annotated[Optional[int], opt("Random seed (runs repeat exactly on CPU).", default_of(_T, "seed"))] = None
 
@@ -184,7 +184,7 @@ def train_config(source: TrainData, schedule: TrainSchedule, fit: FitOptions, *,
         model = "leam"
     s, f = schedule, fit
     return TrainConfig(**given(model=model, epochs=s.epochs, fused_epochs=s.fused_epochs, mentions=s.mentions,
-                               fit_on=s.fit_on, terminology=f.terminology,
+                               fit_on=s.fit_on, terminology=s.terminology,
                                batch_size=f.batch_size,
                                lr=f.lr, max_len=f.max_len, embeddings=f.embeddings, weight_decay=f.weight_decay,
                                optimizer=f.optimizer, pos_weight=f.pos_weight, decay_scope=f.decay_scope,

@@ -5,6 +5,7 @@ terminology when predicted; its bad input is one line before anything is written
 import json
 import random
 
+import numpy as np
 import pytest
 
 from clinicode.config import TrainConfig
@@ -93,3 +94,19 @@ def test_the_code_system_without_titles_or_a_missing_file_is_one_line(demo_data,
     fails([*base, "--out", tmp_path / "c", "--terminology", "auto"], "ships no titles")
     fails([*base, "--out", tmp_path / "d", "--model", "leam", "--terminology", "auto"], "--terminology")
     assert not any((tmp_path / n).exists() for n in "abcd")
+
+
+def test_the_band_without_enough_dev_evidence_ranks_but_never_predicts():
+    from clinicode.models.fused.fusion import MIN_TERMINOLOGY_POSITIVES, fit_terminology, logit
+
+    rng = np.random.default_rng(0)
+    cosine, said = rng.uniform(0, 1, 5000), rng.uniform(0, 1, 5000) < 0.05
+    y = np.zeros(5000, bool)
+    y[np.flatnonzero(said)[:MIN_TERMINOLOGY_POSITIVES - 1]] = True
+    band = fit_terminology(cosine, said, y, 0.4, tp=50, fp=10, fn=20)
+    best = band["scale"] * (1.0 + band["phrase"]) + band["bias"]      # cosine 1 and the title said
+    assert best <= logit(np.float64(0.4)) + 1e-9 and band["dev_predicted"] == 0, band
+    # with dev evidence: a said title is worth more than a cosine-only match, and the band predicts where dev gains
+    y = said & (rng.uniform(0, 1, 5000) < 0.8)
+    band = fit_terminology(cosine, said, y, 0.4, tp=50, fp=10, fn=20)
+    assert band["phrase"] > 0 and band["dev_predicted"] > 0, band

@@ -140,8 +140,8 @@ class FusedKind:
                           titles=title_rows(lr, labels.descriptions),
                           mentions=MentionLexicon.load(folder, labels.codes).in_language(language),
                           terminology=terminology,
-                          phrases=terminology_phrases(terminology, labels.codes, language,
-                                                      weight=_phrase_weight(fusion, folder))), tokenizer
+                          phrases=terminology_phrases(terminology, labels.codes, language),
+                          phrase_weight=_phrase_weight(fusion, folder)), tokenizer
 
     def single_label(self, model: FusedModel) -> bool:
         return not model.leam.config.multilabel

@@ -42,19 +42,20 @@ def title_features(lr: Any, mentions: Any, texts: Sequence[str], x: Any) -> Any:
     return sp.vstack([sp.csr_matrix(x), again]).tocsr()[take]                       # [N, V]
 
 
-def bag_of_words(lr: Any, titles: Any, mentions: Any, texts: Sequence[str],
-                 phrases: Any = None) -> tuple[np.ndarray, np.ndarray]:
+def bag_of_words(lr: Any, titles: Any, mentions: Any, texts: Sequence[str], phrases: Any = None,
+                 phrase_weight: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """([N, K'] tfidf-lr's logits, [N, K] title matches) from one tf-idf pass over the notes (and one more over those
     holding a negated finding, for the title match: `title_features`); a code's title match counts MENTION_WEIGHT more
-    where one of its training mentions (MENTIONS, a `MentionLexicon`) occurs in the note, or (PHRASES: a terminology's
-    titles, `model.terminology_phrases`) its title is said there. TITLES: [K, V] the codes' titles as tfidf-lr's
-    features (`title_rows`); tfidf-lr scores its own K' codes (K' < K: a terminology's codes follow them)."""
+    where one of its training mentions (MENTIONS, a `MentionLexicon`) occurs in the note, and PHRASE_WEIGHT times
+    that where its title is said there (PHRASES: a terminology's titles, `model.terminology_phrases`). TITLES: [K, V]
+    the codes' titles as tfidf-lr's features (`title_rows`); tfidf-lr scores its own K' codes (K' < K: a
+    terminology's codes follow them)."""
     x = lr.transform(list(texts)).astype(np.float32)                               # [N, V]
     z_lr = np.asarray(x @ lr.coef.T, dtype=np.float32) + lr.intercept               # [N, K']
     z_title = np.asarray((title_features(lr, mentions, texts, x) @ titles.T).todense(), dtype=np.float32)  # [N, K]
-    for lexicon in (mentions, phrases):
-        if lexicon is not None and len(lexicon):
-            z_title += MENTION_WEIGHT * lexicon.match(texts, z_title.shape[1])
+    for lexicon, weight in ((mentions, 1.0), (phrases, phrase_weight)):
+        if lexicon is not None and len(lexicon) and weight:
+            z_title += MENTION_WEIGHT * weight * lexicon.match(texts, z_title.shape[1])
     return z_lr, z_title
 
 
@@ -123,7 +124,8 @@ class FusedScorer:
 
     def bag_of_words(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """([N, K] tfidf-lr's logits, [N, K] title matches) of the notes (`bag_of_words`)."""
-        return bag_of_words(self.model.lr, self.model.titles, self.model.mentions, texts, self.model.phrases)
+        return bag_of_words(self.model.lr, self.model.titles, self.model.mentions, texts, self.model.phrases,
+                            self.model.phrase_weight)
 
     def logits(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """([N, K] LEAM's logits, tfidf-lr's, title matches) of raw notes: the parts before fusion (ablations,

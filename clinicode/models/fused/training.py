@@ -137,9 +137,9 @@ def join_terminology(model: FusedModel, terminology: Mapping[str, str], *, dev_t
     # scored by the band on dev as the terminology's will be: their title's cosine, and whether it is said
     zero = np.flatnonzero(np.asarray(train_counts) == 0)
     cols = np.concatenate([zero, np.arange(k, k + len(term))])
+    phrases = terminology_phrases(term, every, language)
     said = phrase_lexicon({int(j): descriptions[j] for j in zero}, every, language)
-    said = said.union(terminology_phrases(term, every, language)) if len(said) else terminology_phrases(
-        term, every, language)
+    said = said.union(phrases) if len(said) else phrases
     plain = MentionLexicon(codes=every, language=language, matching=model.mentions.matching)  # negation, no mentions
     _, cosine = bag_of_words(model.lr, titles, plain, dev_texts)                      # [N_dev, K + T]
     y = np.asarray(y_dev, dtype=bool)
@@ -148,7 +148,6 @@ def join_terminology(model: FusedModel, terminology: Mapping[str, str], *, dev_t
     gold = y[:, :k][:, known]
     band = fit_terminology(cosine[:, cols], said.match(dev_texts, len(every))[:, cols], y[:, cols], threshold,
                            tp=int((pred & gold).sum()), fp=int((pred & ~gold).sum()), fn=int((~pred & gold).sum()))
-    phrases = terminology_phrases(term, every, language, weight=band["phrase"])
     n = len(term)
     pad = np.zeros(n)
     fusion = {**model.fusion, "terminology": {
@@ -162,7 +161,7 @@ def join_terminology(model: FusedModel, terminology: Mapping[str, str], *, dev_t
                       w=np.concatenate([model.w, pad]), fusion=fusion, titles=titles,
                       mentions=MentionLexicon(model.mentions.phrases, every, language, model.mentions.matching,
                                               model.mentions.weights),
-                      terminology=term, phrases=phrases)
+                      terminology=term, phrases=phrases, phrase_weight=band["phrase"])
 
 
 def refit_on_all(model: FusedModel, texts: Sequence[str], y: np.ndarray, *, codes: Sequence[str],
@@ -186,5 +185,5 @@ def refit_on_all(model: FusedModel, texts: Sequence[str], y: np.ndarray, *, code
     fusion = {**model.fusion, "fit_on": "train+dev", "mentions": len(mentions)}
     return FusedModel(model.leam, lr, a=model.a, c=model.c, e=model.e, offset=model.offset, w=model.w,
                       fusion=fusion, titles=title_rows(lr, descriptions), mentions=mentions,
-                      terminology=model.terminology, phrases=model.phrases)
+                      terminology=model.terminology, phrases=model.phrases, phrase_weight=model.phrase_weight)
 

@@ -34,6 +34,9 @@ MACHINE_TAG = {"system": TAG_SYSTEM, "code": "machine-generated",
 TITLE_TAG = {"system": TAG_SYSTEM, "code": "suggested-from-title",
              "display": "Suggested from the code's title found in the note; the model was not trained on this code"}
 EXT_SUGGESTION = f"{NAMESPACE}/StructureDefinition/suggested-from-title"  # valueString: why (the suggester's reason)
+# A predicted code no training note carried (`train --terminology`): scored from its title alone (#50).
+TERMINOLOGY_TAG = {"system": TAG_SYSTEM, "code": "from-terminology",
+                   "display": "Predicted from the code's title alone; no training note carried this code"}
 
 
 _VER_STATUS = "http://terminology.hl7.org/CodeSystem/condition-ver-status"
@@ -195,7 +198,9 @@ def _resource(rec: Mapping[str, Any], pred: Mapping[str, Any], subject: dict[str
                                                                       {"url": "end", "valueInteger": int(s["end"])}]}
                                  for s in title.get("spans", []))]
     res: dict[str, Any] = {"resourceType": "Condition" if kind == DIAGNOSIS else "Procedure",
-                           "meta": {"tag": [MACHINE_TAG] if title is None else [MACHINE_TAG, TITLE_TAG]},
+                           "meta": {"tag": [MACHINE_TAG, TITLE_TAG] if title is not None else
+                                    [MACHINE_TAG, TERMINOLOGY_TAG] if pred.get("source") == "terminology" else
+                                    [MACHINE_TAG]},
                            "extension": ext}
     if kind == DIAGNOSIS:
         res["verificationStatus"] = {"coding": [{"system": _VER_STATUS, "code": "unconfirmed"}]}

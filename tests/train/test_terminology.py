@@ -75,6 +75,11 @@ def test_a_code_no_note_carries_is_ranked_and_predicted_from_its_title(run):
     out = rec.to_dict()
     marks = {p["code"]: p.get("source") for p in out["predicted"]}
     assert marks[TEST_CODE] == "terminology" and marks["C2"] is None, marks
+    from clinicode.fhir import TERMINOLOGY_TAG, bundle
+
+    tags = {e["resource"]["code"]["coding"][0]["code"]: e["resource"]["meta"]["tag"]
+            for e in bundle([out])["entry"] if "code" in e["resource"]}
+    assert TERMINOLOGY_TAG in tags[TEST_CODE] and TERMINOLOGY_TAG not in tags["C2"], tags
     # evaluate counts test's gold C6 as a code of the checkpoint, found, not as one outside it
     from clinicode.evaluate import evaluate
 

@@ -396,6 +396,7 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
         ds.labels = LabelSet(ds.labels.codes, tuple(d or table.get(c, "") for c, d in zip(ds.labels.codes,
                                                                                           ds.labels.descriptions)),
                              ds.labels.code_system)   # its titles are descriptions too
+        _leave_to_terminology(ds, table)
     n_train, n_dev = len(ds.split("train")), len(ds.split("dev"))
     if n_train == 0 or n_dev == 0:
         raise DataFormatError(f"{data_dir}: the train and dev splits must both hold notes (got {n_train} and "
@@ -425,6 +426,22 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
                         sum(dropped.values()), ", ".join(f"{k} {v:,}" for k, v in dropped.items()))
     start_run(run, config, given_options(model_options), resume=resume)  # only now: bad input leaves no run folder
     return run, ds, extra, options
+
+
+def _leave_to_terminology(ds: PreparedDataset, table: dict[str, str]) -> None:
+    """Take out of DS's label set (a labels.json may fix them in: `review retrain`'s data keeps a checkpoint's codes)
+    the terminology's codes that no train or dev note carries: they rejoin after the loop, scored from their titles
+    (`train --terminology`), and never cost a LEAM or tfidf-lr row (70,000 ICD-10-CM codes would)."""
+    carried = {c for split in ("train", "dev") if split in ds.splits for row in ds.split(split)["labels"] for c in row}
+    out = {c for c in ds.labels.codes if c in table and c not in carried}
+    if not out:
+        return
+    keep = [i for i, c in enumerate(ds.labels.codes) if c not in out]
+    ds.labels = LabelSet(tuple(ds.labels.codes[i] for i in keep), tuple(ds.labels.descriptions[i] for i in keep),
+                         ds.labels.code_system)
+    for name, df in list(ds.splits.items()):
+        ds.splits[name] = df.assign(labels=[[c for c in row if c not in out] for row in df["labels"]])
+    log.info("%d codes of labels.json that no train or dev note carries are left to --terminology", len(out))
 
 
 def given_options(model_options: Any) -> dict[str, Any]:

@@ -115,3 +115,20 @@ def test_the_band_without_enough_dev_evidence_ranks_but_never_predicts():
     y = said & (rng.uniform(0, 1, 5000) < 0.8)
     band = fit_terminology(cosine, said, y, 0.4, tp=50, fp=10, fn=20)
     assert band["phrase"] > 0 and band["dev_predicted"] > 0, band
+
+
+def test_codes_a_labels_json_fixes_but_no_note_carries_are_left_to_the_terminology(tmp_path):
+    """A labels.json that holds the terminology's codes (`review retrain`'s data keeps a checkpoint's codes): those no
+    train or dev note carries get no LEAM or tfidf-lr row; they rejoin after the loop, scored from their titles."""
+    from clinicode.data.labels import LabelSet
+    from clinicode.predict import Predictor
+
+    data = _write(tmp_path / "data")
+    codes = (*PHRASES, DEV_CODE, TEST_CODE, *SILENT)
+    LabelSet(codes, tuple("" for _ in codes)).save(data / "labels.json")
+    cfg = TrainConfig(model="fused", epochs=1, batch_size=16, lr=2e-2, w2v_epochs=1, patience=1, seed=3,
+                      device="cpu", min_doc_freq=1, terminology=str(data / "terms.tsv"))
+    train(out_dir=tmp_path / "run", config=cfg, data_dir=data, model_options=SIZES, progress=False)
+    pred = Predictor.from_checkpoint(tmp_path / "run", device="cpu", suggest=False)
+    assert pred.scorer.model.leam.config.n_labels == 5 and len(pred.codes) == 8, pred.codes
+    assert set(pred.codes[5:]) == {TEST_CODE, *SILENT}

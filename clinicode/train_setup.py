@@ -206,7 +206,9 @@ class TrainingSetup:
     def _start_warm(self, warm_start: Checkpoint) -> None:
         """A fresh loop state from WARM_START's tokenizer and weights (`review retrain`)."""
         cfg, kind = self.cfg, self.kind
-        old, new = list(warm_start.labels.codes), list(self.labels.codes)
+        # the codes its loop part has rows for (a fused checkpoint's terminology codes follow them, rowless)
+        old = list(warm_start.labels.codes)[:getattr(warm_start.model, "n_parts", len(warm_start.labels))]
+        new = list(self.labels.codes)
         if warm_start.kind != cfg.model or new[:len(old)] != old:
             raise ConfigError(f"a warm start needs a {cfg.model} checkpoint of the data's label set (or of its first "
                               f"codes, when codes were added after them); {warm_start.path} is {warm_start.kind} with "

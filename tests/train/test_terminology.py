@@ -132,3 +132,22 @@ def test_codes_a_labels_json_fixes_but_no_note_carries_are_left_to_the_terminolo
     pred = Predictor.from_checkpoint(tmp_path / "run", device="cpu", suggest=False)
     assert pred.scorer.model.leam.config.n_labels == 5 and len(pred.codes) == 8, pred.codes
     assert set(pred.codes[5:]) == {TEST_CODE, *SILENT}
+
+
+def test_a_warm_retrain_of_a_terminology_checkpoint_keeps_its_codes_rowless(run, tmp_path):
+    from clinicode.checkpoint import load_checkpoint
+    from clinicode.data.labels import LabelSet
+    from clinicode.predict import Predictor
+    from clinicode.train import retrain
+
+    ck, _, data = run
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in ("train.jsonl", "dev.jsonl", "test.jsonl", "terms.tsv"):
+        (folder / name).write_bytes((data / name).read_bytes())
+    old = load_checkpoint(ck)
+    LabelSet(old.labels.codes, old.labels.descriptions).save(folder / "labels.json")   # as review retrain writes it
+    retrain(checkpoint=old, out_dir=tmp_path / "again", data_dir=folder, epochs=1, start="warm")
+    pred = Predictor.from_checkpoint(tmp_path / "again", device="cpu", suggest=False)
+    assert pred.scorer.model.leam.config.n_labels == old.model.n_parts
+    assert set(pred.codes) == set(old.labels.codes) and len(pred.scorer.model.terminology) == 3

@@ -448,7 +448,7 @@ def _finish(kind: Any, run: Path, ds: Any, config: TrainConfig, setup: TrainingS
 
 RUN_DATA = RUN_DATA_DIR  # where `review retrain` writes the new run's own data (RUN/data)
 WARM_PATIENCE = 2        # a warm start stops after this many epochs in a row without a dev gain (no step floor)
-FRESH_GROWTH = 1.25      # a loop kind starts fresh once the training notes outgrow its vocabulary's notes by this
+FRESH_GROWTH = 1.5       # a loop kind starts fresh once the training notes outgrow its vocabulary's notes by this
 
 
 def retrain_start(checkpoint: Checkpoint, n_train: int) -> tuple[str, int]:

@@ -282,6 +282,9 @@ def _check_use(kind: ModelKind, who: str) -> None:
               "a note's scores must not depend on the other notes of its batch or their order.")
         _need(not kind.can_explain or callable(getattr(pred.scorer, "code_spans", None)), who,
               "`can_explain`: the scorer must give each code's spans on its own stated scale (`code_spans`).")
+        _need(not kind.can_explain or (isinstance(getattr(pred.scorer, "span_weight", None), str)
+                                       and pred.scorer.span_weight.strip()), who,
+              "`can_explain`: the scorer must say what a span's weight is (`span_weight`, a few words).")
         record = pred.predict(texts[:2], explain=2 if kind.can_explain else 0)[0].to_dict()
         _need(record["id"] == "0" and "scores" in record, who, "`Predictor.predict` must give records.")
         if kind.can_explain:

@@ -31,7 +31,8 @@ class Scorer(Protocol):
     Optional members, present when the kind says so: `score_ids(id_lists)` (`scores_ids`); `embed(texts)` and
     `label_embeddings()` (`can_embed`); `code_spans(enc, code_indices, n, *, text)` (`can_explain`: each code's
     evidence spans in one encoded note, best first, by `clinicode.models.spans.word_spans` over the kind's own word
-    weights, whose meaning and range its docstring states); `plan` (the memory plan, for a model that has one).
+    weights, whose meaning and range its docstring states, and `span_weight`, that meaning in a coder's words);
+    `plan` (the memory plan, for a model that has one).
     """
 
     def score(self, texts: Sequence[str]) -> np.ndarray:

@@ -24,6 +24,7 @@ from clinicode.file_locks import releases_claims
 from clinicode.files import write_bytes_atomic
 from clinicode.metrics import HEADLINE, all_metrics, tune_threshold
 from clinicode.models import train_kind
+from clinicode.models.fitting import Fitted, TrainingData
 from clinicode.predict import Predictor
 from clinicode.runtime import barrier, release_freed_memory, seed_everything, world
 from clinicode.train_setup import (
@@ -34,7 +35,6 @@ from clinicode.train_setup import (
     marks_everything,
     open_run,
     single_label,
-    train_whole,
 )
 from clinicode.train_state import STATE_DIR, make_optimizer, save_state
 
@@ -271,43 +271,85 @@ def train(
                                        descriptions_path=descriptions_path, resume=resume)
     extra.update(manifest_extra or {})
     seed_everything(config.seed)
-    if not train_kind(config.model).trained_by_loop:
-        return train_whole(run, ds, config, extra, options)  # a kind fitted whole (tfidf-lr): no epoch loop
-
     kind = train_kind(config.model)
-    before = _before_loop(kind, ds, config, report, warm_start)   # every training note (tfidf-lr: seconds)
-    every, ds = ds, _loop_data(ds) if warm_start is not None else ds
-    # a kind may cap its loop's epochs (the fused model's LEAM part: --fused-epochs); the checkpoint keeps the options
-    # as given
-    loop_config = (dataclasses.replace(config, epochs=kind.loop_epochs(config, len(ds.labels)))
-                   if hasattr(kind, "loop_epochs") else config)
-    setup = TrainingSetup(ds, run, loop_config, options, given_options(model_options), resume=resume, report=report,
-                          manifest_extra={**extra, "world_size": world()[1]}, warm_start=warm_start)
-    if ds is not every:   # the bands and the checkpoint count every training note, not only those the epochs saw
-        setup.train_counts = every.labels.counts(every.split("train")["labels"])
-    trainer = _Trainer(setup, progress=progress, on_epoch=on_epoch)
-    if setup.world == 1 and int(setup.state["epoch"]) < loop_config.epochs:
-        _say(report, estimate(setup))
-    trainer.fit()
-    _note_if_still_improving(trainer, setup, config, loop_config, report)
-    if setup.world > 1:
-        import torch.distributed as dist
-
-        barrier()
-        if setup.rank != 0:  # rank 0 alone scores dev and test and writes the final checkpoint
-            dist.destroy_process_group()
-            return {"run": str(run), "rank": setup.rank, "best_epoch": setup.state["best_epoch"]}
-    setup.release_training()
-    _load_best(run, setup)
-    result, fusion = _finish(kind, run, ds, config, setup, before, report, every=every)
-    if setup.world > 1:
+    if world()[1] > 1 and not kind.trained_by_loop:
+        raise ConfigError(f"--model {kind.name} trains in one process; run it without torchrun.")
+    loop = _EpochLoop(run, ds, config, extra, given=given_options(model_options), resume=resume, progress=progress,
+                      on_epoch=on_epoch, report=report, warm_start=warm_start)
+    try:
+        fitted = kind.fit(_training_data(kind, ds, config, warm_start, report), options, loop=loop)
+    except _OtherRank as other:   # under torchrun rank 0 alone finishes: scores dev and test, writes the checkpoint
+        return other.result
+    result = _finish(kind, run, ds, config, fitted, extra)
+    if world()[1] > 1:
         import torch.distributed as dist
 
         dist.destroy_process_group()
-    if fusion:
-        result["fusion"] = fusion
-    return {**result, "run": str(run), "best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
-            "stopped": trainer.stopped()}
+    return {**result, **fitted.result, "run": str(run)}
+
+
+def _training_data(kind: Any, ds: Any, config: TrainConfig, warm_start: Checkpoint | None,
+                   report: Callable[[str], None] | None) -> TrainingData:
+    """What KIND's `fit` is given: every training note (a warm start's loop may see fewer: `_loop_data`), dev, and,
+    for a kind that `refits_on_dev` under `--fit-on train+dev`, train and dev together."""
+    train_df, dev_df = ds.split("train"), ds.split("dev")
+    asked = kind.refits_on_dev and config.fit_on == "train+dev"
+    return TrainingData(texts=train_df["text"].tolist(), y=ds.labels.multi_hot(train_df["labels"]), labels=ds.labels,
+                        dev_texts=dev_df["text"].tolist(), y_dev=ds.labels.multi_hot(dev_df["labels"]),
+                        train_counts=ds.labels.counts(train_df["labels"]), evidence=_evidence(ds, train_df, config),
+                        single_label=single_label(ds, config), config=config, warm_start=warm_start,
+                        train_and_dev=(lambda: _train_and_dev(ds, config)) if asked else None,
+                        say=lambda line: _say(report, line))
+
+
+class _OtherRank(Exception):
+    """Raised by the loop in a torchrun process other than rank 0 once the epochs end: `train` returns its result."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__("not rank 0")
+        self.result = result
+
+
+class _EpochLoop:
+    """The epoch loop as the tool `train` hands a kind's `fit` (`clinicode.models.fitting.Loop`): one call trains a
+    model of the kind it is given over the run's notes (a warm start's epochs over its `loop_notes`) and returns its
+    best-on-dev weights, loaded."""
+
+    def __init__(self, run: Path, ds: Any, config: TrainConfig, extra: dict[str, Any], *, given: dict[str, Any],
+                 resume: bool, progress: bool, on_epoch: Callable[[dict[str, Any]], None] | None,
+                 report: Callable[[str], None] | None, warm_start: Checkpoint | None) -> None:
+        self.run, self.ds, self.config, self.extra, self.given = run, ds, config, extra, given
+        self.resume, self.progress, self.on_epoch, self.report = resume, progress, on_epoch, report
+        self.warm_start = warm_start
+
+    def __call__(self, kind: Any, options: Any, *, epochs: int | None = None) -> Fitted:
+        config, report, every = self.config, self.report, self.ds
+        ds = _loop_data(every) if self.warm_start is not None else every
+        # a kind may cap its loop's epochs (the fused model's LEAM part: --fused-epochs); the checkpoint keeps the
+        # options as given
+        loop_config = dataclasses.replace(config, epochs=epochs) if epochs is not None else config
+        setup = TrainingSetup(kind, ds, self.run, loop_config, options, self.given, resume=self.resume, report=report,
+                              manifest_extra={**self.extra, "world_size": world()[1]}, warm_start=self.warm_start)
+        if ds is not every:   # the bands and the checkpoint count every training note, not only those the epochs saw
+            setup.train_counts = every.labels.counts(every.split("train")["labels"])
+        trainer = _Trainer(setup, progress=self.progress, on_epoch=self.on_epoch)
+        if setup.world == 1 and int(setup.state["epoch"]) < loop_config.epochs:
+            _say(report, estimate(setup))
+        trainer.fit()
+        _note_if_still_improving(trainer, setup, config, loop_config, report)
+        if setup.world > 1:
+            import torch.distributed as dist
+
+            barrier()
+            if setup.rank != 0:
+                dist.destroy_process_group()
+                raise _OtherRank({"run": str(self.run), "rank": setup.rank, "best_epoch": setup.state["best_epoch"]})
+        setup.release_training()
+        _load_best(self.run, setup)
+        return Fitted(model=setup.model, tokenizer=setup.tokenizer, dev_ids=setup.dev_ids,
+                      manifest={**setup.manifest_extra, "epoch": setup.state["best_epoch"]},
+                      result={"best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
+                              "stopped": trainer.stopped()})
 
 
 def _loop_data(ds: Any) -> Any:
@@ -321,23 +363,6 @@ def _loop_data(ds: Any) -> Any:
     return dataclasses.replace(ds, splits={**ds.splits, "train": part})
 
 
-def _before_loop(kind: Any, ds: Any, config: TrainConfig, report: Callable[[str], None] | None,
-                 warm_start: Checkpoint | None) -> Any:
-    """What a kind fits before the epochs (the fused model's tfidf-lr: seconds), or None for a kind without it."""
-    if not hasattr(kind, "before_loop"):
-        return None
-    t0 = time.perf_counter()
-    train_df = ds.split("train")
-    before = kind.before_loop(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]),
-                              single_label=single_label(ds, config), codes=ds.labels.codes,
-                              evidence=_evidence(ds, train_df, config), warm_start=warm_start,
-                              min_doc_freq=config.min_doc_freq)
-    said = getattr(before, "note", "")
-    _say(report, f"{kind.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s"
-         + (f"; {said}" if said else ""))
-    return before
-
-
 def _evidence(ds: Any, df: Any, config: TrainConfig) -> list | None:
     """Each note of DF's coders' spans, their codes spelled as the labels are; None when DF has no evidence column
     or `--no-mentions` keeps their words out."""
@@ -349,19 +374,14 @@ def _evidence(ds: Any, df: Any, config: TrainConfig) -> list | None:
             for note in df[EVIDENCE].tolist()]
 
 
-def _refit_on_all(kind: Any, ds: Any, config: TrainConfig, final: Any) -> tuple[Any, np.ndarray]:
-    """(FINAL refitted on train and dev by KIND.refit, every code's notes in train and dev): `--fit-on train+dev`."""
+def _train_and_dev(ds: Any, config: TrainConfig) -> tuple[list[str], np.ndarray, list | None]:
+    """Every labelled note outside test as (texts, [N, K] y, evidence or None): `--fit-on train+dev`'s refit."""
     import pandas as pd
 
     both = pd.concat([ds.split("train"), ds.split("dev")], ignore_index=True)
-    one = single_label(ds, config)
-    if one:   # a softmax learns from notes of exactly one code: a dev note with none or several teaches it nothing
-        both = both[both["labels"].map(len) == 1].reset_index(drop=True)
-    y = ds.labels.multi_hot(both["labels"])
-    model = kind.refit(final, both["text"].tolist(), y, codes=ds.labels.codes,
-                       descriptions=ds.labels.descriptions, evidence=_evidence(ds, both, config),
-                       single_label=one, min_doc_freq=config.min_doc_freq)
-    return model, y.sum(axis=0)
+    if single_label(ds, config):   # a softmax learns from notes of exactly one code: a dev note with none or several
+        both = both[both["labels"].map(len) == 1].reset_index(drop=True)   # teaches it nothing
+    return both["text"].tolist(), ds.labels.multi_hot(both["labels"]), _evidence(ds, both, config)
 
 
 def _note_if_still_improving(trainer: _Trainer, setup: TrainingSetup, config: TrainConfig, loop_config: TrainConfig,
@@ -392,58 +412,28 @@ def _load_best(run: Path, setup: TrainingSetup) -> None:
     setup.model.to(setup.device).eval()
 
 
-def _finish(kind: Any, run: Path, ds: Any, config: TrainConfig, setup: TrainingSetup, before: Any,
-            report: Callable[[str], None] | None, *, every: Any = None) -> tuple[dict[str, Any], Any]:
-    """Tune the threshold on dev, score test and save the final checkpoint: the loop's model, or the kind's model
-    made from it (`after_loop`: the fused model, its fusion fitted on dev; with `--fit-on train+dev`, its parts
-    without epochs then refitted on EVERY's train, all of it, and dev). Returns (the result, the fusion or None)."""
+def _finish(kind: Any, run: Path, ds: Any, config: TrainConfig, fitted: Fitted,
+            extra: dict[str, Any]) -> dict[str, Any]:
+    """Tune the threshold on dev, score test and save the final checkpoint of FITTED (what KIND's `fit` gave); with a
+    `refit` (`--fit-on train+dev`), test scores and the checkpoint keeps the model it returns once dev has chosen."""
+    ck_dir = run / CHECKPOINT_DIR
+    counts = ds.labels.counts(ds.split("train")["labels"]) if fitted.train_counts is None else fitted.train_counts
+    final = fitted
 
-    def save_final(t: float, md: dict, mt: dict) -> None:
-        setup.state["epoch"] = setup.state["best_epoch"]
-        setup.save_best(t, md, mt)
+    def refit() -> Checkpoint:
+        nonlocal final
+        final = fitted.refit()
+        return Checkpoint(ck_dir, kind.name, final.model, ds.labels, 0.5, config, {}, final.tokenizer)
 
-    fusion = None
-    if hasattr(kind, "after_loop"):  # the kind's model from the loop's (the fused model: its fusion learnt on dev)
-        t0 = time.perf_counter()
-        dev = ds.split("dev")
-        final = kind.after_loop(setup.model, setup.tokenizer, before, dev_texts=dev["text"].tolist(),
-                                y_dev=setup.y_dev, train_counts=setup.train_counts,
-                                descriptions=setup.labels.descriptions, max_len=config.max_len, device=setup.device,
-                                batch_size=config.eval_batch_size, memory_mb=config.memory_mb)
-        fusion = getattr(final, "fusion", None)
-        if fusion:
-            _say(report, f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: LEAM's share per band "
-                         f"{fusion['weights']}, title match {fusion['title_weights']} (bands up to "
-                         f"{fusion['edges']} training notes, then more), {fusion['per_code_thresholds']} per-code "
-                         f"thresholds, {fusion.get('mentions', 0):,} phrases from the training notes' evidence spans"
-                         + (f"; {fusion['codes_outside_train']:,} codes only dev carries joined the label set, "
-                            "learnt from dev when the parts refit" if fusion.get("codes_outside_train") else ""))
+    def save(t: float, md: dict, mt: dict) -> None:
+        save_checkpoint(ck_dir, kind=kind.name, model=final.model, labels=ds.labels, threshold=t, train_config=config,
+                        tokenizer=final.tokenizer, metrics_dev=md, metrics_test=mt,
+                        extra={**extra, **final.manifest, "seed": config.seed},
+                        train_counts=counts if final.train_counts is None else final.train_counts)
 
-        counts = setup.train_counts
-        refit = None
-        if config.fit_on == "train+dev" and hasattr(kind, "refit") and len(ds.split("dev")):
-            def refit() -> Checkpoint:
-                nonlocal final, counts
-                t1 = time.perf_counter()
-                final, counts = _refit_on_all(kind, every if every is not None else ds, config, final)
-                _say(report, f"--fit-on train+dev: tfidf-lr, the titles and the mentions refitted on train and dev "
-                             f"in {time.perf_counter() - t1:.0f} s, each code keeping the fusion dev chose; test "
-                             "scores this model")
-                return Checkpoint(run / CHECKPOINT_DIR, kind.name, final, setup.labels, 0.5, config, {},
-                                  setup.tokenizer)
-
-        def save_kind(t: float, md: dict, mt: dict) -> None:
-            save_checkpoint(run / CHECKPOINT_DIR, kind=kind.name, model=final, labels=setup.labels, threshold=t,
-                            train_config=config, tokenizer=setup.tokenizer, metrics_dev=md, metrics_test=mt,
-                            extra={**setup.manifest_extra, "epoch": setup.state["best_epoch"], "seed": config.seed},
-                            train_counts=counts)
-
-        ck = Checkpoint(run / CHECKPOINT_DIR, kind.name, final, setup.labels, 0.5, config, {}, setup.tokenizer)
-        result = finish(run, ds, ck, save_kind, train_counts=setup.train_counts, refit=refit)
-    else:
-        result = finish(run, ds, setup.checkpoint(0.5), save_final, train_counts=setup.train_counts,
-                        dev_ids=setup.dev_ids)
-    return result, fusion
+    ck = Checkpoint(ck_dir, kind.name, fitted.model, ds.labels, 0.5, config, {}, fitted.tokenizer)
+    return finish(run, ds, ck, save, train_counts=counts, dev_ids=fitted.dev_ids,
+                  refit=refit if fitted.refit is not None else None)
 
 
 RUN_DATA = RUN_DATA_DIR  # where `review retrain` writes the new run's own data (RUN/data)

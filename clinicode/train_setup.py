@@ -1,6 +1,6 @@
 """Training's set-up (`TrainingSetup`: tokenizer, vectors, --resume, memory plan, optimiser, DDP) and finishing
-(`finish`: threshold on dev, test once, the final checkpoint) around `train.py`'s loop; `train_whole` for a kind
-fitted without it. Everything model-specific is asked of the model kind: this module imports no model."""
+(`finish`: threshold on dev, test once, the final checkpoint) around `train.py`'s loop. Everything model-specific is
+asked of the model kind: this module imports no model."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from clinicode.train_state import STATE_DIR, WeightAverage, load_state, make_opt
 log = logging.getLogger("clinicode.train")  # one logger for a run's messages, set-up and loop alike
 
 __all__ = ["Objective", "ShareDropout", "TrainingSetup", "check_run_folder", "distributed", "finish",
-           "marks_everything", "open_run", "train_whole"]
+           "marks_everything", "open_run"]
 
 
 def with_descriptions(labels: LabelSet, descriptions_path: Path | None) -> LabelSet:
@@ -142,14 +142,13 @@ class TrainingSetup:
     the objective is wrapped in DistributedDataParallel. `train._Trainer` holds this state and runs the loop over it.
     """
 
-    def __init__(self, ds: PreparedDataset, run: Path, cfg: TrainConfig, options: Any,
+    def __init__(self, kind: ModelKind, ds: PreparedDataset, run: Path, cfg: TrainConfig, options: Any,
                  as_given: dict[str, Any], *, resume: bool, report: Callable[[str], None] | None,
                  manifest_extra: dict[str, Any], warm_start: Checkpoint | None = None) -> None:
         self.ds, self.run, self.cfg = ds, run, cfg
-        # the kind the loop trains: the one named, or the part of it a loop trains (the fused model's LEAM: its
-        # checkpoints until the loop ends are that part's; `train` builds the named kind's model afterwards)
-        named = train_kind(cfg.model)
-        self.kind = kind = getattr(named, "loop_kind", None) or named
+        # the kind the loop trains: the one named, or the part of it its `fit` hands the loop (the fused model's LEAM:
+        # its checkpoints until the loop ends are that part's; the fused kind makes its model afterwards)
+        self.kind = kind
         self.manifest_extra = manifest_extra
         self.device = pick_device(cfg.device)
         self.rank, self.world = init_distributed(self.device)
@@ -386,7 +385,7 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
                            inputs={"--data": data_dir, "--descriptions": descriptions_path, "--embeddings": vectors})
     options = kind_options(kind, model_options)  # unknown or out-of-range options fail before anything is written
     # a kind that refits on train and dev (the fused model's --fit-on train+dev) learns the codes only dev carries too
-    grows = config.fit_on == "train+dev" and hasattr(kind, "refit") and config.top_k is None
+    grows = config.fit_on == "train+dev" and kind.refits_on_dev and config.top_k is None
     ds = load_dataset(Path(data_dir), top_k=config.top_k, label_splits=("train", "dev") if grows else ("train",))
     ds.labels = with_descriptions(ds.labels, descriptions_path)
     n_train, n_dev = len(ds.split("train")), len(ds.split("dev"))
@@ -425,27 +424,3 @@ def given_options(model_options: Any) -> dict[str, Any]:
     if model_options is not None and not isinstance(model_options, dict):  # the kind's options type (a dataclass)
         return config_to_dict(model_options)
     return dict(model_options or {})
-
-
-def train_whole(run: Path, ds: PreparedDataset, config: TrainConfig, extra: dict[str, Any], options: Any = None
-                ) -> dict[str, Any]:
-    """A model kind fitted whole (`ModelKind.fit`, e.g. the tfidf-lr baseline) with its OPTIONS (`kind_options`):
-    fit on train, then `finish` (threshold on dev, test, checkpoint); one process only."""
-    kind = train_kind(config.model)
-    if world()[1] > 1:
-        raise ConfigError(f"--model {kind.name} trains in one process; run it without torchrun.")
-    ck_dir = run / CHECKPOINT_DIR
-    train_df, dev_df = ds.split("train"), ds.split("dev")
-    model = kind.fit(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]), options=options,
-                     labels=ds.labels, dev_texts=dev_df["text"].tolist(), y_dev=ds.labels.multi_hot(dev_df["labels"]),
-                     single_label=single_label(ds, config), seed=config.seed, min_doc_freq=config.min_doc_freq)
-
-    counts = ds.labels.counts(train_df["labels"])
-
-    def save(t: float, md: dict, mt: dict) -> None:
-        save_checkpoint(ck_dir, kind=kind.name, model=model, labels=ds.labels, threshold=t, train_config=config,
-                        metrics_dev=md, metrics_test=mt, extra={**extra, "seed": config.seed}, train_counts=counts)
-
-    result = finish(run, ds, Checkpoint(ck_dir, kind.name, model, ds.labels, 0.5, config, {}), save,
-                    train_counts=counts)
-    return {**result, "run": str(run)}

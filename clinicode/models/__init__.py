@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from clinicode.config import TrainConfig
     from clinicode.data.labels import LabelSet
     from clinicode.memory import MemoryPlan
+    from clinicode.models.fitting import Fitted, Loop, TrainingData
 
 
 class Scorer(Protocol):
@@ -58,7 +59,10 @@ class ModelKind(Protocol):
     can_explain: bool        # token attention and per-code phrase spans (predict --explain, explain_codes, evidence)
     can_embed: bool          # note and code vectors (Predictor.embed and label_embeddings; the app's embedding map)
     scores_ids: bool         # scores notes its tokenizer already encoded (Predictor.score_ids: training's dev scoring)
-    trained_by_loop: bool    # trained by `train`'s epoch loop (the members below "The epoch loop"); else by `fit`
+    trained_by_loop: bool    # its `fit` runs the epoch loop (the members below "The epoch loop"); else fits whole
+    # with `--fit-on train+dev`, its `fit` refits on train and dev once dev has chosen (`TrainingData.train_and_dev`),
+    # so the label set keeps the codes only dev carries
+    refits_on_dev: bool
     # the options a user chooses (a dataclass: `train(model_options=...)`, `train --model-option KEY=VALUE`), given to
     # `model_config` or `fit`, saved with the kind's files and shown back by `card`; None: the kind takes none
     options_type: type | None
@@ -89,16 +93,16 @@ class ModelKind(Protocol):
     def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> Scorer:
         """A `Scorer` for a loaded checkpoint of this kind."""
 
-    def fit(self, texts: Sequence[str], y: np.ndarray, *, options: Any, labels: LabelSet, dev_texts: Sequence[str],
-            y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
-        """A model fitted whole (kinds not `trained_by_loop`) on training notes and their [N, K] 0/1 labels over
-        LABELS, with OPTIONS (an `options_type`, or None for a kind that takes none: the model keeps them, `save`
-        writes them and `card` shows them back); the dev notes and labels (for the kind's own choices: the threshold
-        is tuned on dev afterwards), the run's seed and its --min-doc-freq (a vocabulary keeps only words of at least
-        that many training notes)."""
+    def fit(self, data: TrainingData, options: Any, *, loop: Loop) -> Fitted:
+        """The kind's model trained on DATA (the training and dev notes, their labels and the run's options; never
+        test) with OPTIONS (an `options_type`, or None for a kind that takes none: the model keeps them, `save` writes
+        them and `card` shows them back). A kind fitted whole fits it here; a kind `trained_by_loop` calls LOOP, the
+        epoch loop the training package hands over, with the kind whose model the loop trains (itself, or its part),
+        and may fit parts before and after it (the fused model: tfidf-lr, then the loop, then the fusion on dev).
+        Status lines for the user go to `data.say`; `train` then tunes the threshold on dev, scores test and saves."""
 
-    # The epoch loop (`train`, `train_setup`) asks a kind `trained_by_loop` for the rest; a kind fitted whole raises
-    # NotImplementedError from them. The model is a torch.nn.Module fed token ids; `config_type` is its configuration
+    # The epoch loop (`train`, `train_setup`) asks the kind a `fit` hands it for the rest; a kind fitted whole leaves
+    # them out. The model is a torch.nn.Module fed token ids; `config_type` is its configuration
     # (the options plus what the data decides), saved with its state for --resume.
     config_type: type | None
 

@@ -101,7 +101,7 @@ class ModelKind(Protocol):
         and may fit parts before and after it (the fused model: tfidf-lr, then the loop, then the fusion on dev).
         Status lines for the user go to `data.say`; `train` then tunes the threshold on dev, scores test and saves."""
 
-    # The epoch loop (`train`, `train_setup`) asks the kind a `fit` hands it for the rest; a kind fitted whole leaves
+    # The epoch loop (`clinicode.training.loop`) asks the kind a `fit` hands it for the rest; a kind fitted whole leaves
     # them out. The model is a torch.nn.Module fed token ids; `config_type` is its configuration
     # (the options plus what the data decides), saved with its state for --resume.
     config_type: type | None

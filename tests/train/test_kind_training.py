@@ -163,10 +163,11 @@ def test_training_names_no_kind_and_finds_no_hook():
     """One path for every kind: `train` asks a kind only what `ModelKind` declares (no `hasattr`), and names none."""
     import ast
 
-    import clinicode.train as train_mod
-    import clinicode.train_setup as setup_mod
+    import clinicode.training.finish as finish_mod
+    import clinicode.training.loop as loop_mod
+    import clinicode.training.run as run_mod
 
-    for mod in (train_mod, setup_mod):
+    for mod in (run_mod, loop_mod, finish_mod):
         tree = ast.parse(Path(mod.__file__).read_text())
         calls = [n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
         assert "hasattr" not in calls, mod.__name__

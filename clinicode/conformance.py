@@ -64,8 +64,8 @@ def sample_notes(n: int = 36, seed: int = 0) -> tuple[list[str], np.ndarray]:
 # ---------------------------------------------------------------------------------------------- model kinds
 _CHECKPOINT_OWN = {MANIFEST_FILE, LABELS_FILE, THRESHOLD_FILE, TRAIN_CONFIG_FILE, "metrics_dev.json",
                    "metrics_test.json", "train_counts.json"}
-_LOOP_MEMBERS = ("model_config", "build", "vector_dim", "start_from", "memory_plan", "forward", "loss", "after_step",
-                 "epoch_stats", "load_weights")
+_LOOP_MEMBERS = ("save", "model_config", "build", "vector_dim", "start_from", "memory_plan", "forward", "loss",
+                 "after_step", "epoch_stats", "load_weights")
 
 
 def _check_declarations(kind: ModelKind, who: str) -> None:
@@ -81,7 +81,7 @@ def _check_declarations(kind: ModelKind, who: str) -> None:
     _need(isinstance(optional, tuple) and all(isinstance(f, str) and f and "/" not in f for f in optional)
           and not set(optional) & (set(files) | _CHECKPOINT_OWN), who,
           "`optional_files` must be a tuple of file names (no folders), none of `files` or the checkpoint's own.")
-    for flag in ("can_explain", "can_embed", "scores_ids", "trained_by_loop", "refits_on_dev"):
+    for flag in ("can_explain", "can_embed", "scores_ids", "refits_on_dev"):
         _need(isinstance(getattr(kind, flag, None), bool), who, f"`{flag}` must be a bool.")
     opts = getattr(kind, "options_type", "missing")
     _need(opts is None or (isinstance(opts, type) and dataclasses.is_dataclass(opts)), who,
@@ -94,9 +94,12 @@ def _check_declarations(kind: ModelKind, who: str) -> None:
     members = ("save", "verify", "load", "single_label", "device", "card", "display_name", "scorer", "fit")
     for m in members:
         _need(callable(getattr(kind, m, None)), who, f"`{m}` must be a method.")
-    if kind.trained_by_loop:
-        _need(isinstance(getattr(kind, "config_type", None), type), who,
-              "`config_type` must be the model configuration's class (saved with --resume's state).")
+    looped = getattr(kind, "loop_model", "missing")
+    _need(looped is None or all(callable(getattr(looped, m, None)) for m in _LOOP_MEMBERS), who,
+          "`loop_model` must be None (fitted whole) or what the loop trains (`clinicode.models.fitting.LoopModel`).")
+    if looped is not None:
+        _need(isinstance(getattr(looped, "config_type", None), type), who,
+              "`loop_model.config_type` must be the model configuration's class (saved with --resume's state).")
     _need(isinstance(kind.display_name({}), str), who, "`display_name({})` must be a string.")
 
 
@@ -160,8 +163,8 @@ def other_options(options_type: type) -> Any:
 
 
 class _TwoStepLoop:
-    """The epoch loop as `check_kind` hands it to a kind's `fit`: two SGD steps over the notes through the kind it is
-    given, checking each answer that kind gives (`ModelKind`'s "The epoch loop" members)."""
+    """The epoch loop as `check_kind` hands it to a kind's `fit`: two SGD steps over the notes through the `LoopModel`
+    it is given, checking each answer it gives."""
 
     def __init__(self, texts: list[str], y: np.ndarray, labels: LabelSet, max_len: int, who: str) -> None:
         self.texts, self.y, self.labels, self.max_len, self.who = texts, y, labels, max_len, who
@@ -174,7 +177,7 @@ class _TwoStepLoop:
 
         texts, y, labels, who = self.texts, self.y, self.labels, self.who
         for m in _LOOP_MEMBERS:
-            _need(callable(getattr(kind, m, None)), who, f"`{m}` must be a method of the kind `fit` hands the loop.")
+            _need(callable(getattr(kind, m, None)), who, f"`{m}` must be a method of the `LoopModel` given the loop.")
         tokenizer, _ = ClinicalTokenizer.fit_tokens(texts, min_doc_freq=1, max_len=self.max_len)
         config = kind.model_config(options, vocab_size=tokenizer.vocab_size, n_labels=len(labels), multilabel=True)
         _need(isinstance(config, kind.config_type), who, "`model_config` must return a `config_type`.")

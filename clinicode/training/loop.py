@@ -24,8 +24,7 @@ from clinicode.embeddings import initial_vectors
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.files import write_bytes_atomic
 from clinicode.metrics import HEADLINE, all_metrics, tune_threshold
-from clinicode.models import ModelKind
-from clinicode.models.fitting import Fitted
+from clinicode.models.fitting import Fitted, LoopModel
 from clinicode.predict import Predictor
 from clinicode.runtime import barrier, init_distributed, pick_device, release_freed_memory, seed_everything, world
 from clinicode.tokenizer import ClinicalTokenizer
@@ -75,7 +74,7 @@ class Objective(torch.nn.Module):
     dropout masks are then the global batch's (`ShareDropout`, which `distributed` puts in place of the model's).
     """
 
-    def __init__(self, kind: ModelKind, model: torch.nn.Module, pos_weight: torch.Tensor | None, plan: Any) -> None:
+    def __init__(self, kind: LoopModel, model: torch.nn.Module, pos_weight: torch.Tensor | None, plan: Any) -> None:
         super().__init__()
         self.kind, self.model, self.pos_weight, self.plan = kind, model, pos_weight, plan
 
@@ -105,14 +104,14 @@ def distributed(objective: Objective, device: torch.device) -> torch.nn.Module:
 
 
 class TrainingSetup:
-    """One run's data, model, optimiser and state before its first (or, on --resume, next) epoch, for a model kind
-    `trained_by_loop` (LEAM): the kind builds the model, its configuration and memory plan, and scores the loss.
+    """One run's data, model, optimiser and state before its first (or, on --resume, next) epoch, for the `LoopModel`
+    a kind's `fit` hands the loop (LEAM): it builds the model, its configuration and memory plan, and scores the loss.
 
     Under torchrun (WORLD_SIZE > 1) every process builds the same tokenizer, vectors and batch order (all seeded);
     the objective is wrapped in DistributedDataParallel. `_Trainer` below holds this state and runs the loop over it.
     """
 
-    def __init__(self, kind: ModelKind, ds: PreparedDataset, run: Path, cfg: TrainConfig, options: Any,
+    def __init__(self, kind: LoopModel, ds: PreparedDataset, run: Path, cfg: TrainConfig, options: Any,
                  as_given: dict[str, Any], *, resume: bool, report: Callable[[str], None] | None,
                  manifest_extra: dict[str, Any], warm_start: Checkpoint | None = None) -> None:
         self.ds, self.run, self.cfg = ds, run, cfg

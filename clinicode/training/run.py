@@ -115,8 +115,9 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
         if not any(len(row) for row in ds.split(split)["labels"]):
             raise DataFormatError(f"{data_dir}: no {split} note has a code of the label set ({len(ds.labels)} codes), "
                                   f"so {why}; check the data's labels (and labels.json).")
-    if kind.trained_by_loop:  # a batch that cannot fit the memory budget fails now, not after the vocabulary
-        kind.memory_plan(kind.model_config(options, vocab_size=3, n_labels=len(ds.labels), multilabel=True),
+    looped = kind.loop_model
+    if looped is not None:  # a batch that cannot fit the memory budget fails now, not after the vocabulary
+        looped.memory_plan(looped.model_config(options, vocab_size=3, n_labels=len(ds.labels), multilabel=True),
                          batch_size=config.batch_size, max_len=config.max_len, budget_mb=config.memory_mb,
                          device=pick_device(config.device).type, training=True)
     fingerprint = hashlib.sha256((dataset_fingerprint(Path(data_dir))
@@ -182,7 +183,7 @@ def train(
     extra.update(manifest_extra or {})
     seed_everything(config.seed)
     kind = train_kind(config.model)
-    if world()[1] > 1 and not kind.trained_by_loop:
+    if world()[1] > 1 and kind.loop_model is None:
         raise ConfigError(f"--model {kind.name} trains in one process; run it without torchrun.")
     loop = EpochLoop(run, ds, config, extra, given=given_options(model_options), resume=resume, progress=progress,
                       on_epoch=on_epoch, report=report, warm_start=warm_start)
@@ -276,7 +277,7 @@ def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: in
     n_train = len(load_dataset(Path(data_dir)).split("train"))
     how, built_on = retrain_start(checkpoint, n_train)
     how = start if start != "auto" else how
-    if not checkpoint.model_kind.trained_by_loop:
+    if checkpoint.model_kind.loop_model is None:
         how = "refit"
         result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, manifest_extra=extra)
     elif how == "warm":

@@ -53,7 +53,7 @@ class KeywordKind:
     can_explain = False
     can_embed = False
     scores_ids = False
-    trained_by_loop = False
+    loop_model = None
     refits_on_dev = False
     options_type = None
     config_type = None
@@ -118,10 +118,10 @@ def test_the_built_in_kinds_are_registered_with_their_capabilities():
     assert {"fused", "leam", "tfidf-lr"} <= set(MODEL_KINDS) and all(repr(n) in known_kinds() for n in MODEL_KINDS)
     leam, lr, fused = MODEL_KINDS["leam"], MODEL_KINDS["tfidf-lr"], MODEL_KINDS["fused"]
     # the fused kind explains and embeds through its LEAM part; its tfidf-lr part reads the text, so no ids alone
-    assert (fused.can_explain, fused.can_embed, fused.scores_ids, fused.trained_by_loop) == (True, True, False, True)
+    assert (fused.can_explain, fused.can_embed, fused.scores_ids, fused.loop_model) == (True, True, False, leam)
     assert fused.files == (*leam.files, *lr.files, "fusion.safetensors", "fusion.json")
-    assert (leam.can_explain, leam.can_embed, leam.scores_ids, leam.trained_by_loop) == (True, True, True, True)
-    assert (lr.can_explain, lr.can_embed, lr.scores_ids, lr.trained_by_loop) == (False, False, False, False)
+    assert (leam.can_explain, leam.can_embed, leam.scores_ids, leam.loop_model) == (True, True, True, leam)
+    assert (lr.can_explain, lr.can_embed, lr.scores_ids, lr.loop_model) == (False, False, False, None)
     assert leam.files == ("model.safetensors", "model_config.json", "tokenizer.json")
     assert lr.files == ("tfidf_lr.safetensors", "tfidf_lr.json")
     for kind in MODEL_KINDS.values():

@@ -72,7 +72,8 @@ class MajorityKind:
     summary = "every note scored by its codes' shares of the training notes"
     files = ("majority.json",)
     optional_files = ()
-    can_explain = can_embed = scores_ids = trained_by_loop = refits_on_dev = False
+    can_explain = can_embed = scores_ids = refits_on_dev = False
+    loop_model = None
     options_type = MajorityOptions
     config_type = None
 

@@ -105,7 +105,7 @@ def test_a_kind_fitted_whole_gets_labels_the_dev_split_and_the_seed(tmp_path, mo
     assert len(given["texts"]) == 12 and given["y"].shape == (12, 2)
     assert given["dev_texts"][0].startswith("fever cough note 0") and given["y_dev"].shape == (12, 2)
     assert np.array_equal(given["y_dev"][2], [1, 1])
-    assert not kind.trained_by_loop and MODEL_KINDS["leam"].trained_by_loop
+    assert kind.loop_model is None and MODEL_KINDS["leam"].loop_model is MODEL_KINDS["leam"]
 
 
 @pytest.mark.parametrize("given", [{"embed_dim": 8}, {"code_evidence": False}])
@@ -139,7 +139,7 @@ class AroundTheLoopKind(LEAMKind):
 
     def fit(self, data, options, *, loop):
         data.say(f"{self.name}: {len(data.texts)} notes before the loop")
-        trained = loop(MODEL_KINDS["leam"], options, epochs=1)
+        trained = loop(MODEL_KINDS["leam"].loop_model, options, epochs=1)
         data.say(f"{self.name}: after the loop, {len(trained.result['history'])} epoch")
         return trained
 
@@ -175,3 +175,16 @@ def test_training_names_no_kind_and_finds_no_hook():
         assert not strings & set(MODEL_KINDS), (mod.__name__, strings & set(MODEL_KINDS))
     for kind in MODEL_KINDS.values():
         assert not any(hasattr(kind, hook) for hook in ("before_loop", "after_loop", "refit", "loop_kind")), kind.name
+
+
+def test_the_loop_asks_a_loop_model_and_no_kind_forwards_it():
+    """The epoch loop's questions are `LoopModel`'s, not `ModelKind`'s: the fused kind hands the loop LEAM's kind and
+    forwards none of them."""
+    from clinicode.models import ModelKind
+    from clinicode.models.fitting import LoopModel
+
+    loop_questions = {"build", "forward", "loss", "after_step", "epoch_stats", "load_weights", "memory_plan",
+                      "model_config", "start_from", "vector_dim"}
+    assert loop_questions <= set(vars(LoopModel)) and not loop_questions & set(vars(ModelKind))
+    fused = MODEL_KINDS["fused"]
+    assert fused.loop_model is MODEL_KINDS["leam"] and not any(hasattr(fused, q) for q in loop_questions)

@@ -10,7 +10,7 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -25,9 +25,6 @@ from clinicode.models.fused.mentions import MENTIONS_FILE, MentionLexicon, read_
 from clinicode.models.fused.model import FusedModel, title_rows
 from clinicode.models.leam.kind import KIND as LEAM_KIND, check_weight_shapes, weight_shapes
 from clinicode.models.tfidf_lr.kind import KIND as LR_KIND
-
-if TYPE_CHECKING:
-    from clinicode.memory import MemoryPlan
 
 FUSION_WEIGHTS = "fusion.safetensors"
 FUSION_META = "fusion.json"
@@ -81,7 +78,7 @@ class FusedKind:
     can_explain = True
     can_embed = True
     scores_ids = False      # the tfidf-lr part reads the text itself
-    trained_by_loop = True  # the LEAM part is (`fit`: tfidf-lr first, the loop, the fusion on dev last)
+    loop_model = LEAM_KIND  # the loop trains the LEAM part (`fit`: tfidf-lr first, the loop, the fusion on dev last)
     refits_on_dev = True    # --fit-on train+dev: the parts without epochs refit on train and dev (`fit`)
     options_type = LEAM_KIND.options_type   # LEAM's options, for its part (asked of the LEAM kind, not imported)
     config_type = LEAM_KIND.config_type
@@ -165,7 +162,7 @@ class FusedKind:
         lr = fit_lr_part(data.texts, data.y, single_label=data.single_label, min_doc_freq=data.config.min_doc_freq)
         data.say(f"{self.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s"
                  + _mentions_note(mentions, codes, data.evidence))
-        trained = loop(LEAM_KIND, options, epochs=self.loop_epochs(data.config, len(data.labels)))
+        trained = loop(self.loop_model, options, epochs=self.loop_epochs(data.config, len(data.labels)))
         t0 = time.perf_counter()
         config = data.config
         final = fuse(trained.model, trained.tokenizer, lr, mentions=mentions, dev_texts=data.dev_texts,
@@ -196,39 +193,6 @@ class FusedKind:
         trains as the leam kind does (its patience ends it): at 50 codes a 30-epoch LEAM part cost 0.026 micro-F1
         (docs/accuracy-tuning.md, round 14)."""
         return min(config.epochs, config.fused_epochs) if n_labels > CAP_FROM else config.epochs
-
-    # What the epoch loop asks: LEAM's answers (the loop `fit` runs trains the LEAM part, through LEAM's kind).
-    def model_config(self, options: Any, *, vocab_size: int, n_labels: int, multilabel: bool) -> Any:
-        return LEAM_KIND.model_config(options, vocab_size=vocab_size, n_labels=n_labels, multilabel=multilabel)
-
-    def build(self, model_config: Any) -> Any:
-        return LEAM_KIND.build(model_config)
-
-    def vector_dim(self, model_config: Any) -> int:
-        return LEAM_KIND.vector_dim(model_config)
-
-    def start_from(self, model: Any, words: np.ndarray, codes: np.ndarray) -> None:
-        LEAM_KIND.start_from(model, words, codes)
-
-    def memory_plan(self, model_config: Any, *, batch_size: int, max_len: int, budget_mb: int, device: str,
-                    training: bool, fast: bool = True) -> MemoryPlan:
-        return LEAM_KIND.memory_plan(model_config, batch_size=batch_size, max_len=max_len, budget_mb=budget_mb,
-                                     device=device, training=training, fast=fast)
-
-    def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan) -> Any:
-        return LEAM_KIND.forward(model, ids, mask, plan=plan)
-
-    def loss(self, model: Any, logits: Any, y: Any, *, pos_weight: Any) -> tuple[Any, Any]:
-        return LEAM_KIND.loss(model, logits, y, pos_weight=pos_weight)
-
-    def after_step(self, model: Any) -> None:
-        LEAM_KIND.after_step(model)
-
-    def epoch_stats(self, model: Any) -> dict[str, float]:
-        return LEAM_KIND.epoch_stats(model)
-
-    def load_weights(self, folder: Path, model: Any, *, new_code_words: Sequence[Sequence[int]] = ()) -> None:
-        LEAM_KIND.load_weights(folder, model, new_code_words=new_code_words)
 
 
 KIND = FusedKind()

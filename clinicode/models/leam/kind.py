@@ -87,7 +87,6 @@ class LEAMKind:
     can_explain = True
     can_embed = True
     scores_ids = True
-    trained_by_loop = True
     refits_on_dev = False
     options_type = ModelOptions
     config_type = LEAMConfig
@@ -175,11 +174,16 @@ class LEAMKind:
         return LEAMScorer(checkpoint.model, checkpoint.tokenizer, max_len=checkpoint.max_len, device=device,
                           batch_size=batch_size, memory_mb=memory_mb)
 
+    @property
+    def loop_model(self) -> LEAMKind:
+        """What the epoch loop trains: LEAM itself (its answers below)."""
+        return self
+
     def fit(self, data: TrainingData, options: ModelOptions, *, loop: Loop) -> Fitted:
         """LEAM trained by the epoch loop over the run's notes, its best-on-dev weights."""
         return loop(self, options)
 
-    # What the epoch loop asks (`ModelKind`, "The epoch loop").
+    # What the epoch loop asks (`clinicode.models.fitting.LoopModel`).
     def model_config(self, options: ModelOptions, *, vocab_size: int, n_labels: int, multilabel: bool) -> LEAMConfig:
         return options.leam_config(vocab_size=vocab_size, n_labels=n_labels, multilabel=multilabel)
 

@@ -47,7 +47,7 @@ class TfidfLRKind:
     can_explain = False
     can_embed = False
     scores_ids = False
-    trained_by_loop = False  # fitted whole by `fit`: the epoch loop's members are left out
+    loop_model = None        # fitted whole by `fit`: no epoch loop
     refits_on_dev = False
     options_type = None      # `train --model tfidf-lr` refuses any model options (`clinicode.models.kind_options`)
     config_type = None

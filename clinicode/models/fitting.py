@@ -35,7 +35,7 @@ class TrainingData:
     # `--fit-on train+dev`, for a kind that `refits_on_dev`: every labelled note outside test as
     # (texts, [N, K] y, evidence or None); None: not asked
     train_and_dev: Callable[[], tuple[Sequence[str], np.ndarray, Sequence[Any] | None]] | None = None
-    say: Callable[[str], None] = print   # a status line for the user (what the kind fitted, in how long)
+    say: Callable[[str], None] = lambda line: None   # a status line for the user (what the kind fitted, how long)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -76,7 +76,7 @@ class TrainConfig:
         if self.memory_mb < 64:
             raise ConfigError(f"--memory-budget must be >= 64 (MB), got {self.memory_mb}.")
         # Which names exist is the model-kind registry's (`clinicode.models.train_kind`), above this layer: the CLI
-        # and the start of every run (`train_setup.open_run`) ask it, before anything is written.
+        # and the start of every run (`training.run.open_run`) ask it, before anything is written.
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"--model must name a model kind, got {self.model!r}.")
         for name in ("epochs", "fused_epochs", "batch_size", "max_len", "min_doc_freq", "eval_batch_size"):

@@ -27,6 +27,7 @@ from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.formats import Reader, Writer
 from clinicode.models import MODEL_KINDS, ModelKind
+from clinicode.models.fitting import Fitted, TrainingData
 from clinicode.predict import Predictor
 
 
@@ -63,8 +64,8 @@ def sample_notes(n: int = 36, seed: int = 0) -> tuple[list[str], np.ndarray]:
 # ---------------------------------------------------------------------------------------------- model kinds
 _CHECKPOINT_OWN = {MANIFEST_FILE, LABELS_FILE, THRESHOLD_FILE, TRAIN_CONFIG_FILE, "metrics_dev.json",
                    "metrics_test.json", "train_counts.json"}
-_LOOP_MEMBERS = ("model_config", "build", "vector_dim", "start_from", "memory_plan", "forward", "loss", "after_step",
-                 "epoch_stats", "load_weights")
+_LOOP_MEMBERS = ("save", "model_config", "build", "vector_dim", "start_from", "memory_plan", "forward", "loss",
+                 "after_step", "epoch_stats", "load_weights")
 
 
 def _check_declarations(kind: ModelKind, who: str) -> None:
@@ -80,7 +81,7 @@ def _check_declarations(kind: ModelKind, who: str) -> None:
     _need(isinstance(optional, tuple) and all(isinstance(f, str) and f and "/" not in f for f in optional)
           and not set(optional) & (set(files) | _CHECKPOINT_OWN), who,
           "`optional_files` must be a tuple of file names (no folders), none of `files` or the checkpoint's own.")
-    for flag in ("can_explain", "can_embed", "scores_ids", "trained_by_loop"):
+    for flag in ("can_explain", "can_embed", "scores_ids", "refits_on_dev"):
         _need(isinstance(getattr(kind, flag, None), bool), who, f"`{flag}` must be a bool.")
     opts = getattr(kind, "options_type", "missing")
     _need(opts is None or (isinstance(opts, type) and dataclasses.is_dataclass(opts)), who,
@@ -90,14 +91,15 @@ def _check_declarations(kind: ModelKind, who: str) -> None:
             opts()
         except TypeError:
             raise ConformanceError(f"{who}: `options_type()` must build the default options.") from None
-    members = ("save", "verify", "load", "single_label", "device", "card", "display_name", "scorer")
-    members += _LOOP_MEMBERS if kind.trained_by_loop else ("fit",)
+    members = ("save", "verify", "load", "single_label", "device", "card", "display_name", "scorer", "fit")
     for m in members:
-        _need(callable(getattr(kind, m, None)), who, f"`{m}` must be a method"
-              + (" (a kind trained by the loop)" if m in _LOOP_MEMBERS else "") + ".")
-    if kind.trained_by_loop:
-        _need(isinstance(getattr(kind, "config_type", None), type), who,
-              "`config_type` must be the model configuration's class (saved with --resume's state).")
+        _need(callable(getattr(kind, m, None)), who, f"`{m}` must be a method.")
+    looped = getattr(kind, "loop_model", "missing")
+    _need(looped is None or all(callable(getattr(looped, m, None)) for m in _LOOP_MEMBERS), who,
+          "`loop_model` must be None (fitted whole) or what the loop trains (`clinicode.models.fitting.LoopModel`).")
+    if looped is not None:
+        _need(isinstance(getattr(looped, "config_type", None), type), who,
+              "`loop_model.config_type` must be the model configuration's class (saved with --resume's state).")
     _need(isinstance(kind.display_name({}), str), who, "`display_name({})` must be a string.")
 
 
@@ -160,59 +162,70 @@ def other_options(options_type: type) -> Any:
     return options_type(**changed)
 
 
+class _TwoStepLoop:
+    """The epoch loop as `check_kind` hands it to a kind's `fit`: two SGD steps over the notes through the `LoopModel`
+    it is given, checking each answer it gives."""
+
+    def __init__(self, texts: list[str], y: np.ndarray, labels: LabelSet, max_len: int, who: str) -> None:
+        self.texts, self.y, self.labels, self.max_len, self.who = texts, y, labels, max_len, who
+
+    def __call__(self, kind: Any, options: Any, *, epochs: int | None = None) -> Fitted:
+        import torch
+
+        from clinicode.batching import pad_batch
+        from clinicode.tokenizer import ClinicalTokenizer
+
+        texts, y, labels, who = self.texts, self.y, self.labels, self.who
+        for m in _LOOP_MEMBERS:
+            _need(callable(getattr(kind, m, None)), who, f"`{m}` must be a method of the `LoopModel` given the loop.")
+        tokenizer, _ = ClinicalTokenizer.fit_tokens(texts, min_doc_freq=1, max_len=self.max_len)
+        config = kind.model_config(options, vocab_size=tokenizer.vocab_size, n_labels=len(labels), multilabel=True)
+        _need(isinstance(config, kind.config_type), who, "`model_config` must return a `config_type`.")
+        model = kind.build(config)
+        _need(isinstance(model, torch.nn.Module), who, "`build` must return a torch.nn.Module.")
+        dim = kind.vector_dim(config)
+        rng = np.random.default_rng(0)
+        kind.start_from(model, rng.normal(size=(tokenizer.vocab_size, dim)).astype(np.float32),
+                        rng.normal(size=(len(labels), dim)).astype(np.float32))
+        plan = kind.memory_plan(config, batch_size=8, max_len=self.max_len, budget_mb=512, device="cpu",
+                                training=True)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model.train()
+        for start in (0, 8):
+            ids, mask = pad_batch(tokenizer.encode_ids(texts[start:start + 8]))
+            logits = kind.forward(model, ids, mask, plan=plan)
+            _need(tuple(logits.shape) == (len(ids), len(labels)), who, "`forward` must give [B, K] logits.")
+            loss, task = kind.loss(model, logits, torch.from_numpy(y[start:start + 8]), pos_weight=None)
+            _need(loss.dim() == 0 and math.isfinite(float(loss.detach())) and math.isfinite(float(task.detach())),
+                  who, "`loss` must return two finite scalars (the loss to minimise, the task loss).")
+            opt.zero_grad()
+            loss.backward()
+            _need(any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in model.parameters()), who,
+                  "`loss` must give the model's weights a gradient.")
+            opt.step()
+            kind.after_step(model)
+        stats = kind.epoch_stats(model)
+        _need(isinstance(stats, dict) and all(isinstance(k, str) and isinstance(v, float) for k, v in stats.items()),
+              who, "`epoch_stats` must return {name: float}.")
+        model.eval()
+        return Fitted(model=model, tokenizer=tokenizer)
+
+
 def _trained(kind: ModelKind, texts: list[str], y: np.ndarray, labels: LabelSet, max_len: int,
              options: Any = None) -> tuple[Any, Any]:
-    """(model, tokenizer or None) trained as `train` would with OPTIONS (the defaults when None): one epoch-loop step,
-    or `fit`."""
+    """(model, tokenizer or None) trained as `train` would with OPTIONS (the defaults when None): the kind's `fit`
+    on the first 24 notes, dev the rest, each note's first cue as a coder's evidence span (so a kind that keeps
+    something of them writes it), handed a loop of two steps (`_TwoStepLoop`)."""
     who = f"model kind {kind.name!r}"
     if options is None and kind.options_type is not None:
         options = kind.options_type()
-    if not kind.trained_by_loop:
-        model = kind.fit(texts[:24], y[:24], options=options, labels=labels, dev_texts=texts[24:], y_dev=y[24:],
-                         single_label=False, seed=0, min_doc_freq=TrainConfig.min_doc_freq)
-        return model, None
-    import torch
-
-    from clinicode.batching import pad_batch
-    from clinicode.tokenizer import ClinicalTokenizer
-
-    tokenizer, _ = ClinicalTokenizer.fit_tokens(texts, min_doc_freq=1, max_len=max_len)
-    config = kind.model_config(options, vocab_size=tokenizer.vocab_size, n_labels=len(labels), multilabel=True)
-    _need(isinstance(config, kind.config_type), who, "`model_config` must return a `config_type`.")
-    model = kind.build(config)
-    _need(isinstance(model, torch.nn.Module), who, "`build` must return a torch.nn.Module.")
-    dim = kind.vector_dim(config)
-    rng = np.random.default_rng(0)
-    kind.start_from(model, rng.normal(size=(tokenizer.vocab_size, dim)).astype(np.float32),
-                    rng.normal(size=(len(labels), dim)).astype(np.float32))
-    plan = kind.memory_plan(config, batch_size=8, max_len=max_len, budget_mb=512, device="cpu", training=True)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    model.train()
-    for start in (0, 8):
-        ids, mask = pad_batch(tokenizer.encode_ids(texts[start:start + 8]))
-        logits = kind.forward(model, ids, mask, plan=plan)
-        _need(tuple(logits.shape) == (len(ids), len(labels)), who, "`forward` must give [B, K] logits.")
-        loss, task = kind.loss(model, logits, torch.from_numpy(y[start:start + 8]), pos_weight=None)
-        _need(loss.dim() == 0 and math.isfinite(float(loss.detach())) and math.isfinite(float(task.detach())), who,
-              "`loss` must return two finite scalars (the loss to minimise, the task loss).")
-        opt.zero_grad()
-        loss.backward()
-        _need(any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in model.parameters()), who,
-              "`loss` must give the model's weights a gradient.")
-        opt.step()
-        kind.after_step(model)
-    stats = kind.epoch_stats(model)
-    _need(isinstance(stats, dict) and all(isinstance(k, str) and isinstance(v, float) for k, v in stats.items()),
-          who, "`epoch_stats` must return {name: float}.")
-    model.eval()
-    if hasattr(kind, "after_loop"):  # the optional hooks around the loop, as `train` calls them (the fused kind)
-        # with each note's first cue as a coder's evidence span, so a kind that keeps something of them writes it
-        before = kind.before_loop(texts[:24], y[:24], single_label=False, codes=labels.codes,
-                                  evidence=_cue_spans(texts[:24], y[:24])) if hasattr(kind, "before_loop") else None
-        model = kind.after_loop(model, tokenizer, before, dev_texts=texts[24:], y_dev=y[24:],
-                                train_counts=y[:24].sum(0).astype(int), descriptions=list(labels.descriptions),
-                                max_len=max_len, device="cpu", batch_size=8, memory_mb=512)
-    return model, tokenizer
+    config = TrainConfig(model=kind.name, max_len=max_len, device="cpu", eval_batch_size=8, memory_mb=512)
+    data = TrainingData(texts=texts[:24], y=y[:24], labels=labels, dev_texts=texts[24:], y_dev=y[24:],
+                        train_counts=y[:24].sum(0).astype(int), evidence=_cue_spans(texts[:24], y[:24]),
+                        single_label=False, config=config, say=lambda line: None)
+    fitted = kind.fit(data, options, loop=_TwoStepLoop(texts, y, labels, max_len, who))
+    _need(isinstance(fitted, Fitted), who, "`fit` must return a `Fitted` (clinicode.models.fitting).")
+    return fitted.model, fitted.tokenizer
 
 
 def check_kind(kind: ModelKind) -> None:
@@ -282,6 +295,9 @@ def _check_use(kind: ModelKind, who: str) -> None:
               "a note's scores must not depend on the other notes of its batch or their order.")
         _need(not kind.can_explain or callable(getattr(pred.scorer, "code_spans", None)), who,
               "`can_explain`: the scorer must give each code's spans on its own stated scale (`code_spans`).")
+        _need(not kind.can_explain or (isinstance(getattr(pred.scorer, "span_weight", None), str)
+                                       and pred.scorer.span_weight.strip()), who,
+              "`can_explain`: the scorer must say what a span's weight is (`span_weight`, a few words).")
         record = pred.predict(texts[:2], explain=2 if kind.can_explain else 0)[0].to_dict()
         _need(record["id"] == "0" and "scores" in record, who, "`Predictor.predict` must give records.")
         if kind.can_explain:

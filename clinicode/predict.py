@@ -197,6 +197,12 @@ class Predictor:
         return self.labels.codes
 
     @property
+    def span_weight(self) -> str:
+        """What a code's span weight is, in a coder's words (the kind's scorer says; "" for a kind that shows no
+        spans)."""
+        return self.scorer.span_weight if self.model_kind.can_explain else ""  # type: ignore[attr-defined]
+
+    @property
     def code_system(self) -> CodeSystem:
         """The checkpoint's CodeSystem (recorded in its labels.json, or inferred once at load for older ones)."""
         return self.labels.code_system  # type: ignore[return-value]  (load_checkpoint always sets it)

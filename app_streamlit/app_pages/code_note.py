@@ -236,8 +236,8 @@ with right:
         from clinicode.serving import WORD_BAR  # the model is loaded by now: importing predict costs nothing more
 
         st.caption(
-            f"Green: the words closest to **{pick}** (cosine with the code's vector at least {WORD_BAR:g} of the best "
-            f"in this note; neighbouring words joined, at most {EXPLAIN} spans); opacity ∝ cosine."
+            f"Green: the words that justify **{pick}** ({pred.span_weight}; words at least {WORD_BAR:g} of the "
+            f"best in this note, neighbouring words joined, at most {EXPLAIN} spans); opacity rises with the weight."
         )
         body = render.highlight_html(text, p.code_phrases[pick], rgb=render.EVIDENCE_RGB, css_class="evidence")
     st.html(body)

@@ -52,13 +52,18 @@ def _highlighted(text: str, evidence: list[dict]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
-def _double_coding(db) -> None:
-    """Double coders' agreement (Cohen's kappa per coder and per code) and each coder's time per note."""
-    a = serving.review_agreement(db)
-    times = pd.DataFrame([t for t in serving.review_work_times(db)  # an adjudication times a ruling, not a coding
-                          if t["seconds"] is not None and t["role"] != "adjudicator"],
+def _double_coding(db, reviewer: str | None) -> None:
+    """Double coders' agreement (Cohen's kappa per coder and per code) and each coder's time per note; for a named
+    REVIEWER, without the notes still blind to them (double coded, not adjudicated), as `review agreement
+    --reviewer` leaves them out."""
+    a = serving.review_agreement(db, reviewer=reviewer)
+    times = pd.DataFrame([t for t in serving.review_work_times(db, reviewer=reviewer)  # an adjudication times a
+                          if t["seconds"] is not None and t["role"] != "adjudicator"],  # ruling, not a coding
                          columns=["note", "reviewer", "seconds"])
     st.subheader("Double coding")
+    if a.get("blind_notes"):
+        st.caption(f"{a['blind_notes']} note(s) {reviewer} double codes are not adjudicated yet: left out here, so "
+                   "nothing of the other coder's work shows before adjudication.")
     if not a["notes"]:
         st.caption("No note is double coded and finished by both coders yet (`clinicode review assign --coder A "
                    "--coder B --count N`).")
@@ -280,7 +285,9 @@ try:
     with stats_tab:
         by = st.radio("Over time by", ["day", "week"], horizontal=True, key="review_by")
         try:
-            stats = db.stats(by=by)  # the integrity check runs first: a damaged file is one line, not partial counts
+            # the integrity check runs first: a damaged file is one line, not partial counts; a named reviewer sees
+            # nothing of another coder's work on notes still blind to them
+            stats = db.stats(by=by, reviewer=reviewer or None)
         except ClinicodeError as err:
             st.error(str(err))
             st.stop()
@@ -299,7 +306,7 @@ try:
         st.dataframe(per_code, hide_index=True, width="stretch", key="review_per_code", column_config={
             "precision": st.column_config.NumberColumn(format="percent"),
             "recall": st.column_config.NumberColumn(format="percent")})
-        _double_coding(db)
+        _double_coding(db, reviewer or None)
         _learning_curves()
         trend = pd.DataFrame([{"period": p, "metric": k, "value": v[k]} for p, v in stats["over_time"].items()
                               for k in ("precision", "recall") if v[k] is not None])

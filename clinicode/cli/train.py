@@ -284,7 +284,7 @@ def _prepare_into_run(out: Path, *, mimic_dir: Path, splits_dir: Optional[Path],
     from clinicode.data.prepare import prepare_mimic
     from clinicode.data.prepared import is_prepared_dataset
     from clinicode.runtime import barrier, init_distributed, pick_device
-    from clinicode.train_setup import check_run_folder
+    from clinicode.train import check_run_folder
 
     out = check_run_folder(out, resume=resume, inputs={"--mimic-dir": mimic_dir, "--splits-dir": splits_dir,
                                                        "--note-dir": prepare.get("note_dir"),

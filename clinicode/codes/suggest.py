@@ -382,7 +382,8 @@ def checkpoint_titles(titles: Mapping[str, str], system: CodeSystem, codes: Sequ
         (code -> title in the checkpoint's spelling, the codes of TITLES left out).
     Raises:
         DataFormatError: most codes are not of the checkpoint's system (one line counting them and naming the
-            first); two spellings of one code ('4280' and '428.0') with different titles.
+            first); two spellings of one code ('4280' and '428.0') with different titles. Two codes that only the
+            checkpoint's codes make one ('966' and '96.6' when 96.6 is known) stay two, each as it reads alone.
     """
     known = set(codes)
     out: dict[str, str] = {}
@@ -397,6 +398,15 @@ def checkpoint_titles(titles: Mapping[str, str], system: CodeSystem, codes: Sequ
                 continue
             key = found.code
         key = key or code.strip()  # LOCAL: as given
+        if key in out and out[key] != title:
+            # the label set's spelling may pull another code over one it knows (CAML's titles hold procedure '96.6'
+            # and diagnosis '966', and a label set knowing 96.6 reads an undotted '966' as it): the line whose own
+            # reading differs keeps it
+            alone, before = system.canonical(code, ()), system.canonical(given[key], ())
+            if alone and alone != key and alone not in out:
+                key = alone
+            elif before and before != key and before not in out:
+                out[before], given[before] = out.pop(key), given.pop(key)
         if key in out and out[key] != title:
             raise DataFormatError(f"{option}: {given[key][:40]!r} and {code[:40]!r} are both code {key[:40]!r} "
                                   "with different titles; keep one code<TAB>title line per code.")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from clinicode.config import TrainConfig
     from clinicode.data.labels import LabelSet
-    from clinicode.memory import MemoryPlan
+    from clinicode.models.fitting import Fitted, Loop, LoopModel, TrainingData
 
 
 class Scorer(Protocol):
@@ -31,7 +31,8 @@ class Scorer(Protocol):
     Optional members, present when the kind says so: `score_ids(id_lists)` (`scores_ids`); `embed(texts)` and
     `label_embeddings()` (`can_embed`); `code_spans(enc, code_indices, n, *, text)` (`can_explain`: each code's
     evidence spans in one encoded note, best first, by `clinicode.models.spans.word_spans` over the kind's own word
-    weights, whose meaning and range its docstring states); `plan` (the memory plan, for a model that has one).
+    weights, whose meaning and range its docstring states, and `span_weight`, that meaning in a coder's words);
+    `plan` (the memory plan, for a model that has one).
     """
 
     def score(self, texts: Sequence[str]) -> np.ndarray:
@@ -58,7 +59,12 @@ class ModelKind(Protocol):
     can_explain: bool        # token attention and per-code phrase spans (predict --explain, explain_codes, evidence)
     can_embed: bool          # note and code vectors (Predictor.embed and label_embeddings; the app's embedding map)
     scores_ids: bool         # scores notes its tokenizer already encoded (Predictor.score_ids: training's dev scoring)
-    trained_by_loop: bool    # trained by `train`'s epoch loop (the members below "The epoch loop"); else by `fit`
+    # what the epoch loop trains for it (`clinicode.models.fitting.LoopModel`): itself (LEAM), its part (the fused
+    # model: LEAM's kind), or None: it is fitted whole and its `fit` never calls the loop
+    loop_model: LoopModel | None
+    # with `--fit-on train+dev`, its `fit` refits on train and dev once dev has chosen (`TrainingData.train_and_dev`),
+    # so the label set keeps the codes only dev carries
+    refits_on_dev: bool
     # the options a user chooses (a dataclass: `train(model_options=...)`, `train --model-option KEY=VALUE`), given to
     # `model_config` or `fit`, saved with the kind's files and shown back by `card`; None: the kind takes none
     options_type: type | None
@@ -89,50 +95,16 @@ class ModelKind(Protocol):
     def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> Scorer:
         """A `Scorer` for a loaded checkpoint of this kind."""
 
-    def fit(self, texts: Sequence[str], y: np.ndarray, *, options: Any, labels: LabelSet, dev_texts: Sequence[str],
-            y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
-        """A model fitted whole (kinds not `trained_by_loop`) on training notes and their [N, K] 0/1 labels over
-        LABELS, with OPTIONS (an `options_type`, or None for a kind that takes none: the model keeps them, `save`
-        writes them and `card` shows them back); the dev notes and labels (for the kind's own choices: the threshold
-        is tuned on dev afterwards), the run's seed and its --min-doc-freq (a vocabulary keeps only words of at least
-        that many training notes)."""
+    def fit(self, data: TrainingData, options: Any, *, loop: Loop) -> Fitted:
+        """The kind's model trained on DATA (the training and dev notes, their labels and the run's options; never
+        test) with OPTIONS (an `options_type`, or None for a kind that takes none: the model keeps them, `save` writes
+        them and `card` shows them back). A kind fitted whole fits it here; a kind with a `loop_model` calls LOOP,
+        the epoch loop the training package hands over, with that `LoopModel` (itself, or its part), and may fit
+        parts before and after it (the fused model: tfidf-lr, then the loop, then the fusion on dev).
+        Status lines for the user go to `data.say`; `train` then tunes the threshold on dev, scores test and saves."""
 
-    # The epoch loop (`train`, `train_setup`) asks a kind `trained_by_loop` for the rest; a kind fitted whole raises
-    # NotImplementedError from them. The model is a torch.nn.Module fed token ids; `config_type` is its configuration
-    # (the options plus what the data decides), saved with its state for --resume.
+    # the model's configuration class (options plus what the data decides; model_config.json), or None
     config_type: type | None
-
-    def model_config(self, options: Any, *, vocab_size: int, n_labels: int, multilabel: bool) -> Any:
-        """The model's configuration: OPTIONS (an `options_type`) plus what the data decides."""
-
-    def build(self, model_config: Any) -> Any:
-        """A fresh model of MODEL_CONFIG (a torch.nn.Module)."""
-
-    def vector_dim(self, model_config: Any) -> int:
-        """The size of the word and code vectors the loop starts the model from (`start_from`)."""
-
-    def start_from(self, model: Any, words: np.ndarray, codes: np.ndarray) -> None:
-        """Copy starting vectors into MODEL: [V, P] words (the tokenizer's rows) and [K, P] codes."""
-
-    def memory_plan(self, model_config: Any, *, batch_size: int, max_len: int, budget_mb: int, device: str,
-                    training: bool, fast: bool = True) -> MemoryPlan:
-        """One batch's memory plan (`clinicode.memory`); raises ConfigError when a batch cannot fit BUDGET_MB."""
-
-    def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan) -> Any:
-        """[B, K] logits of one training batch (ids and mask [B, L]); under torchrun the notes' dropout masks are the
-        global batch's here, so the forward and `loss` are two steps (a regulariser in `loss` is not the batch's)."""
-
-    def loss(self, model: Any, logits: Any, y: Any, *, pos_weight: Any) -> tuple[Any, Any]:
-        """(the loss to minimise, the task loss to report) of a batch's logits and its [B, K] float labels."""
-
-    def after_step(self, model: Any) -> None:
-        """Called after each optimiser step (constraints on the weights)."""
-
-    def epoch_stats(self, model: Any) -> dict[str, float]:
-        """Figures about the weights for an epoch's history row."""
-
-    def load_weights(self, folder: Path, model: Any) -> None:
-        """The weights of the checkpoint in FOLDER (written by `save`) into MODEL."""
 
 
 MODEL_KINDS: dict[str, ModelKind] = {

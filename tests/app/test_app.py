@@ -118,6 +118,8 @@ def test_pasted_note_gets_codes_highlights_and_escaping(app_env):
     _ok(at)
     (hl,) = [h.value for h in at.html if 'id="note-hl"' in h.value]
     assert '<mark class="evidence"' in hl and '<mark class="attn"' not in hl
+    assert any("Green: the words that justify" in c.value and "(cosine with the code's vector;" in c.value
+               for c in at.caption)                                  # LEAM's spans are its cosines, and it says so
 
 
 def test_threshold_slider_changes_predicted_set(app_env):
@@ -494,6 +496,10 @@ def test_the_default_kind_codes_a_note_with_each_codes_evidence_on_every_page(fu
     tags = render_mod().code_tags(hl)
     assert tags and {c for c, _ in tags} <= set(_predicted(at))
     assert "<script" not in hl and "&lt;script&gt;" in re.sub(r"<mark[^>]*>|</mark>|<sup[^>]*>[^<]*</sup>", "", hl)
+    # one code's evidence: the caption says what the default model's span weights are, not LEAM's cosine
+    at.selectbox(key="hl_code").set_value(at.selectbox(key="hl_code").options[2].split(" — ")[0]).run()
+    (caption,) = [c.value for c in at.caption if "Green: the words that justify" in c.value]
+    assert "the code's training mentions first" in caption and "(cosine with the code's vector;" not in caption
     for page in PAGES:
         _ok(at.switch_page(f"app_pages/{page}.py").run())
         assert at.title, page

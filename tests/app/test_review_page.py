@@ -167,7 +167,10 @@ def test_next_note_opens_what_the_rule_proposes(queued):
 
 
 def test_double_coding_is_blind_and_its_agreement_and_times_are_shown(queued):
-    from clinicode.review.audit import assign
+    """A double coder sees nothing of the other's work on a note until it is adjudicated: not their decisions, not
+    their time, not the kappa the two make; the Agreement tab leaves that note out for them and says so. After
+    adjudication the agreement and both coders' times are shown."""
+    from clinicode.review.audit import adjudicate, assign
 
     with review.open_db(queued) as rdb:
         assign(rdb, ["r0"], ["ann", "bob"])
@@ -181,6 +184,14 @@ def test_double_coding_is_blind_and_its_agreement_and_times_are_shown(queued):
     for c in sugg:
         _ok(ann.button(key=f"review_reject_{c}").click().run())
     _ok(ann.button(key="review_finish").click().run())
+    # both finished, not adjudicated: still blind to ann
+    assert any("1 note(s) ann double codes are not adjudicated yet: left out" in c.value for c in ann.caption)
+    assert not [d.value for d in ann.dataframe if "kappa" in d.value.columns and len(d.value)]
+    shown = [d.value for d in ann.dataframe if "median seconds per note" in d.value.columns]
+    assert not shown or "bob" not in set(shown[0]["reviewer"])
+    with review.open_db(queued) as rdb:
+        adjudicate(rdb, "r0", "carol", sugg[:1])
+    ann = _page("ann")
     kappa_codes = [d.value for d in ann.dataframe if "kappa" in d.value.columns][0]
     assert set(kappa_codes["code"]) >= set(sugg) and (kappa_codes["agree"] == 0).loc[
         kappa_codes["code"].isin(sugg)].all()

@@ -99,6 +99,17 @@ def test_a_kind_that_breaks_a_rule_is_named_with_the_rule():
         check_kind(says_it_explains)
 
 
+def test_a_kind_that_shows_spans_must_say_what_their_weight_is(monkeypatch):
+    """The app's caption under a code's highlighted words reads the scorer's `span_weight`: a kind that shows spans
+    without saying what their weight is fails the check."""
+    from clinicode.models.leam.kind import KIND as LEAM_KIND
+    from clinicode.models.leam.scorer import LEAMScorer
+
+    monkeypatch.setattr(LEAMScorer, "span_weight", " ")
+    with pytest.raises(ConformanceError, match=r"must say what a span's weight is \(`span_weight`"):
+        check_kind(LEAM_KIND)
+
+
 def test_a_writer_that_loses_ids_on_resume_or_a_reader_that_misreads_are_caught():
     jsonl = formats.WRITERS["jsonl"]
     forgetful = dataclasses.replace(jsonl, name="forgetful", done_ids=lambda f: Counter(set(json.loads(line)["id"]

@@ -21,6 +21,7 @@ from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ConfigError
 from clinicode.files import read_json, write_json_atomic
 from clinicode.models import MODEL_KINDS, ModelKind, known_kinds, model_kind, train_kind
+from clinicode.models.fitting import Fitted, Loop, TrainingData
 from clinicode.predict import Predictor
 
 CODES = ("401.9", "428.0", "584.9")
@@ -52,7 +53,8 @@ class KeywordKind:
     can_explain = False
     can_embed = False
     scores_ids = False
-    trained_by_loop = False
+    loop_model = None
+    refits_on_dev = False
     options_type = None
     config_type = None
 
@@ -84,17 +86,17 @@ class KeywordKind:
     def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> KeywordScorer:
         return KeywordScorer(checkpoint.model, checkpoint.labels.codes)
 
-    def fit(self, texts: Sequence[str], y: np.ndarray, *, options: None, labels: LabelSet, dev_texts: Sequence[str],
-            y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
+    def fit(self, data: TrainingData, options: None, *, loop: Loop) -> Fitted:
         """Each code's keyword: the word of its notes found least often in the others."""
-        words = [set(t.lower().split()) for t in texts]
+        y = data.y
+        words = [set(t.lower().split()) for t in data.texts]
         table = {}
-        for k, code in enumerate(labels.codes):
+        for k, code in enumerate(data.labels.codes):
             inside = [w for i, w in enumerate(words) if y[i, k]]
             outside = [w for i, w in enumerate(words) if not y[i, k]]
             pool = sorted(set().union(*inside)) if inside else ["-"]
             table[code] = max(pool, key=lambda v: (sum(v in w for w in inside) - sum(v in w for w in outside), v))
-        return table
+        return Fitted(model=table)
 
 
 @pytest.fixture
@@ -116,10 +118,10 @@ def test_the_built_in_kinds_are_registered_with_their_capabilities():
     assert {"fused", "leam", "tfidf-lr"} <= set(MODEL_KINDS) and all(repr(n) in known_kinds() for n in MODEL_KINDS)
     leam, lr, fused = MODEL_KINDS["leam"], MODEL_KINDS["tfidf-lr"], MODEL_KINDS["fused"]
     # the fused kind explains and embeds through its LEAM part; its tfidf-lr part reads the text, so no ids alone
-    assert (fused.can_explain, fused.can_embed, fused.scores_ids, fused.trained_by_loop) == (True, True, False, True)
+    assert (fused.can_explain, fused.can_embed, fused.scores_ids, fused.loop_model) == (True, True, False, leam)
     assert fused.files == (*leam.files, *lr.files, "fusion.safetensors", "fusion.json")
-    assert (leam.can_explain, leam.can_embed, leam.scores_ids, leam.trained_by_loop) == (True, True, True, True)
-    assert (lr.can_explain, lr.can_embed, lr.scores_ids, lr.trained_by_loop) == (False, False, False, False)
+    assert (leam.can_explain, leam.can_embed, leam.scores_ids, leam.loop_model) == (True, True, True, leam)
+    assert (lr.can_explain, lr.can_embed, lr.scores_ids, lr.loop_model) == (False, False, False, None)
     assert leam.files == ("model.safetensors", "model_config.json", "tokenizer.json")
     assert lr.files == ("tfidf_lr.safetensors", "tfidf_lr.json")
     for kind in MODEL_KINDS.values():

@@ -212,7 +212,7 @@ def test_it_ranks_rare_word_marked_codes_better_than_the_paper_alone():
     from sklearn.metrics import roc_auc_score
 
     from clinicode.config import TrainConfig
-    from clinicode.train_state import make_optimizer
+    from clinicode.training.state import make_optimizer
 
     notes, Y = _marked_notes(1, 800)
     test_notes, test_Y = _marked_notes(2, 400)

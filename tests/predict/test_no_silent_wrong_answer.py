@@ -352,6 +352,20 @@ def test_a_code_given_twice_in_a_titles_file_is_refused_naming_it(tmp_path, tiny
     fails(_predict(tiny_run, src, "-", "--titles", titles), "are both code '999.99' with different titles")
 
 
+@pytest.mark.parametrize("lines", [["96.6\tEnteral infusion", "966\tPoisoning by anticonvulsants"],
+                                   ["966\tPoisoning by anticonvulsants", "96.6\tEnteral infusion"]])
+def test_a_diagnosis_the_label_sets_spelling_would_read_as_its_procedure_keeps_its_own_title(lines):
+    """CAML's ICD-9 titles hold procedure 96.6 and diagnosis 966; with 96.6 in the label set, an undotted '966' reads
+    as the procedure, so the packaged titles were refused on every top-50 run. Each keeps its own title, in either
+    order of lines."""
+    from clinicode.codes.suggest import checkpoint_titles
+    from clinicode.codes.systems import ICD9_CM as ICD9
+
+    titles = dict(line.split("\t") for line in lines)
+    out, left = checkpoint_titles(titles, ICD9, ("96.6", "401.9"))
+    assert out["96.6"] == "Enteral infusion" and out["966"] == "Poisoning by anticonvulsants" and not left
+
+
 # ------------------------------------------------------------------ 14. unspecified; titles with FHIR output
 def test_unspecified_and_nos_are_optional_title_words():
     index = TitleIndex({"R07.9": "Chest pain, unspecified", "D64.9": "Anemia NOS", "J98.8": "Other specified "

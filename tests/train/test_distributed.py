@@ -96,7 +96,7 @@ from clinicode.models.leam.kind import KIND
 from clinicode.models.leam.model import LEAM
 from clinicode.models.leam.options import ModelOptions
 from clinicode.runtime import init_distributed
-from clinicode.train_setup import Objective, distributed
+from clinicode.training.loop import Objective, distributed
 
 rank, world = init_distributed(torch.device("cpu"))
 B, V, K = 8, 40, 12

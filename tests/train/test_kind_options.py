@@ -48,6 +48,7 @@ import numpy as np
 from clinicode.config import config_from_dict
 from clinicode.errors import CheckpointError
 from clinicode.files import read_json, write_json_atomic
+from clinicode.models.fitting import Fitted
 
 from .options import MajorityOptions
 
@@ -71,15 +72,17 @@ class MajorityKind:
     summary = "every note scored by its codes' shares of the training notes"
     files = ("majority.json",)
     optional_files = ()
-    can_explain = can_embed = scores_ids = trained_by_loop = False
+    can_explain = can_embed = scores_ids = refits_on_dev = False
+    loop_model = None
     options_type = MajorityOptions
     config_type = None
 
-    def fit(self, texts, y, *, options, labels, dev_texts, y_dev, single_label, seed, min_doc_freq):
+    def fit(self, data, options, *, loop):
+        y = data.y
         share = (y.sum(0) + options.smoothing) / (len(y) + 2 * options.smoothing)
         if options.spread == "rank":
             share = (share.argsort().argsort() + 1) / (len(share) + 1)
-        return {"options": asdict(options), "scores": (share ** options.power).tolist()}
+        return Fitted(model={"options": asdict(options), "scores": (share ** options.power).tolist()})
 
     def save(self, folder, model, tokenizer):
         write_json_atomic(folder / "majority.json", model)

@@ -69,11 +69,11 @@ class ProbeWholeKind(TfidfLRKind):
 
     name = "probe-whole"
 
-    def fit(self, texts, y, *, options, labels, dev_texts, y_dev, single_label, seed, min_doc_freq):
-        self.given = dict(texts=list(texts), y=y, labels=labels, dev_texts=list(dev_texts), y_dev=y_dev, seed=seed,
-                          min_doc_freq=min_doc_freq, options=options)
-        return super().fit(texts, y, options=options, labels=labels, dev_texts=dev_texts, y_dev=y_dev,
-                           single_label=single_label, seed=seed, min_doc_freq=min_doc_freq)
+    def fit(self, data, options, *, loop):
+        self.given = dict(texts=list(data.texts), y=data.y, labels=data.labels, dev_texts=list(data.dev_texts),
+                          y_dev=data.y_dev, seed=data.config.seed, min_doc_freq=data.config.min_doc_freq,
+                          options=options)
+        return super().fit(data, options, loop=loop)
 
 
 def test_the_epoch_loop_trains_whatever_kind_it_is_given(tmp_path, monkeypatch):
@@ -105,7 +105,7 @@ def test_a_kind_fitted_whole_gets_labels_the_dev_split_and_the_seed(tmp_path, mo
     assert len(given["texts"]) == 12 and given["y"].shape == (12, 2)
     assert given["dev_texts"][0].startswith("fever cough note 0") and given["y_dev"].shape == (12, 2)
     assert np.array_equal(given["y_dev"][2], [1, 1])
-    assert not kind.trained_by_loop and MODEL_KINDS["leam"].trained_by_loop
+    assert kind.loop_model is None and MODEL_KINDS["leam"].loop_model is MODEL_KINDS["leam"]
 
 
 @pytest.mark.parametrize("given", [{"embed_dim": 8}, {"code_evidence": False}])
@@ -129,3 +129,62 @@ def test_train_cli_refuses_leam_flags_for_tfidf_lr_and_saves_no_options_without_
     succeeds(["train", "--data", data, "--out", tmp_path / "run", "--model", "tfidf-lr", "--no-progress"])
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["model_options"] == {}  # LEAM's defaults are no longer saved as if they applied
+
+
+class AroundTheLoopKind(LEAMKind):
+    """A kind whose training is its own plain code around the loop (as the fused model's): a part fitted first, the
+    loop over LEAM's kind for one epoch, a part made after; nothing for `train` to find by name."""
+
+    name = "around-loop"
+
+    def fit(self, data, options, *, loop):
+        data.say(f"{self.name}: {len(data.texts)} notes before the loop")
+        trained = loop(MODEL_KINDS["leam"].loop_model, options, epochs=1)
+        data.say(f"{self.name}: after the loop, {len(trained.result['history'])} epoch")
+        return trained
+
+
+def test_a_kind_runs_the_loop_from_its_own_fit_and_says_its_own_lines(tmp_path, monkeypatch):
+    kind = AroundTheLoopKind()
+    monkeypatch.setitem(MODEL_KINDS, kind.name, kind)
+    data = _small_data(tmp_path / "data", single=True)
+    lines: list[str] = []
+    res = train(out_dir=tmp_path / "run", config=TrainConfig(model=kind.name, epochs=3, batch_size=8, w2v_epochs=1,
+                                                             seed=3, device="cpu"),
+                data_dir=data, model_options={**TINY_MODEL, "embed_dim": 8, "hidden_dim": 8}, progress=False,
+                report=lines.append)
+    assert lines[0] == "around-loop: 12 notes before the loop" and lines[-1] == "around-loop: after the loop, 1 epoch"
+    assert len(res["history"]) == 1                     # the kind's cap on the loop's epochs, not --epochs 3
+    manifest = json.loads((tmp_path / "run" / "checkpoint" / "manifest.json").read_text())
+    assert manifest["model"] == kind.name and manifest["epoch"] == 1
+
+
+def test_training_names_no_kind_and_finds_no_hook():
+    """One path for every kind: `train` asks a kind only what `ModelKind` declares (no `hasattr`), and names none."""
+    import ast
+
+    import clinicode.training.finish as finish_mod
+    import clinicode.training.loop as loop_mod
+    import clinicode.training.run as run_mod
+
+    for mod in (run_mod, loop_mod, finish_mod):
+        tree = ast.parse(Path(mod.__file__).read_text())
+        calls = [n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+        assert "hasattr" not in calls, mod.__name__
+        strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        assert not strings & set(MODEL_KINDS), (mod.__name__, strings & set(MODEL_KINDS))
+    for kind in MODEL_KINDS.values():
+        assert not any(hasattr(kind, hook) for hook in ("before_loop", "after_loop", "refit", "loop_kind")), kind.name
+
+
+def test_the_loop_asks_a_loop_model_and_no_kind_forwards_it():
+    """The epoch loop's questions are `LoopModel`'s, not `ModelKind`'s: the fused kind hands the loop LEAM's kind and
+    forwards none of them."""
+    from clinicode.models import ModelKind
+    from clinicode.models.fitting import LoopModel
+
+    loop_questions = {"build", "forward", "loss", "after_step", "epoch_stats", "load_weights", "memory_plan",
+                      "model_config", "start_from", "vector_dim"}
+    assert loop_questions <= set(vars(LoopModel)) and not loop_questions & set(vars(ModelKind))
+    fused = MODEL_KINDS["fused"]
+    assert fused.loop_model is MODEL_KINDS["leam"] and not any(hasattr(fused, q) for q in loop_questions)

@@ -8,7 +8,7 @@ from safetensors.numpy import load_file
 
 from clinicode.config import TrainConfig
 from clinicode.runtime import release_freed_memory
-from clinicode.train_setup import pos_weight
+from clinicode.training.loop import pos_weight
 from tests.conftest import TINY_MODEL
 
 
@@ -22,13 +22,12 @@ def test_release_freed_memory_trims_the_heap_on_linux():
 
 def test_a_run_with_the_releases_equals_one_without_them(demo_data, tmp_path, monkeypatch):
     import clinicode.train as train_mod
-    import clinicode.train_setup as setup_mod
+    import clinicode.training.loop as loop_mod
 
     with_release = train_mod.train(out_dir=tmp_path / "with", config=_cfg(), data_dir=demo_data,
                                    model_options=TINY_MODEL, progress=False)
-    monkeypatch.setattr(train_mod, "release_freed_memory", lambda: False)
-    monkeypatch.setattr(setup_mod, "release_freed_memory", lambda: False)
-    monkeypatch.setattr(setup_mod.TrainingSetup, "release_training", lambda self: None)
+    monkeypatch.setattr(loop_mod, "release_freed_memory", lambda: False)
+    monkeypatch.setattr(loop_mod.TrainingSetup, "release_training", lambda self: None)
     without = train_mod.train(out_dir=tmp_path / "without", config=_cfg(), data_dir=demo_data,
                               model_options=TINY_MODEL, progress=False)
     a = load_file(str(tmp_path / "with" / "checkpoint" / "model.safetensors"))

@@ -5,6 +5,7 @@ import json
 import random
 import re
 import stat
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -342,3 +343,26 @@ def test_the_title_match_can_leave_negated_findings_out():
     assert z_plain[0, 0] > 0 and z_neg[0, 0] == 0 and z_neg[0, 1] > 0
     np.testing.assert_allclose(z_neg[1], z_plain[1])                 # a note without a negation reads as it was
     np.testing.assert_allclose(z_lr, bag_of_words(lr, titles, plain, notes)[0])   # tfidf-lr reads the whole note
+
+
+def test_a_note_is_scanned_once_for_its_scores_and_its_spans_and_the_memory_is_bounded(monkeypatch):
+    """Scoring a note, fusing it on dev and explaining it all ask for its mentions: the lexicon scans it once and
+    answers the same; it forgets once SEEN_CHARS characters of notes were scanned, and a new lexicon starts empty."""
+    import clinicode.models.fused.mentions as mentions
+
+    lex = MentionLexicon({("crovan", "rash"): (0,), ("bleb",): (1,)}, ("A01", "B02"))
+    scans = []
+    real = MentionLexicon._scan
+    monkeypatch.setattr(MentionLexicon, "_scan", lambda self, text: scans.append(text) or real(self, text))
+    note = "A crovan rash and a bleb; later the crovan rash faded."
+    first = lex.match([note], 2)
+    assert first.tolist() == [[1.0, 1.0]] and len(scans) == 1
+    assert lex.spans(note, [0, 1]) == [[(2, 13), (36, 47)], [(20, 24)]]
+    assert lex.match([note], 2).tolist() == first.tolist() and len(scans) == 1       # remembered, the same answer
+    monkeypatch.setattr(mentions, "SEEN_CHARS", len(note) + 5)
+    other = "No rash here at all."
+    lex.match([other], 2)
+    lex.match([note], 2)
+    assert scans == [note, other, note]           # the note was forgotten when the other would pass the bound
+    assert sum(len(t) for t in lex._seen) <= mentions.SEEN_CHARS
+    assert replace(lex, language="en")._seen == {}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from clinicode.config import TrainConfig
-from clinicode.train_state import make_optimizer
+from clinicode.training.state import make_optimizer
 
 
 def _model():
@@ -21,7 +21,7 @@ def test_the_direct_fused_step_is_torchs_fused_step_bit_for_bit(name):
     cfg = TrainConfig(lr=1e-2, optimizer=name, weight_decay=0.3)
     ours_m, ref_m = _model(), _model()
     ours = make_optimizer(ours_m, cfg)
-    assert type(ours).__module__ == "clinicode.train_state"
+    assert type(ours).__module__ == "clinicode.training.state"
     by_id = {id(p): n for n, p in ours_m.named_parameters()}
     ref_params = dict(ref_m.named_parameters())
     groups = [{**{k: v for k, v in g.items() if k != "params"},
@@ -52,7 +52,7 @@ def test_the_direct_fused_step_is_torchs_fused_step_bit_for_bit(name):
 def test_training_steps_never_import_the_compiler():
     code = ("import sys, torch\n"
             "from clinicode.config import TrainConfig\n"
-            "from clinicode.train_state import make_optimizer\n"
+            "from clinicode.training.state import make_optimizer\n"
             "m = torch.nn.Linear(3, 3)\n"
             "opt = make_optimizer(m, TrainConfig())\n"
             "for _ in range(2):\n"

@@ -8,7 +8,7 @@ from clinicode.embeddings import auto_w2v_epochs
 from clinicode.errors import ConfigError
 from clinicode.models.leam.model import LEAM
 from clinicode.models.leam.options import LEAMConfig
-from clinicode.train_setup import pos_weight as _pos_weight
+from clinicode.training.loop import pos_weight as _pos_weight
 
 
 def test_library_defaults_are_the_tuned_ones():
@@ -126,7 +126,8 @@ def test_window_nonneg_keeps_every_tap_of_w1_at_or_above_zero(nonneg):
 
 def test_training_applies_the_window_constraint_after_every_step(tmp_path, monkeypatch):
     """A run whose W1 is pushed below 0 at every step ends with W1 >= 0 (the default), and below 0 with --paper."""
-    from clinicode.train import _Trainer, train
+    from clinicode.train import train
+    from clinicode.training.loop import _Trainer
 
     d = _tiny_set(tmp_path / "data")
     seen = {}

@@ -53,7 +53,7 @@ def review_retrain_cli(
                           "longer need it.")
     check_run_folder(out, resume=False, inputs={"--data": data, "--checkpoint": checkpoint})  # before RUN/data
     ck = load_checkpoint(resolve_checkpoint_dir(checkpoint), verify=True)
-    loops = ck.model_kind.trained_by_loop   # a loop kind's warm start may see a --sample of the notes
+    loops = ck.model_kind.loop_model is not None   # a loop kind's warm start may see a --sample of the notes
     new_out, made = not Path(out).exists(), None
     # every file and folder the retrain writes is owner-only: its data holds the reviewed notes' text, and the new
     # checkpoint's vocabulary and mentions are learned from their words

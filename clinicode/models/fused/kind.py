@@ -5,10 +5,12 @@ The maths is in `model.py` and `fusion.py`, training around LEAM's loop in `trai
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -18,13 +20,11 @@ from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.files import write_bytes_atomic, write_json_atomic
 from clinicode.matching import LANGUAGES, detect_language
+from clinicode.models.fitting import Fitted, Loop, TrainingData
 from clinicode.models.fused.mentions import MENTIONS_FILE, MentionLexicon, read_mentions
 from clinicode.models.fused.model import FusedModel, terminology_phrases, title_rows
 from clinicode.models.leam.kind import KIND as LEAM_KIND, check_weight_shapes, weight_shapes
 from clinicode.models.tfidf_lr.kind import KIND as LR_KIND
-
-if TYPE_CHECKING:
-    from clinicode.memory import MemoryPlan
 
 FUSION_WEIGHTS = "fusion.safetensors"
 FUSION_META = "fusion.json"
@@ -72,6 +72,42 @@ def _language(fusion: Mapping[str, Any]) -> str:
     return language
 
 
+def _mentions_note(mentions: MentionLexicon, codes: Sequence[str], evidence: Sequence[Any] | None) -> str:
+    """"; the mentions learnt, and the spans that named other codes" for the line fitting the first parts says;
+    "" without evidence spans."""
+    if evidence is None:
+        return ""
+    known = set(codes)
+    spans = [m for note_spans in evidence for m in (note_spans or ()) if isinstance(m, Mapping)]
+    outside = sum(1 for m in spans if str(m.get("code")) not in known)
+    return (f"; {len(mentions):,} mention phrases learnt from {len(spans) - outside:,} evidence spans"
+            + (f" ({outside:,} more name codes outside the label set)" if outside else ""))
+
+
+def _fusion_line(fusion: Mapping[str, Any]) -> str:
+    """What the fusion fitted on dev chose, as `train` reports it."""
+    return (f"LEAM's share per band {fusion['weights']}, title match {fusion['title_weights']} (bands up to "
+            f"{fusion['edges']} training notes, then more), {fusion['per_code_thresholds']} per-code thresholds, "
+            f"{fusion.get('mentions', 0):,} phrases from the training notes' evidence spans"
+            + (f"; {fusion['codes_outside_train']:,} codes only dev carries joined the label set, learnt from dev "
+               "when the parts refit" if fusion.get("codes_outside_train") else "")
+            + (f"; {fusion['terminology']['codes']:,} codes of --terminology joined it, scored from their titles "
+               f"({fusion['terminology']['dev_positives']:,} dev notes of codes without a training note fitted their "
+               "band)" if fusion.get("terminology") else ""))
+
+
+def _with_terminology(data: TrainingData) -> tuple[LabelSet, np.ndarray, np.ndarray]:
+    """(the data's label set followed by `--terminology`'s codes, dev's [N_dev, K + T] gold over both, the [K + T]
+    training notes per code, none for the terminology's): what the fusion, test and the checkpoint see once those
+    codes join after the loop; the data's own without a terminology."""
+    more, labels = data.terminology, data.labels
+    if not more:
+        return labels, data.y_dev, data.train_counts
+    grown = LabelSet(labels.codes + tuple(more), labels.descriptions + tuple(more.values()), labels.code_system)
+    y_dev = np.concatenate([np.asarray(data.y_dev), np.asarray(data.y_dev_terminology, dtype=data.y_dev.dtype)], axis=1)
+    return grown, y_dev, np.concatenate([data.train_counts, np.zeros(len(more), dtype=np.int64)])
+
+
 class FusedKind:
     """LEAM and tfidf-lr in one checkpoint, their logits fused per code with weights learnt on dev."""
 
@@ -82,11 +118,10 @@ class FusedKind:
     can_explain = True
     can_embed = True
     scores_ids = False      # the tfidf-lr part reads the text itself
-    trained_by_loop = True  # the LEAM part is; tfidf-lr is fitted first and the fusion on dev last (`before_loop`,
-    #                         `after_loop`)
+    loop_model = LEAM_KIND  # the loop trains the LEAM part (`fit`: tfidf-lr first, the loop, the fusion on dev last)
+    refits_on_dev = True    # --fit-on train+dev: the parts without epochs refit on train and dev (`fit`)
     options_type = LEAM_KIND.options_type   # LEAM's options, for its part (asked of the LEAM kind, not imported)
     config_type = LEAM_KIND.config_type
-    loop_kind = LEAM_KIND         # the loop trains, scores on dev and saves the LEAM part as a LEAM until `after_loop`
 
     def save(self, folder: Path, model: FusedModel, tokenizer: Any | None) -> None:
         from safetensors.numpy import save as st_save
@@ -161,94 +196,57 @@ class FusedKind:
         return FusedScorer(checkpoint.model, checkpoint.tokenizer, max_len=checkpoint.max_len, device=device,
                            batch_size=batch_size, memory_mb=memory_mb)
 
-    def fit(self, texts: Sequence[str], y: np.ndarray, *, options: Any, labels: LabelSet, dev_texts: Sequence[str],
-            y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
-        raise NotImplementedError("the fused model's LEAM part is trained by the epoch loop (`clinicode.train`).")
+    def fit(self, data: TrainingData, options: Any, *, loop: Loop) -> Fitted:
+        """Fit tfidf-lr and the mentions on every training note, run the loop over the LEAM part (`loop_epochs`),
+        fuse the parts on dev and, when asked (`--fit-on train+dev`), refit the parts without epochs on train and dev
+        once dev has chosen the threshold (`training.refit_on_all`). A warm start (`review retrain`) reaches only the
+        loop: what is fitted here comes from the notes alone, never from its checkpoint, whose mentions after
+        `--fit-on train+dev` hold dev's phrases that the fusion fitted on dev would trust. `--terminology`'s codes
+        (`data.terminology`) join after the loop, scored from their titles alone (`training.join_terminology`): the
+        checkpoint's label set is the data's followed by them (`Fitted.labels`)."""
+        from clinicode.models.fused.training import fit_lr_part, fuse, refit_on_all
 
-    # Around the epoch loop (optional members of `ModelKind`, which `clinicode.train` asks for).
+        t0 = time.perf_counter()
+        codes = data.labels.codes
+        mentions = (MentionLexicon.build(codes, data.texts, data.evidence) if data.evidence is not None
+                    else MentionLexicon(codes=tuple(codes), language=detect_language(data.texts)))
+        lr = fit_lr_part(data.texts, data.y, single_label=data.single_label, min_doc_freq=data.config.min_doc_freq)
+        data.say(f"{self.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s"
+                 + _mentions_note(mentions, codes, data.evidence))
+        trained = loop(self.loop_model, options, epochs=self.loop_epochs(data.config, len(data.labels)))
+        t0 = time.perf_counter()
+        config = data.config
+        labels, y_dev, counts = _with_terminology(data)   # `--terminology`'s codes join after the loop, rowless
+        final = fuse(trained.model, trained.tokenizer, lr, mentions=mentions, dev_texts=data.dev_texts,
+                     y_dev=y_dev, train_counts=data.train_counts, descriptions=data.labels.descriptions,
+                     max_len=config.max_len, device=LEAM_KIND.device(trained.model),
+                     batch_size=config.eval_batch_size, memory_mb=config.memory_mb,
+                     terminology=data.terminology or None)
+        data.say(f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: {_fusion_line(final.fusion)}")
+
+        def refit() -> Fitted:
+            t1 = time.perf_counter()
+            texts, y, evidence = data.train_and_dev()
+            model = refit_on_all(final, texts, y, codes=labels.codes, descriptions=labels.descriptions,
+                                 evidence=evidence, single_label=data.single_label,
+                                 min_doc_freq=config.min_doc_freq)
+            data.say(f"--fit-on train+dev: tfidf-lr, the titles and the mentions refitted on train and dev in "
+                     f"{time.perf_counter() - t1:.0f} s, each code keeping the fusion dev chose; test scores this "
+                     "model")
+            return dataclasses.replace(fitted, model=model, refit=None, train_counts=y.sum(axis=0))
+
+        grown = {"labels": labels, "train_counts": counts} if data.terminology else {}
+        fitted = dataclasses.replace(trained, model=final, dev_ids=None, **grown,
+                                     refit=refit if data.train_and_dev is not None and len(data.dev_texts) else None,
+                                     result={**trained.result, **({"fusion": final.fusion} if final.fusion else {})})
+        return fitted
+
     def loop_epochs(self, config: TrainConfig, n_labels: int) -> int:
         """The LEAM part's epoch cap: --fused-epochs (at most --epochs) for a label set of more than CAP_FROM codes,
         where LEAM's epochs are long and tfidf-lr and the titles carry the many rare codes; with fewer codes LEAM
         trains as the leam kind does (its patience ends it): at 50 codes a 30-epoch LEAM part cost 0.026 micro-F1
         (docs/accuracy-tuning.md, round 14)."""
         return min(config.epochs, config.fused_epochs) if n_labels > CAP_FROM else config.epochs
-
-    def before_loop(self, texts: Sequence[str], y: np.ndarray, *, single_label: bool, codes: Sequence[str] = (),
-                    evidence: Sequence[Any] | None = None, warm_start: Any = None,
-                    min_doc_freq: int = TrainConfig.min_doc_freq) -> Any:
-        """The tfidf-lr part, fitted on the training notes before LEAM's epochs (words of at least MIN_DOC_FREQ
-        notes, `train --min-doc-freq`), and the codes' mentions in them
-        (EVIDENCE: each note's {code, start, end} spans, when the training split carries them). A warm start
-        (`review retrain`) learns them from every training note too, never from its checkpoint: a checkpoint
-        refitted on train + dev (`--fit-on`) holds dev's mentions, and the fusion fitted on dev would trust them."""
-        from clinicode.models.fused.training import Before, fit_lr_part
-
-        del warm_start   # the epochs start from its weights; what is fitted here comes from the notes alone
-        mentions = (MentionLexicon.build(codes, texts, evidence) if evidence is not None
-                    else MentionLexicon(codes=tuple(codes), language=detect_language(texts)))
-        note = ""
-        if evidence is not None:
-            known = set(codes)
-            spans = [m for note_spans in evidence for m in (note_spans or ()) if isinstance(m, Mapping)]
-            outside = sum(1 for m in spans if str(m.get("code")) not in known)
-            note = (f"{len(mentions):,} mention phrases learnt from {len(spans) - outside:,} evidence spans"
-                    + (f" ({outside:,} more name codes outside the label set)" if outside else ""))
-        return Before(fit_lr_part(texts, y, single_label=single_label, min_doc_freq=min_doc_freq), mentions, note)
-
-    def after_loop(self, model: Any, tokenizer: Any, before: Any, *, dev_texts: Sequence[str], y_dev: np.ndarray,
-                   train_counts: np.ndarray, descriptions: Sequence[str], max_len: int, device: Any,
-                   batch_size: int, memory_mb: int, terminology: Mapping[str, str] | None = None) -> FusedModel:
-        """The fused model of the trained LEAM part (MODEL) and BEFORE (the tfidf-lr part), fitted on dev; with
-        TERMINOLOGY (code -> title of codes outside the label set, `train --terminology`), those codes join it
-        after the label set's, scored from their titles (`FusedModel.terminology`)."""
-        from clinicode.models.fused.training import fuse
-
-        return fuse(model, tokenizer, before.lr, mentions=before.mentions, dev_texts=dev_texts, y_dev=y_dev,
-                    train_counts=train_counts, descriptions=descriptions, max_len=max_len, device=device,
-                    batch_size=batch_size, memory_mb=memory_mb, terminology=terminology)
-
-    def refit(self, model: FusedModel, texts: Sequence[str], y: np.ndarray, *, codes: Sequence[str],
-              descriptions: Sequence[str], evidence: Sequence[Any] | None, single_label: bool,
-              min_doc_freq: int) -> FusedModel:
-        """`train --fit-on train+dev`: the parts that need no epochs refitted on every labelled note
-        (`training.refit_on_all`)."""
-        from clinicode.models.fused.training import refit_on_all
-
-        return refit_on_all(model, texts, y, codes=codes, descriptions=descriptions, evidence=evidence,
-                            single_label=single_label, min_doc_freq=min_doc_freq)
-
-    # The epoch loop trains the LEAM part: LEAM's answers (`loop_kind`).
-    def model_config(self, options: Any, *, vocab_size: int, n_labels: int, multilabel: bool) -> Any:
-        return LEAM_KIND.model_config(options, vocab_size=vocab_size, n_labels=n_labels, multilabel=multilabel)
-
-    def build(self, model_config: Any) -> Any:
-        return LEAM_KIND.build(model_config)
-
-    def vector_dim(self, model_config: Any) -> int:
-        return LEAM_KIND.vector_dim(model_config)
-
-    def start_from(self, model: Any, words: np.ndarray, codes: np.ndarray) -> None:
-        LEAM_KIND.start_from(model, words, codes)
-
-    def memory_plan(self, model_config: Any, *, batch_size: int, max_len: int, budget_mb: int, device: str,
-                    training: bool, fast: bool = True) -> MemoryPlan:
-        return LEAM_KIND.memory_plan(model_config, batch_size=batch_size, max_len=max_len, budget_mb=budget_mb,
-                                     device=device, training=training, fast=fast)
-
-    def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan) -> Any:
-        return LEAM_KIND.forward(model, ids, mask, plan=plan)
-
-    def loss(self, model: Any, logits: Any, y: Any, *, pos_weight: Any) -> tuple[Any, Any]:
-        return LEAM_KIND.loss(model, logits, y, pos_weight=pos_weight)
-
-    def after_step(self, model: Any) -> None:
-        LEAM_KIND.after_step(model)
-
-    def epoch_stats(self, model: Any) -> dict[str, float]:
-        return LEAM_KIND.epoch_stats(model)
-
-    def load_weights(self, folder: Path, model: Any, *, new_code_words: Sequence[Sequence[int]] = ()) -> None:
-        LEAM_KIND.load_weights(folder, model, new_code_words=new_code_words)
 
 
 KIND = FusedKind()

@@ -36,6 +36,7 @@ MENTION_WEIGHT = 1.0
 MAX_WORDS = 8          # a longer evidence span is a passage, not a phrase a note repeats
 ACRONYM = 5            # a mention all in capitals of words this short (SRC, CAN, ALL) matches only in capitals
 ORDINARY = 1           # an acronym whose lower case stands this often in the training notes is an ordinary word
+SEEN_CHARS = 8_000_000  # characters of notes whose occurrences a lexicon remembers while the process runs
 _WORD = re.compile(r"[^\W_]+")
 
 
@@ -102,6 +103,10 @@ class MentionLexicon:
         # every phrase's beginnings: a run of a note's words that begins none can be left at once
         self._prefixes = {p[:n] for p in self._index for n in range(1, len(p) + 1)}
         self._acronym_prefixes = {p[:n] for p in self._acronyms for n in range(1, len(p) + 1)}
+        # the occurrences of the notes matched last (`_found`), in this process only: a note is scored, fused on dev,
+        # thresholded and explained, and each asked for its mentions again
+        self._seen: dict[str, tuple[tuple[int, int, int, tuple[str, ...]], ...]] = {}
+        self._seen_chars = 0
 
     def _match_key(self, phrase: tuple[str, ...]) -> tuple[str, ...]:
         """What PHRASE is matched as: an acronym's words as written, the others' folded and made singular as a note's
@@ -201,7 +206,19 @@ class MentionLexicon:
         """(code, start, end) of every occurrence of a phrase in TEXT (`_found`)."""
         return [(k, a, b) for k, a, b, _ in self._found(text)]
 
-    def _found(self, text: str) -> list[tuple[int, int, int, tuple[str, ...]]]:
+    def _found(self, text: str) -> tuple[tuple[int, int, int, tuple[str, ...]], ...]:
+        """`_scan`'s occurrences in TEXT, remembered for the notes of the last SEEN_CHARS characters matched."""
+        hit = self._seen.get(text)
+        if hit is not None:
+            return hit
+        found = tuple(self._scan(text))
+        if self._seen_chars + len(text) > SEEN_CHARS:
+            self._seen, self._seen_chars = {}, 0
+        self._seen[text] = found
+        self._seen_chars += len(text)
+        return found
+
+    def _scan(self, text: str) -> list[tuple[int, int, int, tuple[str, ...]]]:
         """(code, start, end, matching key) of every occurrence of a phrase in TEXT, on word boundaries; linear in its
         words (a phrase has at most `longest` of them). An acronym matches only as written, and (`matching.caps`)
         only where the words around it are not capitalised too, and (`matching.values`) not when a number follows it
@@ -362,7 +379,7 @@ def _weights(path: Path, held: dict[str, Any]) -> dict[str, list[float]] | None:
     return {code: [float(w) for w in ws] for code, ws in weights.items()}
 
 
-def _longest(found: list[tuple[int, int, int, tuple[str, ...]]]) -> list[tuple[int, int, int, tuple[str, ...]]]:
+def _longest(found: Sequence[tuple[int, int, int, tuple[str, ...]]]) -> list[tuple[int, int, int, tuple[str, ...]]]:
     """FOUND without the occurrences whose span lies inside a longer matched one ("adenocarcinoma" inside
     "metástasis de adenocarcinoma"): one pass over the spans by start, longest first."""
     spans = sorted({(a, b) for _, a, b, _ in found}, key=lambda s: (s[0], -s[1]))

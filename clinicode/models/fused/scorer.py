@@ -99,6 +99,10 @@ class _WithText:
 class FusedScorer:
     """Scores notes with a loaded `FusedModel`; thread-safe as `LEAMScorer` is (no mutation after construction)."""
 
+    # what a span's weight is, in words a coder reads under the highlighted note (`code_spans` states the scale)
+    span_weight = ("the code's training mentions first, then the words its parts weigh most for it (LEAM's cosine "
+                   "and the bag-of-words parts' weights, mixed)")
+
     def __init__(self, model: Any, tokenizer: ClinicalTokenizer, *, max_len: int, device: Any, batch_size: int,
                  memory_mb: int) -> None:
         self.model = model

@@ -1,9 +1,10 @@
-"""The fused model's training around LEAM's epoch loop: tfidf-lr and the mentions from train first (`Before`),
-the fusion on dev last (`fuse`); test is never read here."""
+"""The fused model's training around LEAM's epoch loop (`FusedKind.fit`): tfidf-lr from train first (`fit_lr_part`),
+the fusion on dev last (`fuse`), the parts without epochs refitted on train and dev (`refit_on_all`); test is never read
+here."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -22,14 +23,6 @@ from clinicode.models.fused.model import FusedModel, phrase_lexicon, terminology
 # Per-code thresholds for rare codes (SCutfbr): off. Round 14 judged them on dev alone, fitted on one half of dev and
 # scored on the other: they lowered micro-F1 and P@8 and left macro-F1 where it was (docs/accuracy-tuning.md).
 PER_CODE_THRESHOLDS = False
-
-
-class Before(NamedTuple):
-    """What is fitted on the training notes before LEAM's epochs."""
-
-    lr: Any                    # the tfidf-lr part
-    mentions: MentionLexicon   # the codes' mentions in the training notes' evidence spans (empty: none given)
-    note: str = ""             # what `train` says of it: the mentions learnt, and the spans that named other codes
 
 
 def fit_lr_part(texts: Sequence[str], y: np.ndarray, *, single_label: bool, min_doc_freq: int) -> Any:

@@ -11,6 +11,7 @@ from clinicode.artifacts import write_safetensors_atomic
 from clinicode.config import load_config, save_config
 from clinicode.constants import MODEL_CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from clinicode.errors import CheckpointError, ClinicodeError
+from clinicode.models.fitting import Fitted, Loop, TrainingData
 from clinicode.models.leam.options import PAPER_MODEL, LEAMConfig, ModelOptions, is_paper_model
 from clinicode.tokenizer import ClinicalTokenizer
 
@@ -86,7 +87,7 @@ class LEAMKind:
     can_explain = True
     can_embed = True
     scores_ids = True
-    trained_by_loop = True
+    refits_on_dev = False
     options_type = ModelOptions
     config_type = LEAMConfig
     paper_options = PAPER_MODEL  # `train --paper`: the options where Wang et al.'s model departs from the default
@@ -173,11 +174,16 @@ class LEAMKind:
         return LEAMScorer(checkpoint.model, checkpoint.tokenizer, max_len=checkpoint.max_len, device=device,
                           batch_size=batch_size, memory_mb=memory_mb)
 
-    def fit(self, texts: Sequence[str], y: np.ndarray, *, options: Any, labels: LabelSet, dev_texts: Sequence[str],
-            y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
-        raise NotImplementedError("LEAM is trained by the epoch loop (`clinicode.train.train`), not fitted whole.")
+    @property
+    def loop_model(self) -> LEAMKind:
+        """What the epoch loop trains: LEAM itself (its answers below)."""
+        return self
 
-    # What the epoch loop asks (`ModelKind`, "The epoch loop").
+    def fit(self, data: TrainingData, options: ModelOptions, *, loop: Loop) -> Fitted:
+        """LEAM trained by the epoch loop over the run's notes, its best-on-dev weights."""
+        return loop(self, options)
+
+    # What the epoch loop asks (`clinicode.models.fitting.LoopModel`).
     def model_config(self, options: ModelOptions, *, vocab_size: int, n_labels: int, multilabel: bool) -> LEAMConfig:
         return options.leam_config(vocab_size=vocab_size, n_labels=n_labels, multilabel=multilabel)
 

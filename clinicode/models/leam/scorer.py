@@ -43,6 +43,9 @@ class LEAMScorer:
         max_len: tokens kept per note (the checkpoint's training option).
     """
 
+    # what a span's weight is, in words a coder reads under the highlighted note (`code_spans` states the scale)
+    span_weight = "cosine with the code's vector"
+
     def __init__(self, model: Any, tokenizer: ClinicalTokenizer, *, max_len: int, device: torch.device | str,
                  batch_size: int, memory_mb: int) -> None:
         self.model = model

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from clinicode.errors import CheckpointError
+from clinicode.models.fitting import Fitted, Loop, TrainingData
 
 if TYPE_CHECKING:
     import numpy as np
@@ -46,7 +47,8 @@ class TfidfLRKind:
     can_explain = False
     can_embed = False
     scores_ids = False
-    trained_by_loop = False  # fitted whole by `fit`: the epoch loop's members are left out
+    loop_model = None        # fitted whole by `fit`: no epoch loop
+    refits_on_dev = False
     options_type = None      # `train --model tfidf-lr` refuses any model options (`clinicode.models.kind_options`)
     config_type = None
 
@@ -80,13 +82,13 @@ class TfidfLRKind:
     def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> TfidfLRScorer:
         return TfidfLRScorer(checkpoint.model)
 
-    def fit(self, texts: Sequence[str], y: np.ndarray, *, options: None, labels: LabelSet, dev_texts: Sequence[str],
-            y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
-        """Fit on train alone, words of at least MIN_DOC_FREQ notes (no options); dev and the seed are not used
-        (liblinear's own random_state is fixed at 0, so a checkpoint's bytes do not depend on --seed)."""
+    def fit(self, data: TrainingData, options: None, *, loop: Loop) -> Fitted:
+        """Fit on train alone, words of at least --min-doc-freq notes (no options, no loop); dev and the seed are not
+        used (liblinear's own random_state is fixed at 0, so a checkpoint's bytes do not depend on --seed)."""
         from clinicode.models.tfidf_lr.baseline import fit_tfidf_lr
 
-        return fit_tfidf_lr(texts, y, single_label=single_label, min_doc_freq=min_doc_freq)
+        return Fitted(model=fit_tfidf_lr(data.texts, data.y, single_label=data.single_label,
+                                         min_doc_freq=data.config.min_doc_freq))
 
 
 KIND = TfidfLRKind()

@@ -229,7 +229,7 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
                data: dict[str, Any], config_type: type) -> Resumed | None:
     """RUN/state for `--resume`, every file checked against the hashes state.json lists, and every option and the
     data against this run's. None when there is no state.json (a run that never finished an epoch starts over).
-    `config_type`: the model kind's configuration class (`ModelKind.config_type`), read from state.json.
+    `config_type`: the model kind's configuration class (`LoopModel.config_type`), read from state.json.
 
     Raises:
         CheckpointError: a state file is missing, damaged, truncated or from another run (the message names it).

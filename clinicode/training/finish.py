@@ -1,0 +1,126 @@
+"""Finishing a run (`finish`): the threshold tuned on dev through the inference path, test scored once, the metrics
+and the final checkpoint; `finish_fitted` for what a kind's `fit` gave. Imports no model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
+from clinicode.codes.icd10 import PCS_NO_TITLE
+from clinicode.config import TrainConfig
+from clinicode.constants import EVIDENCE, SCORES_TEST_FILE
+from clinicode.data.prepared import PreparedDataset
+from clinicode.errors import DataFormatError
+from clinicode.metrics import EVIDENCE_K, binarize, metrics_report, spans_report, tune_threshold
+from clinicode.models.fitting import Fitted
+from clinicode.predict import Predictor
+
+__all__ = ["finish", "finish_fitted", "marks_everything", "single_label"]
+
+
+def marks_everything(scores: np.ndarray, threshold: float) -> bool:
+    """True when [S > t] holds for every code of every note: a threshold that codes everything."""
+    return bool(binarize(scores, threshold).all())
+
+
+def single_label(ds: PreparedDataset, cfg: TrainConfig) -> bool:
+    """One label per note: softmax + cross-entropy, and the top code is the prediction (decided from train)."""
+    if cfg.single_label is not None:
+        return cfg.single_label
+    train_df = ds.split("train")
+    return bool(len(train_df)) and bool((train_df["labels"].map(len) == 1).all())
+
+
+def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float, dict, dict], None], *,
+           train_counts: np.ndarray, dev_ids: list | None = None,
+           refit: Callable[[], Checkpoint] | None = None) -> dict[str, Any]:
+    """Tune the threshold on dev with the inference path, score test once, save the final checkpoint.
+
+    `train_counts`: [K] training notes per code (`LabelSet.counts`), for the test metrics' rare/frequent slices.
+    `dev_ids`: dev as the checkpoint's tokenizer encodes it, when training already has it (LEAM).
+    `refit`: called once dev has chosen the threshold and been scored; the checkpoint it returns (parts refitted on
+    train and dev: `--fit-on train+dev`) is the one test scores and SAVE keeps. Dev's metrics stay those of CK, since
+    the refitted model has seen dev.
+    """
+    def scorer(ck: Checkpoint) -> Predictor:
+        return Predictor(ck, device=ck.model_kind.device(ck.model),
+                         batch_size=ck.train_config.eval_batch_size, memory_mb=ck.train_config.memory_mb)
+
+    pred = scorer(ck)
+    one = ck.single_label
+    dev = ds.split("dev")
+    y_dev = ds.labels.multi_hot(dev["labels"])
+    s_dev = pred.score_ids(dev_ids) if dev_ids is not None else pred.score(dev["text"].tolist())
+    # codes no training note carries (only dev's, learnt by `refit`) cannot be found yet: they do not move the threshold
+    known = np.asarray(train_counts) > 0
+    t = 0.0 if one else tune_threshold(y_dev[:, known], s_dev[:, known])
+    if not one and marks_everything(s_dev, t):
+        raise DataFormatError(
+            f"{run}: the threshold tuned on dev ({t:.2f}) would mark every code on every note, so the model has "
+            "learnt nothing usable; check that the dev and train labels are right (the checkpoint keeps its last "
+            "usable epoch)."
+        )
+    metrics_dev = metrics_report(y_dev, s_dev, threshold=t, single_label=one)
+    if refit is not None:
+        pred = scorer(refit())
+    metrics_test: dict[str, Any] = {}
+    if "test" in ds.splits and len(ds.split("test")):
+        test = ds.split("test")
+        y = ds.labels.multi_hot(test["labels"])
+        s = pred.score(test["text"].tolist())
+        metrics_test = metrics_report(y, s, threshold=t, single_label=one, codes=list(ds.labels.codes),
+                                      train_counts=train_counts)
+        if EVIDENCE in test.columns:  # gold mentions: judge the highlights, at the tuned threshold
+            evidence = _evidence(pred, test["text"].tolist(), test["labels"].tolist(), test[EVIDENCE].tolist(), t)
+            if evidence is not None:
+                metrics_test["evidence"] = evidence
+        buf = run / f".{SCORES_TEST_FILE}.tmp.npz"
+        np.savez_compressed(buf, ids=np.asarray(test["id"].astype(str).tolist()), y_true=y, scores=s)
+        buf.replace(run / SCORES_TEST_FILE)
+    save(t, metrics_dev, metrics_test)
+    return {"threshold": t, "dev": metrics_dev, "test": metrics_test}
+
+
+def _evidence(pred: Predictor, texts: list[str], gold: list[Any], mentions: list[Any],
+              threshold: float) -> dict[str, Any] | None:
+    """The evidence figures `evaluate` reports (`clinicode.evaluate.evidence_of`, which a verb's set-up may not
+    import), at the tuned threshold: None when no note has a gold mention."""
+    if not any(len(m) for m in mentions):
+        return None
+    known = set(pred.codes)
+    titles = {c: "" if t == PCS_NO_TITLE else t for c, t in zip(pred.codes, pred.labels.descriptions)}
+    return spans_report(texts, gold, mentions, pred.code_spans(texts, explain=EVIDENCE_K, threshold=threshold),
+                        titles=titles, spell=lambda code: pred.code_system.canonical(code, known),
+                        spanless=None if pred.model_kind.can_explain else pred.kind)
+
+
+def finish_fitted(kind: Any, run: Path, ds: Any, config: TrainConfig, fitted: Fitted,
+            extra: dict[str, Any]) -> dict[str, Any]:
+    """Tune the threshold on dev, score test and save the final checkpoint of FITTED (what KIND's `fit` gave); with a
+    `refit` (`--fit-on train+dev`), test scores and the checkpoint keeps the model it returns once dev has chosen; with
+    `labels`, DS's label set becomes them."""
+    ck_dir = run / CHECKPOINT_DIR
+    # the model holds more codes than the data (`--terminology`'s after them): dev, test, the refit's notes
+    # (`TrainingData.train_and_dev`) and the checkpoint count them from now on
+    if fitted.labels is not None:
+        ds.labels = fitted.labels
+    counts = ds.labels.counts(ds.split("train")["labels"]) if fitted.train_counts is None else fitted.train_counts
+    final = fitted
+
+    def refit() -> Checkpoint:
+        nonlocal final
+        final = fitted.refit()
+        return Checkpoint(ck_dir, kind.name, final.model, ds.labels, 0.5, config, {}, final.tokenizer)
+
+    def save(t: float, md: dict, mt: dict) -> None:
+        save_checkpoint(ck_dir, kind=kind.name, model=final.model, labels=ds.labels, threshold=t, train_config=config,
+                        tokenizer=final.tokenizer, metrics_dev=md, metrics_test=mt,
+                        extra={**extra, **final.manifest, "seed": config.seed},
+                        train_counts=counts if final.train_counts is None else final.train_counts)
+
+    ck = Checkpoint(ck_dir, kind.name, fitted.model, ds.labels, 0.5, config, {}, fitted.tokenizer)
+    return finish(run, ds, ck, save, train_counts=counts, dev_ids=fitted.dev_ids,
+                  refit=refit if fitted.refit is not None else None)

@@ -151,7 +151,8 @@ def main() -> None:
                                         work / "base-data", "--out", out, "--db", db, "--start", a.start, *given,
                                         "--seed", a.seed, "--device", "cpu")
     (full, full_ma), (base, base_ma), (new, new_ma) = _f1(work / "full"), _f1(work / "base"), _f1(out)
-    how = said.strip().splitlines()[-1].split("(", 1)[-1].split(")", 1)[0]
+    said = said.strip().splitlines()[-1]
+    how = said[said.index(" (") + 2:said.index(") -> ")]   # what the command says it did
     lines = [
         f"### retrain from {a.decisions} decisions, {a.model} (`benchmarks/bench_review_retrain.py --model {a.model} "
         f"--base-share {a.base_share:g} --start {a.start} --seed {a.seed}"

@@ -27,7 +27,7 @@ def review_retrain_cli(
                                                        "the decided ones in its epochs (default: every note; "
                                                        "tfidf-lr parts refit on all of them).")] = None,
     start: Annotated[str, typer.Option(help="LEAM: warm (from the checkpoint's weights), fresh (as train), or auto: "
-                                            "fresh once the training notes outgrow the checkpoint's vocabulary.")]
+                                            "fresh once the notes number 1.5x those its vocabulary came from.")]
     = "auto",
     seed: Annotated[int, typer.Option(help="Seed of the sample and of the warm start.")] = 0,
     device: Annotated[Optional[str], opt("auto, cpu or cuda.", default_of(TrainConfig, "device"))] = None,

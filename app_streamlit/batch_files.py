@@ -35,7 +35,7 @@ def parse_batch(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_MB * 
     Returns:
         BatchInput with rows [id, text, error] in file order.
     """
-    from clinicode.api import DataFormatError, Upload, read_records
+    from clinicode.serving import DataFormatError, Upload, read_records
 
     empty = pd.DataFrame(columns=["id", "text", "error"], dtype=object)
     if len(data) > max_bytes:
@@ -72,7 +72,7 @@ def score_batch(
     Returns:
         One `Prediction.to_dict()` record per row, in row order (no note text).
     """
-    from clinicode.api import Record, score_records
+    from clinicode.serving import Record, score_records
 
     recs = [Record(str(r["id"]), r["text"], r["error"] if isinstance(r["error"], str) else None)
             for r in rows.to_dict("records")]
@@ -107,7 +107,7 @@ def batch_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 def download_formats() -> list[Any]:
     """The output formats the batch page offers as downloads: the writers that say the app may offer them."""
-    from clinicode.api import offered_writers
+    from clinicode.serving import offered_writers
 
     return offered_writers("app")
 
@@ -115,6 +115,6 @@ def download_formats() -> list[Any]:
 def batch_bytes(records: Sequence[Mapping[str, Any]], fmt: str) -> bytes:
     """The records as the file `clinicode predict --output x.jsonl` (fmt "jsonl") or `x.csv` ("csv") writes: the
     output formats' writer (`clinicode.formats`, through `records_bytes`), which predict's files go through too."""
-    from clinicode.api import records_bytes
+    from clinicode.serving import records_bytes
 
     return records_bytes(records, fmt=fmt)

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from clinicode.api import METRIC_LABELS, SUMMARY, code_matches, predicted_codes
+from clinicode.serving import METRIC_LABELS, SUMMARY, code_matches, predicted_codes
 
 ATTENTION_RGB = (255, 179, 0)   # amber: beta, one distribution shared by all codes
 EVIDENCE_RGB = (46, 160, 67)    # green: one code's closest words (cosine with the code's vector)
@@ -134,7 +134,7 @@ def per_code_frame(per_code: Sequence[Mapping[str, Any]], descriptions: Mapping[
     uses the code's training notes (`train_count`) when the run recorded them, else its test notes (`support`);
     `band_source` says which.
     """
-    from clinicode.api import chapter
+    from clinicode.serving import chapter
 
     group = group or chapter
     df = pd.DataFrame(list(per_code))
@@ -424,7 +424,7 @@ def model_name(card: Mapping[str, Any]) -> str:
     """The model a card describes, as a person reads it: "LEAM + evidence" (clinicode's default: code evidence),
     "LEAM (paper)" (Wang et al.'s model exactly, `train --paper` or a run from before the default changed),
     "LEAM (variant)" (neither) or "tfidf-lr": the card's model kind names it (`ModelKind.display_name`)."""
-    from clinicode.api import MODEL_KINDS
+    from clinicode.serving import MODEL_KINDS
 
     name = str(card.get("model", "?"))
     kind = MODEL_KINDS.get(name)

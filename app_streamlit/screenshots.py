@@ -24,7 +24,7 @@ def pick_test_note(run: Path) -> str | None:
     """A test note worth showing: several gold codes, mostly found at the tuned threshold, one miss or false alarm."""
     import json
 
-    from clinicode.api import CHECKPOINT_DIR, SCORES_TEST_FILE, THRESHOLD_FILE, binarize
+    from clinicode.serving import CHECKPOINT_DIR, SCORES_TEST_FILE, THRESHOLD_FILE, binarize
 
     npz = run / SCORES_TEST_FILE
     if not npz.is_file():
@@ -73,7 +73,7 @@ def _save(page, path: Path, *, full_page: bool = True) -> None:
 def _batch_csv(run: Path) -> bytes:
     import json
 
-    from clinicode.api import CHECKPOINT_DIR, MANIFEST_FILE, read_split_codes, read_split_texts, test_data_dir
+    from clinicode.serving import CHECKPOINT_DIR, MANIFEST_FILE, read_split_codes, read_split_texts, test_data_dir
 
     data = test_data_dir(run, json.loads((run / CHECKPOINT_DIR / MANIFEST_FILE).read_text()))
     ids = read_split_codes(data, "test")["id"].head(24).tolist()
@@ -132,7 +132,7 @@ def main() -> None:
     ap.add_argument("--run", default=None, help="run folder name under --runs (default: the first)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     a = ap.parse_args()
-    from clinicode.api import CHECKPOINT_DIR, MANIFEST_FILE
+    from clinicode.serving import CHECKPOINT_DIR, MANIFEST_FILE
 
     names = sorted(d.name for d in a.runs.iterdir() if (d / CHECKPOINT_DIR / MANIFEST_FILE).is_file())
     if not names:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import clinicode.api as api  # each name loads on first use: listing runs needs no torch, pandas only when read
+import clinicode.serving as serving  # each name loads on first use: listing runs needs no torch, pandas only when read
 
 RUNS_ENV = "CLINICODE_RUNS"
 RUN_KEY = "run_dir"
@@ -41,7 +41,7 @@ def list_runs(root: Path) -> list[str]:
         if child.name.startswith("."):
             continue
         try:
-            manifest = child / api.CHECKPOINT_DIR / api.MANIFEST_FILE
+            manifest = child / serving.CHECKPOINT_DIR / serving.MANIFEST_FILE
             if inside_root(base, child) and inside_root(base, manifest):
                 if manifest.resolve().is_file():
                     names.append(child.name)
@@ -75,9 +75,9 @@ def load_predictor(run_dir: str) -> Any:
 
 @st.cache_resource(show_spinner="Loading the model…", max_entries=4)
 def _load_predictor(run_dir: str, titles: str | None, tree: str | None) -> Any:
-    predictor = api.Predictor.from_checkpoint(run_dir, device="cpu",  # the first use of Predictor imports torch
-                                              titles=api.load_descriptions_tsv(titles) if titles else None,
-                                              tree=api.read_tree(tree) if tree else None)
+    predictor = serving.Predictor.from_checkpoint(run_dir, device="cpu",  # the first use of Predictor imports torch
+                                              titles=serving.load_descriptions_tsv(titles) if titles else None,
+                                              tree=serving.read_tree(tree) if tree else None)
     predictor.suggester  # the candidates are indexed under the loading spinner, not on the first note
     return predictor
 
@@ -104,7 +104,7 @@ def short_reason(err: BaseException, run_dir: Path) -> str:
 
 def _signature(run_dir: Path) -> tuple:
     """Names, sizes and modification times of the checkpoint's files: a change re-runs the check."""
-    ck = run_dir / api.CHECKPOINT_DIR
+    ck = run_dir / serving.CHECKPOINT_DIR
     try:
         return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in ck.iterdir()))
     except OSError:
@@ -114,8 +114,8 @@ def _signature(run_dir: Path) -> tuple:
 @st.cache_data(show_spinner=False, max_entries=64)
 def _check(run_dir: str, signature: tuple) -> str | None:
     try:
-        api.verify_checkpoint(Path(run_dir))  # hashes, no weights: listing runs stays light
-    except (api.ClinicodeError, OSError, ValueError) as err:
+        serving.verify_checkpoint(Path(run_dir))  # hashes, no weights: listing runs stays light
+    except (serving.ClinicodeError, OSError, ValueError) as err:
         return short_reason(err, Path(run_dir))
     return None
 
@@ -136,7 +136,7 @@ def current_predictor() -> Any:
     run = current_run()
     try:
         return load_predictor(str(run))
-    except (api.ClinicodeError, OSError, ValueError) as err:
+    except (serving.ClinicodeError, OSError, ValueError) as err:
         st.error(f"Run **{run.name}** cannot be loaded: {short_reason(err, run)}")
         st.stop()
 
@@ -151,7 +151,7 @@ def read_card(run_dir: str) -> dict[str, Any]:
     or its pieces disagree), say why in one line and stop the page."""
     try:
         return _read_card(run_dir)
-    except (api.ClinicodeError, OSError, ValueError) as err:
+    except (serving.ClinicodeError, OSError, ValueError) as err:
         st.error(f"Run **{Path(run_dir).name}** cannot be loaded: {short_reason(err, Path(run_dir))}")
         st.stop()
 
@@ -159,7 +159,7 @@ def read_card(run_dir: str) -> dict[str, Any]:
 @st.cache_data(show_spinner=False, max_entries=8)
 def read_history(run_dir: str) -> pd.DataFrame:
     """RUN/history.jsonl as a DataFrame (empty when missing or unreadable; damaged lines are skipped)."""
-    path = Path(run_dir) / api.HISTORY_FILE
+    path = Path(run_dir) / serving.HISTORY_FILE
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
@@ -178,7 +178,7 @@ def read_history(run_dir: str) -> pd.DataFrame:
 @st.cache_data(show_spinner=False, max_entries=8)
 def read_scores_test(run_dir: str) -> dict[str, Any]:
     """RUN/scores_test.npz as {"ids", "y_true", "scores"}; {} when absent; {"error": reason} when unreadable."""
-    path = Path(run_dir) / api.SCORES_TEST_FILE
+    path = Path(run_dir) / serving.SCORES_TEST_FILE
     if not path.is_file():
         return {}
     try:
@@ -188,7 +188,7 @@ def read_scores_test(run_dir: str) -> dict[str, Any]:
             raise ValueError(f"y_true {out['y_true'].shape} and scores {out['scores'].shape} differ")
         return out
     except Exception as err:  # zipfile, numpy and OS errors alike: a damaged file, never a crash
-        return {"error": f"{api.SCORES_TEST_FILE} is unreadable ({type(err).__name__}); "
+        return {"error": f"{serving.SCORES_TEST_FILE} is unreadable ({type(err).__name__}); "
                          "retrain the run to rewrite it"}
 
 
@@ -196,14 +196,14 @@ def read_scores_test(run_dir: str) -> dict[str, Any]:
 def threshold_curve(run_dir: str, grid: tuple[float, ...]) -> dict[str, Any]:
     """Micro and macro F1 of the run's test scores at every threshold of the grid (cached: seconds at 9,000 codes)."""
     sc = read_scores_test(run_dir)
-    return api.f1_by_threshold(sc["y_true"], sc["scores"], np.asarray(grid))
+    return serving.f1_by_threshold(sc["y_true"], sc["scores"], np.asarray(grid))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def read_manifest(run_dir: str) -> dict[str, Any]:
     """RUN/checkpoint/manifest.json without loading the model (keeps the first page free of torch)."""
     try:
-        manifest = Path(run_dir) / api.CHECKPOINT_DIR / api.MANIFEST_FILE
+        manifest = Path(run_dir) / serving.CHECKPOINT_DIR / serving.MANIFEST_FILE
         return json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
@@ -211,7 +211,7 @@ def read_manifest(run_dir: str) -> dict[str, Any]:
 
 def test_data_dir(run_dir: Path, manifest: dict[str, Any]) -> Path | None:
     """The prepared-data folder the run trained on, if it still holds a test split."""
-    return api.test_data_dir(run_dir, manifest)
+    return serving.test_data_dir(run_dir, manifest)
 
 
 def test_notes(data_dir: Path) -> tuple[pd.DataFrame | None, str | None]:
@@ -228,12 +228,12 @@ def test_notes(data_dir: Path) -> tuple[pd.DataFrame | None, str | None]:
 @st.cache_data(show_spinner="Reading the test split…", max_entries=4)
 def read_test_codes(data_dir: str) -> pd.DataFrame:
     """[id, labels] of the test split of a prepared-data folder (no note text)."""
-    return api.read_split_codes(Path(data_dir), "test").reset_index(drop=True)
+    return serving.read_split_codes(Path(data_dir), "test").reset_index(drop=True)
 
 
 def test_note_text(data_dir: Path, note_id: str) -> str:
     """One test note's text, read when shown; deliberately not cached (note text stays out of the app's caches)."""
-    return api.read_split_texts(Path(data_dir), "test", [note_id])[0]
+    return serving.read_split_texts(Path(data_dir), "test", [note_id])[0]
 
 
 @st.cache_data(show_spinner="Embedding the test notes…", max_entries=4)
@@ -245,7 +245,7 @@ def test_embeddings(run_dir: str, data_dir: str) -> dict[str, Any]:
     pred = load_predictor(run_dir)
     codes = read_test_codes(data_dir)
     df = codes.sample(n=MAX_TEST_NOTES, random_state=0).sort_index() if len(codes) > MAX_TEST_NOTES else codes
-    Z = pred.embed(api.read_split_texts(Path(data_dir), "test", df["id"].tolist()))  # [N, P]
+    Z = pred.embed(serving.read_split_texts(Path(data_dir), "test", df["id"].tolist()))  # [N, P]
     C = pred.label_embeddings()                                                            # [K, P]
     return {"Z": Z, "C": C, "labels": [list(x) for x in df["labels"]], "n_total": len(codes)}
 
@@ -267,9 +267,9 @@ def seed_siblings(root: str, run_dir: str, names: tuple[str, ...]) -> list[dict[
 
     `names`: `list_runs(root)` now, so a run trained while the app is open is seen (it is part of the cache key)."""
     def key(run: Path) -> tuple | None:
-        ck = run / api.CHECKPOINT_DIR
-        tc, mc = _read_json(ck / api.TRAIN_CONFIG_FILE), _read_json(ck / api.MODEL_CONFIG_FILE)
-        manifest = _read_json(ck / api.MANIFEST_FILE)
+        ck = run / serving.CHECKPOINT_DIR
+        tc, mc = _read_json(ck / serving.TRAIN_CONFIG_FILE), _read_json(ck / serving.MODEL_CONFIG_FILE)
+        manifest = _read_json(ck / serving.MANIFEST_FILE)
         if not isinstance(tc, dict) or not isinstance(manifest, dict):
             return None
         fingerprint = (manifest.get("data") or {}).get("fingerprint")
@@ -277,8 +277,8 @@ def seed_siblings(root: str, run_dir: str, names: tuple[str, ...]) -> list[dict[
             return None
         if isinstance(mc, dict):  # as read back: a key saved before it existed means what it meant then
             try:
-                mc = api.model_options_as_saved(mc)
-            except api.ConfigError:
+                mc = serving.model_options_as_saved(mc, kind=manifest.get("model"))
+            except serving.ClinicodeError:
                 return None
         options = {k: v for k, v in tc.items() if k not in _SEED_FREE}
         return json.dumps([options, mc, fingerprint], sort_keys=True), tc.get("seed")
@@ -290,7 +290,7 @@ def seed_siblings(root: str, run_dir: str, names: tuple[str, ...]) -> list[dict[
     for name in names:
         run = (Path(root) / name).resolve()
         k = key(run)
-        metrics = _read_json(run / api.CHECKPOINT_DIR / api.METRICS_TEST_FILE)
+        metrics = _read_json(run / serving.CHECKPOINT_DIR / serving.METRICS_TEST_FILE)
         if k is not None and k[0] == here[0] and isinstance(metrics, dict) and metrics:
             out.append({"run": name, "seed": k[1], "metrics": metrics})
     return out

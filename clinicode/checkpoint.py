@@ -33,7 +33,6 @@ from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.files import atomic_dir, manifest_kind, read_json, sha256_file, write_json_atomic
 from clinicode.models import MODEL_KINDS, ModelKind, model_kind
-from clinicode.models.leam.options import LEAMConfig
 from clinicode.tokenizer import ClinicalTokenizer
 
 if TYPE_CHECKING:  # torch and the model load only with the weights: verifying a checkpoint needs neither
@@ -89,14 +88,17 @@ class Checkpoint:
         return self.model_kind.single_label(self.model)
 
 
-def model_options_as_saved(data: dict[str, Any]) -> dict[str, Any]:
-    """A run's model_config.json read back as LEAMConfig reads it: every field, those it predates with the value of
-    its time (so runs from before a field existed compare equal to runs that spell the same model out).
+def model_options_as_saved(data: dict[str, Any], *, kind: object) -> dict[str, Any]:
+    """A run's model_config.json read back as its model kind (KIND: the manifest's "model") reads it, through the
+    kind's `config_type`: every field, those it predates with the value of its time (so runs from before a field
+    existed compare equal to runs that spell the same model out); as given for a kind without one.
 
     Raises:
-        ConfigError: not a model configuration.
+        ConfigError: not a model configuration of the kind.
+        CheckpointError: KIND is not a registered kind.
     """
-    return config_to_dict(saved_config(LEAMConfig, data, source=MODEL_CONFIG_FILE))
+    config_type = model_kind(kind).config_type
+    return config_to_dict(saved_config(config_type, data, source=MODEL_CONFIG_FILE)) if config_type else dict(data)
 
 
 def test_data_dir(run: Path, manifest: dict[str, Any]) -> Path | None:

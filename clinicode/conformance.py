@@ -11,19 +11,20 @@ import math
 import os
 import sys
 import tempfile
+import typing
 from collections import Counter
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import numpy as np
 
 from clinicode import fhir
 from clinicode.checkpoint import load_checkpoint, save_checkpoint
 from clinicode.codes import systems as code_systems
-from clinicode.config import TrainConfig
+from clinicode.config import TrainConfig, config_to_dict
 from clinicode.constants import LABELS_FILE, MANIFEST_FILE, THRESHOLD_FILE, TRAIN_CONFIG_FILE
 from clinicode.data.labels import LabelSet
-from clinicode.errors import CheckpointError
+from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.formats import Reader, Writer
 from clinicode.models import MODEL_KINDS, ModelKind
 from clinicode.predict import Predictor
@@ -133,12 +134,42 @@ def _opened() -> list[str]:
     return _OPENS[-1]
 
 
-def _trained(kind: ModelKind, texts: list[str], y: np.ndarray, labels: LabelSet, max_len: int) -> tuple[Any, Any]:
-    """(model, tokenizer or None) trained as `train` would: one epoch-loop step, or `fit`."""
+def other_options(options_type: type) -> Any:
+    """OPTIONS_TYPE's options with as many fields as it accepts off their defaults: a bool flipped, an int one more, a
+    float halved (0.5 from 0), a Literal's next choice; a free string, or a value its own checks refuse, stays."""
+    hints = typing.get_type_hints(options_type)
+    changed: dict[str, Any] = {}
+    for f in dataclasses.fields(options_type):
+        d, hint = f.default, hints[f.name]
+        if typing.get_origin(hint) is Literal:
+            other = [c for c in typing.get_args(hint) if c != d]
+        elif isinstance(d, bool):
+            other = [not d]
+        elif isinstance(d, int):
+            other = [d + 1]
+        elif isinstance(d, float):
+            other = [d / 2 if d else 0.5]
+        else:
+            other = []
+        for value in other[:1]:
+            try:
+                options_type(**changed, **{f.name: value})
+            except ClinicodeError:
+                continue
+            changed[f.name] = value
+    return options_type(**changed)
+
+
+def _trained(kind: ModelKind, texts: list[str], y: np.ndarray, labels: LabelSet, max_len: int,
+             options: Any = None) -> tuple[Any, Any]:
+    """(model, tokenizer or None) trained as `train` would with OPTIONS (the defaults when None): one epoch-loop step,
+    or `fit`."""
     who = f"model kind {kind.name!r}"
+    if options is None and kind.options_type is not None:
+        options = kind.options_type()
     if not kind.trained_by_loop:
-        model = kind.fit(texts[:24], y[:24], labels=labels, dev_texts=texts[24:], y_dev=y[24:], single_label=False,
-                         seed=0, min_doc_freq=TrainConfig.min_doc_freq)
+        model = kind.fit(texts[:24], y[:24], options=options, labels=labels, dev_texts=texts[24:], y_dev=y[24:],
+                         single_label=False, seed=0, min_doc_freq=TrainConfig.min_doc_freq)
         return model, None
     import torch
 
@@ -146,7 +177,6 @@ def _trained(kind: ModelKind, texts: list[str], y: np.ndarray, labels: LabelSet,
     from clinicode.tokenizer import ClinicalTokenizer
 
     tokenizer, _ = ClinicalTokenizer.fit_tokens(texts, min_doc_freq=1, max_len=max_len)
-    options = kind.options_type() if kind.options_type is not None else None
     config = kind.model_config(options, vocab_size=tokenizer.vocab_size, n_labels=len(labels), multilabel=True)
     _need(isinstance(config, kind.config_type), who, "`model_config` must return a `config_type`.")
     model = kind.build(config)
@@ -188,7 +218,8 @@ def _trained(kind: ModelKind, texts: list[str], y: np.ndarray, labels: LabelSet,
 def check_kind(kind: ModelKind) -> None:
     """Check a model kind against `ModelKind` by using it: its declarations; trained as `train` would (one loop step,
     or `fit`); saved, verified and loaded through the checkpoint; scored through `Predictor`; what it says it can do
-    (`can_explain`, `can_embed`, `scores_ids`) done; a checkpoint missing one of its `files` refused.
+    (`can_explain`, `can_embed`, `scores_ids`) done; a checkpoint missing one of its `files` refused; and, for a kind
+    with options, options off their defaults (`other_options`) given, saved and read back equal (its `card`).
 
     A kind not (yet) registered under its name is registered while it is checked, and the registry restored after.
 
@@ -201,6 +232,7 @@ def check_kind(kind: ModelKind) -> None:
     MODEL_KINDS[kind.name] = kind
     try:
         _check_use(kind, who)
+        _check_options(kind, who)
     finally:
         if before is None:
             del MODEL_KINDS[kind.name]
@@ -248,6 +280,8 @@ def _check_use(kind: ModelKind, who: str) -> None:
         _need(np.isfinite(s).all() and (s >= 0).all() and (s <= 1).all(), who, "scores must be probabilities.")
         _need(np.allclose(pred.score(texts[:5][::-1]), s[:5][::-1], atol=1e-5), who,
               "a note's scores must not depend on the other notes of its batch or their order.")
+        _need(not kind.can_explain or callable(getattr(pred.scorer, "code_spans", None)), who,
+              "`can_explain`: the scorer must give each code's spans on its own stated scale (`code_spans`).")
         record = pred.predict(texts[:2], explain=2 if kind.can_explain else 0)[0].to_dict()
         _need(record["id"] == "0" and "scores" in record, who, "`Predictor.predict` must give records.")
         if kind.can_explain:
@@ -266,6 +300,26 @@ def _check_use(kind: ModelKind, who: str) -> None:
             pass
         else:
             raise ConformanceError(f"{who}: a checkpoint without {kind.files[0]} must be refused.")
+
+
+def _check_options(kind: ModelKind, who: str) -> None:
+    """Options off their defaults, given to training, come back from the saved checkpoint as given."""
+    if kind.options_type is None:
+        return
+    options = other_options(kind.options_type)
+    texts, y = sample_notes()
+    labels = LabelSet(_CODES, ("fever", "rash", "cough"))
+    model, tokenizer = _trained(kind, texts, y, labels, 64, options)
+    with tempfile.TemporaryDirectory(prefix="clinicode-conformance-") as tmp:
+        save_checkpoint(Path(tmp) / "checkpoint", kind=kind.name, model=model, labels=labels, threshold=0.5,
+                        train_config=TrainConfig(model=kind.name, max_len=64, device="cpu"), tokenizer=tokenizer)
+        loaded = load_checkpoint(Path(tmp) / "checkpoint")
+    given = config_to_dict(options)
+    back = kind.card(loaded.model).get("model_config", {})
+    wrong = sorted(k for k, v in given.items() if back.get(k, "absent") != v)
+    shown = ", ".join(f"{k}: {given[k]!r} given, {back.get(k, 'absent')!r} read back" for k in wrong)
+    _need(not wrong, who, f"options given to training must be saved with the checkpoint and read back (`card`'s "
+                          f"model_config after loading): {shown}.")
 
 
 # ---------------------------------------------------------------------------------------------- formats

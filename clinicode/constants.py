@@ -37,3 +37,4 @@ CAML_TOP50 = (
 
 # Expected document counts with CAML's *_50_hadm_ids.csv on MIMIC-III v1.4 (docs/domain.md section 5).
 CAML50_SPLIT_COUNTS = {"train": 8066, "dev": 1573, "test": 1729}
+RETRAIN_EPOCHS = 30  # `review retrain --epochs`: a warm start's cap (its own patience ends it first)

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from clinicode.codes.icd10 import PCS_NO_TITLE
 from clinicode.config import COMPARE
 from clinicode.constants import EVIDENCE, TEXT
 from clinicode.data.labels import LabelSet
@@ -25,6 +26,7 @@ from clinicode.metrics import (
     map_figures,
     metrics_report,
     paired_bootstrap,
+    spans_report,
 )
 from clinicode.predict import Predictor
 
@@ -236,7 +238,41 @@ def evidence_report(checkpoint: Path | None, data_dir: Path, split: str = "test"
 
 
 def _evidence_of_notes(pred: Predictor, df: pd.DataFrame, *, k: int) -> dict[str, Any] | None:
-    return pred.evidence_quality(df[TEXT].tolist(), df["labels"].tolist(), df[EVIDENCE].tolist(), k=k)
+    return evidence_of(pred, df[TEXT].tolist(), df["labels"].tolist(), df[EVIDENCE].tolist(), k=k)
+
+
+def evidence_of(pred: Predictor, texts: Sequence[str], gold: Sequence[Sequence[str]],
+                mentions: Sequence[Sequence[dict[str, Any]]], *, k: int = EVIDENCE_K,
+                threshold: float | None = None) -> dict[str, Any] | None:
+    """The evidence figures of PRED's spans on notes with gold mentions (`clinicode.metrics.spans_report`): the
+    spans it shows for each code predicted at the threshold, the mentions' codes read in its spelling, the title floor
+    from its titles (ICD-10-PCS's display placeholder is no title). What `evaluate` reports and `train` saves.
+
+    Args:
+        pred: the loaded checkpoint.
+        texts: [n_notes] the notes.
+        gold: per note, its gold codes.
+        mentions: per note, its gold mentions ({code, start, end}).
+        k: spans per code (the explain count), >= 1.
+        threshold: the cut-off for "predicted" (default: the checkpoint's).
+    Returns:
+        None when no note has a gold mention; else `spans_report`'s figures.
+    Raises:
+        ConfigError: k < 1.
+    """
+    if k < 1:
+        raise ConfigError(f"evidence needs k >= 1 spans per code (the explain count), got {k}.")
+    if not any(len(m) for m in mentions):
+        return None  # nothing to judge: no scoring
+    known = set(pred.codes)
+    return spans_report(texts, gold, mentions, pred.code_spans(texts, explain=k, threshold=threshold),
+                        titles=_floor_titles(pred), spell=lambda code: pred.code_system.canonical(code, known),
+                        k=k, spanless=None if pred.model_kind.can_explain else pred.kind)
+
+
+def _floor_titles(pred: Predictor) -> dict[str, str]:
+    """PRED's codes -> their titles for the title floor: a display placeholder (ICD-10-PCS's) is no title."""
+    return {c: "" if t == PCS_NO_TITLE else t for c, t in zip(pred.codes, pred.labels.descriptions)}
 
 
 def _checkpoint_dir(checkpoint: Path | None, predictor: Predictor | None) -> Path | None:

@@ -1,12 +1,9 @@
 """Scoring notes with a checkpoint: `Predictor.from_checkpoint(dir).predict(texts)` -> typed records.
 
-The CLI, `evaluate`, serve and the app all score through `Predictor`, which asks the checkpoint's model kind."""
+Every face scores through it; it asks the kind's scorer (scores, spans) and `codes.suggest`, and judges nothing."""
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -15,85 +12,17 @@ import numpy as np
 import torch
 
 from clinicode.checkpoint import Checkpoint, load_checkpoint
-from clinicode.codes.icd10 import PCS_NO_TITLE
-from clinicode.codes.suggest import Suggester, Suggestion, system_titles
-from clinicode.codes.systems import LOCAL, CodeCheck, CodeSystem, check_code
+from clinicode.codes.suggest import CheckpointSuggestions, Suggester, Suggestion
+from clinicode.codes.systems import CodeSystem
 from clinicode.config import PREDICT, check_threshold
-from clinicode.errors import ConfigError, DataFormatError
+from clinicode.errors import ConfigError
 from clinicode.memory import MemoryPlan
-from clinicode.metrics import EVIDENCE_K, evidence_figures, predicted_codes, predicted_indices, span_code_prf
+from clinicode.metrics import predicted_codes, predicted_indices
+from clinicode.models.spans import WORD_BAR, Span, attention_spans, top
 from clinicode.records import text_error
 from clinicode.runtime import pick_device
 
-log = logging.getLogger(__name__)
-# A code's evidence: the words whose cosine with the code vector is at least this share of the note's best for that
-# code. Chosen on bc5cdr dev against gold mentions (docs/accuracy-tuning.md, round 12; docs/predict.md).
-WORD_BAR = 0.8
-TITLE_SUGGESTIONS = 10  # `predict --titles` before #43 listed this many at most (benchmarks/bench_suggestions.py)
-
-
-class _RowScores:
-    """One note's scores of the checkpoint's codes, read by code (what the suggester asks of the model)."""
-
-    def __init__(self, labels: Any, row: np.ndarray) -> None:
-        self._labels, self._row = labels, row
-
-    def __bool__(self) -> bool:
-        return True
-
-    def get(self, code: str, default: float = 0.0) -> float:
-        try:
-            return float(self._row[self._labels.index(code)])
-        except (KeyError, ValueError):
-            return default
-
-
-def _top(values: np.ndarray, n: int) -> np.ndarray:
-    """Indices of the n largest values, largest first (ties by position)."""
-    if n >= len(values):
-        return np.argsort(-values, kind="stable")
-    kth = np.partition(values, len(values) - n)[len(values) - n]                  # the n-th largest value
-    above = np.flatnonzero(values > kth)
-    idx = np.concatenate([above, np.flatnonzero(values == kth)[: n - len(above)]])  # ties: earliest first
-    return idx[np.lexsort((idx, -values[idx]))]                                   # == stable argsort[:n]
-
-
-def _word_spans(offs: Sequence[tuple[int, int]], g: np.ndarray, n: int) -> list[Span]:
-    """A code's evidence in one note: the words whose cosine with the code vector is at least `WORD_BAR` times the
-    note's best (the best word alone when no cosine is positive), neighbouring words joined into one span; the spans
-    ranked by their best word's cosine (the weight), ties by position; at most n.
-
-    Args:
-        offs: [L] each token's character span.
-        g: [L] each token's cosine with the code vector (the scorer's `word_rows`).
-        n: spans at most.
-    """
-    if not len(g) or n < 1:
-        return []
-    top = float(g.max())
-    picked = np.flatnonzero(g >= WORD_BAR * top) if top > 0 else np.array([int(g.argmax())])
-    runs: list[list[int]] = []
-    for i in picked.tolist():
-        if runs and i == runs[-1][-1] + 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    best = [float(g[r].max()) for r in runs]
-    order = sorted(range(len(runs)), key=lambda x: (-best[x], runs[x][0]))[:n]
-    return [Span(offs[runs[x][0]][0], offs[runs[x][-1]][1], best[x]) for x in order]
-
-
-def _gold_only(shown: list[dict[str, Any]], gold: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
-    """Each note's predicted codes (with their spans) that are gold codes of the note."""
-    out = []
-    for note, codes in zip(shown, gold, strict=True):
-        wanted = set(codes)
-        out.append({c: v for c, v in note.items() if c in wanted})
-    return out
-
-
-# evidence_quality of a checkpoint that shows no per-code spans
-NO_PHRASES = "a {kind} checkpoint shows no per-code spans; only the floors are measured"
+__all__ = ["WORD_BAR", "CodeScore", "Prediction", "Predictor", "Prepared", "Span"]  # Span, WORD_BAR: models.spans'
 
 
 def _no_words(text: str) -> str:
@@ -101,14 +30,6 @@ def _no_words(text: str) -> str:
     if not any(c.isalpha() for c in text):
         return "no words after tokenisation (no letters: only numbers, punctuation, symbols or emoji)"
     return "no words after tokenisation (none of its letters form a word the model reads)"
-
-@dataclass(frozen=True)
-class Span:
-    """A character span [start, end) of the original note with a weight."""
-
-    start: int
-    end: int
-    weight: float
 
 
 @dataclass(frozen=True)
@@ -122,9 +43,11 @@ class CodeScore:
 class Prediction:
     """One note's result. `error` is set (and scores empty) when the note could not be scored.
 
-    evidence: the highest-attention token spans (beta), when explain > 0.
-    code_phrases: for each predicted code, at most `explain` spans of the words closest to the code vector (cosine at
-        least `WORD_BAR` of the note's best; neighbouring words joined), best first, weighted by that cosine.
+    evidence: the highest-attention token spans (LEAM's beta, in [0, 1]), when explain > 0.
+    code_phrases: for each predicted code, at most `explain` spans of its evidence words (weight at least `WORD_BAR`
+        of the note's best; neighbouring words joined), best first, as the model kind's scorer shows them and on its
+        scale (`code_spans`: LEAM's cosine with the code vector, in [-1, 1]; the default model's mixed evidence, at
+        most 1, and 1.9-2.1 inside one of the code's training mentions).
     attention: every kept token's span with its beta weight (for highlighting), when explain > 0.
     suggested: when the predictor has candidates (its code system's titles, or a titles file), the codes outside the
         checkpoint's whose title stands in the note, best first (`clinicode.codes.suggest`): suggestions from the
@@ -225,60 +148,12 @@ class Predictor:
         self.device = torch.device(device)
         self.batch_size = batch_size
         # codes the checkpoint was not trained on, suggested from their titles (`suggested`): TITLES when given (built
-        # now, so a bad titles file fails first), else the titles its code system ships (ICD-10-CM's 74,736: built on
-        # first use, so evaluate and training's dev scoring never pay for them); `suggest=False` turns them off
-        self._suggest_lock = threading.Lock()
-        self.titles_left_out: tuple[str, ...] = ()  # codes of TITLES not of the checkpoint's system (never suggested)
-        self._pending: tuple | None = (None, tree) if suggest and titles is None else None
-        given = suggest and titles is not None
-        self._suggester: Suggester | None = self._build_suggester(titles, tree) if given else None
+        # now, so a bad titles file fails first), else the titles its code system ships (built on first use)
+        self._suggestions = CheckpointSuggestions(self.labels.codes, self.labels.descriptions, self.code_system,
+                                                  titles=titles, tree=tree, enabled=suggest)
         self.scorer = self.model_kind.scorer(checkpoint, device=self.device, batch_size=batch_size,
                                              memory_mb=memory_mb)
         self.plan: MemoryPlan | None = getattr(self.scorer, "plan", None)  # a model with a memory plan (LEAM)
-
-    def _canonical_titles(self, titles: Mapping[str, str]) -> dict[str, str]:
-        """TITLES keyed by the checkpoint's spelling of each code (`CodeSystem.canonical`: MIMIC's undotted 'I5020'
-        is the checkpoint's 'I50.20'), so a code the checkpoint has is never suggested as one it lacks; every code
-        is one of the checkpoint's code system (`check_code`, as `review decide --add` checks a coder's), bar for a
-        checkpoint of its own labels (LOCAL), whose codes follow no rule. The others ('R07.9' for an ICD-9 model,
-        'not a code', CAML's chapter ranges '001-139.99') are left out, never suggested, and logged in one warning
-        (`titles_left_out`); a file most of whose codes are not the system's is another system's, and refused.
-
-        Raises:
-            DataFormatError: most codes are not of the checkpoint's system (one line counting them and naming the
-                first); two spellings of one code ('4280' and '428.0') with different titles.
-        """
-        system = self.code_system
-        known = set(self.labels.codes)
-        out: dict[str, str] = {}
-        given: dict[str, str] = {}
-        foreign: list[tuple[str, CodeCheck]] = []
-        for code, title in titles.items():
-            key = system.canonical(code, known)
-            if key not in known and system is not LOCAL:
-                found = check_code(system, code)
-                if found.code is None:
-                    foreign.append((code, found))
-                    continue
-                key = found.code
-            key = key or code.strip()  # LOCAL: as given
-            if key in out and out[key] != title:
-                raise DataFormatError(f"--titles: {given[key][:40]!r} and {code[:40]!r} are both code {key[:40]!r} "
-                                      "with different titles; keep one code<TAB>title line per code.")
-            out.setdefault(key, title)
-            given.setdefault(key, code)
-        if foreign:
-            code, found = foreign[0]
-            what = (f"a code of {found.other.name}" if found.other is not None else
-                    "not in the CMS tables" if found.not_in_tables else f"no {system.name} code")
-            said = (f"{len(foreign):,} of {len(titles):,} codes are not of the checkpoint's code system, "
-                    f"{system.name} (the first, {code[:40]!r}, is {what})")
-            if 2 * len(foreign) > len(titles):
-                raise DataFormatError(f"--titles: {said}; give titles of {system.name} codes (such as "
-                                      f"{system.example}).")
-            log.warning("--titles: %s; they are left out, never suggested.", said)
-            self.titles_left_out = tuple(c for c, _ in foreign)
-        return out
 
     @classmethod
     def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = PREDICT.batch_size,
@@ -298,23 +173,12 @@ class Predictor:
     def suggester(self) -> Suggester | None:
         """The candidates' suggester, or None when there are none (suggest=False, or a code system shipping no
         titles); the code system's own titles are read and indexed the first time it is asked for."""
-        if self._pending is not None:
-            with self._suggest_lock:
-                if self._pending is not None:
-                    self._suggester = self._build_suggester(*self._pending)
-                    self._pending = None
-        return self._suggester
+        return self._suggestions.suggester
 
-    def _build_suggester(self, titles: Mapping[str, str] | None,
-                         tree: Mapping[str, Sequence[str]] | None) -> Suggester | None:
-        if titles is None:
-            titles = system_titles(self.code_system)
-            if not titles:
-                return None
-        else:
-            titles = self._canonical_titles(titles)  # the checkpoint's spelling: its own codes are never candidates
-        own = dict(zip(self.labels.codes, self.labels.descriptions))
-        return Suggester(titles, own=own, tree=tree)
+    @property
+    def titles_left_out(self) -> tuple[str, ...]:
+        """Codes of the given titles that are not of the checkpoint's code system (never suggested)."""
+        return self._suggestions.left_out
 
     @property
     def codes(self) -> tuple[str, ...]:
@@ -435,8 +299,8 @@ class Predictor:
             s = scores[j]
             keep = predicted_indices(s, t, single_label=self.single_label)                # the one rule
             predicted = [CodeScore(codes[k], descs[k], float(s[k])) for k in keep]
-            top = {codes[k]: float(s[k]) for k in _top(s, k_keep)} if k_keep else {}
-            rec = Prediction(ids[i], predicted=predicted, scores=top)
+            best = {codes[k]: float(s[k]) for k in top(s, k_keep)} if k_keep else {}
+            rec = Prediction(ids[i], predicted=predicted, scores=best)
             if encs is not None:
                 rec.truncated, rec.n_tokens = encs[j].truncated, len(encs[j].ids)
                 if len(encs[j].ids) == 0:
@@ -444,25 +308,23 @@ class Predictor:
                     rec.predicted, rec.scores = [], {}
             if self.suggester is not None and rec.error is None:
                 read = self._read_part(prepared.texts[j], encs[j] if encs is not None else None)
-                rec.suggested = self.suggester.suggest(read, _RowScores(self.labels, s))
+                rec.suggested = self._suggestions.suggest(read, s)
             if explain > 0 and extras is not None and extras[j] is not None and rec.error is None:
-                beta = extras[j]
-                offs = encs[j].offsets
+                beta, offs = extras[j], encs[j].offsets
                 if attention:
-                    rec.attention = [Span(a, b, float(w)) for (a, b), w in zip(offs, beta)]
-                rec.evidence = [Span(offs[p][0], offs[p][1], float(beta[p])) for p in _top(beta, explain)]
-                ks = [self.labels.index(c.code) for c in predicted]
-                g = self.scorer.word_rows(np.asarray(encs[j].ids), ks,  # type: ignore[attr-defined]  # [n, L]
-                                          text=prepared.texts[j], offsets=offs)
-                rec.code_phrases = {c.code: _word_spans(offs, row, explain) for c, row in zip(predicted, g)}
+                    rec.attention = attention_spans(offs, beta)
+                rec.evidence = attention_spans(offs, beta, explain)
+                spans = self.scorer.code_spans(encs[j], [int(k) for k in keep], explain,  # type: ignore[attr-defined]
+                                               text=prepared.texts[j])                  # the kind's own scale
+                rec.code_phrases = {c.code: found for c, found in zip(predicted, spans)}
             out[i] = rec
         return out  # type: ignore[return-value]
 
     def code_spans(self, texts: Sequence[str], *, explain: int,
                    threshold: float | None = None) -> list[dict[str, list[tuple[int, int]] | None]]:
         """Each note's predicted codes (at the threshold) with the spans `predict(..., explain=explain)` shows for
-        them, best first (None for a kind that shows none, tfidf-lr): what the span-and-code F1 judges
-        (`clinicode.metrics.span_code_prf`).
+        them, best first (None for a kind that shows none, tfidf-lr): what the evidence figures and the span-and-code F1
+        judge (`clinicode.metrics.spans_report`).
 
         Args:
             texts: [n_notes] the notes.
@@ -486,64 +348,6 @@ class Predictor:
         offsets = enc.offsets or self.scorer.encode([text], offsets=True)[0].offsets  # type: ignore[attr-defined]
         return text[:offsets[-1][1]] if len(offsets) else text
 
-    def correct_code_spans(self, texts: Sequence[str], gold: Sequence[Sequence[str]], *, explain: int,
-                           threshold: float | None = None) -> list[dict[str, list[tuple[int, int]] | None]]:
-        """Each note's correctly predicted codes (gold, and predicted at the threshold) with their spans (`code_spans`):
-        what `clinicode.metrics.evidence_figures` judges against gold mentions.
-
-        Args:
-            texts: [n_notes] the notes.
-            gold: per note, its gold codes.
-            explain: spans per code.
-            threshold: the cut-off for "predicted" (default: the checkpoint's).
-        """
-        return _gold_only(self.code_spans(texts, explain=explain, threshold=threshold), gold)
-
-    def evidence_quality(self, texts: Sequence[str], gold: Sequence[Sequence[str]],
-                         mentions: Sequence[Sequence[Mapping[str, Any]]], *, k: int = EVIDENCE_K,
-                         threshold: float | None = None) -> dict[str, Any] | None:
-        """How well the spans shown for each correctly predicted code point at its gold mentions, beside the random
-        and title-word floors (`clinicode.metrics.evidence_figures`), and the span-and-code figures of every predicted
-        code (`clinicode.metrics.span_code_prf`): what `evaluate` reports and `train` saves.
-
-        Args:
-            texts: [n_notes] the notes.
-            gold: per note, its gold codes.
-            mentions: per note, its gold mentions ({code, start, end}).
-            k: spans per code (the explain count), >= 1.
-            threshold: the cut-off for "predicted" (default: the checkpoint's).
-        Returns:
-            None when no note has a gold mention; else the figures, with "span_code" (None, and a "model_note", for
-            a kind that shows no spans: tfidf-lr).
-        Raises:
-            ConfigError: k < 1.
-        """
-        if k < 1:
-            raise ConfigError(f"evidence needs k >= 1 spans per code (the explain count), got {k}.")
-        if not any(len(m) for m in mentions):
-            return None
-        known = set(self.labels.codes)
-        spell = {}  # each mention's code in the checkpoint's spelling (`CodeSystem.canonical`: '4280' is 428.0)
-        outside: Counter[str] = Counter()
-        for note in mentions:
-            for m in note:
-                code = str(m["code"])
-                if code not in spell:
-                    spell[code] = self.code_system.canonical(code, known) or code.strip()
-                if spell[code] not in known:
-                    outside[code] += 1
-        mentions = [[{**m, "code": spell[str(m["code"])]} for m in note] for note in mentions]
-        shown = self.code_spans(texts, explain=k, threshold=threshold)  # one scoring pass for both reports
-        correct = _gold_only(shown, gold)
-        titles = {c: "" if t == PCS_NO_TITLE else t for c, t in zip(self.labels.codes, self.labels.descriptions)}
-        out = evidence_figures(texts, mentions, correct, titles, k=k)  # a display placeholder is no title: no floor
-        out["n_mentions_outside"] = sum(outside.values())  # mentions of codes that are no label of the checkpoint
-        out["outside_codes"] = [c for c, _ in outside.most_common(5)]
-        out["span_code"] = span_code_prf(shown, mentions) if self.model_kind.can_explain else None
-        if not self.model_kind.can_explain:
-            out["model_note"] = NO_PHRASES.format(kind=self.kind)
-        return out
-
     def explain_codes(self, text: str, codes: Sequence[str], n: int = 5) -> dict[str, list[Span]]:
         """Each given code's evidence spans in one note, at most n (as `predict(..., explain=n)` gives for predicted
         codes).
@@ -557,9 +361,9 @@ class Predictor:
         enc = self.scorer.encode([text], offsets=True)[0]
         if not enc.ids or not codes:
             return {c: [] for c in codes}
-        g = self.scorer.word_rows(np.asarray(enc.ids), [self.labels.index(c) for c in codes],  # type: ignore[attr-defined]
-                                  text=text, offsets=enc.offsets)
-        return {c: _word_spans(enc.offsets, row, n) for c, row in zip(codes, g)}
+        spans = self.scorer.code_spans(enc, [self.labels.index(c) for c in codes], n,  # type: ignore[attr-defined]
+                                       text=text)
+        return dict(zip(codes, spans))
 
     def card(self) -> dict[str, Any]:
         """Model card: manifest, configs and metrics (for the app)."""

@@ -18,8 +18,8 @@ from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.codes.systems import spelling
 from clinicode.config import TrainConfig
-from clinicode.constants import EVIDENCE, HISTORY_FILE, RUN_DATA_DIR
-from clinicode.errors import DataFormatError
+from clinicode.constants import EVIDENCE, HISTORY_FILE, RETRAIN_EPOCHS, RUN_DATA_DIR
+from clinicode.errors import ConfigError, DataFormatError
 from clinicode.file_locks import releases_claims
 from clinicode.files import write_bytes_atomic
 from clinicode.metrics import HEADLINE, all_metrics, tune_threshold
@@ -272,7 +272,7 @@ def train(
     extra.update(manifest_extra or {})
     seed_everything(config.seed)
     if not train_kind(config.model).trained_by_loop:
-        return train_whole(run, ds, config, extra)  # a kind fitted whole (tfidf-lr): no epoch loop
+        return train_whole(run, ds, config, extra, options)  # a kind fitted whole (tfidf-lr): no epoch loop
 
     kind = train_kind(config.model)
     before = _before_loop(kind, ds, config, report, warm_start)   # every training note (tfidf-lr: seconds)
@@ -447,30 +447,56 @@ def _finish(kind: Any, run: Path, ds: Any, config: TrainConfig, setup: TrainingS
 
 
 RUN_DATA = RUN_DATA_DIR  # where `review retrain` writes the new run's own data (RUN/data)
-RETRAIN_EPOCHS = 3       # a warm start's epochs (`review retrain --epochs`)
+WARM_PATIENCE = 2        # a warm start stops after this many epochs in a row without a dev gain (no step floor)
+FRESH_GROWTH = 1.25      # a loop kind starts fresh once the training notes outgrow its vocabulary's notes by this
+
+
+def retrain_start(checkpoint: Checkpoint, n_train: int) -> tuple[str, int]:
+    """("warm" or "fresh", the training notes CHECKPOINT's vocabulary was built from) for a retrain on N_TRAIN
+    training notes. A warm start keeps the checkpoint's tokenizer: words first met in the new notes are unknown to it,
+    so once the notes outgrow those the vocabulary came from by more than FRESH_GROWTH, the retrain starts fresh, as
+    `train` would, and a chain of retrains never drifts far from a fresh train on the same notes."""
+    built_on = checkpoint.manifest.get("vocabulary_notes") or (checkpoint.manifest.get("data") or {}).get("n_train")
+    built_on = int(built_on or 0)
+    return ("warm" if built_on and n_train <= FRESH_GROWTH * built_on else "fresh"), built_on
 
 
 def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: int = RETRAIN_EPOCHS, seed: int = 0,
-            device: str | None = None, provenance: dict[str, Any] | None = None,
+            device: str | None = None, provenance: dict[str, Any] | None = None, start: str = "auto",
             progress: bool = False) -> dict[str, Any]:
     """A new run from CHECKPOINT and DATA_DIR (`review retrain`: decided notes with the checkpoint's label set, and
     base training notes); the old checkpoint is only read. A kind fitted whole (tfidf-lr) is refitted on DATA_DIR's
-    train; a kind trained by the loop (LEAM) starts from CHECKPOINT's weights and tokenizer and trains EPOCHS epochs.
-    The new manifest records `retrained_from` (PROVENANCE: the old checkpoint's path and hash, the review database,
-    how many decided notes).
+    train. A kind trained by the loop (LEAM, the fused model's LEAM part) starts from CHECKPOINT's weights and
+    tokenizer and trains until dev stops improving (WARM_PATIENCE epochs, at most EPOCHS), or, when START is "fresh"
+    or is "auto" and the notes outgrew the checkpoint's vocabulary (`retrain_start`), trains as `train` does. The
+    fused model's parts without epochs (tfidf-lr, titles, mentions) and its fusion refit either way. The new manifest
+    records `retrained_from` (PROVENANCE: the old checkpoint's path and hash, the review database, how many decided
+    notes) and, after a warm start, `vocabulary_notes`.
 
     Returns:
-        `train`'s result with "seconds" (the whole retrain's wall time).
+        `train`'s result with "seconds" (the whole retrain's wall time), "start" ("warm", "fresh" or "refit"),
+        "notes" (training notes) and "vocabulary_notes" (those the checkpoint's vocabulary was built from).
     """
+    from clinicode.data.prepared import load_dataset
+
+    if start not in ("auto", "warm", "fresh"):
+        raise ConfigError(f"a retrain's start must be auto, warm or fresh, got {start!r}.")
     t0 = time.perf_counter()
     cfg = dataclasses.replace(checkpoint.train_config, top_k=None, seed=seed,
                               **({"device": device} if device else {}))
-    extra = {"retrained_from": provenance or {"checkpoint": str(checkpoint.path),
-                                              "checkpoint_sha256": checkpoint.manifest_sha256}}
-    if checkpoint.model_kind.trained_by_loop:
-        cfg = dataclasses.replace(cfg, epochs=epochs)
+    extra: dict[str, Any] = {"retrained_from": provenance or {"checkpoint": str(checkpoint.path),
+                                                              "checkpoint_sha256": checkpoint.manifest_sha256}}
+    n_train = len(load_dataset(Path(data_dir)).split("train"))
+    how, built_on = retrain_start(checkpoint, n_train)
+    how = start if start != "auto" else how
+    if not checkpoint.model_kind.trained_by_loop:
+        how = "refit"
+        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, manifest_extra=extra)
+    elif how == "warm":
+        cfg = dataclasses.replace(cfg, epochs=epochs, patience=WARM_PATIENCE, patience_steps=0, lr_patience_steps=0)
         result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, warm_start=checkpoint,
-                       manifest_extra=extra)
+                       manifest_extra={**extra, "vocabulary_notes": built_on or n_train})
     else:
         result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, manifest_extra=extra)
-    return {**result, "seconds": time.perf_counter() - t0}
+    return {**result, "seconds": time.perf_counter() - t0, "start": how, "notes": n_train,
+            "vocabulary_notes": built_on}

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from clinicode.artifacts import holds_training, is_run_data, is_run_folder, make_manifest
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.codes.icd9 import load_descriptions_tsv
+from clinicode.codes.icd10 import PCS_NO_TITLE
 from clinicode.codes.systems import infer_code_system
 from clinicode.config import TrainConfig, config_to_dict
 from clinicode.constants import EVIDENCE, RUN_FILE, SCORES_TEST_FILE
@@ -29,7 +30,7 @@ from clinicode.embeddings import initial_vectors
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.file_locks import claim_folder
 from clinicode.files import check_output, write_json_atomic
-from clinicode.metrics import binarize, metrics_report, tune_threshold
+from clinicode.metrics import EVIDENCE_K, binarize, metrics_report, spans_report, tune_threshold
 from clinicode.models import ModelKind, kind_options, train_kind
 from clinicode.predict import Predictor
 from clinicode.runtime import init_distributed, pick_device, release_freed_memory, seed_everything, world
@@ -308,8 +309,7 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
         metrics_test = metrics_report(y, s, threshold=t, single_label=one, codes=list(ds.labels.codes),
                                       train_counts=train_counts)
         if EVIDENCE in test.columns:  # gold mentions: judge the highlights, at the tuned threshold
-            evidence = pred.evidence_quality(test["text"].tolist(), test["labels"].tolist(), test[EVIDENCE].tolist(),
-                                             threshold=t)
+            evidence = _evidence(pred, test["text"].tolist(), test["labels"].tolist(), test[EVIDENCE].tolist(), t)
             if evidence is not None:
                 metrics_test["evidence"] = evidence
         buf = run / f".{SCORES_TEST_FILE}.tmp.npz"
@@ -317,6 +317,19 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
         buf.replace(run / SCORES_TEST_FILE)
     save(t, metrics_dev, metrics_test)
     return {"threshold": t, "dev": metrics_dev, "test": metrics_test}
+
+
+def _evidence(pred: Predictor, texts: list[str], gold: list[Any], mentions: list[Any],
+              threshold: float) -> dict[str, Any] | None:
+    """The evidence figures `evaluate` reports (`clinicode.evaluate.evidence_of`, which a verb's set-up may not
+    import), at the tuned threshold: None when no note has a gold mention."""
+    if not any(len(m) for m in mentions):
+        return None
+    known = set(pred.codes)
+    titles = {c: "" if t == PCS_NO_TITLE else t for c, t in zip(pred.codes, pred.labels.descriptions)}
+    return spans_report(texts, gold, mentions, pred.code_spans(texts, explain=EVIDENCE_K, threshold=threshold),
+                        titles=titles, spell=lambda code: pred.code_system.canonical(code, known),
+                        spanless=None if pred.model_kind.can_explain else pred.kind)
 
 
 def start_run(run: Path, config: TrainConfig, model_options: dict[str, Any] | None, *, resume: bool) -> None:
@@ -363,7 +376,7 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
 
     Returns:
         (RUN resolved, the dataset with descriptions filled, the manifest's extra fields ({"data": ...}), the
-        model options (None for a kind fitted whole, such as tfidf-lr)).
+        model options (an `options_type`, or None for a kind that takes none, such as tfidf-lr)).
     Raises:
         ConfigError: an unknown --model (before anything is written), or bad options.
     """
@@ -414,16 +427,17 @@ def given_options(model_options: Any) -> dict[str, Any]:
     return dict(model_options or {})
 
 
-def train_whole(run: Path, ds: PreparedDataset, config: TrainConfig, extra: dict[str, Any]) -> dict[str, Any]:
-    """A model kind fitted whole (`ModelKind.fit`, e.g. the tfidf-lr baseline): fit on train, then `finish`
-    (threshold on dev, test, checkpoint); one process only."""
+def train_whole(run: Path, ds: PreparedDataset, config: TrainConfig, extra: dict[str, Any], options: Any = None
+                ) -> dict[str, Any]:
+    """A model kind fitted whole (`ModelKind.fit`, e.g. the tfidf-lr baseline) with its OPTIONS (`kind_options`):
+    fit on train, then `finish` (threshold on dev, test, checkpoint); one process only."""
     kind = train_kind(config.model)
     if world()[1] > 1:
         raise ConfigError(f"--model {kind.name} trains in one process; run it without torchrun.")
     ck_dir = run / CHECKPOINT_DIR
     train_df, dev_df = ds.split("train"), ds.split("dev")
-    model = kind.fit(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]), labels=ds.labels,
-                     dev_texts=dev_df["text"].tolist(), y_dev=ds.labels.multi_hot(dev_df["labels"]),
+    model = kind.fit(train_df["text"].tolist(), ds.labels.multi_hot(train_df["labels"]), options=options,
+                     labels=ds.labels, dev_texts=dev_df["text"].tolist(), y_dev=ds.labels.multi_hot(dev_df["labels"]),
                      single_label=single_label(ds, config), seed=config.seed, min_doc_freq=config.min_doc_freq)
 
     counts = ds.labels.counts(train_df["labels"])

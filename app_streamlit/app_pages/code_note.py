@@ -233,7 +233,7 @@ with right:
         )
     else:
         with_evidence([pick])
-        from clinicode.api import WORD_BAR  # the model is loaded by now: importing predict costs nothing more
+        from clinicode.serving import WORD_BAR  # the model is loaded by now: importing predict costs nothing more
 
         st.caption(
             f"Green: the words closest to **{pick}** (cosine with the code's vector at least {WORD_BAR:g} of the best "

@@ -14,8 +14,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-import clinicode.api as api
-from clinicode.api import ClinicodeError
+import clinicode.serving as serving
+from clinicode.serving import ClinicodeError
 
 import render
 
@@ -54,8 +54,8 @@ def _highlighted(text: str, evidence: list[dict]) -> list[tuple[int, int]]:
 
 def _double_coding(db) -> None:
     """Double coders' agreement (Cohen's kappa per coder and per code) and each coder's time per note."""
-    a = api.review_agreement(db)
-    times = pd.DataFrame([t for t in api.review_work_times(db)  # an adjudication times a ruling, not a coding
+    a = serving.review_agreement(db)
+    times = pd.DataFrame([t for t in serving.review_work_times(db)  # an adjudication times a ruling, not a coding
                           if t["seconds"] is not None and t["role"] != "adjudicator"],
                          columns=["note", "reviewer", "seconds"])
     st.subheader("Double coding")
@@ -103,22 +103,22 @@ def _learning_curves() -> None:
 
 
 st.title("Review queue")
-env_db = os.environ.get(api.REVIEW_DB_ENV, "")
+env_db = os.environ.get(serving.REVIEW_DB_ENV, "")
 c1, c2 = st.columns([3, 2])
 db_path = env_db or c1.text_input(
     "Review database", key="review_db", placeholder="reviews.sqlite",
     help="The SQLite file `clinicode review queue --db FILE` filled (or set CLINICODE_REVIEW_DB "
          "before starting the app).")
 if env_db:
-    c1.caption(f"Review database `{env_db}` (from {api.REVIEW_DB_ENV}).")
+    c1.caption(f"Review database `{env_db}` (from {serving.REVIEW_DB_ENV}).")
 reviewer = c2.text_input("Reviewer", key="review_reviewer", placeholder="your name",
                          help="Stored with every decision; opening a note claims it under this name.").strip()
 if not db_path:
     st.info("Queue notes with `clinicode review queue --checkpoint RUN --input NOTES --db FILE`, then give that file "
-            f"here or in {api.REVIEW_DB_ENV}.")
+            f"here or in {serving.REVIEW_DB_ENV}.")
     st.stop()
 try:
-    db = api.open_review_db(db_path, create=False)
+    db = serving.open_review_db(db_path, create=False)
 except ClinicodeError as err:
     st.error(str(err))
     st.stop()
@@ -132,12 +132,12 @@ try:
     # ------------------------------------------------------------------------------------------- the queue
     with queue_tab:
         everything = db.notes()
-        counts = {s: sum(n["status"] == s for n in everything) for s in api.REVIEW_STATUSES}
+        counts = {s: sum(n["status"] == s for n in everything) for s in serving.REVIEW_STATUSES}
         m = st.columns(3)
-        for col, s in zip(m, api.REVIEW_STATUSES):
+        for col, s in zip(m, serving.REVIEW_STATUSES):
             col.metric(s.capitalize(), counts[s], border=True)
         f1, f2, f3 = st.columns([2, 1, 1])
-        status = f1.multiselect("Status", list(api.REVIEW_STATUSES), default=["pending", "in progress"],
+        status = f1.multiselect("Status", list(serving.REVIEW_STATUSES), default=["pending", "in progress"],
                                 key="review_status")
         all_codes = sorted({c for n in everything for c in n["codes"]})
         code = f2.selectbox("Suggested code", ["(any)", *all_codes], key="review_code")
@@ -148,8 +148,8 @@ try:
                              columns=["id", "status", "claimed by", "best score", "suggested codes"])
         st.dataframe(table, hide_index=True, width="stretch", key="review_table", column_config={
             "best score": st.column_config.ProgressColumn("best score", min_value=0.0, max_value=1.0, format="%.2f")})
-        order = st.radio("Order", list(api.REVIEW_ORDERS), horizontal=True, key="review_order",
-                         index=list(api.REVIEW_ORDERS).index(api.DEFAULT_REVIEW_ORDER),
+        order = st.radio("Order", list(serving.REVIEW_ORDERS), horizontal=True, key="review_order",
+                         index=list(serving.REVIEW_ORDERS).index(serving.DEFAULT_REVIEW_ORDER),
                          help="teach: notes the model is least sure of and notes of rare codes first, alike notes "
                               "spread out (the rule of `clinicode review next`); arrival: queue order.")
         ranked = db.next_notes(len(everything), order=order, reviewer=reviewer or None)
@@ -252,7 +252,7 @@ try:
             s1, s2, s3 = st.columns([3, 4, 1])
             query = s1.text_input("Add a code: search codes or titles", key="review_search",
                                   placeholder="e.g. 584 or kidney failure", disabled=not can_decide)
-            found = [f for f in api.search_review_codes(query, db.model_codes(note_id))
+            found = [f for f in serving.search_review_codes(query, db.model_codes(note_id))
                      if f[0] not in suggested and f[0] not in added] if query else []
             if st.session_state.get("review_last_search") != query:  # new matches: preselect the best one
                 st.session_state["review_last_search"] = query

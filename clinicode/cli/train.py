@@ -11,13 +11,13 @@ import typer
 from clinicode.cli.options import given, opt, option_groups
 from clinicode.cli.prepare import LABEL_SET_HELP, print_summary
 from clinicode.cli.root import friendly
-from clinicode.config import PrepareConfig, TrainConfig, default_of
+from clinicode.config import PrepareConfig, TrainConfig, config_to_dict, default_of
 from clinicode.errors import ConfigError
 from clinicode.files import claim_folder, releases_claims
-from clinicode.models import MODEL_KINDS, train_kind
-from clinicode.models.leam.options import PAPER_MODEL, LEAMConfig
+from clinicode.models import MODEL_KINDS, option_names, parse_model_options, train_kind
 
-_T, _M = TrainConfig, LEAMConfig  # where each default lives
+# where each default lives: training's, and LEAM's options (its flags below), asked of the registered kind
+_T, _M = TrainConfig, MODEL_KINDS["leam"].options_type
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +95,13 @@ class TrainSchedule:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelFlags:
-    """LEAM's options (the leam kind and the fused one's LEAM part); a kind without options refuses them."""
+    """The chosen kind's options: --model-option KEY=VALUE for any kind's, and LEAM's spelt as flags (the leam kind
+    and the fused one's LEAM part); a kind without them refuses them."""
+
+    model_option: Annotated[Optional[list[str]],
+                            typer.Option("--model-option", metavar="KEY=VALUE",
+                                         help="One of the --model kind's options (repeatable), read by its type, e.g. "
+                                              "--model-option label_reg_codes=128 (LEAM's: docs/cli.md).")] = None
 
     embed_dim: Annotated[Optional[int], opt("Word and code vector size P.", default_of(_M, "embed_dim"))] = None
     radius: Annotated[Optional[int],
@@ -184,27 +190,45 @@ def train_config(source: TrainData, schedule: TrainSchedule, fit: FitOptions, *,
                                memory_mb=f.memory_budget, top_k=None if source.mimic_dir is not None else s.top_k))
 
 
+# LEAM's options spelt as flags: option name -> flag (`ModelFlags`)
+_LEAM_FLAGS = {"embed_dim": "--embed-dim", "radius": "--radius", "hidden_dim": "--hidden-dim", "dropout": "--dropout",
+               "label_reg_weight": "--label-reg", "compat": "--compat", "code_evidence": "--code-evidence",
+               "window_nonneg": "--window-nonneg"}
+
+
 def model_options(kind: str, flags: ModelFlags) -> dict[str, Any]:
-    """The model options `train` gets for `kind`: none for a kind without options (LEAM's flags refused), else all
-    of LEAM's, given or default (so --resume compares them all with the run's), the paper's under --paper."""
-    given_leam = flags.given()
-    if train_kind(kind).options_type is None:  # LEAM's flags for a kind without options: one line, not saved
-        names = [f"--{'label-reg' if k == 'label_reg_weight' else k.replace('_', '-')}" for k in given_leam]
-        names += ["--paper"] if flags.paper else []
-        if names:
-            raise ConfigError(f"--model {kind} takes no model options, got {', '.join(names)}; they are LEAM's, "
-                              "leave them out.")
+    """The model options `train` gets for `kind`: none for a kind without options (any given refused), else every
+    option of its `options_type`, given (as a flag or --model-option) or default, so --resume compares them all with
+    the run's; LEAM's paper's model under --paper.
+
+    Raises:
+        ConfigError: one line naming an option the kind does not have, a bad --model-option, or one given twice.
+    """
+    plugin = train_kind(kind)
+    as_flags = flags.given()
+    flagged = [_LEAM_FLAGS[k] for k in as_flags] + (["--paper"] if flags.paper else [])
+    names = option_names(plugin)
+    if plugin.options_type is None and flagged:  # LEAM's flags for a kind without options: one line, not saved
+        raise ConfigError(f"--model {kind} takes no model options, got {', '.join(flagged)}; they are LEAM's, "
+                          "leave them out.")
+    paper = dict(MODEL_KINDS["leam"].paper_options) if flags.paper else {}
+    foreign = [(k, _LEAM_FLAGS.get(k, "--paper")) for k in (*as_flags, *paper) if k not in names]
+    if foreign:
+        key, flag = foreign[0]
+        raise ConfigError(f"--model {kind} has no option {key!r} ({flag} is LEAM's); its options: {', '.join(names)}; "
+                          "set them with --model-option KEY=VALUE.")
+    chosen = parse_model_options(plugin, flags.model_option or [])
+    twice = [k for k in chosen if k in as_flags]
+    if twice:
+        raise ConfigError(f"{_LEAM_FLAGS[twice[0]]} and --model-option {twice[0]} both set {twice[0]}; give it once.")
+    against = [k for k, v in paper.items() if {**as_flags, **chosen}.get(k, v) != v]
+    if against:
+        flag = _LEAM_FLAGS[against[0]] if against[0] in as_flags else f"--model-option {against[0]}"
+        raise ConfigError(f"--paper trains the paper's model, which has no code evidence and a free window; give "
+                          f"one of --paper or {flag}.")
+    if plugin.options_type is None:
         return {}
-    options = {k: default_of(_M, k) for k in ("embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight",
-                                              "compat", "code_evidence", "window_nonneg")}
-    if flags.paper:
-        if flags.code_evidence or flags.window_nonneg:
-            flag = "--code-evidence" if flags.code_evidence else "--window-nonneg"
-            raise ConfigError(f"--paper trains the paper's model, which has no code evidence and a free window; give "
-                              f"one of --paper or {flag}.")
-        options.update(PAPER_MODEL)
-    options.update(given_leam)
-    return options
+    return {**config_to_dict(plugin.options_type()), **paper, **as_flags, **chosen}
 
 
 def _echo_epoch(row: dict[str, Any]) -> None:
@@ -220,7 +244,7 @@ def _echo_epoch(row: dict[str, Any]) -> None:
 def train_cli(
     source: TrainData,
     schedule: TrainSchedule,
-    leam: ModelFlags,
+    model_flags: ModelFlags,
     fit: FitOptions,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --out.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
@@ -233,8 +257,8 @@ def train_cli(
 
     source.check()
     keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
-    cfg = train_config(source, schedule, fit, paper=leam.paper)
-    options = model_options(cfg.model, leam)
+    cfg = train_config(source, schedule, fit, paper=model_flags.paper)
+    options = model_options(cfg.model, model_flags)
     data = source.data
     if source.mimic_dir is not None:  # the label set is chosen when preparing (--label-set, --top-k)
         data = _prepare_into_run(source.out, mimic_dir=source.mimic_dir, splits_dir=source.splits_dir,

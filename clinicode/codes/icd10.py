@@ -106,6 +106,14 @@ def icd10_cm_catalogue() -> tuple[tuple[str, str], ...]:
                  if "-" not in c and not c.isdigit())
 
 
+@functools.lru_cache(maxsize=1)
+def icd10_cm_billable_titles() -> tuple[tuple[str, str], ...]:
+    """(code, title) of every billable ICD-10-CM code (a leaf of the CMS tables in `simple-icd-10-cm`: 74,736 codes),
+    dotted, in the tables' order: the candidates `clinicode.codes.suggest` suggests from. Built once per process."""
+    cm = _cm_module()
+    return tuple((c, cm.get_description(c)) for c in cm.get_all_codes(with_dots=True) if cm.is_leaf(c))
+
+
 def icd10_cm_titles(codes: Iterable[str]) -> dict[str, str]:
     """{code: title} for the ICD-10-CM codes among CODES that the CMS tables know (dotted or not); others are left out.
 

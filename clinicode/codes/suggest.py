@@ -7,13 +7,19 @@ from __future__ import annotations
 import functools
 import hashlib
 import heapq
+import logging
 import math
 import re
+import threading
 from collections import Counter
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from clinicode.codes.systems import LOCAL, CodeCheck, CodeSystem, check_code
+from clinicode.errors import DataFormatError
 from clinicode.matching import SUGGESTING, Matching, detect_language, fold, inflect, negated, stem
+
+log = logging.getLogger(__name__)
 
 WORD = re.compile(r"[^\W_]+")
 STOPWORDS = frozenset("a an and as at by for from in into of on or other the to with without".split())
@@ -350,16 +356,132 @@ def system_titles(system) -> dict[str, str]:
     """The candidates a code system ships: every billable ICD-10-CM code's title (the CMS tables in
     `simple-icd-10-cm`, 74,736 codes) for a system holding ICD-10-CM; {} for the others (ICD-9-CM, ICD-10-PCS, MeSH and
     a checkpoint's own labels ship no titles: give them as a file)."""
-    from clinicode.codes import systems
+    from clinicode.codes.icd10 import icd10_cm_billable_titles
+    from clinicode.codes.systems import ICD10_CM
 
-    if system is None or systems.ICD10_CM not in system.leaves:
+    if system is None or ICD10_CM not in system.leaves:
         return {}
-    return dict(_icd10_cm_billable())
+    return dict(icd10_cm_billable_titles())
 
 
-@functools.lru_cache(maxsize=1)
-def _icd10_cm_billable() -> tuple[tuple[str, str], ...]:
-    from clinicode.codes.icd10 import _cm_module
+def checkpoint_titles(titles: Mapping[str, str], system: CodeSystem,
+                      codes: Sequence[str]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """TITLES keyed by a checkpoint's spelling of each code (`CodeSystem.canonical`: MIMIC's undotted 'I5020' is the
+    checkpoint's 'I50.20'), so a code the checkpoint has is never suggested as one it lacks; every code is one of the
+    checkpoint's code system SYSTEM (`check_code`, as `review decide --add` checks a coder's), bar for a checkpoint of
+    its own labels (LOCAL), whose codes follow no rule. The others ('R07.9' for an ICD-9 model, 'not a code', CAML's
+    chapter ranges '001-139.99') are left out, never suggested, and logged in one warning; a file most of whose codes
+    are not the system's is another system's, and refused.
 
-    cm = _cm_module()
-    return tuple((c, cm.get_description(c)) for c in cm.get_all_codes(with_dots=True) if cm.is_leaf(c))
+    Args:
+        titles: code -> title, as a `--titles` file gives them.
+        system: the checkpoint's code system.
+        codes: the checkpoint's codes.
+    Returns:
+        (code -> title in the checkpoint's spelling, the codes of TITLES left out).
+    Raises:
+        DataFormatError: most codes are not of the checkpoint's system (one line counting them and naming the
+            first); two spellings of one code ('4280' and '428.0') with different titles.
+    """
+    known = set(codes)
+    out: dict[str, str] = {}
+    given: dict[str, str] = {}
+    foreign: list[tuple[str, CodeCheck]] = []
+    for code, title in titles.items():
+        key = system.canonical(code, known)
+        if key not in known and system is not LOCAL:
+            found = check_code(system, code)
+            if found.code is None:
+                foreign.append((code, found))
+                continue
+            key = found.code
+        key = key or code.strip()  # LOCAL: as given
+        if key in out and out[key] != title:
+            raise DataFormatError(f"--titles: {given[key][:40]!r} and {code[:40]!r} are both code {key[:40]!r} "
+                                  "with different titles; keep one code<TAB>title line per code.")
+        out.setdefault(key, title)
+        given.setdefault(key, code)
+    if foreign:
+        code, found = foreign[0]
+        what = (f"a code of {found.other.name}" if found.other is not None else
+                "not in the CMS tables" if found.not_in_tables else f"no {system.name} code")
+        said = (f"{len(foreign):,} of {len(titles):,} codes are not of the checkpoint's code system, "
+                f"{system.name} (the first, {code[:40]!r}, is {what})")
+        if 2 * len(foreign) > len(titles):
+            raise DataFormatError(f"--titles: {said}; give titles of {system.name} codes (such as "
+                                  f"{system.example}).")
+        log.warning("--titles: %s; they are left out, never suggested.", said)
+    return out, tuple(c for c, _ in foreign)
+
+
+class _RowScores:
+    """One note's scores of the checkpoint's codes, read by code (what `Suggester.suggest` asks of the model)."""
+
+    def __init__(self, index: Mapping[str, int], row: Any) -> None:
+        self._index, self._row = index, row
+
+    def __bool__(self) -> bool:
+        return True
+
+    def get(self, code: str, default: float = 0.0) -> float:
+        i = self._index.get(code)
+        return default if i is None else float(self._row[i])
+
+
+class CheckpointSuggestions:
+    """A checkpoint's title suggestions (`Prediction.suggested`): its candidates and one note's suggestions from them
+    and the note's scores. Thread-safe (the suggester is built once, under a lock).
+
+    The candidates are TITLES when given (checked and built now, so a bad titles file fails first: `checkpoint_titles`),
+    else the titles the code system ships (`system_titles`: ICD-10-CM's 74,736, read and indexed the first time
+    `suggester` is asked for, so evaluate and training's dev scoring never pay for them); `enabled=False`: none.
+
+    Args:
+        codes, descriptions: the checkpoint's codes and their titles (never suggested; their titles cover shorter ones).
+        system: the checkpoint's code system.
+        titles: code -> title candidates (a `--titles` file); None: the system's own.
+        tree: code -> tree numbers (MeSH's), placing the candidates in the hierarchy.
+        enabled: False: no suggestions.
+    Raises:
+        DataFormatError: TITLES are another system's, or spell one code twice with different titles.
+    """
+
+    def __init__(self, codes: Sequence[str], descriptions: Sequence[str], system: CodeSystem, *,
+                 titles: Mapping[str, str] | None = None, tree: Mapping[str, Sequence[str]] | None = None,
+                 enabled: bool = True) -> None:
+        self._codes, self._descriptions, self._system = tuple(codes), tuple(descriptions), system
+        self._index = {c: i for i, c in enumerate(self._codes)}
+        self._lock = threading.Lock()
+        self.left_out: tuple[str, ...] = ()  # codes of TITLES not of the checkpoint's system (never suggested)
+        self._pending: tuple | None = (None, tree) if enabled and titles is None else None
+        self._suggester = self._build(titles, tree) if enabled and titles is not None else None
+
+    @property
+    def suggester(self) -> Suggester | None:
+        """The candidates' suggester, or None when there are none (disabled, or a code system shipping no titles)."""
+        if self._pending is not None:
+            with self._lock:
+                if self._pending is not None:
+                    self._suggester = self._build(*self._pending)
+                    self._pending = None
+        return self._suggester
+
+    def _build(self, titles: Mapping[str, str] | None, tree: Mapping[str, Sequence[str]] | None) -> Suggester | None:
+        if titles is None:
+            titles = system_titles(self._system)
+            if not titles:
+                return None
+        else:  # the checkpoint's spelling: its own codes are never candidates
+            titles, self.left_out = checkpoint_titles(titles, self._system, self._codes)
+        return Suggester(titles, own=dict(zip(self._codes, self._descriptions)), tree=tree)
+
+    def suggest(self, text: str, row: Any) -> list[Suggestion]:
+        """One note's suggestions (`Suggester.suggest`; [] without candidates), ranked with ROW, its [K] scores of the
+        checkpoint's codes, in their order.
+
+        Args:
+            text: the part of the note the model read.
+            row: [K] float scores.
+        """
+        suggester = self.suggester
+        return [] if suggester is None else suggester.suggest(text, _RowScores(self._index, row))

@@ -17,9 +17,11 @@ from clinicode.metrics.definitions import (
 from clinicode.metrics.evidence import (
     EVIDENCE_K,
     EVIDENCE_SEED,
+    NO_PHRASES,
     evidence_figures,
     evidence_quality,
     random_spans,
+    spans_report,
     title_spans,
     word_spans,
     words_covered,
@@ -42,10 +44,10 @@ from clinicode.metrics.thresholds import f1_by_threshold, tune_threshold
 
 __all__ = [
     "DEFAULT_KS", "DEFAULT_THRESHOLD", "EVIDENCE_K", "EVIDENCE_SEED", "HEADLINE", "MAP_DEPTH", "METRIC_LABELS",
-    "RARE_BELOW", "REPORTED", "SPAN_SLACK", "SUMMARY", "accuracy", "all_metrics", "auc_macro", "auc_micro",
-    "average_precisions", "binarize", "evidence_figures", "evidence_quality", "f1_by_threshold", "f1_macro_mean",
-    "frequency_slices", "label_aucs", "macro_prf", "map_figures", "mean_average_precision", "metrics_report",
-    "micro_prf", "paired_bootstrap", "per_label_metrics", "precision_at_k", "predicted_codes", "predicted_indices",
-    "random_spans", "recall_at_k", "span_code_prf", "span_holds", "title_spans", "tune_threshold", "word_spans",
-    "words_covered",
+    "NO_PHRASES", "RARE_BELOW", "REPORTED", "SPAN_SLACK", "SUMMARY", "accuracy", "all_metrics", "auc_macro",
+    "auc_micro", "average_precisions", "binarize", "evidence_figures", "evidence_quality", "f1_by_threshold",
+    "f1_macro_mean", "frequency_slices", "label_aucs", "macro_prf", "map_figures", "mean_average_precision",
+    "metrics_report", "micro_prf", "paired_bootstrap", "per_label_metrics", "precision_at_k", "predicted_codes",
+    "predicted_indices", "random_spans", "recall_at_k", "span_code_prf", "span_holds", "spans_report", "title_spans",
+    "tune_threshold", "word_spans", "words_covered",
 ]

@@ -3,17 +3,21 @@ and a title-word floor (docs/metrics.md)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections import Counter
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from clinicode.metrics.definitions import _f1
+from clinicode.metrics.span_code import span_code_prf
 from clinicode.words import WORD, title_words, word_runs
 
 # A word of the metric: a run of letters or digits (`clinicode.words.WORD`), not the model's tokenizer's, so that
 # models with different tokenizers (and the floors) are measured in the same units.
 EVIDENCE_K = 5     # spans per code: `predict --explain 5`, the count docs/predict.md and the app use
 EVIDENCE_SEED = 0  # of the random floor's placement
+# a report's "model_note" for a model kind that shows no per-code spans (tfidf-lr)
+NO_PHRASES = "a {kind} checkpoint shows no per-code spans; only the floors are measured"
 
 
 def word_spans(text: str) -> np.ndarray:
@@ -153,7 +157,7 @@ def evidence_figures(texts: Sequence[str], mentions: Sequence[Sequence[Mapping[s
         correct: per note, its correctly predicted codes (gold, and predicted at the threshold), each with the spans
             shown for it, best first; None instead of spans when the model shows none (tfidf-lr).
         titles: code -> title, for the title floor ("" or absent: no title, no title spans; the caller blanks a
-            display placeholder such as ICD-10-PCS's "no title", `Predictor.evidence_quality` does).
+            display placeholder such as ICD-10-PCS's "no title", as `spans_report`'s callers do).
         k: spans counted per code.
         seed: of the random floor.
     Returns:
@@ -183,3 +187,59 @@ def evidence_figures(texts: Sequence[str], mentions: Sequence[Sequence[Mapping[s
             "n_correct_without_evidence": n_correct - len(shown), "model": model,
             "random": evidence_quality(random_spans(lengths, words, seed=seed), gold, words, k=k),
             "title": evidence_quality(by_title, gold, words, k=k)}
+
+
+def spans_report(texts: Sequence[str], gold: Sequence[Sequence[str]],
+                    mentions: Sequence[Sequence[Mapping[str, Any]]],
+                    shown: Sequence[Mapping[str, Sequence[tuple[int, int]] | None]], *, titles: Mapping[str, str],
+                    spell: Callable[[str], str | None] | None = None, k: int = EVIDENCE_K,
+                    spanless: str | None = None) -> dict[str, Any] | None:
+    """How well the spans shown for each correctly predicted code point at its gold mentions, beside the random and
+    title-word floors (`evidence_figures`), and the span-and-code figures of every predicted code (`span_code_prf`):
+    what `evaluate` reports and `train` saves, from a model's predictions restated as spans.
+
+    Args:
+        texts: [n_notes] the notes.
+        gold: per note, its gold codes.
+        mentions: per note, its gold mentions ({code, start, end}), codes as the data writes them.
+        shown: per note, each code predicted at the threshold with its spans, best first (None instead of spans for a
+            model that shows none): `Predictor.code_spans`.
+        titles: every code the model scores -> its title, for the title floor ("" for none: the caller blanks a
+            display placeholder such as ICD-10-PCS's "no title").
+        spell: a mention's code in the model's spelling, or None when it is none (`CodeSystem.canonical`: '4280' is
+            428.0); None: as written. A code so spelt that is no key of TITLES counts in "n_mentions_outside".
+        k: spans counted per code (the explain count), >= 1.
+        spanless: the name of a model kind that shows no per-code spans: no span-and-code figures ("span_code" None)
+            and a "model_note" saying so.
+    Returns:
+        None when no note has a gold mention; else `evidence_figures`'s dict with "n_mentions_outside" (mentions of
+        codes that are no code of the model), "outside_codes" (the 5 most frequent), "span_code" and, for a spanless
+        model, "model_note".
+    Raises:
+        ValueError: k < 1.
+    """
+    if k < 1:
+        raise ValueError(f"evidence needs k >= 1 spans per code (the explain count), got {k}.")
+    if not any(len(m) for m in mentions):
+        return None
+    spelt: dict[str, str] = {}
+    outside: Counter[str] = Counter()
+    for note in mentions:
+        for m in note:
+            code = str(m["code"])
+            if code not in spelt:
+                spelt[code] = (spell(code) if spell is not None else None) or code.strip()
+            if spelt[code] not in titles:
+                outside[code] += 1
+    mentions = [[{**m, "code": spelt[str(m["code"])]} for m in note] for note in mentions]
+    correct = []  # each note's predicted codes (with their spans) that are gold codes of the note
+    for note, codes in zip(shown, gold, strict=True):
+        wanted = set(codes)
+        correct.append({c: v for c, v in note.items() if c in wanted})
+    out = evidence_figures(texts, mentions, correct, titles, k=k)
+    out["n_mentions_outside"] = sum(outside.values())
+    out["outside_codes"] = [c for c, _ in outside.most_common(5)]
+    out["span_code"] = None if spanless else span_code_prf(shown, mentions)
+    if spanless:
+        out["model_note"] = NO_PHRASES.format(kind=spanless)
+    return out

@@ -4,8 +4,12 @@ A new model is one folder beside `leam/` and `tfidf_lr/` plus one registry line 
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import types
+import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Protocol, Sequence, Union
 
 from clinicode.config import config_from_dict
 from clinicode.errors import CheckpointError, ConfigError
@@ -25,9 +29,9 @@ class Scorer(Protocol):
     """A loaded model ready to score notes (`ModelKind.scorer`); `Predictor` holds one.
 
     Optional members, present when the kind says so: `score_ids(id_lists)` (`scores_ids`); `embed(texts)` and
-    `label_embeddings()` (`can_embed`); `word_rows(token_ids, code_indices, *, text, offsets)` (`can_explain`; the
-    note and its tokens' character spans, for a kind that reads words); `plan` (the memory plan, for a model that
-    has one).
+    `label_embeddings()` (`can_embed`); `code_spans(enc, code_indices, n, *, text)` (`can_explain`: each code's
+    evidence spans in one encoded note, best first, by `clinicode.models.spans.word_spans` over the kind's own word
+    weights, whose meaning and range its docstring states); `plan` (the memory plan, for a model that has one).
     """
 
     def score(self, texts: Sequence[str]) -> np.ndarray:
@@ -55,7 +59,9 @@ class ModelKind(Protocol):
     can_embed: bool          # note and code vectors (Predictor.embed and label_embeddings; the app's embedding map)
     scores_ids: bool         # scores notes its tokenizer already encoded (Predictor.score_ids: training's dev scoring)
     trained_by_loop: bool    # trained by `train`'s epoch loop (the members below "The epoch loop"); else by `fit`
-    options_type: type | None  # the options a user chooses (`train(model_options=...)`); None: the kind takes none
+    # the options a user chooses (a dataclass: `train(model_options=...)`, `train --model-option KEY=VALUE`), given to
+    # `model_config` or `fit`, saved with the kind's files and shown back by `card`; None: the kind takes none
+    options_type: type | None
 
     def save(self, folder: Path, model: Any, tokenizer: Any | None) -> None:
         """Write the kind's files (`files`) for MODEL (and its tokenizer, if it has one) into FOLDER."""
@@ -83,11 +89,13 @@ class ModelKind(Protocol):
     def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> Scorer:
         """A `Scorer` for a loaded checkpoint of this kind."""
 
-    def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
+    def fit(self, texts: Sequence[str], y: np.ndarray, *, options: Any, labels: LabelSet, dev_texts: Sequence[str],
             y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
         """A model fitted whole (kinds not `trained_by_loop`) on training notes and their [N, K] 0/1 labels over
-        LABELS; the dev notes and labels (for the kind's own choices: the threshold is tuned on dev afterwards), the
-        run's seed and its --min-doc-freq (a vocabulary keeps only words of at least that many training notes)."""
+        LABELS, with OPTIONS (an `options_type`, or None for a kind that takes none: the model keeps them, `save`
+        writes them and `card` shows them back); the dev notes and labels (for the kind's own choices: the threshold
+        is tuned on dev afterwards), the run's seed and its --min-doc-freq (a vocabulary keeps only words of at least
+        that many training notes)."""
 
     # The epoch loop (`train`, `train_setup`) asks a kind `trained_by_loop` for the rest; a kind fitted whole raises
     # NotImplementedError from them. The model is a torch.nn.Module fed token ids; `config_type` is its configuration
@@ -183,6 +191,89 @@ def kind_options(kind: ModelKind, given: Any) -> Any:
     return config_from_dict(kind.options_type, dict(given or {}), source="model options")
 
 
+def option_names(kind: ModelKind) -> tuple[str, ...]:
+    """The names of KIND's options (its `options_type`'s fields), in their order; () for a kind that takes none."""
+    return tuple(f.name for f in dataclasses.fields(kind.options_type)) if kind.options_type is not None else ()
+
+
+def _spelt(value: Any) -> str:
+    """A value as --model-option spells it (booleans as true/false)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _example(kind: ModelKind, name: str | None = None) -> str:
+    """`--model-option NAME=default` (the kind's first option when NAME is None)."""
+    assert kind.options_type is not None
+    field = next(f for f in dataclasses.fields(kind.options_type) if name in (None, f.name))
+    return f"--model-option {field.name}={_spelt(field.default)}"
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _read_value(hint: Any, text: str) -> tuple[bool, Any, str]:
+    """(read, the value, what HINT takes) for TEXT read as a field of type HINT: bool, int, float, str, a Literal of
+    choices, or one of them or None."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        found = [c for c in choices if _spelt(c) == text]
+        return bool(found), found[0] if found else None, "one of " + ", ".join(repr(_spelt(c)) for c in choices)
+    if origin in (Union, types.UnionType) and type(None) in typing.get_args(hint):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if text.lower() in ("none", "null"):
+            return True, None, ""
+        ok, value, what = _read_value(inner[0], text) if len(inner) == 1 else (False, None, str(hint))
+        return ok, value, f"{what} or none"
+    if hint is bool:
+        low = text.lower()
+        return low in _TRUE + _FALSE, low in _TRUE, "true or false"
+    try:
+        if hint is int:
+            return True, int(text), "an integer"
+        if hint is float:
+            value = float(text)
+            return math.isfinite(value), value, "a number"
+    except ValueError:
+        return False, None, "an integer" if hint is int else "a number"
+    if hint is str:
+        return True, text, "a string"
+    return False, None, f"a {getattr(hint, '__name__', hint)}, which --model-option cannot spell"
+
+
+def parse_model_options(kind: ModelKind, items: Sequence[str]) -> dict[str, Any]:
+    """`train --model-option KEY=VALUE` items as KIND's options by name, each VALUE read by its field's type (int,
+    float, bool as true/false, str, a Literal's choices); their ranges are the options type's own checks.
+
+    Raises:
+        ConfigError: one line naming the item, the kind's options and an example: an item without "=", a key the
+            kind's `options_type` lacks (or any item for a kind that takes none), a value its field cannot take, or
+            a key given twice.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if kind.options_type is None:
+            raise ConfigError(f"--model {kind.name} takes no model options, got --model-option {key[:40]}; leave it "
+                              "out.")
+        names = option_names(kind)
+        if not eq or not key:
+            raise ConfigError(f"--model-option {item[:40]!r}: expected KEY=VALUE, e.g. {_example(kind)}.")
+        if key not in names:
+            raise ConfigError(f"--model-option {key[:40]}: --model {kind.name} has no option {key[:40]!r}; its "
+                              f"options: {', '.join(names)}; e.g. {_example(kind)}.")
+        if key in out:
+            raise ConfigError(f"--model-option {key} is given twice; give each option once.")
+        hint = typing.get_type_hints(kind.options_type)[key]
+        ok, value, what = _read_value(hint, text.strip())
+        if not ok:
+            raise ConfigError(f"--model-option {key}={text[:20]}: {key} takes {what}, got {text[:20]!r}; e.g. "
+                              f"{_example(kind, key)}.")
+        out[key] = value
+    return out
+
+
 def train_kind(name: object) -> ModelKind:
     """The registered kind `train --model NAME` asks for.
 
@@ -195,4 +286,5 @@ def train_kind(name: object) -> ModelKind:
     return kind
 
 
-__all__ = ["MODEL_KINDS", "ModelKind", "Scorer", "kind_options", "known_kinds", "model_kind", "train_kind"]
+__all__ = ["MODEL_KINDS", "ModelKind", "Scorer", "kind_options", "known_kinds", "model_kind", "option_names",
+           "parse_model_options", "train_kind"]

@@ -201,11 +201,13 @@ def _clinicode_imports(folder: Path) -> list[tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("folder", ["app_streamlit", "pipelines"])
-def test_app_and_pipelines_import_clinicode_only_through_its_public_api(folder):
+@pytest.mark.parametrize("folder, surface", [("app_streamlit", "clinicode.serving"), ("pipelines", "clinicode.api")])
+def test_app_and_pipelines_import_clinicode_only_through_its_public_surface(folder, surface):
+    """The app imports only the serving surface, whose import contract (pyproject.toml) says it never reaches
+    training, word vectors, evaluation or MIMIC preparation: what the app may do is read from its imports (#53)."""
     found = _clinicode_imports(ROOT / folder)
     assert found, f"{folder} imports nothing of clinicode: the check would pass vacuously"
-    assert [(f, m) for f, m in found if m != "clinicode.api"] == []
+    assert [(f, m) for f, m in found if m != surface] == []
 
 
 def test_the_import_check_sees_a_lazy_import_of_an_internal_module(tmp_path):
@@ -215,12 +217,12 @@ def test_the_import_check_sees_a_lazy_import_of_an_internal_module(tmp_path):
     assert _clinicode_imports(tmp_path) == [("page.py", "clinicode.api"), ("page.py", "clinicode.train")]
 
 
-def test_every_public_api_name_imports_and_the_module_itself_loads_nothing():
-    """Each name of clinicode.api is its home module's object; importing the module alone loads no other clinicode
-    module, no torch and no pandas (the app's first page stays light)."""
-    script = textwrap.dedent("""
+def _surface(module: str) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(what importing MODULE alone loads of clinicode, torch and pandas; its names that are not their home module's
+    object; its public names; those `dir` misses), in a fresh interpreter."""
+    script = textwrap.dedent(f"""
         import importlib, json, sys
-        import clinicode.api as api
+        import {module} as api
         first = sorted(m for m in sys.modules if m.startswith("clinicode") or m in ("torch", "pandas"))
         wrong = [n for n, (mod, attr) in api._WHERE.items()
                  if getattr(api, n) is not getattr(importlib.import_module(mod), attr)]
@@ -228,9 +230,24 @@ def test_every_public_api_name_imports_and_the_module_itself_loads_nothing():
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    first, wrong, names, not_in_dir = json.loads(out.stdout.strip().splitlines()[-1])
-    assert first == ["clinicode", "clinicode.api"]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_serving_surface_loads_nothing_and_names_no_training_verb():
+    first, wrong, names, not_in_dir = _surface("clinicode.serving")
+    assert first == ["clinicode", "clinicode.serving"]
     assert wrong == [] and not_in_dir == []
+    assert {"Predictor", "load_checkpoint", "open_review_db", "MODEL_KINDS", "verify_checkpoint"} <= set(names)
+    assert not {"train", "prepare_mimic", "evaluate", "write_demo_mimic", "load_dataset"} & set(names)
+
+
+def test_every_public_api_name_imports_and_the_module_itself_loads_nothing():
+    """Each name of clinicode.api is its home module's object; importing the module alone loads no other clinicode
+    module than the serving surface it extends, no torch and no pandas (the app's first page stays light)."""
+    first, wrong, names, not_in_dir = _surface("clinicode.api")
+    assert first == ["clinicode", "clinicode.api", "clinicode.serving"]
+    assert wrong == [] and not_in_dir == []
+    assert set(_surface("clinicode.serving")[2]) < set(names)  # the API is the serving surface and the verbs
     for name in ("Predictor", "train", "evaluate", "load_checkpoint", "READERS", "WRITERS", "CODE_SYSTEMS",
                  "MODEL_KINDS", "open_review_db", "ClinicodeError"):
         assert name in names

@@ -93,6 +93,10 @@ def test_a_kind_that_breaks_a_rule_is_named_with_the_rule():
     bad.files = ("manifest.json",)
     with pytest.raises(ConformanceError, match="none of the checkpoint's own"):
         check_kind(bad)
+    says_it_explains = TfidfLRKind()
+    says_it_explains.can_explain = True  # its scorer gives no spans
+    with pytest.raises(ConformanceError, match=r"`can_explain`: the scorer must give each code's spans .*`code_spans`"):
+        check_kind(says_it_explains)
 
 
 def test_a_writer_that_loses_ids_on_resume_or_a_reader_that_misreads_are_caught():

@@ -25,6 +25,8 @@ def test_every_layer_contract_is_kept():
     # review without a circle (#45): the store imports no service, and services import the store, not one another
     assert "the review store imports no review service" in res.stdout
     assert "review services never import one another" in res.stdout
+    # the app imports only the serving surface (tests/app/test_app.py), which reaches no training or preparation (#53)
+    assert "the serving surface (all the app imports) never imports training" in res.stdout
 
 
 def test_a_broken_contract_is_caught(tmp_path):

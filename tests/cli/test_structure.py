@@ -131,6 +131,41 @@ def test_the_private_name_finder_finds_a_planted_reach():
     assert _private_reaches(tree, "clinicode.codes.suggest") == []
 
 
+_KIND_OPTIONS = re.compile(r"^clinicode\.models\.(\w+)\.options$")
+
+
+def _options_imports(tree: ast.AST, module: str) -> list[str]:
+    """The options modules of model kinds (`clinicode.models.<kind>.options`) MODULE imports, lazily or not, from
+    outside that kind's folder."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found += [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+    return sorted({m for m in found if (k := _KIND_OPTIONS.match(m)) and
+                   not module.startswith(f"clinicode.models.{k.group(1)}.")})
+
+
+def test_only_a_kinds_own_folder_imports_its_options():
+    """Everything else asks the kind (`options_type`, `config_type`, `card`): the checkpoint, the CLI, training, the
+    app and the other kinds (the fused kind's LEAM part included) never name a kind's options (#53)."""
+    found = {}
+    for p in _modules():
+        module = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        if reached := _options_imports(ast.parse(p.read_text(encoding="utf-8")), module):
+            found[_name(p)] = reached
+    assert not found, f"ask the kind the registry gives instead: {found}"
+
+
+def test_the_options_import_finder_finds_a_planted_import():
+    tree = ast.parse("from clinicode.models.leam.options import LEAMConfig\n\ndef f():\n"
+                     "    from clinicode.models.leam import options\n")
+    assert _options_imports(tree, "clinicode.checkpoint") == ["clinicode.models.leam.options"]
+    assert _options_imports(tree, "clinicode.models.fused.kind") == ["clinicode.models.leam.options"]
+    assert _options_imports(tree, "clinicode.models.leam.kind") == []
+
+
 _ROUND = re.compile(r"hostile|round\d|_round|recheck|followup|fifth|sixth")  # names a testing round, not a behaviour
 _ROUND_WORDS = re.compile(r"\b(second|third|fourth|fifth|sixth)\b[\w ]{0,10}\bround\b|hostile round", re.I)
 

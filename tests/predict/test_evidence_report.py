@@ -10,7 +10,7 @@ import pytest
 from clinicode.cli import app
 from clinicode.codes.icd10 import PCS_NO_TITLE
 from clinicode.data.prepared import read_split
-from clinicode.evaluate import EVIDENCE_K, evaluate, evidence_report
+from clinicode.evaluate import EVIDENCE_K, evaluate, evidence_of, evidence_report
 from clinicode.predict import Predictor
 
 from helpers import runner
@@ -80,12 +80,12 @@ def test_no_evidence_column_no_evidence(tiny_run, demo_data):
 
 def test_a_display_placeholder_is_no_title_for_the_title_floor(tiny_run):
     """The checkpoint shows PCS_NO_TITLE for an ICD-10-PCS code without a title; the metrics know no code system, so
-    the predictor blanks the placeholder: its words ("no title", "ICD 10 PCS") are never matched as the title's."""
+    evaluate blanks the placeholder: its words ("no title", "ICD 10 PCS") are never matched as the title's."""
     pred = Predictor.from_checkpoint(tiny_run, device="cpu")
     code = pred.codes[0]
     text = "Heart failure, no title of ICD 10 PCS."
     mentions = [[{"code": code, "start": 0, "end": 13}]]
     for title, words in ((PCS_NO_TITLE, 0.0), ("ICD 10 PCS", 3.0)):      # a real title's words are matched
         pred.labels = replace(pred.labels, descriptions=(title, *pred.labels.descriptions[1:]))
-        ev = pred.evidence_quality([text], [[code]], mentions, k=1, threshold=0.0)
+        ev = evidence_of(pred, [text], [[code]], mentions, k=1, threshold=0.0)
         assert ev["n_pairs"] == 1 and ev["title"]["words_per_code"] == words

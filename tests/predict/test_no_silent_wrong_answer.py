@@ -301,15 +301,15 @@ def test_an_evidence_cell_that_is_not_json_is_refused_naming_the_document(tmp_pa
 
 
 def test_evidence_codes_are_read_in_the_checkpoints_spelling_and_the_others_counted(tiny_run):
-    from clinicode.evaluate import format_evidence
+    from clinicode.evaluate import evidence_of, format_evidence
 
     pred = Predictor.from_checkpoint(tiny_run, device="cpu")
     code = "428.0" if "428.0" in pred.codes else pred.codes[0]
     text = "congestive heart failure noted today"
     dotted = [[{"code": code, "start": 11, "end": 24}]]
     undotted = [[{"code": code.replace(".", ""), "start": 11, "end": 24}, {"code": "XYZ1", "start": 0, "end": 5}]]
-    a = pred.evidence_quality([text], [[code]], dotted, k=3, threshold=0.0)
-    b = pred.evidence_quality([text], [[code]], undotted, k=3, threshold=0.0)
+    a = evidence_of(pred, [text], [[code]], dotted, k=3, threshold=0.0)
+    b = evidence_of(pred, [text], [[code]], undotted, k=3, threshold=0.0)
     assert a["n_pairs"] == b["n_pairs"] == 1
     assert a["n_mentions_outside"] == 0 and b["n_mentions_outside"] == 1 and b["outside_codes"] == ["XYZ1"]
     assert any("1 gold mentions name a code the model has no label for (e.g. XYZ1)" in line

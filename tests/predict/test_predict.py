@@ -12,7 +12,8 @@ from clinicode.cli import app
 from clinicode.files import write_json_atomic
 from clinicode.metrics import all_metrics
 from clinicode.models import known_kinds
-from clinicode.predict import WORD_BAR, Predictor, _word_spans
+from clinicode.models.spans import word_spans
+from clinicode.predict import WORD_BAR, Predictor
 from clinicode.predict_io import _settings, predict_file
 
 runner = CliRunner()
@@ -226,13 +227,13 @@ def test_cli_bad_inputs_exit_1_with_one_line(tiny_run, tmp_path):
 def test_top_n_equals_a_stable_sort_with_ties():
     import numpy as np
 
-    from clinicode.predict import _top
+    from clinicode.models.spans import top
 
     rng = np.random.default_rng(0)
     for _ in range(200):
         v = rng.integers(0, 4, size=rng.integers(1, 40)).astype(np.float32)  # many ties
         n = int(rng.integers(1, 45))
-        assert _top(v, n).tolist() == np.argsort(-v, kind="stable")[:n].tolist()
+        assert top(v, n).tolist() == np.argsort(-v, kind="stable")[:n].tolist()
 
 
 def test_batch_scoring_skips_the_per_token_attention_list(predictor):
@@ -261,13 +262,30 @@ def test_word_spans_join_neighbours_above_the_bar_best_first():
     offs = [(0, 5), (6, 13), (14, 17), (18, 23), (24, 29), (30, 37)]
     g = np.array([0.9, 0.75, 0.1, 0.6, 0.95, 0.2], dtype=np.float32)
     # bar 0.8 * 0.95 = 0.76: words 0 and 4 (word 1, 0.75, is just below)
-    assert [(s.start, s.end) for s in _word_spans(offs, g, 5)] == [(24, 29), (0, 5)]
+    assert [(s.start, s.end) for s in word_spans(offs, g, 5)] == [(24, 29), (0, 5)]
     g[1] = 0.8                                                                  # now joins word 0: one span
-    spans = _word_spans(offs, g, 5)
+    spans = word_spans(offs, g, 5)
     assert [(s.start, s.end, round(s.weight, 2)) for s in spans] == [(24, 29, 0.95), (0, 13, 0.9)]
-    assert [(s.start, s.end) for s in _word_spans(offs, g, 1)] == [(24, 29)]
-    assert [(s.start, s.end) for s in _word_spans(offs, -np.abs(g), 5)] == [(14, 17)]  # none positive: the best one
-    assert _word_spans([], np.zeros(0), 5) == []
+    assert [(s.start, s.end) for s in word_spans(offs, g, 1)] == [(24, 29)]
+    assert [(s.start, s.end) for s in word_spans(offs, -np.abs(g), 5)] == [(14, 17)]  # none positive: the best one
+    assert word_spans([], np.zeros(0), 5) == []
+
+
+def test_leam_spans_come_from_its_scorer_on_its_stated_scale(predictor, test_split):
+    """The spans predict shows for a code are the scorer's (`LEAMScorer.code_spans`): LEAM's cosines of the code
+    vector with the note's words (`word_rows`) cut by the one rule (`word_spans`), weights in [-1, 1]; the attention
+    spans carry beta, in [0, 1]."""
+    texts = test_split["text"].tolist()[:5]
+    recs = predictor.predict(texts, top_k=None, threshold=0.0, explain=4)
+    for text, rec in zip(texts, recs):
+        enc = predictor.scorer.encode([text], offsets=True)[0]
+        ks = [predictor.labels.index(c.code) for c in rec.predicted]
+        g = predictor.scorer.word_rows(np.asarray(enc.ids), ks)                   # [n, L] cosines
+        assert g.min() >= -1 - 1e-5 and g.max() <= 1 + 1e-5
+        for c, row, got in zip(rec.predicted, g, predictor.scorer.code_spans(enc, ks, 4, text=text)):
+            assert rec.code_phrases[c.code] == got == word_spans(enc.offsets, row, 4), c.code
+            assert all(-1 - 1e-5 <= s.weight <= 1 + 1e-5 for s in got)
+        assert rec.evidence and all(0.0 <= s.weight <= 1.0 for s in rec.evidence)
 
 
 def _variant(predictor, *, n_labels=None, fast=True, seed=0):

@@ -116,10 +116,10 @@ def test_an_icd10_checkpoint_suggests_from_every_billable_icd10_cm_code_by_defau
     for part, sl in (("train", slice(0, 12)), ("dev", slice(12, 18))):
         (data / f"{part}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[sl]), encoding="utf-8")
     succeeds(["train", "--data", data, "--out", tmp_path / "run", "--model", "tfidf-lr", "--no-progress"])
-    import clinicode.predict as predict_module
+    import clinicode.codes.suggest as suggest_module
 
-    reads, original = [], predict_module.system_titles
-    monkeypatch.setattr(predict_module, "system_titles", lambda system: reads.append(system) or original(system))
+    reads, original = [], suggest_module.system_titles
+    monkeypatch.setattr(suggest_module, "system_titles", lambda system: reads.append(system) or original(system))
     pred = Predictor.from_checkpoint(tmp_path / "run", device="cpu")
     pred.score(["essential hypertension"])                                # scoring alone (evaluate, training's dev)
     assert reads == []                                                    # never reads or indexes the 74,736 titles

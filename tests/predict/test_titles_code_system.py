@@ -109,3 +109,35 @@ def test_the_check_is_the_one_review_decide_add_uses():
     assert check_code(ICD10, "780.60").other is ICD9_CM and check_code(ICD10, "R079").code == "R07.9"
     assert check_code(ICD9_CM, "not a code").code is None and check_code(ICD9_CM, "not a code").other is None
     assert check_code(LOCAL, "anything").code is None  # a checkpoint's own labels: nothing is one of a system's
+
+
+def test_a_checkpoints_suggestions_stand_in_their_room_without_a_predictor(caplog):
+    """`codes.suggest.CheckpointSuggestions` is what `Predictor` asks: the titles in the checkpoint's spelling, the
+    foreign ones left out, and one note's suggestions ranked with its scores of the checkpoint's codes."""
+    from clinicode.codes.suggest import CheckpointSuggestions
+
+    titles = {"9991": "Air embolism", "R07.9": "Chest pain, unspecified", "998.0": "Postoperative shock",
+              "786.5": "Chest pain"}
+    room = CheckpointSuggestions(["428.0", "786.50"], ["Congestive heart failure", "Chest pain, unspecified"],
+                                 ICD9_CM, titles=titles)
+    assert room.left_out == ("R07.9",) and "left out, never suggested" in caplog.text
+    assert [s.code for s in room.suggest("Air embolism after the line.", [0.1, 0.2])] == ["999.1"]  # as '999.1'
+    # a trained code under a candidate ('786.50' under '786.5') lowers it by its score: the model knows it
+    low, high = room.suggest("chest pain", [0.0, 0.0]), room.suggest("chest pain", [0.0, 0.9])
+    assert [s.code for s in low] == ["786.5"] and (not high or high[0].score < low[0].score)
+    assert CheckpointSuggestions(["428.0"], [""], ICD9_CM, titles=titles, enabled=False).suggester is None
+    with pytest.raises(DataFormatError, match="2 of 3 codes are not of the checkpoint's code system"):
+        CheckpointSuggestions(["428.0"], [""], ICD9_CM, titles={"R07.9": "a", "R50.9": "b", "999.1": "c"})
+
+
+def test_icd10_cm_s_billable_titles_come_from_a_public_function_of_its_module():
+    """`codes.suggest` asks `icd10.icd10_cm_billable_titles` (no module reaches into `icd10._cm_module`)."""
+    import inspect
+
+    from clinicode.codes import icd10, suggest
+    from clinicode.codes.systems import ICD10_CM
+
+    titles = icd10.icd10_cm_billable_titles()
+    assert len(titles) == 74_736 and ("R07.9", "Chest pain, unspecified") in titles
+    assert suggest.system_titles(ICD10_CM) == dict(titles) and suggest.system_titles(ICD9_CM) == {}
+    assert "_cm_module" not in inspect.getsource(suggest)

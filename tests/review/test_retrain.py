@@ -47,7 +47,7 @@ def test_retrain_makes_a_new_checkpoint_and_leaves_the_old_one_alone(tfidf_run, 
     before = _hashes(tfidf_run)
     out = tmp_path / "retrained"
     res = succeeds(["review", "retrain", "--checkpoint", tfidf_run, "--data", demo_data, "--out", out, "--db", db])
-    assert "retrained tfidf-lr" in res.stdout and "(refit)" in res.stdout
+    assert "retrained tfidf-lr" in res.stdout and "(refitted on " in res.stdout
     assert _hashes(tfidf_run) == before                                    # the old checkpoint is only read
     manifest = json.loads((out / "checkpoint" / "manifest.json").read_text())
     old = json.loads((tfidf_run / "checkpoint" / "manifest.json").read_text())
@@ -85,7 +85,7 @@ def test_a_leam_checkpoint_is_warm_started_from_its_weights(tiny_run, demo_data,
     out = tmp_path / "warm"
     res = succeeds(["review", "retrain", "--checkpoint", tiny_run, "--data", demo_data, "--out", out, "--db", db,
                     "--epochs", "2", "--sample", "40", "--device", "cpu"])
-    assert "retrained leam" in res.stdout and "warm start, 2 epochs" in res.stdout
+    assert "retrained leam" in res.stdout and "warm start from its weights and vocabulary, 2 epochs" in res.stdout
     assert _hashes(tiny_run / "checkpoint") == before
     old, new = load_checkpoint(tiny_run / "checkpoint"), load_checkpoint(out / "checkpoint")
     assert new.tokenizer.vocab_size == old.tokenizer.vocab_size                 # the old vocabulary, no new word2vec
@@ -130,7 +130,7 @@ def test_a_checkpoint_of_the_default_kind_is_warm_started_and_refitted(demo_data
     out = tmp_path / "warm"
     res = succeeds(["review", "retrain", "--checkpoint", run, "--data", demo_data, "--out", out, "--db", db,
                     "--epochs", "2", "--sample", "40", "--device", "cpu"])
-    assert "retrained fused" in res.stdout and "warm start, 2 epochs" in res.stdout
+    assert "retrained fused" in res.stdout and "warm start from its weights and vocabulary, 2 epochs" in res.stdout
     assert _hashes(run / "checkpoint") == before
     old, new = load_checkpoint(run / "checkpoint"), load_checkpoint(out / "checkpoint")
     assert new.kind == "fused" and new.manifest["retrained_from"]["checkpoint_sha256"] == old.manifest_sha256
@@ -260,3 +260,67 @@ def test_codes_coders_add_join_the_retrained_label_set_and_too_rare_ones_are_nam
              for r in pred.predict([t + " " + marked for t in held_out], top_k=5)]
     missed = [new_code in [p.code for p in r.predicted] for r in pred.predict(list(held_out), top_k=5)]
     assert sum(found) >= 5 and sum(missed) <= 2
+
+
+def _subset(demo_data: Path, out: Path, share: float) -> Path:
+    """DEMO_DATA with only the first SHARE of its training notes (dev and test kept): a base that saw fewer notes."""
+    from clinicode.data.prepared import load_dataset
+
+    ds = load_dataset(demo_data)
+    out.mkdir()
+    for name in ("train", "dev", "test"):
+        df = ds.split(name)
+        df = df.head(int(len(df) * share)) if name == "train" else df
+        df.to_parquet(out / f"{name}.parquet")
+    (out / "labels.json").write_text(json.dumps([{"code": c, "description": d}
+                                                 for c, d in zip(ds.labels.codes, ds.labels.descriptions)]))
+    return out
+
+
+def test_a_retrain_on_notes_that_outgrew_the_vocabulary_starts_fresh(demo_data, tmp_path):
+    """A warm start keeps the checkpoint's vocabulary, so a base that saw a third of the notes is retrained fresh, as
+    `train` would (a new vocabulary, every epoch its patience allows); `--start warm` still warm-starts it, and the
+    warm start's manifest carries the notes its vocabulary came from down the chain."""
+    from clinicode.checkpoint import load_checkpoint
+    from clinicode.train import FRESH_GROWTH, retrain_start
+
+    from conftest import TINY_SIZES
+
+    small = _subset(demo_data, tmp_path / "small", 1 / 3)
+    run = tmp_path / "base"
+    succeeds(["train", "--data", small, "--out", run, *TINY_SIZES])
+    db, _ = _decided(run, demo_data, tmp_path, n=6)
+    old = load_checkpoint(run / "checkpoint")
+    n_small = old.manifest["data"]["n_train"]
+    assert retrain_start(old, n_small) == ("warm", n_small)
+    assert retrain_start(old, int(n_small * FRESH_GROWTH)) == ("warm", n_small)
+    assert retrain_start(old, int(n_small * FRESH_GROWTH) + 1) == ("fresh", n_small)
+    fresh = tmp_path / "fresh"
+    res = succeeds(["review", "retrain", "--checkpoint", run, "--data", demo_data, "--out", fresh, "--db", db,
+                    "--epochs", "2", "--device", "cpu"])
+    assert "fresh start, as train" in res.stdout and f"against the {n_small:,} its vocabulary came from" in res.stdout
+    assert "on dev" in res.stdout and " -> " in res.stdout.split("micro-F1")[-1]   # the old figure, then the new
+    new = load_checkpoint(fresh / "checkpoint")
+    assert new.tokenizer.vocab_size != old.tokenizer.vocab_size and "vocabulary_notes" not in new.manifest
+    warm = tmp_path / "warm"
+    res = succeeds(["review", "retrain", "--checkpoint", run, "--data", demo_data, "--out", warm, "--db", db,
+                    "--epochs", "2", "--start", "warm", "--device", "cpu"])
+    assert "warm start from its weights and vocabulary" in res.stdout
+    chained = load_checkpoint(warm / "checkpoint")
+    assert chained.tokenizer.vocab_size == old.tokenizer.vocab_size
+    assert chained.manifest["vocabulary_notes"] == n_small     # the next retrain measures growth from these notes
+    assert retrain_start(chained, chained.manifest["data"]["n_train"])[1] == n_small
+
+
+def test_a_warm_start_stops_when_dev_stops_improving(tiny_run, demo_data, tmp_path):
+    """The warm start's epochs end on its own patience (WARM_PATIENCE epochs without a dev gain, no step floor), not
+    on a fixed count: given a cap far above it, it stops early and says so."""
+    import clinicode.train as training
+
+    db, _ = _decided(tiny_run, demo_data, tmp_path, n=6)
+    out = tmp_path / "warm"
+    res = succeeds(["review", "retrain", "--checkpoint", tiny_run, "--data", demo_data, "--out", out, "--db", db,
+                    "--epochs", "60", "--device", "cpu"])
+    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    assert len(history) < 60 and "until dev stopped improving" in res.stdout
+    assert sum(1 for r in history[-(training.WARM_PATIENCE + 1):] if r["best"]) == 0

@@ -69,11 +69,11 @@ class ProbeWholeKind(TfidfLRKind):
 
     name = "probe-whole"
 
-    def fit(self, texts, y, *, labels, dev_texts, y_dev, single_label, seed, min_doc_freq):
+    def fit(self, texts, y, *, options, labels, dev_texts, y_dev, single_label, seed, min_doc_freq):
         self.given = dict(texts=list(texts), y=y, labels=labels, dev_texts=list(dev_texts), y_dev=y_dev, seed=seed,
-                          min_doc_freq=min_doc_freq)
-        return super().fit(texts, y, labels=labels, dev_texts=dev_texts, y_dev=y_dev, single_label=single_label,
-                           seed=seed, min_doc_freq=min_doc_freq)
+                          min_doc_freq=min_doc_freq, options=options)
+        return super().fit(texts, y, options=options, labels=labels, dev_texts=dev_texts, y_dev=y_dev,
+                           single_label=single_label, seed=seed, min_doc_freq=min_doc_freq)
 
 
 def test_the_epoch_loop_trains_whatever_kind_it_is_given(tmp_path, monkeypatch):
@@ -101,6 +101,7 @@ def test_a_kind_fitted_whole_gets_labels_the_dev_split_and_the_seed(tmp_path, mo
           progress=False)
     given = kind.given
     assert list(given["labels"].codes) == ["A", "B"] and given["seed"] == 11 and given["min_doc_freq"] == 2
+    assert given["options"] is None  # a kind without options is given none
     assert len(given["texts"]) == 12 and given["y"].shape == (12, 2)
     assert given["dev_texts"][0].startswith("fever cough note 0") and given["y_dev"].shape == (12, 2)
     assert np.array_equal(given["y_dev"][2], [1, 1])

@@ -10,10 +10,14 @@ import numpy as np
 import pytest
 
 from clinicode.config import TrainConfig
+from clinicode.data.prepared import read_split
 from clinicode.errors import CheckpointError
+from clinicode.evaluate import evidence_of
 from clinicode.files import sha256_file
 from clinicode.matching import Matching
 from clinicode.models.fused.mentions import MAX_WORDS, MENTION_WEIGHT, MENTIONS_FILE, MentionLexicon
+from clinicode.models.fused.scorer import MENTION_BAND
+from clinicode.models.spans import WORD_BAR, word_spans
 from clinicode.predict import Predictor
 from clinicode.train import train
 
@@ -103,6 +107,38 @@ def test_the_mention_is_the_first_span_shown_for_its_code(runs):
     spans = pred.explain_codes(note, ["C2"], n=3)["C2"]
     start = note.index("VANTIC")
     assert (spans[0].start, spans[0].end) == (start, start + len("VANTIC SYNDROME"))
+
+
+def test_a_codes_mentions_are_its_spans_on_their_own_band_above_the_word_bar(runs):
+    """The fused scorer's span weights (`FusedScorer.code_spans`): a word inside one of the code's training mentions
+    weighs in MENTION_BAND, every other word at most 1, and WORD_BAR never lets the two bands mix: a note holding the
+    mention shows the mention alone; one without shows ordinary words."""
+    assert WORD_BAR * MENTION_BAND[1] < MENTION_BAND[0] and WORD_BAR * MENTION_BAND[0] > 1.0
+    pred = Predictor.from_checkpoint(runs[True][0], device="cpu")
+    k = pred.labels.index("C2")
+    with_mention = "patient seen in clinic with a VANTIC SYNDROME flare; plan follow up and review"
+    without = "patient seen in clinic with a flare; plan follow up and review of the syndrome"
+    for note, band in ((with_mention, MENTION_BAND), (without, (-1.0, 1.0))):
+        enc = pred.scorer.encode([note], offsets=True)[0]
+        [spans] = pred.scorer.code_spans(enc, [k], 5, text=note)
+        assert spans and all(band[0] - 1e-6 <= s.weight <= band[1] + 1e-6 for s in spans), note
+        rows = pred.scorer.word_rows(np.asarray(enc.ids), [k], text=note, offsets=enc.offsets)
+        assert spans == word_spans(enc.offsets, rows[0], 5)                 # the one rule over the scorer's weights
+    start = with_mention.index("VANTIC")
+    [only] = pred.scorer.code_spans(pred.scorer.encode([with_mention], offsets=True)[0], [k], 5, text=with_mention)
+    assert [(s.start, s.end) for s in only] == [(start, start + len("VANTIC SYNDROME"))]
+
+
+def test_training_saves_the_evidence_figures_evaluate_reports(runs):
+    """train (metrics_test.json) and evaluate judge the spans by one method (`clinicode.metrics.spans_report`)."""
+    run = runs[True][0]
+    pred = Predictor.from_checkpoint(run, device="cpu")
+    saved = json.loads((run / "checkpoint" / "metrics_test.json").read_text())["evidence"]
+    test = read_split(run.parent / "data-True", "test")
+    again = evidence_of(pred, test["text"].tolist(), test["labels"].tolist(), test["evidence"].tolist(),
+                             threshold=pred.threshold)
+    assert saved["n_pairs"] > 0 and saved["span_code"]["n_predicted"] > 0
+    assert again == saved
 
 
 def test_the_lexicon_reads_only_sound_spans_of_known_codes(tmp_path):
@@ -222,18 +258,20 @@ def test_a_checkpoint_records_its_notes_language_and_an_older_one_reads_as_engli
     assert rec.error is None
 
 
-def test_a_warm_start_keeps_the_mentions_its_checkpoint_learnt(runs, tmp_path):
-    """`review retrain` warm-starts from a sample of the training notes: the new checkpoint still knows every
-    mention the old one did."""
+def test_a_warm_start_learns_mentions_from_its_notes_never_from_its_checkpoint(runs, tmp_path):
+    """`review retrain`'s warm start starts LEAM's epochs from the checkpoint's weights, but learns mentions from its
+    own training notes only: a checkpoint refitted on train + dev holds dev's mentions, and the fusion fitted on dev
+    would trust them. On notes without evidence spans, the checkpoint's phrases are not carried over."""
     from clinicode.checkpoint import load_checkpoint
 
     run, _ = runs[True]
+    assert load_checkpoint(run).model.mentions.phrases          # the checkpoint knows its phrases
     cfg = TrainConfig(model="fused", epochs=1, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
                       device="cpu", min_doc_freq=1)
     train(out_dir=tmp_path / "warm", config=cfg, data_dir=run.parent / "data-False", model_options=SIZES,
           progress=False, warm_start=load_checkpoint(run))
-    held = json.loads((tmp_path / "warm" / "checkpoint" / MENTIONS_FILE).read_text())
-    assert held["phrases"] == {code: [phrase] for code, phrase in PHRASES.items()}
+    assert not load_checkpoint(tmp_path / "warm" / "checkpoint").model.mentions.phrases
+    assert json.loads((tmp_path / "warm" / "checkpoint" / "fusion.json").read_text())["mentions"] == 0
 
 
 def test_no_mentions_keeps_the_spans_words_out_of_the_checkpoint(runs, tmp_path):

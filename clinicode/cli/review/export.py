@@ -11,6 +11,7 @@ import typer
 from clinicode.cli.options import db_option, opt
 from clinicode.cli.root import friendly
 from clinicode.config import TrainConfig, default_of
+from clinicode.constants import RETRAIN_EPOCHS
 from clinicode.errors import ConfigError
 
 
@@ -20,15 +21,20 @@ def review_retrain_cli(
     data: Annotated[Path, typer.Option(help="The dataset it was trained on (dev and test are kept as they are).")],
     out: Annotated[Path, typer.Option(help="The new run folder (new or empty): its checkpoint, and its data/.")],
     db: Annotated[Optional[str], db_option()] = None,
-    epochs: Annotated[int, typer.Option(help="LEAM: epochs of the warm start.")] = 3,
-    sample: Annotated[int, typer.Option(help="Warm start: training notes of --data its epochs see beside the "
-                                             "decided ones (tfidf-lr parts refit on all of them).")] = 200,
+    epochs: Annotated[int, typer.Option(help="LEAM: a warm start's epoch cap (it stops when dev stops improving).")]
+    = RETRAIN_EPOCHS,
+    sample: Annotated[Optional[int], typer.Option(help="Warm start: only this many training notes of --data beside "
+                                                       "the decided ones in its epochs (default: every note; "
+                                                       "tfidf-lr parts refit on all of them).")] = None,
+    start: Annotated[str, typer.Option(help="LEAM: warm (from the checkpoint's weights), fresh (as train), or auto: "
+                                            "fresh once the training notes outgrow the checkpoint's vocabulary.")]
+    = "auto",
     seed: Annotated[int, typer.Option(help="Seed of the sample and of the warm start.")] = 0,
     device: Annotated[Optional[str], opt("auto, cpu or cuda.", default_of(TrainConfig, "device"))] = None,
 ) -> None:
     """A new checkpoint from the finished notes' decisions: tfidf-lr (and the default model's tfidf-lr part,
-    mentions and fusion) refits on train + decided notes; LEAM starts from the checkpoint's weights and trains a few
-    epochs on the decided notes and a sample of train."""
+    titles, mentions and fusion) refits on train + decided notes; LEAM starts from the checkpoint's weights and
+    trains until dev stops improving, or trains fresh, as `train` does, once the notes outgrew its vocabulary."""
     import os
     import shutil
 
@@ -38,15 +44,16 @@ def review_retrain_cli(
     from clinicode.review.export import MIN_ADDED_NOTES, retrain_data
     from clinicode.train import RUN_DATA, check_run_folder, retrain
 
-    if epochs < 1 or sample < 0:
-        raise ConfigError(f"--epochs must be >= 1 and --sample >= 0, got {epochs} and {sample}.")
+    if epochs < 1 or (sample is not None and sample < 0) or start not in ("auto", "warm", "fresh"):
+        raise ConfigError(f"--epochs must be >= 1, --sample >= 0 and --start auto, warm or fresh; got {epochs}, "
+                          f"{sample} and {start!r}.")
     if holds_training(out):  # `train --resume` continues a run; a retrain always starts a new one
         raise ConfigError(f"--out {out} already holds a run (an earlier or interrupted retrain, or a train); `review "
                           "retrain` always starts a new run: choose a new --out folder, or remove that one if you no "
                           "longer need it.")
     check_run_folder(out, resume=False, inputs={"--data": data, "--checkpoint": checkpoint})  # before RUN/data
     ck = load_checkpoint(resolve_checkpoint_dir(checkpoint), verify=True)
-    warm = ck.model_kind.trained_by_loop
+    loops = ck.model_kind.trained_by_loop   # a loop kind's warm start may see a --sample of the notes
     new_out, made = not Path(out).exists(), None
     # every file and folder the retrain writes is owner-only: its data holds the reviewed notes' text, and the new
     # checkpoint's vocabulary and mentions are learned from their words
@@ -55,7 +62,7 @@ def review_retrain_cli(
         with open_db(db, readonly=True) as rdb:
             made = retrain_data(rdb, Path(out) / RUN_DATA, base=data,
                                 labels=list(zip(ck.labels.codes, ck.labels.descriptions)),
-                                sample=sample if warm else None, seed=seed, system=ck.labels.code_system,
+                                sample=sample if loops else None, seed=seed, system=ck.labels.code_system,
                                 checkpoint=checkpoint)
         typer.echo(f"{made['reviewed']:,} finished notes and {made['sampled']:,} training notes of {data} -> "
                    f"{Path(out) / RUN_DATA}", err=True)
@@ -67,9 +74,10 @@ def review_retrain_cli(
                        "reviewed notes carry them, too little to learn from (decide more notes with them, then "
                        "retrain): " + _counted(made["too_few"]), err=True)
         r = retrain(checkpoint=ck, out_dir=out, data_dir=Path(out) / RUN_DATA, epochs=epochs, seed=seed,
-                    device=device, provenance={"checkpoint": str(ck.path), "checkpoint_sha256": ck.manifest_sha256,
-                                               "review_db": str(Path(db_path(db)).resolve()),
-                                               "decided_notes": made["reviewed"], "sampled_notes": made["sampled"]})
+                    device=device, start=start,
+                    provenance={"checkpoint": str(ck.path), "checkpoint_sha256": ck.manifest_sha256,
+                                "review_db": str(Path(db_path(db)).resolve()),
+                                "decided_notes": made["reviewed"], "sampled_notes": made["sampled"]})
     except BaseException:
         # the data holds the reviewed notes' text: never left behind by a failed retrain; nor is a run folder this
         # command made (a retrain cannot be resumed, so a partial one is of no use)
@@ -80,8 +88,26 @@ def review_retrain_cli(
         raise
     finally:
         os.umask(mask)
-    typer.echo(f"retrained {ck.kind} from {ck.path} ({'warm start, ' + str(epochs) + ' epochs' if warm else 'refit'}) "
-               f"-> {r['run']}: test micro-F1 {r['test'].get('f1_micro', float('nan')):.4f} in {r['seconds']:.1f} s")
+    typer.echo(f"retrained {ck.kind} from {ck.path} ({_how(r)}) -> {r['run']} in {r['seconds']:.1f} s; micro-F1 "
+               f"{_then_now(ck.metrics_dev, r['dev'])} on dev, {_then_now(ck.metrics_test, r['test'])} on test")
+
+
+def _how(r: dict) -> str:
+    """What the retrain did, in words."""
+    epochs = len(r.get("history") or [])
+    if r["start"] == "warm":
+        until = "until dev stopped improving" if r.get("stopped") == "patience" else "(the --epochs cap)"
+        return f"warm start from its weights and vocabulary, {epochs} epochs {until}, on {r['notes']:,} training notes"
+    if r["start"] == "fresh":
+        return (f"fresh start, as train: {r['notes']:,} training notes against the {r['vocabulary_notes']:,} its "
+                f"vocabulary came from; {epochs} epochs")
+    return f"refitted on {r['notes']:,} training notes"
+
+
+def _then_now(old: dict, new: dict) -> str:
+    """'0.8123 -> 0.8301' (the old checkpoint's figure, when it has one, then the new one's)."""
+    now = f"{new.get('f1_micro', float('nan')):.4f}"
+    return f"{old['f1_micro']:.4f} -> {now}" if "f1_micro" in old else now
 
 
 def _counted(codes: dict[str, int], shown: int = 10) -> str:

@@ -21,7 +21,6 @@ from clinicode.matching import LANGUAGES, detect_language
 from clinicode.models.fused.mentions import MENTIONS_FILE, MentionLexicon, read_mentions
 from clinicode.models.fused.model import FusedModel, title_rows
 from clinicode.models.leam.kind import KIND as LEAM_KIND, check_weight_shapes, weight_shapes
-from clinicode.models.leam.options import LEAMConfig, ModelOptions
 from clinicode.models.tfidf_lr.kind import KIND as LR_KIND
 
 if TYPE_CHECKING:
@@ -60,8 +59,8 @@ class FusedKind:
     scores_ids = False      # the tfidf-lr part reads the text itself
     trained_by_loop = True  # the LEAM part is; tfidf-lr is fitted first and the fusion on dev last (`before_loop`,
     #                         `after_loop`)
-    options_type = ModelOptions   # LEAM's options, for its part
-    config_type = LEAMConfig
+    options_type = LEAM_KIND.options_type   # LEAM's options, for its part (asked of the LEAM kind, not imported)
+    config_type = LEAM_KIND.config_type
     loop_kind = LEAM_KIND         # the loop trains, scores on dev and saves the LEAM part as a LEAM until `after_loop`
 
     def save(self, folder: Path, model: FusedModel, tokenizer: Any | None) -> None:
@@ -128,7 +127,7 @@ class FusedKind:
         return FusedScorer(checkpoint.model, checkpoint.tokenizer, max_len=checkpoint.max_len, device=device,
                            batch_size=batch_size, memory_mb=memory_mb)
 
-    def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
+    def fit(self, texts: Sequence[str], y: np.ndarray, *, options: Any, labels: LabelSet, dev_texts: Sequence[str],
             y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
         raise NotImplementedError("the fused model's LEAM part is trained by the epoch loop (`clinicode.train`).")
 
@@ -145,15 +144,14 @@ class FusedKind:
                     min_doc_freq: int = TrainConfig.min_doc_freq) -> Any:
         """The tfidf-lr part, fitted on the training notes before LEAM's epochs (words of at least MIN_DOC_FREQ
         notes, `train --min-doc-freq`), and the codes' mentions in them
-        (EVIDENCE: each note's {code, start, end} spans, when the training split carries them), with those of
-        WARM_START (a fused checkpoint `review retrain` starts from: its sampled notes would forget the rest)."""
+        (EVIDENCE: each note's {code, start, end} spans, when the training split carries them). A warm start
+        (`review retrain`) learns them from every training note too, never from its checkpoint: a checkpoint
+        refitted on train + dev (`--fit-on`) holds dev's mentions, and the fusion fitted on dev would trust them."""
         from clinicode.models.fused.training import Before, fit_lr_part
 
+        del warm_start   # the epochs start from its weights; what is fitted here comes from the notes alone
         mentions = (MentionLexicon.build(codes, texts, evidence) if evidence is not None
                     else MentionLexicon(codes=tuple(codes), language=detect_language(texts)))
-        held = getattr(getattr(warm_start, "model", None), "mentions", None)
-        if held is not None:   # the checkpoint's mentions, on this label set (which may append codes coders added)
-            mentions = mentions.union(held.on_codes(codes))
         note = ""
         if evidence is not None:
             known = set(codes)
@@ -184,19 +182,19 @@ class FusedKind:
                             single_label=single_label, min_doc_freq=min_doc_freq)
 
     # The epoch loop trains the LEAM part: LEAM's answers (`loop_kind`).
-    def model_config(self, options: ModelOptions, *, vocab_size: int, n_labels: int, multilabel: bool) -> LEAMConfig:
+    def model_config(self, options: Any, *, vocab_size: int, n_labels: int, multilabel: bool) -> Any:
         return LEAM_KIND.model_config(options, vocab_size=vocab_size, n_labels=n_labels, multilabel=multilabel)
 
-    def build(self, model_config: LEAMConfig) -> Any:
+    def build(self, model_config: Any) -> Any:
         return LEAM_KIND.build(model_config)
 
-    def vector_dim(self, model_config: LEAMConfig) -> int:
+    def vector_dim(self, model_config: Any) -> int:
         return LEAM_KIND.vector_dim(model_config)
 
     def start_from(self, model: Any, words: np.ndarray, codes: np.ndarray) -> None:
         LEAM_KIND.start_from(model, words, codes)
 
-    def memory_plan(self, model_config: LEAMConfig, *, batch_size: int, max_len: int, budget_mb: int, device: str,
+    def memory_plan(self, model_config: Any, *, batch_size: int, max_len: int, budget_mb: int, device: str,
                     training: bool, fast: bool = True) -> MemoryPlan:
         return LEAM_KIND.memory_plan(model_config, batch_size=batch_size, max_len=max_len, budget_mb=budget_mb,
                                      device=device, training=training, fast=fast)

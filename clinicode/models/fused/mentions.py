@@ -197,17 +197,6 @@ class MentionLexicon:
         return MentionLexicon({p: tuple(sorted(ks)) for p, ks in found.items()}, self.codes, self.language,
                               self.matching, weights)
 
-    def on_codes(self, codes: Sequence[str]) -> MentionLexicon:
-        """The same phrases and weights on the label set CODES (one that appends codes coders added, say): each
-        phrase keeps the codes CODES has, and a phrase left with none is dropped."""
-        index = {c: k for k, c in enumerate(codes)}
-        moved = {p: tuple(sorted(index[self.codes[k]] for k in ks if self.codes[k] in index))
-                 for p, ks in self.phrases.items()}
-        weights = None if self.weights is None else {
-            p: {index[self.codes[k]]: w for k, w in ws.items() if self.codes[k] in index}
-            for p, ws in self.weights.items()}
-        return replace(self, phrases={p: ks for p, ks in moved.items() if ks}, codes=tuple(codes), weights=weights)
-
     def _occurrences(self, text: str) -> list[tuple[int, int, int]]:
         """(code, start, end) of every occurrence of a phrase in TEXT (`_found`)."""
         return [(k, a, b) for k, a, b, _ in self._found(text)]

@@ -10,14 +10,18 @@ import numpy as np
 from clinicode.matching import blank_negated
 from clinicode.models.fused.mentions import MENTION_WEIGHT
 from clinicode.models.leam.scorer import LEAMScorer
+from clinicode.models.spans import WORD_BAR, Span, word_spans
 from clinicode.tokenizer import ClinicalTokenizer
 
 # LEAM's least share of a code's evidence: on bc5cdr dev (top 50 and every code) a floor of 0.5 beat the code's own
 # LEAM share w_k (hit@1 0.854 / 0.794 against 0.806 / 0.782), and LEAM's cosines alone lost at every code (0.750)
 EVIDENCE_LEAM_FLOOR = 0.5
 # a token inside one of the code's training mentions scores MENTION_FLOOR + its evidence / 10 (in [1.9, 2.1]), above
-# every other token (at most 1): the mentions come first, all of them above predict's word bar, in their own order
+# every other token (at most 1): the mentions come first, in their own order. With WORD_BAR 0.8 the bar of a note
+# holding a mention lies in [1.52, 1.68]: every mention token clears it and no other token does (`code_spans`)
 MENTION_FLOOR = 2.0
+MENTION_BAND = (MENTION_FLOOR - 0.1, MENTION_FLOOR + 0.1)  # where a mention token's weight lies
+assert WORD_BAR * MENTION_BAND[1] < MENTION_BAND[0] and WORD_BAR * MENTION_BAND[0] > 1.0  # the two bands never mix
 
 
 def title_features(lr: Any, mentions: Any, texts: Sequence[str], x: Any) -> Any:
@@ -184,6 +188,23 @@ class FusedScorer:
             inside = self._inside(self.model.mentions.spans(text, codes), offsets) > 0
             rows = np.where(inside, MENTION_FLOOR + np.clip(rows, -1.0, 1.0) / 10, rows)
         return rows.astype(np.float32)
+
+    def code_spans(self, enc: Any, codes: Sequence[int], n: int, *, text: str) -> list[list[Span]]:
+        """Each code's evidence spans in one encoded note (ENC, with offsets; TEXT, the note), best first, at most n
+        (`word_spans` over `word_rows`).
+
+        A span's weight is its best word's evidence for the code, on two bands that never mix: a word of an ordinary
+        span weighs at most 1 (LEAM's cosine and the bag-of-words parts' contributions, each divided by its
+        note-best, mixed by v_k: the code's best word scores 1 when both parts agree on it; a code whose words all
+        have a cosine <= 0 shows its best word alone, in [-1, 1]); a word inside one of the code's training mentions
+        weighs in `MENTION_BAND` ([1.9, 2.1]). So when the note holds a mention of the code, its spans are exactly
+        the mentions found (all above `WORD_BAR` x the best, every other word below it), ranked by their words'
+        evidence.
+        """
+        if not len(enc.ids) or not len(codes):
+            return [[] for _ in codes]
+        g = self.word_rows(np.asarray(enc.ids), list(codes), text=text, offsets=enc.offsets)  # [n_codes, L]
+        return [word_spans(enc.offsets, row, n) for row in g]
 
     @staticmethod
     def _inside(spans: list[list[tuple[int, int]]], offsets: Any) -> np.ndarray:

@@ -11,7 +11,7 @@ from clinicode.artifacts import write_safetensors_atomic
 from clinicode.config import load_config, save_config
 from clinicode.constants import MODEL_CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from clinicode.errors import CheckpointError, ClinicodeError
-from clinicode.models.leam.options import LEAMConfig, ModelOptions, is_paper_model
+from clinicode.models.leam.options import PAPER_MODEL, LEAMConfig, ModelOptions, is_paper_model
 from clinicode.tokenizer import ClinicalTokenizer
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class LEAMKind:
     trained_by_loop = True
     options_type = ModelOptions
     config_type = LEAMConfig
+    paper_options = PAPER_MODEL  # `train --paper`: the options where Wang et al.'s model departs from the default
 
     def save(self, folder: Path, model: Any, tokenizer: ClinicalTokenizer | None) -> None:
         from clinicode.models.leam.model import LEAM
@@ -172,7 +173,7 @@ class LEAMKind:
         return LEAMScorer(checkpoint.model, checkpoint.tokenizer, max_len=checkpoint.max_len, device=device,
                           batch_size=batch_size, memory_mb=memory_mb)
 
-    def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
+    def fit(self, texts: Sequence[str], y: np.ndarray, *, options: Any, labels: LabelSet, dev_texts: Sequence[str],
             y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
         raise NotImplementedError("LEAM is trained by the epoch loop (`clinicode.train.train`), not fitted whole.")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from clinicode.config import config_from_dict
 from clinicode.errors import ConfigError
@@ -40,7 +40,8 @@ class ModelOptions:
     dropout: float = 0.5
     label_reg_weight: float = 1.0   # lambda of the label-embedding regulariser (paper: 1)
     label_reg_codes: int = 256      # the regulariser averages over all codes up to this many, else a random this-many
-    compat: str = "cosine"          # "cosine" (the paper's model) or "linear" (its ablation: no phrase window)
+    compat: Literal["cosine", "linear"] = "cosine"  # "cosine" (the paper's model) or "linear" (its ablation: no
+                                                    # phrase window)
     phrase_init: float = 1.0        # initial sum of W1: every tap starts at phrase_init / (2r+1) (1.0 = a local mean)
     code_evidence: bool = True      # not the paper: each code's logit also gets a_k * max_l window(G)_lk
     window_nonneg: bool = True      # not the paper: W1's taps kept >= 0 after each step (a flipped window read each
@@ -71,7 +72,7 @@ class LEAMConfig:
     dropout: float = ModelOptions.dropout
     label_reg_weight: float = ModelOptions.label_reg_weight
     label_reg_codes: int = ModelOptions.label_reg_codes
-    compat: str = ModelOptions.compat
+    compat: Literal["cosine", "linear"] = ModelOptions.compat
     multilabel: bool = True         # sigmoid + BCE; False: softmax + CE (one label per note)
     phrase_init: float = ModelOptions.phrase_init
     code_evidence: bool = ModelOptions.code_evidence

@@ -14,6 +14,7 @@ import torch
 from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.memory import MemoryPlan, plan
 from clinicode.models.leam.kernels import EPS
+from clinicode.models.spans import Span, word_spans
 from clinicode.tokenizer import ClinicalTokenizer
 
 _PIPELINE_CHUNK = 256  # notes tokenised ahead while the model scores the previous chunk
@@ -138,3 +139,15 @@ class LEAMScorer:
             Vn = V / (V.norm(dim=-1, keepdim=True) + EPS)
             Cn = C / (C.norm(dim=-1, keepdim=True) + EPS)
             return (Cn @ Vn.T).float().cpu().numpy()                                      # [n, L]
+
+    def code_spans(self, enc: Any, codes: Sequence[int], n: int, *, text: str) -> list[list[Span]]:
+        """Each code's evidence spans in one encoded note (ENC, with offsets), best first, at most n (`word_spans`).
+
+        A span's weight is its best word's cosine with the code vector, cos(v_l, c_k) in [-1, 1] (LEAM's G, as
+        `word_rows` gives it); a span holds the words at least `WORD_BAR` of the note's best for the code. TEXT is
+        not read (the fused model's scorer reads it).
+        """
+        if not len(enc.ids) or not len(codes):
+            return [[] for _ in codes]
+        g = self.word_rows(np.asarray(enc.ids), list(codes))                               # [n_codes, L]
+        return [word_spans(enc.offsets, row, n) for row in g]

@@ -47,7 +47,7 @@ class TfidfLRKind:
     can_embed = False
     scores_ids = False
     trained_by_loop = False  # fitted whole by `fit`: the epoch loop's members are left out
-    options_type = None      # `train --model tfidf-lr` refuses LEAM's options (`clinicode.models.kind_options`)
+    options_type = None      # `train --model tfidf-lr` refuses any model options (`clinicode.models.kind_options`)
     config_type = None
 
     def save(self, folder: Path, model: Any, tokenizer: Any | None) -> None:
@@ -80,10 +80,10 @@ class TfidfLRKind:
     def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> TfidfLRScorer:
         return TfidfLRScorer(checkpoint.model)
 
-    def fit(self, texts: Sequence[str], y: np.ndarray, *, labels: LabelSet, dev_texts: Sequence[str],
+    def fit(self, texts: Sequence[str], y: np.ndarray, *, options: None, labels: LabelSet, dev_texts: Sequence[str],
             y_dev: np.ndarray, single_label: bool, seed: int, min_doc_freq: int) -> Any:
-        """Fit on train alone, words of at least MIN_DOC_FREQ notes; dev and the seed are not used (liblinear's own
-        random_state is fixed at 0, so a checkpoint's bytes do not depend on --seed)."""
+        """Fit on train alone, words of at least MIN_DOC_FREQ notes (no options); dev and the seed are not used
+        (liblinear's own random_state is fixed at 0, so a checkpoint's bytes do not depend on --seed)."""
         from clinicode.models.tfidf_lr.baseline import fit_tfidf_lr
 
         return fit_tfidf_lr(texts, y, single_label=single_label, min_doc_freq=min_doc_freq)

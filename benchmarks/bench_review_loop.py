@@ -435,18 +435,20 @@ def main(argv: list[str] | None = None) -> dict:
     (a.work_dir / "review_loop.json").write_text(json.dumps(results, indent=1) + "\n")
     if not a.no_write:
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    orders = "" if a.orders == list(ORDERS) else " --orders " + " ".join(a.orders)
     lines = [
         "## review: the loop through its own commands (`benchmarks/bench_review_loop.py`)",
         "",
         f"`python benchmarks/bench_review_loop.py --sets {' '.join(folders)} --seeds {' '.join(map(str, a.seeds))} "
-        f"--budgets {' '.join(map(str, a.budgets))}`, runs made at commit {', '.join(made)}: `train` on a 10% seed "
-        "set, `review queue` the rest of train (the pool), then a round ending at each budget (% of the pool "
-        "reviewed): the order picks the notes (`teach`: `review next`; `arrival`: queue order; `random`: seeded), a "
-        "simulated coder who is never wrong decides them (one `review decide --done` a note with the gold codes and "
-        "gold evidence spans), `review retrain` from the previous round's run, `review rescore`, `evaluate` on test. "
-        "Beside it a fresh `train` on the same notes (seed set + every note reviewed). Test micro / macro-F1, "
-        "mean of the seeds (worst seed in brackets); top 50 codes of training notes (labels.json). Every command is "
-        f"a separate process; seconds are wall time of whole commands, CPU is the process's. {machine_line()}",
+        f"--budgets {' '.join(map(str, a.budgets))}{orders}`, runs made at commit {', '.join(made)}: `train` on a "
+        "10% seed set, `review queue` the rest of train (the pool), then a round ending at each budget (% of the "
+        "pool reviewed): the order picks the notes (`teach`: `review next`; `arrival`: queue order; `random`: "
+        "seeded), a simulated coder who is never wrong decides them (one `review decide --done` a note with the gold "
+        "codes and gold evidence spans), `review retrain` from the previous round's run, `review rescore`, "
+        "`evaluate` on test. Beside it a fresh `train` on the same notes (seed set + every note reviewed). Test "
+        "micro / macro-F1, mean of the seeds (worst seed in brackets); top 50 codes of training notes (labels.json). "
+        "Every command is a separate process; seconds are wall time of whole commands, CPU is the process's. "
+        f"{machine_line()}",
         "",
     ]
     for name, entry in sets.items():

@@ -1,5 +1,9 @@
 """Which note next, measured: a simulated coder replays gold labels in the order each next-note rule proposes.
 
+A stand-in study, not the product's loop: its learner is refitted in this process from every reviewed note, without
+LEAM and without `review retrain`'s chaining. The loop itself (`review next`, `decide`, `retrain`, `rescore`,
+`evaluate`, each a command) is measured by benchmarks/bench_review_loop.py, whose figures docs/review.md quotes.
+
     python benchmarks/bench_review_learning.py [--data bc5cdr ncbi] [--codes top50 all] [--seeds 0 1 2]
         [--learner fused|tfidf-lr] [--seed-share 0.1] [--batch-share 0.1]
         [--rules arrival uncertainty rarity teach] [--no-write]

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from benchmarks._common import OWN_MARK, mark_own, remove_own  # noqa: E402
 
-SCRIPTS = ["bench_scale.py", "bench_prepare.py", "bench_prepare_mimic4.py"]
+SCRIPTS = ["bench_scale.py", "bench_prepare.py", "bench_prepare_mimic4.py", "bench_review_loop.py"]
 
 
 def test_a_marked_folder_or_file_is_deleted_and_anything_else_is_refused(tmp_path):

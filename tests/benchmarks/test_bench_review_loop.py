@@ -1,0 +1,64 @@
+"""benchmarks/bench_review_loop.py: the loop driven through the commands, on a tiny synthetic set, one budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _coded_notes(demo_data: Path, out: Path) -> Path:
+    """A few of the synthetic prepared notes as a {train,dev,test}.jsonl folder, the public sets' shape."""
+    out.mkdir()
+    for split, n in (("train", 30), ("dev", 20), ("test", 20)):
+        df = pd.read_parquet(demo_data / f"{split}.parquet").head(n)
+        (out / f"{split}.jsonl").write_text("".join(
+            json.dumps({"id": str(i), "text": t, "labels": list(lab)}) + "\n"
+            for i, t, lab in zip(df["id"], df["text"], df["labels"])))
+    return out
+
+
+@pytest.mark.slow   # 13 commands, 10 of them load torch: about a minute
+def test_the_loop_chains_the_commands_and_reports_every_number(demo_data, tmp_path):
+    data = _coded_notes(demo_data, tmp_path / "synthetic")
+    work = tmp_path / "work"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_review_loop.py"), "--data-dir", str(data), "--seeds", "0",
+           "--budgets", "10", "--orders", "teach", "--work-dir", str(work), "--no-write",
+           "--train-args", "--model tfidf-lr"]          # seconds a train: the loop's plumbing is what is tested
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads((work / "review_loop.json").read_text())
+    entry = out["sets"]["synthetic"]
+    (swork,) = work.glob("synthetic*")        # the set's folder, named with the train options' tag
+    seed = entry["seeds"]["0"]
+    assert seed["seed_notes"] == round(0.1 * entry["train_notes"]) == 3
+    assert seed["pool_notes"] == entry["train_notes"] - 3
+    assert 0.0 <= seed["seed_run"]["micro_f1"] <= 1.0 and 0.0 <= seed["seed_run"]["macro_f1"] <= 1.0
+    (p,) = seed["orders"]["teach"]
+    assert p["budget"] == 10 and p["reviewed"] == round(0.1 * seed["pool_notes"])
+    for value in (p["micro_f1"], p["macro_f1"], p["fresh"]["micro_f1"], p["fresh"]["macro_f1"]):
+        assert 0.0 <= value <= 1.0
+    assert p["codes_per_note"] >= 1     # every note holds a gold code of the label set
+    assert p["retrain_s"] > 0 and p["rescore_s"] > 0 and p["next_s"] > 0 and p["fresh"]["train_cpu"] > 0
+    assert p["retrain_cpu_over_fresh"] > 0
+    assert p["fresh"]["train_s"] > 0 and p["decide_s_per_note"] > 0
+    record = json.loads((swork / "seed0" / "teach" / "10" / "round.json").read_text())
+    assert len(set(record["picked"])) == p["reviewed"] and set(record["reviewed"]) == set(record["picked"])
+    for key, cell in entry["summary"]["teach"]["10"].items():
+        if isinstance(cell, dict):
+            assert 0.0 <= cell["worst"] <= cell["mean"] <= 1.0, key
+    # the review database and the notes hold note text: owner-only
+    assert oct((swork / "seed0" / "teach" / "10" / "review.sqlite").stat().st_mode & 0o777) == "0o600"
+    assert oct((swork / "seed0" / "queue" / "pool.jsonl").stat().st_mode & 0o777) == "0o600"
+    # a second run reuses every run, round and evaluation: the same figures, no command run again
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((work / "review_loop.json").read_text())["sets"] == out["sets"]

@@ -274,6 +274,8 @@ def _train_and_dev(ds: Any, config: TrainConfig) -> tuple[list[str], np.ndarray,
 RUN_DATA = RUN_DATA_DIR  # where `review retrain` writes the new run's own data (RUN/data)
 WARM_PATIENCE = 2        # a warm start stops after this many epochs in a row without a dev gain (no step floor)
 FRESH_GROWTH = 1.5       # a loop kind starts fresh once the training notes outgrow its vocabulary's notes by this
+FRESH_SCHEDULE = "fresh_schedule"   # a warm start's manifest: the schedule a fresh start down the chain trains on
+_SCHEDULE = ("epochs", "patience", "patience_steps", "lr_patience_steps")
 
 
 def retrain_start(checkpoint: Checkpoint, n_train: int) -> tuple[str, int]:
@@ -296,7 +298,8 @@ def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: in
     or is "auto" and the notes outgrew the checkpoint's vocabulary (`retrain_start`), trains as `train` does. The
     fused model's parts without epochs (tfidf-lr, titles, mentions) and its fusion refit either way. The new manifest
     records `retrained_from` (PROVENANCE: the old checkpoint's path and hash, the review database, how many decided
-    notes) and, after a warm start, `vocabulary_notes`.
+    notes) and, after a warm start, `vocabulary_notes` and `fresh_schedule` (the epochs and patience of the chain's
+    last fresh train, which a fresh start down the chain trains with, not the warm start's short ones).
 
     Returns:
         `train`'s result with "seconds" (the whole retrain's wall time), "start" ("warm", "fresh" or "refit"),
@@ -314,13 +317,16 @@ def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: in
     n_train = len(load_dataset(Path(data_dir)).split("train"))
     how, built_on = retrain_start(checkpoint, n_train)
     how = start if start != "auto" else how
+    # a fresh start trains on the schedule of the chain's last fresh train, not on a warm start's short one
+    schedule = checkpoint.manifest.get(FRESH_SCHEDULE) or {k: getattr(cfg, k) for k in _SCHEDULE}
+    cfg = dataclasses.replace(cfg, **{k: v for k, v in schedule.items() if k in _SCHEDULE})
     if checkpoint.model_kind.loop_model is None:
         how = "refit"
         result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, manifest_extra=extra)
     elif how == "warm":
         cfg = dataclasses.replace(cfg, epochs=epochs, patience=WARM_PATIENCE, patience_steps=0, lr_patience_steps=0)
         result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, warm_start=checkpoint,
-                       manifest_extra={**extra, "vocabulary_notes": built_on or n_train})
+                       manifest_extra={**extra, "vocabulary_notes": built_on or n_train, FRESH_SCHEDULE: schedule})
     else:
         result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, manifest_extra=extra)
     return {**result, "seconds": time.perf_counter() - t0, "start": how, "notes": n_train,

@@ -310,6 +310,15 @@ def test_a_retrain_on_notes_that_outgrew_the_vocabulary_starts_fresh(demo_data, 
     assert chained.tokenizer.vocab_size == old.tokenizer.vocab_size
     assert chained.manifest["vocabulary_notes"] == n_small     # the next retrain measures growth from these notes
     assert retrain_start(chained, chained.manifest["data"]["n_train"])[1] == n_small
+    assert chained.train_config.patience_steps == 0              # the warm start's own short schedule ...
+    again = tmp_path / "again"
+    (tmp_path / "db2").mkdir()
+    db2, _ = _decided(warm, demo_data, tmp_path / "db2", n=3)
+    succeeds(["review", "retrain", "--checkpoint", warm, "--data", demo_data, "--out", again, "--db", db2,
+              "--start", "fresh", "--device", "cpu"])
+    fresh_cfg, first = load_checkpoint(again / "checkpoint").train_config, old.train_config
+    assert (fresh_cfg.epochs, fresh_cfg.patience, fresh_cfg.patience_steps) == (
+        first.epochs, first.patience, first.patience_steps)     # ... never a fresh start's down the chain
 
 
 def test_a_warm_start_stops_when_dev_stops_improving(tiny_run, demo_data, tmp_path):

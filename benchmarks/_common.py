@@ -140,3 +140,6 @@ def multi_hot(rows: list[dict], codes: list[str]) -> np.ndarray:
                 y[i, index[c]] = 1
     return y
 
+
+
+TITLE_SUGGESTIONS = 10  # `predict --titles` before #43 listed this many at most (bench_suggestions, study_long_tail)

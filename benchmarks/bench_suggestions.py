@@ -110,9 +110,10 @@ def _rule_rows(rules: tuple, splits: dict[str, list[dict]], scores: dict[str, li
 def main() -> int:
     args = _arguments()
 
+    from benchmarks._common import TITLE_SUGGESTIONS
     from clinicode.codes.suggest import BAR, LIMIT, Suggester, read_tree
     from clinicode.codes.titles import TitleIndex
-    from clinicode.predict import TITLE_SUGGESTIONS, Predictor
+    from clinicode.predict import Predictor
 
     run = _checkpoint(args)
     pred = Predictor.from_checkpoint(run, device="cpu")

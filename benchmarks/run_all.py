@@ -31,9 +31,10 @@ SCRIPTS = [
     ("bench_review_learning.py", ["--codes", "top50", "all"], ["--data", "ncbi", "--seeds", "0"]),
     ("bench_review_learning.py", ["--data", "cmc2007", "--codes", "all"], None),
     ("bench_review_confirm.py", [], None),
-    ("bench_review_retrain.py", [], ["--model", "tfidf-lr"]),
+    ("bench_review_retrain.py", ["--model", "leam"], ["--model", "tfidf-lr"]),
     ("bench_review_retrain.py", ["--model", "fused"], None),
     ("bench_review_retrain.py", ["--model", "fused", "--codes", "all"], None),
+    ("bench_review_loop.py", ["--sets", "cmc2007", "--seeds", "0", "--budgets", "10", "30", "60", "100"], None),
 ]
 
 

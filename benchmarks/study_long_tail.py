@@ -303,8 +303,8 @@ def unseen_table(run: Path, data: Path, split: str, more_titles: list[Path] = ()
 
 def _shipped_rule(cands: list[str], titles: list[str], notes: list[str], gold: list[list[int]]) -> str:
     """`predict --titles` itself (`clinicode.codes.titles.TitleIndex`, at most `TITLE_SUGGESTIONS` per note)."""
+    from benchmarks._common import TITLE_SUGGESTIONS
     from clinicode.codes.titles import TitleIndex
-    from clinicode.predict import TITLE_SUGGESTIONS
 
     index = TitleIndex(dict(zip(cands, titles)))
     where = {c: i for i, c in enumerate(cands)}

@@ -5,7 +5,7 @@ optional per-code thresholds, every number learnt on dev (numpy only; docs/accur
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -143,26 +143,41 @@ def _platt(x: np.ndarray, y: np.ndarray, iters: int = 30) -> tuple[float, float]
         s = np.clip(feats @ theta, -_CLIP, _CLIP)
         return float(np.mean(np.logaddexp(0.0, s) - t * s)) + 0.5 * ridge * float(((theta - prior) ** 2).sum())
 
-    theta, current = prior.copy(), loss(prior)
-    for _ in range(iters):
+    def step(theta: np.ndarray) -> np.ndarray:
         p = sigmoid(feats @ theta)
         grad = feats.T @ (p - t) / len(t) + ridge * (theta - prior)
         hess = (feats * (p * (1 - p))[:, None]).T @ feats / len(t) + ridge * np.eye(2)
-        step = np.linalg.solve(hess, grad)
+        return np.linalg.solve(hess, grad)
+
+    def keep_scale(theta: np.ndarray) -> np.ndarray:
+        theta[0] = min(max(theta[0], 0.05), 20.0)
+        return theta
+
+    theta = _newton(loss, step, prior.copy(), iters=iters, tol=1e-10, project=keep_scale)
+    return float(theta[0]), float(theta[1])
+
+
+def _newton(loss: Callable[[np.ndarray], float], step: Callable[[np.ndarray], np.ndarray], theta: np.ndarray, *,
+            iters: int, tol: float, project: Callable[[np.ndarray], np.ndarray] = lambda theta: theta) -> np.ndarray:
+    """THETA moved by Newton's STEP (theta -> the step to subtract) at most ITERS times, each step halved (up to 30
+    times) until LOSS falls, PROJECT applied to every candidate; it stops once the loss moves less than TOL, or when
+    no halving lowers it."""
+    current = loss(theta)
+    for _ in range(iters):
+        delta = step(theta)
         for _ in range(30):
-            cand = theta - step
-            cand[0] = min(max(cand[0], 0.05), 20.0)
+            cand = project(theta - delta)
             got = loss(cand)
             if got <= current:
                 break
-            step = step / 2
+            delta = delta / 2
         else:
             break
-        done = abs(current - got) < 1e-10
+        done = abs(current - got) < tol
         theta, current = cand, got
         if done:
             break
-    return float(theta[0]), float(theta[1])
+    return theta
 
 
 def fit_fusion(y_dev: np.ndarray, z_leam: np.ndarray, z_lr: np.ndarray, train_counts: np.ndarray, *,
@@ -266,25 +281,13 @@ def _logistic(feats: np.ndarray, t: np.ndarray, weight: np.ndarray, *, ridge: fl
         z = np.clip(feats @ theta, -_CLIP, _CLIP)
         return float(wt @ (np.logaddexp(0.0, z) - t * z)) + 0.5 * float(reg @ theta ** 2)
 
-    theta = np.zeros(feats.shape[1])
-    current = loss(theta)
-    for _ in range(iters):
+    def step(theta: np.ndarray) -> np.ndarray:
         p = sigmoid(feats @ theta)
         grad = feats.T @ (wt * (p - t)) + reg * theta
         hess = (feats * (wt * p * (1 - p))[:, None]).T @ feats + np.diag(reg) + 1e-12 * np.eye(len(theta))
-        step = np.linalg.solve(hess, grad)
-        for _ in range(30):
-            got = loss(theta - step)
-            if got <= current:
-                break
-            step = step / 2
-        else:
-            break
-        done = abs(current - got) < 1e-12
-        theta, current = theta - step, got
-        if done:
-            break
-    return theta
+        return np.linalg.solve(hess, grad)
+
+    return _newton(loss, step, np.zeros(feats.shape[1]), iters=iters, tol=1e-12)
 
 
 def fit_terminology(cosine: np.ndarray, said: np.ndarray, y: np.ndarray, threshold: float, *, tp: int, fp: int,

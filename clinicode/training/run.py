@@ -305,7 +305,7 @@ def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: in
         `train`'s result with "seconds" (the whole retrain's wall time), "start" ("warm", "fresh" or "refit"),
         "notes" (training notes) and "vocabulary_notes" (those the checkpoint's vocabulary was built from).
     """
-    from clinicode.data.prepared import load_dataset
+    from clinicode.data.prepared import read_split_codes
 
     if start not in ("auto", "warm", "fresh"):
         raise ConfigError(f"a retrain's start must be auto, warm or fresh, got {start!r}.")
@@ -314,7 +314,8 @@ def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: in
                               **({"device": device} if device else {}))
     extra: dict[str, Any] = {"retrained_from": provenance or {"checkpoint": str(checkpoint.path),
                                                               "checkpoint_sha256": checkpoint.manifest_sha256}}
-    n_train = len(load_dataset(Path(data_dir)).split("train"))
+    # the notes `train` will count (top_k is None: it drops none), read without dev, test or the label set
+    n_train = len(read_split_codes(Path(data_dir), "train"))
     how, built_on = retrain_start(checkpoint, n_train)
     how = start if start != "auto" else how
     # a fresh start trains on the schedule of the chain's last fresh train, not on a warm start's short one

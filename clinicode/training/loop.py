@@ -261,8 +261,11 @@ class _Trainer:
     """
 
     def __init__(self, setup: TrainingSetup, *, progress: bool,
-                 on_epoch: Callable[[dict[str, Any]], None] | None) -> None:
+                 on_epoch: Callable[[dict[str, Any]], None] | None, resumable: bool = True) -> None:
         self.setup, self.progress, self.on_epoch = setup, progress, on_epoch
+        # a run that cannot be resumed (`retrain`) writes no RUN/state and keeps its best weights in memory
+        self.resumable = resumable
+        self.best: dict[str, torch.Tensor] | None = None
 
     # What a caller hooks into during the loop (a test wraps the optimiser's step), read from the setup.
     @property
@@ -360,7 +363,9 @@ class _Trainer:
             setup.state["epoch"] = epoch
             if improved:
                 setup.state.update(best_score=score, best_epoch=epoch, bad_epochs=0)
-                if setup.rank == 0:
+                if not self.resumable:   # the weights as a saved checkpoint holds them, read back by `_load_best`
+                    self.best = {k: v.detach().to("cpu", copy=True) for k, v in setup.model.state_dict().items()}
+                elif setup.rank == 0:
                     setup.save_best(t, m)
             else:
                 setup.state["bad_epochs"] += 1
@@ -379,9 +384,10 @@ class _Trainer:
             if setup.rank == 0:
                 write_bytes_atomic(setup.run / HISTORY_FILE,
                                    "".join(json.dumps(r) + "\n" for r in setup.state["history"]).encode())
-                save_state(setup.state_dir, model=setup.model, opt=setup.opt, average=setup.average,
-                           tokenizer=setup.tokenizer, state=setup.state, train_config=cfg,
-                           model_config=setup.model_config, data=setup.manifest_extra["data"])
+                if self.resumable:
+                    save_state(setup.state_dir, model=setup.model, opt=setup.opt, average=setup.average,
+                               tokenizer=setup.tokenizer, state=setup.state, train_config=cfg,
+                               model_config=setup.model_config, data=setup.manifest_extra["data"])
                 if self.on_epoch:
                     self.on_epoch(row)
             barrier()
@@ -445,10 +451,11 @@ class EpochLoop:
 
     def __init__(self, run: Path, ds: Any, config: TrainConfig, extra: dict[str, Any], *, given: dict[str, Any],
                  resume: bool, progress: bool, on_epoch: Callable[[dict[str, Any]], None] | None,
-                 report: Callable[[str], None] | None, warm_start: Checkpoint | None) -> None:
+                 report: Callable[[str], None] | None, warm_start: Checkpoint | None,
+                 resumable: bool = True) -> None:
         self.run, self.ds, self.config, self.extra, self.given = run, ds, config, extra, given
         self.resume, self.progress, self.on_epoch, self.report = resume, progress, on_epoch, report
-        self.warm_start = warm_start
+        self.warm_start, self.resumable = warm_start, resumable
 
     def __call__(self, kind: Any, options: Any, *, epochs: int | None = None) -> Fitted:
         config, report, every = self.config, self.report, self.ds
@@ -460,7 +467,7 @@ class EpochLoop:
                               manifest_extra={**self.extra, "world_size": world()[1]}, warm_start=self.warm_start)
         if ds is not every:   # the bands and the checkpoint count every training note, not only those the epochs saw
             setup.train_counts = every.labels.counts(every.split("train")["labels"])
-        trainer = _Trainer(setup, progress=self.progress, on_epoch=self.on_epoch)
+        trainer = _Trainer(setup, progress=self.progress, on_epoch=self.on_epoch, resumable=self.resumable)
         if setup.world == 1 and int(setup.state["epoch"]) < loop_config.epochs:
             say(report, estimate(setup))
         trainer.fit()
@@ -473,7 +480,7 @@ class EpochLoop:
                 dist.destroy_process_group()
                 raise OtherRank({"run": str(self.run), "rank": setup.rank, "best_epoch": setup.state["best_epoch"]})
         setup.release_training()
-        _load_best(self.run, setup)
+        _load_best(self.run, setup, trainer.best)
         return Fitted(model=setup.model, tokenizer=setup.tokenizer, dev_ids=setup.dev_ids,
                       manifest={**setup.manifest_extra, "epoch": setup.state["best_epoch"]},
                       result={"best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
@@ -504,9 +511,14 @@ def _note_if_still_improving(trainer: _Trainer, setup: TrainingSetup, config: Tr
             log.warning("%s", note)
 
 
-def _load_best(run: Path, setup: TrainingSetup) -> None:
-    """Load the best-on-dev weights the loop saved into the model, or say in one line why there are none."""
+def _load_best(run: Path, setup: TrainingSetup, best: dict[str, torch.Tensor] | None = None) -> None:
+    """Load the best-on-dev weights the loop saved (or, for a run that cannot be resumed, held: BEST) into the model,
+    or say in one line why there are none."""
     ck_dir = run / CHECKPOINT_DIR
+    if best is not None:
+        setup.model.load_state_dict(best)
+        setup.model.to(setup.device).eval()
+        return
     if not all((ck_dir / name).is_file() for name in setup.kind.files):
         history = setup.state["history"]
         if history and all(r.get("codes_everything") for r in history):

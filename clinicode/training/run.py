@@ -185,6 +185,7 @@ def train(
     report: Callable[[str], None] | None = None,
     warm_start: Checkpoint | None = None,
     manifest_extra: dict[str, Any] | None = None,
+    resumable: bool = True,
 ) -> dict[str, Any]:
     """Train the model kind `config.model` names (LEAM by default) on a prepared dataset and write RUN/checkpoint.
 
@@ -200,6 +201,9 @@ def train(
         report: called with status lines for the user (the memory plan).
         warm_start: a checkpoint of the same label set to start from (its weights and tokenizer; `retrain`).
         manifest_extra: fields added to the checkpoint's manifest (`retrain`'s `retrained_from`).
+        resumable: write RUN/state after each epoch and the best epoch's checkpoint when it comes, so that `resume`
+            continues the run and a kill leaves its best epoch; False (`retrain`, which cannot be resumed and removes
+            a run it did not finish) keeps the best weights in memory and writes only the final checkpoint.
     Returns:
         {"threshold", "dev", "test", "run"} with the final metrics.
     """
@@ -211,7 +215,7 @@ def train(
     if world()[1] > 1 and kind.loop_model is None:
         raise ConfigError(f"--model {kind.name} trains in one process; run it without torchrun.")
     loop = EpochLoop(run, ds, config, extra, given=given_options(model_options), resume=resume, progress=progress,
-                      on_epoch=on_epoch, report=report, warm_start=warm_start)
+                      on_epoch=on_epoch, report=report, warm_start=warm_start, resumable=resumable)
     try:
         fitted = kind.fit(_training_data(kind, ds, config, warm_start, report), options, loop=loop)
     except OtherRank as other:   # under torchrun rank 0 alone finishes: scores dev and test, writes the checkpoint
@@ -321,14 +325,18 @@ def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: in
     # a fresh start trains on the schedule of the chain's last fresh train, not on a warm start's short one
     schedule = checkpoint.manifest.get(FRESH_SCHEDULE) or {k: getattr(cfg, k) for k in _SCHEDULE}
     cfg = dataclasses.replace(cfg, **{k: v for k, v in schedule.items() if k in _SCHEDULE})
+    # a retrain cannot be resumed (its command removes a run it did not finish): no RUN/state, no checkpoint per epoch
     if checkpoint.model_kind.loop_model is None:
         how = "refit"
-        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, manifest_extra=extra)
+        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, manifest_extra=extra,
+                       resumable=False)
     elif how == "warm":
         cfg = dataclasses.replace(cfg, epochs=epochs, patience=WARM_PATIENCE, patience_steps=0, lr_patience_steps=0)
         result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, warm_start=checkpoint,
-                       manifest_extra={**extra, "vocabulary_notes": built_on or n_train, FRESH_SCHEDULE: schedule})
+                       manifest_extra={**extra, "vocabulary_notes": built_on or n_train, FRESH_SCHEDULE: schedule},
+                       resumable=False)
     else:
-        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, manifest_extra=extra)
+        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, manifest_extra=extra,
+                       resumable=False)
     return {**result, "seconds": time.perf_counter() - t0, "start": how, "notes": n_train,
             "vocabulary_notes": built_on}

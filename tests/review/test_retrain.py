@@ -333,3 +333,21 @@ def test_a_warm_start_stops_when_dev_stops_improving(tiny_run, demo_data, tmp_pa
     history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
     assert len(history) < 60 and "until dev stopped improving" in res.stdout
     assert sum(1 for r in history[-(training.WARM_PATIENCE + 1):] if r["best"]) == 0
+
+
+def test_a_retrain_keeps_its_best_epoch_in_memory_and_writes_no_state(tiny_run, demo_data, tmp_path):
+    """A retrain cannot be resumed (its command removes a run it did not finish), so it writes no RUN/state at each
+    epoch (train --resume's) and no checkpoint per better epoch: it keeps the best epoch's weights in memory, and
+    the checkpoint it saves is that epoch's, not the last one's."""
+    db, _ = _decided(tiny_run, demo_data, tmp_path, n=6)
+    out = tmp_path / "warm"
+    succeeds(["review", "retrain", "--checkpoint", tiny_run, "--data", demo_data, "--out", out, "--db", db,
+              "--epochs", "60", "--device", "cpu"])
+    assert not (out / "state").exists() and (tiny_run / "state" / "state.json").is_file()   # a train still writes it
+    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    best = max(range(len(history)), key=lambda i: (history[i]["best"], i))
+    assert best < len(history) - 1, "the last epoch was not the best one"
+    manifest = json.loads((out / "checkpoint" / "manifest.json").read_text())
+    dev = json.loads((out / "checkpoint" / "metrics_dev.json").read_text())
+    assert manifest["epoch"] == best + 1 and dev["f1_micro"] == pytest.approx(history[best]["dev_f1_micro"], abs=1e-9)
+    assert dev["f1_micro"] != pytest.approx(history[-1]["dev_f1_micro"], abs=1e-9)

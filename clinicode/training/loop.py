@@ -468,7 +468,9 @@ class EpochLoop:
         if ds is not every:   # the bands and the checkpoint count every training note, not only those the epochs saw
             setup.train_counts = every.labels.counts(every.split("train")["labels"])
         trainer = _Trainer(setup, progress=self.progress, on_epoch=self.on_epoch, resumable=self.resumable)
-        if setup.world == 1 and int(setup.state["epoch"]) < loop_config.epochs:
+        # measured (a few training steps) only when someone reads it: a report, or the log at INFO (--verbose)
+        if (setup.world == 1 and int(setup.state["epoch"]) < loop_config.epochs
+                and (report is not None or log.isEnabledFor(logging.INFO))):
             say(report, estimate(setup))
         trainer.fit()
         _note_if_still_improving(trainer, setup, config, loop_config, report)

@@ -8,9 +8,9 @@ import json
 import logging
 from pathlib import Path
 
+import clinicode.training.loop as loop
 from clinicode.config import TrainConfig
 from clinicode.train import train
-import clinicode.training.loop as loop
 
 from conftest import TINY_MODEL
 

@@ -474,7 +474,7 @@ class EpochLoop:
                 raise OtherRank({"run": str(self.run), "rank": setup.rank, "best_epoch": setup.state["best_epoch"]})
         setup.release_training()
         _load_best(self.run, setup)
-        return Fitted(model=setup.model, tokenizer=setup.tokenizer, dev_ids=setup.dev_ids,
+        return Fitted(model=setup.model, tokenizer=setup.tokenizer, dev_ids=setup.dev_ids, device=setup.device,
                       manifest={**setup.manifest_extra, "epoch": setup.state["best_epoch"]},
                       result={"best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
                               "stopped": trainer.stopped()})
@@ -507,7 +507,7 @@ def _note_if_still_improving(trainer: _Trainer, setup: TrainingSetup, config: Tr
 def _load_best(run: Path, setup: TrainingSetup) -> None:
     """Load the best-on-dev weights the loop saved into the model, or say in one line why there are none."""
     ck_dir = run / CHECKPOINT_DIR
-    if not all((ck_dir / name).is_file() for name in setup.kind.files):
+    if not all((ck_dir / name).is_file() for name in setup.kind.files.required):
         history = setup.state["history"]
         if history and all(r.get("codes_everything") for r in history):
             raise DataFormatError(f"{run}: all {len(history):,} epochs finished, but after each one the model marked "

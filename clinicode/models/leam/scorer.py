@@ -53,6 +53,7 @@ class LEAMScorer:
         self.device = torch.device(device)
         self.batch_size = batch_size
         self.n_labels = model.config.n_labels
+        self.single_label = not model.config.multilabel   # softmax scores: the top code is the prediction
         self.plan: MemoryPlan = plan(model.config, batch_size=batch_size, max_len=max_len, budget_mb=memory_mb,
                                      device=self.device.type, training=False, fast=model.fast)
         self._table: torch.Tensor | None = model.word_code_table() if self.plan.use_table else None  # [V, K] G

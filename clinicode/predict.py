@@ -16,7 +16,6 @@ from clinicode.codes.suggest import CheckpointSuggestions, Suggester, Suggestion
 from clinicode.codes.systems import CodeSystem
 from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError
-from clinicode.memory import MemoryPlan
 from clinicode.metrics import predicted_codes, predicted_indices
 from clinicode.models.spans import WORD_BAR, Span, attention_spans, top
 from clinicode.records import text_error
@@ -162,7 +161,8 @@ class Predictor:
         self.scorer = self.model_kind.scorer(checkpoint, device=self.device, batch_size=batch_size,
                                              memory_mb=memory_mb)
         self.single_label: bool = self.scorer.single_label  # softmax scores: the top code is the prediction
-        self.plan: MemoryPlan | None = getattr(self.scorer, "plan", None)  # a model with a memory plan (LEAM)
+        # the scorer's memory plan, for a model that has one (LEAM's: `summary()` is predict's stderr line)
+        self.plan: Any = getattr(self.scorer, "plan", None)
         # codes from index on that a kind scores from a terminology's titles alone (the fused model's
         # `train --terminology`), marked so in `predicted`; len(labels): none
         self._first_term = len(self.labels) - int(getattr(self.scorer, "terminology_codes", 0))

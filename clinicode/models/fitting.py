@@ -13,7 +13,6 @@ if TYPE_CHECKING:
 
     from clinicode.config import TrainConfig
     from clinicode.data.labels import LabelSet
-    from clinicode.memory import MemoryPlan
     from clinicode.models.declarations import KindFiles
 
 
@@ -61,6 +60,16 @@ class Fitted:
     result: dict[str, Any] = dataclasses.field(default_factory=dict)     # fields `train`'s result adds
 
 
+class MemoryPlan(Protocol):
+    """One batch's memory plan as the loop uses it (LEAM's: `clinicode.models.leam.memory.MemoryPlan`)."""
+
+    def summary(self) -> str:
+        """The line the run reports."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the checkpoint's manifest records as "memory"."""
+
+
 class LoopModel(Protocol):
     """What the epoch loop asks of the model it trains (a kind's `loop_model`): a torch.nn.Module fed token ids,
     built from its configuration (`config_type`: the options plus what the data decides, saved with --resume's
@@ -90,7 +99,8 @@ class LoopModel(Protocol):
 
     def memory_plan(self, model_config: Any, *, batch_size: int, max_len: int, budget_mb: int, device: str,
                     training: bool, fast: bool = True) -> MemoryPlan:
-        """One batch's memory plan (`clinicode.memory`); raises ConfigError when a batch cannot fit BUDGET_MB."""
+        """One batch's memory plan (LEAM's: `clinicode.models.leam.memory.plan`); raises ConfigError when a batch
+        cannot fit BUDGET_MB."""
 
     def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan) -> Any:
         """[B, K] logits of one training batch (ids and mask [B, L]); under torchrun the notes' dropout masks are the
@@ -118,4 +128,4 @@ class Loop(Protocol):
         ...
 
 
-__all__ = ["Fitted", "Loop", "LoopModel", "TrainingData"]
+__all__ = ["Fitted", "Loop", "LoopModel", "MemoryPlan", "TrainingData"]

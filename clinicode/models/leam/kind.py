@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from clinicode.config import TrainConfig
     from clinicode.data.labels import LabelSet
-    from clinicode.memory import MemoryPlan
+    from clinicode.models.leam.memory import MemoryPlan
     from clinicode.models.leam.scorer import LEAMScorer
 
 
@@ -195,7 +195,7 @@ class LEAMKind:
 
     def memory_plan(self, model_config: LEAMConfig, *, batch_size: int, max_len: int, budget_mb: int, device: str,
                     training: bool, fast: bool = True) -> MemoryPlan:
-        from clinicode.memory import plan
+        from clinicode.models.leam.memory import plan
 
         return plan(model_config, batch_size=batch_size, max_len=max_len, budget_mb=budget_mb, device=device,
                     training=training, fast=fast)

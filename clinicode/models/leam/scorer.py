@@ -1,4 +1,4 @@
-"""LEAM's scorer: the model's own forward over length-bucketed batches, as `clinicode.memory.plan` decides.
+"""LEAM's scorer: the model's own forward over length-bucketed batches, as `clinicode.models.leam.memory.plan` decides.
 
 Few codes: G is a row gather of the stored [V, K] word-code table; many: the codes are scored a block at a time."""
 
@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from clinicode.batching import bucketed_batches, pad_batch
-from clinicode.memory import MemoryPlan, plan
 from clinicode.models.leam.kernels import EPS
+from clinicode.models.leam.memory import MemoryPlan, plan
 from clinicode.models.spans import Span, word_spans
 from clinicode.tokenizer import ClinicalTokenizer
 

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import OWN_MARK, machine_line, mark_own, publish, remove_own, synthetic_notes  # noqa: E402
-from clinicode.memory import plan  # noqa: E402
+from clinicode.models.leam.memory import plan  # noqa: E402
 from clinicode.models.leam.options import LEAMConfig  # noqa: E402
 
 PLAIN_TRAIN_LIMIT_MB = 8_000  # the machine has 24 GB; the plain model's training batch above this is not attempted

@@ -43,10 +43,10 @@ CHECKPOINT_KIND = "checkpoint"
 # Each code's number of training notes (covered by the manifest's hashes), so every reader can slice rare/frequent.
 # Checkpoints from before it have none: `Checkpoint.train_counts` is then None ("no training counts").
 TRAIN_COUNTS_FILE = "train_counts.json"
-# The files every checkpoint holds, beside those its model kind owns (`ModelKind.files`).
+# The files every checkpoint holds, beside those its model kind owns (`ModelKind.files.required`).
 _COMMON_FILES = (LABELS_FILE, THRESHOLD_FILE, TRAIN_CONFIG_FILE)
 # The files a checkpoint may hold and loading reads when it does (older checkpoints may lack them), beside its kind's
-# (`ModelKind.optional_files`): one that is there must be hashed in the manifest, else it is refused unread.
+# (`ModelKind.files.optional`): one that is there must be hashed in the manifest, else it is refused unread.
 _OPTIONAL_FILES = (METRICS_DEV_FILE, METRICS_TEST_FILE, TRAIN_COUNTS_FILE)
 
 
@@ -82,22 +82,19 @@ class Checkpoint:
         """The registered kind of `model` (what it can do, how it scores)."""
         return model_kind(self.kind, folder=self.path)
 
-    @property
-    def single_label(self) -> bool:
-        """True for a model with one label per note (softmax scores): its prediction is the top code."""
-        return self.model_kind.single_label(self.model)
-
 
 def model_options_as_saved(data: dict[str, Any], *, kind: object) -> dict[str, Any]:
     """A run's model_config.json read back as its model kind (KIND: the manifest's "model") reads it, through the
-    kind's `config_type`: every field, those it predates with the value of its time (so runs from before a field
-    existed compare equal to runs that spell the same model out); as given for a kind without one.
+    `config_type` of what its epoch loop trains (`ModelKind.loop_model`): every field, those it predates with the value
+    of its time (so runs from before a field existed compare equal to runs that spell the same model out); as given
+    for a kind fitted whole.
 
     Raises:
         ConfigError: not a model configuration of the kind.
         CheckpointError: KIND is not a registered kind.
     """
-    config_type = model_kind(kind).config_type
+    looped = model_kind(kind).loop_model
+    config_type = looped.config_type if looped is not None else None
     return config_to_dict(saved_config(config_type, data, source=MODEL_CONFIG_FILE)) if config_type else dict(data)
 
 
@@ -273,11 +270,11 @@ def verify_checkpoint(path: Path, *, verify: bool = True) -> tuple[Path, dict[st
                               "checkpoint is damaged, retrain it.")
     kind = manifest.get("model")
     plugin = MODEL_KINDS.get(kind) if isinstance(kind, str) else None  # an unknown kind: load_checkpoint says so
-    optional = (*_OPTIONAL_FILES, *getattr(plugin, "optional_files", ()))  # a kind may declare none
+    optional = (*_OPTIONAL_FILES, *(plugin.files.optional if plugin else ()))
     for name in (*files, *optional):  # before anything reads or hashes them
         _check_inside(folder, name)
     # Every piece that loading reads must be covered by a hash, or a swapped file would load unchecked.
-    unlisted = [n for n in ((*plugin.files, *_COMMON_FILES) if plugin else ()) if n not in files]
+    unlisted = [n for n in ((*plugin.files.required, *_COMMON_FILES) if plugin else ()) if n not in files]
     if unlisted:
         raise CheckpointError(
             f"{folder}: manifest.json lists no hash for {', '.join(unlisted)}; the checkpoint is damaged "

@@ -62,7 +62,7 @@ class TrainConfig:
     top_k: int | None = None
     single_label: bool | None = None  # None: decided from the data (every note has exactly one label)
     eval_batch_size: int = 64
-    memory_mb: int = 2048           # scratch memory of one batch, training and dev scoring (clinicode/memory.py)
+    memory_mb: int = 2048           # scratch memory of one batch, training and dev scoring (models/leam/memory.py)
 
     def patience_epochs(self, steps_per_epoch: int) -> tuple[int, int]:
         """(patience, lr_patience) in epochs for epochs of STEPS_PER_EPOCH optimiser steps: the epoch counts, raised
@@ -246,7 +246,7 @@ class PredictConfig:
                                     # code (its nearest words, docs/predict.md)
     threshold: float | None = None  # codes scoring above it are predicted; None: the checkpoint's tuned threshold
     batch_size: int = 64            # notes per forward pass
-    memory_mb: int = 2048           # scratch memory of one batch and the stored word-code table (clinicode/memory.py)
+    memory_mb: int = 2048           # scratch memory of one batch and the stored word-code table (models/leam/memory.py)
 
     def __post_init__(self) -> None:
         if self.memory_mb < 64:

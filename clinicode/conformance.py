@@ -26,7 +26,7 @@ from clinicode.constants import LABELS_FILE, MANIFEST_FILE, THRESHOLD_FILE, TRAI
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.formats import Reader, Writer
-from clinicode.models import MODEL_KINDS, ModelKind
+from clinicode.models import MODEL_KINDS, Abilities, KindFiles, ModelKind
 from clinicode.models.fitting import Fitted, TrainingData
 from clinicode.predict import Predictor
 
@@ -72,17 +72,22 @@ def _check_declarations(kind: ModelKind, who: str) -> None:
     _need(isinstance(kind.name, str) and kind.name and kind.name == kind.name.strip() and len(kind.name) <= 40,
           who, "`name` must be a short non-empty string (the manifest's model, `train --model`).")
     _need(isinstance(kind.summary, str) and kind.summary, who, "`summary` must be a non-empty string (--help).")
-    files = kind.files
+    _need(isinstance(getattr(kind, "files", None), KindFiles), who,
+          "`files` must be a `KindFiles` (clinicode.models.declarations): the files it always writes, and those it "
+          "sometimes does.")
+    files, optional = kind.files.required, kind.files.optional
     _need(isinstance(files, tuple) and files and all(isinstance(f, str) and f and "/" not in f for f in files),
-          who, "`files` must be a non-empty tuple of file names (no folders).")
+          who, "`files.required` must be a non-empty tuple of file names (no folders).")
     _need(len(set(files)) == len(files) and not set(files) & _CHECKPOINT_OWN, who,
-          f"`files` must be distinct and none of the checkpoint's own ({', '.join(sorted(_CHECKPOINT_OWN))}).")
-    optional = getattr(kind, "optional_files", ())
+          f"`files.required` must be distinct and none of the checkpoint's own ({', '.join(sorted(_CHECKPOINT_OWN))}).")
     _need(isinstance(optional, tuple) and all(isinstance(f, str) and f and "/" not in f for f in optional)
           and not set(optional) & (set(files) | _CHECKPOINT_OWN), who,
-          "`optional_files` must be a tuple of file names (no folders), none of `files` or the checkpoint's own.")
-    for flag in ("can_explain", "can_embed", "scores_ids", "refits_on_dev"):
-        _need(isinstance(getattr(kind, flag, None), bool), who, f"`{flag}` must be a bool.")
+          "`files.optional` must be a tuple of file names (no folders), none of `files.required` or the checkpoint's "
+          "own.")
+    abilities = getattr(kind, "abilities", None)
+    _need(isinstance(abilities, Abilities), who, "`abilities` must be an `Abilities` (clinicode.models.declarations).")
+    for field in dataclasses.fields(Abilities):
+        _need(isinstance(getattr(abilities, field.name), bool), who, f"`abilities.{field.name}` must be a bool.")
     opts = getattr(kind, "options_type", "missing")
     _need(opts is None or (isinstance(opts, type) and dataclasses.is_dataclass(opts)), who,
           "`options_type` must be None (no options) or a dataclass whose fields all have defaults.")
@@ -91,7 +96,7 @@ def _check_declarations(kind: ModelKind, who: str) -> None:
             opts()
         except TypeError:
             raise ConformanceError(f"{who}: `options_type()` must build the default options.") from None
-    members = ("save", "verify", "load", "single_label", "device", "card", "display_name", "scorer", "fit")
+    members = ("save", "verify", "load", "card", "display_name", "scorer", "fit")
     for m in members:
         _need(callable(getattr(kind, m, None)), who, f"`{m}` must be a method.")
     looped = getattr(kind, "loop_model", "missing")
@@ -100,6 +105,8 @@ def _check_declarations(kind: ModelKind, who: str) -> None:
     if looped is not None:
         _need(isinstance(getattr(looped, "config_type", None), type), who,
               "`loop_model.config_type` must be the model configuration's class (saved with --resume's state).")
+        _need(isinstance(getattr(looped, "files", None), KindFiles), who,
+              "`loop_model.files` must be a `KindFiles` (the files its `save` writes for the loop's checkpoints).")
     _need(isinstance(kind.display_name({}), str), who, "`display_name({})` must be a string.")
 
 
@@ -230,8 +237,8 @@ def _trained(kind: ModelKind, texts: list[str], y: np.ndarray, labels: LabelSet,
 
 def check_kind(kind: ModelKind) -> None:
     """Check a model kind against `ModelKind` by using it: its declarations; trained as `train` would (one loop step,
-    or `fit`); saved, verified and loaded through the checkpoint; scored through `Predictor`; what it says it can do
-    (`can_explain`, `can_embed`, `scores_ids`) done; a checkpoint missing one of its `files` refused; and, for a kind
+    or `fit`); saved, verified and loaded through the checkpoint; scored through `Predictor`; what its `abilities` say
+    it can do (`explain`, `embed`, `score_ids`) done; a checkpoint missing one of its `files` refused; and, for a kind
     with options, options off their defaults (`other_options`) given, saved and read back equal (its `card`).
 
     A kind not (yet) registered under its name is registered while it is checked, and the registry restored after.
@@ -262,19 +269,18 @@ def _check_use(kind: ModelKind, who: str) -> None:
     _need(isinstance(card, dict) and isinstance(card.get("model_config"), dict), who,
           "`card` must return {'model_config': {...}}.")
     json.dumps(card)
-    _need(isinstance(kind.single_label(model), bool), who, "`single_label` must return a bool.")
     with tempfile.TemporaryDirectory(prefix="clinicode-conformance-") as tmp:
         folder = Path(tmp) / "checkpoint"
         save_checkpoint(folder, kind=kind.name, model=model, labels=labels, threshold=0.5,
                         train_config=TrainConfig(model=kind.name, max_len=max_len, device="cpu"), tokenizer=tokenizer)
-        for name in kind.files:
-            _need((folder / name).is_file(), who, f"`save` must write each of `files` ({name} is missing).")
+        for name in kind.files.required:
+            _need((folder / name).is_file(), who, f"`save` must write each of `files.required` ({name} is missing).")
         # a file the kind reads must be one the manifest hashes and verifying checks: declared, or a file planted in
         # a copied checkpoint would change what it predicts with its hashes still matching
-        declared = {*kind.files, *getattr(kind, "optional_files", ()), *_CHECKPOINT_OWN}
+        declared = {*kind.files.every, *_CHECKPOINT_OWN}
         undeclared = sorted(p.name for p in folder.iterdir() if p.name not in declared)
-        _need(not undeclared, who, f"`save` wrote {', '.join(undeclared)}, which neither `files` nor `optional_files` "
-                                   "declares (the manifest must hash every file loading reads).")
+        _need(not undeclared, who, f"`save` wrote {', '.join(undeclared)}, which `files` does not declare (the "
+                                   "manifest must hash every file loading reads).")
         kind.verify(folder)
         opened = _opened()
         try:
@@ -283,8 +289,11 @@ def _check_use(kind: ModelKind, who: str) -> None:
             _OPENS.pop()
         root = os.path.realpath(folder)
         read = sorted({os.path.basename(p) for p in opened if os.path.dirname(os.path.realpath(p)) == root})
-        _need(set(read) <= declared, who, f"loading read {', '.join(sorted(set(read) - declared))}, which neither "
-                                          "`files` nor `optional_files` declares (the manifest must hash it).")
+        _need(set(read) <= declared, who, f"loading read {', '.join(sorted(set(read) - declared))}, which `files` "
+                                          "does not declare (the manifest must hash it).")
+        scorer = kind.scorer(checkpoint, device="cpu", batch_size=8, memory_mb=512)
+        _need(isinstance(getattr(scorer, "single_label", None), bool), who,
+              "the scorer's `single_label` must be a bool (one label a note: the top code is the prediction).")
         pred = Predictor(checkpoint, device="cpu", batch_size=8, memory_mb=512)
         _need(pred.kind == kind.name, who, "the loaded checkpoint must name the kind.")
         s = pred.score(texts)
@@ -293,29 +302,32 @@ def _check_use(kind: ModelKind, who: str) -> None:
         _need(np.isfinite(s).all() and (s >= 0).all() and (s <= 1).all(), who, "scores must be probabilities.")
         _need(np.allclose(pred.score(texts[:5][::-1]), s[:5][::-1], atol=1e-5), who,
               "a note's scores must not depend on the other notes of its batch or their order.")
-        _need(not kind.can_explain or callable(getattr(pred.scorer, "code_spans", None)), who,
-              "`can_explain`: the scorer must give each code's spans on its own stated scale (`code_spans`).")
-        _need(not kind.can_explain or (isinstance(getattr(pred.scorer, "span_weight", None), str)
-                                       and pred.scorer.span_weight.strip()), who,
-              "`can_explain`: the scorer must say what a span's weight is (`span_weight`, a few words).")
-        record = pred.predict(texts[:2], explain=2 if kind.can_explain else 0)[0].to_dict()
+        can = kind.abilities
+        _need(not can.explain or callable(getattr(pred.scorer, "code_spans", None)), who,
+              "`abilities.explain`: the scorer must give each code's spans on its own stated scale (`code_spans`).")
+        _need(not can.explain or (isinstance(getattr(pred.scorer, "span_weight", None), str)
+                                  and pred.scorer.span_weight.strip()), who,
+              "`abilities.explain`: the scorer must say what a span's weight is (`span_weight`, a few words).")
+        record = pred.predict(texts[:2], explain=2 if can.explain else 0)[0].to_dict()
         _need(record["id"] == "0" and "scores" in record, who, "`Predictor.predict` must give records.")
-        if kind.can_explain:
-            _need(record.get("evidence", {}).get("spans"), who, "`can_explain`: predict --explain must give spans.")
-        if kind.can_embed:
+        if can.explain:
+            _need(record.get("evidence", {}).get("spans"), who,
+                  "`abilities.explain`: predict --explain must give spans.")
+        if can.embed:
             _need(pred.embed(texts[:3]).shape[0] == 3 and pred.label_embeddings().shape[0] == len(labels), who,
-                  "`can_embed`: the scorer must give note and code vectors.")
-        if kind.scores_ids:
+                  "`abilities.embed`: the scorer must give note and code vectors.")
+        if can.score_ids:
             ids = pred.checkpoint.tokenizer.encode_ids(texts[:4])
             _need(np.allclose(pred.score_ids(ids), s[:4], atol=1e-5), who,
-                  "`scores_ids`: score_ids must equal score on the same notes.")
-        (folder / kind.files[0]).unlink()
+                  "`abilities.score_ids`: score_ids must equal score on the same notes.")
+        first = kind.files.required[0]
+        (folder / first).unlink()
         try:
             load_checkpoint(folder)
         except CheckpointError:
             pass
         else:
-            raise ConformanceError(f"{who}: a checkpoint without {kind.files[0]} must be refused.")
+            raise ConformanceError(f"{who}: a checkpoint without {first} must be refused.")
 
 
 def _check_options(kind: ModelKind, who: str) -> None:

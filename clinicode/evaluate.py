@@ -267,7 +267,7 @@ def evidence_of(pred: Predictor, texts: Sequence[str], gold: Sequence[Sequence[s
     known = set(pred.codes)
     return spans_report(texts, gold, mentions, pred.code_spans(texts, explain=k, threshold=threshold),
                         titles=_floor_titles(pred), spell=lambda code: pred.code_system.canonical(code, known),
-                        k=k, spanless=None if pred.model_kind.can_explain else pred.kind)
+                        k=k, spanless=None if pred.model_kind.abilities.explain else pred.kind)
 
 
 def _floor_titles(pred: Predictor) -> dict[str, str]:

@@ -16,7 +16,6 @@ from clinicode.codes.suggest import CheckpointSuggestions, Suggester, Suggestion
 from clinicode.codes.systems import CodeSystem
 from clinicode.config import PREDICT, check_threshold
 from clinicode.errors import ConfigError
-from clinicode.memory import MemoryPlan
 from clinicode.metrics import predicted_codes, predicted_indices
 from clinicode.models.spans import WORD_BAR, Span, attention_spans, top
 from clinicode.records import text_error
@@ -153,7 +152,6 @@ class Predictor:
         self.threshold = checkpoint.threshold
         self.kind = checkpoint.kind
         self.model_kind = checkpoint.model_kind  # what the model can do: ask it, not its name
-        self.single_label = checkpoint.single_label  # softmax scores: the top code is the prediction
         self.device = torch.device(device)
         self.batch_size = batch_size
         # codes the checkpoint was not trained on, suggested from their titles (`suggested`): TITLES when given (built
@@ -162,7 +160,9 @@ class Predictor:
                                                   titles=titles, tree=tree, enabled=suggest)
         self.scorer = self.model_kind.scorer(checkpoint, device=self.device, batch_size=batch_size,
                                              memory_mb=memory_mb)
-        self.plan: MemoryPlan | None = getattr(self.scorer, "plan", None)  # a model with a memory plan (LEAM)
+        self.single_label: bool = self.scorer.single_label  # softmax scores: the top code is the prediction
+        # the scorer's memory plan, for a model that has one (LEAM's: `summary()` is predict's stderr line)
+        self.plan: Any = getattr(self.scorer, "plan", None)
         # codes from index on that a kind scores from a terminology's titles alone (the fused model's
         # `train --terminology`), marked so in `predicted`; len(labels): none
         self._first_term = len(self.labels) - int(getattr(self.scorer, "terminology_codes", 0))
@@ -200,7 +200,7 @@ class Predictor:
     def span_weight(self) -> str:
         """What a code's span weight is, in a coder's words (the kind's scorer says; "" for a kind that shows no
         spans)."""
-        return self.scorer.span_weight if self.model_kind.can_explain else ""  # type: ignore[attr-defined]
+        return self.scorer.span_weight if self.model_kind.abilities.explain else ""  # type: ignore[attr-defined]
 
     @property
     def code_system(self) -> CodeSystem:
@@ -218,14 +218,14 @@ class Predictor:
 
     def score_ids(self, id_lists: Sequence[Sequence[int]]) -> np.ndarray:
         """[N, K] float32 probabilities for notes already encoded by this checkpoint's tokenizer (a kind that
-        `scores_ids`: LEAM).
+        `abilities.score_ids`: LEAM).
 
         The same computation as `score`, without tokenising again: training scores dev with it every epoch.
         """
-        if not self.model_kind.scores_ids:
+        if not self.model_kind.abilities.score_ids:
             raise ConfigError(f"score_ids needs a checkpoint that scores token ids (LEAM); {self.kind} scores texts "
                               "(use score).")
-        return self.scorer.score_ids(id_lists)  # type: ignore[attr-defined]  (scores_ids: the scorer has it)
+        return self.scorer.score_ids(id_lists)  # type: ignore[attr-defined]  (abilities.score_ids: the scorer has it)
 
     def score(self, texts: Sequence[str]) -> np.ndarray:
         """[N, K] float32 probabilities for notes, in input order (the number `evaluate` uses)."""
@@ -235,16 +235,16 @@ class Predictor:
         return self.scorer.score(texts)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """[N, P] attended note vectors z (a kind that `can_embed`: LEAM), for the label-embedding map."""
-        if not self.model_kind.can_embed:
+        """[N, P] attended note vectors z (a kind that `abilities.embed`: LEAM), for the label-embedding map."""
+        if not self.model_kind.abilities.embed:
             raise self._lacks("note embeddings")
-        return self.scorer.embed(list(texts))  # type: ignore[attr-defined]  (can_embed: the scorer has it)
+        return self.scorer.embed(list(texts))  # type: ignore[attr-defined]  (abilities.embed: the scorer has it)
 
     def label_embeddings(self) -> np.ndarray:
-        """[K, P] the learned code vectors C (a kind that `can_embed`: LEAM)."""
-        if not self.model_kind.can_embed:
+        """[K, P] the learned code vectors C (a kind that `abilities.embed`: LEAM)."""
+        if not self.model_kind.abilities.embed:
             raise self._lacks("code embeddings")
-        return self.scorer.label_embeddings()  # type: ignore[attr-defined]  (can_embed: the scorer has it)
+        return self.scorer.label_embeddings()  # type: ignore[attr-defined]  (abilities.embed: the scorer has it)
 
     def predict(
         self,
@@ -309,7 +309,8 @@ class Predictor:
             return out  # type: ignore[return-value]
         extras: list[Any] | None = None
         if encs is not None:
-            scores, extras = self.scorer.score_encoded(encs, attention=explain > 0 and self.model_kind.can_explain)
+            attend = explain > 0 and self.model_kind.abilities.explain
+            scores, extras = self.scorer.score_encoded(encs, attention=attend)
         else:
             scores = self.score(prepared.texts)
         codes, descs = self.labels.codes, self.labels.descriptions
@@ -350,7 +351,7 @@ class Predictor:
             explain: spans per code.
             threshold: the cut-off for "predicted" (default: the checkpoint's).
         """
-        spans = self.model_kind.can_explain
+        spans = self.model_kind.abilities.explain
         records = self.predict(texts, explain=explain if spans else 0, top_k=0, threshold=threshold, attention=False)
         out: list[dict[str, list[tuple[int, int]] | None]] = []
         for rec in records:
@@ -372,9 +373,9 @@ class Predictor:
         codes).
 
         For showing the evidence of any code on demand, without computing it for thousands up front (a kind that
-        `can_explain`: LEAM).
+        `abilities.explain`: LEAM).
         """
-        if not self.model_kind.can_explain:
+        if not self.model_kind.abilities.explain:
             raise ConfigError(f"phrase evidence exists only for checkpoints whose model shows it (LEAM); this one is "
                               f"{self.kind}.")
         enc = self.scorer.encode([text], offsets=True)[0]

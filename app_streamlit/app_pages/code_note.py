@@ -93,7 +93,7 @@ if p.code_phrases is None:
 def with_evidence(codes: list[str]) -> None:
     """Compute the phrase evidence of codes not explained yet (a model that shows it: LEAM), into the kept result."""
     missing = [c for c in codes if c not in p.code_phrases]
-    if missing and pred.model_kind.can_explain:
+    if missing and pred.model_kind.abilities.explain:
         p.code_phrases.update(pred.explain_codes(text, missing, EXPLAIN))
 
 tuned = float(pred.threshold)
@@ -213,14 +213,14 @@ with right:
                 "Each predicted code's own evidence (the words closest to the code: what `evaluate` measures) and "
                 "each suggested code's title in the note: one colour per code, the code named after its words; a "
                 "suggestion's name ends in **?** and its words are underlined dashed."
-                + ("" if pred.model_kind.can_explain else f" A {pred.kind} model shows no words for its predicted "
-                   "codes.")
+                + ("" if pred.model_kind.abilities.explain else f" A {pred.kind} model shows no words for its "
+                   "predicted codes.")
             )
         else:
             st.caption("No code is shown with evidence at this threshold; lower it, pick a code, or choose the "
                        "shared attention.")
         body = render.codes_html(text, spans, suggested=[x.code for x in suggested])
-    elif not pred.model_kind.can_explain:
+    elif not pred.model_kind.abilities.explain:
         st.caption(f"A {pred.kind} model has no attention or phrase evidence; the note is shown as text.")
         body = render.highlight_html(text, [])
     elif pick == attn:

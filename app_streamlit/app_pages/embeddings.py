@@ -20,7 +20,7 @@ pred = state.current_predictor()
 card = state.read_card(str(run))
 
 st.title("Label embeddings")
-if not pred.model_kind.can_embed:
+if not pred.model_kind.abilities.embed:
     st.info(f"Run **{run.name}** is a {pred.kind} model. Label embeddings exist only for LEAM runs.")
     st.stop()
 data_dir = state.test_data_dir(run, card.get("manifest") or {})

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Protocol, Sequence, Uni
 
 from clinicode.config import config_from_dict
 from clinicode.errors import CheckpointError, ConfigError
+from clinicode.models.declarations import Abilities, KindFiles
 from clinicode.models.fused.kind import KIND as FUSED
 from clinicode.models.leam.kind import KIND as LEAM
 from clinicode.models.tfidf_lr.kind import KIND as TFIDF_LR
@@ -28,12 +29,14 @@ if TYPE_CHECKING:
 class Scorer(Protocol):
     """A loaded model ready to score notes (`ModelKind.scorer`); `Predictor` holds one.
 
-    Optional members, present when the kind says so: `score_ids(id_lists)` (`scores_ids`); `embed(texts)` and
-    `label_embeddings()` (`can_embed`); `code_spans(enc, code_indices, n, *, text)` (`can_explain`: each code's
-    evidence spans in one encoded note, best first, by `clinicode.models.spans.word_spans` over the kind's own word
-    weights, whose meaning and range its docstring states, and `span_weight`, that meaning in a coder's words);
-    `plan` (the memory plan, for a model that has one).
+    Optional members, present when the kind's `abilities` say so: `score_ids(id_lists)` (`score_ids`); `embed(texts)`
+    and `label_embeddings()` (`embed`); `code_spans(enc, code_indices, n, *, text)` (`explain`: each code's evidence
+    spans in one encoded note, best first, by `clinicode.models.spans.word_spans` over the kind's own word weights,
+    whose meaning and range its docstring states, and `span_weight`, that meaning in a coder's words); `plan` (the
+    memory plan, for a model that has one).
     """
+
+    single_label: bool   # the model gives one label per note (softmax scores): its prediction is the top code
 
     def score(self, texts: Sequence[str]) -> np.ndarray:
         """[N, K] float32 probabilities for raw notes, in input order."""
@@ -43,7 +46,7 @@ class Scorer(Protocol):
         `.offsets`), or None for a model that reads the text itself."""
 
     def score_encoded(self, encs: Sequence[Any], *, attention: bool) -> tuple[np.ndarray, list[Any] | None]:
-        """([N, K] probabilities, each note's [L] token attention when asked and the kind `can_explain`, else None)
+        """([N, K] probabilities, each note's [L] token attention when asked and the kind can `explain`, else None)
         for notes `encode` returned."""
 
 
@@ -52,22 +55,15 @@ class ModelKind(Protocol):
 
     name: str                # the manifest's "model", `train --model`, `Checkpoint.kind`
     summary: str             # a few words for `train --help`
-    files: tuple[str, ...]   # the checkpoint files it writes and reads: the manifest must hash each one
-    # the files it writes only sometimes and reads when they are there (the fused model's mentions.json): one that is
-    # there must be hashed too, or a file planted in a copied run would change what the checkpoint predicts
-    optional_files: tuple[str, ...]
-    can_explain: bool        # token attention and per-code phrase spans (predict --explain, explain_codes, evidence)
-    can_embed: bool          # note and code vectors (Predictor.embed and label_embeddings; the app's embedding map)
-    scores_ids: bool         # scores notes its tokenizer already encoded (Predictor.score_ids: training's dev scoring)
-    # what the epoch loop trains for it (`clinicode.models.fitting.LoopModel`): itself (LEAM), its part (the fused
-    # model: LEAM's kind), or None: it is fitted whole and its `fit` never calls the loop
-    loop_model: LoopModel | None
-    # with `--fit-on train+dev`, its `fit` refits on train and dev once dev has chosen (`TrainingData.train_and_dev`),
-    # so the label set keeps the codes only dev carries
-    refits_on_dev: bool
+    files: KindFiles         # the checkpoint files it writes and reads (always, or sometimes): the manifest hashes them
+    abilities: Abilities     # what it can do beyond scoring (spans, vectors, scoring token ids, refitting on dev)
     # the options a user chooses (a dataclass: `train(model_options=...)`, `train --model-option KEY=VALUE`), given to
-    # `model_config` or `fit`, saved with the kind's files and shown back by `card`; None: the kind takes none
+    # `fit`, saved with the kind's files and shown back by `card`; None: the kind takes none
     options_type: type | None
+    # what the epoch loop trains for it (`clinicode.models.fitting.LoopModel`, whose `config_type` is the class of the
+    # kind's model configuration): itself (LEAM), its part (the fused model: LEAM's kind), or None: it is fitted whole
+    # and its `fit` never calls the loop
+    loop_model: LoopModel | None
 
     def save(self, folder: Path, model: Any, tokenizer: Any | None) -> None:
         """Write the kind's files (`files`) for MODEL (and its tokenizer, if it has one) into FOLDER."""
@@ -77,23 +73,17 @@ class ModelKind(Protocol):
 
     def load(self, folder: Path, *, labels: LabelSet, train_config: TrainConfig,
              device: Any) -> tuple[Any, Any | None]:
-        """(model, tokenizer or None) from FOLDER, checked against the checkpoint's labels and training options;
-        raise CheckpointError naming the piece that disagrees."""
+        """(model, tokenizer or None) from FOLDER on DEVICE, checked against the checkpoint's labels and training
+        options; raise CheckpointError naming the piece that disagrees."""
 
-    def single_label(self, model: Any) -> bool:
-        """True when MODEL gives one label per note (softmax scores): its prediction is the top code."""
-
-    def device(self, model: Any) -> Any:
-        """Where MODEL's weights are (the device its predictor scores on)."""
+    def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> Scorer:
+        """A `Scorer` for a loaded checkpoint of this kind, scoring on DEVICE (where `load` put the model)."""
 
     def card(self, model: Any) -> dict[str, Any]:
         """The kind's part of the model card (`Predictor.card`): {"model_config": ...}."""
 
     def display_name(self, model_config: Mapping[str, Any]) -> str:
         """The model as a person reads it in the app, from a card's model_config."""
-
-    def scorer(self, checkpoint: Any, *, device: Any, batch_size: int, memory_mb: int) -> Scorer:
-        """A `Scorer` for a loaded checkpoint of this kind."""
 
     def fit(self, data: TrainingData, options: Any, *, loop: Loop) -> Fitted:
         """The kind's model trained on DATA (the training and dev notes, their labels and the run's options; never
@@ -102,9 +92,6 @@ class ModelKind(Protocol):
         the epoch loop the training package hands over, with that `LoopModel` (itself, or its part), and may fit
         parts before and after it (the fused model: tfidf-lr, then the loop, then the fusion on dev).
         Status lines for the user go to `data.say`; `train` then tunes the threshold on dev, scores test and saves."""
-
-    # the model's configuration class (options plus what the data decides; model_config.json), or None
-    config_type: type | None
 
 
 MODEL_KINDS: dict[str, ModelKind] = {
@@ -258,5 +245,5 @@ def train_kind(name: object) -> ModelKind:
     return kind
 
 
-__all__ = ["MODEL_KINDS", "ModelKind", "Scorer", "kind_options", "known_kinds", "model_kind", "option_names",
-           "parse_model_options", "train_kind"]
+__all__ = ["MODEL_KINDS", "Abilities", "KindFiles", "ModelKind", "Scorer", "kind_options", "known_kinds", "model_kind",
+           "option_names", "parse_model_options", "train_kind"]

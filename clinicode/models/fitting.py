@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from clinicode.config import TrainConfig
     from clinicode.data.labels import LabelSet
-    from clinicode.memory import MemoryPlan
+    from clinicode.models.declarations import KindFiles
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,7 +32,7 @@ class TrainingData:
     single_label: bool                # one code a note: softmax scores, the top code is the prediction
     config: TrainConfig               # the run's training options (seed, --min-doc-freq, --max-len, epochs, ...)
     warm_start: Any = None            # `review retrain`'s checkpoint: the loop starts from it; the rest never does
-    # `--fit-on train+dev`, for a kind that `refits_on_dev`: every labelled note outside test as
+    # `--fit-on train+dev`, for a kind that can `refit_on_dev`: every labelled note outside test as
     # (texts, [N, K] y, evidence or None); None: not asked
     train_and_dev: Callable[[], tuple[Sequence[str], np.ndarray, Sequence[Any] | None]] | None = None
     # `train --terminology`: code -> title of the codes outside `labels` a kind may score from their titles alone
@@ -52,11 +52,22 @@ class Fitted:
     refit: Callable[[], Fitted] | None = None
     train_counts: np.ndarray | None = None   # the checkpoint's counts when they are not `TrainingData.train_counts`
     dev_ids: list | None = None              # dev as the tokenizer encodes it, when the loop already has it
+    device: Any = "cpu"                      # where the model's weights are (the loop's): dev and test score there
     # the checkpoint's label set when the model holds more codes than the data's (`--terminology`'s follow them):
     # dev's and test's gold, the refit's notes and the checkpoint count them from then on
     labels: LabelSet | None = None
     manifest: dict[str, Any] = dataclasses.field(default_factory=dict)   # fields the checkpoint's manifest adds
     result: dict[str, Any] = dataclasses.field(default_factory=dict)     # fields `train`'s result adds
+
+
+class MemoryPlan(Protocol):
+    """One batch's memory plan as the loop uses it (LEAM's: `clinicode.models.leam.memory.MemoryPlan`)."""
+
+    def summary(self) -> str:
+        """The line the run reports."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the checkpoint's manifest records as "memory"."""
 
 
 class LoopModel(Protocol):
@@ -66,7 +77,9 @@ class LoopModel(Protocol):
     figures, and the weights of a checkpoint it saved."""
 
     name: str                # the kind the loop's checkpoints name until the epochs end
-    files: tuple[str, ...]   # the files its `save` writes (the loop saves the best epoch's weights with them)
+    files: KindFiles         # the files its `save` writes (the loop saves the best epoch's weights with them)
+    # the class of its model configuration (`model_config`; saved with --resume's state, and the kind's
+    # model_config.json as `clinicode.checkpoint.model_options_as_saved` reads it)
     config_type: type
 
     def save(self, folder: Path, model: Any, tokenizer: Any | None) -> None:
@@ -86,7 +99,8 @@ class LoopModel(Protocol):
 
     def memory_plan(self, model_config: Any, *, batch_size: int, max_len: int, budget_mb: int, device: str,
                     training: bool, fast: bool = True) -> MemoryPlan:
-        """One batch's memory plan (`clinicode.memory`); raises ConfigError when a batch cannot fit BUDGET_MB."""
+        """One batch's memory plan (LEAM's: `clinicode.models.leam.memory.plan`); raises ConfigError when a batch
+        cannot fit BUDGET_MB."""
 
     def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan) -> Any:
         """[B, K] logits of one training batch (ids and mask [B, L]); under torchrun the notes' dropout masks are the
@@ -114,4 +128,4 @@ class Loop(Protocol):
         ...
 
 
-__all__ = ["Fitted", "Loop", "LoopModel", "TrainingData"]
+__all__ = ["Fitted", "Loop", "LoopModel", "MemoryPlan", "TrainingData"]

@@ -35,22 +35,23 @@ def single_label(ds: PreparedDataset, cfg: TrainConfig) -> bool:
 
 
 def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float, dict, dict], None], *,
-           train_counts: np.ndarray, dev_ids: list | None = None,
+           train_counts: np.ndarray, dev_ids: list | None = None, device: Any = "cpu",
            refit: Callable[[], Checkpoint] | None = None) -> dict[str, Any]:
     """Tune the threshold on dev with the inference path, score test once, save the final checkpoint.
 
     `train_counts`: [K] training notes per code (`LabelSet.counts`), for the test metrics' rare/frequent slices.
     `dev_ids`: dev as the checkpoint's tokenizer encodes it, when training already has it (LEAM).
+    `device`: where the model's weights are (`Fitted.device`); dev and test are scored there.
     `refit`: called once dev has chosen the threshold and been scored; the checkpoint it returns (parts refitted on
     train and dev: `--fit-on train+dev`) is the one test scores and SAVE keeps. Dev's metrics stay those of CK, since
     the refitted model has seen dev.
     """
     def scorer(ck: Checkpoint) -> Predictor:
-        return Predictor(ck, device=ck.model_kind.device(ck.model),
+        return Predictor(ck, device=device,
                          batch_size=ck.train_config.eval_batch_size, memory_mb=ck.train_config.memory_mb)
 
     pred = scorer(ck)
-    one = ck.single_label
+    one = pred.single_label
     dev = ds.split("dev")
     y_dev = ds.labels.multi_hot(dev["labels"])
     s_dev = pred.score_ids(dev_ids) if dev_ids is not None else pred.score(dev["text"].tolist())
@@ -94,7 +95,7 @@ def _evidence(pred: Predictor, texts: list[str], gold: list[Any], mentions: list
     titles = {c: "" if t == PCS_NO_TITLE else t for c, t in zip(pred.codes, pred.labels.descriptions)}
     return spans_report(texts, gold, mentions, pred.code_spans(texts, explain=EVIDENCE_K, threshold=threshold),
                         titles=titles, spell=lambda code: pred.code_system.canonical(code, known),
-                        spanless=None if pred.model_kind.can_explain else pred.kind)
+                        spanless=None if pred.model_kind.abilities.explain else pred.kind)
 
 
 def finish_fitted(kind: Any, run: Path, ds: Any, config: TrainConfig, fitted: Fitted,
@@ -122,5 +123,5 @@ def finish_fitted(kind: Any, run: Path, ds: Any, config: TrainConfig, fitted: Fi
                         train_counts=counts if final.train_counts is None else final.train_counts)
 
     ck = Checkpoint(ck_dir, kind.name, fitted.model, ds.labels, 0.5, config, {}, fitted.tokenizer)
-    return finish(run, ds, ck, save, train_counts=counts, dev_ids=fitted.dev_ids,
+    return finish(run, ds, ck, save, train_counts=counts, dev_ids=fitted.dev_ids, device=fitted.device,
                   refit=refit if fitted.refit is not None else None)

@@ -483,7 +483,7 @@ class EpochLoop:
                 raise OtherRank({"run": str(self.run), "rank": setup.rank, "best_epoch": setup.state["best_epoch"]})
         setup.release_training()
         _load_best(self.run, setup, trainer.best)
-        return Fitted(model=setup.model, tokenizer=setup.tokenizer, dev_ids=setup.dev_ids,
+        return Fitted(model=setup.model, tokenizer=setup.tokenizer, dev_ids=setup.dev_ids, device=setup.device,
                       manifest={**setup.manifest_extra, "epoch": setup.state["best_epoch"]},
                       result={"best_epoch": setup.state["best_epoch"], "history": setup.state["history"],
                               "stopped": trainer.stopped()})
@@ -521,7 +521,7 @@ def _load_best(run: Path, setup: TrainingSetup, best: dict[str, torch.Tensor] | 
         setup.model.load_state_dict(best)
         setup.model.to(setup.device).eval()
         return
-    if not all((ck_dir / name).is_file() for name in setup.kind.files):
+    if not all((ck_dir / name).is_file() for name in setup.kind.files.required):
         history = setup.state["history"]
         if history and all(r.get("codes_everything") for r in history):
             raise DataFormatError(f"{run}: all {len(history):,} epochs finished, but after each one the model marked "

@@ -106,7 +106,7 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
                                    "--terminology": config.terminology if config.terminology != "auto" else None})
     options = kind_options(kind, model_options)  # unknown or out-of-range options fail before anything is written
     # a kind that refits on train and dev (the fused model's --fit-on train+dev) learns the codes only dev carries too
-    grows = config.fit_on == "train+dev" and kind.refits_on_dev and config.top_k is None
+    grows = config.fit_on == "train+dev" and kind.abilities.refit_on_dev and config.top_k is None
     ds = load_dataset(Path(data_dir), top_k=config.top_k, label_splits=("train", "dev") if grows else ("train",))
     ds.labels = with_descriptions(ds.labels, descriptions_path)
     if config.terminology is not None:   # a missing file or another code system's codes fail before anything is written
@@ -231,9 +231,9 @@ def train(
 def _training_data(kind: Any, ds: Any, config: TrainConfig, warm_start: Checkpoint | None,
                    report: Callable[[str], None] | None) -> TrainingData:
     """What KIND's `fit` is given: every training note (a warm start's loop may see fewer: `_loop_data`), dev, for a
-    kind that `refits_on_dev` under `--fit-on train+dev`, train and dev together, and `--terminology`'s codes."""
+    kind that can `refit_on_dev` under `--fit-on train+dev`, train and dev together, and `--terminology`'s codes."""
     train_df, dev_df = ds.split("train"), ds.split("dev")
-    asked = kind.refits_on_dev and config.fit_on == "train+dev"
+    asked = kind.abilities.refit_on_dev and config.fit_on == "train+dev"
     more = _terminology(ds.labels, config)
     return TrainingData(texts=train_df["text"].tolist(), y=ds.labels.multi_hot(train_df["labels"]), labels=ds.labels,
                         dev_texts=dev_df["text"].tolist(), y_dev=ds.labels.multi_hot(dev_df["labels"]),

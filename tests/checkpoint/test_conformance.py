@@ -17,7 +17,7 @@ import pytest
 from clinicode import formats
 from clinicode.codes.systems import REGISTRY
 from clinicode.conformance import ConformanceError, check_code_system, check_kind, check_reader, check_writer
-from clinicode.models import MODEL_KINDS
+from clinicode.models import MODEL_KINDS, Abilities, KindFiles
 from clinicode.models.tfidf_lr.kind import TfidfLRKind
 
 from helpers import fails, succeeds
@@ -46,7 +46,7 @@ def test_every_registered_code_system_conforms(system):
 # ------------------------------------------------------------------ the checks catch what they promise
 class _ClaimsFiles(TfidfLRKind):
     name = "claims-files"
-    files = ("tfidf_lr.safetensors", "tfidf_lr.json", "extra.bin")  # says it writes a file it never writes
+    files = KindFiles(("tfidf_lr.safetensors", "tfidf_lr.json", "extra.bin"))  # says it writes a file it never writes
 
 
 class _ReadsUndeclared(TfidfLRKind):
@@ -71,13 +71,13 @@ class _WritesUndeclared(TfidfLRKind):
 
 def test_a_kind_reading_or_writing_a_file_it_does_not_declare_is_caught():
     with pytest.raises(ConformanceError, match=r"model kind 'reads-undeclared': loading read extra\.json, which "
-                                               r"neither `files` nor `optional_files` declares"):
+                                               r"`files` does not declare"):
         check_kind(_ReadsUndeclared())
     with pytest.raises(ConformanceError, match=r"model kind 'writes-undeclared': `save` wrote extra\.json, which "
-                                               r"neither `files` nor `optional_files` declares"):
+                                               r"`files` does not declare"):
         check_kind(_WritesUndeclared())
     declared = _WritesUndeclared()
-    declared.optional_files = ("extra.json",)
+    declared.files = KindFiles(declared.files.required, optional=("extra.json",))
     check_kind(declared)
 
 
@@ -86,17 +86,41 @@ class _NoDoneIds(TfidfLRKind):
 
 
 def test_a_kind_that_breaks_a_rule_is_named_with_the_rule():
-    with pytest.raises(ConformanceError, match=r"model kind 'claims-files': `save` must write each of `files` "
-                                               r"\(extra\.bin is missing\)"):
+    with pytest.raises(ConformanceError, match=r"model kind 'claims-files': `save` must write each of "
+                                               r"`files.required` \(extra\.bin is missing\)"):
         check_kind(_ClaimsFiles())
     bad = TfidfLRKind()
-    bad.files = ("manifest.json",)
+    bad.files = KindFiles(("manifest.json",))
     with pytest.raises(ConformanceError, match="none of the checkpoint's own"):
         check_kind(bad)
     says_it_explains = TfidfLRKind()
-    says_it_explains.can_explain = True  # its scorer gives no spans
-    with pytest.raises(ConformanceError, match=r"`can_explain`: the scorer must give each code's spans .*`code_spans`"):
+    says_it_explains.abilities = Abilities(explain=True)  # its scorer gives no spans
+    with pytest.raises(ConformanceError, match=r"`abilities.explain`: the scorer must give each code's spans "
+                                               r".*`code_spans`"):
         check_kind(says_it_explains)
+    flags = TfidfLRKind()
+    flags.abilities = frozenset({"explain"})   # a set of names, not the one `Abilities` value
+    with pytest.raises(ConformanceError, match=r"`abilities` must be an `Abilities`"):
+        check_kind(flags)
+    loose = TfidfLRKind()
+    loose.files = ("tfidf_lr.safetensors", "tfidf_lr.json")   # a bare tuple, the optional files undeclared
+    with pytest.raises(ConformanceError, match=r"`files` must be a `KindFiles`"):
+        check_kind(loose)
+
+
+class _ScorerWithoutLabelFact(TfidfLRKind):
+    name = "no-label-fact"
+
+    def scorer(self, checkpoint, **kw):
+        scorer = super().scorer(checkpoint, **kw)
+        del scorer.single_label   # whether the top code alone is the prediction: the Predictor asks the scorer
+        return scorer
+
+
+def test_a_scorer_must_say_whether_its_model_gives_one_label_a_note():
+    with pytest.raises(ConformanceError, match=r"model kind 'no-label-fact': the scorer's `single_label` must be a "
+                                               r"bool"):
+        check_kind(_ScorerWithoutLabelFact())
 
 
 def test_a_kind_that_shows_spans_must_say_what_their_weight_is(monkeypatch):

@@ -20,7 +20,7 @@ from clinicode.config import TrainConfig
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ConfigError
 from clinicode.files import read_json, write_json_atomic
-from clinicode.models import MODEL_KINDS, ModelKind, known_kinds, model_kind, train_kind
+from clinicode.models import MODEL_KINDS, Abilities, KindFiles, ModelKind, known_kinds, model_kind, train_kind
 from clinicode.models.fitting import Fitted, Loop, TrainingData
 from clinicode.predict import Predictor
 
@@ -30,6 +30,8 @@ TITLES = ("Hypertension NOS", "Congestive heart failure NOS", "Acute kidney fail
 
 class KeywordScorer:
     """A code scores 0.9 when its keyword is in the note, else 0.1."""
+
+    single_label = False
 
     def __init__(self, keywords: Mapping[str, str], codes: Sequence[str]) -> None:
         self.words = [keywords[c] for c in codes]
@@ -49,14 +51,10 @@ class KeywordKind:
 
     name = "keywords"
     summary = "one keyword per code"
-    files = ("keywords.json",)
-    can_explain = False
-    can_embed = False
-    scores_ids = False
+    files = KindFiles(("keywords.json",))
+    abilities = Abilities()
     loop_model = None
-    refits_on_dev = False
     options_type = None
-    config_type = None
 
     def save(self, folder: Path, model: Any, tokenizer: Any | None) -> None:
         write_json_atomic(folder / "keywords.json", {"keywords": model})
@@ -70,12 +68,6 @@ class KeywordKind:
         if set(model) != set(labels.codes):
             raise CheckpointError(f"{folder}: keywords.json and labels.json name other codes; retrain.")
         return model, None
-
-    def single_label(self, model: Any) -> bool:
-        return False
-
-    def device(self, model: Any) -> str:
-        return "cpu"
 
     def card(self, model: Any) -> dict[str, Any]:
         return {"model_config": {"keywords": dict(model)}}
@@ -118,14 +110,28 @@ def test_the_built_in_kinds_are_registered_with_their_capabilities():
     assert {"fused", "leam", "tfidf-lr"} <= set(MODEL_KINDS) and all(repr(n) in known_kinds() for n in MODEL_KINDS)
     leam, lr, fused = MODEL_KINDS["leam"], MODEL_KINDS["tfidf-lr"], MODEL_KINDS["fused"]
     # the fused kind explains and embeds through its LEAM part; its tfidf-lr part reads the text, so no ids alone
-    assert (fused.can_explain, fused.can_embed, fused.scores_ids, fused.loop_model) == (True, True, False, leam)
-    assert fused.files == (*leam.files, *lr.files, "fusion.safetensors", "fusion.json")
-    assert (leam.can_explain, leam.can_embed, leam.scores_ids, leam.loop_model) == (True, True, True, leam)
-    assert (lr.can_explain, lr.can_embed, lr.scores_ids, lr.loop_model) == (False, False, False, None)
-    assert leam.files == ("model.safetensors", "model_config.json", "tokenizer.json")
-    assert lr.files == ("tfidf_lr.safetensors", "tfidf_lr.json")
+    # (and, with --fit-on train+dev, refits its parts without epochs on train and dev)
+    assert fused.abilities == Abilities(explain=True, embed=True, refit_on_dev=True) and fused.loop_model is leam
+    assert fused.files == KindFiles((*leam.files.required, *lr.files.required, "fusion.safetensors", "fusion.json"),
+                                    optional=("mentions.json",))
+    assert leam.abilities == Abilities(explain=True, embed=True, score_ids=True) and leam.loop_model is leam
+    assert lr.abilities == Abilities() and lr.loop_model is None
+    assert leam.files == KindFiles(("model.safetensors", "model_config.json", "tokenizer.json"))
+    assert lr.files == KindFiles(("tfidf_lr.safetensors", "tfidf_lr.json"))
     for kind in MODEL_KINDS.values():
         assert all(hasattr(kind, m) for m in ModelKind.__annotations__) and callable(kind.scorer)
+
+
+def test_the_kind_protocol_has_at_most_15_members_and_no_one_kind_answers_for_the_model():
+    """What a kind declares is grouped (`files`: always and sometimes; `abilities`); what a model says of itself is
+    asked of it: one label a note (its scorer's `single_label`), where its weights are (`Fitted.device`, the loaded
+    checkpoint's device) and its configuration class (its `loop_model`'s `config_type`)."""
+    members = {m for m in vars(ModelKind) if not m.startswith("_")} | set(ModelKind.__annotations__)
+    assert len(members) <= 15, sorted(members)
+    assert not members & {"single_label", "device", "config_type", "optional_files", "can_explain", "can_embed",
+                          "scores_ids", "refits_on_dev"}
+    for kind in MODEL_KINDS.values():
+        assert not any(hasattr(kind, m) for m in ("single_label", "device", "optional_files", "can_explain")), kind
 
 
 def test_a_registered_kind_saves_verifies_loads_and_scores_through_the_registry(keywords, tmp_path):
@@ -135,9 +141,10 @@ def test_a_registered_kind_saves_verifies_loads_and_scores_through_the_registry(
 
     ck = load_checkpoint(tmp_path / "run")
     assert ck.kind == "keywords" and ck.model_kind is keywords and ck.path == folder
-    assert ck.train_counts == {"401.9": 3, "428.0": 2, "584.9": 1} and not ck.single_label
+    assert ck.train_counts == {"401.9": 3, "428.0": 2, "584.9": 1}
 
     pred = Predictor(ck)
+    assert pred.single_label is False   # the scorer's
     notes = ["Known hypertension, now heart failure.", "Acute kidney injury.", "   "]
     np.testing.assert_allclose(pred.score(notes[:2]), [[0.9, 0.9, 0.1], [0.1, 0.1, 0.9]], rtol=1e-6)
     recs = pred.predict(notes, explain=3)

@@ -27,6 +27,8 @@ def test_every_layer_contract_is_kept():
     assert "review services never import one another" in res.stdout
     # the app imports only the serving surface (tests/app/test_app.py), which reaches no training or preparation (#53)
     assert "the serving surface (all the app imports) never imports training" in res.stdout
+    # LEAM's memory planning lives with LEAM (#53): its scorer owns predict's plan, the loop asks the LoopModel
+    assert "only LEAM's folder imports LEAM's memory plan KEPT" in res.stdout
 
 
 def test_a_broken_contract_is_caught(tmp_path):

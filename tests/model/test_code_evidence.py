@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import clinicode.models.leam.model
 from clinicode.batching import pad_batch
-from clinicode.memory import plan
+from clinicode.models.leam.memory import plan
 from clinicode.models.leam.model import LEAM, _cosine, _window
 from clinicode.models.leam.options import LEAMConfig
 

@@ -21,7 +21,7 @@ def _pair():
 
 
 def test_cuda_forward_equals_the_cpu_reference_with_and_without_the_table():
-    from clinicode.memory import plan
+    from clinicode.models.leam.memory import plan
 
     cpu, gpu = _pair()
     ids, mask = pad_batch([torch.randint(1, 300, (n,)).tolist() for n in (50, 17, 33)])

@@ -4,7 +4,7 @@ when nothing fits."""
 import pytest
 
 from clinicode.errors import ConfigError
-from clinicode.memory import CPU_BLOCK, plan
+from clinicode.models.leam.memory import CPU_BLOCK, plan
 from clinicode.models.leam.options import (  # these tests pin the paper's model (the default adds code evidence)
     PAPER_MODEL,
     LEAMConfig,

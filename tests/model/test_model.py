@@ -5,7 +5,7 @@ import torch
 
 from clinicode.batching import pad_batch
 from clinicode.errors import ConfigError
-from clinicode.memory import order
+from clinicode.models.leam.memory import order
 from clinicode.models.leam.model import LEAM
 from clinicode.models.leam.options import (  # these tests pin the paper's model (the default adds code evidence)
     PAPER_MODEL,

@@ -48,12 +48,15 @@ import numpy as np
 from clinicode.config import config_from_dict
 from clinicode.errors import CheckpointError
 from clinicode.files import read_json, write_json_atomic
+from clinicode.models.declarations import Abilities, KindFiles
 from clinicode.models.fitting import Fitted
 
 from .options import MajorityOptions
 
 
 class PriorScorer:
+    single_label = False
+
     def __init__(self, scores):
         self.scores = np.asarray(scores, dtype=np.float32)
 
@@ -70,12 +73,10 @@ class PriorScorer:
 class MajorityKind:
     name = "majority"
     summary = "every note scored by its codes' shares of the training notes"
-    files = ("majority.json",)
-    optional_files = ()
-    can_explain = can_embed = scores_ids = refits_on_dev = False
+    files = KindFiles(("majority.json",))
+    abilities = Abilities()
     loop_model = None
     options_type = MajorityOptions
-    config_type = None
 
     def fit(self, data, options, *, loop):
         y = data.y
@@ -97,12 +98,6 @@ class MajorityKind:
         if len(saved["scores"]) != len(labels):
             raise CheckpointError(f"{folder}: majority.json and labels.json disagree; retrain.")
         return {"options": asdict(options), "scores": saved["scores"]}, None
-
-    def single_label(self, model):
-        return False
-
-    def device(self, model):
-        return "cpu"
 
     def card(self, model):
         return {"model_config": dict(model["options"])}

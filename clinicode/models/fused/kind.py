@@ -20,6 +20,7 @@ from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.files import write_bytes_atomic, write_json_atomic
 from clinicode.matching import LANGUAGES, detect_language
+from clinicode.models.declarations import Abilities, KindFiles
 from clinicode.models.fitting import Fitted, Loop, TrainingData
 from clinicode.models.fused.mentions import MENTIONS_FILE, MentionLexicon, read_mentions
 from clinicode.models.fused.model import FusedModel, terminology_phrases, title_rows
@@ -113,15 +114,13 @@ class FusedKind:
 
     name = "fused"
     summary = "LEAM, tfidf-lr, title match and mentions fused per code, the default"
-    files = (*LEAM_KIND.files, *LR_KIND.files, FUSION_WEIGHTS, FUSION_META)
-    optional_files = (MENTIONS_FILE,)  # written when the training notes had evidence spans
-    can_explain = True
-    can_embed = True
-    scores_ids = False      # the tfidf-lr part reads the text itself
+    files = KindFiles((*LEAM_KIND.files.required, *LR_KIND.files.required, FUSION_WEIGHTS, FUSION_META),
+                      optional=(MENTIONS_FILE,))  # the mentions: written when the training notes had evidence spans
+    # not `score_ids`: the tfidf-lr part reads the text itself; `refit_on_dev`: with --fit-on train+dev the parts
+    # without epochs refit on train and dev (`fit`)
+    abilities = Abilities(explain=True, embed=True, refit_on_dev=True)
     loop_model = LEAM_KIND  # the loop trains the LEAM part (`fit`: tfidf-lr first, the loop, the fusion on dev last)
-    refits_on_dev = True    # --fit-on train+dev: the parts without epochs refit on train and dev (`fit`)
     options_type = LEAM_KIND.options_type   # LEAM's options, for its part (asked of the LEAM kind, not imported)
-    config_type = LEAM_KIND.config_type
 
     def save(self, folder: Path, model: FusedModel, tokenizer: Any | None) -> None:
         from safetensors.numpy import save as st_save
@@ -178,12 +177,6 @@ class FusedKind:
                           phrases=terminology_phrases(terminology, labels.codes, language),
                           phrase_weight=_phrase_weight(fusion, folder)), tokenizer
 
-    def single_label(self, model: FusedModel) -> bool:
-        return not model.leam.config.multilabel
-
-    def device(self, model: FusedModel) -> Any:
-        return LEAM_KIND.device(model.leam)
-
     def card(self, model: FusedModel) -> dict[str, Any]:
         return {"model_config": asdict(model.leam.config), "fusion": dict(model.fusion)}
 
@@ -219,7 +212,7 @@ class FusedKind:
         labels, y_dev, counts = _with_terminology(data)   # `--terminology`'s codes join after the loop, rowless
         final = fuse(trained.model, trained.tokenizer, lr, mentions=mentions, dev_texts=data.dev_texts,
                      y_dev=y_dev, train_counts=data.train_counts, descriptions=data.labels.descriptions,
-                     max_len=config.max_len, device=LEAM_KIND.device(trained.model),
+                     max_len=config.max_len, device=trained.device,
                      batch_size=config.eval_batch_size, memory_mb=config.memory_mb,
                      terminology=data.terminology or None)
         data.say(f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: {_fusion_line(final.fusion)}")

@@ -111,7 +111,7 @@ class FusedScorer:
         self.plan = self.leam.plan
         self.terminology_codes = len(model.terminology)   # the last codes, scored from their titles alone
         self.tokenizer = tokenizer
-        self.single = not model.leam.config.multilabel
+        self.single_label = not model.leam.config.multilabel   # softmax scores: the top code is the prediction
         lr = model.lr
         where = {t: j for j, t in enumerate(lr.vocabulary)}
         # tokenizer id -> tfidf-lr feature (-1: a word the bag-of-words part does not know)
@@ -120,7 +120,7 @@ class FusedScorer:
             self._feature[i] = where.get(word, -1)
 
     def _probabilities(self, z: np.ndarray) -> np.ndarray:
-        if self.single:
+        if self.single_label:
             z = z - z.max(axis=1, keepdims=True)
             e = np.exp(z)
             return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)

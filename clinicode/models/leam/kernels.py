@@ -1,5 +1,5 @@
 """CPU-friendly kernels for LEAM's forward and training step: each computes what a plain PyTorch expression does (tested
-against it, with gradcheck) in fewer passes over memory. `clinicode.memory.order` decides which a forward runs."""
+against it, with gradcheck) in fewer passes over memory. `memory.order`, beside it, decides which a forward runs."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from clinicode.artifacts import write_safetensors_atomic
 from clinicode.config import load_config, save_config
 from clinicode.constants import MODEL_CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from clinicode.errors import CheckpointError, ClinicodeError
+from clinicode.models.declarations import Abilities, KindFiles
 from clinicode.models.fitting import Fitted, Loop, TrainingData
 from clinicode.models.leam.options import PAPER_MODEL, LEAMConfig, ModelOptions, is_paper_model
 from clinicode.tokenizer import ClinicalTokenizer
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
     from clinicode.config import TrainConfig
     from clinicode.data.labels import LabelSet
-    from clinicode.memory import MemoryPlan
+    from clinicode.models.leam.memory import MemoryPlan
     from clinicode.models.leam.scorer import LEAMScorer
 
 
@@ -82,14 +83,10 @@ class LEAMKind:
 
     name = "leam"
     summary = "label-embedding attention (with code evidence; --paper: the paper's)"
-    files = (WEIGHTS_FILE, MODEL_CONFIG_FILE, TOKENIZER_FILE)
-    optional_files = ()
-    can_explain = True
-    can_embed = True
-    scores_ids = True
-    refits_on_dev = False
+    files = KindFiles((WEIGHTS_FILE, MODEL_CONFIG_FILE, TOKENIZER_FILE))
+    abilities = Abilities(explain=True, embed=True, score_ids=True)
     options_type = ModelOptions
-    config_type = LEAMConfig
+    config_type = LEAMConfig   # the loop's: model_config.json's class, saved with --resume's state
     paper_options = PAPER_MODEL  # `train --paper`: the options where Wang et al.'s model departs from the default
 
     def save(self, folder: Path, model: Any, tokenizer: ClinicalTokenizer | None) -> None:
@@ -152,12 +149,6 @@ class LEAMKind:
         model.to(device).eval()
         return model, tokenizer
 
-    def single_label(self, model: Any) -> bool:
-        return not model.config.multilabel
-
-    def device(self, model: Any) -> Any:
-        return model.word_emb.weight.device
-
     def card(self, model: Any) -> dict[str, Any]:
         return {"model_config": asdict(model.config)}
 
@@ -204,7 +195,7 @@ class LEAMKind:
 
     def memory_plan(self, model_config: LEAMConfig, *, batch_size: int, max_len: int, budget_mb: int, device: str,
                     training: bool, fast: bool = True) -> MemoryPlan:
-        from clinicode.memory import plan
+        from clinicode.models.leam.memory import plan
 
         return plan(model_config, batch_size=batch_size, max_len=max_len, budget_mb=budget_mb, device=device,
                     training=training, fast=fast)

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from clinicode.memory import CPU_BLOCK, ORDERS, order as compute_order
 from clinicode.models.leam import kernels
 from clinicode.models.leam.kernels import EPS
+from clinicode.models.leam.memory import CPU_BLOCK, ORDERS, order as compute_order
 from clinicode.models.leam.options import LEAMConfig
 
 EVIDENCE_RHO0 = 0.0       # code_evidence: a_k = softplus(rho_k) starts at log 2 (docs/accuracy-tuning.md, round 9)
@@ -65,9 +65,9 @@ class LEAM(nn.Module):
             mask: [B, L] bool, True for real tokens, each note's first (as `pad_batch` makes them); one at least.
             return_attention: also return beta and z (for explanations; u for chosen codes: `phrase`).
             table: [V, K] `word_code_table()`, for inference: G is then looked up, not computed.
-            block: (positions, codes) per score block with many codes (`clinicode.memory.plan` sizes it).
+            block: (positions, codes) per score block with many codes (`clinicode.models.leam.memory.plan` sizes it).
             order: how to compute it, `MemoryPlan.order` ("plain", "table", "few codes", "many codes"); None asks
-                `clinicode.memory.order` (the same decision the plan makes, without the budget).
+                `clinicode.models.leam.memory.order` (the same decision the plan makes, without the budget).
         Returns:
             LEAMOutput with logits [B, K] (and beta, z when asked for).
         """

@@ -1,4 +1,4 @@
-"""LEAM's scorer: the model's own forward over length-bucketed batches, as `clinicode.memory.plan` decides.
+"""LEAM's scorer: the model's own forward over length-bucketed batches, as `clinicode.models.leam.memory.plan` decides.
 
 Few codes: G is a row gather of the stored [V, K] word-code table; many: the codes are scored a block at a time."""
 
@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from clinicode.batching import bucketed_batches, pad_batch
-from clinicode.memory import MemoryPlan, plan
 from clinicode.models.leam.kernels import EPS
+from clinicode.models.leam.memory import MemoryPlan, plan
 from clinicode.models.spans import Span, word_spans
 from clinicode.tokenizer import ClinicalTokenizer
 
@@ -53,6 +53,7 @@ class LEAMScorer:
         self.device = torch.device(device)
         self.batch_size = batch_size
         self.n_labels = model.config.n_labels
+        self.single_label = not model.config.multilabel   # softmax scores: the top code is the prediction
         self.plan: MemoryPlan = plan(model.config, batch_size=batch_size, max_len=max_len, budget_mb=memory_mb,
                                      device=self.device.type, training=False, fast=model.fast)
         self._table: torch.Tensor | None = model.word_code_table() if self.plan.use_table else None  # [V, K] G

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from clinicode.errors import CheckpointError
+from clinicode.models.declarations import Abilities, KindFiles
 from clinicode.models.fitting import Fitted, Loop, TrainingData
 
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from clinicode.config import TrainConfig
     from clinicode.data.labels import LabelSet
 
-FILES = ("tfidf_lr.safetensors", "tfidf_lr.json")
+FILES = KindFiles(("tfidf_lr.safetensors", "tfidf_lr.json"))
 
 
 class TfidfLRScorer:
@@ -24,6 +25,8 @@ class TfidfLRScorer:
 
     def __init__(self, model: Any) -> None:
         self.model = model
+        # softmax scores, the top code the prediction (`fit_tfidf_lr(single_label=True)`)
+        self.single_label = bool(getattr(getattr(model, "config", None), "softmax", False))
 
     def score(self, texts: Sequence[str]) -> np.ndarray:
         import numpy as np
@@ -43,14 +46,9 @@ class TfidfLRKind:
     name = "tfidf-lr"
     summary = "the bag-of-words baseline"
     files = FILES
-    optional_files = ()
-    can_explain = False
-    can_embed = False
-    scores_ids = False
+    abilities = Abilities()  # no spans, no vectors, no token ids: it reads raw text
     loop_model = None        # fitted whole by `fit`: no epoch loop
-    refits_on_dev = False
     options_type = None      # `train --model tfidf-lr` refuses any model options (`clinicode.models.kind_options`)
-    config_type = None
 
     def save(self, folder: Path, model: Any, tokenizer: Any | None) -> None:
         model.save(folder)
@@ -66,12 +64,6 @@ class TfidfLRKind:
             raise CheckpointError(f"{folder}: labels.json lists {len(labels)} codes but the baseline has "
                                   f"{model.n_labels} outputs; retrain.")
         return model, None
-
-    def single_label(self, model: Any) -> bool:
-        return bool(getattr(getattr(model, "config", None), "softmax", False))
-
-    def device(self, model: Any) -> str:
-        return "cpu"
 
     def card(self, model: Any) -> dict[str, Any]:
         return {"model_config": {}}

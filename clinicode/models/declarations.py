@@ -1,0 +1,43 @@
+"""What a model kind declares about itself (`ModelKind.files`, `ModelKind.abilities`): the checkpoint files it owns
+and what it can do beyond scoring. Plain values, no torch; a kind's folder imports them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class KindFiles:
+    """The checkpoint files a kind writes and reads: the manifest hashes each one.
+
+    `required`: written by every `save`; `verify_checkpoint` refuses a checkpoint whose manifest lists no hash for one.
+    `optional`: written only sometimes and read when there (the fused model's mentions.json); one that is there must be
+    hashed too, or a file planted in a copied run would change what the checkpoint predicts.
+    """
+
+    required: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+
+    @property
+    def every(self) -> tuple[str, ...]:
+        """Every file the kind may read: `required`, then `optional`."""
+        return (*self.required, *self.optional)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Abilities:
+    """What a kind can do beyond scoring notes; callers ask these, never the kind's name."""
+
+    # token attention and per-code phrase spans: its scorer has `code_spans` and `span_weight` (predict --explain,
+    # explain_codes, evidence)
+    explain: bool = False
+    # note and code vectors: its scorer has `embed` and `label_embeddings` (the app's embedding map)
+    embed: bool = False
+    # scores notes its tokenizer already encoded: its scorer has `score_ids` (training's dev scoring)
+    score_ids: bool = False
+    # with `--fit-on train+dev`, its `fit` refits on train and dev once dev has chosen
+    # (`TrainingData.train_and_dev`), so the label set keeps the codes only dev carries
+    refit_on_dev: bool = False
+
+
+__all__ = ["Abilities", "KindFiles"]

@@ -16,9 +16,6 @@ from clinicode.files import write_json_atomic
 T = TypeVar("T")
 
 
-FIT_ON = ("train", "train+dev")   # which notes the fused model's parts without epochs learn from, in the end
-
-
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """Training options; saved as train_config.json beside the weights."""
@@ -27,15 +24,6 @@ class TrainConfig:
                                     # fused per code, #41), "leam" or "tfidf-lr"
     epochs: int = 200               # a cap only: patience ends runs (small sets: 15-60 epochs; a cap of 50 ended
                                     # runs still improving)
-    fused_epochs: int = 30          # --model fused on more than 100 codes: its LEAM part's cap (min with epochs);
-                                    # tfidf-lr and the titles carry the rare codes (docs/accuracy-tuning.md, round 14)
-    mentions: bool = True           # --model fused: learn each code's mentions from the training split's evidence
-                                    # spans, when it has them (round 15; --no-mentions keeps their words out)
-    fit_on: str = "train+dev"       # --model fused: after dev has chosen the fusion and the threshold, refit the
-                                    # parts that need no epochs (tfidf-lr, titles, mentions) on "train+dev", or keep
-                                    # them as fitted on "train" (round 17)
-    terminology: str | None = None  # --model fused: a code<TAB>title file, or "auto" (the code system's own titles):
-                                    # its codes outside the label set join it, scored from their titles (#50)
     batch_size: int = 16
     lr: float = 1e-2                # tuned on hoc/mtsamples/cmc2007 dev (BENCHMARKS.md); was 2e-3
     optimizer: str = "adamw"        # "adamw" (decoupled weight decay) or "adam" (weight_decay as L2 in the gradient)
@@ -79,18 +67,11 @@ class TrainConfig:
         # and the start of every run (`training.run.open_run`) ask it, before anything is written.
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"--model must name a model kind, got {self.model!r}.")
-        for name in ("epochs", "fused_epochs", "batch_size", "max_len", "min_doc_freq", "eval_batch_size"):
+        for name in ("epochs", "batch_size", "max_len", "min_doc_freq", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
         if self.w2v_epochs < 0:
             raise ConfigError(f"--w2v-epochs must be >= 1, or 0 for automatic, got {self.w2v_epochs}.")
-        if self.terminology is not None and (not isinstance(self.terminology, str) or not self.terminology.strip()):
-            raise ConfigError(f"--terminology must be a code<TAB>title file or 'auto', got {self.terminology!r}.")
-        if self.terminology is not None and self.model != "fused":
-            raise ConfigError(f"--terminology scores codes from their titles in the fused model; --model {self.model} "
-                              "has no title match: leave out --terminology, or train --model fused.")
-        if self.fit_on not in FIT_ON:
-            raise ConfigError(f"--fit-on must be {' or '.join(FIT_ON)}, got {self.fit_on!r}.")
         if self.optimizer not in ("adamw", "adam"):
             raise ConfigError(f"--optimizer must be 'adamw' or 'adam', got {self.optimizer!r}.")
         if self.decay_scope not in ("all", "matrices", "embeddings"):
@@ -411,10 +392,23 @@ SAVED_ABSENT: dict[type, dict[str, Any]] = {TrainConfig: {"lr_schedule": "consta
                                                           "lr_patience_steps": 0}}
 
 
+# Fields that left a configuration for a model kind's options: a file saved before holds them. The fused model's four
+# left TrainConfig (#53): its kind reads them back from a checkpoint's train_config.json, and resuming a run started
+# before refuses (`clinicode.training.state`).
+SAVED_MOVED: dict[type, tuple[str, ...]] = {TrainConfig: ("fused_epochs", "mentions", "fit_on", "terminology")}
+
+
+def moved_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The fields of DATA (CLS as saved) that have since left CLS (`SAVED_MOVED`), by name."""
+    return {k: data[k] for k in SAVED_MOVED.get(cls, ()) if k in data}
+
+
 def saved_config(cls: type[T], data: dict[str, Any], *, source: str) -> T:
-    """`cls` as saved with a run or checkpoint; fields the saved file predates take their value of that time."""
+    """`cls` as saved with a run or checkpoint; fields the saved file predates take their value of that time, and
+    fields that have since left it (`SAVED_MOVED`) are their new owner's to read."""
     absent = SAVED_ABSENT.get(cls) or getattr(cls, "saved_absent", {})
-    return config_from_dict(cls, {**absent, **data}, source=source)
+    moved = SAVED_MOVED.get(cls, ())
+    return config_from_dict(cls, {**absent, **{k: v for k, v in data.items() if k not in moved}}, source=source)
 
 
 def load_config(cls: type[T], path: Path) -> T:

@@ -16,8 +16,9 @@ from clinicode.errors import ConfigError
 from clinicode.files import claim_folder, releases_claims
 from clinicode.models import MODEL_KINDS, option_names, parse_model_options, train_kind
 
-# where each default lives: training's, and LEAM's options (its flags below), asked of the registered kind
-_T, _M = TrainConfig, MODEL_KINDS["leam"].options_type
+# where each default lives: training's, LEAM's options (its flags below) and the fused model's own, asked of the
+# registered kinds
+_T, _M, _F = TrainConfig, MODEL_KINDS["leam"].options_type, MODEL_KINDS["fused"].options_type
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,15 +67,15 @@ class TrainSchedule:
                                          default_of(_T, "epochs"))] = None
     fused_epochs: Annotated[Optional[int], opt("--model fused on more than 100 codes: its LEAM part trains at "
                                                "most this many epochs (and at most --epochs).",
-                                               default_of(_T, "fused_epochs"))] = None
+                                               default_of(_F, "fused_epochs"))] = None
     mentions: Annotated[Optional[bool],
                         opt("--model fused: learn each code's mentions from the training split's evidence spans, "
                             "when it has them (the checkpoint keeps their words, owner-only; docs/training.md).",
-                            default_of(_T, "mentions"), "--mentions/--no-mentions")] = None
+                            default_of(_F, "mentions"), "--mentions/--no-mentions")] = None
     fit_on: Annotated[Optional[str],
                       opt("--model fused: once dev has chosen the fusion and the threshold, refit tfidf-lr, the titles "
                           "and the mentions on 'train+dev' (every labelled note outside test), or keep them as "
-                          "fitted on 'train' (docs/training.md).", default_of(_T, "fit_on"))] = None
+                          "fitted on 'train' (docs/training.md).", default_of(_F, "fit_on"))] = None
     terminology: Annotated[Optional[str],
                            typer.Option(metavar="FILE|auto",
                                         help="--model fused: the codes of a code<TAB>title file (or 'auto': the code "
@@ -183,9 +184,7 @@ def train_config(source: TrainData, schedule: TrainSchedule, fit: FitOptions, *,
     if paper and model is None:
         model = "leam"
     s, f = schedule, fit
-    return TrainConfig(**given(model=model, epochs=s.epochs, fused_epochs=s.fused_epochs, mentions=s.mentions,
-                               fit_on=s.fit_on, terminology=s.terminology,
-                               batch_size=f.batch_size,
+    return TrainConfig(**given(model=model, epochs=s.epochs, batch_size=f.batch_size,
                                lr=f.lr, max_len=f.max_len, embeddings=f.embeddings, weight_decay=f.weight_decay,
                                optimizer=f.optimizer, pos_weight=f.pos_weight, decay_scope=f.decay_scope,
                                ema_decay=f.ema_decay, w2v_epochs=f.w2v_epochs, min_doc_freq=f.min_doc_freq,
@@ -199,33 +198,52 @@ def train_config(source: TrainData, schedule: TrainSchedule, fit: FitOptions, *,
 _LEAM_FLAGS = {"embed_dim": "--embed-dim", "radius": "--radius", "hidden_dim": "--hidden-dim", "dropout": "--dropout",
                "label_reg_weight": "--label-reg", "compat": "--compat", "code_evidence": "--code-evidence",
                "window_nonneg": "--window-nonneg"}
+# the fused model's own options spelt as flags (`TrainSchedule`)
+_FUSED_FLAGS = {"fused_epochs": "--fused-epochs", "mentions": "--mentions", "fit_on": "--fit-on",
+                "terminology": "--terminology"}
+_FLAGS = {**_LEAM_FLAGS, **_FUSED_FLAGS}
 
 
-def model_options(kind: str, flags: ModelFlags) -> dict[str, Any]:
+def _fused_given(schedule: TrainSchedule) -> dict[str, Any]:
+    """The fused model's own options given as flags, by their names."""
+    s = schedule
+    return given(fused_epochs=s.fused_epochs, mentions=s.mentions, fit_on=s.fit_on, terminology=s.terminology)
+
+
+def _whose(flag: str) -> str:
+    return "the fused model's" if flag in _FUSED_FLAGS.values() else "LEAM's"
+
+
+def model_options(kind: str, flags: ModelFlags, schedule: TrainSchedule | None = None) -> dict[str, Any]:
     """The model options `train` gets for `kind`: none for a kind without options (any given refused), else every
     option of its `options_type`, given (as a flag or --model-option) or default, so --resume compares them all with
-    the run's; LEAM's paper's model under --paper.
+    the run's; LEAM's paper's model under --paper. The flags are LEAM's (`ModelFlags`) and the fused model's own
+    (SCHEDULE's --fused-epochs, --mentions, --fit-on, --terminology).
 
     Raises:
         ConfigError: one line naming an option the kind does not have, a bad --model-option, or one given twice.
     """
     plugin = train_kind(kind)
-    as_flags = flags.given()
-    flagged = [_LEAM_FLAGS[k] for k in as_flags] + (["--paper"] if flags.paper else [])
+    as_flags = {**flags.given(), **(_fused_given(schedule) if schedule is not None else {})}
+    flagged = [_FLAGS[k] for k in as_flags] + (["--paper"] if flags.paper else [])
     names = option_names(plugin)
-    if plugin.options_type is None and flagged:  # LEAM's flags for a kind without options: one line, not saved
-        raise ConfigError(f"--model {kind} takes no model options, got {', '.join(flagged)}; they are LEAM's, "
-                          "leave them out.")
+    if plugin.options_type is None and flagged:  # another kind's flags for a kind without options: one line, not saved
+        owners = sorted({_whose(f) for f in flagged})
+        raise ConfigError(f"--model {kind} takes no model options, got {', '.join(flagged)}; they are "
+                          f"{' and '.join(owners)}, leave them out.")
     paper = dict(MODEL_KINDS["leam"].paper_options) if flags.paper else {}
-    foreign = [(k, _LEAM_FLAGS.get(k, "--paper")) for k in (*as_flags, *paper) if k not in names]
+    foreign = [(k, _FLAGS.get(k, "--paper")) for k in (*as_flags, *paper) if k not in names]
     if foreign:
         key, flag = foreign[0]
+        if flag in _FUSED_FLAGS.values():
+            raise ConfigError(f"--model {kind} has no option {key!r} ({flag} is the fused model's); leave out {flag}, "
+                              "or train --model fused.")
         raise ConfigError(f"--model {kind} has no option {key!r} ({flag} is LEAM's); its options: {', '.join(names)}; "
                           "set them with --model-option KEY=VALUE.")
     chosen = parse_model_options(plugin, flags.model_option or [])
     twice = [k for k in chosen if k in as_flags]
     if twice:
-        raise ConfigError(f"{_LEAM_FLAGS[twice[0]]} and --model-option {twice[0]} both set {twice[0]}; give it once.")
+        raise ConfigError(f"{_FLAGS[twice[0]]} and --model-option {twice[0]} both set {twice[0]}; give it once.")
     against = [k for k, v in paper.items() if {**as_flags, **chosen}.get(k, v) != v]
     if against:
         flag = _LEAM_FLAGS[against[0]] if against[0] in as_flags else f"--model-option {against[0]}"
@@ -263,7 +281,7 @@ def train_cli(
     source.check()
     keep_freed_memory()  # ~10% faster CPU steps: no page faults on the per-step buffers (see its docstring)
     cfg = train_config(source, schedule, fit, paper=model_flags.paper)
-    options = model_options(cfg.model, model_flags)
+    options = model_options(cfg.model, model_flags, schedule)
     data = source.data
     if source.mimic_dir is not None:  # the label set is chosen when preparing (--label-set, --top-k)
         data = _prepare_into_run(source.out, mimic_dir=source.mimic_dir, splits_dir=source.splits_dir,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Protocol, Sequence, Uni
 
 from clinicode.config import config_from_dict
 from clinicode.errors import CheckpointError, ConfigError
-from clinicode.models.declarations import Abilities, KindFiles
+from clinicode.models.declarations import Abilities, KindFiles, RunNeeds
 from clinicode.models.fused.kind import KIND as FUSED
 from clinicode.models.leam.kind import KIND as LEAM
 from clinicode.models.tfidf_lr.kind import KIND as TFIDF_LR
@@ -150,6 +150,15 @@ def kind_options(kind: ModelKind, given: Any) -> Any:
     return config_from_dict(kind.options_type, dict(given or {}), source="model options")
 
 
+def run_needs(kind: ModelKind, options: Any) -> RunNeeds:
+    """What a run prepares for KIND's `fit` given its OPTIONS (`kind_options`): the options type's `run_needs()`
+    when it has one (the fused model's: --fit-on, --mentions, --terminology), else the coders' spans alone; dev's
+    codes only for a kind that can `refit_on_dev`."""
+    ask = getattr(kind.options_type, "run_needs", None) if options is not None else None
+    needs = ask(options) if ask is not None else RunNeeds()
+    return needs if kind.abilities.refit_on_dev or not needs.dev_codes else dataclasses.replace(needs, dev_codes=False)
+
+
 def option_names(kind: ModelKind) -> tuple[str, ...]:
     """The names of KIND's options (its `options_type`'s fields), in their order; () for a kind that takes none."""
     return tuple(f.name for f in dataclasses.fields(kind.options_type)) if kind.options_type is not None else ()
@@ -245,5 +254,5 @@ def train_kind(name: object) -> ModelKind:
     return kind
 
 
-__all__ = ["MODEL_KINDS", "Abilities", "KindFiles", "ModelKind", "Scorer", "kind_options", "known_kinds", "model_kind",
-           "option_names", "parse_model_options", "train_kind"]
+__all__ = ["MODEL_KINDS", "Abilities", "KindFiles", "ModelKind", "RunNeeds", "Scorer", "kind_options", "known_kinds",
+           "model_kind", "option_names", "parse_model_options", "run_needs", "train_kind"]

@@ -40,4 +40,19 @@ class Abilities:
     refit_on_dev: bool = False
 
 
-__all__ = ["Abilities", "KindFiles"]
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunNeeds:
+    """What a run prepares for a kind's `fit` beyond train and dev, as the kind's options ask (an options type's
+    `run_needs()`; an options type without it, or a kind without options, asks for the coders' spans alone)."""
+
+    # the label set keeps the codes only dev carries, and `TrainingData.train_and_dev` is given (a kind that can
+    # `refit_on_dev`: the fused model's --fit-on train+dev)
+    dev_codes: bool = False
+    # each training note's coders' spans (`TrainingData.evidence`), when the notes have them
+    evidence: bool = True
+    # a code<TAB>title file or "auto": its codes outside the label set reach `fit` as `TrainingData.terminology`
+    # (the fused model's --terminology); read before anything is written
+    terminology: str | None = None
+
+
+__all__ = ["Abilities", "KindFiles", "RunNeeds"]

@@ -20,14 +20,14 @@ from clinicode.checkpoint import Checkpoint
 from clinicode.codes.icd9 import load_descriptions_tsv
 from clinicode.codes.systems import LOCAL, infer_code_system, spelling
 from clinicode.codes.terminology import read_terminology, terminology_titles
-from clinicode.config import TrainConfig, config_to_dict
+from clinicode.config import SAVED_MOVED, TrainConfig, config_to_dict
 from clinicode.constants import EVIDENCE, RETRAIN_EPOCHS, RUN_DATA_DIR, RUN_FILE
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.file_locks import claim_folder, releases_claims
 from clinicode.files import check_output, write_json_atomic
-from clinicode.models import kind_options, train_kind
+from clinicode.models import RunNeeds, kind_options, run_needs, train_kind
 from clinicode.models.fitting import TrainingData
 from clinicode.runtime import pick_device, seed_everything, world
 from clinicode.training.finish import finish_fitted, single_label
@@ -100,17 +100,18 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
         ConfigError: an unknown --model (before anything is written), or bad options.
     """
     kind = train_kind(config.model)
+    options = kind_options(kind, model_options)  # unknown or out-of-range options fail before anything is written
+    needs = run_needs(kind, options)
     vectors = config.embeddings if config.embeddings not in ("w2v", "random") else None
     run = check_run_folder(Path(out_dir), resume=resume,
                            inputs={"--data": data_dir, "--descriptions": descriptions_path, "--embeddings": vectors,
-                                   "--terminology": config.terminology if config.terminology != "auto" else None})
-    options = kind_options(kind, model_options)  # unknown or out-of-range options fail before anything is written
+                                   "--terminology": needs.terminology if needs.terminology != "auto" else None})
     # a kind that refits on train and dev (the fused model's --fit-on train+dev) learns the codes only dev carries too
-    grows = config.fit_on == "train+dev" and kind.abilities.refit_on_dev and config.top_k is None
+    grows = needs.dev_codes and config.top_k is None
     ds = load_dataset(Path(data_dir), top_k=config.top_k, label_splits=("train", "dev") if grows else ("train",))
     ds.labels = with_descriptions(ds.labels, descriptions_path)
-    if config.terminology is not None:   # a missing file or another code system's codes fail before anything is written
-        _leave_to_terminology(ds, read_terminology(config.terminology, ds.labels.codes,
+    if needs.terminology is not None:   # a missing file or another code system's codes fail before anything is written
+        _leave_to_terminology(ds, read_terminology(needs.terminology, ds.labels.codes,
                                                    ds.labels.code_system or LOCAL))
     n_train, n_dev = len(ds.split("train")), len(ds.split("dev"))
     if n_train == 0 or n_dev == 0:
@@ -217,7 +218,8 @@ def train(
     loop = EpochLoop(run, ds, config, extra, given=given_options(model_options), resume=resume, progress=progress,
                       on_epoch=on_epoch, report=report, warm_start=warm_start, resumable=resumable)
     try:
-        fitted = kind.fit(_training_data(kind, ds, config, warm_start, report), options, loop=loop)
+        fitted = kind.fit(_training_data(ds, config, run_needs(kind, options), warm_start, report), options,
+                          loop=loop)
     except OtherRank as other:   # under torchrun rank 0 alone finishes: scores dev and test, writes the checkpoint
         return other.result
     result = finish_fitted(kind, run, ds, config, fitted, extra)
@@ -228,36 +230,37 @@ def train(
     return {**result, **fitted.result, "run": str(run)}
 
 
-def _training_data(kind: Any, ds: Any, config: TrainConfig, warm_start: Checkpoint | None,
+def _training_data(ds: Any, config: TrainConfig, needs: RunNeeds, warm_start: Checkpoint | None,
                    report: Callable[[str], None] | None) -> TrainingData:
-    """What KIND's `fit` is given: every training note (a warm start's loop may see fewer: `_loop_data`), dev, for a
-    kind that can `refit_on_dev` under `--fit-on train+dev`, train and dev together, and `--terminology`'s codes."""
+    """What a kind's `fit` is given: every training note (a warm start's loop may see fewer: `_loop_data`), dev, and
+    what its options need (`run_needs`): the coders' spans, train and dev together (the fused model's `--fit-on
+    train+dev`) and a terminology's codes."""
     train_df, dev_df = ds.split("train"), ds.split("dev")
-    asked = kind.abilities.refit_on_dev and config.fit_on == "train+dev"
-    more = _terminology(ds.labels, config)
+    more = _terminology(ds.labels, needs.terminology)
     return TrainingData(texts=train_df["text"].tolist(), y=ds.labels.multi_hot(train_df["labels"]), labels=ds.labels,
                         dev_texts=dev_df["text"].tolist(), y_dev=ds.labels.multi_hot(dev_df["labels"]),
-                        train_counts=ds.labels.counts(train_df["labels"]), evidence=_evidence(ds, train_df, config),
+                        train_counts=ds.labels.counts(train_df["labels"]),
+                        evidence=_evidence(ds, train_df, needs.evidence),
                         single_label=single_label(ds, config), config=config, warm_start=warm_start,
-                        train_and_dev=(lambda: _train_and_dev(ds, config)) if asked else None,
+                        train_and_dev=(lambda: _train_and_dev(ds, config, needs.evidence)) if needs.dev_codes else None,
                         terminology=more, y_dev_terminology=(LabelSet(tuple(more), tuple(more.values()),
                                                                       ds.labels.code_system).multi_hot(dev_df["labels"])
                                                              if more else None),
                         say=lambda line: say(report, line))
 
 
-def _terminology(labels: LabelSet, config: TrainConfig) -> dict[str, str]:
-    """code -> title of the codes of `config.terminology` that LABELS lack ({} without it): the fused model scores
+def _terminology(labels: LabelSet, spec: str | None) -> dict[str, str]:
+    """code -> title of the codes of the terminology SPEC that LABELS lack ({} without one): the fused model scores
     them from their titles alone (`train --terminology`)."""
-    if config.terminology is None:
+    if spec is None:
         return {}
-    return terminology_titles(config.terminology, labels.codes, labels.code_system or LOCAL)
+    return terminology_titles(spec, labels.codes, labels.code_system or LOCAL)
 
 
-def _evidence(ds: Any, df: Any, config: TrainConfig) -> list | None:
+def _evidence(ds: Any, df: Any, wanted: bool) -> list | None:
     """Each note of DF's coders' spans, their codes spelled as the labels are; None when DF has no evidence column
-    or `--no-mentions` keeps their words out."""
-    if EVIDENCE not in df.columns or not config.mentions:
+    or they are not WANTED (`--no-mentions` keeps their words out)."""
+    if EVIDENCE not in df.columns or not wanted:
         return None
     spell = spelling(ds.labels.codes, ds.labels.code_system)
     return [[{**m, "code": spell(m.get("code", ""))} if isinstance(m, dict) else m
@@ -265,14 +268,14 @@ def _evidence(ds: Any, df: Any, config: TrainConfig) -> list | None:
             for note in df[EVIDENCE].tolist()]
 
 
-def _train_and_dev(ds: Any, config: TrainConfig) -> tuple[list[str], np.ndarray, list | None]:
+def _train_and_dev(ds: Any, config: TrainConfig, evidence: bool) -> tuple[list[str], np.ndarray, list | None]:
     """Every labelled note outside test as (texts, [N, K] y, evidence or None): `--fit-on train+dev`'s refit."""
     import pandas as pd
 
     both = pd.concat([ds.split("train"), ds.split("dev")], ignore_index=True)
     if single_label(ds, config):   # a softmax learns from notes of exactly one code: a dev note with none or several
         both = both[both["labels"].map(len) == 1].reset_index(drop=True)   # teaches it nothing
-    return both["text"].tolist(), ds.labels.multi_hot(both["labels"]), _evidence(ds, both, config)
+    return both["text"].tolist(), ds.labels.multi_hot(both["labels"]), _evidence(ds, both, evidence)
 
 
 RUN_DATA = RUN_DATA_DIR  # where `review retrain` writes the new run's own data (RUN/data)
@@ -280,6 +283,14 @@ WARM_PATIENCE = 2        # a warm start stops after this many epochs in a row wi
 FRESH_GROWTH = 1.5       # a loop kind starts fresh once the training notes outgrow its vocabulary's notes by this
 FRESH_SCHEDULE = "fresh_schedule"   # a warm start's manifest: the schedule a fresh start down the chain trains on
 _SCHEDULE = ("epochs", "patience", "patience_steps", "lr_patience_steps")
+
+
+def _retrain_options(checkpoint: Checkpoint) -> dict[str, Any]:
+    """The model options a retrain of CHECKPOINT keeps, as its kind reads them back (`card`): those that were training
+    options until #53 moved them to the kind (`config.SAVED_MOVED`: the fused model's --fit-on, --mentions,
+    --terminology and --fused-epochs), which a retrain always kept; the others start at their defaults, as before."""
+    saved = checkpoint.model_kind.card(checkpoint.model).get("model_config") or {}
+    return {k: saved[k] for k in SAVED_MOVED[TrainConfig] if k in saved}
 
 
 def retrain_start(checkpoint: Checkpoint, n_train: int) -> tuple[str, int]:
@@ -325,18 +336,20 @@ def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: in
     # a fresh start trains on the schedule of the chain's last fresh train, not on a warm start's short one
     schedule = checkpoint.manifest.get(FRESH_SCHEDULE) or {k: getattr(cfg, k) for k in _SCHEDULE}
     cfg = dataclasses.replace(cfg, **{k: v for k, v in schedule.items() if k in _SCHEDULE})
+    options = _retrain_options(checkpoint)
     # a retrain cannot be resumed (its command removes a run it did not finish): no RUN/state, no checkpoint per epoch
     if checkpoint.model_kind.loop_model is None:
         how = "refit"
-        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, manifest_extra=extra,
-                       resumable=False)
+        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, model_options=options, progress=progress,
+                       manifest_extra=extra, resumable=False)
     elif how == "warm":
         cfg = dataclasses.replace(cfg, epochs=epochs, patience=WARM_PATIENCE, patience_steps=0, lr_patience_steps=0)
-        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, warm_start=checkpoint,
+        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, model_options=options, progress=progress,
+                       warm_start=checkpoint,
                        manifest_extra={**extra, "vocabulary_notes": built_on or n_train, FRESH_SCHEDULE: schedule},
                        resumable=False)
     else:
-        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, progress=progress, manifest_extra=extra,
-                       resumable=False)
+        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, model_options=options, progress=progress,
+                       manifest_extra=extra, resumable=False)
     return {**result, "seconds": time.perf_counter() - t0, "start": how, "notes": n_train,
             "vocabulary_notes": built_on}

@@ -13,7 +13,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from clinicode.artifacts import write_safetensors_atomic
-from clinicode.config import TrainConfig, config_to_dict, saved_config
+from clinicode.config import TrainConfig, config_to_dict, moved_fields, saved_config
+from clinicode.constants import RUN_FILE
 from clinicode.errors import CheckpointError, ConfigError
 from clinicode.files import atomic_dir, read_json, sha256_file, write_json_atomic
 from clinicode.tokenizer import ClinicalTokenizer
@@ -225,6 +226,15 @@ class Resumed:
 RESUME_MAY_CHANGE = ("device", "epochs", "memory_mb")
 
 
+def _started_options(run: Path) -> dict[str, Any]:
+    """The model options RUN was started with, as its run.json keeps them ({} when it cannot be read)."""
+    try:
+        options = read_json(run / RUN_FILE).get("model_options")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return options if isinstance(options, dict) else {}
+
+
 def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_options: dict[str, Any],
                data: dict[str, Any], config_type: type) -> Resumed | None:
     """RUN/state for `--resume`, every file checked against the hashes state.json lists, and every option and the
@@ -263,6 +273,10 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
         if name not in files:
             raise CheckpointError(f"{path} lists no {name}; the run cannot resume from it. {RESTART}")
 
+    moved = moved_fields(TrainConfig, state["train_config"])
+    if moved:   # the run chose them as training options; they are its model kind's now, which its state never kept
+        raise ConfigError(f"--resume: {run} was started before {', '.join(sorted(moved))} became the model kind's "
+                          f"options (--model-option), so it cannot resume with this clinicode. {RESTART}")
     saved_cfg = saved_config(TrainConfig, state["train_config"], source="state/state.json")
     free = {k: getattr(train_config, k) for k in RESUME_MAY_CHANGE}  # where and how long, not what is learnt
     if replace(saved_cfg, **free) != replace(train_config, **free):
@@ -271,8 +285,12 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
         raise ConfigError(f"--resume: {run} was started with different options ({diff}); "
                           "repeat the original options or start a new --out folder.")
     model_config = saved_config(config_type, state["model_config"], source="state/state.json")
-    changed = [f"{k}: {getattr(model_config, k)} then {v}"
-               for k, v in model_options.items() if getattr(model_config, k) != v]
+    # the model configuration holds the options of what the loop trains; a kind's own beyond it (the fused model's
+    # --fit-on, ...) are compared with those run.json kept as given
+    held = {f: getattr(model_config, f) for f in asdict(model_config)}
+    started = _started_options(run)
+    changed = [f"{k}: {held[k] if k in held else started[k]} then {v}" for k, v in model_options.items()
+               if (held[k] if k in held else started.get(k, v)) != v]
     if changed:
         raise ConfigError(f"--resume: {run} was started with other model options ({', '.join(changed)}); "
                           "repeat the original options or start a new --out folder.")

@@ -92,7 +92,6 @@ def test_each_leam_recipe_pins_every_learning_option(recipe):
     missing = {f.name for f in dataclasses.fields(TrainConfig)} - _UNPINNED - set(config["train"])
     if config["train"].get("lr_schedule") == "constant":
         missing -= {"lr_decay", "lr_patience"}                   # they only act on the plateau schedule
-    missing -= {"fused_epochs", "mentions", "fit_on", "terminology"}  # they only act on the fused model
     assert not missing, f"{recipe} does not pin {sorted(missing)}"
 
 

@@ -50,10 +50,11 @@ def runs(tmp_path_factory):
     for new_code in (False, True):
         for fit_on in ("train", "train+dev"):
             cfg = TrainConfig(model="fused", epochs=2, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
-                              device="cpu", min_doc_freq=1, fit_on=fit_on)
+                              device="cpu", min_doc_freq=1)
             lines: list[str] = []
             name = fit_on + ("-new-code" if new_code else "")
-            result = train(out_dir=base / name, config=cfg, data_dir=data[new_code], model_options=SIZES,
+            result = train(out_dir=base / name, config=cfg, data_dir=data[new_code],
+                           model_options={**SIZES, "fit_on": fit_on},
                            progress=False, report=lines.append)
             out[name] = (base / name / "checkpoint", result, lines)
     return out
@@ -113,8 +114,10 @@ def test_a_code_only_dev_carries_joins_the_label_set_and_is_found(runs):
 
 
 def test_fit_on_takes_only_its_two_values():
+    from clinicode.models.fused.options import FusedOptions
+
     with pytest.raises(ConfigError, match="--fit-on must be train or train\\+dev, got 'dev'"):
-        TrainConfig(fit_on="dev")
+        FusedOptions(fit_on="dev")
 
 
 def test_evaluate_says_dev_is_in_sample_for_a_refitted_checkpoint(runs):

@@ -25,9 +25,9 @@ def fused_run(demo_data, tmp_path_factory):
     lines = []
     # the parts as fitted on train, so that the fusion can be recomputed from the checkpoint's own parts on dev
     # (the default, --fit-on train+dev, refits them afterwards: tests/train/test_fit_on.py)
-    cfg = TrainConfig(model="fused", epochs=4, batch_size=16, lr=2e-2, w2v_epochs=2, patience=3, seed=7, device="cpu",
-                      fit_on="train")
-    res = train(out_dir=run, config=cfg, data_dir=demo_data, model_options=SIZES, progress=False, report=lines.append)
+    cfg = TrainConfig(model="fused", epochs=4, batch_size=16, lr=2e-2, w2v_epochs=2, patience=3, seed=7, device="cpu")
+    res = train(out_dir=run, config=cfg, data_dir=demo_data, model_options={**SIZES, "fit_on": "train"},
+                progress=False, report=lines.append)
     return run, res, lines
 
 
@@ -193,7 +193,8 @@ def test_the_leam_part_is_capped_only_on_large_label_sets():
     from clinicode.models import MODEL_KINDS
 
     kind = MODEL_KINDS["fused"]
-    assert kind.loop_epochs(TrainConfig(), 664) == 30          # every code: tfidf-lr and the titles carry the tail
-    assert kind.loop_epochs(TrainConfig(), 50) == 200          # 50 codes: LEAM trains until its patience ends it
-    assert kind.loop_epochs(TrainConfig(epochs=10), 664) == 10
-    assert kind.loop_epochs(TrainConfig(fused_epochs=45), 101) == 45
+    default = kind.options_type()
+    assert kind.loop_epochs(TrainConfig(), default, 664) == 30   # every code: tfidf-lr and the titles carry the tail
+    assert kind.loop_epochs(TrainConfig(), default, 50) == 200   # 50 codes: LEAM trains until its patience ends it
+    assert kind.loop_epochs(TrainConfig(epochs=10), default, 664) == 10
+    assert kind.loop_epochs(TrainConfig(), kind.options_type(fused_epochs=45), 101) == 45

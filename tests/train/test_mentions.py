@@ -278,9 +278,9 @@ def test_a_warm_start_learns_mentions_from_its_notes_never_from_its_checkpoint(r
 def test_no_mentions_keeps_the_spans_words_out_of_the_checkpoint(runs, tmp_path):
     run, _ = runs[True]
     cfg = TrainConfig(model="fused", epochs=1, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
-                      device="cpu", min_doc_freq=1, mentions=False)
-    train(out_dir=tmp_path / "off", config=cfg, data_dir=run.parent / "data-True", model_options=SIZES,
-          progress=False)
+                      device="cpu", min_doc_freq=1)
+    train(out_dir=tmp_path / "off", config=cfg, data_dir=run.parent / "data-True",
+          model_options={**SIZES, "mentions": False}, progress=False)
     assert not (tmp_path / "off" / "checkpoint" / MENTIONS_FILE).exists()
     assert json.loads((tmp_path / "off" / "checkpoint" / "fusion.json").read_text())["mentions"] == 0
 

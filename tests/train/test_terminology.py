@@ -48,9 +48,10 @@ def run(tmp_path_factory):
     base = tmp_path_factory.mktemp("terminology")
     data = _write(base / "data")
     cfg = TrainConfig(model="fused", epochs=2, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
-                      device="cpu", min_doc_freq=1, terminology=str(data / "terms.tsv"))
+                      device="cpu", min_doc_freq=1)
     lines: list[str] = []
-    result = train(out_dir=base / "run", config=cfg, data_dir=data, model_options=SIZES, progress=False,
+    result = train(out_dir=base / "run", config=cfg, data_dir=data,
+                   model_options={**SIZES, "terminology": str(data / "terms.tsv")}, progress=False,
                    report=lines.append)
     return base / "run" / "checkpoint", result, data
 
@@ -127,8 +128,9 @@ def test_codes_a_labels_json_fixes_but_no_note_carries_are_left_to_the_terminolo
     codes = (*PHRASES, DEV_CODE, TEST_CODE, *SILENT)
     LabelSet(codes, tuple("" for _ in codes)).save(data / "labels.json")
     cfg = TrainConfig(model="fused", epochs=1, batch_size=16, lr=2e-2, w2v_epochs=1, patience=1, seed=3,
-                      device="cpu", min_doc_freq=1, terminology=str(data / "terms.tsv"))
-    train(out_dir=tmp_path / "run", config=cfg, data_dir=data, model_options=SIZES, progress=False)
+                      device="cpu", min_doc_freq=1)
+    train(out_dir=tmp_path / "run", config=cfg, data_dir=data,
+          model_options={**SIZES, "terminology": str(data / "terms.tsv")}, progress=False)
     pred = Predictor.from_checkpoint(tmp_path / "run", device="cpu", suggest=False)
     assert pred.scorer.model.leam.config.n_labels == 5 and len(pred.codes) == 8, pred.codes
     assert set(pred.codes[5:]) == {TEST_CODE, *SILENT}

@@ -6,6 +6,7 @@ import torch
 from clinicode.config import TrainConfig
 from clinicode.embeddings import auto_w2v_epochs
 from clinicode.errors import ConfigError
+from clinicode.models.fused.options import FusedOptions
 from clinicode.models.leam.model import LEAM
 from clinicode.models.leam.options import LEAMConfig
 from clinicode.training.loop import pos_weight as _pos_weight
@@ -14,7 +15,7 @@ from clinicode.training.loop import pos_weight as _pos_weight
 def test_library_defaults_are_the_tuned_ones():
     cfg = TrainConfig()
     # the default kind is the fused model (#41): LEAM's part stops at 30 epochs, tfidf-lr carries the rare codes
-    assert (cfg.model, cfg.fused_epochs) == ("fused", 30)
+    assert (cfg.model, FusedOptions().fused_epochs) == ("fused", 30)
     assert (cfg.lr, cfg.optimizer, cfg.weight_decay, cfg.pos_weight, cfg.w2v_epochs) == (1e-2, "adamw", 0.3, 0.25, 0)
     assert (cfg.decay_scope, cfg.ema_decay) == ("embeddings", 0.99)
     assert (cfg.lr_schedule, cfg.lr_decay, cfg.lr_patience, cfg.patience, cfg.epochs) == ("plateau", 0.5, 2, 5, 200)
@@ -154,7 +155,7 @@ def test_training_applies_the_window_constraint_after_every_step(tmp_path, monke
     assert (seen[True] >= 0).all() and (seen[False] < 0).all()
 
 
-CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "fused_epochs", "mentions", "patience",
+CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "patience",
                                                   "batch_size",
                                                   "max_len", "lr",
                                                   "embeddings",
@@ -162,6 +163,7 @@ CLI_TO_CONFIG = {**{n: (TrainConfig, n) for n in ("model", "epochs", "fused_epoc
                                                   "ema_decay",
                                                   "w2v_epochs", "min_doc_freq", "eval_batch_size", "device",
                                                   "lr_schedule", "lr_decay", "lr_patience")},
+                 **{n: (FusedOptions, n) for n in ("fused_epochs", "mentions", "fit_on")},
                  "embed_dim": (LEAMConfig, "embed_dim"), "radius": (LEAMConfig, "radius"),
                  "hidden_dim": (LEAMConfig, "hidden_dim"),
                  "dropout": (LEAMConfig, "dropout"), "label_reg": (LEAMConfig, "label_reg_weight"),

@@ -14,8 +14,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from clinicode.config import TrainConfig
-from clinicode.constants import LABELS_FILE
+from clinicode.config import TrainConfig, moved_fields
+from clinicode.constants import LABELS_FILE, TRAIN_CONFIG_FILE
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.files import write_bytes_atomic, write_json_atomic
@@ -24,6 +24,7 @@ from clinicode.models.declarations import Abilities, KindFiles
 from clinicode.models.fitting import Fitted, Loop, TrainingData
 from clinicode.models.fused.mentions import MENTIONS_FILE, MentionLexicon, read_mentions
 from clinicode.models.fused.model import FusedModel, terminology_phrases, title_rows
+from clinicode.models.fused.options import FusedOptions
 from clinicode.models.leam.kind import KIND as LEAM_KIND, check_weight_shapes, weight_shapes
 from clinicode.models.tfidf_lr.kind import KIND as LR_KIND
 
@@ -73,6 +74,22 @@ def _language(fusion: Mapping[str, Any]) -> str:
     return language
 
 
+def _saved_options(folder: Path, fusion: Mapping[str, Any]) -> dict[str, Any]:
+    """The fused model's own options as saved: fusion.json's "options", or, in a checkpoint written before they moved
+    there (#53), the four keys its train_config.json held (absent ones default)."""
+    own = fusion.get("options")
+    if isinstance(own, dict):
+        return own
+    if own is not None:
+        raise CheckpointError(f"{folder / FUSION_META}: its 'options' is {type(own).__name__}, expected an object; the "
+                              "file was edited or damaged, restore the checkpoint or retrain.")
+    try:
+        held = json.loads((folder / TRAIN_CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}   # loading names what is wrong with train_config.json
+    return moved_fields(TrainConfig, held) if isinstance(held, dict) else {}
+
+
 def _mentions_note(mentions: MentionLexicon, codes: Sequence[str], evidence: Sequence[Any] | None) -> str:
     """"; the mentions learnt, and the spans that named other codes" for the line fitting the first parts says;
     "" without evidence spans."""
@@ -120,7 +137,7 @@ class FusedKind:
     # without epochs refit on train and dev (`fit`)
     abilities = Abilities(explain=True, embed=True, refit_on_dev=True)
     loop_model = LEAM_KIND  # the loop trains the LEAM part (`fit`: tfidf-lr first, the loop, the fusion on dev last)
-    options_type = LEAM_KIND.options_type   # LEAM's options, for its part (asked of the LEAM kind, not imported)
+    options_type = FusedOptions   # its LEAM part's options (asked of the LEAM kind), then its own four
 
     def save(self, folder: Path, model: FusedModel, tokenizer: Any | None) -> None:
         from safetensors.numpy import save as st_save
@@ -130,7 +147,8 @@ class FusedKind:
         write_bytes_atomic(folder / FUSION_WEIGHTS, st_save(
             {k: np.ascontiguousarray(getattr(model, k), dtype=np.float64) for k in _VECTORS},
             metadata={"clinicode": "fusion"}))
-        write_json_atomic(folder / FUSION_META, {"format": FUSION_FORMAT, "format_version": 1, **model.fusion})
+        own = {"options": model.options.own()} if model.options is not None else {}
+        write_json_atomic(folder / FUSION_META, {"format": FUSION_FORMAT, "format_version": 1, **model.fusion, **own})
         model.mentions.save(folder)
 
     def verify(self, folder: Path) -> None:
@@ -167,7 +185,8 @@ class FusedKind:
                                   "retrain.") from None
         if not all(np.isfinite(v).all() for v in vectors.values()):
             raise CheckpointError(f"{folder / FUSION_WEIGHTS}: holds values that are not finite; retrain.")
-        fusion = {k: v for k, v in meta.items() if k not in ("format", "format_version")}
+        fusion = {k: v for k, v in meta.items() if k not in ("format", "format_version", "options")}
+        options = FusedOptions.read_back(leam.config.options, _saved_options(folder, meta))
         language = _language(fusion)
         terminology = tuple(zip(labels.codes[len(parts):], labels.descriptions[len(parts):]))
         return FusedModel(leam, lr, **{k: vectors[k].astype(np.float64) for k in _VECTORS}, fusion=fusion,
@@ -175,10 +194,11 @@ class FusedKind:
                           mentions=MentionLexicon.load(folder, labels.codes).in_language(language),
                           terminology=terminology,
                           phrases=terminology_phrases(terminology, labels.codes, language),
-                          phrase_weight=_phrase_weight(fusion, folder)), tokenizer
+                          phrase_weight=_phrase_weight(fusion, folder), options=options), tokenizer
 
     def card(self, model: FusedModel) -> dict[str, Any]:
-        return {"model_config": asdict(model.leam.config), "fusion": dict(model.fusion)}
+        own = model.options.own() if model.options is not None else {}
+        return {"model_config": {**asdict(model.leam.config), **own}, "fusion": dict(model.fusion)}
 
     def display_name(self, model_config: Mapping[str, Any]) -> str:
         return "LEAM + tfidf-lr (fused)"
@@ -200,13 +220,16 @@ class FusedKind:
         from clinicode.models.fused.training import fit_lr_part, fuse, refit_on_all
 
         t0 = time.perf_counter()
+        options = options if options is not None else FusedOptions()
         codes = data.labels.codes
-        mentions = (MentionLexicon.build(codes, data.texts, data.evidence) if data.evidence is not None
+        evidence = data.evidence if options.mentions else None   # --no-mentions: the coders' spans stay unread
+        mentions = (MentionLexicon.build(codes, data.texts, evidence) if evidence is not None
                     else MentionLexicon(codes=tuple(codes), language=detect_language(data.texts)))
         lr = fit_lr_part(data.texts, data.y, single_label=data.single_label, min_doc_freq=data.config.min_doc_freq)
         data.say(f"{self.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s"
-                 + _mentions_note(mentions, codes, data.evidence))
-        trained = loop(self.loop_model, options, epochs=self.loop_epochs(data.config, len(data.labels)))
+                 + _mentions_note(mentions, codes, evidence))
+        trained = loop(self.loop_model, options.leam_part(),
+                       epochs=self.loop_epochs(data.config, options, len(data.labels)))
         t0 = time.perf_counter()
         config = data.config
         labels, y_dev, counts = _with_terminology(data)   # `--terminology`'s codes join after the loop, rowless
@@ -215,31 +238,34 @@ class FusedKind:
                      max_len=config.max_len, device=trained.device,
                      batch_size=config.eval_batch_size, memory_mb=config.memory_mb,
                      terminology=data.terminology or None)
+        final = dataclasses.replace(final, options=options)
         data.say(f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: {_fusion_line(final.fusion)}")
 
         def refit() -> Fitted:
             t1 = time.perf_counter()
-            texts, y, evidence = data.train_and_dev()
+            texts, y, both = data.train_and_dev()
             model = refit_on_all(final, texts, y, codes=labels.codes, descriptions=labels.descriptions,
-                                 evidence=evidence, single_label=data.single_label,
+                                 evidence=both if options.mentions else None, single_label=data.single_label,
                                  min_doc_freq=config.min_doc_freq)
             data.say(f"--fit-on train+dev: tfidf-lr, the titles and the mentions refitted on train and dev in "
                      f"{time.perf_counter() - t1:.0f} s, each code keeping the fusion dev chose; test scores this "
                      "model")
-            return dataclasses.replace(fitted, model=model, refit=None, train_counts=y.sum(axis=0))
+            return dataclasses.replace(fitted, model=dataclasses.replace(model, options=options), refit=None,
+                                       train_counts=y.sum(axis=0))
 
         grown = {"labels": labels, "train_counts": counts} if data.terminology else {}
         fitted = dataclasses.replace(trained, model=final, dev_ids=None, **grown,
-                                     refit=refit if data.train_and_dev is not None and len(data.dev_texts) else None,
+                                     refit=refit if (options.fit_on == "train+dev" and data.train_and_dev is not None
+                                                     and len(data.dev_texts)) else None,
                                      result={**trained.result, **({"fusion": final.fusion} if final.fusion else {})})
         return fitted
 
-    def loop_epochs(self, config: TrainConfig, n_labels: int) -> int:
+    def loop_epochs(self, config: TrainConfig, options: FusedOptions, n_labels: int) -> int:
         """The LEAM part's epoch cap: --fused-epochs (at most --epochs) for a label set of more than CAP_FROM codes,
         where LEAM's epochs are long and tfidf-lr and the titles carry the many rare codes; with fewer codes LEAM
         trains as the leam kind does (its patience ends it): at 50 codes a 30-epoch LEAM part cost 0.026 micro-F1
         (docs/accuracy-tuning.md, round 14)."""
-        return min(config.epochs, config.fused_epochs) if n_labels > CAP_FROM else config.epochs
+        return min(config.epochs, options.fused_epochs) if n_labels > CAP_FROM else config.epochs
 
 
 KIND = FusedKind()

@@ -31,6 +31,7 @@ class FusedModel:
     terminology: tuple[tuple[str, str], ...] = ()
     phrases: MentionLexicon = field(default_factory=MentionLexicon)    # those titles' phrases (`terminology_phrases`)
     phrase_weight: float = 1.0   # what a title said in a note adds to its title match (fitted on dev with the band)
+    options: Any = None          # the options it was trained with (`FusedOptions`); None: not known (a bare model)
 
     @property
     def config(self) -> Any:

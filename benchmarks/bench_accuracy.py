@@ -122,15 +122,16 @@ REUSE_ONLY = False   # --reuse-only
 
 def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | None, work: Path,
             options: dict | None = None, name: str | None = None) -> dict | None:
-    """Train one model with default settings (LEAM: optionally with OPTIONS, TrainConfig or LEAMConfig fields,
-    changed) into WORK/DATASET-NAME-SEED (NAME: the row's name, default MODEL); return its test metrics, the rare-code
-    slice, how training ended, wall-clock seconds and the run folder. A row kept beside it by an earlier call with the
-    same settings is returned as it is (see `--runs`)."""
+    """Train one model with default settings (LEAM and fused: optionally with OPTIONS, TrainConfig or model option
+    fields, changed) into WORK/DATASET-NAME-SEED (NAME: the row's name, default MODEL); return its test metrics, the
+    rare-code slice, how training ended, wall-clock seconds and the run folder. A row kept beside it by an earlier call
+    with the same settings is returned as it is (see `--runs`)."""
     import torch
 
     from clinicode.config import TrainConfig
     from clinicode.constants import CHECKPOINT_DIR, LABELS_FILE
     from clinicode.data.labels import LabelSet
+    from clinicode.models import MODEL_KINDS, option_names
     from clinicode.models.leam.options import LEAMConfig
     from clinicode.train import train
 
@@ -148,9 +149,13 @@ def run_one(dataset: str, data_dir: Path, model: str, seed: int, top_k: int | No
     if REUSE_ONLY:   # --reuse-only: report what --runs holds, train nothing
         return None
 
-    model_fields = {f.name for f in dataclasses.fields(LEAMConfig)}
+    # model options: LEAM's and the fused model's own, which a leam run leaves out (they act on the fused model)
+    fused_own = set(option_names(MODEL_KINDS["fused"])) - set(option_names(MODEL_KINDS["leam"]))
+    model_fields = {f.name for f in dataclasses.fields(LEAMConfig)} | fused_own
     extra = dict(options or {}) if model in ("leam", "fused") else {}
     model_options = {k: extra.pop(k) for k in list(extra) if k in model_fields}
+    if model == "leam":
+        model_options = {k: v for k, v in model_options.items() if k not in fused_own}
     cfg = TrainConfig(model=model, seed=seed, top_k=top_k, device="cpu", **extra)
     desc = descriptions_for(dataset, data_dir)
     t0 = time.perf_counter()
@@ -293,12 +298,15 @@ def write_section(text: str, path: Path) -> None:
 
 
 def _parse_sets(pairs: list[str]) -> dict:
-    """KEY=VALUE pairs as TrainConfig or LEAMConfig fields (training or model options), each value parsed as its
-    field's type."""
+    """KEY=VALUE pairs as TrainConfig or model option fields (the fused model's: LEAM's and its own), each value
+    parsed as its field's type."""
     from clinicode.config import TrainConfig
+    from clinicode.models import MODEL_KINDS
     from clinicode.models.leam.options import LEAMConfig
 
-    model_fields = {f.name: f for f in dataclasses.fields(LEAMConfig) if f.name not in ("vocab_size", "n_labels")}
+    fused = MODEL_KINDS["fused"].options_type   # LEAM's options and the fused model's own
+    leam_fields = {f.name: f for f in dataclasses.fields(LEAMConfig) if f.name not in ("vocab_size", "n_labels")}
+    model_fields = {**{f.name: f for f in dataclasses.fields(fused)}, **leam_fields}
     fields = {**{f.name: f for f in dataclasses.fields(TrainConfig)}, **model_fields}
     out: dict = {}
     for pair in pairs:
@@ -312,7 +320,8 @@ def _parse_sets(pairs: list[str]) -> dict:
             out[key] = value if kind is str or fields[key].default is None else kind(value)
     # range checks now, not after an hour of training
     TrainConfig(**{k: v for k, v in out.items() if k not in model_fields})
-    LEAMConfig(vocab_size=3, n_labels=1, **{k: v for k, v in out.items() if k in model_fields})
+    LEAMConfig(vocab_size=3, n_labels=1, **{k: v for k, v in out.items() if k in leam_fields})
+    fused(**{k: v for k, v in out.items() if k in model_fields and k not in leam_fields})
     return out
 
 
@@ -337,7 +346,8 @@ def _arguments() -> argparse.Namespace:
                     help="LEAM word vectors from this word2vec/GloVe text file instead of "
                          "word2vec (implies --no-write).")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="change one LEAM training or model option (a TrainConfig or LEAMConfig field), e.g. "
+                    help="change one training or model option (a TrainConfig field, or the fused model's options: "
+                         "LEAM's and fused_epochs, mentions, fit_on, terminology), e.g. "
                          "lr_schedule=constant or label_reg_weight=0; repeatable; "
                          "implies --no-write.")
     return ap.parse_args()

@@ -1,6 +1,6 @@
 """A `train` scores dev and test once each through the inference path: the fused model's fusion hands its dev
 scores to the threshold's tuning, and the evidence figures take test's scores from the test metrics, encoding the
-notes for their spans only; every output stays what scoring again gave."""
+notes for their spans only; every output stays what scoring again gave. `evaluate` scores its split once too."""
 
 from __future__ import annotations
 
@@ -80,11 +80,17 @@ def test_dev_and_test_are_scored_once_a_train(data, tmp_path, monkeypatch, model
     np.testing.assert_array_equal(saved["scores"], pred.score([r["text"] for r in test]))
 
 
-def test_spans_of_given_scores_are_those_predict_shows(data, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def fused_run(data, tmp_path_factory):
+    run = tmp_path_factory.mktemp("scored_once") / "run"
     cfg = TrainConfig(model="fused", epochs=2, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3, device="cpu",
                       min_doc_freq=1, fit_on="train")
-    train(out_dir=tmp_path / "run", config=cfg, data_dir=data, model_options=SIZES, progress=False)
-    pred = Predictor.from_checkpoint(tmp_path / "run", device="cpu")
+    train(out_dir=run, config=cfg, data_dir=data, model_options=SIZES, progress=False)
+    return run
+
+
+def test_spans_of_given_scores_are_those_predict_shows(data, fused_run, monkeypatch):
+    pred = Predictor.from_checkpoint(fused_run, device="cpu")
     texts = [json.loads(line)["text"] for line in (data / "test.jsonl").read_text().splitlines()]
     texts += ["   ", "!!! ???"]   # one note predict refuses, one with no word the model reads
     shown = pred.code_spans(texts, explain=3, threshold=0.3)
@@ -93,3 +99,13 @@ def test_spans_of_given_scores_are_those_predict_shows(data, tmp_path, monkeypat
     assert pred.code_spans(texts, explain=3, threshold=0.3, scores=scores) == shown
     assert passes == []                                                           # no scoring, only the encoding
     assert shown[-1] == shown[-2] == {} and any(shown[:-2])
+
+
+def test_evaluate_scores_the_split_once_for_its_metrics_and_evidence(data, fused_run, monkeypatch):
+    from clinicode.evaluate import evaluate, evidence_report
+
+    alone = evidence_report(fused_run, data, "test", device="cpu")   # the figures scored on their own
+    passes = _count_raw_scoring(monkeypatch)
+    result = evaluate(checkpoint=fused_run, data_dir=data, split="test", device="cpu")
+    assert passes == [NOTES["test"]]
+    assert {"split": "test", **result["evidence"]} == alone and result["evidence"]["n_pairs"] > 0

@@ -44,7 +44,11 @@ def environment_hash() -> str:
     and manifests record `torch_version` beside it."""
     from importlib.metadata import distributions
 
-    lines = [f"{d.metadata['Name']}=={d.version}" for d in distributions() if d.metadata["Name"]]
+    lines = []
+    for d in distributions():
+        meta = d.metadata   # parsed from its METADATA file at each access (`version` too): once a distribution
+        if meta["Name"]:
+            lines.append(f"{meta['Name']}=={meta['Version']}")
     return _digest(requirement_lines(lines), platform.python_version())
 
 

@@ -186,7 +186,7 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
                                  **map_report(pred, df["labels"].tolist(), y, s, without=map_without)}
     evidence = None
     if EVIDENCE in df.columns:
-        evidence = _evidence_of_notes(pred, df, k=EVIDENCE_K if explain is None else explain)
+        evidence = _evidence_of_notes(pred, df, k=EVIDENCE_K if explain is None else explain, scores=s)
         if evidence is not None:
             result["evidence"] = evidence
     result["span_code"] = None if evidence is None else evidence.get("span_code")
@@ -237,13 +237,14 @@ def evidence_report(checkpoint: Path | None, data_dir: Path, split: str = "test"
     return None if out is None else {"split": split, **out}
 
 
-def _evidence_of_notes(pred: Predictor, df: pd.DataFrame, *, k: int) -> dict[str, Any] | None:
-    return evidence_of(pred, df[TEXT].tolist(), df["labels"].tolist(), df[EVIDENCE].tolist(), k=k)
+def _evidence_of_notes(pred: Predictor, df: pd.DataFrame, *, k: int,
+                       scores: np.ndarray | None = None) -> dict[str, Any] | None:
+    return evidence_of(pred, df[TEXT].tolist(), df["labels"].tolist(), df[EVIDENCE].tolist(), k=k, scores=scores)
 
 
 def evidence_of(pred: Predictor, texts: Sequence[str], gold: Sequence[Sequence[str]],
                 mentions: Sequence[Sequence[dict[str, Any]]], *, k: int = EVIDENCE_K,
-                threshold: float | None = None) -> dict[str, Any] | None:
+                threshold: float | None = None, scores: np.ndarray | None = None) -> dict[str, Any] | None:
     """The evidence figures of PRED's spans on notes with gold mentions (`clinicode.metrics.spans_report`): the
     spans it shows for each code predicted at the threshold, the mentions' codes read in its spelling, the title floor
     from its titles (ICD-10-PCS's display placeholder is no title). What `evaluate` reports and `train` saves.
@@ -255,6 +256,7 @@ def evidence_of(pred: Predictor, texts: Sequence[str], gold: Sequence[Sequence[s
         mentions: per note, its gold mentions ({code, start, end}).
         k: spans per code (the explain count), >= 1.
         threshold: the cut-off for "predicted" (default: the checkpoint's).
+        scores: [n_notes, K] the notes' scores when the caller has them (`evaluate`'s metrics): not scored again.
     Returns:
         None when no note has a gold mention; else `spans_report`'s figures.
     Raises:
@@ -265,7 +267,8 @@ def evidence_of(pred: Predictor, texts: Sequence[str], gold: Sequence[Sequence[s
     if not any(len(m) for m in mentions):
         return None  # nothing to judge: no scoring
     known = set(pred.codes)
-    return spans_report(texts, gold, mentions, pred.code_spans(texts, explain=k, threshold=threshold),
+    shown = pred.code_spans(texts, explain=k, threshold=threshold, scores=scores)
+    return spans_report(texts, gold, mentions, shown,
                         titles=_floor_titles(pred), spell=lambda code: pred.code_system.canonical(code, known),
                         k=k, spanless=None if pred.model_kind.abilities.explain else pred.kind)
 

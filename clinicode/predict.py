@@ -340,8 +340,8 @@ class Predictor:
             out[i] = rec
         return out  # type: ignore[return-value]
 
-    def code_spans(self, texts: Sequence[str], *, explain: int,
-                   threshold: float | None = None) -> list[dict[str, list[tuple[int, int]] | None]]:
+    def code_spans(self, texts: Sequence[str], *, explain: int, threshold: float | None = None,
+                   scores: np.ndarray | None = None) -> list[dict[str, list[tuple[int, int]] | None]]:
         """Each note's predicted codes (at the threshold) with the spans `predict(..., explain=explain)` shows for
         them, best first (None for a kind that shows none, tfidf-lr): what the evidence figures and the span-and-code F1
         judge (`clinicode.metrics.spans_report`).
@@ -350,14 +350,41 @@ class Predictor:
             texts: [n_notes] the notes.
             explain: spans per code.
             threshold: the cut-off for "predicted" (default: the checkpoint's).
+            scores: [n_notes, K] the notes' scores when the caller has them (`score`'s): the notes are not scored
+                again, only encoded for their spans (a code's spans come from the weights, not from the scoring).
         """
         spans = self.model_kind.abilities.explain
+        if scores is not None:
+            return self._spans_of(texts, scores, explain=explain if spans else 0, threshold=threshold)
         records = self.predict(texts, explain=explain if spans else 0, top_k=0, threshold=threshold, attention=False)
         out: list[dict[str, list[tuple[int, int]] | None]] = []
         for rec in records:
             phrases = rec.code_phrases or {}
             out.append({c.code: ([(s.start, s.end) for s in phrases.get(c.code, [])] if spans else None)
                         for c in rec.predicted})
+        return out
+
+    def _spans_of(self, texts: Sequence[str], scores: np.ndarray, *, explain: int,
+                  threshold: float | None) -> list[dict[str, list[tuple[int, int]] | None]]:
+        """`code_spans` of notes already scored (SCORES: [n_notes, K]), as `predict` gives them: a note it refuses
+        or that holds no word the model reads has no predicted code; EXPLAIN 0 (a kind that shows no spans): None."""
+        t = self.threshold if threshold is None else check_threshold(float(threshold))
+        prepared = self.prepare(texts, explain=explain)
+        if len(scores) != len(prepared.ids):
+            raise ConfigError(f"code_spans: {len(prepared.ids)} notes but {len(scores)} rows of scores; give one row "
+                              "a note.")
+        codes = self.labels.codes
+        out: list[dict[str, list[tuple[int, int]] | None]] = [{} for _ in prepared.ids]
+        for j, i in enumerate(prepared.good):
+            enc = prepared.encs[j] if prepared.encs is not None else None
+            if enc is not None and len(enc.ids) == 0:
+                continue   # nothing to code (`predict`'s error)
+            keep = [int(k) for k in predicted_indices(scores[i], t, single_label=self.single_label)]
+            if not explain:
+                out[i] = {codes[k]: None for k in keep}
+                continue
+            found = self.scorer.code_spans(enc, keep, explain, text=prepared.texts[j])  # type: ignore[attr-defined]
+            out[i] = {codes[k]: [(sp.start, sp.end) for sp in f] for k, f in zip(keep, found)}
         return out
 
     def _read_part(self, text: str, enc: Any) -> str:

@@ -52,6 +52,9 @@ class Fitted:
     refit: Callable[[], Fitted] | None = None
     train_counts: np.ndarray | None = None   # the checkpoint's counts when they are not `TrainingData.train_counts`
     dev_ids: list | None = None              # dev as the tokenizer encodes it, when the loop already has it
+    # [N_dev, K] dev's scores by this model, as its kind's scorer gives them, when fitting already scored dev (the
+    # fused model's fusion): `finish` tunes the threshold on them instead of scoring dev again
+    dev_scores: np.ndarray | None = None
     device: Any = "cpu"                      # where the model's weights are (the loop's): dev and test score there
     # the checkpoint's label set when the model holds more codes than the data's (`--terminology`'s follow them):
     # dev's and test's gold, the refit's notes and the checkpoint count them from then on

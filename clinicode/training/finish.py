@@ -1,5 +1,6 @@
-"""Finishing a run (`finish`): the threshold tuned on dev through the inference path, test scored once, the metrics
-and the final checkpoint; `finish_fitted` for what a kind's `fit` gave. Imports no model."""
+"""Finishing a run (`finish`): the threshold tuned on dev through the inference path (or on the dev scores a kind's
+fit already made), test scored once for its metrics and its evidence figures, the metrics and the final checkpoint;
+`finish_fitted` for what a kind's `fit` gave. Imports no model."""
 
 from __future__ import annotations
 
@@ -35,12 +36,14 @@ def single_label(ds: PreparedDataset, cfg: TrainConfig) -> bool:
 
 
 def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float, dict, dict], None], *,
-           train_counts: np.ndarray, dev_ids: list | None = None, device: Any = "cpu",
-           refit: Callable[[], Checkpoint] | None = None) -> dict[str, Any]:
+           train_counts: np.ndarray, dev_ids: list | None = None, dev_scores: np.ndarray | None = None,
+           device: Any = "cpu", refit: Callable[[], Checkpoint] | None = None) -> dict[str, Any]:
     """Tune the threshold on dev with the inference path, score test once, save the final checkpoint.
 
     `train_counts`: [K] training notes per code (`LabelSet.counts`), for the test metrics' rare/frequent slices.
     `dev_ids`: dev as the checkpoint's tokenizer encodes it, when training already has it (LEAM).
+    `dev_scores`: [N_dev, K] CK's dev scores as its scorer gives them, when training already has them (the fused
+    model's fusion): dev is not scored again.
     `device`: where the model's weights are (`Fitted.device`); dev and test are scored there.
     `refit`: called once dev has chosen the threshold and been scored; the checkpoint it returns (parts refitted on
     train and dev: `--fit-on train+dev`) is the one test scores and SAVE keeps. Dev's metrics stay those of CK, since
@@ -54,7 +57,10 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
     one = pred.single_label
     dev = ds.split("dev")
     y_dev = ds.labels.multi_hot(dev["labels"])
-    s_dev = pred.score_ids(dev_ids) if dev_ids is not None else pred.score(dev["text"].tolist())
+    if dev_scores is not None:
+        s_dev = dev_scores
+    else:
+        s_dev = pred.score_ids(dev_ids) if dev_ids is not None else pred.score(dev["text"].tolist())
     # codes no training note carries (only dev's, learnt by `refit`) cannot be found yet: they do not move the threshold
     known = np.asarray(train_counts) > 0
     t = 0.0 if one else tune_threshold(y_dev[:, known], s_dev[:, known])
@@ -75,7 +81,8 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
         metrics_test = metrics_report(y, s, threshold=t, single_label=one, codes=list(ds.labels.codes),
                                       train_counts=train_counts)
         if EVIDENCE in test.columns:  # gold mentions: judge the highlights, at the tuned threshold
-            evidence = _evidence(pred, test["text"].tolist(), test["labels"].tolist(), test[EVIDENCE].tolist(), t)
+            evidence = _evidence(pred, test["text"].tolist(), test["labels"].tolist(), test[EVIDENCE].tolist(), t,
+                                 scores=s)
             if evidence is not None:
                 metrics_test["evidence"] = evidence
         buf = run / f".{SCORES_TEST_FILE}.tmp.npz"
@@ -86,14 +93,16 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
 
 
 def _evidence(pred: Predictor, texts: list[str], gold: list[Any], mentions: list[Any],
-              threshold: float) -> dict[str, Any] | None:
+              threshold: float, *, scores: np.ndarray) -> dict[str, Any] | None:
     """The evidence figures `evaluate` reports (`clinicode.evaluate.evidence_of`, which a verb's set-up may not
-    import), at the tuned threshold: None when no note has a gold mention."""
+    import), at the tuned threshold: None when no note has a gold mention. SCORES: the notes' [N, K] scores, which
+    the test metrics read; the notes are not scored again, only encoded for their spans."""
     if not any(len(m) for m in mentions):
         return None
     known = set(pred.codes)
     titles = {c: "" if t == PCS_NO_TITLE else t for c, t in zip(pred.codes, pred.labels.descriptions)}
-    return spans_report(texts, gold, mentions, pred.code_spans(texts, explain=EVIDENCE_K, threshold=threshold),
+    shown = pred.code_spans(texts, explain=EVIDENCE_K, threshold=threshold, scores=scores)
+    return spans_report(texts, gold, mentions, shown,
                         titles=titles, spell=lambda code: pred.code_system.canonical(code, known),
                         spanless=None if pred.model_kind.abilities.explain else pred.kind)
 
@@ -123,5 +132,5 @@ def finish_fitted(kind: Any, run: Path, ds: Any, config: TrainConfig, fitted: Fi
                         train_counts=counts if final.train_counts is None else final.train_counts)
 
     ck = Checkpoint(ck_dir, kind.name, fitted.model, ds.labels, 0.5, config, {}, fitted.tokenizer)
-    return finish(run, ds, ck, save, train_counts=counts, dev_ids=fitted.dev_ids, device=fitted.device,
-                  refit=refit if fitted.refit is not None else None)
+    return finish(run, ds, ck, save, train_counts=counts, dev_ids=fitted.dev_ids, dev_scores=fitted.dev_scores,
+                  device=fitted.device, refit=refit if fitted.refit is not None else None)

@@ -305,7 +305,7 @@ def retrain_start(checkpoint: Checkpoint, n_train: int) -> tuple[str, int]:
 
 def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: int = RETRAIN_EPOCHS, seed: int = 0,
             device: str | None = None, provenance: dict[str, Any] | None = None, start: str = "auto",
-            progress: bool = False) -> dict[str, Any]:
+            progress: bool = False, n_train: int | None = None) -> dict[str, Any]:
     """A new run from CHECKPOINT and DATA_DIR (`review retrain`: decided notes with the checkpoint's label set, and
     base training notes); the old checkpoint is only read. A kind fitted whole (tfidf-lr) is refitted on DATA_DIR's
     train. A kind trained by the loop (LEAM, the fused model's LEAM part) starts from CHECKPOINT's weights and
@@ -314,7 +314,8 @@ def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: in
     fused model's parts without epochs (tfidf-lr, titles, mentions) and its fusion refit either way. The new manifest
     records `retrained_from` (PROVENANCE: the old checkpoint's path and hash, the review database, how many decided
     notes) and, after a warm start, `vocabulary_notes` and `fresh_schedule` (the epochs and patience of the chain's
-    last fresh train, which a fresh start down the chain trains with, not the warm start's short ones).
+    last fresh train, which a fresh start down the chain trains with, not the warm start's short ones). N_TRAIN:
+    DATA_DIR's training notes when the caller wrote them (`review.export.retrain_data` counts them), else read.
 
     Returns:
         `train`'s result with "seconds" (the whole retrain's wall time), "start" ("warm", "fresh" or "refit"),
@@ -330,7 +331,7 @@ def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: in
     extra: dict[str, Any] = {"retrained_from": provenance or {"checkpoint": str(checkpoint.path),
                                                               "checkpoint_sha256": checkpoint.manifest_sha256}}
     # the notes `train` will count (top_k is None: it drops none), read without dev, test or the label set
-    n_train = len(read_split_codes(Path(data_dir), "train"))
+    n_train = len(read_split_codes(Path(data_dir), "train")) if n_train is None else n_train
     how, built_on = retrain_start(checkpoint, n_train)
     how = start if start != "auto" else how
     # a fresh start trains on the schedule of the chain's last fresh train, not on a warm start's short one

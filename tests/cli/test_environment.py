@@ -51,3 +51,35 @@ def test_the_hash_changes_with_a_package_version_or_python(tmp_path):
     assert lock_hash(lock, "3.11.7") != base
     lock.write_text("numpy==2.0.0\nscikit-learn==1.5.0\ntorch==2.14.0\n")  # torch's build is per machine
     assert lock_hash(lock, "3.11.7") == base and lock_hash(lock, "3.12.1") != base
+
+
+def test_the_hash_reads_each_distribution_s_metadata_once(monkeypatch):
+    """Each access to a distribution's `metadata` (and `version`) parses its METADATA file again; the hash, made once
+    a process (0.1-1 s of it), asks once a distribution and is the hash of every name==version."""
+    import importlib.metadata
+    import platform
+
+    from clinicode.environment import _digest
+
+    installed = list(importlib.metadata.distributions())
+    want = _digest(requirement_lines([f"{d.metadata['Name']}=={d.version}" for d in installed
+                                      if d.metadata["Name"]]), platform.python_version())
+    reads = []
+
+    class Counted:
+        def __init__(self, dist):
+            self.dist = dist
+
+        @property
+        def metadata(self):
+            reads.append(self)
+            return self.dist.metadata
+
+        @property
+        def version(self):
+            reads.append(self)
+            return self.dist.version
+
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [Counted(d) for d in installed])
+    assert environment_hash.__wrapped__() == want
+    assert len(reads) == len(installed)

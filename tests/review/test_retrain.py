@@ -66,6 +66,24 @@ def test_retrain_makes_a_new_checkpoint_and_leaves_the_old_one_alone(tfidf_run, 
         assert rdb.stats()["checkpoints"][sha]["decisions"] > 0
 
 
+def test_retrain_counts_the_training_notes_it_wrote_without_reading_them_again(tfidf_run, demo_data, tmp_path,
+                                                                              monkeypatch):
+    """`retrain_data` wrote the training notes and counted them: the retrain's start (warm or fresh) takes that count
+    instead of reading train.jsonl again."""
+    import clinicode.data.prepared as prepared
+
+    db, _ = _decided(tfidf_run, demo_data, tmp_path, n=6)
+
+    def read_again(path, split):
+        raise AssertionError(f"{split} read again")
+
+    monkeypatch.setattr(prepared, "read_split_codes", read_again)
+    out = tmp_path / "retrained"
+    res = succeeds(["review", "retrain", "--checkpoint", tfidf_run, "--data", demo_data, "--out", out, "--db", db])
+    train = (out / "data" / "train.jsonl").read_text().splitlines()
+    assert f"(refitted on {len(train):,} training notes)" in res.stdout
+
+
 def test_retrain_refuses_bad_options_and_a_used_folder(tfidf_run, demo_data, tmp_path):
     db, _ = _decided(tfidf_run, demo_data, tmp_path, n=3)
     fails(["review", "retrain", "--checkpoint", tfidf_run, "--data", demo_data, "--out", tmp_path / "x", "--db", db,

@@ -74,7 +74,7 @@ def review_retrain_cli(
                        "reviewed notes carry them, too little to learn from (decide more notes with them, then "
                        "retrain): " + _counted(made["too_few"]), err=True)
         r = retrain(checkpoint=ck, out_dir=out, data_dir=Path(out) / RUN_DATA, epochs=epochs, seed=seed,
-                    device=device, start=start,
+                    device=device, start=start, n_train=made["train"],
                     provenance={"checkpoint": str(ck.path), "checkpoint_sha256": ck.manifest_sha256,
                                 "review_db": str(Path(db_path(db)).resolve()),
                                 "decided_notes": made["reviewed"], "sampled_notes": made["sampled"]})

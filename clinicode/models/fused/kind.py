@@ -233,11 +233,11 @@ class FusedKind:
         t0 = time.perf_counter()
         config = data.config
         labels, y_dev, counts = _with_terminology(data)   # `--terminology`'s codes join after the loop, rowless
-        final = fuse(trained.model, trained.tokenizer, lr, mentions=mentions, dev_texts=data.dev_texts,
-                     y_dev=y_dev, train_counts=data.train_counts, descriptions=data.labels.descriptions,
-                     max_len=config.max_len, device=trained.device,
-                     batch_size=config.eval_batch_size, memory_mb=config.memory_mb,
-                     terminology=data.terminology or None)
+        final, dev_scores = fuse(trained.model, trained.tokenizer, lr, mentions=mentions, dev_texts=data.dev_texts,
+                                 y_dev=y_dev, train_counts=data.train_counts, descriptions=data.labels.descriptions,
+                                 max_len=config.max_len, device=trained.device,
+                                 batch_size=config.eval_batch_size, memory_mb=config.memory_mb,
+                                 terminology=data.terminology or None)
         final = dataclasses.replace(final, options=options)
         data.say(f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: {_fusion_line(final.fusion)}")
 
@@ -254,7 +254,7 @@ class FusedKind:
                                        train_counts=y.sum(axis=0))
 
         grown = {"labels": labels, "train_counts": counts} if data.terminology else {}
-        fitted = dataclasses.replace(trained, model=final, dev_ids=None, **grown,
+        fitted = dataclasses.replace(trained, model=final, dev_ids=None, dev_scores=dev_scores, **grown,
                                      refit=refit if (options.fit_on == "train+dev" and data.train_and_dev is not None
                                                      and len(data.dev_texts)) else None,
                                      result={**trained.result, **({"fusion": final.fusion} if final.fusion else {})})

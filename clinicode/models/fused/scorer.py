@@ -119,7 +119,8 @@ class FusedScorer:
         for word, i in tokenizer.vocab().items():
             self._feature[i] = where.get(word, -1)
 
-    def _probabilities(self, z: np.ndarray) -> np.ndarray:
+    def probabilities(self, z: np.ndarray) -> np.ndarray:
+        """[N, K] float32 scores of [N, K] fused logits (softmax for a single-label model, else sigmoid)."""
         if self.single_label:
             z = z - z.max(axis=1, keepdims=True)
             e = np.exp(z)
@@ -137,7 +138,7 @@ class FusedScorer:
         return (self.leam.score(texts), *self.bag_of_words(texts))
 
     def score(self, texts: Sequence[str]) -> np.ndarray:
-        return self._probabilities(self.model.fuse(*self.logits(texts)))
+        return self.probabilities(self.model.fuse(*self.logits(texts)))
 
     def encode(self, texts: Sequence[str], *, offsets: bool) -> list[_WithText]:
         return [_WithText(e, t) for e, t in zip(self.leam.encode(texts, offsets=offsets), texts)]
@@ -145,7 +146,7 @@ class FusedScorer:
     def score_encoded(self, encs: Sequence[Any], *, attention: bool) -> tuple[np.ndarray, list[Any] | None]:
         z_leam, extras = self.leam.score_encoded([e.enc for e in encs], attention=attention)
         z_lr, z_title = self.bag_of_words([e.text for e in encs])
-        return self._probabilities(self.model.fuse(z_leam, z_lr, z_title)), extras
+        return self.probabilities(self.model.fuse(z_leam, z_lr, z_title)), extras
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self.leam.embed(texts)

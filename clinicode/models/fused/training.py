@@ -36,8 +36,10 @@ def fit_lr_part(texts: Sequence[str], y: np.ndarray, *, single_label: bool, min_
 def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None = None, dev_texts: Sequence[str],
          y_dev: np.ndarray, train_counts: np.ndarray, descriptions: Sequence[str], max_len: int, device: Any,
          batch_size: int, memory_mb: int, per_code: bool = PER_CODE_THRESHOLDS,
-         terminology: Mapping[str, str] | None = None) -> FusedModel:
-    """The fused model of a trained LEAM and a fitted tfidf-lr, its fusion learnt on dev.
+         terminology: Mapping[str, str] | None = None) -> tuple[FusedModel, np.ndarray]:
+    """The fused model of a trained LEAM and a fitted tfidf-lr, its fusion learnt on dev, and its [N_dev, K] dev
+    scores as its scorer gives them (`FusedScorer.score`): training tunes the threshold on them without scoring dev
+    again (the parts' dev logits are the fusion's; with a terminology the bag-of-words parts read dev once more).
 
     Args:
         dev_texts, y_dev: the dev notes and their [N_dev, K] 0/1 gold (K + the terminology's codes, when given).
@@ -49,7 +51,7 @@ def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None 
             join the model after its codes, scored from their titles alone (`join_terminology`).
     """
     from clinicode.metrics import tune_threshold
-    from clinicode.models.fused.scorer import FusedScorer
+    from clinicode.models.fused.scorer import FusedScorer, bag_of_words
 
     k = len(train_counts)
     y_all = np.asarray(y_dev, dtype=bool)
@@ -92,12 +94,14 @@ def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None 
     summary["language"] = mentions.language   # the notes' language: the mentions' stemmer and negation triggers
     model = FusedModel(leam, lr, a=a, c=c, e=e, offset=bias + offsets, w=w, fusion=summary, titles=titles,
                        mentions=mentions)
-    if not terminology:
-        return model
-    single = not leam.config.multilabel
-    t = 0.0 if single else tune_threshold(y[:, known], sigmoid(z[:, known]))   # as `train` tunes it on dev
-    return join_terminology(model, terminology, dev_texts=dev_texts, y_dev=y_all, train_counts=counts,
-                            descriptions=descriptions, z=z, threshold=t)
+    if terminology:
+        single = not leam.config.multilabel
+        t = 0.0 if single else tune_threshold(y[:, known], sigmoid(z[:, known]))   # as `train` tunes it on dev
+        model = join_terminology(model, terminology, dev_texts=dev_texts, y_dev=y_all, train_counts=counts,
+                                 descriptions=descriptions, z=z, threshold=t)
+        z_lr, z_title = bag_of_words(model.lr, model.titles, model.mentions, dev_texts, model.phrases,
+                                     model.phrase_weight)   # [N_dev, K + T] title matches, the terminology's too
+    return model, scorer.probabilities(model.fuse(z_leam, z_lr, z_title))
 
 
 def join_terminology(model: FusedModel, terminology: Mapping[str, str], *, dev_texts: Sequence[str],

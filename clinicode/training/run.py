@@ -20,14 +20,14 @@ from clinicode.checkpoint import Checkpoint
 from clinicode.codes.icd9 import load_descriptions_tsv
 from clinicode.codes.systems import LOCAL, infer_code_system, spelling
 from clinicode.codes.terminology import read_terminology, terminology_titles
-from clinicode.config import SAVED_MOVED, TrainConfig, config_to_dict
+from clinicode.config import TrainConfig, config_to_dict
 from clinicode.constants import EVIDENCE, RETRAIN_EPOCHS, RUN_DATA_DIR, RUN_FILE
 from clinicode.data.labels import LabelSet
 from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.file_locks import claim_folder, releases_claims
 from clinicode.files import check_output, write_json_atomic
-from clinicode.models import RunNeeds, kind_options, run_needs, train_kind
+from clinicode.models import RunNeeds, kind_options, option_names, run_needs, train_kind
 from clinicode.models.fitting import TrainingData
 from clinicode.runtime import pick_device, seed_everything, world
 from clinicode.training.finish import finish_fitted, single_label
@@ -286,11 +286,12 @@ _SCHEDULE = ("epochs", "patience", "patience_steps", "lr_patience_steps")
 
 
 def _retrain_options(checkpoint: Checkpoint) -> dict[str, Any]:
-    """The model options a retrain of CHECKPOINT keeps, as its kind reads them back (`card`): those that were training
-    options until #53 moved them to the kind (`config.SAVED_MOVED`: the fused model's --fit-on, --mentions,
-    --terminology and --fused-epochs), which a retrain always kept; the others start at their defaults, as before."""
+    """The model options a retrain of CHECKPOINT trains with: every option its kind takes, as the checkpoint's card
+    shows them back (its sizes, `--paper`'s switches, the fused model's --fit-on, --mentions, --terminology and
+    --fused-epochs). A fresh start trains as `train` did for CHECKPOINT, never with the defaults; a warm start takes
+    its model's configuration from the checkpoint's weights either way."""
     saved = checkpoint.model_kind.card(checkpoint.model).get("model_config") or {}
-    return {k: saved[k] for k in SAVED_MOVED[TrainConfig] if k in saved}
+    return {k: saved[k] for k in option_names(checkpoint.model_kind) if k in saved}
 
 
 def retrain_start(checkpoint: Checkpoint, n_train: int) -> tuple[str, int]:

@@ -369,3 +369,19 @@ def test_a_retrain_keeps_its_best_epoch_in_memory_and_writes_no_state(tiny_run, 
     dev = json.loads((out / "checkpoint" / "metrics_dev.json").read_text())
     assert manifest["epoch"] == best + 1 and dev["f1_micro"] == pytest.approx(history[best]["dev_f1_micro"], abs=1e-9)
     assert dev["f1_micro"] != pytest.approx(history[-1]["dev_f1_micro"], abs=1e-9)
+
+
+def test_a_fresh_start_trains_with_the_checkpoints_own_model_options(tiny_run, demo_data, tmp_path):
+    """A fresh start trains as `train` did for the checkpoint: its sizes and the paper's switches (tiny_run has no code
+    evidence and a free window), never the defaults (embed_dim 100, hidden_dim 1000, code evidence on)."""
+    from clinicode.checkpoint import load_checkpoint
+
+    from conftest import TINY_MODEL
+
+    db, _ = _decided(tiny_run, demo_data, tmp_path, n=6)
+    out = tmp_path / "fresh"
+    res = succeeds(["review", "retrain", "--checkpoint", tiny_run, "--data", demo_data, "--out", out, "--db", db,
+                    "--start", "fresh", "--epochs", "2", "--device", "cpu"])
+    assert "fresh start, as train" in res.stdout
+    config = load_checkpoint(out / "checkpoint").model.config
+    assert {k: getattr(config, k) for k in TINY_MODEL} == TINY_MODEL

@@ -67,8 +67,9 @@ def _count_raw_scoring(monkeypatch) -> list[int]:
 def test_dev_and_test_are_scored_once_a_train(data, tmp_path, monkeypatch, model, fit_on):
     passes = _count_raw_scoring(monkeypatch)
     cfg = TrainConfig(model=model, epochs=2, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3, device="cpu",
-                      min_doc_freq=1, fit_on=fit_on)
-    res = train(out_dir=tmp_path / "run", config=cfg, data_dir=data, model_options=SIZES, progress=False)
+                      min_doc_freq=1)
+    options = {**SIZES, **({"fit_on": fit_on} if model == "fused" else {})}   # --fit-on is the fused model's option
+    res = train(out_dir=tmp_path / "run", config=cfg, data_dir=data, model_options=options, progress=False)
     # (dev, test): dev by the fusion alone (LEAM's loop scores dev's ids), test once for its metrics and spans
     assert (passes.count(NOTES["dev"]), passes.count(NOTES["test"])) == (1 if model == "fused" else 0, 1), passes
     assert res["test"]["evidence"]["n_pairs"] > 0                                   # the figures were made
@@ -84,8 +85,8 @@ def test_dev_and_test_are_scored_once_a_train(data, tmp_path, monkeypatch, model
 def fused_run(data, tmp_path_factory):
     run = tmp_path_factory.mktemp("scored_once") / "run"
     cfg = TrainConfig(model="fused", epochs=2, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3, device="cpu",
-                      min_doc_freq=1, fit_on="train")
-    train(out_dir=run, config=cfg, data_dir=data, model_options=SIZES, progress=False)
+                      min_doc_freq=1)
+    train(out_dir=run, config=cfg, data_dir=data, model_options={**SIZES, "fit_on": "train"}, progress=False)
     return run
 
 

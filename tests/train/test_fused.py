@@ -196,7 +196,7 @@ def test_the_leam_part_is_capped_only_on_large_label_sets():
     default = kind.options_type()
     assert kind.loop_epochs(TrainConfig(), default, 664) == 30   # every code: tfidf-lr and the titles carry the tail
     assert kind.loop_epochs(TrainConfig(), default, 50) == 200   # 50 codes: LEAM trains until its patience ends it
-    assert kind.loop_epochs(TrainConfig(), default, 300) == 200  # 300 codes too: capped, the fused model fell below LEAM
+    assert kind.loop_epochs(TrainConfig(), default, 300) == 200  # 300 codes too: capped, fused fell below LEAM
     assert kind.loop_epochs(TrainConfig(), default, 301) == 30
     assert kind.loop_epochs(TrainConfig(epochs=10), default, 664) == 10
     assert kind.loop_epochs(TrainConfig(), kind.options_type(fused_epochs=45), 301) == 45

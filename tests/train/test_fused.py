@@ -194,9 +194,15 @@ def test_the_leam_part_is_capped_only_on_large_label_sets():
 
     kind = MODEL_KINDS["fused"]
     default = kind.options_type()
-    assert kind.loop_epochs(TrainConfig(), default, 664) == 30   # every code: tfidf-lr and the titles carry the tail
-    assert kind.loop_epochs(TrainConfig(), default, 50) == 200   # 50 codes: LEAM trains until its patience ends it
-    assert kind.loop_epochs(TrainConfig(), default, 300) == 200  # 300 codes too: capped, fused fell below LEAM
-    assert kind.loop_epochs(TrainConfig(), default, 301) == 30
-    assert kind.loop_epochs(TrainConfig(epochs=10), default, 664) == 10
-    assert kind.loop_epochs(TrainConfig(), kind.options_type(fused_epochs=45), 301) == 45
+    for mentions in (True, False):
+        # every code: tfidf-lr, the titles (and the mentions) carry the tail
+        assert kind.loop_epochs(TrainConfig(), default, 664, mentions=mentions) == 30
+        # 50 codes: LEAM trains until its patience ends it
+        assert kind.loop_epochs(TrainConfig(), default, 50, mentions=mentions) == 200
+        assert kind.loop_epochs(TrainConfig(epochs=10), default, 664, mentions=mentions) == 10
+    # 300 codes: without mentions, capped, the fused model fell below LEAM alone; with them the epochs bought nothing
+    assert kind.loop_epochs(TrainConfig(), default, 300, mentions=False) == 200
+    assert kind.loop_epochs(TrainConfig(), default, 301, mentions=False) == 30
+    assert kind.loop_epochs(TrainConfig(), default, 101, mentions=True) == 30
+    assert kind.loop_epochs(TrainConfig(), default, 100, mentions=True) == 200
+    assert kind.loop_epochs(TrainConfig(), kind.options_type(fused_epochs=45), 301, mentions=False) == 45

@@ -366,3 +366,21 @@ def test_a_note_is_scanned_once_for_its_scores_and_its_spans_and_the_memory_is_b
     assert scans == [note, other, note]           # the note was forgotten when the other would pass the bound
     assert sum(len(t) for t in lex._seen) <= mentions.SEEN_CHARS
     assert replace(lex, language="en")._seen == {}
+
+
+def test_the_leam_parts_cap_follows_whether_the_model_learnt_mentions(tmp_path, monkeypatch):
+    """`fit` asks `loop_epochs` with what it built: the coders' spans make mentions, --no-mentions none; with the
+    caps set around this label set of 6 codes, only the run with mentions stops at --fused-epochs."""
+    from clinicode.models.fused import kind as fused_kind
+
+    monkeypatch.setattr(fused_kind, "CAP_FROM", 1)
+    monkeypatch.setattr(fused_kind, "CAP_FROM_WITHOUT_MENTIONS", 10_000)
+    data = _write(tmp_path / "data", with_evidence=True)
+    epochs = {}
+    for mentions in (True, False):
+        cfg = TrainConfig(model="fused", epochs=3, batch_size=16, lr=2e-2, w2v_epochs=1, patience=10, seed=3,
+                          device="cpu", min_doc_freq=1)
+        res = train(out_dir=tmp_path / f"run-{mentions}", config=cfg, data_dir=data, progress=False,
+                    model_options={**SIZES, "fused_epochs": 1, "mentions": mentions, "fit_on": "train"})
+        epochs[mentions] = len(res["history"])
+    assert epochs == {True: 1, False: 3}

@@ -33,7 +33,10 @@ FUSION_META = "fusion.json"
 FUSION_FORMAT = "clinicode.fusion"
 # [K] each: LEAM's coefficient, tfidf-lr's, the title match's, the per-code shift, LEAM's share
 _VECTORS = ("a", "c", "e", "offset", "w")
-CAP_FROM = 300   # the LEAM part's --fused-epochs applies to label sets of more codes than this (round 19)
+# the LEAM part's --fused-epochs applies to label sets of more codes than this: CAP_FROM with the coders' mentions,
+# CAP_FROM_WITHOUT_MENTIONS without them (round 19: without mentions the part carries more of the fused model)
+CAP_FROM = 100
+CAP_FROM_WITHOUT_MENTIONS = 300
 
 
 def fusion_header(path: Path) -> dict[str, tuple[int, ...]]:
@@ -229,7 +232,7 @@ class FusedKind:
         data.say(f"{self.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s"
                  + _mentions_note(mentions, codes, evidence))
         trained = loop(self.loop_model, options.leam_part(),
-                       epochs=self.loop_epochs(data.config, options, len(data.labels)))
+                       epochs=self.loop_epochs(data.config, options, len(data.labels), mentions=len(mentions) > 0))
         t0 = time.perf_counter()
         config = data.config
         labels, y_dev, counts = _with_terminology(data)   # `--terminology`'s codes join after the loop, rowless
@@ -260,13 +263,15 @@ class FusedKind:
                                      result={**trained.result, **({"fusion": final.fusion} if final.fusion else {})})
         return fitted
 
-    def loop_epochs(self, config: TrainConfig, options: FusedOptions, n_labels: int) -> int:
-        """The LEAM part's epoch cap: --fused-epochs (at most --epochs) for a label set of more than CAP_FROM codes,
-        where LEAM's epochs are long and tfidf-lr and the titles carry the many rare codes; with fewer codes LEAM
-        trains as the leam kind does (its patience ends it): at 50 codes a 30-epoch LEAM part cost 0.026 micro-F1
-        (docs/accuracy-tuning.md, round 14), at 300 codes without mentions 0.018-0.037 (round 19), while the fused
-        model trained on sat below LEAM alone."""
-        return min(config.epochs, options.fused_epochs) if n_labels > CAP_FROM else config.epochs
+    def loop_epochs(self, config: TrainConfig, options: FusedOptions, n_labels: int, *, mentions: bool) -> int:
+        """The LEAM part's epoch cap: --fused-epochs (at most --epochs) for a label set of more than CAP_FROM codes
+        when the model has the coders' MENTIONS (more than CAP_FROM_WITHOUT_MENTIONS without them), where LEAM's
+        epochs are long and tfidf-lr, the titles and the mentions carry the many rare codes; with fewer codes LEAM
+        trains as the leam kind does (its patience ends it). At 50 codes a 30-epoch LEAM part cost 0.026 micro-F1
+        (docs/accuracy-tuning.md, round 14); at 300 codes without mentions 0.018-0.037, the fused model falling below
+        LEAM alone, and with them nothing, for a quarter of the CPU (round 19)."""
+        cap_from = CAP_FROM if mentions else CAP_FROM_WITHOUT_MENTIONS
+        return min(config.epochs, options.fused_epochs) if n_labels > cap_from else config.epochs
 
 
 KIND = FusedKind()

@@ -19,8 +19,9 @@ OWN = ("fused_epochs", "mentions", "fit_on", "terminology")   # the options beyo
 class FusedOptions(LEAM_KIND.options_type):  # type: ignore[misc, valid-type]
     """The options a user chooses for the fused model: its LEAM part's, then its own."""
 
-    fused_epochs: int = 30          # more than 300 codes: its LEAM part's cap (min with epochs); tfidf-lr and the
-                                    # titles carry the rare codes (docs/accuracy-tuning.md, rounds 14 and 19)
+    fused_epochs: int = 30          # more than 100 codes (300 without mentions): its LEAM part's cap (min with
+                                    # epochs); tfidf-lr, the titles and the mentions carry the rare codes
+                                    # (docs/accuracy-tuning.md, rounds 14 and 19)
     mentions: bool = True           # learn each code's mentions from the training split's evidence spans, when it
                                     # has them (round 15; --no-mentions keeps their words out)
     fit_on: Literal["train+dev", "train"] = "train+dev"  # after dev has chosen the fusion and the threshold, refit

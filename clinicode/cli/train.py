@@ -65,8 +65,8 @@ class TrainSchedule:
     top_k: Annotated[Optional[int], typer.Option(help="Keep the K most frequent training codes.")] = None
     epochs: Annotated[Optional[int], opt("Maximum epochs (a cap: the schedule and --patience end runs first).",
                                          default_of(_T, "epochs"))] = None
-    fused_epochs: Annotated[Optional[int], opt("--model fused on more than 100 codes (300 without mentions): its LEAM part trains at "
-                                               "most this many epochs (and at most --epochs).",
+    fused_epochs: Annotated[Optional[int], opt("--model fused on more than 100 codes (300 without mentions): its "
+                                               "LEAM part trains at most this many epochs (and at most --epochs).",
                                                default_of(_F, "fused_epochs"))] = None
     mentions: Annotated[Optional[bool],
                         opt("--model fused: learn each code's mentions from the training split's evidence spans, "

@@ -339,19 +339,15 @@ def retrain(*, checkpoint: Checkpoint, out_dir: Path, data_dir: Path, epochs: in
     schedule = checkpoint.manifest.get(FRESH_SCHEDULE) or {k: getattr(cfg, k) for k in _SCHEDULE}
     cfg = dataclasses.replace(cfg, **{k: v for k, v in schedule.items() if k in _SCHEDULE})
     options = _retrain_options(checkpoint)
-    # a retrain cannot be resumed (its command removes a run it did not finish): no RUN/state, no checkpoint per epoch
+    warm: Checkpoint | None = None
     if checkpoint.model_kind.loop_model is None:
         how = "refit"
-        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, model_options=options, progress=progress,
-                       manifest_extra=extra, resumable=False)
     elif how == "warm":
         cfg = dataclasses.replace(cfg, epochs=epochs, patience=WARM_PATIENCE, patience_steps=0, lr_patience_steps=0)
-        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, model_options=options, progress=progress,
-                       warm_start=checkpoint,
-                       manifest_extra={**extra, "vocabulary_notes": built_on or n_train, FRESH_SCHEDULE: schedule},
-                       resumable=False)
-    else:
-        result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, model_options=options, progress=progress,
-                       manifest_extra=extra, resumable=False)
+        warm = checkpoint
+        extra = {**extra, "vocabulary_notes": built_on or n_train, FRESH_SCHEDULE: schedule}
+    # a retrain cannot be resumed (its command removes a run it did not finish): no RUN/state, no checkpoint per epoch
+    result = train(out_dir=out_dir, config=cfg, data_dir=data_dir, model_options=options, progress=progress,
+                   warm_start=warm, manifest_extra=extra, resumable=False)
     return {**result, "seconds": time.perf_counter() - t0, "start": how, "notes": n_train,
             "vocabulary_notes": built_on}

@@ -26,7 +26,7 @@ from clinicode.constants import LABELS_FILE, MANIFEST_FILE, THRESHOLD_FILE, TRAI
 from clinicode.data.labels import LabelSet
 from clinicode.errors import CheckpointError, ClinicodeError
 from clinicode.formats import Reader, Writer
-from clinicode.models import MODEL_KINDS, Abilities, KindFiles, ModelKind
+from clinicode.models import MODEL_KINDS, Abilities, AsksOfRun, KindFiles, ModelKind, RunNeeds
 from clinicode.models.fitting import Fitted, TrainingData
 from clinicode.predict import Predictor
 
@@ -239,7 +239,8 @@ def check_kind(kind: ModelKind) -> None:
     """Check a model kind against `ModelKind` by using it: its declarations; trained as `train` would (one loop step,
     or `fit`); saved, verified and loaded through the checkpoint; scored through `Predictor`; what its `abilities` say
     it can do (`explain`, `embed`, `score_ids`) done; a checkpoint missing one of its `files` refused; and, for a kind
-    with options, options off their defaults (`other_options`) given, saved and read back equal (its `card`).
+    with options, what they ask of a run (`run_needs()`, when they have it) preparable, and options off their
+    defaults (`other_options`) given, saved and read back equal (its `card`).
 
     A kind not (yet) registered under its name is registered while it is checked, and the registry restored after.
 
@@ -330,11 +331,31 @@ def _check_use(kind: ModelKind, who: str) -> None:
             raise ConformanceError(f"{who}: a checkpoint without {first} must be refused.")
 
 
+def _check_run_needs(kind: ModelKind, options: Any, who: str) -> None:
+    """What OPTIONS ask of a run, when their type says it (`AsksOfRun`): a `RunNeeds` the run can prepare."""
+    if not isinstance(options, AsksOfRun):
+        return
+    _need(callable(type(options).run_needs), who, "`options_type.run_needs` must be a method returning a `RunNeeds` "
+                                                  "(clinicode.models.declarations.AsksOfRun).")
+    needs = options.run_needs()
+    _need(isinstance(needs, RunNeeds), who, f"`run_needs()` must return a `RunNeeds`, got {type(needs).__name__}.")
+    _need(isinstance(needs.dev_codes, bool) and isinstance(needs.evidence, bool), who,
+          "`run_needs()`'s `dev_codes` and `evidence` must be bools.")
+    _need(needs.terminology is None or (isinstance(needs.terminology, str) and needs.terminology.strip()), who,
+          "`run_needs()`'s `terminology` must be None or a code<TAB>title file or 'auto'.")
+    _need(not needs.dev_codes or kind.abilities.refit_on_dev, who,
+          "`run_needs()` asks for train and dev together (`dev_codes`) but `abilities.refit_on_dev` is False: its "
+          "`fit` would never be given them.")
+
+
 def _check_options(kind: ModelKind, who: str) -> None:
-    """Options off their defaults, given to training, come back from the saved checkpoint as given."""
+    """What the default options and options off their defaults ask of a run (`_check_run_needs`); those off their
+    defaults, given to training, come back from the saved checkpoint as given."""
     if kind.options_type is None:
         return
+    _check_run_needs(kind, kind.options_type(), who)
     options = other_options(kind.options_type)
+    _check_run_needs(kind, options, who)
     texts, y = sample_notes()
     labels = LabelSet(_CODES, ("fever", "rash", "cough"))
     model, tokenizer = _trained(kind, texts, y, labels, 64, options)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Protocol, Sequence, Uni
 
 from clinicode.config import config_from_dict
 from clinicode.errors import CheckpointError, ConfigError
-from clinicode.models.declarations import Abilities, KindFiles, RunNeeds
+from clinicode.models.declarations import Abilities, AsksOfRun, KindFiles, RunNeeds
 from clinicode.models.fused.kind import KIND as FUSED
 from clinicode.models.leam.kind import KIND as LEAM
 from clinicode.models.tfidf_lr.kind import KIND as TFIDF_LR
@@ -58,7 +58,9 @@ class ModelKind(Protocol):
     files: KindFiles         # the checkpoint files it writes and reads (always, or sometimes): the manifest hashes them
     abilities: Abilities     # what it can do beyond scoring (spans, vectors, scoring token ids, refitting on dev)
     # the options a user chooses (a dataclass: `train(model_options=...)`, `train --model-option KEY=VALUE`), given to
-    # `fit`, saved with the kind's files and shown back by `card`; None: the kind takes none
+    # `fit`, saved with the kind's files and shown back by `card`; None: the kind takes none. What they ask a run to
+    # prepare for `fit` (the coders' spans, train and dev together, a terminology) they say in a `run_needs()`
+    # (`clinicode.models.declarations.AsksOfRun`, optional: without it, the coders' spans alone)
     options_type: type | None
     # what the epoch loop trains for it (`clinicode.models.fitting.LoopModel`, whose `config_type` is the class of the
     # kind's model configuration): itself (LEAM), its part (the fused model: LEAM's kind), or None: it is fitted whole
@@ -151,11 +153,10 @@ def kind_options(kind: ModelKind, given: Any) -> Any:
 
 
 def run_needs(kind: ModelKind, options: Any) -> RunNeeds:
-    """What a run prepares for KIND's `fit` given its OPTIONS (`kind_options`): the options type's `run_needs()`
-    when it has one (the fused model's: --fit-on, --mentions, --terminology), else the coders' spans alone; dev's
+    """What a run prepares for KIND's `fit` given its OPTIONS (`kind_options`): their `run_needs()` when they are
+    `AsksOfRun` (the fused model's: --fit-on, --mentions, --terminology), else the coders' spans alone; dev's
     codes only for a kind that can `refit_on_dev`."""
-    ask = getattr(kind.options_type, "run_needs", None) if options is not None else None
-    needs = ask(options) if ask is not None else RunNeeds()
+    needs = options.run_needs() if isinstance(options, AsksOfRun) else RunNeeds()
     return needs if kind.abilities.refit_on_dev or not needs.dev_codes else dataclasses.replace(needs, dev_codes=False)
 
 
@@ -254,5 +255,5 @@ def train_kind(name: object) -> ModelKind:
     return kind
 
 
-__all__ = ["MODEL_KINDS", "Abilities", "KindFiles", "ModelKind", "RunNeeds", "Scorer", "kind_options", "known_kinds",
-           "model_kind", "option_names", "parse_model_options", "run_needs", "train_kind"]
+__all__ = ["MODEL_KINDS", "Abilities", "AsksOfRun", "KindFiles", "ModelKind", "RunNeeds", "Scorer", "kind_options",
+           "known_kinds", "model_kind", "option_names", "parse_model_options", "run_needs", "train_kind"]

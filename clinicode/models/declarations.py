@@ -1,9 +1,11 @@
-"""What a model kind declares about itself (`ModelKind.files`, `ModelKind.abilities`): the checkpoint files it owns
-and what it can do beyond scoring. Plain values, no torch; a kind's folder imports them."""
+"""What a model kind declares about itself (`ModelKind.files`, `ModelKind.abilities`): the checkpoint files it owns,
+what it can do beyond scoring and what its options ask of a run. Plain values, no torch; a kind's folder imports
+them."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol, runtime_checkable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +44,8 @@ class Abilities:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunNeeds:
-    """What a run prepares for a kind's `fit` beyond train and dev, as the kind's options ask (an options type's
-    `run_needs()`; an options type without it, or a kind without options, asks for the coders' spans alone)."""
+    """What a run prepares for a kind's `fit` beyond train and dev, as the kind's options ask (`AsksOfRun`: an options
+    type's `run_needs()`; an options type without it, or a kind without options, asks for the coders' spans alone)."""
 
     # the label set keeps the codes only dev carries, and `TrainingData.train_and_dev` is given (a kind that can
     # `refit_on_dev`: the fused model's --fit-on train+dev)
@@ -55,4 +57,15 @@ class RunNeeds:
     terminology: str | None = None
 
 
-__all__ = ["Abilities", "KindFiles", "RunNeeds"]
+@runtime_checkable
+class AsksOfRun(Protocol):
+    """An options type (`ModelKind.options_type`) whose options ask a run to prepare something for `fit` (the fused
+    model's `--fit-on`, `--mentions`, `--terminology`). Optional: options without `run_needs` get `RunNeeds()`.
+    `clinicode.models.run_needs` asks it once a run; `check_kind` checks it on the default options and on others."""
+
+    def run_needs(self) -> RunNeeds:
+        """What the run prepares for `fit` given these options; `dev_codes` only for a kind that can
+        `refit_on_dev`."""
+
+
+__all__ = ["Abilities", "AsksOfRun", "KindFiles", "RunNeeds"]

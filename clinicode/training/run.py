@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -35,8 +35,8 @@ from clinicode.training.loop import EpochLoop, OtherRank, say
 
 log = logging.getLogger("clinicode.train")  # one logger for a run's messages, set-up and loop alike
 
-__all__ = ["FRESH_GROWTH", "RUN_DATA", "WARM_PATIENCE", "check_run_folder", "given_options", "open_run", "retrain",
-           "retrain_start", "train"]
+__all__ = ["FRESH_GROWTH", "RUN_DATA", "WARM_PATIENCE", "OpenRun", "check_run_folder", "given_options", "open_run",
+           "retrain", "retrain_start", "train"]
 
 
 def with_descriptions(labels: LabelSet, descriptions_path: Path | None) -> LabelSet:
@@ -86,16 +86,23 @@ def check_run_folder(run: Path, *, resume: bool, inputs: dict[str, Path | str | 
                         inputs={k: (None if k == "--data" and is_run_data(run, v) else v) for k, v in inputs.items()})
 
 
+class OpenRun(NamedTuple):
+    """A run `open_run` checked and claimed, and what its kind's `fit` is prepared from."""
+
+    run: Path                 # the run folder, resolved
+    ds: PreparedDataset       # the dataset, descriptions filled
+    extra: dict[str, Any]     # the manifest's extra fields ({"data": ...})
+    options: Any              # the kind's options (an `options_type`), or None for a kind that takes none (tfidf-lr)
+    needs: RunNeeds           # what the options ask of the run (`run_needs`), asked once
+
+
 def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: Any, *,
-             descriptions_path: Path | None, resume: bool) -> tuple[Path, PreparedDataset, dict[str, Any], Any]:
+             descriptions_path: Path | None, resume: bool) -> OpenRun:
     """Check RUN, the data and the options, then claim RUN and write run.json; bad input leaves no run folder.
 
     `model_options`: the kind's options (`ModelKind.options_type`), or a dict of some of them (the rest default),
     saved in run.json as given; a kind that takes none refuses any.
 
-    Returns:
-        (RUN resolved, the dataset with descriptions filled, the manifest's extra fields ({"data": ...}), the
-        model options (an `options_type`, or None for a kind that takes none, such as tfidf-lr)).
     Raises:
         ConfigError: an unknown --model (before anything is written), or bad options.
     """
@@ -142,7 +149,7 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
                         "trained on nor scored. Leave out --top-k to keep them.", config.top_k, len(ds.labels),
                         sum(dropped.values()), ", ".join(f"{k} {v:,}" for k, v in dropped.items()))
     start_run(run, config, given_options(model_options), resume=resume)  # only now: bad input leaves no run folder
-    return run, ds, extra, options
+    return OpenRun(run, ds, extra, options, needs)
 
 
 def _leave_to_terminology(ds: PreparedDataset, table: dict[str, str]) -> None:
@@ -208,8 +215,8 @@ def train(
     Returns:
         {"threshold", "dev", "test", "run"} with the final metrics.
     """
-    run, ds, extra, options = open_run(Path(out_dir), config, Path(data_dir), model_options,
-                                       descriptions_path=descriptions_path, resume=resume)
+    run, ds, extra, options, needs = open_run(Path(out_dir), config, Path(data_dir), model_options,
+                                              descriptions_path=descriptions_path, resume=resume)
     extra.update(manifest_extra or {})
     seed_everything(config.seed)
     kind = train_kind(config.model)
@@ -218,8 +225,7 @@ def train(
     loop = EpochLoop(run, ds, config, extra, given=given_options(model_options), resume=resume, progress=progress,
                       on_epoch=on_epoch, report=report, warm_start=warm_start, resumable=resumable)
     try:
-        fitted = kind.fit(_training_data(ds, config, run_needs(kind, options), warm_start, report), options,
-                          loop=loop)
+        fitted = kind.fit(_training_data(ds, config, needs, warm_start, report), options, loop=loop)
     except OtherRank as other:   # under torchrun rank 0 alone finishes: scores dev and test, writes the checkpoint
         return other.result
     result = finish_fitted(kind, run, ds, config, fitted, extra)

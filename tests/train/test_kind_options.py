@@ -14,7 +14,7 @@ import pytest
 
 from clinicode.checkpoint import load_checkpoint
 from clinicode.conformance import ConformanceError, check_kind
-from clinicode.models import MODEL_KINDS, parse_model_options, train_kind
+from clinicode.models import MODEL_KINDS, AsksOfRun, RunNeeds, parse_model_options, train_kind
 from clinicode.predict import Predictor
 
 from conftest import TINY_MODEL
@@ -228,3 +228,40 @@ def test_leam_takes_an_option_it_has_no_flag_for(tmp_path):
     saved = json.loads((tmp_path / "run" / "checkpoint" / "model_config.json").read_text())
     assert saved["label_reg_codes"] == 2 and saved["embed_dim"] == TINY_MODEL["embed_dim"]
     assert load_checkpoint(tmp_path / "run").model.config.label_reg_codes == 2
+
+
+def test_what_a_kinds_options_ask_of_a_run_is_asked_once_a_train(majority, tmp_path, monkeypatch):
+    """An options type that says what the run prepares (`AsksOfRun.run_needs`, declared and documented, not a hook
+    found by name) is asked once a run, and is one by its shape alone."""
+    from clinicode.config import TrainConfig
+    from clinicode.train import train
+
+    asked = []
+
+    def run_needs(self):
+        asked.append(self)
+        return RunNeeds(evidence=False)
+
+    monkeypatch.setattr(majority.options_type, "run_needs", run_needs, raising=False)
+    assert isinstance(majority.options_type(), AsksOfRun)
+    train(out_dir=tmp_path / "run", config=TrainConfig(model="majority", device="cpu"),
+          data_dir=_data(tmp_path / "data"), model_options={"power": 2}, progress=False)
+    assert len(asked) == 1 and asked[0].power == 2, asked
+
+
+@pytest.mark.parametrize("answer, rule", [
+    (dict(evidence=False), r"`run_needs\(\)` must return a `RunNeeds`, got dict"),
+    (RunNeeds(dev_codes=True), r"`run_needs\(\)` asks for train and dev together \(`dev_codes`\) but "
+                               r"`abilities.refit_on_dev` is False"),
+    (RunNeeds(terminology=" "), r"`run_needs\(\)`'s `terminology` must be None or a code<TAB>title file or 'auto'"),
+])
+def test_check_kind_checks_what_the_options_ask_of_a_run(majority, monkeypatch, answer, rule):
+    monkeypatch.setattr(majority.options_type, "run_needs", lambda self: answer, raising=False)
+    with pytest.raises(ConformanceError, match=rf"model kind 'majority': {rule}"):
+        check_kind(majority)
+
+
+def test_check_kind_refuses_a_run_needs_that_is_no_method(majority, monkeypatch):
+    monkeypatch.setattr(majority.options_type, "run_needs", True, raising=False)
+    with pytest.raises(ConformanceError, match=r"`options_type.run_needs` must be a method returning a `RunNeeds`"):
+        check_kind(majority)

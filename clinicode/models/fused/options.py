@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 from clinicode.errors import ConfigError
-from clinicode.models.declarations import RunNeeds
+from clinicode.models.declarations import AsksOfRun, RunNeeds
 from clinicode.models.leam.kind import KIND as LEAM_KIND
 
 FIT_ON = ("train", "train+dev")   # which notes the parts without epochs learn from, in the end
@@ -16,7 +16,7 @@ OWN = ("fused_epochs", "mentions", "fit_on", "terminology")   # the options beyo
 
 
 @dataclass(frozen=True, kw_only=True)
-class FusedOptions(LEAM_KIND.options_type):  # type: ignore[misc, valid-type]
+class FusedOptions(LEAM_KIND.options_type, AsksOfRun):  # type: ignore[misc, valid-type]
     """The options a user chooses for the fused model: its LEAM part's, then its own."""
 
     fused_epochs: int = 30          # more than 100 codes (300 without mentions): its LEAM part's cap (min with

@@ -295,6 +295,13 @@ def _check_use(kind: ModelKind, who: str) -> None:
         scorer = kind.scorer(checkpoint, device="cpu", batch_size=8, memory_mb=512)
         _need(isinstance(getattr(scorer, "single_label", None), bool), who,
               "the scorer's `single_label` must be a bool (one label a note: the top code is the prediction).")
+        terms = getattr(scorer, "terminology_codes", None)
+        _need(isinstance(terms, int) and not isinstance(terms, bool) and 0 <= terms <= len(labels), who,
+              "the scorer's `terminology_codes` must be how many of the last codes it scores from a terminology's "
+              "titles alone (0 for none; `Scorer`).")
+        _need(hasattr(scorer, "plan") and (scorer.plan is None or callable(getattr(scorer.plan, "summary", None))),
+              who, "the scorer's `plan` must be its memory plan (with `summary()`), or None for a model without one "
+                   "(`Scorer`).")
         pred = Predictor(checkpoint, device="cpu", batch_size=8, memory_mb=512)
         _need(pred.kind == kind.name, who, "the loaded checkpoint must name the kind.")
         s = pred.score(texts)

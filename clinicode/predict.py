@@ -161,11 +161,11 @@ class Predictor:
         self.scorer = self.model_kind.scorer(checkpoint, device=self.device, batch_size=batch_size,
                                              memory_mb=memory_mb)
         self.single_label: bool = self.scorer.single_label  # softmax scores: the top code is the prediction
-        # the scorer's memory plan, for a model that has one (LEAM's: `summary()` is predict's stderr line)
-        self.plan: Any = getattr(self.scorer, "plan", None)
+        # the scorer's memory plan, or None for a model without one (LEAM's: `summary()` is predict's stderr line)
+        self.plan: Any = self.scorer.plan
         # codes from index on that a kind scores from a terminology's titles alone (the fused model's
         # `train --terminology`), marked so in `predicted`; len(labels): none
-        self._first_term = len(self.labels) - int(getattr(self.scorer, "terminology_codes", 0))
+        self._first_term = len(self.labels) - self.scorer.terminology_codes
 
     @classmethod
     def from_checkpoint(cls, path: Path | str, *, device: str = "auto", batch_size: int = PREDICT.batch_size,

@@ -32,11 +32,16 @@ class Scorer(Protocol):
     Optional members, present when the kind's `abilities` say so: `score_ids(id_lists)` (`score_ids`); `embed(texts)`
     and `label_embeddings()` (`embed`); `code_spans(enc, code_indices, n, *, text)` (`explain`: each code's evidence
     spans in one encoded note, best first, by `clinicode.models.spans.word_spans` over the kind's own word weights,
-    whose meaning and range its docstring states, and `span_weight`, that meaning in a coder's words); `plan` (the
-    memory plan, for a model that has one).
+    whose meaning and range its docstring states, and `span_weight`, that meaning in a coder's words).
     """
 
     single_label: bool   # the model gives one label per note (softmax scores): its prediction is the top code
+    # the memory plan scoring follows (LEAM's `MemoryPlan`; its `summary()` is predict's stderr line), or None for a
+    # model that plans none (tfidf-lr)
+    plan: Any
+    # how many codes, the label set's last ones, the model scores from a terminology's titles alone, with no training
+    # note (the fused model's `train --terminology`; `CodeScore.source` "terminology"); 0 for a model without any
+    terminology_codes: int
 
     def score(self, texts: Sequence[str]) -> np.ndarray:
         """[N, K] float32 probabilities for raw notes, in input order."""

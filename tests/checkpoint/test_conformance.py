@@ -123,6 +123,42 @@ def test_a_scorer_must_say_whether_its_model_gives_one_label_a_note():
         check_kind(_ScorerWithoutLabelFact())
 
 
+class _Stating:
+    """A scorer forwarding every member of the one it wraps but MISSING, which it lacks (or states as VALUE)."""
+
+    def __init__(self, scorer, missing, value):
+        self._scorer, self._missing, self._value = scorer, missing, value
+
+    def __getattr__(self, name):
+        if name == self._missing:
+            if self._value is None:
+                raise AttributeError(name)
+            return self._value
+        return getattr(self._scorer, name)
+
+
+class _ScorerLeavingOut(TfidfLRKind):
+    name = "unstated"
+
+    def __init__(self, missing, value=None):
+        self.missing, self.value = missing, value
+
+    def scorer(self, checkpoint, **kw):
+        return _Stating(super().scorer(checkpoint, **kw), self.missing, self.value)
+
+
+@pytest.mark.parametrize("missing, value, rule", [
+    ("terminology_codes", None, r"the scorer's `terminology_codes` must be how many of the last codes"),
+    ("terminology_codes", 4, r"the scorer's `terminology_codes` must be how many of the last codes"),   # 3 codes
+    ("plan", None, r"the scorer's `plan` must be its memory plan \(with `summary\(\)`\), or None"),
+    ("plan", "a plan", r"the scorer's `plan` must be its memory plan"),
+])
+def test_a_scorer_states_its_plan_and_its_terminology_codes(missing, value, rule):
+    """`Predictor` asks every scorer both (`Scorer`): none is a hook found by name."""
+    with pytest.raises(ConformanceError, match=rf"model kind 'unstated': {rule}"):
+        check_kind(_ScorerLeavingOut(missing, value))
+
+
 def test_a_kind_that_shows_spans_must_say_what_their_weight_is(monkeypatch):
     """The app's caption under a code's highlighted words reads the scorer's `span_weight`: a kind that shows spans
     without saying what their weight is fails the check."""

@@ -32,6 +32,8 @@ class KeywordScorer:
     """A code scores 0.9 when its keyword is in the note, else 0.1."""
 
     single_label = False
+    plan = None             # no memory plan
+    terminology_codes = 0   # every code has its keyword
 
     def __init__(self, keywords: Mapping[str, str], codes: Sequence[str]) -> None:
         self.words = [keywords[c] for c in codes]

@@ -56,6 +56,8 @@ from .options import MajorityOptions
 
 class PriorScorer:
     single_label = False
+    plan = None
+    terminology_codes = 0
 
     def __init__(self, scores):
         self.scores = np.asarray(scores, dtype=np.float32)

@@ -45,6 +45,7 @@ class LEAMScorer:
 
     # what a span's weight is, in words a coder reads under the highlighted note (`code_spans` states the scale)
     span_weight = "cosine with the code's vector"
+    terminology_codes = 0    # every code learnt from notes (`Scorer`)
 
     def __init__(self, model: Any, tokenizer: ClinicalTokenizer, *, max_len: int, device: torch.device | str,
                  batch_size: int, memory_mb: int) -> None:

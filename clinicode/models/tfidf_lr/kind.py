@@ -23,6 +23,9 @@ FILES = KindFiles(("tfidf_lr.safetensors", "tfidf_lr.json"))
 class TfidfLRScorer:
     """Scores raw notes with a TfidfLR (no tokenizer: `encode` gives None)."""
 
+    plan = None              # no memory plan: scikit-learn scores a batch as it comes
+    terminology_codes = 0    # every code learnt from notes
+
     def __init__(self, model: Any) -> None:
         self.model = model
         # softmax scores, the top code the prediction (`fit_tfidf_lr(single_label=True)`)

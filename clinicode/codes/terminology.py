@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from clinicode.codes.systems import CodeSystem
 from clinicode.errors import ConfigError, DataFormatError
@@ -17,11 +17,11 @@ _NOTE = re.compile(r"\[[^\]]*\]")              # "[/H: término más granular qu
 OPTIONAL = frozenset({"unspecified", "nos", "sai"})   # "not otherwise specified" (en, es): a note rarely says it
 
 
-def terminology_titles(spec: str, codes: Sequence[str], system: CodeSystem) -> dict[str, str]:
-    """code -> title of every code of the terminology SPEC that CODES (a label set, in its code system SYSTEM) lack,
-    in the label set's spelling, sorted by code; titles without a word are left out (`read_terminology`)."""
+def terminology_titles(table: Mapping[str, str], codes: Sequence[str]) -> dict[str, str]:
+    """code -> title of every code of a terminology's TABLE (as `read_terminology` read it) that CODES (a label set)
+    lack, in TABLE's order; titles without a word are left out."""
     known = set(codes)
-    return {c: t for c, t in read_terminology(spec, codes, system).items() if c not in known and title_phrases(t)}
+    return {c: t for c, t in table.items() if c not in known and title_phrases(t)}
 
 
 def read_terminology(spec: str, codes: Sequence[str], system: CodeSystem) -> dict[str, str]:

@@ -89,11 +89,12 @@ def check_run_folder(run: Path, *, resume: bool, inputs: dict[str, Path | str | 
 class OpenRun(NamedTuple):
     """A run `open_run` checked and claimed, and what its kind's `fit` is prepared from."""
 
-    run: Path                 # the run folder, resolved
-    ds: PreparedDataset       # the dataset, descriptions filled
-    extra: dict[str, Any]     # the manifest's extra fields ({"data": ...})
-    options: Any              # the kind's options (an `options_type`), or None for a kind that takes none (tfidf-lr)
-    needs: RunNeeds           # what the options ask of the run (`run_needs`), asked once
+    run: Path                    # the run folder, resolved
+    ds: PreparedDataset          # the dataset, descriptions filled
+    extra: dict[str, Any]        # the manifest's extra fields ({"data": ...})
+    options: Any                 # the kind's options (an `options_type`), or None for a kind that takes none
+    needs: RunNeeds              # what the options ask of the run (`run_needs`), asked once
+    terminology: dict[str, str]  # --terminology's code -> title, read once, in the label set's spelling ({}: none)
 
 
 def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: Any, *,
@@ -117,9 +118,10 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
     grows = needs.dev_codes and config.top_k is None
     ds = load_dataset(Path(data_dir), top_k=config.top_k, label_splits=("train", "dev") if grows else ("train",))
     ds.labels = with_descriptions(ds.labels, descriptions_path)
+    table: dict[str, str] = {}
     if needs.terminology is not None:   # a missing file or another code system's codes fail before anything is written
-        _leave_to_terminology(ds, read_terminology(needs.terminology, ds.labels.codes,
-                                                   ds.labels.code_system or LOCAL))
+        table = read_terminology(needs.terminology, ds.labels.codes, ds.labels.code_system or LOCAL)
+        _leave_to_terminology(ds, table)
     n_train, n_dev = len(ds.split("train")), len(ds.split("dev"))
     if n_train == 0 or n_dev == 0:
         raise DataFormatError(f"{data_dir}: the train and dev splits must both hold notes (got {n_train} and "
@@ -149,7 +151,7 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
                         "trained on nor scored. Leave out --top-k to keep them.", config.top_k, len(ds.labels),
                         sum(dropped.values()), ", ".join(f"{k} {v:,}" for k, v in dropped.items()))
     start_run(run, config, given_options(model_options), resume=resume)  # only now: bad input leaves no run folder
-    return OpenRun(run, ds, extra, options, needs)
+    return OpenRun(run, ds, extra, options, needs, table)
 
 
 def _leave_to_terminology(ds: PreparedDataset, table: dict[str, str]) -> None:
@@ -215,8 +217,8 @@ def train(
     Returns:
         {"threshold", "dev", "test", "run"} with the final metrics.
     """
-    run, ds, extra, options, needs = open_run(Path(out_dir), config, Path(data_dir), model_options,
-                                              descriptions_path=descriptions_path, resume=resume)
+    run, ds, extra, options, needs, terms = open_run(Path(out_dir), config, Path(data_dir), model_options,
+                                                     descriptions_path=descriptions_path, resume=resume)
     extra.update(manifest_extra or {})
     seed_everything(config.seed)
     kind = train_kind(config.model)
@@ -225,7 +227,7 @@ def train(
     loop = EpochLoop(run, ds, config, extra, given=given_options(model_options), resume=resume, progress=progress,
                       on_epoch=on_epoch, report=report, warm_start=warm_start, resumable=resumable)
     try:
-        fitted = kind.fit(_training_data(ds, config, needs, warm_start, report), options, loop=loop)
+        fitted = kind.fit(_training_data(ds, config, needs, terms, warm_start, report), options, loop=loop)
     except OtherRank as other:   # under torchrun rank 0 alone finishes: scores dev and test, writes the checkpoint
         return other.result
     result = finish_fitted(kind, run, ds, config, fitted, extra)
@@ -236,13 +238,14 @@ def train(
     return {**result, **fitted.result, "run": str(run)}
 
 
-def _training_data(ds: Any, config: TrainConfig, needs: RunNeeds, warm_start: Checkpoint | None,
-                   report: Callable[[str], None] | None) -> TrainingData:
+def _training_data(ds: Any, config: TrainConfig, needs: RunNeeds, terms: dict[str, str],
+                   warm_start: Checkpoint | None, report: Callable[[str], None] | None) -> TrainingData:
     """What a kind's `fit` is given: every training note (a warm start's loop may see fewer: `_loop_data`), dev, and
     what its options need (`run_needs`): the coders' spans, train and dev together (the fused model's `--fit-on
-    train+dev`) and a terminology's codes."""
+    train+dev`) and the codes of the terminology TERMS (as `open_run` read it) that the label set lacks, which the
+    fused model scores from their titles alone."""
     train_df, dev_df = ds.split("train"), ds.split("dev")
-    more = _terminology(ds.labels, needs.terminology)
+    more = terminology_titles(terms, ds.labels.codes)
     return TrainingData(texts=train_df["text"].tolist(), y=ds.labels.multi_hot(train_df["labels"]), labels=ds.labels,
                         dev_texts=dev_df["text"].tolist(), y_dev=ds.labels.multi_hot(dev_df["labels"]),
                         train_counts=ds.labels.counts(train_df["labels"]),
@@ -253,14 +256,6 @@ def _training_data(ds: Any, config: TrainConfig, needs: RunNeeds, warm_start: Ch
                                                                       ds.labels.code_system).multi_hot(dev_df["labels"])
                                                              if more else None),
                         say=lambda line: say(report, line))
-
-
-def _terminology(labels: LabelSet, spec: str | None) -> dict[str, str]:
-    """code -> title of the codes of the terminology SPEC that LABELS lack ({} without one): the fused model scores
-    them from their titles alone (`train --terminology`)."""
-    if spec is None:
-        return {}
-    return terminology_titles(spec, labels.codes, labels.code_system or LOCAL)
 
 
 def _evidence(ds: Any, df: Any, wanted: bool) -> list | None:

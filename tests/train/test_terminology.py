@@ -4,6 +4,8 @@ terminology when predicted; its bad input is one line before anything is written
 
 import json
 import random
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -43,6 +45,15 @@ def _write(folder):
     return folder
 
 
+# the paths `open` is given (Python's audit event) while a list is on the stack; one hook for the module's process
+_OPENS: list[list[str]] = []
+
+
+def _audit(event, args):
+    if event == "open" and _OPENS and isinstance(args[0], (str, Path)):
+        _OPENS[-1].append(str(args[0]))
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     base = tmp_path_factory.mktemp("terminology")
@@ -50,10 +61,19 @@ def run(tmp_path_factory):
     cfg = TrainConfig(model="fused", epochs=2, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
                       device="cpu", min_doc_freq=1)
     lines: list[str] = []
-    result = train(out_dir=base / "run", config=cfg, data_dir=data,
-                   model_options={**SIZES, "terminology": str(data / "terms.tsv")}, progress=False,
-                   report=lines.append)
-    return base / "run" / "checkpoint", result, data
+    sys.addaudithook(_audit)
+    _OPENS.append([])
+    try:
+        result = train(out_dir=base / "run", config=cfg, data_dir=data,
+                       model_options={**SIZES, "terminology": str(data / "terms.tsv")}, progress=False,
+                       report=lines.append)
+    finally:
+        opened = _OPENS.pop()
+    return base / "run" / "checkpoint", {**result, "terms_opened": opened.count(str(data / "terms.tsv"))}, data
+
+
+def test_the_terminology_file_is_read_once_a_train(run):
+    assert run[1]["terms_opened"] == 1, run[1]["terms_opened"]
 
 
 def test_a_code_no_note_carries_is_ranked_and_predicted_from_its_title(run):

@@ -8,7 +8,7 @@ import json
 from collections import Counter
 from typing import Any, Mapping, TextIO
 
-CSV_HEADER = ("id", "predicted", "scores", "truncated", "error", "suggested")
+CSV_HEADER = ("id", "predicted", "scores", "truncated", "error", "suggested", "from_terminology")
 
 
 def record_line(rec: Mapping[str, Any]) -> str:
@@ -20,8 +20,10 @@ def csv_row(rec: Mapping[str, Any]) -> list[Any]:
     """One output record as the row of the CSV output (columns `CSV_HEADER`)."""
     pred = ";".join(p["code"] for p in rec.get("predicted", []))
     suggested = ";".join(p["code"] for p in rec.get("suggested", []))  # from the titles, not predictions (#43)
+    # predicted codes no training note carried, scored from a terminology's titles alone (`source`, #50)
+    terms = ";".join(p["code"] for p in rec.get("predicted", []) if p.get("source") == "terminology")
     return [rec["id"], pred, json.dumps(rec.get("scores", {})), rec.get("truncated", ""), rec.get("error", ""),
-            suggested]
+            suggested, terms]
 
 
 def jsonl_writer(f: TextIO, *, header: bool = True, context: Mapping[str, Any] | None = None):
@@ -66,7 +68,9 @@ def csv_done(f: TextIO) -> Counter[str]:
     rows = csv.reader(f)
     done: Counter[str] = Counter()
     for row in rows:
-        if row and row != list(CSV_HEADER):  # the header, and again where a resumed run's part starts
+        # the header, and again where a resumed run's part starts (a part written before the last column was added
+        # holds the header without it)
+        if row and row != list(CSV_HEADER)[:len(row)]:
             done[row[0]] += 1
     return done
 

@@ -79,10 +79,28 @@ def test_the_writers_write_what_predict_wrote_before():
              "truncated": False}, {"id": "b", "error": "note 'b': empty text; nothing to code"}]
     assert records_bytes(recs) == b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in recs)
     rows = list(csv.reader(io.StringIO(records_bytes(recs, fmt="csv").decode())))
-    assert rows[0] == ["id", "predicted", "scores", "truncated", "error", "suggested"]  # suggested: #43
-    assert rows[1] == ["a", "401.9", '{"401.9": 0.9}', "False", "", ""]
+    assert rows[0] == ["id", "predicted", "scores", "truncated", "error", "suggested", "from_terminology"]  # #43, #50
+    assert rows[1] == ["a", "401.9", '{"401.9": 0.9}', "False", "", "", ""]
     bundle = json.loads(formats.writer("fhir").to_bytes(recs[:1]).decode().splitlines()[0])
     assert bundle["resourceType"] == "Bundle"
+
+
+def test_the_csv_output_names_the_predicted_codes_scored_from_the_terminology():
+    """A code no training note carried (`source` "terminology" in JSONL, a tag in FHIR) is named in CSV's
+    from_terminology column, so a coder reading the spreadsheet sees which codes have no training evidence."""
+    from clinicode.format_writers import csv_done
+    from clinicode.predict_io import records_bytes
+
+    rec = {"id": "a", "scores": {"401.9": 0.9, "C6": 0.8, "C7": 0.7}, "truncated": False,
+           "predicted": [{"code": "401.9", "description": "x", "score": 0.9},
+                         {"code": "C6", "description": "y", "score": 0.8, "source": "terminology"},
+                         {"code": "C7", "description": "z", "score": 0.7, "source": "terminology"}]}
+    text = records_bytes([rec], fmt="csv").decode()
+    row = dict(zip(*csv.reader(io.StringIO(text))))
+    assert row["predicted"] == "401.9;C6;C7" and row["from_terminology"] == "C6;C7", row
+    # a part written before the column was added, resumed: its header is no note
+    old = "id,predicted,scores,truncated,error,suggested\r\nb,401.9,{},False,,\r\n"
+    assert csv_done(io.StringIO(old + text, newline="")) == {"a": 1, "b": 1}
 
 
 # ------------------------------------------------------------------ predict's notes

@@ -91,7 +91,8 @@ def score_batch(
 
 def batch_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """The batch page's view of output records: id, codes (";"-joined, best first), n_codes, top_code, top_score,
-    scores (JSON of the predicted codes' probabilities) and error (None when fine)."""
+    scores (JSON of the predicted codes' probabilities), from_terminology (the predicted codes scored from a
+    terminology's titles alone, ";"-joined, as the CSV output's column) and error (None when fine)."""
     rows = []
     for r in records:
         predicted = r.get("predicted", [])
@@ -99,8 +100,10 @@ def batch_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         rows.append({"id": r["id"], "codes": ";".join(p["code"] for p in predicted), "n_codes": len(predicted),
                      "top_code": top_code, "top_score": None if top_score is None else float(top_score),
                      "scores": json.dumps({p["code"]: round(float(p["score"]), 6) for p in predicted}),
+                     "from_terminology": ";".join(p["code"] for p in predicted if p.get("source") == "terminology"),
                      "error": r.get("error")})
-    df = pd.DataFrame(rows, columns=["id", "codes", "n_codes", "top_code", "top_score", "scores", "error"])
+    df = pd.DataFrame(rows, columns=["id", "codes", "n_codes", "top_code", "top_score", "scores", "from_terminology",
+                                     "error"])
     df["error"] = pd.Series([r["error"] for r in rows], dtype=object, index=df.index)  # None stays None
     return df
 

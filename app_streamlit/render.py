@@ -15,6 +15,8 @@ from clinicode.serving import METRIC_LABELS, SUMMARY, code_matches, predicted_co
 ATTENTION_RGB = (255, 179, 0)   # amber: beta, one distribution shared by all codes
 EVIDENCE_RGB = (46, 160, 67)    # green: one code's closest words (cosine with the code's vector)
 MAX_UPLOAD_MB = 20
+TERMINOLOGY = "terminology"     # a code's source when no training note carried it: scored from its title alone
+FROM_TERMINOLOGY = " (from the terminology)"   # the mark after such a code where the app names it
 
 
 # ------------------------------------------------------------------------------------------ code tables
@@ -38,6 +40,7 @@ def code_table(
     top_k: int = 10,
     single_label: bool = False,
     predicted: Iterable[str] | None = None,
+    terminology: Iterable[str] = (),
 ) -> pd.DataFrame:
     """The note's code table: its top-k codes, every predicted code and every gold code.
 
@@ -53,11 +56,14 @@ def code_table(
         top_k: codes always shown, highest probability first.
         single_label: the model gives one code per note (softmax scores).
         predicted: the predicted codes when `scores` holds only some codes (a search's hits); else from `scores`.
+        terminology: the codes the model scores from a terminology's titles alone (`Predictor.terminology_codes`);
+            when there are any, a "source" column says "terminology" for them.
     Returns:
         DataFrame sorted by probability (desc, then the order of `scores`) with columns code, description, probability,
-        above_threshold and, with gold, gold (bool) and outcome ("TP"/"FP"/"FN"/"").
+        above_threshold, with gold, gold (bool) and outcome ("TP"/"FP"/"FN"/""), and with terminology codes, source.
     """
     gold_set = set(gold) if gold is not None else None
+    terms = set(terminology)
     position = {c: i for i, c in enumerate(scores)}  # ties go by label order, as in `predicted_codes`
     order = lambda c: (-scores.get(c, 0.0), position.get(c, len(position)), c)  # noqa: E731
     chosen = set(predicted_codes(scores, threshold, single_label=single_label) if predicted is None else predicted)
@@ -76,9 +82,11 @@ def code_table(
         if gold_set is not None:
             row["gold"] = code in gold_set
             row["outcome"] = outcome(code in chosen, code in gold_set)
+        if terms:
+            row["source"] = TERMINOLOGY if code in terms else ""
         rows.append(row)
     cols = (["code", "description", "probability", "above_threshold"]
-            + (["gold", "outcome"] if gold_set is not None else []))
+            + (["gold", "outcome"] if gold_set is not None else []) + (["source"] if terms else []))
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -91,11 +99,13 @@ def search_codes(
     gold: Iterable[str] | None = None,
     limit: int = 50,
     single_label: bool = False,
+    terminology: Iterable[str] = (),
 ) -> tuple[pd.DataFrame, int]:
     """Codes matching a search over all of them, as `code_table` rows, highest probability first.
 
     A code matches when the query (case-insensitive) is a prefix of the code, or every word of the query occurs in the
     code's description ("heart fail" finds 428.0 Congestive heart failure). An empty query matches nothing.
+    TERMINOLOGY: as `code_table`'s.
 
     Returns:
         (the first `limit` matches, the number of matches).
@@ -105,7 +115,7 @@ def search_codes(
     hits = {c: scores.get(c, 0.0) for c, d in descriptions.items() if code_matches(query, c, d or "")}
     top = dict(sorted(hits.items(), key=lambda kv: (-kv[1], kv[0]))[:limit])
     chosen = predicted_codes(scores, threshold, single_label=single_label)  # over every code, not just the hits
-    table = code_table(top, descriptions, threshold, top_k=len(top), predicted=chosen)
+    table = code_table(top, descriptions, threshold, top_k=len(top), predicted=chosen, terminology=terminology)
     if gold is not None:
         gold_set = set(gold)
         table["gold"] = table["code"].isin(gold_set)
@@ -388,7 +398,7 @@ def marked_texts(html_str: str) -> list[str]:
 # ------------------------------------------------------------------------------------------ exports
 def prediction_record(
     pred: Any, *, threshold: float, run: str, note_id: str | None = None, gold: Sequence[str] | None = None,
-    single_label: bool = False, descriptions: Mapping[str, str] | None = None,
+    single_label: bool = False, descriptions: Mapping[str, str] | None = None, terminology: Iterable[str] = (),
 ) -> dict[str, Any]:
     """One note's JSON export (no note text): the output record of `clinicode predict` (`Prediction.to_dict()`) at the
     app's threshold (`Prediction.at`, the one predicted-codes rule), plus "run", "threshold", "n_tokens" and, when
@@ -403,8 +413,11 @@ def prediction_record(
         gold: its gold codes, if known.
         single_label: the model's prediction is its top code.
         descriptions: code -> title (else the titles carried by `pred.predicted`).
+        terminology: the codes scored from a terminology's titles alone (`Predictor.terminology_codes`): marked
+            `source` "terminology" when predicted at THRESHOLD, as `clinicode predict` marks them.
     """
-    at_threshold = pred.at(threshold, single_label=single_label, descriptions=descriptions)
+    at_threshold = pred.at(threshold, single_label=single_label, descriptions=descriptions,
+                           terminology=frozenset(terminology))
     if note_id is not None:
         at_threshold.id = note_id
     rec: dict[str, Any] = {**at_threshold.to_dict(), "run": run, "threshold": float(threshold),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -90,8 +90,8 @@ class Prediction:
             out["suggested"] = [m.to_dict() for m in self.suggested]
         return out
 
-    def at(self, threshold: float, *, single_label: bool = False,
-           descriptions: Mapping[str, str] | None = None) -> Prediction:
+    def at(self, threshold: float, *, single_label: bool = False, descriptions: Mapping[str, str] | None = None,
+           terminology: Collection[str] = ()) -> Prediction:
         """The same prediction with `predicted` recomputed at THRESHOLD by the one rule (`metrics.predicted_codes`).
 
         Only codes in `scores` can be predicted: to move the threshold freely, predict with top_k=None (every code).
@@ -102,6 +102,8 @@ class Prediction:
             threshold: the new cut-off, in [0, 1].
             single_label: the model predicts its top code alone (whatever the threshold), as `Predictor.single_label`.
             descriptions: code -> title for codes not predicted before (else the titles `predicted` carries, or "").
+            terminology: the codes scored from a terminology's titles alone (`Predictor.terminology_codes`), marked
+                so (`source` "terminology") when predicted, as the codes `predicted` already marks are.
         Returns:
             A new Prediction; this one is not changed.
         Raises:
@@ -114,7 +116,7 @@ class Prediction:
         codes = predicted_codes(self.scores, t, single_label=single_label)
         phrases = None if self.code_phrases is None else {c: self.code_phrases[c] for c in codes
                                                            if c in self.code_phrases}
-        marks = {c.code: c.source for c in self.predicted}
+        marks = {**{c: TERMINOLOGY for c in codes if c in terminology}, **{c.code: c.source for c in self.predicted}}
         return replace(self, predicted=[CodeScore(c, titles.get(c, ""), float(self.scores[c]), marks.get(c))
                                         for c in codes],
                        scores=dict(self.scores), code_phrases=phrases)
@@ -195,6 +197,12 @@ class Predictor:
     @property
     def codes(self) -> tuple[str, ...]:
         return self.labels.codes
+
+    @property
+    def terminology_codes(self) -> tuple[str, ...]:
+        """The codes the model scores from a terminology's titles alone, with no training note (`train
+        --terminology`; marked `source` "terminology" when predicted); () for most models."""
+        return self.labels.codes[self._first_term:]
 
     @property
     def span_weight(self) -> str:

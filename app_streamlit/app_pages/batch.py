@@ -65,6 +65,8 @@ if n_err:
     st.warning(f"{n_err} row{'s' * (n_err != 1)} could not be scored; see the error column.")
 st.dataframe(
     results, hide_index=True, width="stretch",
+    # the terminology's column only for a model that predicted a code from it
+    column_order=[c for c in results.columns if c != "from_terminology" or results[c].astype(bool).any()],
     column_config={
         "id": st.column_config.TextColumn("id"),
         "codes": st.column_config.TextColumn("Predicted codes"),
@@ -72,6 +74,9 @@ st.dataframe(
         "top_code": st.column_config.TextColumn("Top code"),
         "top_score": st.column_config.ProgressColumn("Top probability", min_value=0.0, max_value=1.0, format="%.3f"),
         "scores": st.column_config.TextColumn("Scores of predicted codes"),
+        "from_terminology": st.column_config.TextColumn("From the terminology",
+                                                        help="Predicted codes no training note carried, scored from "
+                                                             "their title alone (train --terminology)."),
         "error": st.column_config.TextColumn("Error"),
     },
 )

@@ -105,13 +105,17 @@ else:
         "Threshold", 0.0, 1.0, value=round(tuned, 3), step=0.005, format="%.3f", key=f"threshold_{run.name}",
         help=f"Codes with probability above the threshold are predicted. Default: the dev-tuned {tuned:.3f}.",
     )
-table = render.code_table(p.scores, descs, thr, gold=gold, top_k=10, single_label=pred.single_label)
+terms = frozenset(pred.terminology_codes)   # scored from their titles alone: no training note carried them
+table = render.code_table(p.scores, descs, thr, gold=gold, top_k=10, single_label=pred.single_label, terminology=terms)
 predicted = table.loc[table["above_threshold"], "code"].tolist()
 st.session_state["predicted_codes"] = predicted
 
 # The title goes last: long ICD-10 titles then take the room that is left instead of pushing the probability out of
 # view.
-TABLE_COLUMNS = ("code", "probability", "above_threshold", "outcome", "gold", "description")
+TABLE_COLUMNS = ("code", "probability", "above_threshold", "outcome", "gold", "source", "description")
+SOURCE_COLUMN = st.column_config.TextColumn("Source", width="small",
+                                            help="terminology: a code no training note carried (train --terminology), "
+                                                 "scored from its title in the note alone; check it before coding.")
 left, right = st.columns([7, 5], gap="large")  # ICD-10 titles are long: the code table gets the wider half
 with left:
     st.subheader(f"{len(predicted)} predicted code{'s' * (len(predicted) != 1)}")
@@ -138,11 +142,15 @@ with left:
                                                                     "single-label model: its top code)."),
             "gold": st.column_config.CheckboxColumn("Gold", width="small"),
             "outcome": st.column_config.TextColumn("Outcome", width="small"),
+            "source": SOURCE_COLUMN,
         },
     )
+    if terms & set(predicted):
+        st.caption(f"Source **terminology**: {', '.join(c for c in predicted if c in terms)} had no training note; "
+                   "scored from the title alone.")
     with_evidence(predicted)                                   # the export holds every predicted code's evidence
     record = render.prediction_record(p, threshold=thr, run=run.name, note_id=note_id, gold=gold,
-                                      single_label=pred.single_label, descriptions=descs)
+                                      single_label=pred.single_label, descriptions=descs, terminology=terms)
     suggested = list(p.suggested or [])
     st.subheader(f"{len(suggested)} suggested from the title")
     if pred.suggester is None:
@@ -170,7 +178,8 @@ with left:
                           placeholder="a code (428, 428.0) or words of its title (heart failure)")
     found = []
     if query.strip():
-        hits, n_hits = render.search_codes(p.scores, descs, query, thr, gold=gold, single_label=pred.single_label)
+        hits, n_hits = render.search_codes(p.scores, descs, query, thr, gold=gold, single_label=pred.single_label,
+                                           terminology=terms)
         found = hits["code"].tolist()
         st.caption(f"{n_hits:,} code{'s' * (n_hits != 1)} match"
                    + (f"; the {len(hits)} most probable are shown" if n_hits > len(hits) else ""))
@@ -186,6 +195,7 @@ with left:
                     "above_threshold": st.column_config.CheckboxColumn("Predicted", width="small"),
                     "gold": st.column_config.CheckboxColumn("Gold", width="small"),
                     "outcome": st.column_config.TextColumn("Outcome", width="small"),
+                    "source": SOURCE_COLUMN,
                 },
             )
 
@@ -200,7 +210,8 @@ with right:
     titles_of = {x.code: x.title for x in suggested}
     pick = st.selectbox(
         "Highlight", choices, key="hl_code",
-        format_func=lambda c: c if c in (each, attn) else f"{c} — {descs.get(c, titles_of.get(c, ''))}",
+        format_func=lambda c: c if c in (each, attn) else (f"{c} — {descs.get(c, titles_of.get(c, ''))}"
+                                                           + (render.FROM_TERMINOLOGY if c in terms else "")),
     )
     if pick == each:
         # the default: what evaluate measures (each code's own spans), one colour and the code's name per code

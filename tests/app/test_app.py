@@ -137,6 +137,26 @@ def test_threshold_slider_changes_predicted_set(app_env):
     assert 0.0 < tuned < 1.0
 
 
+def test_codes_from_the_terminology_are_marked_where_the_coder_looks(app_env, monkeypatch):
+    """A code the model scores from a terminology's title alone (`train --terminology`, a fused run: here the tiny
+    run's last two codes, as its Predictor would say) is marked in the code table and the highlight choice."""
+    from clinicode.predict import Predictor
+
+    monkeypatch.setattr(Predictor, "terminology_codes", property(lambda self: self.codes[-2:]))
+    at = _ok(_app().run())
+    at.text_area(key="note_text").input(NOTE).run()
+    _ok(at.button(key="predict").click().run())
+    _ok(at.slider(key="threshold_tiny").set_value(0.0).run())
+    from clinicode.data.labels import LabelSet
+
+    terms = set(LabelSet.load(app_env / "tiny" / "checkpoint" / "labels.json").codes[-2:])
+    df = _code_table(at)
+    assert len(df) == 50 and set(df.loc[df["source"] == "terminology", "code"]) == terms, df
+    assert (df.loc[~df["code"].isin(terms), "source"] == "").all()
+    marked = [o for o in at.selectbox(key="hl_code").options if o.endswith(" (from the terminology)")]
+    assert sorted(o.split(" — ")[0] for o in marked) == sorted(terms)
+
+
 def test_gold_marks_on_a_test_split_note(app_env):
     at = _ok(_app().run())
     at.radio(key="note_source").set_value("Test split note").run()

@@ -143,6 +143,23 @@ def test_prediction_record_json_follows_threshold_and_holds_no_text():
     assert back == rec and "text" not in back
 
 
+def test_codes_from_the_terminology_are_marked_in_the_tables_and_the_export_at_any_threshold():
+    """A code no training note carried (`Predictor.terminology_codes`) is marked in the code table, a search's hits,
+    and the JSON export, also when the app's threshold predicts it and the record, scored at 1.0, did not."""
+    from clinicode.predict import TERMINOLOGY
+
+    assert render.TERMINOLOGY == TERMINOLOGY
+    scores = {"401.9": 0.9, "428.0": 0.4, "584.9": 0.1}
+    table = render.code_table(scores, {}, 0.3, terminology=("584.9", "428.0"))
+    assert dict(zip(table["code"], table["source"])) == {"401.9": "", "428.0": "terminology", "584.9": "terminology"}
+    assert "source" not in render.code_table(scores, {}, 0.3).columns   # a model without any: no column
+    hits, _ = render.search_codes(scores, {"428.0": "Congestive heart failure"}, "heart", 0.3, terminology={"428.0"})
+    assert hits["source"].tolist() == ["terminology"]
+    unmarked = Prediction("n1", predicted=[], scores=scores)              # as the app scores: at a threshold of 1.0
+    rec = render.prediction_record(unmarked, threshold=0.3, run="demo", terminology=("428.0",))
+    assert [(p["code"], p.get("source")) for p in rec["predicted"]] == [("401.9", None), ("428.0", "terminology")]
+
+
 # ------------------------------------------------------------------------------------------ batch files
 def test_parse_csv_with_bad_rows():
     data = b'id,text\na1,"Chest pain, <b>CHF</b>"\na2,\n,"no id here"\n'
@@ -239,6 +256,9 @@ def test_score_batch_writes_the_clis_records_keeps_errors_and_reports_progress()
     csv_back = pd.read_csv(pd.io.common.BytesIO(batch_files.batch_bytes(recs, "csv")), dtype=str, keep_default_na=False)
     assert tuple(csv_back.columns) == CSV_HEADER and csv_back["id"].tolist() == ["a", "b", "c", "d"]
     assert csv_back["predicted"][0] == "401.9" and csv_back["error"][1].startswith("record 'b'")
+    marked = {"id": "e", "scores": {"C6": 0.8}, "truncated": False,
+              "predicted": [{"code": "C6", "description": "", "score": 0.8, "source": "terminology"}]}
+    assert batch_files.batch_table([*recs, marked])["from_terminology"].tolist() == ["", "", "", "", "C6"]
 
 
 def test_headline_metrics_handles_missing_and_nan():

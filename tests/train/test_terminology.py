@@ -96,6 +96,11 @@ def test_a_code_no_note_carries_is_ranked_and_predicted_from_its_title(run):
     out = rec.to_dict()
     marks = {p["code"]: p.get("source") for p in out["predicted"]}
     assert marks[TEST_CODE] == "terminology" and marks["C2"] is None, marks
+    # the codes it scores from their titles alone, which a threshold moved later (the app's) marks too
+    assert pred.terminology_codes == (TEST_CODE, *SILENT), pred.terminology_codes
+    unmarked = pred.predict([note], top_k=None, threshold=1.0)[0]
+    lower = {c.code: c.source for c in unmarked.at(0.0, terminology=pred.terminology_codes).predicted}
+    assert lower[TEST_CODE] == lower["C7"] == "terminology" and lower["C2"] is None, lower
     from clinicode.fhir import TERMINOLOGY_TAG, bundle
 
     tags = {e["resource"]["code"]["coding"][0]["code"]: e["resource"]["meta"]["tag"]

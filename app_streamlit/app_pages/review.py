@@ -232,8 +232,9 @@ try:
                 r1, r2, r3, r4 = st.columns([6, 2, 1, 1])
                 if s.get("source") == "title":  # #43: not a prediction, a code the model lacks whose title is here
                     r1.markdown(f":violet-badge[suggested from the title] `{s['code']}` {s['description']}")
-                else:
-                    r1.markdown(f"`{s['code']}` {s['description']} · score {s['score']:.2f}")
+                else:   # a code no training note carried is marked: its score comes from its title alone (#50)
+                    r1.markdown(f"`{s['code']}` {s['description']} · score {s['score']:.2f}"
+                                + (" · :orange-badge[from the terminology]" if s.get("terminology") else ""))
                 r2.markdown(label.get(state.get(s["code"]), ""))
                 if r3.button("Accept", key=f"review_accept_{s['code']}", disabled=not can_decide):
                     marked = _highlighted(note["text"], s["evidence"]) if keep else []

@@ -259,9 +259,9 @@ def audit_log(db: ReviewStore) -> list[dict[str, Any]]:
 
 def show(db: ReviewStore, note_id: str, *, reviewer: str | None = None) -> dict[str, Any]:
     """One note for scripts (`review show`), without its text: status, claim, the suggestions (code, title, score,
-    rank, source, checkpoint, evidence offsets), the decisions so far (`log`: who, when, action, source, was, spans),
-    each code's latest decision (`state`), the final codes' evidence spans, and its `coders` when double coded
-    (`assigned`: when each finished).
+    rank, source, `terminology`: scored from a terminology's title alone, checkpoint, evidence offsets), the decisions
+    so far (`log`: who, when, action, source, was, spans), each code's latest decision (`state`), the final codes'
+    evidence spans, and its `coders` when double coded (`assigned`: when each finished).
 
     A double-coded note not yet adjudicated is blind (`blind`: true): REVIEWER (one of its coders) gets only their
     own decisions and finishing time; anyone else, none of them.

@@ -96,6 +96,19 @@ def test_accept_reject_add_and_finish_a_note(queued):
     assert set(per_code["code"]) == set(sugg) | {added}
 
 
+def test_a_suggestion_scored_from_the_terminology_is_marked(queued):
+    """A suggested code no training note carried (`train --terminology`; stored as `suggestions.terminology`) carries
+    a "from the terminology" badge; the others none."""
+    with review.open_db(queued) as rdb:
+        first, *rest = [s["code"] for s in rdb.note("r0")["suggestions"]]
+        rdb.con.execute("UPDATE suggestions SET terminology = 1 WHERE note = 'r0' AND code = ?", (first,))
+    at = _page()
+    _ok(at.selectbox(key="review_pick").set_value("r0").run())
+    _ok(at.button(key="review_open_btn").click().run())
+    rows = {m.value.split("`")[1]: m.value for m in at.markdown if m.value.startswith("`")}
+    assert "from the terminology" in rows[first] and not any("terminology" in rows[c] for c in rest), rows
+
+
 def test_accept_keeps_the_highlighted_words_only_when_the_coder_ticks_the_box(queued):
     """Model highlights are not gold: an accept stores no evidence unless 'keep the highlighted words' is ticked;
     then the suggestion's highlighted words are the decision's spans (touching words as one phrase)."""

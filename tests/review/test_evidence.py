@@ -46,7 +46,7 @@ def test_a_version_5_file_migrates_keeping_its_decisions_and_gains_spans(tmp_pat
                        "('a', '428.0', 'add', 'ann', '2026-01-02T00:00:01Z', 'person')")
         assert "spans" not in {r[1] for r in db.con.execute("PRAGMA table_info(decisions)")}
     with open_db(path) as db:
-        assert db.con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert db.con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
         assert "spans" in {r[1] for r in db.con.execute("PRAGMA table_info(decisions)")}
         assert [tuple(r) for r in _spans(db)] == [("401.9", "accept", None), ("428.0", "add", None)]
         assert db.note("a")["evidence"] == [] and [r["spans"] for r in db.note("a")["log"]] == [None, None]

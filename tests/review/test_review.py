@@ -52,7 +52,7 @@ def test_new_database_is_owner_only_wal_and_versioned(tmp_path):
             f = Path(str(path) + suffix)
             assert f.exists() and _mode(f) == 0o600, (suffix, oct(_mode(f)))
         assert db.con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.con.execute("PRAGMA user_version").fetchone()[0] == review.SCHEMA_VERSION == 6  # 5: #44, 6: spans
+        assert db.con.execute("PRAGMA user_version").fetchone()[0] == review.SCHEMA_VERSION == 7  # 6: spans, 7: #50
         assert db.con.execute("PRAGMA application_id").fetchone()[0] == review.APPLICATION_ID
 
 

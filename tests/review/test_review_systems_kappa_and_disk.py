@@ -331,6 +331,38 @@ def test_review_show_gives_a_notes_suggestions_and_decisions_without_its_text(tm
     fails(["review", "show", "--db", db, "--id", "zz"], "no note 'zz'")
 
 
+def test_review_show_marks_a_suggestion_scored_from_the_terminology(tmp_path):
+    """A predicted code no training note carried (`source` "terminology": `train --terminology`) is stored so and
+    shown so, in JSON and text, where the coder looks; the other suggestions are not marked."""
+    path = tmp_path / "r.sqlite"
+    rec = {"predicted": [{"code": "401.9", "description": "HTN", "score": 0.9},
+                         {"code": "C6", "description": "Dorvic myalgia", "score": 0.7, "source": "terminology"}],
+           "evidence": {"spans": [], "codes": {}}}
+    with open_db(path) as rdb:
+        rdb.add_model("f" * 64, "/runs/terms", [("401.9", "HTN"), ("C6", "Dorvic myalgia")])
+        rdb.add_notes([("n0", "a note", rec)], sha256="f" * 64, checkpoint="/runs/terms")
+        assert [(s["code"], s["terminology"]) for s in rdb.note("n0")["suggestions"]] == [("401.9", False),
+                                                                                          ("C6", True)]
+    n = json.loads(succeeds(["review", "show", "--db", path, "--id", "n0", "--json"]).stdout)
+    assert [(s["code"], s["source"], s["terminology"]) for s in n["suggestions"]] == [
+        ("401.9", "model", False), ("C6", "model", True)]
+    rows = {line.split()[1]: line for line in succeeds(["review", "show", "--db", path, "--id", "n0"]).stdout
+            .splitlines() if line[:4].strip().isdigit()}
+    assert rows["C6"].endswith(" (from the terminology)") and "terminology" not in rows["401.9"], rows
+
+
+def test_a_version_6_file_migrates_its_suggestions_unmarked(tmp_path):
+    path = tmp_path / "v6.sqlite"
+    with open_db(path, _target=6) as rdb:              # what clinicode wrote before the terminology's mark
+        rdb.con.execute("INSERT INTO notes (id, text, status, queued_at) VALUES ('a', 'text', 'pending', "
+                        "'2026-01-01T00:00:00Z')")
+        rdb.con.execute("INSERT INTO suggestions (note, checkpoint_sha256, checkpoint_path, code, description, "
+                        "score, evidence, rank) VALUES ('a', ?, '/r', '401.9', 'HTN', 0.7, '[]', 1)", ("f" * 64,))
+    with open_db(path) as rdb:
+        assert rdb.con.execute("PRAGMA user_version").fetchone()[0] == 7
+        assert [(s["code"], s["terminology"]) for s in rdb.note("a")["suggestions"]] == [("401.9", False)]
+
+
 def test_review_show_keeps_a_blind_coder_blind(tmp_path):
     path = _db(tmp_path / "r.sqlite", 5)
     _pair(path, ANN, BOB, ["ann", "bob"], 1000.0)

@@ -130,7 +130,9 @@ def review_show_cli(
     typer.echo(f"note {n['id']}: {n['status'].replace('_', ' ')}, queued {n['queued_at']}{coders}")
     typer.echo(f"{'rank':>4} {'code':<12} {'score':>6} {'source':<6} evidence (character offsets)")
     for s in n["suggestions"]:
-        typer.echo(f"{s['rank']:>4} {s['code']:<12} {s['score']:>6.3f} {s['source']:<6} {spans(s['evidence'])}")
+        mark = " (from the terminology)" if s["terminology"] else ""   # no training note carried the code
+        typer.echo(f"{s['rank']:>4} {s['code']:<12} {s['score']:>6.3f} {s['source']:<6} {spans(s['evidence'])}"
+                   f"{mark}")
     hidden = " (none shown: blind until adjudicated)" if n["blind"] and not n["log"] else ""
     typer.echo(f"decisions so far: {len(n['log']):,}{hidden}")
     for r in n["log"]:

@@ -237,7 +237,8 @@ class ReviewStore:
         return out
 
     def note(self, note_id: str, *, reviewer: str | None = None) -> dict[str, Any]:
-        """One note: text, status, claim, suggestions (with evidence), each code's latest decision, the log (each
+        """One note: text, status, claim, suggestions (with evidence; `terminology`: the model scored the code from a
+        terminology's title alone, no training note carried it), each code's latest decision, the log (each
         decision's `spans`, [start, end] pairs or None), and the coders' evidence of the codes it holds
         (`final_evidence`, {"code", "start", "end"}).
 
@@ -250,7 +251,8 @@ class ReviewStore:
         n = rows[0]
         sugg = [{"code": s["code"], "description": s["description"], "score": s["score"], "rank": s["rank"],
                  "evidence": json.loads(s["evidence"]), "checkpoint": s["checkpoint_path"],
-                 "checkpoint_sha256": s["checkpoint_sha256"], "source": s["source"]}
+                 "checkpoint_sha256": s["checkpoint_sha256"], "source": s["source"],
+                 "terminology": bool(s["terminology"])}
                 for s in self.read("SELECT * FROM suggestions WHERE note = ? ORDER BY rank", (note_id,))]
         log = [{**r, "spans": json.loads(r["spans"]) if r["spans"] else None} for r in map(dict, self.read(
             "SELECT id, code, action, reviewer, at, source, was, checkpoint_sha256, spans FROM decisions "
@@ -343,11 +345,11 @@ def _suggest(con: sqlite3.Connection, note_id: str, rec: dict[str, Any], sha256:
     """Store a note's suggestions (the model's, then the codes suggested from their titles) and its signals."""
     evidence = (rec.get("evidence") or {}).get("codes") or {}
     predicted = rec.get("predicted", [])
-    con.executemany(
+    con.executemany(   # terminology: a code scored from its title alone, no training note carried it (#50)
         "INSERT INTO suggestions (note, checkpoint_sha256, checkpoint_path, code, description, score, "
-        "evidence, rank, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'model')",
+        "evidence, rank, source, terminology) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'model', ?)",
         [(note_id, sha256, checkpoint, p["code"], p.get("description") or "", float(p["score"]),
-          json.dumps(evidence.get(p["code"], [])), rank)
+          json.dumps(evidence.get(p["code"], [])), rank, int(p.get("source") == "terminology"))
          for rank, p in enumerate(predicted, start=1)])
     # codes suggested from their titles (#43), after the model's; their score is a rank, not a probability
     con.executemany(

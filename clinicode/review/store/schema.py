@@ -98,8 +98,16 @@ def _v6(con: sqlite3.Connection) -> None:
     con.execute("ALTER TABLE decisions ADD COLUMN spans TEXT")
 
 
+def _v7(con: sqlite3.Connection) -> None:
+    """Additive (#50): `suggestions.terminology` is 1 for a model suggestion scored from a terminology's title alone
+    (`train --terminology`: no training note carried the code; the record's `source` "terminology"), so the coder
+    sees it; 0 for every other row and every earlier one."""
+    con.execute("ALTER TABLE suggestions ADD COLUMN terminology INTEGER NOT NULL DEFAULT 0 "
+                "CHECK (terminology IN (0, 1))")
+
+
 # step i takes a file from version i to i+1
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -3,7 +3,7 @@
 
     python benchmarks/bench_review_loop.py [--sets cmc2007 bc5cdr ncbi cantemist] [--seeds 0 1 2]
         [--budgets 10 20 30 40 50 60 70 80 90 100] [--orders teach arrival random]
-        [--work-dir /tmp/clinicode-bench-loop] [--no-write] [--data-dir FOLDER] [--train-args '...']
+        [--work-dir /tmp/clinicode-bench-loop] [--no-write] [--add] [--data-dir FOLDER] [--train-args '...']
 
 Each set (bc5cdr-disease-mesh, ncbi-disease-mesh, cmc2007-radiology-icd9, cantemist-icdo3 in ../shared/data, or
 $CLINICODE_DATA) is cut to the 50 codes of most training notes, fixed by labels.json (notes left with none of them
@@ -30,7 +30,7 @@ stays in --work-dir, owner-only. Runs are kept there and reused by a later run: 
 and options, a round by the budgets before it; so more seeds or budgets cost only what is new (pass a new
 --work-dir after changing the code: each cached run records the commit it was made at). Results:
 WORK-DIR/review_loop.json; unless --no-write also benchmarks/review_loop.json and the "review-loop" section of
-BENCHMARKS.md.
+BENCHMARKS.md (with --add, beside the sets already published there, each with its own seeds and commits).
 """
 
 from __future__ import annotations
@@ -402,6 +402,18 @@ def _commit() -> str:
         return "unknown"
 
 
+def _published_sets(budgets: list[int], orders: list[str]) -> dict:
+    """The sets benchmarks/review_loop.json holds (none without it), for --add; refused when measured at other
+    budgets or orders than this run's (one table cannot show both)."""
+    if not RESULTS.exists():
+        return {}
+    old = json.loads(RESULTS.read_text())
+    if old["budgets"] != budgets or old["orders"] != orders:
+        raise SystemExit(f"--add: {RESULTS} was measured at budgets {old['budgets']} and orders {old['orders']}, this "
+                         f"run at {budgets} and {orders}; give the same, or leave out --add to replace it.")
+    return old["sets"]
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=sorted(SETS))
@@ -417,6 +429,9 @@ def main(argv: list[str] | None = None) -> dict:
                     help="more options for every `train` (the seed set's and the fresh ones), e.g. '--epochs 5'")
     ap.add_argument("--no-write", action="store_true", help="write only into --work-dir (no BENCHMARKS.md, no "
                                                              "benchmarks/review_loop.json)")
+    ap.add_argument("--add", action="store_true",
+                    help="publish this run's sets beside those benchmarks/review_loop.json already has (a set "
+                         "measured again is replaced); they must have the same budgets and orders")
     a = ap.parse_args(argv)
     if sorted(set(a.budgets)) != a.budgets or not all(1 <= b <= 100 for b in a.budgets):
         raise SystemExit(f"--budgets must rise strictly, each in 1..100, got {' '.join(map(str, a.budgets))}; "
@@ -428,9 +443,12 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     sets = {name: measure_set(cli, name, folder, a.seeds, a.budgets, a.orders, a.work_dir)
             for name, folder in folders.items()}
+    if a.add:
+        sets = {**_published_sets(a.budgets, a.orders), **sets}
     made = sorted({c for e in sets.values() for s in e["seeds"].values() for c in s["commits"]})
+    seeds = sorted({int(k) for e in sets.values() for k in e["seeds"]})
     results = {"commit": _commit(), "runs_made_at": made, "machine": machine_line(), "budgets": a.budgets,
-               "orders": a.orders, "seeds": a.seeds, "seed_share": SEED_SHARE, "top_k": TOP_K,
+               "orders": a.orders, "seeds": seeds, "seed_share": SEED_SHARE, "top_k": TOP_K,
                "seconds": time.perf_counter() - t0, "sets": sets}
     (a.work_dir / "review_loop.json").write_text(json.dumps(results, indent=1) + "\n")
     if not a.no_write:
@@ -439,7 +457,7 @@ def main(argv: list[str] | None = None) -> dict:
     lines = [
         "## review: the loop through its own commands (`benchmarks/bench_review_loop.py`)",
         "",
-        f"`python benchmarks/bench_review_loop.py --sets {' '.join(folders)} --seeds {' '.join(map(str, a.seeds))} "
+        f"`python benchmarks/bench_review_loop.py --sets {' '.join(sets)} --seeds {' '.join(map(str, seeds))} "
         f"--budgets {' '.join(map(str, a.budgets))}{orders}`, runs made at commit {', '.join(made)}: `train` on a "
         "10% seed set, `review queue` the rest of train (the pool), then a round ending at each budget (% of the "
         "pool reviewed): the order picks the notes (`teach`: `review next`; `arrival`: queue order; `random`: "

@@ -62,3 +62,28 @@ def test_the_loop_chains_the_commands_and_reports_every_number(demo_data, tmp_pa
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((work / "review_loop.json").read_text())["sets"] == out["sets"]
+
+
+def _bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_review_loop", ROOT / "benchmarks" / "bench_review_loop.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT))
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_add_keeps_the_published_sets_and_refuses_other_budgets(tmp_path, monkeypatch):
+    """--add publishes a run's sets beside those already published; a file measured at other budgets or orders is refused in one line rather than mixed into one table."""
+    bench = _bench()
+    published = tmp_path / "review_loop.json"
+    monkeypatch.setattr(bench, "RESULTS", published)
+    assert bench._published_sets([10, 30], ["teach"]) == {}          # nothing published yet: nothing kept
+    published.write_text(json.dumps({"budgets": [10, 30], "orders": ["teach"],
+                                      "sets": {"cmc2007": {"seeds": {"0": {}}}, "ncbi": {"seeds": {"0": {}}}}}))
+    kept = bench._published_sets([10, 30], ["teach"])
+    assert set(kept) == {"cmc2007", "ncbi"}
+    for budgets, orders in (([10, 60], ["teach"]), ([10, 30], ["teach", "arrival"])):
+        with pytest.raises(SystemExit, match=r"--add: .* was measured at budgets \[10, 30\] and orders \['teach'\]"):
+            bench._published_sets(budgets, orders)

@@ -32,6 +32,8 @@ def leam_weight_shapes(config: LEAMConfig) -> dict[str, tuple[int, ...]]:
               "head.1.weight": (H, P), "head.1.bias": (H,), "head.4.weight": (K, H), "head.4.bias": (K,)}
     if config.code_evidence:
         shapes["evidence_rho"] = (K,)
+    if config.code_attention:
+        shapes["attend_rho"] = (K,)
     return shapes
 
 

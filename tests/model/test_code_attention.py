@@ -133,3 +133,18 @@ def test_train_takes_it_saves_it_and_the_checkpoint_scores_with_it(tmp_path):
     assert predictor.card()["model_config"]["code_attention"] is True
     scores = predictor.predict(["fever cough today", "knee pain again"], threshold=0.0)
     assert len(scores) == 2
+
+
+@pytest.mark.gpu
+def test_cuda_computes_the_same_code_attention():
+    """The same code on CUDA (its "many codes" order), values and gradients, against the CPU."""
+    cpu = _model(23)
+    gpu = _model(23).cuda()
+    ids, mask = pad_batch(NOTES)
+    want = cpu(ids, mask).logits
+    want.sum().backward()
+    got = gpu(ids.cuda(), mask.cuda()).logits
+    got.sum().backward()
+    torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-4, atol=1e-5)
+    for (name, a), b in zip(gpu.named_parameters(), cpu.parameters()):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-4, atol=1e-5, msg=name)

@@ -112,6 +112,17 @@ def test_the_memory_plan_counts_its_blocks():
                  budget_mb=8192, training=training)
         cells = min(K * 16 * 2500, clinicode.models.leam.memory.CODE_CELLS)
         assert b.batch_mb - a.batch_mb >= 4 * cells * mb
+        assert b.batch_mb - a.batch_mb < 12 * (1 << 22) * mb + 4 * 16 * 2500 * 100 * mb   # one block, whatever K is
+
+
+def test_a_block_bounds_both_its_position_and_its_hidden_tensors():
+    from clinicode.models.leam.memory import CODE_CELLS, code_block
+
+    assert code_block(50, batch=16, length=100, hidden=1000) == 50           # all at once when they fit
+    for B, L, H in ((64, 300, 1000), (16, 2500, 1000), (16, 10, 5000)):
+        n = code_block(9000, batch=B, length=L, hidden=H)
+        assert B * L * n <= CODE_CELLS and B * H * n <= CODE_CELLS and n >= 1
+    assert code_block(9000, batch=1 << 20, length=1 << 20, hidden=1) == 1    # one code at least
 
 
 def test_train_takes_it_saves_it_and_the_checkpoint_scores_with_it(tmp_path):

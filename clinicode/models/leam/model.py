@@ -147,8 +147,8 @@ class LEAM(nn.Module):
         """The logits with `code_attention` (not the paper), [B, K]: each code its own attention over the note,
         (4') alpha_kl = softmax_l(t_k u_kl) (no max over codes), (5') z_k = sum_l alpha_kl v_l, (6') f(z_k)_k, the
         head on z_k keeping output k, and (7) with code evidence. u_kl = ReLU(S_l . c^_k + b1_k), S the windowed unit
-        word vectors (`_windowed`); codes go by blocks of about CODE_CELLS [B, L, codes] cells, and in training each
-        block is recomputed in the backward pass rather than kept (torch.utils.checkpoint): one block's memory."""
+        word vectors (`_windowed`); codes go by blocks (`memory.code_block`), and in training each block is recomputed
+        in the backward pass rather than kept (torch.utils.checkpoint): one block's memory, whatever K is."""
         V = F.embedding(ids, self.word_emb.weight, padding_idx=0)                     # [B, L, P]
         Vn = V * (mask.unsqueeze(-1).to(V.dtype) / (V.norm(dim=-1, keepdim=True) + EPS))
         S = self._windowed(Vn, self.phrase_w)                                         # [B, L, P]
@@ -156,7 +156,7 @@ class LEAM(nn.Module):
         Sd = self._windowed(Vn, W1.detach()) if self.config.code_evidence and W1.requires_grad \
             and torch.is_grad_enabled() and self.config.compat == "cosine" else S    # (7) reads W1 detached
         K = Cn.shape[0]
-        step = max(1, min(K, memory.CODE_CELLS // max(1, ids.numel())))
+        step = memory.code_block(K, batch=ids.shape[0], length=ids.shape[1], hidden=self.config.hidden_dim)
         keep = torch.is_grad_enabled() and step < K
         rho_e = self.evidence_rho if self.config.code_evidence else self.attend_rho  # (unused without evidence)
         out = []

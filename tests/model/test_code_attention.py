@@ -18,7 +18,7 @@ from clinicode.models.leam.model import LEAM, _cosine, _window
 from clinicode.models.leam.options import LEAMConfig
 from clinicode.predict import Predictor
 
-from helpers import succeeds
+from helpers import fails, succeeds
 
 NOTES = [[2, 3, 4, 5, 6, 7, 8, 30, 31, 2, 2], [9, 10, 11], [12], [13, 14, 15, 16, 17]]
 
@@ -159,3 +159,15 @@ def test_cuda_computes_the_same_code_attention():
     torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-4, atol=1e-5)
     for (name, a), b in zip(gpu.named_parameters(), cpu.parameters()):
         torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_the_paper_has_none_and_a_run_with_it_is_named_so(tmp_path):
+    from clinicode.models.leam.kind import KIND
+    from clinicode.models.leam.options import is_paper_model
+
+    assert not is_paper_model({"code_evidence": False, "window_nonneg": False, "code_attention": True})
+    assert is_paper_model({"code_evidence": False, "window_nonneg": False})         # a config from before it
+    assert KIND.display_name({"code_attention": True, "code_evidence": True}) == "LEAM, attention per code + evidence"
+    fails(["train", "--data", tmp_path, "--out", tmp_path / "run", "--paper", "--model-option", "code_attention=true"],
+          "give one of --paper or --model-option code_attention")
+    assert not (tmp_path / "run").exists()

@@ -107,7 +107,7 @@ PAPER_MODEL: dict[str, Any] = {k: getattr(PAPER_OPTIONS, k) for k in ("code_evid
 
 def is_paper_model(model_config: dict[str, Any]) -> bool:
     """True when saved model options (model_config.json as read back) describe the paper's model."""
-    return all(model_config.get(k, v) == v for k, v in PAPER_MODEL.items())
+    return all(model_config.get(k, v) == v for k, v in PAPER_MODEL.items()) and not model_config.get("code_attention")
 
 
 LEAMConfig.saved_absent = dict(PAPER_MODEL)

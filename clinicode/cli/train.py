@@ -247,8 +247,8 @@ def model_options(kind: str, flags: ModelFlags, schedule: TrainSchedule | None =
     against = [k for k, v in paper.items() if {**as_flags, **chosen}.get(k, v) != v]
     if against:
         flag = _LEAM_FLAGS[against[0]] if against[0] in as_flags else f"--model-option {against[0]}"
-        raise ConfigError(f"--paper trains the paper's model, which has no code evidence and a free window; give "
-                          f"one of --paper or {flag}.")
+        raise ConfigError(f"--paper trains the paper's model, which has no code evidence, one attention a note and a "
+                          f"free window; give one of --paper or {flag}.")
     if plugin.options_type is None:
         return {}
     return {**config_to_dict(plugin.options_type()), **paper, **as_flags, **chosen}

@@ -32,6 +32,8 @@ def leam_weight_shapes(config: LEAMConfig) -> dict[str, tuple[int, ...]]:
               "head.1.weight": (H, P), "head.1.bias": (H,), "head.4.weight": (K, H), "head.4.bias": (K,)}
     if config.code_evidence:
         shapes["evidence_rho"] = (K,)
+    if config.code_attention:
+        shapes["attend_rho"] = (K,)
     return shapes
 
 
@@ -87,7 +89,8 @@ class LEAMKind:
     abilities = Abilities(explain=True, embed=True, score_ids=True)
     options_type = ModelOptions
     config_type = LEAMConfig   # the loop's: model_config.json's class, saved with --resume's state
-    paper_options = PAPER_MODEL  # `train --paper`: the options where Wang et al.'s model departs from the default
+    # `train --paper`: the options where Wang et al.'s model departs from the default, and one it never has
+    paper_options = {**PAPER_MODEL, "code_attention": False}
 
     def save(self, folder: Path, model: Any, tokenizer: ClinicalTokenizer | None) -> None:
         from clinicode.models.leam.model import LEAM
@@ -153,8 +156,11 @@ class LEAMKind:
         return {"model_config": asdict(model.config)}
 
     def display_name(self, model_config: Mapping[str, Any]) -> str:
-        """"LEAM + evidence" (clinicode's default: code evidence), "LEAM (paper)" (Wang et al.'s model exactly,
-        `train --paper` or a run from before the default changed) or "LEAM (variant)" (neither)."""
+        """"LEAM + evidence" (clinicode's default: code evidence), "LEAM, attention per code" (`code_attention`),
+        "LEAM (paper)" (Wang et al.'s model exactly, `train --paper` or a run from before the default changed) or
+        "LEAM (variant)" (none of these)."""
+        if model_config.get("code_attention"):
+            return "LEAM, attention per code" + (" + evidence" if model_config.get("code_evidence") else "")
         if model_config.get("code_evidence"):
             return "LEAM + evidence"
         return "LEAM (paper)" if is_paper_model(dict(model_config)) else "LEAM (variant)"

@@ -10,6 +10,7 @@ from typing import Any
 from clinicode.errors import ConfigError
 
 MB = 1 << 20
+CODE_CELLS = 1 << 22       # code_attention: [B, L or H, codes] cells per block of codes (16 MB of float32 a tensor)
 CPU_BLOCK = (256, 2048)   # rows x codes of one score block on the CPU: 2 MB, cache-sized (bigger blocks were slower)
 TABLE_MAX_CODES_PER_DIM = 4  # the table pays up to K = 4P at inference (measured: beyond it, the product is faster)
 
@@ -67,6 +68,12 @@ def order(cfg: Any, *, device: str = "cpu", fast: bool = True, table: bool = Fal
     return "many codes"
 
 
+def code_block(n_codes: int, *, batch: int, length: int, hidden: int) -> int:
+    """Codes per block of `code_attention` (LEAM.code_logits): as many as keep its [B, L, codes] and [B, codes, H]
+    tensors within CODE_CELLS cells each, one at least."""
+    return max(1, min(n_codes, CODE_CELLS // max(1, batch * length, batch * hidden)))
+
+
 def plan(cfg: Any, *, batch_size: int, max_len: int, budget_mb: int, device: str = "cpu", training: bool,
          fast: bool = True) -> MemoryPlan:
     """The computation order and block sizes for batches of `batch_size` notes of up to `max_len` tokens.
@@ -108,6 +115,9 @@ def plan(cfg: Any, *, batch_size: int, max_len: int, budget_mb: int, device: str
         windowed = 2 * N * P if path == "many codes" and training else 0
         plain = (3 if training else 2) * N * K if path == "plain" else 0  # window(G) with W1 detached, masked copy
         scratch += (4 * B * K + 2 * K * P + windowed + plain) * f
+    if cfg.code_attention:  # a block of codes at a time: u, alpha and their gradients [B, L, n]; z, h [B, n, P/H]
+        n = code_block(K, batch=B, length=L, hidden=H)
+        scratch += (6 * N * n + B * n * (P + 3 * H) + 2 * N * P) * f
     if scratch > budget_mb:
         raise ConfigError(
             f"one batch of {B} notes of up to {L:,} tokens needs about {scratch:,.0f} MB with {K:,} codes, over "

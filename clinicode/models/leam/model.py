@@ -9,13 +9,15 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
-from clinicode.models.leam import kernels
+from clinicode.models.leam import kernels, memory
 from clinicode.models.leam.kernels import EPS
 from clinicode.models.leam.memory import CPU_BLOCK, ORDERS, order as compute_order
 from clinicode.models.leam.options import LEAMConfig
 
 EVIDENCE_RHO0 = 0.0       # code_evidence: a_k = softplus(rho_k) starts at log 2 (docs/accuracy-tuning.md, round 9)
+ATTEND_RHO0 = 10.0        # code_attention: t_k = softplus(rho_k) starts at ~10, sharp over u in [0, ~1]
 
 
 @dataclass
@@ -54,6 +56,8 @@ class LEAM(nn.Module):
         )
         if config.code_evidence:                                           # a_k = softplus(rho_k) >= 0 (not the paper)
             self.evidence_rho = nn.Parameter(torch.full((K,), EVIDENCE_RHO0))
+        if config.code_attention:                                          # t_k of (4'), not the paper
+            self.attend_rho = nn.Parameter(torch.full((K,), ATTEND_RHO0))
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, *, return_attention: bool = False,
                 table: torch.Tensor | None = None, block: tuple[int, int] = CPU_BLOCK,
@@ -76,6 +80,8 @@ class LEAM(nn.Module):
         if path not in ORDERS or (path == "table") != (table is not None):
             raise ValueError(f"order {path!r} with{'' if table is not None else 'out'} a table; expected one of "
                              f"{ORDERS}, and a table exactly when the order is 'table'")
+        if cfg.code_attention and not return_attention:                             # (4'-7') below, alone
+            return LEAMOutput(logits=self.code_logits(ids, mask, _unit(self.label_emb)))
         cpu = ids.device.type == "cpu"
         E, C, W1, b1 = self.word_emb.weight, self.label_emb, self.phrase_w, self.phrase_b
         Cn = C / (C.norm(dim=-1, keepdim=True) + EPS)                                 # [K, P]   unit code vectors
@@ -125,14 +131,58 @@ class LEAM(nn.Module):
             z = torch.bmm(beta.unsqueeze(1), V).squeeze(1)                            # [B, P]
 
         # (6) f: dropout -> Linear(P, H) -> ReLU -> dropout -> Linear(H, K).
-        logits = self.head(z)                                                         # [B, K]
-
         # (7) optional, not the paper: e_k = max_l window(G)_lk, each code's best phrase match in the note, a_k >= 0.
-        if e is not None:
-            logits = logits + self.evidence_weight() * e.to(logits.dtype)
+        # With code_attention the logits are (4'-7')'s (`code_logits`); beta and z are the note's, for explanations.
+        logits = self.code_logits(ids, mask, Cn) if cfg.code_attention else self._note_logits(z, e)  # [B, K]
         if not return_attention:
             return LEAMOutput(logits=logits)
         return LEAMOutput(logits=logits, beta=beta, doc=z)
+
+    def _note_logits(self, z: torch.Tensor, e: torch.Tensor | None) -> torch.Tensor:
+        """(6) f(z) and (7) + a_k e_k with code evidence: [B, K]."""
+        logits = self.head(z)
+        return logits if e is None else logits + self.evidence_weight() * e.to(logits.dtype)
+
+    def code_logits(self, ids: torch.Tensor, mask: torch.Tensor, Cn: torch.Tensor) -> torch.Tensor:
+        """The logits with `code_attention` (not the paper), [B, K]: each code its own attention over the note,
+        (4') alpha_kl = softmax_l(t_k u_kl) (no max over codes), (5') z_k = sum_l alpha_kl v_l, (6') f(z_k)_k, the
+        head on z_k keeping output k, and (7) with code evidence. u_kl = ReLU(S_l . c^_k + b1_k), S the windowed unit
+        word vectors (`_windowed`); codes go by blocks (`memory.code_block`), and in training each block is recomputed
+        in the backward pass rather than kept (torch.utils.checkpoint): one block's memory, whatever K is."""
+        V = F.embedding(ids, self.word_emb.weight, padding_idx=0)                     # [B, L, P]
+        Vn = V * (mask.unsqueeze(-1).to(V.dtype) / (V.norm(dim=-1, keepdim=True) + EPS))
+        S = self._windowed(Vn, self.phrase_w)                                         # [B, L, P]
+        W1 = self.phrase_w
+        Sd = self._windowed(Vn, W1.detach()) if self.config.code_evidence and W1.requires_grad \
+            and torch.is_grad_enabled() and self.config.compat == "cosine" else S    # (7) reads W1 detached
+        K = Cn.shape[0]
+        step = memory.code_block(K, batch=ids.shape[0], length=ids.shape[1], hidden=self.config.hidden_dim)
+        keep = torch.is_grad_enabled() and step < K
+        rho_e = self.evidence_rho if self.config.code_evidence else self.attend_rho  # (unused without evidence)
+        out = []
+        for k0 in range(0, K, step):
+            k = slice(k0, k0 + step)
+            args = (S, Sd, V, mask, Cn[k], self.phrase_b[k], self.attend_rho[k], rho_e[k], self.head[4].weight[k],
+                    self.head[4].bias[k])
+            out.append(checkpoint(self._code_block, *args, use_reentrant=False) if keep else self._code_block(*args))
+        return torch.cat(out, dim=1)
+
+    def _code_block(self, S: torch.Tensor, Sd: torch.Tensor, V: torch.Tensor, mask: torch.Tensor, Cn: torch.Tensor,
+                    b1: torch.Tensor, rho: torch.Tensor, rho_e: torch.Tensor, w_out: torch.Tensor,
+                    b_out: torch.Tensor) -> torch.Tensor:
+        """code_logits for one block of n codes: [B, n]."""
+        raw = S @ Cn.T                                                                # [B, L, n] window(G)
+        u = F.relu(raw + b1) if self.config.compat == "cosine" else raw
+        pad = ~mask.unsqueeze(-1)
+        alpha = torch.softmax((u * F.softplus(rho)).masked_fill(pad, float("-inf")), dim=1)
+        z = torch.bmm(alpha.transpose(1, 2), V)                                       # [B, n, P]
+        drop1, hidden, relu, drop2, _ = self.head
+        h = drop2(relu(hidden(drop1(z))))                                             # [B, n, H]
+        logits = torch.einsum("bnh,nh->bn", h, w_out) + b_out
+        if not self.config.code_evidence:
+            return logits
+        e = (raw if Sd is S else Sd @ Cn.T).masked_fill(pad, float("-inf")).amax(dim=1)  # [B, n]
+        return logits + F.softplus(rho_e) * e
 
     def _windowed(self, Vn: torch.Tensor, W1: torch.Tensor) -> torch.Tensor:
         """S = window(v^), [B, L, P]: the unit word vectors (0 on padding) through the phrase window W1 (v^ itself for
@@ -229,6 +279,11 @@ class LEAM(nn.Module):
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         """[B, K] sigmoid (multi-label) or softmax (single-label) scores."""
         return torch.sigmoid(logits) if self.config.multilabel else torch.softmax(logits, dim=-1)
+
+
+def _unit(C: torch.Tensor) -> torch.Tensor:
+    """Rows of C scaled to unit length."""
+    return C / (C.norm(dim=-1, keepdim=True) + EPS)
 
 
 def _cosine(V: torch.Tensor, Cn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -46,6 +46,8 @@ class ModelOptions:
     code_evidence: bool = True      # not the paper: each code's logit also gets a_k * max_l window(G)_lk
     window_nonneg: bool = True      # not the paper: W1's taps kept >= 0 after each step (a flipped window read each
                                     # code's worst phrase and collapsed seeds; issue 35, docs/accuracy-tuning.md)
+    code_attention: bool = False    # not the paper: one attention per code (softmax over positions of t_k u_kl, no
+                                    # max over codes), each code's attended words through the head, its own logit
 
     def __post_init__(self) -> None:
         _check_model_options(self)
@@ -77,6 +79,7 @@ class LEAMConfig:
     phrase_init: float = ModelOptions.phrase_init
     code_evidence: bool = ModelOptions.code_evidence
     window_nonneg: bool = ModelOptions.window_nonneg
+    code_attention: bool = ModelOptions.code_attention
     # a model_config.json from before a field existed meant the behaviour of its time (`config.saved_config`): models
     # from before code evidence was the default were the paper's (set below, with PAPER_MODEL)
     saved_absent: ClassVar[dict[str, Any]] = {}
@@ -104,7 +107,7 @@ PAPER_MODEL: dict[str, Any] = {k: getattr(PAPER_OPTIONS, k) for k in ("code_evid
 
 def is_paper_model(model_config: dict[str, Any]) -> bool:
     """True when saved model options (model_config.json as read back) describe the paper's model."""
-    return all(model_config.get(k, v) == v for k, v in PAPER_MODEL.items())
+    return all(model_config.get(k, v) == v for k, v in PAPER_MODEL.items()) and not model_config.get("code_attention")
 
 
 LEAMConfig.saved_absent = dict(PAPER_MODEL)

@@ -75,7 +75,8 @@ def _bench():
 
 
 def test_add_keeps_the_published_sets_and_refuses_other_budgets(tmp_path, monkeypatch):
-    """--add publishes a run's sets beside those already published; a file measured at other budgets or orders is refused in one line rather than mixed into one table."""
+    """--add publishes a run's sets beside those already published; a file measured at other budgets or orders is
+    refused in one line rather than mixed into one table."""
     bench = _bench()
     published = tmp_path / "review_loop.json"
     monkeypatch.setattr(bench, "RESULTS", published)

@@ -41,7 +41,8 @@ def test_bad_options_fail_with_the_same_message_as_the_models_config(bad, messag
 
 
 def test_an_unknown_option_is_named():
-    with pytest.raises(ConfigError, match="unknown key 'radus' in model options; known keys: code_attention, code_evidence, compat"):
+    with pytest.raises(ConfigError,
+                       match="unknown key 'radus' in model options; known keys: code_attention, code_evidence, compat"):
         ModelOptions.from_dict({"radus": 3})
     with pytest.raises(ConfigError, match="unknown key 'vocab_size'"):  # the data decides it, not the user
         ModelOptions.from_dict({"vocab_size": 3})

@@ -115,6 +115,14 @@ def test_the_memory_plan_counts_its_blocks():
         assert b.batch_mb - a.batch_mb < 12 * (1 << 22) * mb + 4 * 16 * 2500 * 100 * mb   # one block, whatever K is
 
 
+def test_scoring_builds_no_table_it_would_not_read():
+    """At inference with few codes LEAM gathers G from a [V, K] table; code attention's logits never read it."""
+    for attention in (False, True):
+        cfg = LEAMConfig(vocab_size=5_000, n_labels=50, code_attention=attention)
+        p = plan(cfg, batch_size=64, max_len=2500, budget_mb=2048, training=False)
+        assert (p.order == "table") == (p.table_mb > 0) == (not attention)
+
+
 def test_a_block_bounds_both_its_position_and_its_hidden_tensors():
     from clinicode.models.leam.memory import CODE_CELLS, code_block
 

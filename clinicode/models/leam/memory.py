@@ -98,7 +98,8 @@ def plan(cfg: Any, *, batch_size: int, max_len: int, budget_mb: int, device: str
     path = order(cfg, device=device, fast=fast)
     if path == "plain":
         scratch = ((6 * N * K + 4 * N * P) if training else (3 * N * K + N * P)) * f + reg
-    elif not training and cpu and cosine and K <= TABLE_MAX_CODES_PER_DIM * P and table <= budget_mb / 2:
+    elif not training and cpu and cosine and K <= TABLE_MAX_CODES_PER_DIM * P and table <= budget_mb / 2 \
+            and not cfg.code_attention:  # code attention's logits never read the table: it would cost for nothing
         path = "table"
         scratch = (8 * (L + 2 * cfg.radius) * K + 2 * N) * f              # a few notes' gathered G at a time
     elif path == "few codes":

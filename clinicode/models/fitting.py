@@ -105,8 +105,9 @@ class LoopModel(Protocol):
         """One batch's memory plan (LEAM's: `clinicode.models.leam.memory.plan`); raises ConfigError when a batch
         cannot fit BUDGET_MB."""
 
-    def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan) -> Any:
-        """[B, K] logits of one training batch (ids and mask [B, L]); under torchrun the notes' dropout masks are the
+    def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan, targets: Any = None) -> Any:
+        """[B, K] logits of one training batch (ids and mask [B, L]; TARGETS its [B, K] labels, for a model that
+        scores only the codes in play, handing `loss` what it needs); under torchrun the notes' dropout masks are the
         global batch's here, so the forward and `loss` are two steps (a regulariser in `loss` is not the batch's)."""
 
     def loss(self, model: Any, logits: Any, y: Any, *, pos_weight: Any) -> tuple[Any, Any]:

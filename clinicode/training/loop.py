@@ -84,7 +84,7 @@ class Objective(torch.nn.Module):
         for m in dropouts:
             m.share = share
         try:
-            logits = self.kind.forward(self.model, ids, mask, plan=self.plan)
+            logits = self.kind.forward(self.model, ids, mask, plan=self.plan, targets=y)
         finally:  # the loss's own regulariser (LEAM's code vectors through the head) is no share of the batch
             for m in dropouts:
                 m.share = None

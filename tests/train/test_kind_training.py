@@ -47,9 +47,9 @@ class ProbeLoopKind(LEAMKind):
         self._count("build")
         return super().build(model_config)
 
-    def forward(self, model, ids, mask, *, plan):
+    def forward(self, model, ids, mask, *, plan, targets=None):
         self._count("forward")
-        return super().forward(model, ids, mask, plan=plan)
+        return super().forward(model, ids, mask, plan=plan, targets=targets)
 
     def loss(self, model, logits, y, *, pos_weight):
         self._count("loss")

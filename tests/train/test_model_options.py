@@ -21,7 +21,7 @@ def test_model_options_build_the_models_config_with_what_the_data_decides():
     assert [f.name for f in dataclasses.fields(LEAMConfig)] == [
         "vocab_size", "n_labels", "embed_dim", "radius", "hidden_dim", "dropout", "label_reg_weight",
         "label_reg_codes", "compat", "multilabel", "phrase_init", "code_evidence", "window_nonneg",
-        "code_attention"]
+        "code_attention", "code_sample"]
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -42,7 +42,8 @@ def test_bad_options_fail_with_the_same_message_as_the_models_config(bad, messag
 
 def test_an_unknown_option_is_named():
     with pytest.raises(ConfigError,
-                       match="unknown key 'radus' in model options; known keys: code_attention, code_evidence, compat"):
+                       match="unknown key 'radus' in model options; known keys: code_attention, code_evidence, "
+                             "code_sample, compat"):
         ModelOptions.from_dict({"radus": 3})
     with pytest.raises(ConfigError, match="unknown key 'vocab_size'"):  # the data decides it, not the user
         ModelOptions.from_dict({"vocab_size": 3})

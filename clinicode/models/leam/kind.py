@@ -206,11 +206,22 @@ class LEAMKind:
         return plan(model_config, batch_size=batch_size, max_len=max_len, budget_mb=budget_mb, device=device,
                     training=training, fast=fast)
 
-    def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan) -> Any:
-        return model(ids, mask, block=plan.block, order=plan.order).logits
+    def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan, targets: Any = None) -> Any:
+        """[B, K] logits; in training with `code_sample` (multi-label), a `SampledLogits` of the codes in play."""
+        cfg = model.config
+        if targets is None or not cfg.code_sample or not cfg.multilabel or not model.training:
+            return model(ids, mask, block=plan.block, order=plan.order).logits
+        from clinicode.models.leam.model import SampledLogits, sample_codes
+
+        codes, weight = sample_codes(targets, cfg.code_sample)
+        return SampledLogits(model(ids, mask, block=plan.block, order=plan.order, codes=codes).logits, codes, weight)
 
     def loss(self, model: Any, logits: Any, y: Any, *, pos_weight: Any) -> tuple[Any, Any]:
-        return model.loss(logits.float(), y, pos_weight=pos_weight)
+        if not isinstance(logits, tuple):
+            return model.loss(logits.float(), y, pos_weight=pos_weight)
+        codes = logits.codes                                                          # a SampledLogits
+        return model.loss(logits.logits.float(), y[:, codes], pos_weight=None if pos_weight is None else
+                          pos_weight[codes], weight=logits.weight)
 
     def after_step(self, model: Any) -> None:
         model.constrain()

@@ -5,6 +5,7 @@ B notes, L tokens, P dimensions, K codes, r the phrase radius; the design: docs/
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,15 @@ class LEAMOutput:
     logits: torch.Tensor                  # [B, K]
     beta: torch.Tensor | None = None      # [B, L]    attention over positions (0 on padding)
     doc: torch.Tensor | None = None       # [B, P]    z, the attended note vector
+
+
+class SampledLogits(NamedTuple):
+    """A training batch's logits for some of the codes (`code_sample`): columns `codes` of [B, K], each column's loss
+    terms weighted by `weight` so that their sum stands for every code's (`sample_codes`)."""
+
+    logits: torch.Tensor                  # [B, n]
+    codes: torch.Tensor                   # [n] int64 code indices
+    weight: torch.Tensor                  # [n]
 
 
 class LEAM(nn.Module):
@@ -61,7 +71,7 @@ class LEAM(nn.Module):
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, *, return_attention: bool = False,
                 table: torch.Tensor | None = None, block: tuple[int, int] = CPU_BLOCK,
-                order: str | None = None) -> LEAMOutput:
+                order: str | None = None, codes: torch.Tensor | None = None) -> LEAMOutput:
         """Score a batch of notes: G -> u -> m -> beta -> z -> f, the paper's equations in its order.
 
         Args:
@@ -72,16 +82,19 @@ class LEAM(nn.Module):
             block: (positions, codes) per score block with many codes (`clinicode.models.leam.memory.plan` sizes it).
             order: how to compute it, `MemoryPlan.order` ("plain", "table", "few codes", "many codes"); None asks
                 `clinicode.models.leam.memory.order` (the same decision the plan makes, without the budget).
+            codes: with `code_attention`, score only these codes ([n] indices; `sample_codes` draws them in training).
         Returns:
-            LEAMOutput with logits [B, K] (and beta, z when asked for).
+            LEAMOutput with logits [B, K] ([B, n] for `codes`; and beta, z when asked for).
         """
         cfg = self.config
         path = order or compute_order(cfg, device=ids.device.type, fast=self.fast, table=table is not None)
         if path not in ORDERS or (path == "table") != (table is not None):
             raise ValueError(f"order {path!r} with{'' if table is not None else 'out'} a table; expected one of "
                              f"{ORDERS}, and a table exactly when the order is 'table'")
+        if codes is not None and (return_attention or not cfg.code_attention):
+            raise ValueError("codes= scores some codes of a code_attention model's logits, and only the logits")
         if cfg.code_attention and not return_attention:                             # (4'-7') below, alone
-            return LEAMOutput(logits=self.code_logits(ids, mask, _unit(self.label_emb)))
+            return LEAMOutput(logits=self.code_logits(ids, mask, _unit(self.label_emb), codes=codes))
         cpu = ids.device.type == "cpu"
         E, C, W1, b1 = self.word_emb.weight, self.label_emb, self.phrase_w, self.phrase_b
         Cn = _unit(C)                                                                 # [K, P]   unit code vectors
@@ -143,8 +156,9 @@ class LEAM(nn.Module):
         logits = self.head(z)
         return logits if e is None else logits + self.evidence_weight() * e.to(logits.dtype)
 
-    def code_logits(self, ids: torch.Tensor, mask: torch.Tensor, Cn: torch.Tensor) -> torch.Tensor:
-        """The logits with `code_attention` (not the paper), [B, K]: each code its own attention over the note,
+    def code_logits(self, ids: torch.Tensor, mask: torch.Tensor, Cn: torch.Tensor,
+                    codes: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits with `code_attention` (not the paper), [B, K] ([B, n] for CODES): each code its own attention,
         (4') alpha_kl = softmax_l(t_k u_kl) (no max over codes), (5') z_k = sum_l alpha_kl v_l, (6') f(z_k)_k, the
         head on z_k keeping output k, and (7) with code evidence. u_kl = ReLU(S_l . c^_k + b1_k), S the windowed unit
         word vectors (`_windowed`); codes go by blocks (`memory.code_block`), and in training each block is recomputed
@@ -155,22 +169,23 @@ class LEAM(nn.Module):
         W1 = self.phrase_w
         Sd = self._windowed(Vn, W1.detach()) if self.config.code_evidence and W1.requires_grad \
             and torch.is_grad_enabled() and self.config.compat == "cosine" else S    # (7) reads W1 detached
-        K = Cn.shape[0]
+        rho_e = self.evidence_rho if self.config.code_evidence else None
+        per_code = [Cn, self.phrase_b, self.attend_rho, rho_e, self.head[4].weight, self.head[4].bias]
+        if codes is not None:
+            per_code = [None if t is None else t[codes] for t in per_code]
+        K = per_code[0].shape[0]
         step = memory.code_block(K, batch=ids.shape[0], length=ids.shape[1], hidden=self.config.hidden_dim)
         keep = torch.is_grad_enabled() and step < K
-        rho_e = self.evidence_rho if self.config.code_evidence else self.attend_rho  # (unused without evidence)
         out = []
         for k0 in range(0, K, step):
-            k = slice(k0, k0 + step)
-            args = (S, Sd, V, mask, Cn[k], self.phrase_b[k], self.attend_rho[k], rho_e[k], self.head[4].weight[k],
-                    self.head[4].bias[k])
+            args = (S, Sd, V, mask, *(None if t is None else t[k0:k0 + step] for t in per_code))
             out.append(checkpoint(self._code_block, *args, use_reentrant=False) if keep else self._code_block(*args))
         return torch.cat(out, dim=1)
 
     def _code_block(self, S: torch.Tensor, Sd: torch.Tensor, V: torch.Tensor, mask: torch.Tensor, Cn: torch.Tensor,
-                    b1: torch.Tensor, rho: torch.Tensor, rho_e: torch.Tensor, w_out: torch.Tensor,
+                    b1: torch.Tensor, rho: torch.Tensor, rho_e: torch.Tensor | None, w_out: torch.Tensor,
                     b_out: torch.Tensor) -> torch.Tensor:
-        """code_logits for one block of n codes: [B, n]."""
+        """code_logits for one block of n codes: [B, n] (RHO_E: the evidence weights' rho, None without evidence)."""
         raw = S @ Cn.T                                                                # [B, L, n] window(G)
         u = F.relu(raw + b1) if self.config.compat == "cosine" else raw
         pad = ~mask.unsqueeze(-1)
@@ -179,7 +194,7 @@ class LEAM(nn.Module):
         drop1, hidden, relu, drop2, _ = self.head
         h = drop2(relu(hidden(drop1(z))))                                             # [B, n, H]
         logits = torch.einsum("bnh,nh->bn", h, w_out) + b_out
-        if not self.config.code_evidence:
+        if rho_e is None:
             return logits
         e = (raw if Sd is S else Sd @ Cn.T).masked_fill(pad, float("-inf")).amax(dim=1)  # [B, n]
         return logits + F.softplus(rho_e) * e
@@ -253,18 +268,23 @@ class LEAM(nn.Module):
         table[0] = 0.0
         return table
 
-    def loss(self, logits: torch.Tensor, targets: torch.Tensor,
-             pos_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor, pos_weight: torch.Tensor | None = None,
+             weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Task loss plus lambda times the label-embedding regulariser.
 
         Args:
-            logits: [B, K].
-            targets: [B, K] float 0/1 (multi-label) or one-hot (single-label).
-            pos_weight: optional [K] weights of the positive BCE terms (multi-label only; None = paper's loss).
+            logits: [B, K], or [B, n] for n codes of a `sample_codes` draw.
+            targets: [B, K] float 0/1 (multi-label) or one-hot (single-label); [B, n] with the draw.
+            pos_weight: optional [K] ([n]) weights of the positive BCE terms (multi-label only; None = paper's loss).
+            weight: multi-label, the draw's [n] column weights: the weighted sum over B*n terms stands for the sum
+                over B*K, so the task loss is still a mean over B*K (an unbiased estimate of it).
         Returns:
             (total loss, task loss), both scalars.
         """
-        if self.config.multilabel:
+        if self.config.multilabel and weight is not None:
+            task = F.binary_cross_entropy_with_logits(logits, targets, weight=weight, pos_weight=pos_weight,
+                                                      reduction="sum") / (targets.shape[0] * self.config.n_labels)
+        elif self.config.multilabel:
             task = F.binary_cross_entropy_with_logits(logits, targets, pos_weight=pos_weight)  # mean over B*K
         else:
             task = F.cross_entropy(logits, targets.argmax(dim=-1))
@@ -279,6 +299,22 @@ class LEAM(nn.Module):
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         """[B, K] sigmoid (multi-label) or softmax (single-label) scores."""
         return torch.sigmoid(logits) if self.config.multilabel else torch.softmax(logits, dim=-1)
+
+
+def sample_codes(targets: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The codes one training batch scores with `code_sample` N, and their loss weights: every code positive in one of
+    the batch's notes (TARGETS [B, K]) at weight 1, and N of the other codes drawn uniformly at random, each at weight
+    (others / N), so that the weighted sum of their loss terms is an unbiased estimate of the others' sum. Every code
+    at weight 1 when there are no more than N others. Returns ([n] code indices, [n] weights)."""
+    in_play = targets.bool().any(dim=0)                                               # [K]
+    others = (~in_play).nonzero().squeeze(1)
+    K, device = targets.shape[1], targets.device
+    if others.numel() <= n:
+        return torch.arange(K, device=device), torch.ones(K, device=device)
+    own = in_play.nonzero().squeeze(1)
+    drawn = others[torch.randperm(others.numel(), device=device)[:n]]
+    weight = torch.cat([torch.ones(own.numel(), device=device), torch.full((n,), others.numel() / n, device=device)])
+    return torch.cat([own, drawn]), weight
 
 
 def _unit(C: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,10 @@ def _check_model_options(o: Any) -> None:
         raise ConfigError(f"LEAMConfig.compat must be 'cosine' or 'linear', got {o.compat!r}.")
     if not 0.0 < o.phrase_init <= 100.0:
         raise ConfigError(f"LEAMConfig.phrase_init must be in (0, 100], got {o.phrase_init}.")
+    if o.code_sample < 0 or (o.code_sample and not o.code_attention):
+        raise ConfigError(f"LEAMConfig.code_sample must be >= 0 and only set with code_attention, got "
+                          f"{o.code_sample} with code_attention={o.code_attention}; add code_attention=true or "
+                          f"drop code_sample.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +52,8 @@ class ModelOptions:
                                     # code's worst phrase and collapsed seeds; issue 35, docs/accuracy-tuning.md)
     code_attention: bool = False    # not the paper: one attention per code (softmax over positions of t_k u_kl, no
                                     # max over codes), each code's attended words through the head, its own logit
+    code_sample: int = 0            # with code_attention, each training batch scores its own codes plus this many
+                                    # others drawn at random, weighted to stand for the rest (0: every code)
 
     def __post_init__(self) -> None:
         _check_model_options(self)
@@ -80,6 +86,7 @@ class LEAMConfig:
     code_evidence: bool = ModelOptions.code_evidence
     window_nonneg: bool = ModelOptions.window_nonneg
     code_attention: bool = ModelOptions.code_attention
+    code_sample: int = ModelOptions.code_sample
     # a model_config.json from before a field existed meant the behaviour of its time (`config.saved_config`): models
     # from before code evidence was the default were the paper's (set below, with PAPER_MODEL)
     saved_absent: ClassVar[dict[str, Any]] = {}

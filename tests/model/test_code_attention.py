@@ -179,3 +179,23 @@ def test_the_paper_has_none_and_a_run_with_it_is_named_so(tmp_path):
     fails(["train", "--data", tmp_path, "--out", tmp_path / "run", "--paper", "--model-option", "code_attention=true"],
           "give one of --paper or --model-option code_attention")
     assert not (tmp_path / "run").exists()
+
+
+def test_explanations_compute_the_evidence_once(monkeypatch):
+    """Asked for its attention, a code-attention model runs the note's path for beta and z; its logits' evidence is
+    code_logits' own, so that path computes no second e (its kernels would raise here)."""
+    import clinicode.models.leam.kernels as kernels
+
+    model = _model(23)
+    ids, mask = pad_batch(NOTES)
+    want = model(ids, mask).logits
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the note's path computed code evidence")
+
+    for name in ("code_max_evidence", "phrase_max_evidence", "table_phrase_max"):
+        monkeypatch.setattr(kernels, name, refuse)
+    for order in ("many codes", "few codes", "plain"):
+        out = model(ids, mask, return_attention=True, order=order)
+        torch.testing.assert_close(out.logits, want, rtol=1e-5, atol=1e-6)
+        assert out.beta is not None and out.doc is not None

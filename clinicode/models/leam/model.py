@@ -94,12 +94,12 @@ class LEAM(nn.Module):
         if codes is not None and (return_attention or not cfg.code_attention):
             raise ValueError("codes= scores some codes of a code_attention model's logits, and only the logits")
         if cfg.code_attention and not return_attention:                             # (4'-7') below, alone
-            return LEAMOutput(logits=self.code_logits(ids, mask, _unit(self.label_emb), codes=codes))
+            return LEAMOutput(logits=self.code_logits(ids, mask, unit_rows(self.label_emb), codes=codes))
         cpu = ids.device.type == "cpu"
         E, C, W1, b1 = self.word_emb.weight, self.label_emb, self.phrase_w, self.phrase_b
-        Cn = _unit(C)                                                                 # [K, P]   unit code vectors
+        Cn = unit_rows(C)                                                                 # [K, P]   unit code vectors
         linear = cfg.compat == "linear"                                               # the paper's ablation: u = G
-        evidence = cfg.code_evidence
+        evidence = cfg.code_evidence and not cfg.code_attention                     # code_logits has its own e
         V: torch.Tensor | None = None
         e: torch.Tensor | None = None                                                 # [B, K] evidence, (7) below
 
@@ -239,7 +239,7 @@ class LEAM(nn.Module):
         """
         V = F.embedding(ids, self.word_emb.weight, padding_idx=0)                     # [B, L, P]
         C = self.label_emb if codes is None else self.label_emb[codes]                # [n, P]
-        G = _cosine(V, _unit(C), mask)                                                # [B, L, n]
+        G = _cosine(V, unit_rows(C), mask)                                                # [B, L, n]
         cosine = self.config.compat == "cosine"
         u = G
         if cosine:
@@ -263,7 +263,7 @@ class LEAM(nn.Module):
         """[V, K] cos(E_word[w], c_k) for every vocabulary word and code, 0 for PAD: G for any note is rows of it."""
         E, C = self.word_emb.weight, self.label_emb
         En = E / (E.norm(dim=-1, keepdim=True) + EPS)                                # [V, P]
-        Cn = _unit(C)                                                                # [K, P]
+        Cn = unit_rows(C)                                                                # [K, P]
         table = (En @ Cn.T).contiguous()                                              # [V, K]
         table[0] = 0.0
         return table
@@ -317,7 +317,7 @@ def sample_codes(targets: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Ten
     return torch.cat([own, drawn]), weight
 
 
-def _unit(C: torch.Tensor) -> torch.Tensor:
+def unit_rows(C: torch.Tensor) -> torch.Tensor:
     """Rows of C scaled to unit length."""
     return C / (C.norm(dim=-1, keepdim=True) + EPS)
 

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from clinicode.batching import bucketed_batches, pad_batch
-from clinicode.models.leam.kernels import EPS
 from clinicode.models.leam.memory import MemoryPlan, plan
+from clinicode.models.leam.model import unit_rows
 from clinicode.models.spans import Span, word_spans
 from clinicode.tokenizer import ClinicalTokenizer
 
@@ -141,9 +141,7 @@ class LEAMScorer:
             ids = torch.as_tensor(tok_ids, dtype=torch.long, device=self.device)
             V = model.word_emb.weight[ids]                                                # [L, P]
             C = model.label_emb[torch.as_tensor(codes, dtype=torch.long, device=self.device)]  # [n, P]
-            Vn = V / (V.norm(dim=-1, keepdim=True) + EPS)
-            Cn = C / (C.norm(dim=-1, keepdim=True) + EPS)
-            return (Cn @ Vn.T).float().cpu().numpy()                                      # [n, L]
+            return (unit_rows(C) @ unit_rows(V).T).float().cpu().numpy()                  # [n, L]
 
     def code_spans(self, enc: Any, codes: Sequence[int], n: int, *, text: str) -> list[list[Span]]:
         """Each code's evidence spans in one encoded note (ENC, with offsets), best first, at most n (`word_spans`).

@@ -286,9 +286,10 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
                           "repeat the original options or start a new --out folder.")
     model_config = saved_config(config_type, state["model_config"], source="state/state.json")
     # the model configuration holds the options of what the loop trains; a kind's own beyond it (the fused model's
-    # --fit-on, ...) are compared with those run.json kept as given
-    held = {f: getattr(model_config, f) for f in asdict(model_config)}
+    # --fit-on, ...), and one left to the run to choose (None: the fused model's code_attention), are compared with
+    # those run.json kept as given
     started = _started_options(run)
+    held = {f: getattr(model_config, f) for f in asdict(model_config) if model_options.get(f, 0) is not None}
     changed = [f"{k}: {held[k] if k in held else started[k]} then {v}" for k, v in model_options.items()
                if (held[k] if k in held else started.get(k, v)) != v]
     if changed:

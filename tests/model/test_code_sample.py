@@ -89,12 +89,14 @@ def test_the_kind_draws_in_training_only():
     assert torch.isfinite(loss) and task > 0
     assert KIND.forward(model.eval(), ids, mask, plan=p, targets=y).shape == (4, 40)   # dev scoring: every code
     assert KIND.forward(model.train(), ids, mask, plan=p).shape == (4, 40)              # no labels: every code
+    one = LEAM(LEAMConfig(vocab_size=40, n_labels=40, embed_dim=8, radius=2, hidden_dim=16, code_sample=4))
+    assert KIND.forward(one.train(), ids, mask, plan=p, targets=y).shape == (4, 40)     # one attention a note
 
 
-@pytest.mark.parametrize("bad", [{"code_sample": 8}, {"code_sample": -1, "code_attention": True}])
-def test_it_needs_code_attention_and_a_count(bad):
-    with pytest.raises(ConfigError, match="code_sample must be >= 0 and only set with code_attention"):
-        ModelOptions.from_dict(bad)
+def test_it_is_a_count_and_samples_by_default():
+    with pytest.raises(ConfigError, match=r"code_sample must be >= 0 \(0: every code\), got -1"):
+        ModelOptions.from_dict({"code_sample": -1, "code_attention": True})
+    assert ModelOptions().code_sample == 64 and not ModelOptions().code_attention   # LEAM alone: one per note
 
 
 def test_train_takes_it_and_saves_it(tmp_path):

@@ -384,3 +384,31 @@ def test_the_leam_parts_cap_follows_whether_the_model_learnt_mentions(tmp_path, 
                     model_options={**SIZES, "fused_epochs": 1, "mentions": mentions, "fit_on": "train"})
         epochs[mentions] = len(res["history"])
     assert epochs == {True: 1, False: 3}
+
+
+def test_without_mentions_and_with_many_codes_the_leam_part_attends_per_code_unless_told(runs, tmp_path,
+                                                                                         monkeypatch):
+    """The fused model's `code_attention` None chooses by the run: per code when it learns no coders' mentions and
+    has more than PER_CODE_FROM codes, per note otherwise; the choice is said, saved and read back; a given value is
+    kept. The module's runs have 6 codes: per note with or without spans."""
+    from clinicode.models.fused import kind as fused_kind
+
+    for run, _ in runs.values():
+        assert json.loads((run / "checkpoint" / "model_config.json").read_text())["code_attention"] is False
+    monkeypatch.setattr(fused_kind, "PER_CODE_FROM", 5)
+    cfg = TrainConfig(model="fused", epochs=1, batch_size=16, lr=2e-2, w2v_epochs=1, patience=2, seed=3,
+                      device="cpu", min_doc_freq=1)
+    chosen = {}
+    for with_evidence, given in ((True, None), (False, None), (False, False)):
+        name = f"{with_evidence}-{given}"
+        lines = []
+        train(out_dir=tmp_path / name, config=cfg, data_dir=runs[with_evidence][0].parent / f"data-{with_evidence}",
+              progress=False, report=lines.append, model_options={**SIZES, "code_attention": given})
+        saved = json.loads((tmp_path / name / "checkpoint" / "model_config.json").read_text())
+        chosen[name] = saved["code_attention"]
+        assert Predictor.from_checkpoint(tmp_path / name).card()["model_config"]["code_attention"] is chosen[name]
+        said = [line for line in lines if "attends per code" in line]
+        assert said == (["fused: no coders' mentions to learn and 6 codes, so its LEAM part attends per code "
+                         "(--model-option code_attention=false: one attention per note)"] if name == "False-None"
+                        else [])
+    assert chosen == {"True-None": False, "False-None": True, "False-False": False}

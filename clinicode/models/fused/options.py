@@ -19,6 +19,9 @@ OWN = ("fused_epochs", "mentions", "fit_on", "terminology")   # the options beyo
 class FusedOptions(LEAM_KIND.options_type, AsksOfRun):  # type: ignore[misc, valid-type]
     """The options a user chooses for the fused model: its LEAM part's, then its own."""
 
+    code_attention: bool | None = None  # its LEAM part's attention; None: the fused kind chooses by the run, one per
+                                    # code when the part learns no coders' mentions and has more than 100 codes,
+                                    # one per note otherwise (round 21)
     fused_epochs: int = 30          # more than 100 codes (300 without mentions): its LEAM part's cap (min with
                                     # epochs); tfidf-lr, the titles and the mentions carry the rare codes
                                     # (docs/accuracy-tuning.md, rounds 14 and 19)
@@ -41,10 +44,15 @@ class FusedOptions(LEAM_KIND.options_type, AsksOfRun):  # type: ignore[misc, val
         if self.fit_on not in FIT_ON:
             raise ConfigError(f"--fit-on must be {' or '.join(FIT_ON)}, got {self.fit_on!r}.")
 
-    def leam_part(self) -> Any:
-        """The LEAM part's options (the LEAM kind's `options_type`)."""
+    def leam_part(self, *, per_code: bool = False) -> Any:
+        """The LEAM part's options (the LEAM kind's `options_type`); `code_attention` None becomes PER_CODE, the fused
+        kind's choice for the run (`FusedKind.fit`: per code without mentions and with many codes, where one attention
+        per note capped at --fused-epochs lost up to 0.06 micro-F1 to it, docs/accuracy-tuning.md, round 21)."""
         part = LEAM_KIND.options_type
-        return part(**{f.name: getattr(self, f.name) for f in dataclasses.fields(part)})
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(part)}
+        if values["code_attention"] is None:
+            values["code_attention"] = per_code
+        return part(**values)
 
     def leam_config(self, **data: Any) -> Any:
         """The LEAM part's model configuration (`ModelOptions.leam_config`): its options plus what the data decides."""

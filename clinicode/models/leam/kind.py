@@ -209,7 +209,7 @@ class LEAMKind:
     def forward(self, model: Any, ids: Any, mask: Any, *, plan: MemoryPlan, targets: Any = None) -> Any:
         """[B, K] logits; in training with `code_sample` (multi-label), a `SampledLogits` of the codes in play."""
         cfg = model.config
-        if targets is None or not cfg.code_sample or not cfg.multilabel or not model.training:
+        if targets is None or not (cfg.code_attention and cfg.code_sample and cfg.multilabel) or not model.training:
             return model(ids, mask, block=plan.block, order=plan.order).logits
         from clinicode.models.leam.model import SampledLogits, sample_codes
 

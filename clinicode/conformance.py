@@ -145,7 +145,8 @@ def _opened() -> list[str]:
 
 def other_options(options_type: type) -> Any:
     """OPTIONS_TYPE's options with as many fields as it accepts off their defaults: a bool flipped, an int one more, a
-    float halved (0.5 from 0), a Literal's next choice; a free string, or a value its own checks refuse, stays."""
+    float halved (0.5 from 0), a Literal's next choice, an optional bool left to the run (None) set true; a free
+    string, or a value its own checks refuse, stays."""
     hints = typing.get_type_hints(options_type)
     changed: dict[str, Any] = {}
     for f in dataclasses.fields(options_type):
@@ -154,6 +155,8 @@ def other_options(options_type: type) -> Any:
             other = [c for c in typing.get_args(hint) if c != d]
         elif isinstance(d, bool):
             other = [not d]
+        elif d is None and bool in typing.get_args(hint):
+            other = [True]
         elif isinstance(d, int):
             other = [d + 1]
         elif isinstance(d, float):
@@ -372,7 +375,8 @@ def _check_options(kind: ModelKind, who: str) -> None:
         loaded = load_checkpoint(Path(tmp) / "checkpoint")
     given = config_to_dict(options)
     back = kind.card(loaded.model).get("model_config", {})
-    wrong = sorted(k for k, v in given.items() if back.get(k, "absent") != v)
+    # an option left to the run (None) comes back as the run chose it
+    wrong = sorted(k for k, v in given.items() if back.get(k, "absent") != v and (v is not None or k not in back))
     shown = ", ".join(f"{k}: {given[k]!r} given, {back.get(k, 'absent')!r} read back" for k in wrong)
     _need(not wrong, who, f"options given to training must be saved with the checkpoint and read back (`card`'s "
                           f"model_config after loading): {shown}.")

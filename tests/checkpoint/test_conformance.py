@@ -302,3 +302,15 @@ def test_a_format_that_cannot_resume_says_so(toys, tiny_run, tmp_path):
                tmp_path / "o.tsv", "--format", "tsvwhole", "--resume"], "--format tsvwhole cannot resume")
     finally:
         del formats.WRITERS["tsvwhole"]
+
+
+def test_options_off_their_defaults_set_an_option_left_to_the_run():
+    """`check_kind` trains with options off their defaults: the fused model's code_attention, None (the run chooses),
+    is tried set; a bool is flipped, an int raised, and a free string left."""
+    from clinicode.conformance import other_options
+    from clinicode.models.fused.options import FusedOptions
+
+    other, default = other_options(FusedOptions), FusedOptions()
+    assert default.code_attention is None and other.code_attention is True
+    assert other.mentions is not default.mentions and other.code_sample == default.code_sample + 1
+    assert other.terminology is None

@@ -199,3 +199,16 @@ def test_explanations_compute_the_evidence_once(monkeypatch):
         out = model(ids, mask, return_attention=True, order=order)
         torch.testing.assert_close(out.logits, want, rtol=1e-5, atol=1e-6)
         assert out.beta is not None and out.doc is not None
+
+
+@pytest.mark.parametrize("evidence", [True, False])
+def test_scoring_in_place_gives_the_training_paths_values(evidence):
+    """Without gradients (dev scoring, predict) a block changes its [B, L, n] buffer in place: the same logits as the
+    path that keeps every tensor, and as the plain expressions."""
+    model = _model(23, code_evidence=evidence)
+    ids, mask = pad_batch(NOTES)
+    kept = model(ids, mask).logits
+    with torch.no_grad():
+        in_place = model(ids, mask).logits
+    torch.testing.assert_close(in_place, kept.detach(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(in_place, _plain(model, ids, mask).detach(), rtol=1e-5, atol=1e-6)

@@ -97,7 +97,7 @@ class LEAM(nn.Module):
             return LEAMOutput(logits=self.code_logits(ids, mask, unit_rows(self.label_emb), codes=codes))
         cpu = ids.device.type == "cpu"
         E, C, W1, b1 = self.word_emb.weight, self.label_emb, self.phrase_w, self.phrase_b
-        Cn = unit_rows(C)                                                                 # [K, P]   unit code vectors
+        Cn = unit_rows(C)                                                             # [K, P]   unit code vectors
         linear = cfg.compat == "linear"                                               # the paper's ablation: u = G
         evidence = cfg.code_evidence and not cfg.code_attention                     # code_logits has its own e
         V: torch.Tensor | None = None
@@ -244,7 +244,7 @@ class LEAM(nn.Module):
         """
         V = F.embedding(ids, self.word_emb.weight, padding_idx=0)                     # [B, L, P]
         C = self.label_emb if codes is None else self.label_emb[codes]                # [n, P]
-        G = _cosine(V, unit_rows(C), mask)                                                # [B, L, n]
+        G = _cosine(V, unit_rows(C), mask)                                            # [B, L, n]
         cosine = self.config.compat == "cosine"
         u = G
         if cosine:
@@ -268,7 +268,7 @@ class LEAM(nn.Module):
         """[V, K] cos(E_word[w], c_k) for every vocabulary word and code, 0 for PAD: G for any note is rows of it."""
         E, C = self.word_emb.weight, self.label_emb
         En = E / (E.norm(dim=-1, keepdim=True) + EPS)                                # [V, P]
-        Cn = unit_rows(C)                                                                # [K, P]
+        Cn = unit_rows(C)                                                            # [K, P]
         table = (En @ Cn.T).contiguous()                                              # [V, K]
         table[0] = 0.0
         return table

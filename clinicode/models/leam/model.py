@@ -80,8 +80,7 @@ class LEAM(nn.Module):
             return_attention: also return beta and z (for explanations; u for chosen codes: `phrase`).
             table: [V, K] `word_code_table()`, for inference: G is then looked up, not computed.
             block: (positions, codes) per score block with many codes (`clinicode.models.leam.memory.plan` sizes it).
-            order: how to compute it, `MemoryPlan.order` ("plain", "table", "few codes", "many codes"); None asks
-                `clinicode.models.leam.memory.order` (the same decision the plan makes, without the budget).
+            order: how, `MemoryPlan.order` ("plain", "table", "few codes", "many codes"); None: `memory.order`'s.
             codes: with `code_attention`, score only these codes ([n] indices; `sample_codes` draws them in training).
         Returns:
             LEAMOutput with logits [B, K] ([B, n] for `codes`; and beta, z when asked for).

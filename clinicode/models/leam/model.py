@@ -122,7 +122,7 @@ class LEAM(nn.Module):
                 (kernels.phrase_max(G, W1, b1), None)                                 # u never written
         else:                                                                         # window(G) = window(v^) C^T
             V = kernels.embed(E, ids) if cpu else F.embedding(ids, E, padding_idx=0)
-            Vn = V * (mask.unsqueeze(-1).to(V.dtype) / (V.norm(dim=-1, keepdim=True) + EPS))  # [B, L, P] v^
+            Vn = _unit_words(V, mask)                                                  # [B, L, P] v^
             S = self._windowed(Vn, W1)                                                # [B, L, P]
             bias = None if linear else b1
             if evidence:                                                              # best positions: same blocks
@@ -163,7 +163,7 @@ class LEAM(nn.Module):
         word vectors (`_windowed`); codes go by blocks (`memory.code_block`), and in training each block is recomputed
         in the backward pass rather than kept (torch.utils.checkpoint): one block's memory, whatever K is."""
         V = F.embedding(ids, self.word_emb.weight, padding_idx=0)                     # [B, L, P]
-        Vn = V * (mask.unsqueeze(-1).to(V.dtype) / (V.norm(dim=-1, keepdim=True) + EPS))
+        Vn = _unit_words(V, mask)
         S = self._windowed(Vn, self.phrase_w)                                         # [B, L, P]
         W1 = self.phrase_w
         Sd = self._windowed(Vn, W1.detach()) if self.config.code_evidence and W1.requires_grad \
@@ -266,7 +266,7 @@ class LEAM(nn.Module):
     def word_code_table(self) -> torch.Tensor:
         """[V, K] cos(E_word[w], c_k) for every vocabulary word and code, 0 for PAD: G for any note is rows of it."""
         E, C = self.word_emb.weight, self.label_emb
-        En = E / (E.norm(dim=-1, keepdim=True) + EPS)                                # [V, P]
+        En = unit_rows(E)                                                            # [V, P]
         Cn = unit_rows(C)                                                            # [K, P]
         table = (En @ Cn.T).contiguous()                                              # [V, K]
         table[0] = 0.0
@@ -326,9 +326,14 @@ def unit_rows(C: torch.Tensor) -> torch.Tensor:
     return C / (C.norm(dim=-1, keepdim=True) + EPS)
 
 
+def _unit_words(V: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """v^: [B, L, P] word vectors scaled to unit length, 0 on padding (MASK [B, L] False)."""
+    return V * (mask.unsqueeze(-1).to(V.dtype) / (V.norm(dim=-1, keepdim=True) + EPS))
+
+
 def _cosine(V: torch.Tensor, Cn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """G[b, l, k] = cos(v_bl, c_k), 0 on padding: [B, L, P] words, [K, P] unit code vectors -> [B, L, K]."""
-    Vn = V / (V.norm(dim=-1, keepdim=True) + EPS)                                    # [B, L, P] unit word vectors
+    Vn = unit_rows(V)                                                                # [B, L, P] unit word vectors
     return (Vn @ Cn.T) * mask.unsqueeze(-1).to(V.dtype)                               # [B, L, K]
 
 

@@ -212,31 +212,3 @@ def test_scoring_in_place_gives_the_training_paths_values(evidence):
         in_place = model(ids, mask).logits
     torch.testing.assert_close(in_place, kept.detach(), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(in_place, _plain(model, ids, mask).detach(), rtol=1e-5, atol=1e-6)
-
-
-def test_in_training_a_note_draws_one_dropout_mask_that_all_its_codes_share(monkeypatch):
-    """The head's dropout in training: one mask per note, as LEAM's one head on the note's z draws, shared by every
-    code, in every block of codes (a mask per code and note was a quarter of a batch's time). Two codes with the same
-    weights get the same logit on a note; two copies of a note get different masks; blocks draw nothing more."""
-    model = _model(6, code_evidence=False)
-    with torch.no_grad():
-        for t in (model.label_emb, model.head[4].weight):
-            t[1] = t[0]
-        for t in (model.phrase_b, model.attend_rho, model.head[4].bias):
-            t[1] = t[0]
-    ids, mask = pad_batch([NOTES[0]] * 8)
-    runs = []
-    for cells in (1 << 22, 1):                                             # every code at once; one code a block
-        monkeypatch.setattr(clinicode.models.leam.memory, "CODE_CELLS", cells)
-        torch.manual_seed(5)
-        logits = model.train()(ids, mask).logits
-        logits.sum().backward()
-        runs.append((logits.detach(), model.head[1].weight.grad.clone()))
-        model.zero_grad()
-    logits = runs[0][0]
-    torch.testing.assert_close(logits[:, 0], logits[:, 1])                # the same weights: the same mask
-    assert logits[:, 2].unique().numel() > 1                              # the copies of the note: their own masks
-    torch.testing.assert_close(runs[1][0], logits)                        # blocks share the batch's draw
-    torch.testing.assert_close(runs[1][1], runs[0][1], rtol=1e-4, atol=1e-6)
-    eval_logits = model.eval()(ids, mask).logits
-    assert torch.allclose(eval_logits[:, 2], eval_logits[0, 2]) and not torch.allclose(logits, eval_logits)

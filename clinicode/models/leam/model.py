@@ -175,20 +175,17 @@ class LEAM(nn.Module):
         K = per_code[0].shape[0]
         step = memory.code_block(K, batch=ids.shape[0], length=ids.shape[1], hidden=self.config.hidden_dim)
         keep = torch.is_grad_enabled() and step < K
-        drops = self._note_dropout(ids.shape[0], V.dtype)
         out = []
         for k0 in range(0, K, step):
-            args = (S, Sd, V, mask, *(None if t is None else t[k0:k0 + step] for t in per_code), *drops)
+            args = (S, Sd, V, mask, *(None if t is None else t[k0:k0 + step] for t in per_code))
             out.append(checkpoint(self._code_block, *args, use_reentrant=False) if keep else self._code_block(*args))
         return torch.cat(out, dim=1)
 
     def _code_block(self, S: torch.Tensor, Sd: torch.Tensor, V: torch.Tensor, mask: torch.Tensor, Cn: torch.Tensor,
                     b1: torch.Tensor, rho: torch.Tensor, rho_e: torch.Tensor | None, w_out: torch.Tensor,
-                    b_out: torch.Tensor, drop_z: torch.Tensor | None = None,
-                    drop_h: torch.Tensor | None = None) -> torch.Tensor:
-        """code_logits for one block of n codes: [B, n] (RHO_E: the evidence weights' rho, None without evidence;
-        DROP_Z, DROP_H: the note's dropout masks, `_note_dropout`). Scoring (no gradients) changes one [B, L, n]
-        buffer in place: the same values, fewer passes and allocations."""
+                    b_out: torch.Tensor) -> torch.Tensor:
+        """code_logits for one block of n codes: [B, n] (RHO_E: the evidence weights' rho, None without evidence).
+        Scoring (no gradients) changes one [B, L, n] buffer in place: the same values, fewer passes and allocations."""
         raw = S @ Cn.T                                                                # [B, L, n] window(G)
         pad = ~mask.unsqueeze(-1)
         cosine = self.config.compat == "cosine"
@@ -201,22 +198,10 @@ class LEAM(nn.Module):
             u = raw.add_(b1).relu_() if cosine else raw
             alpha = torch.softmax(u.mul_(F.softplus(rho)).masked_fill_(pad, float("-inf")), dim=1)
         z = torch.bmm(alpha.transpose(1, 2), V)                                       # [B, n, P]
-        hidden = self.head[1]
-        h = F.relu(hidden(z if drop_z is None else z * drop_z))                       # [B, n, H]
-        h = h if drop_h is None else h * drop_h
+        drop1, hidden, relu, drop2, _ = self.head
+        h = drop2(relu(hidden(drop1(z))))                                             # [B, n, H]
         logits = torch.einsum("bnh,nh->bn", h, w_out) + b_out
         return logits if e is None else logits + F.softplus(rho_e) * e
-
-    def _note_dropout(self, n_notes: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | tuple[()]:
-        """The head's two dropouts for `code_logits` in training: one mask per note, [B, 1, P] and [B, 1, H], that every
-        code of the note shares, as LEAM's one head on the note's z draws one (empty when not training or p = 0).
-        A mask per code and note cost a quarter of a batch's time at H = 1,000 (random numbers for [B, n, H])."""
-        p = self.head[0].p
-        if not self.training or p == 0:
-            return ()
-        device = self.label_emb.device
-        return tuple(torch.empty(n_notes, 1, width, device=device, dtype=dtype).bernoulli_(1 - p).div_(1 - p)
-                     for width in (self.config.embed_dim, self.config.hidden_dim))
 
     def _windowed(self, Vn: torch.Tensor, W1: torch.Tensor) -> torch.Tensor:
         """S = window(v^), [B, L, P]: the unit word vectors (0 on padding) through the phrase window W1 (v^ itself for

@@ -32,6 +32,7 @@ from clinicode.models.fitting import TrainingData
 from clinicode.runtime import pick_device, seed_everything, world
 from clinicode.training.finish import finish_fitted, single_label
 from clinicode.training.loop import EpochLoop, OtherRank, say
+from clinicode.training.state import STATE_DIR, check_resume
 
 log = logging.getLogger("clinicode.train")  # one logger for a run's messages, set-up and loop alike
 
@@ -224,6 +225,9 @@ def train(
     kind = train_kind(config.model)
     if world()[1] > 1 and kind.loop_model is None:
         raise ConfigError(f"--model {kind.name} trains in one process; run it without torchrun.")
+    if resume and kind.loop_model is not None:   # other options or data are refused before a part is fitted
+        check_resume(run / STATE_DIR, run=run, train_config=config, model_options=given_options(model_options),
+                     data=extra["data"], config_type=kind.loop_model.config_type)
     loop = EpochLoop(run, ds, config, extra, given=given_options(model_options), resume=resume, progress=progress,
                       on_epoch=on_epoch, report=report, warm_start=warm_start, resumable=resumable)
     try:

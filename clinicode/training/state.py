@@ -235,6 +235,50 @@ def _started_options(run: Path) -> dict[str, Any]:
     return options if isinstance(options, dict) else {}
 
 
+def check_resume(state_dir: Path, *, run: Path, train_config: TrainConfig, model_options: dict[str, Any],
+                 data: dict[str, Any], config_type: type) -> None:
+    """`load_state`'s checks (the files against their hashes, the options, the data) without reading the weights, before
+    any work: `train` runs them before a kind fits a part without epochs, so a refused resume costs nothing and says
+    one line. Nothing to check when RUN/state has no state.json.
+
+    Raises:
+        CheckpointError, ConfigError: as `load_state`'s.
+    """
+    path = state_dir / "state.json"
+    if path.is_file():
+        state = _read_state(path)
+        _check_files(state_dir, state)
+        _check_same_run(state, run=run, train_config=train_config, model_options=model_options, data=data,
+                        config_type=config_type)
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    try:
+        state = read_json(path)
+        state["files"], int(state["epoch"]), state["train_config"], state["model_config"], state["optim"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{path} is damaged or from an older clinicode ({type(err).__name__}); the run cannot "
+                              f"resume from it. {RESTART}") from None
+    return state
+
+
+def _check_files(state_dir: Path, state: dict[str, Any]) -> None:
+    """Every file state.json lists is there with its hash, and the ones a resume reads are listed."""
+    files = state["files"]
+    for name, digest in files.items():
+        p = state_dir / name
+        if not p.is_file():
+            raise CheckpointError(f"{p} is missing; the run cannot resume from it. {RESTART}")
+        if sha256_file(p) != digest:
+            raise CheckpointError(f"{p} does not match the hash in state.json (damaged, "
+                                  "truncated or from another run); "
+                                  f"the run cannot resume from it. {RESTART}")
+    for name in ("last.safetensors", "optim.safetensors", "tokenizer.json"):
+        if name not in files:
+            raise CheckpointError(f"{state_dir / 'state.json'} lists no {name}; the run cannot resume from it. "
+                                  f"{RESTART}")
+
+
 def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_options: dict[str, Any],
                data: dict[str, Any], config_type: type) -> Resumed | None:
     """RUN/state for `--resume`, every file checked against the hashes state.json lists, and every option and the
@@ -248,31 +292,24 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
     path = state_dir / "state.json"
     if not path.is_file():
         return None
-    try:
-        state = read_json(path)
-        files = state["files"]
-        int(state["epoch"]), state["train_config"], state["model_config"], state["optim"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise CheckpointError(f"{path} is damaged or from an older clinicode ({type(err).__name__}); the run cannot "
-                              f"resume from it. {RESTART}") from None
+    state = _read_state(path)
+    _check_files(state_dir, state)
     tensors: dict[str, dict[str, torch.Tensor]] = {}
-    for name, digest in files.items():
-        p = state_dir / name
-        if not p.is_file():
-            raise CheckpointError(f"{p} is missing; the run cannot resume from it. {RESTART}")
-        if sha256_file(p) != digest:
-            raise CheckpointError(f"{p} does not match the hash in state.json (damaged, "
-                                  "truncated or from another run); "
-                                  f"the run cannot resume from it. {RESTART}")
+    for name in state["files"]:
         if name.endswith(".safetensors"):
             try:
-                tensors[name] = load_file(str(p))
+                tensors[name] = load_file(str(state_dir / name))
             except (SafetensorError, OSError) as err:
-                raise CheckpointError(f"{p} is not a readable safetensors file ({err}); {RESTART}") from None
-    for name in ("last.safetensors", "optim.safetensors", "tokenizer.json"):
-        if name not in files:
-            raise CheckpointError(f"{path} lists no {name}; the run cannot resume from it. {RESTART}")
+                raise CheckpointError(f"{state_dir / name} is not a readable safetensors file ({err}); "
+                                      f"{RESTART}") from None
+    model_config = _check_same_run(state, run=run, train_config=train_config, model_options=model_options,
+                                   data=data, config_type=config_type)
+    return Resumed(state, tensors, ClinicalTokenizer.load(state_dir / "tokenizer.json"), model_config)
 
+
+def _check_same_run(state: dict[str, Any], *, run: Path, train_config: TrainConfig, model_options: dict[str, Any],
+                    data: dict[str, Any], config_type: type) -> Any:
+    """The run's model configuration from STATE, once its training and model options and its data are this run's."""
     moved = moved_fields(TrainConfig, state["train_config"])
     if moved:   # the run chose them as training options; they are its model kind's now, which its state never kept
         raise ConfigError(f"--resume: {run} was started before {', '.join(sorted(moved))} became the model kind's "
@@ -301,4 +338,4 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
             f"{str(state.get('data_fingerprint'))[:12]}) than {data['path']} (fingerprint {data['fingerprint'][:12]}); "
             "resume with the original data or start a new --out folder."
         )
-    return Resumed(state, tensors, ClinicalTokenizer.load(state_dir / "tokenizer.json"), model_config)
+    return model_config

@@ -101,14 +101,15 @@ def test_a_checkpoint_written_before_reads_its_options_from_train_config_and_ret
 
 
 def _refused_resume(args: list, message: str) -> None:
-    """`train --resume` ends with exit status 1 and one error line holding MESSAGE, no traceback (the fused model's
-    status line for its first part may come before it: the loop checks RUN/state when it starts)."""
+    """`train --resume` ends with exit status 1 and one error line holding MESSAGE, no traceback, and nothing before
+    it: the options and the data are checked before the fused model fits its first part (`check_resume`)."""
     from clinicode.cli import app
 
     res = runner().invoke(app, [str(a) for a in args])
     lines = res.stderr.strip().splitlines()
     assert res.exit_code == 1 and "Traceback" not in res.stderr + res.stdout, res.stderr
-    assert [line for line in lines if line.startswith("error: ")] == lines[-1:] and message in lines[-1], res.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], res.stderr
+    assert "fitted" not in res.stdout, res.stdout
 
 
 def test_a_run_started_before_refuses_to_resume(run, demo_data, tmp_path):

@@ -225,10 +225,11 @@ def train(
     kind = train_kind(config.model)
     if world()[1] > 1 and kind.loop_model is None:
         raise ConfigError(f"--model {kind.name} trains in one process; run it without torchrun.")
+    given = given_options(model_options)
     if resume and kind.loop_model is not None:   # other options or data are refused before a part is fitted
-        check_resume(run / STATE_DIR, run=run, train_config=config, model_options=given_options(model_options),
-                     data=extra["data"], config_type=kind.loop_model.config_type)
-    loop = EpochLoop(run, ds, config, extra, given=given_options(model_options), resume=resume, progress=progress,
+        check_resume(run / STATE_DIR, run=run, train_config=config, model_options=given, data=extra["data"],
+                     config_type=kind.loop_model.config_type)
+    loop = EpochLoop(run, ds, config, extra, given=given, resume=resume, progress=progress,
                       on_epoch=on_epoch, report=report, warm_start=warm_start, resumable=resumable)
     try:
         fitted = kind.fit(_training_data(ds, config, needs, terms, warm_start, report), options, loop=loop)

@@ -283,6 +283,7 @@ def load_state(state_dir: Path, *, run: Path, train_config: TrainConfig, model_o
                data: dict[str, Any], config_type: type) -> Resumed | None:
     """RUN/state for `--resume`, every file checked against the hashes state.json lists, and every option and the
     data against this run's. None when there is no state.json (a run that never finished an epoch starts over).
+    The files are hashed again after `check_resume`, on purpose: minutes of fitting lie between, and this reads them.
     `config_type`: the model kind's configuration class (`LoopModel.config_type`), read from state.json.
 
     Raises:

@@ -6,7 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from clinicode.models.leam import kernels
 from clinicode.models.leam.kernels import (
+    _shifted_sum,
     best_dot,
     code_max,
     code_max_evidence,
@@ -15,16 +17,26 @@ from clinicode.models.leam.kernels import (
     phrase_max,
     phrase_max_evidence,
     phrase_window,
+    phrase_window_pair,
     table_phrase_max,
 )
 from clinicode.models.leam.model import _cosine, _window
+
+
+@pytest.fixture(autouse=True, params=["banded", "shifted"])
+def window_way(request, monkeypatch):
+    """Every kernel test runs with the window as banded matmuls and as shifted passes (`_shifted_sum` picks one by the
+    number of codes; these tests' few codes would otherwise see only the passes)."""
+    monkeypatch.setattr(kernels, "_BAND_MIN_CODES", 1 if request.param == "banded" else 1 << 30)
+    return request.param
 
 
 def _grads(out: torch.Tensor, inputs, grad: torch.Tensor, **kw):
     return torch.autograd.grad(out, inputs, grad, **kw)
 
 
-@pytest.mark.parametrize("B,L,K,r", [(1, 1, 1, 0), (3, 7, 5, 2), (9, 40, 6, 10), (2, 5, 3, 4)])
+@pytest.mark.parametrize("B,L,K,r", [(1, 1, 1, 0), (3, 7, 5, 2), (9, 40, 6, 10), (2, 5, 3, 4), (2, 64, 3, 16),
+                                     (2, 95, 4, 1), (1, 32, 2, 0)])
 def test_phrase_window_matches_the_plain_window(B, L, K, r):
     torch.manual_seed(0)
     G = torch.randn(B, L, K, dtype=torch.float64, requires_grad=True)
@@ -34,6 +46,32 @@ def test_phrase_window_matches_the_plain_window(B, L, K, r):
     grad = torch.randn_like(ref)
     for a, b in zip(_grads(ref, (G, w), grad), _grads(out, (G, w), grad)):
         torch.testing.assert_close(a, b)
+
+
+def test_the_banded_window_reads_any_strides():
+    """The window reads its blocks as strided views: a source whose codes are not contiguous gives the same sum."""
+    torch.manual_seed(4)
+    wide = torch.randn(3, 70 + 6, 10, dtype=torch.float64)
+    src = wide[:, :, ::2]                                            # [3, 76, 5], codes two apart
+    w = torch.randn(7, dtype=torch.float64)
+    out = _shifted_sum(src, w.tolist(), 70, torch.empty(3, 70, 5, dtype=torch.float64))
+    ref = sum(w[j] * src[:, j:j + 70] for j in range(7))
+    torch.testing.assert_close(out, ref)
+
+
+def test_window_pair_is_two_windows_the_second_with_its_weights_fixed():
+    """phrase_window_pair makes one window; the second result's gradient reaches G only, as a window of w.detach()."""
+    torch.manual_seed(5)
+    G = torch.randn(3, 45, 6, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    g1, g2 = torch.randn(3, 45, 6, dtype=torch.float64), torch.randn(3, 45, 6, dtype=torch.float64)
+    S, Sd = phrase_window_pair(G, w)
+    ref = (_window(G, w) * g1).sum() + (_window(G, w.detach()) * g2).sum()
+    torch.testing.assert_close(Sd, S)
+    for a, b in zip(torch.autograd.grad(ref, (G, w)), torch.autograd.grad((S * g1).sum() + (Sd * g2).sum(), (G, w))):
+        torch.testing.assert_close(a, b)
+    G1 = G[:1, :9].detach().requires_grad_()
+    assert torch.autograd.gradcheck(lambda G: phrase_window_pair(G, w)[1], (G1,))  # in G; in w it is 0 on purpose
 
 
 def test_gradcheck():

@@ -7,19 +7,47 @@ import torch
 import torch.nn.functional as F
 
 _NOTES_PER_PASS = 4
-_BLOCK = 32          # rows per block in the banded product for the window-weight gradient
+_BLOCK = 32          # rows per block in the banded products of the window and of its weights' gradient
+_BAND_MIN_CODES = 48  # the window as banded matmuls from this many codes (or word dimensions), shifted passes below
 EPS = 1e-8           # the one epsilon of every norm in LEAM: v / (|v| + EPS), here, in `model` and at predict
 
 
 def _shifted_sum(src: torch.Tensor, weights: list[float], L: int, out: torch.Tensor) -> torch.Tensor:
-    """out[:, l] = sum_j weights[j] * src[:, l + j] for l < L: the window over a padded chunk of notes.
+    """out[:, l] = sum_j weights[j] * src[:, l + j] for l < L: the window over a padded chunk of notes (src has at least
+    L + 2r rows a note; out [notes, L, K] contiguous).
 
-    With the weights reversed and src the padded output gradient, the same sum is the window's transpose.
+    With K >= _BAND_MIN_CODES, each note's rows are cut into blocks of T: block t is band @ src rows [tT, tT+T+2r),
+    with band[i, i+j] = weights[j] ([T, T+2r], `_band`), and the blocks are overlapping strided views of src, so one
+    matmul a note computes them all without copying. That is (T+2r)/(2r+1) times the multiply-adds of 2r+1 shifted
+    passes over memory, at matmul's speed: 2-4x faster on the CPU from 100 codes or word dimensions (round 23 of
+    docs/accuracy-tuning.md); with fewer, the passes are as fast. With the weights reversed and src the padded
+    output gradient, the same sum is the window's transpose.
     """
-    torch.mul(src[:, 0:L], weights[0], out=out)
-    for j in range(1, len(weights)):
-        out.add_(src[:, j:j + L], alpha=weights[j])
+    K = src.shape[2]
+    if K < _BAND_MIN_CODES:
+        torch.mul(src[:, 0:L], weights[0], out=out)
+        for j in range(1, len(weights)):
+            out.add_(src[:, j:j + L], alpha=weights[j])
+        return out
+    T, n = _BLOCK, len(weights)
+    band = _band(weights, T, src.dtype)
+    whole, rest = divmod(L, T)
+    for i in range(src.shape[0]):
+        note = src[i]
+        if whole:
+            blocks = note.as_strided((whole, T + n - 1, K), (T * note.stride(0), note.stride(0), note.stride(1)))
+            torch.matmul(band, blocks, out=out[i, :whole * T].view(whole, T, K))
+        if rest:
+            torch.matmul(band[:rest, :rest + n - 1], note[whole * T:whole * T + rest + n - 1], out=out[i, whole * T:L])
     return out
+
+
+def _band(weights: list[float], T: int, dtype: torch.dtype) -> torch.Tensor:
+    """[T, T + 2r] zeros but band[i, i + j] = weights[j] (the j-th diagonal)."""
+    n = len(weights)
+    band = torch.zeros(T, T + n - 1, dtype=dtype)
+    band.as_strided((T, n), (T + n, 1)).copy_(torch.tensor(weights, dtype=dtype).expand(T, n))
+    return band
 
 
 def _transposed_window(gp: torch.Tensor, wl: list[float], L: int) -> torch.Tensor:
@@ -37,7 +65,8 @@ def _padded_rows(L: int) -> int:
 
 class _PhraseWindow(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, G: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, G: torch.Tensor, w: torch.Tensor,  # type: ignore[override]
+                pair: bool) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         B, L, K = G.shape
         n = w.numel()
         r = n // 2
@@ -48,10 +77,10 @@ class _PhraseWindow(torch.autograd.Function):
         for s in range(0, B, _NOTES_PER_PASS):
             _shifted_sum(Gp[s:s + _NOTES_PER_PASS], wl, L, out[s:s + _NOTES_PER_PASS])
         ctx.save_for_backward(Gp, w)
-        return out
+        return (out, out.clone()) if pair else out
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor, grad_fixed: torch.Tensor | None = None):  # type: ignore[override]
         Gp, w = ctx.saved_tensors
         grad = grad.contiguous()
         B, L, K = grad.shape
@@ -61,8 +90,9 @@ class _PhraseWindow(torch.autograd.Function):
         grad_G = grad_w = None
         Lt = _padded_rows(L)
         gp = F.pad(grad, (0, 0, r, r + Lt - L))                       # [B, Lt+2r, K]
-        if ctx.needs_input_grad[0]:
-            grad_G = _transposed_window(gp, wl, L)
+        if ctx.needs_input_grad[0]:   # a pair's second result reads G but not w: its gradient joins here only
+            g_in = gp if grad_fixed is None else F.pad(grad + grad_fixed, (0, 0, r, r + Lt - L))
+            grad_G = _transposed_window(g_in, wl, L)
         if ctx.needs_input_grad[1]:
             # dw[j] = sum_{l,k} grad[l, k] * Gp[l + j, k]: the j-th diagonal of the band of grad Gp^T. Cut the
             # rows into blocks of T; block t needs grad rows [tT, tT+T) against Gp rows [tT, tT+T+2r), both plain
@@ -75,7 +105,7 @@ class _PhraseWindow(torch.autograd.Function):
                 acc += torch.bmm(Y, X.transpose(1, 2)).sum(0, dtype=torch.float64)        # [T, T+2r] summed blocks
             grad_w = acc.as_strided((T, n), (T + 2 * r + 1,
                                              1)).sum(0).to(w.dtype)        # [n] dw[j] = sum_t acc[t, t+j]
-        return grad_G, grad_w
+        return grad_G, grad_w, None
 
 
 def phrase_window(G: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -91,7 +121,13 @@ def phrase_window(G: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     Returns:
         [B, L, K] (CPU, float32 or float64).
     """
-    return _PhraseWindow.apply(G.contiguous(), w)
+    return _PhraseWindow.apply(G.contiguous(), w, False)
+
+
+def phrase_window_pair(G: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`phrase_window` twice from one window: the second result's gradient reaches G but not w (the window of w
+    detached, as the code evidence reads it: `clinicode.models.leam.model`), at the cost of a copy, not a window."""
+    return _PhraseWindow.apply(G.contiguous(), w, True)
 
 
 class _Cosine(torch.autograd.Function):

@@ -123,12 +123,12 @@ class LEAM(nn.Module):
         else:                                                                         # window(G) = window(v^) C^T
             V = kernels.embed(E, ids) if cpu else F.embedding(ids, E, padding_idx=0)
             Vn = _unit_words(V, mask)                                                  # [B, L, P] v^
-            S = self._windowed(Vn, W1)                                                # [B, L, P]
+            reads_w1 = evidence and not linear and torch.is_grad_enabled() and W1.requires_grad
+            S, Sd = self._windowed_pair(Vn, W1) if reads_w1 else (self._windowed(Vn, W1),) * 2  # [B, L, P]
             bias = None if linear else b1
             if evidence:                                                              # best positions: same blocks
                 m, best = kernels.code_max_evidence(S, Cn, bias, mask, relu=not linear, block=block)
-                reads_w1 = not linear and torch.is_grad_enabled() and W1.requires_grad
-                e = kernels.best_dot(self._windowed(Vn, W1.detach()) if reads_w1 else S, Cn, best)  # [B, K]
+                e = kernels.best_dot(Sd, Cn, best)                                    # [B, K]
             else:
                 m = kernels.code_max(S.reshape(-1, S.shape[-1]), Cn, bias, relu=not linear,
                                      block=block).view(mask.shape)                    # [B, L]
@@ -164,10 +164,10 @@ class LEAM(nn.Module):
         in the backward pass rather than kept (torch.utils.checkpoint): one block's memory, whatever K is."""
         V = F.embedding(ids, self.word_emb.weight, padding_idx=0)                     # [B, L, P]
         Vn = _unit_words(V, mask)
-        S = self._windowed(Vn, self.phrase_w)                                         # [B, L, P]
         W1 = self.phrase_w
-        Sd = self._windowed(Vn, W1.detach()) if self.config.code_evidence and W1.requires_grad \
-            and torch.is_grad_enabled() and self.config.compat == "cosine" else S    # (7) reads W1 detached
+        reads_w1 = self.config.code_evidence and W1.requires_grad and torch.is_grad_enabled() \
+            and self.config.compat == "cosine"                                        # (7) reads W1 detached
+        S, Sd = self._windowed_pair(Vn, W1) if reads_w1 else (self._windowed(Vn, W1),) * 2  # [B, L, P]
         rho_e = self.evidence_rho if self.config.code_evidence else None
         per_code = [Cn, self.phrase_b, self.attend_rho, rho_e, self.head[4].weight, self.head[4].bias]
         if codes is not None:
@@ -209,6 +209,13 @@ class LEAM(nn.Module):
         if self.config.compat == "linear":
             return Vn
         return kernels.phrase_window(Vn, W1) if Vn.device.type == "cpu" else _window(Vn, W1)
+
+    def _windowed_pair(self, Vn: torch.Tensor, W1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(S, Sd) for "cosine": S = window(v^) and Sd the same values whose gradient reaches v^ but not W1, as the code
+        evidence (7) reads the window; on the CPU one window makes both (`kernels.phrase_window_pair`)."""
+        if Vn.device.type == "cpu":
+            return kernels.phrase_window_pair(Vn, W1)
+        return _window(Vn, W1), _window(Vn, W1.detach())
 
     @torch.no_grad()
     def constrain(self) -> None:

@@ -36,17 +36,20 @@ def _model(n_labels=7, **kw):
 
 
 def _plain(model, ids, mask):
-    """The logits written out from the paper's G: u, each code's softmax over positions, z_k, f(z_k)_k, + a_k e_k."""
+    """The logits written out from the paper's G: u, each code's softmax over positions, z_k, f(z_k)_k, + a_k e_k
+    (e_k: the window of W1 detached, which the evidence reads but does not train)."""
     V = F.embedding(ids, model.word_emb.weight, padding_idx=0)
     C = model.label_emb
-    W = _window(_cosine(V, C / C.norm(dim=-1, keepdim=True), mask), model.phrase_w)     # [B, L, K]
+    G = _cosine(V, C / C.norm(dim=-1, keepdim=True), mask)
+    W = _window(G, model.phrase_w)                                                     # [B, L, K]
     t = F.softplus(model.attend_rho)
     alpha = torch.softmax((F.relu(W + model.phrase_b) * t).masked_fill(~mask.unsqueeze(-1), float("-inf")), dim=1)
     z = torch.einsum("blk,blp->bkp", alpha, V)                                         # each code's note vector
     h = F.relu(model.head[1](z))
     logits = torch.einsum("bkh,kh->bk", h, model.head[4].weight) + model.head[4].bias
     if model.config.code_evidence:
-        logits = logits + model.evidence_weight() * W.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)
+        Wd = _window(G, model.phrase_w.detach())
+        logits = logits + model.evidence_weight() * Wd.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)
     return logits
 
 
@@ -62,6 +65,22 @@ def test_every_order_computes_each_codes_own_attention(n_labels, evidence):
         torch.testing.assert_close(model(ids, mask, **kw).logits, want, rtol=1e-5, atol=1e-6, msg=str(kw))
     # not the note's one attention: the same model read by LEAM's head on z differs
     assert not torch.allclose(model.head(model(ids, mask, return_attention=True).doc), want, atol=1e-3)
+
+
+@pytest.mark.parametrize("evidence", [True, False])
+def test_training_gets_the_plain_expressions_gradients(evidence):
+    """The training path (evidence at each code's best position, one window for the attention and the evidence) gives
+    every weight the plain expression's gradient."""
+    ids, mask = pad_batch(NOTES)
+    weights = torch.linspace(-1, 1, 23)
+    grads = []
+    for fn in (lambda m: _plain(m, ids, mask), lambda m: m(ids, mask).logits):
+        model = _model(23, code_evidence=evidence)
+        (fn(model) * weights).sum().backward()
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and "phrase_w" in grads[0]
+    for name, g in grads[0].items():
+        torch.testing.assert_close(grads[1][name], g, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_blocks_of_codes_change_neither_logits_nor_gradients(monkeypatch):

@@ -185,12 +185,17 @@ class LEAM(nn.Module):
                     b1: torch.Tensor, rho: torch.Tensor, rho_e: torch.Tensor | None, w_out: torch.Tensor,
                     b_out: torch.Tensor) -> torch.Tensor:
         """code_logits for one block of n codes: [B, n] (RHO_E: the evidence weights' rho, None without evidence).
-        Scoring (no gradients) changes one [B, L, n] buffer in place: the same values, fewer passes and allocations."""
+        Scoring (no gradients) changes one [B, L, n] buffer in place: the same values, fewer passes and allocations.
+        Training reads the evidence's best positions off the scores and Sd's dot there (`kernels.best_dot`): the max's
+        value and gradient without a second [B, L, n] product and its backward."""
         raw = S @ Cn.T                                                                # [B, L, n] window(G)
         pad = ~mask.unsqueeze(-1)
         cosine = self.config.compat == "cosine"
-        e = None if rho_e is None else \
-            (raw if Sd is S else Sd @ Cn.T).masked_fill(pad, float("-inf")).amax(dim=1)  # [B, n] (7)
+        e = None
+        if rho_e is not None and torch.is_grad_enabled():  # (7) e = max_l: Sd's dot at each code's best position
+            e = kernels.best_dot(Sd, Cn, raw.detach().masked_fill(pad, float("-inf")).argmax(dim=1))  # [B, n]
+        elif rho_e is not None:
+            e = raw.masked_fill(pad, float("-inf")).amax(dim=1)                       # [B, n] (7), raw kept
         if torch.is_grad_enabled():
             u = F.relu(raw + b1) if cosine else raw
             alpha = torch.softmax((u * F.softplus(rho)).masked_fill(pad, float("-inf")), dim=1)

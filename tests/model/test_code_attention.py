@@ -223,8 +223,11 @@ def test_explanations_compute_the_evidence_once(monkeypatch):
 @pytest.mark.parametrize("evidence", [True, False])
 def test_scoring_in_place_gives_the_training_paths_values(evidence):
     """Without gradients (dev scoring, predict) a block changes its [B, L, n] buffer in place: the same logits as the
-    path that keeps every tensor, and as the plain expressions."""
+    path that keeps every tensor, and as the plain expressions. Code 0 points away from the one-word note's word, so
+    its evidence there is below 0, the window's value on padding far from the word: the max must skip padding."""
     model = _model(23, code_evidence=evidence)
+    with torch.no_grad():
+        model.label_emb[0] = -model.word_emb.weight[12]
     ids, mask = pad_batch(NOTES)
     kept = model(ids, mask).logits
     with torch.no_grad():

@@ -123,8 +123,7 @@ class LEAM(nn.Module):
         else:                                                                         # window(G) = window(v^) C^T
             V = kernels.embed(E, ids) if cpu else F.embedding(ids, E, padding_idx=0)
             Vn = _unit_words(V, mask)                                                  # [B, L, P] v^
-            reads_w1 = evidence and not linear and torch.is_grad_enabled() and W1.requires_grad
-            S, Sd = self._windowed_pair(Vn, W1) if reads_w1 else (self._windowed(Vn, W1),) * 2  # [B, L, P]
+            S, Sd = self._windowed_pair(Vn, evidence=evidence)                        # [B, L, P]
             bias = None if linear else b1
             if evidence:                                                              # best positions: same blocks
                 m, best = kernels.code_max_evidence(S, Cn, bias, mask, relu=not linear, block=block)
@@ -164,10 +163,7 @@ class LEAM(nn.Module):
         in the backward pass rather than kept (torch.utils.checkpoint): one block's memory, whatever K is."""
         V = F.embedding(ids, self.word_emb.weight, padding_idx=0)                     # [B, L, P]
         Vn = _unit_words(V, mask)
-        W1 = self.phrase_w
-        reads_w1 = self.config.code_evidence and W1.requires_grad and torch.is_grad_enabled() \
-            and self.config.compat == "cosine"                                        # (7) reads W1 detached
-        S, Sd = self._windowed_pair(Vn, W1) if reads_w1 else (self._windowed(Vn, W1),) * 2  # [B, L, P]
+        S, Sd = self._windowed_pair(Vn, evidence=self.config.code_evidence)           # [B, L, P]
         rho_e = self.evidence_rho if self.config.code_evidence else None
         per_code = [Cn, self.phrase_b, self.attend_rho, rho_e, self.head[4].weight, self.head[4].bias]
         if codes is not None:
@@ -215,9 +211,14 @@ class LEAM(nn.Module):
             return Vn
         return kernels.phrase_window(Vn, W1) if Vn.device.type == "cpu" else _window(Vn, W1)
 
-    def _windowed_pair(self, Vn: torch.Tensor, W1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(S, Sd) for "cosine": S = window(v^) and Sd the same values whose gradient reaches v^ but not W1, as the code
-        evidence (7) reads the window; on the CPU one window makes both (`kernels.phrase_window_pair`)."""
+    def _windowed_pair(self, Vn: torch.Tensor, *, evidence: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """(S, Sd): S = `_windowed` and Sd what the code evidence (7) reads. Training "cosine" with evidence, Sd has S's
+        values but its gradient reaches v^, not W1 (on the CPU one window makes both: `kernels.phrase_window_pair`);
+        otherwise Sd is S."""
+        W1 = self.phrase_w
+        if not (evidence and self.config.compat == "cosine" and W1.requires_grad and torch.is_grad_enabled()):
+            S = self._windowed(Vn, W1)
+            return S, S
         if Vn.device.type == "cpu":
             return kernels.phrase_window_pair(Vn, W1)
         return _window(Vn, W1), _window(Vn, W1.detach())

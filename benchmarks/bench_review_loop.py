@@ -75,6 +75,7 @@ class Clinicode:
     def __init__(self, python: str = sys.executable, train_args: list[str] | None = None) -> None:
         self.python = python
         self.train_args = train_args or []     # every `train`'s extra options
+        self.stderr = ""                       # the last command's (what it said beside its output)
 
     def __call__(self, *args: object, check: bool = True) -> tuple[str, float, float]:
         """(stdout, wall seconds, CPU seconds of the process) of `clinicode ARGS`; exits with its stderr on failure."""
@@ -85,6 +86,7 @@ class Clinicode:
         wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        self.stderr = res.stderr
         if check and res.returncode:
             raise SystemExit(f"clinicode {' '.join(map(str, args[:2]))} failed (exit {res.returncode}):\n"
                              f"{res.stderr[-3000:]}")

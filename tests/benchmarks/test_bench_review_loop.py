@@ -8,26 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _coded_notes(demo_data: Path, out: Path) -> Path:
-    """A few of the synthetic prepared notes as a {train,dev,test}.jsonl folder, the public sets' shape."""
-    out.mkdir()
-    for split, n in (("train", 30), ("dev", 20), ("test", 20)):
-        df = pd.read_parquet(demo_data / f"{split}.parquet").head(n)
-        (out / f"{split}.jsonl").write_text("".join(
-            json.dumps({"id": str(i), "text": t, "labels": list(lab)}) + "\n"
-            for i, t, lab in zip(df["id"], df["text"], df["labels"])))
-    return out
-
-
 @pytest.mark.slow   # 13 commands, 10 of them load torch: about a minute
-def test_the_loop_chains_the_commands_and_reports_every_number(demo_data, tmp_path):
-    data = _coded_notes(demo_data, tmp_path / "synthetic")
+def test_the_loop_chains_the_commands_and_reports_every_number(coded_notes, tmp_path):
+    data = coded_notes("synthetic", 30, 20, 20)
     work = tmp_path / "work"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_review_loop.py"), "--data-dir", str(data), "--seeds", "0",
            "--budgets", "10", "--orders", "teach", "--work-dir", str(work), "--no-write",

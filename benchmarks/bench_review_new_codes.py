@@ -19,7 +19,7 @@ spans). `review retrain` from the base makes the new run; beside it, a fresh `tr
 new code: the notes coders gave it (added, or accepted from a title suggestion), its test notes, on how many of them
 each run predicts it, and on how many test notes in all. Everything written stays in --work-dir, owner-only; the
 base, the decisions, the runs and their predictions are reused by a later run with the same arguments. Results:
-WORK-DIR/new_codes.json and, unless --no-write, the "review-new-codes" section of BENCHMARKS.md.
+WORK-DIR/new_codes-SET.json and, unless --no-write, the set's "review-new-codes-SET" section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -203,8 +203,8 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     result = {"commit": _commit(), "machine": machine_line(), "set": name,
               **measure(cli, load_set(folder), work, a), "seconds": time.perf_counter() - t0}
-    (a.work_dir / "new_codes.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
-    publish("review-new-codes", table(name, result, a), write=not a.no_write)
+    (a.work_dir / f"new_codes-{name}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    publish(f"review-new-codes-{name}", table(name, result, a), write=not a.no_write)
     return result
 
 

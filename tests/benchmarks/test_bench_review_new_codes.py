@@ -27,7 +27,7 @@ def test_a_code_only_coders_gave_joins_the_retrained_checkpoint_and_is_counted(c
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    out = json.loads((work / "new_codes.json").read_text())
+    out = json.loads((work / "new_codes-synthetic.json").read_text())
     (code,) = out["new_codes"]
     (run,) = work.glob("synthetic-*")
     # the base never saw the code: not in its label set, nor in any split of its data
@@ -57,4 +57,4 @@ def test_a_code_only_coders_gave_joins_the_retrained_checkpoint_and_is_counted(c
     # a second run reuses every run: the same figures, nothing trained again
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert json.loads((work / "new_codes.json").read_text())["runs"] == out["runs"]
+    assert json.loads((work / "new_codes-synthetic.json").read_text())["runs"] == out["runs"]

@@ -108,7 +108,7 @@ def measure(cli: Clinicode, data: dict, work: Path, a: argparse.Namespace) -> di
             *desc, *cli.train_args)
     db, notes = work / "review.sqlite", work / "pool.jsonl"
     if not (work / "decided.json").exists():
-        for path in (db, notes):
+        for path in (notes, db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
             path.unlink(missing_ok=True)     # an interrupted run's (nothing else writes these names in WORK)
         notes.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}, ensure_ascii=False) + "\n"
                                  for r in pool))

@@ -3,15 +3,17 @@ set's codes, a simulated coder who adds them while reviewing, `review retrain`, 
 the new checkpoint predicts them.
 
     python benchmarks/bench_review_new_codes.py [--set ncbi|bc5cdr|cmc2007|cantemist] [--new 5] [--min-notes 10]
-        [--base-share 0.7] [--seed 0] [--work-dir /tmp/clinicode-bench-new-codes] [--no-write] [--data-dir FOLDER]
-        [--train-args '...']
+        [--base-share 0.7] [--base-notes strip|drop] [--seed 0] [--work-dir /tmp/clinicode-bench-new-codes]
+        [--no-write] [--data-dir FOLDER] [--train-args '...']
 
 The set (../shared/data or $CLINICODE_DATA) is cut to its 50 codes of most training notes, as
 bench_review_loop.py cuts it. Its training notes are split by a seeded draw: --base-share for the base run, the
 rest is the pool. The new codes are the --new codes on the fewest pool notes among those on at least --min-notes pool
 notes and 3 test notes (the goal's edge: a code coders added on 10 or more notes). The base's data loses them in
 every split (labels and evidence spans; a note left with no code is dropped; `train` refuses a label its labels.json
-lacks), so neither the base nor a retrain's dev ever saw them: codes new to the data. Every pool note is queued with
+lacks), so neither the base nor a retrain's dev ever saw them: codes new to the data. The base's training notes that
+carry one keep their other codes (`--base-notes strip`: notes coded before the code existed, so negatives for it in
+every later train) or are left out (`drop`: no such hidden positives). Every pool note is queued with
 the base run (`review queue`) and decided by bench_review_loop.py's simulated coder (one `review decide --done` a
 note: the gold suggestions accepted, the others rejected, the gold codes missed added, with their gold evidence
 spans). `review retrain` from the base makes the new run; beside it, a fresh `train` on the retrain's own data folder
@@ -64,9 +66,14 @@ def without(rows: list[dict], drop: set[str]) -> list[dict]:
     return out
 
 
-def per_code(cli: Clinicode, run: Path, test: list[dict], codes: list[str], work: Path) -> dict[str, dict]:
-    """For each of CODES: its TEST notes, on how many of them RUN predicts it (`predict`: a score strictly above the
-    run's threshold), and on how many test notes in all."""
+def _f1(pairs: set, gold: set) -> float:
+    return 2 * len(pairs & gold) / (len(pairs) + len(gold)) if pairs or gold else 0.0
+
+
+def from_predictions(cli: Clinicode, run: Path, test: list[dict], codes: list[str], work: Path) -> dict:
+    """RUN's `predict` on the TEST notes (a score strictly above its threshold), against their gold codes: micro-F1
+    over every code of the set and over CODES alone; per code of CODES its test notes, on how many of them RUN
+    predicts it, and on how many test notes in all."""
     out = work / f"{run.name}-test-predictions.jsonl"
     if not out.exists():
         notes = work / "test-notes.jsonl"
@@ -78,17 +85,16 @@ def per_code(cli: Clinicode, run: Path, test: list[dict], codes: list[str], work
         rec = json.loads(line)
         predicted[str(rec["id"])] = {p["code"] for p in rec["predicted"]}
     known = {lab["code"] for lab in json.loads((run / "checkpoint" / "labels.json").read_text())}
-    counts = {}
+    per_code = {}
     for code in codes:
         on = [r["id"] for r in test if code in r["labels"]]
-        counts[code] = {"known": code in known, "test_notes": len(on), "found": sum(code in predicted[i] for i in on),
-                        "predicted": sum(code in p for p in predicted.values())}
-    return counts
-
-
-def _f1(run: Path) -> dict:
-    m = json.loads((run / "checkpoint" / "metrics_test.json").read_text())
-    return {"micro_f1": m["f1_micro"], "macro_f1": m["f1_macro"]}
+        per_code[code] = {"known": code in known, "test_notes": len(on), "found": sum(code in predicted[i] for i in on),
+                          "predicted": sum(code in p for p in predicted.values())}
+    pairs = {(i, c) for i, p in predicted.items() for c in p}
+    gold = {(r["id"], c) for r in test for c in r["labels"]}
+    new = set(codes)
+    return {"micro_f1": _f1(pairs, gold), "new_micro_f1": _f1({x for x in pairs if x[1] in new},
+                                                              {x for x in gold if x[1] in new}), "codes": per_code}
 
 
 def measure(cli: Clinicode, data: dict, work: Path, a: argparse.Namespace) -> dict:
@@ -98,12 +104,14 @@ def measure(cli: Clinicode, data: dict, work: Path, a: argparse.Namespace) -> di
     base_ids = set(r["id"] for r in rng.sample(rows, round(len(rows) * a.base_share)))
     pool = [r for r in rows if r["id"] not in base_ids]
     new = choose(pool, data["test"], data["codes"], a.new, a.min_notes)
+    carry = [r for r in rows if r["id"] in base_ids and (a.base_notes == "strip" or not set(r["labels"]) & set(new))]
+    base_rows = without(carry, set(new))
     desc = ["--descriptions", data["descriptions"]] if data["descriptions"] else []
     base_data, base = work / "base-data", work / "base"
     if not (base / "checkpoint" / "manifest.json").exists():
         kept = [c for c in data["codes"] if c not in set(new)]
         cut = {"codes": kept, "dev": without(data["dev"], set(new)), "test": without(data["test"], set(new))}
-        write_data(base_data, without([r for r in rows if r["id"] in base_ids], set(new)), {**data, **cut})
+        write_data(base_data, base_rows, {**data, **cut})
         cli("train", "--data", base_data, "--out", base, "--seed", a.seed, "--device", "cpu", "--no-progress",
             *desc, *cli.train_args)
     db, notes = work / "review.sqlite", work / "pool.jsonl"
@@ -130,10 +138,10 @@ def measure(cli: Clinicode, data: dict, work: Path, a: argparse.Namespace) -> di
         (work / "fresh.json").write_text(json.dumps({"wall": wall, "cpu": cpu}))
     decided = json.loads((work / "decided.json").read_text())
     return {"new_codes": new, "titles": {c: data["titles"].get(c, "") for c in new},
-            "base_notes": len(base_ids), "pool_notes": len(pool), "added_on": decided["added"],
+            "base_notes": len(base_rows), "pool_notes": len(pool), "added_on": decided["added"],
             "retrain": json.loads((work / "retrain.json").read_text()),
             "fresh_train": json.loads((work / "fresh.json").read_text()),
-            "runs": {name: {**_f1(run), "codes": per_code(cli, run, data["test"], new, work)}
+            "runs": {name: from_predictions(cli, run, data["test"], new, work)
                      for name, run in (("base", base), ("retrained", retrained), ("fresh", fresh))}}
 
 
@@ -145,7 +153,8 @@ def table(name: str, r: dict, a: argparse.Namespace) -> list[str]:
     said = r["retrain"]["said"]
     lines = [
         f"## review: codes only coders added (`benchmarks/bench_review_new_codes.py --set {name} --new {a.new} "
-        f"--min-notes {a.min_notes} --base-share {a.base_share:g} --seed {a.seed}`)",
+        f"--min-notes {a.min_notes} --base-share {a.base_share:g}{' --base-notes drop' * (a.base_notes == 'drop')} "
+        f"--seed {a.seed}`)",
         "",
         f"{name}, the 50 codes of most training notes. The base `train` saw {r['base_notes']} of the training notes "
         f"(a seeded {a.base_share:g}); {len(r['new_codes'])} codes were taken out of its data (every split's labels "
@@ -165,11 +174,11 @@ def table(name: str, r: dict, a: argparse.Namespace) -> list[str]:
     runs = r["runs"]
     lines += [
         "",
-        f"Test micro / macro-F1: base {runs['base']['micro_f1']:.4f} / {runs['base']['macro_f1']:.4f} (its "
-        f"{50 - len(r['new_codes'])} codes), retrained {runs['retrained']['micro_f1']:.4f} / "
-        f"{runs['retrained']['macro_f1']:.4f}, fresh train {runs['fresh']['micro_f1']:.4f} / "
-        f"{runs['fresh']['macro_f1']:.4f}. `review retrain` took {r['retrain']['cpu']:.0f} s of CPU (fresh train "
-        f"{r['fresh_train']['cpu']:.0f} s) and said:",
+        f"`predict` on every test note, micro-F1 over the set's 50 codes / over the new codes: base "
+        f"{runs['base']['micro_f1']:.4f} / {runs['base']['new_micro_f1']:.4f} (it lacks them), retrained "
+        f"{runs['retrained']['micro_f1']:.4f} / {runs['retrained']['new_micro_f1']:.4f}, fresh train "
+        f"{runs['fresh']['micro_f1']:.4f} / {runs['fresh']['new_micro_f1']:.4f}. `review retrain` took "
+        f"{r['retrain']['cpu']:.0f} s of CPU (the fresh train {r['fresh_train']['cpu']:.0f} s) and said:",
         "",
         "```",
         *said[-4:],
@@ -185,6 +194,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--new", type=int, default=5, help="codes taken out of the base's training notes")
     ap.add_argument("--min-notes", type=int, default=10, help="pool notes a new code must be on")
     ap.add_argument("--base-share", type=float, default=0.7, help="share of the training notes the base saw")
+    ap.add_argument("--base-notes", default="strip", choices=["strip", "drop"],
+                    help="the base's training notes that carry a new code: strip the code (notes coded before it "
+                         "existed) or leave the notes out")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work-dir", type=Path, default=Path("/tmp/clinicode-bench-new-codes"))
     ap.add_argument("--data-dir", type=Path, default=None,
@@ -195,7 +207,8 @@ def main(argv: list[str] | None = None) -> dict:
     folder = a.data_dir or DATA / SETS[a.set]
     name = folder.name if a.data_dir else SETS[a.set]
     os.umask(0o077)       # the data folders, database and runs hold note text: owner-only
-    work = a.work_dir / f"{name}-n{a.new}-m{a.min_notes}-b{a.base_share:g}-s{a.seed}"
+    drop = "-drop" if a.base_notes == "drop" else ""
+    work = a.work_dir / f"{name}-n{a.new}-m{a.min_notes}-b{a.base_share:g}-s{a.seed}{drop}"
     if not work.exists():
         work.mkdir(parents=True)
         mark_own(work)
@@ -203,8 +216,8 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     result = {"commit": _commit(), "machine": machine_line(), "set": name,
               **measure(cli, load_set(folder), work, a), "seconds": time.perf_counter() - t0}
-    (a.work_dir / f"new_codes-{name}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
-    publish(f"review-new-codes-{name}", table(name, result, a), write=not a.no_write)
+    (a.work_dir / f"new_codes-{name}{drop}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    publish(f"review-new-codes-{name}{drop}", table(name, result, a), write=not a.no_write)
     return result
 
 

@@ -1,5 +1,6 @@
-"""Code systems as values (ICD-9-CM, ICD-10-CM/PCS, MeSH): name, FHIR URI, which strings are codes, their spelling,
-shipped titles, group (ICD chapter; MeSH or OMIM concept kind) and diagnosis or procedure, asked rather than guessed.
+"""Code systems as values (ICD-9-CM, ICD-10-CM/PCS, MeSH, ICD-O-3): name, FHIR URI, which strings are codes, their
+spelling, shipped titles, group (ICD chapter; MeSH or OMIM concept kind) and diagnosis or procedure, asked rather than
+guessed.
 Pure rules over `icd9`, `icd10` and `chapters`; nothing here reads data folders."""
 
 from __future__ import annotations
@@ -258,6 +259,14 @@ MESH = CodeSystem(
 OMIM = CodeSystem(
     "OMIM", "https://omim.org", example="OMIM:312080",
     _valid=lambda c: _OMIM.fullmatch(c.upper()) is not None, _normalise=str.upper, _group=lambda c: "OMIM")
+# ICD-O-3 morphology: 4 digits (8000-9989), a slash, the behaviour (0 benign, 1 uncertain, 2 in situ, 3 malignant, 6
+# metastatic, 9 uncertain whether primary or metastatic) and an optional grade or differentiation digit ('8070/34');
+# Spain's eCIE-O-3.1, as CANTEMIST writes it, marks a term finer than its code with '/H' ('8140/3/H').
+_ICDO3 = re.compile(r"[89][0-9]{3}/[012369][1-9]?(?:/H)?")
+ICDO3 = CodeSystem(
+    "ICD-O-3", "http://terminology.hl7.org/CodeSystem/icd-o-3", example="8140/3",
+    _valid=lambda c: _ICDO3.fullmatch(c.upper()) is not None, _normalise=str.upper,
+    _group=lambda c: f"ICD-O-3 morphology {c[:3]}x")
 LOCAL = CodeSystem(  # a checkpoint's own labels, no standard classification: any non-blank string, kept as written
     "local", example="my-label", _valid=lambda c: bool(c) and c == c.strip())
 
@@ -276,6 +285,7 @@ REGISTRY: list[CodeSystem] = [
     ICD9_CM,
     MESH_OMIM,
     ICD10,
+    ICDO3,
 ]
 
 
@@ -409,6 +419,6 @@ def spelling(codes: Sequence[str], system: CodeSystem | None = None) -> Callable
     return spell
 
 
-__all__ = ["CODE_SYSTEMS", "CodeCheck", "CodeSystem", "DIAGNOSIS", "ICD10", "ICD10_CM", "ICD10_PCS", "ICD9_CM", "LOCAL",
-           "MESH", "MESH_OMIM", "MIXED", "OMIM", "PROCEDURE", "REGISTRY", "check_code", "code_system", "family_of",
-           "infer_code_system", "spelling"]
+__all__ = ["CODE_SYSTEMS", "CodeCheck", "CodeSystem", "DIAGNOSIS", "ICD10", "ICD10_CM", "ICD10_PCS", "ICD9_CM", "ICDO3",
+           "LOCAL", "MESH", "MESH_OMIM", "MIXED", "OMIM", "PROCEDURE", "REGISTRY", "check_code", "code_system",
+           "family_of", "infer_code_system", "spelling"]

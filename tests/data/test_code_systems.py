@@ -19,6 +19,7 @@ from clinicode.codes.systems import (
     ICD10,
     ICD10_CM,
     ICD10_PCS,
+    ICDO3,
     LOCAL,
     MESH,
     MESH_OMIM,
@@ -52,6 +53,8 @@ from tests.conftest import SHARED_DATA
     (MESH, "d009369", "D009369"), (MESH, "D000069279", "D000069279"), (MESH, "c537666", "C537666"),
     (MESH, "MESH:C535662", "MESH:C535662"),
     (OMIM, "omim:312080", "OMIM:312080"), (MESH_OMIM, "OMIM:312080", "OMIM:312080"),
+    (ICDO3, "8140/3", "8140/3"), (ICDO3, "8070/34", "8070/34"), (ICDO3, " 8140/3/h ", "8140/3/H"),
+    (ICDO3, "9590/6", "9590/6"),
     (LOCAL, " my-label ", "my-label"), (LOCAL, "Sepsis", "Sepsis"),
 ])
 def test_valid_codes_and_their_spelling(system, given, want):
@@ -65,6 +68,7 @@ def test_valid_codes_and_their_spelling(system, given, want):
     (ICD10_CM, "401.9"), (ICD10_CM, "E849.7"), (ICD10_CM, "J1.89"), (ICD10_PCS, "02HV3.3Z"), (ICD10_PCS, "02HV33"),
     (ICD10_PCS, "02HO33Z"),  # PCS never uses O or I
     (ICD10, "401.9"), (MESH, "D12345"), (MESH, "X009369"), (MESH, "OMIM:312080"), (OMIM, "312080"),
+    (ICDO3, "8140"), (ICDO3, "8140/4"), (ICDO3, "7140/3"), (ICDO3, "8140/30"), (ICDO3, "8140/3/X"), (ICDO3, "C50.9"),
     (LOCAL, ""), (LOCAL, "   "),
 ])
 def test_invalid_codes_are_refused_with_one_line(system, code):
@@ -109,6 +113,7 @@ def test_each_system_has_its_fhir_uri_and_kind():
     assert ICD10_PCS.uri == "http://www.cms.gov/Medicare/Coding/ICD10"
     assert MESH.uri == "https://www.nlm.nih.gov/mesh"
     assert OMIM.uri == "https://omim.org"
+    assert ICDO3.uri == "http://terminology.hl7.org/CodeSystem/icd-o-3" and ICDO3.kind("8140/3") == DIAGNOSIS
     assert LOCAL.uri == "" and ICD10.uri == ""  # a family has no URI of its own: its members do
     assert (ICD10.uri_of("J18.9"), ICD10.uri_of("02HV33Z")) == (ICD10_CM.uri, ICD10_PCS.uri)
     assert (ICD9_CM.kind("38.93"), ICD9_CM.kind("401.9"), ICD9_CM.kind("V58.61")) == (PROCEDURE, DIAGNOSIS, DIAGNOSIS)
@@ -126,6 +131,7 @@ def test_groups_follow_the_system_not_the_codes_shape():
     assert (MESH_OMIM.group("D009369"), MESH_OMIM.group("C537666"), MESH_OMIM.group("OMIM:312080")) == (
         "MeSH: descriptors", "MeSH: supplementary concepts", "OMIM")
     assert MESH_OMIM.group("401.9") == "Other codes"
+    assert (ICDO3.group("8140/3"), ICDO3.group("8140/6/H")) == ("ICD-O-3 morphology 814x",) * 2
 
 
 def test_titles_are_those_the_system_ships():
@@ -139,7 +145,7 @@ def test_registry_by_name():
         assert code_system(name) is system and system.name == name
     assert {"ICD-9-CM", "ICD-10-CM", "ICD-10-PCS", "ICD-10-CM/PCS", "MeSH"} <= set(CODE_SYSTEMS)
     with pytest.raises(DataFormatError, match=r"unknown code system 'ICD-11'; known: ICD-9-CM, MeSH, OMIM, MeSH/OMIM, "
-                                              r"ICD-10-PCS, ICD-10-CM, ICD-10-CM/PCS, local, mixed\.$"):
+                                              r"ICD-10-PCS, ICD-10-CM, ICD-10-CM/PCS, ICD-O-3, local, mixed\.$"):
         code_system("ICD-11")
 
 
@@ -151,6 +157,8 @@ def test_registry_by_name():
     (["D009369", "OMIM:312080"], MESH_OMIM),
     (["401.9", "J18.9"], MIXED), (["401.9", "my-label"], MIXED), (["a", "b"], LOCAL),
     (["D009369", "401.9"], MIXED),
+    (["8140/3", "8000/6", "8070/34", "8010/3/H"], ICDO3),   # CANTEMIST's eCIE-O-3.1 morphology codes
+    (["8140/3", "my-label"], MIXED),
 ])
 def test_infer_code_system(codes, want):
     assert infer_code_system(codes) is want
@@ -166,8 +174,8 @@ def test_family_of_members():
 def test_every_question_asks_the_registry_in_its_order():
     """One ordered list: a MeSH id is MeSH wherever it is asked (it also has the shape of an undotted ICD-10-PCS
     code), in a mixed set, by check_code and in the names a message lists."""
-    assert REGISTRY == [ICD9_CM, MESH_OMIM, ICD10]
-    assert MIXED.leaves == (ICD9_CM, MESH, OMIM, ICD10_PCS, ICD10_CM, LOCAL)
+    assert REGISTRY == [ICD9_CM, MESH_OMIM, ICD10, ICDO3]
+    assert MIXED.leaves == (ICD9_CM, MESH, OMIM, ICD10_PCS, ICD10_CM, ICDO3, LOCAL)
     assert MIXED.member("D009369") is MESH and MIXED.canonical("d009369") == "D009369"
     assert check_code(ICD9_CM, "D009369").other is MESH and check_code(ICD9_CM, "02HV33Z").other is ICD10_PCS
     assert check_code(MESH_OMIM, "J18.9").other is ICD10_CM
@@ -232,6 +240,18 @@ def test_public_mesh_sets_are_mesh(name):
     codes = [line.split("\t")[0] for line in (SHARED_DATA / name / "labels.tsv").read_text().splitlines()[1:]]
     assert len(codes) > 700 and infer_code_system(codes) is MESH_OMIM
     assert all(MESH_OMIM.kind(c) == DIAGNOSIS for c in codes)
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "cantemist-icdo3").is_dir(), reason="needs the public ICD-O-3 set")
+def test_the_public_icdo3_set_is_icdo3_and_a_coder_may_add_a_code_the_model_lacks():
+    """Every code of CANTEMIST (labels.tsv) and of its title table is ICD-O-3, so a coder's `--add` of a morphology
+    code a checkpoint lacks is checked and taken (under LOCAL no code outside the model is)."""
+    folder = SHARED_DATA / "cantemist-icdo3"
+    codes = [line.split("\t")[0] for line in (folder / "labels.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    titled = [line.split("\t")[0] for line in (folder / "descriptions.tsv").read_text(encoding="utf-8").splitlines()]
+    assert len(codes) == 849 and infer_code_system(codes) is ICDO3 and infer_code_system(titled) is ICDO3
+    assert check_code(ICDO3, "8140/6").code == "8140/6" and check_code(LOCAL, "8140/6").code is None
+    assert check_code(ICDO3, "8140/7").code is None   # no such behaviour code: a typo is refused
 
 
 # ------------------------------------------------------------------ labels.json

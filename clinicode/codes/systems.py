@@ -370,6 +370,16 @@ def infer_code_system(codes: Iterable[str]) -> CodeSystem:
     return MIXED
 
 
+def as_registered(system: CodeSystem, codes: Iterable[str]) -> CodeSystem:
+    """SYSTEM, as recorded for a label set of CODES; but a set recorded as local whose codes are all of one registered
+    system is that system's: it was recorded before clinicode knew the system (CANTEMIST's ICD-O-3 codes, local until
+    ICD-O-3 was registered), and a checkpoint, its data and its review queue must keep agreeing on one system."""
+    if system is not LOCAL:
+        return system
+    found = infer_code_system(codes)
+    return found if found is not MIXED else LOCAL
+
+
 @dataclass(frozen=True)
 class CodeCheck:
     """What `check_code` found of a code given from outside a checkpoint."""
@@ -420,5 +430,5 @@ def spelling(codes: Sequence[str], system: CodeSystem | None = None) -> Callable
 
 
 __all__ = ["CODE_SYSTEMS", "CodeCheck", "CodeSystem", "DIAGNOSIS", "ICD10", "ICD10_CM", "ICD10_PCS", "ICD9_CM", "ICDO3",
-           "LOCAL", "MESH", "MESH_OMIM", "MIXED", "OMIM", "PROCEDURE", "REGISTRY", "check_code", "code_system",
-           "family_of", "infer_code_system", "spelling"]
+           "LOCAL", "MESH", "MESH_OMIM", "MIXED", "OMIM", "PROCEDURE", "REGISTRY", "as_registered", "check_code",
+           "code_system", "family_of", "infer_code_system", "spelling"]

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from clinicode.codes.systems import CodeSystem, code_system, family_of
+from clinicode.codes.systems import CodeSystem, as_registered, code_system, family_of
 from clinicode.errors import DataFormatError
 from clinicode.files import write_json_atomic
 
@@ -141,4 +141,4 @@ class LabelSet:
             if not members[name].is_valid(c):
                 raise DataFormatError(f"{path}: entry {i} says {c[:40]!r} is a {name} code, which it is not; fix "
                                       "the code or its 'system'.")
-        return cls(tuple(codes), tuple(descs), family_of(members.values()))
+        return cls(tuple(codes), tuple(descs), as_registered(family_of(members.values()), codes))

@@ -128,8 +128,9 @@ def _register(db: ReviewStore, predictor: "Predictor", command: str) -> tuple[st
     """
     sha, ck_path = predictor.checkpoint.manifest_sha256, str(predictor.checkpoint.path)
     system = predictor.code_system
-    others = [(r[0], r[1]) for r in db.read("SELECT path, system FROM models WHERE sha256 != ? ORDER BY first_used",
-                                            (sha,)) if r[1] and r[1] != system.name]
+    others = [(r[0], r[1]) for r in db.read("SELECT path, system, codes FROM models WHERE sha256 != ? ORDER BY "
+                                            "first_used", (sha,))
+              if r[1] and db.recorded_system(r[1], r[2]).name != system.name]
     if others:
         path, theirs = others[0]
         fix = ("a checkpoint that codes in " + theirs if command == "rescore" else

@@ -254,6 +254,22 @@ def test_the_public_icdo3_set_is_icdo3_and_a_coder_may_add_a_code_the_model_lack
     assert check_code(ICDO3, "8140/7").code is None   # no such behaviour code: a typo is refused
 
 
+def test_a_set_recorded_as_local_before_its_system_was_registered_is_that_system(tmp_path):
+    """A checkpoint trained on ICD-O-3 codes before ICD-O-3 was registered recorded them as local: it reads as
+    ICD-O-3 (labels.json and a review queue's record alike), so it, its data and its queue agree on one system."""
+    from clinicode.review import open_db
+
+    path = tmp_path / "labels.json"
+    path.write_text(json.dumps([{"code": "8140/3", "description": "Adenocarcinoma", "system": "local"},
+                                {"code": "8000/6", "description": "", "system": "local"}]))
+    assert LabelSet.load(path).code_system is ICDO3
+    path.write_text(json.dumps([{"code": "Sepsis", "system": "local"}, {"code": "8140/3", "system": "local"}]))
+    assert LabelSet.load(path).code_system is LOCAL      # not all of one registered system: local as recorded
+    with open_db(tmp_path / "queue.sqlite") as db:
+        db.add_model("a" * 64, "runs/old", [("8140/3", "Adenocarcinoma"), ("8000/6", "")], LOCAL)
+        assert db.code_system() is ICDO3
+
+
 # ------------------------------------------------------------------ labels.json
 def test_labels_json_round_trip_records_each_codes_system(tmp_path):
     labels = LabelSet.from_codes(["J18.9", "02HV33Z"], {"J18.9": "Pneumonia"}, code_system=ICD10)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from clinicode.codes.systems import LOCAL, CodeSystem, code_system, family_of, infer_code_system
+from clinicode.codes.systems import LOCAL, CodeSystem, as_registered, code_system, family_of, infer_code_system
 from clinicode.review.store.errors import RETRIES, ClaimedError, ReviewError, is_busy, translate
 from clinicode.review.store.file_rules import COMPANIONS
 from clinicode.review.store.rows import (
@@ -135,11 +135,18 @@ class ReviewStore:
         suggested nothing for the note): what `decide --add` accepts and the export titles. The one place review
         learns a code system: each checkpoint's, recorded when it queued notes."""
         rows = [] if note_id is None else self.read(
-            "SELECT system FROM models WHERE sha256 IN (SELECT DISTINCT checkpoint_sha256 FROM suggestions "
+            "SELECT system, codes FROM models WHERE sha256 IN (SELECT DISTINCT checkpoint_sha256 FROM suggestions "
             "WHERE note = ?)", (note_id,))
-        rows = rows or self.read("SELECT system FROM models")
-        systems = [code_system(r[0]) for r in rows if r[0]]
+        rows = rows or self.read("SELECT system, codes FROM models")
+        systems = [self.recorded_system(r[0], r[1]) for r in rows if r[0]]
         return family_of(systems) if systems else LOCAL
+
+    @staticmethod
+    def recorded_system(name: str, codes: str) -> CodeSystem:
+        """The system a `models` row records (NAME), or the registered one its CODES (JSON) all belong to when it was
+        recorded as local before clinicode knew that system (`as_registered`)."""
+        system = code_system(name)
+        return as_registered(system, (c for c, _ in json.loads(codes))) if system is LOCAL else system
 
     def known_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(ids)

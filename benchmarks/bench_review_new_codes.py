@@ -138,7 +138,8 @@ def measure(cli: Clinicode, data: dict, work: Path, a: argparse.Namespace) -> di
         (work / "fresh.json").write_text(json.dumps({"wall": wall, "cpu": cpu}))
     decided = json.loads((work / "decided.json").read_text())
     return {"new_codes": new, "titles": {c: data["titles"].get(c, "") for c in new},
-            "base_notes": len(base_rows), "pool_notes": len(pool), "added_on": decided["added"],
+            "train_notes": len(rows), "base_notes": len(base_rows), "pool_notes": len(pool),
+            "added_on": decided["added"],
             "retrain": json.loads((work / "retrain.json").read_text()),
             "fresh_train": json.loads((work / "fresh.json").read_text()),
             "runs": {name: from_predictions(cli, run, data["test"], new, work)
@@ -152,13 +153,16 @@ def _cell(x: dict) -> str:
 def table(name: str, r: dict, a: argparse.Namespace) -> list[str]:
     said = r["retrain"]["said"]
     lines = [
-        f"## review: codes only coders added (`benchmarks/bench_review_new_codes.py --set {name} --new {a.new} "
+        f"### codes only coders added (`benchmarks/bench_review_new_codes.py "
+        f"{f'--data-dir {name}' if a.data_dir else f'--set {a.set}'} --new {a.new} "
         f"--min-notes {a.min_notes} --base-share {a.base_share:g}{' --base-notes drop' * (a.base_notes == 'drop')} "
         f"--seed {a.seed}`)",
         "",
-        f"{name}, the 50 codes of most training notes. The base `train` saw {r['base_notes']} of the training notes "
-        f"(a seeded {a.base_share:g}); {len(r['new_codes'])} codes were taken out of its data (every split's labels "
-        f"and evidence, and labels.json). A simulated coder decided the other {r['pool_notes']} (`review decide "
+        f"{name}, the 50 codes of most training notes. The base `train` saw {r['base_notes']} of the "
+        f"{r['train_notes']} training notes (of a seeded {a.base_share:g}, those left with a code); the "
+        f"{len(r['new_codes'])} codes below (at most {a.new}: those on {a.min_notes} or more of the other notes and 3 "
+        "or more test notes, the fewest first) were taken out of its data (every split's labels and evidence, and "
+        f"labels.json). A simulated coder decided the other {r['pool_notes']} (`review decide "
         "--done`, gold codes and evidence spans), giving those codes where the base could not suggest them; `review "
         "retrain` from the base, beside a fresh `train` on the retrain's data. `predict` on the test notes: those of "
         f"each new code on which the run predicts it (found), and those it is predicted on in all. {machine_line()}",

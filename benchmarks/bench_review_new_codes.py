@@ -13,14 +13,15 @@ notes and 3 test notes (the goal's edge: a code coders added on 10 or more notes
 every split (labels and evidence spans; a note left with no code is dropped; `train` refuses a label its labels.json
 lacks), so neither the base nor a retrain's dev ever saw them: codes new to the data. The base's training notes that
 carry one keep their other codes (`--base-notes strip`: notes coded before the code existed, so negatives for it in
-every later train) or are left out (`drop`: no such hidden positives). Every pool note is queued with
-the base run (`review queue`) and decided by bench_review_loop.py's simulated coder (one `review decide --done` a
-note: the gold suggestions accepted, the others rejected, the gold codes missed added, with their gold evidence
-spans). `review retrain` from the base makes the new run; beside it, a fresh `train` on the retrain's own data folder
-(the same notes and codes). Each run then `predict`s the set's test notes (its 50-code cut, new codes included). Per
-new code: the notes coders gave it (added, or accepted from a title suggestion), its test notes, on how many of them
-each run predicts it, and on how many test notes in all. Everything written stays in --work-dir, owner-only; the
-base, the decisions, the runs and their predictions are reused by a later run with the same arguments. Results:
+every later train) or are left out (`drop`: no such hidden positives). Every pool note is queued with the base run
+(`review queue`) and decided by bench_review_loop.py's simulated coder (one `review decide --done` a note: the gold
+suggestions accepted, the others rejected, the gold codes missed added, with their gold evidence spans). `review
+retrain` from the base makes the new run (with the set's titles, `--descriptions`, as the base's `train` had them);
+beside it, a fresh `train` on the retrain's own data folder (the same notes and codes). Each run then `predict`s the
+set's test notes (its 50-code cut, new codes included). Per new code: the notes coders gave it (added, or accepted
+from a title suggestion), its test notes, on how many of them each run predicts it, and on how many test notes in
+all. Everything written stays in --work-dir, owner-only; the base, the decisions, the runs and their predictions are
+reused by a later run with the same arguments. Results:
 WORK-DIR/new_codes-SET.json and, unless --no-write, the set's "review-new-codes-SET" section of BENCHMARKS.md.
 """
 
@@ -129,7 +130,7 @@ def measure(cli: Clinicode, data: dict, work: Path, a: argparse.Namespace) -> di
     retrained, fresh = work / "retrained", work / "fresh"
     if not (retrained / "checkpoint" / "manifest.json").exists():
         said, wall, cpu = cli("review", "retrain", "--checkpoint", base, "--data", base_data, "--out", retrained,
-                              "--db", db, "--seed", a.seed, "--device", "cpu")
+                              "--db", db, "--seed", a.seed, "--device", "cpu", *desc)   # the new codes' titles
         said = [line.replace(str(work), "WORK") for line in (cli.stderr + said).splitlines() if line.strip()]
         (work / "retrain.json").write_text(json.dumps({"said": said, "wall": wall, "cpu": cpu}))
     if not (fresh / "checkpoint" / "manifest.json").exists():

@@ -7,7 +7,7 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from clinicode.artifacts import make_manifest
 from clinicode.codes.systems import LOCAL, CodeSystem, family_of
@@ -117,7 +117,7 @@ LOOP_NOTES = "loop_notes"          # the manifest's list of the training notes a
 
 def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: Sequence[tuple[str, str]],
                  sample: int | None = None, seed: int = 0, system: CodeSystem | None = None,
-                 checkpoint: str | Path = "") -> dict[str, Any]:
+                 checkpoint: str | Path = "", titles: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The coded-notes folder `review retrain` trains on: the finished notes with the coders' codes, plus the base's
     training notes (all of them; a warm start's epochs see only the decided notes and a random SAMPLE of the others,
     named in the manifest's `loop_notes`), and the base's dev and test unchanged, every
@@ -132,12 +132,13 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     path, for that message. Every file written is owner-only (0600; the folder 0700).
 
     Codes coders added that LABELS lacks join the label set, after LABELS, when at least MIN_ADDED_NOTES reviewed
-    notes carry them (the retrained model grows a row for each, started from its title); the others are returned in
-    "too_few" and left out.
+    notes carry them (the retrained model grows a row for each, started from its title: the one SYSTEM ships, else
+    TITLES', a `--descriptions` file's {code: title}); the others are returned in "too_few" and left out.
 
     Returns:
         {"train", "dev", "test", "reviewed", "sampled", "kept_out", "notes": ids of the reviewed notes used,
-        "added_codes": {code: reviewed notes} that joined, "too_few": {code: reviewed notes} left out}.
+        "added_codes": {code: reviewed notes} that joined, "untitled": those of them with no title,
+        "too_few": {code: reviewed notes} left out}.
     Raises:
         ReviewError: no finished note, or the base or the queue codes in another system than the checkpoint.
     """
@@ -162,8 +163,9 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     added = Counter(c for n in notes if n["id"] not in held for c in set(n["labels"]) if c not in known)
     joined = sorted(c for c, k in added.items() if k >= MIN_ADDED_NOTES)
     if joined:   # the model grows a row for each, after the checkpoint's codes
-        titles = system.titles(joined)
-        labels = [*labels, *((c, titles.get(c, "")) for c in joined)]
+        given = {system.canonical(c) or c.strip(): title for c, title in (titles or {}).items()}
+        named = {**{c: given[c] for c in joined if given.get(c)}, **system.titles(joined)}
+        labels = [*labels, *((c, named.get(c, "")) for c in joined)]
     keep = {c for c, _ in labels}
     reviewed = [_reviewed_row(n, sorted(c for c in n["labels"] if c in keep)) for n in notes if n["id"] not in held]
     ids = {r["id"] for r in reviewed}
@@ -190,6 +192,7 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     sampled = len(base_train) if loop is None else len(loop) - len(reviewed)
     return {**counts, "reviewed": len(reviewed), "sampled": sampled, "kept_out": len(notes) - len(reviewed),
             "notes": sorted(ids), "added_codes": {c: added[c] for c in joined},
+            "untitled": [c for c, title in labels[len(labels) - len(joined):] if not title] if joined else [],
             "too_few": {c: k for c, k in sorted(added.items()) if c not in joined}}
 
 

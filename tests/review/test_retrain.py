@@ -278,6 +278,16 @@ def test_codes_coders_add_join_the_retrained_label_set_and_too_rare_ones_are_nam
              for r in pred.predict([t + " " + marked for t in held_out], top_k=5)]
     missed = [new_code in [p.code for p in r.predicted] for r in pred.predict(list(held_out), top_k=5)]
     assert sum(found) >= 5 and sum(missed) <= 2
+    # ICD-9-CM ships no titles: the code joined untitled, and the command said so and how to give one
+    assert grown.labels.descriptions[-1] == "" and "1 of them have no title" in res.stderr
+    assert "--descriptions FILE" in res.stderr and new_code in res.stderr.split("have no title")[1]
+    titles = tmp_path / "titles.tsv"
+    titles.write_text("v103\tPersonal history of malignant neoplasm of bladder\n999.9\tnot added\n")
+    res = succeeds(["review", "retrain", "--checkpoint", run, "--data", demo_data, "--out", tmp_path / "titled",
+                    "--db", db, "--epochs", "1", "--sample", "10", "--device", "cpu", "--descriptions", titles])
+    titled = load_checkpoint(tmp_path / "titled" / "checkpoint")
+    assert list(titled.labels.codes) == [*old.labels.codes, new_code] and "have no title" not in res.stderr
+    assert titled.labels.descriptions[-1] == "Personal history of malignant neoplasm of bladder"  # 'v103' as V10.3
 
 
 def _subset(demo_data: Path, out: Path, share: float) -> Path:

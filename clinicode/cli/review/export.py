@@ -31,6 +31,9 @@ def review_retrain_cli(
     = "auto",
     seed: Annotated[int, typer.Option(help="Seed of the sample and of the warm start.")] = 0,
     device: Annotated[Optional[str], opt("auto, cpu or cuda.", default_of(TrainConfig, "device"))] = None,
+    descriptions: Annotated[Optional[Path], typer.Option(
+        help="code<TAB>title file (as `train --descriptions`) for the codes coders added whose title the code "
+             "system does not ship (ICD-9-CM, ICD-10-PCS, MeSH, ICD-O-3, local).")] = None,
 ) -> None:
     """A new checkpoint from the finished notes' decisions: tfidf-lr (and the default model's tfidf-lr part,
     titles, mentions and fusion) refits on train + decided notes; LEAM starts from the checkpoint's weights and
@@ -40,6 +43,7 @@ def review_retrain_cli(
 
     from clinicode.artifacts import holds_training
     from clinicode.checkpoint import load_checkpoint, resolve_checkpoint_dir
+    from clinicode.codes.icd9 import load_descriptions_tsv
     from clinicode.review import db_path, open_db
     from clinicode.review.export import MIN_ADDED_NOTES, retrain_data
     from clinicode.train import RUN_DATA, check_run_folder, retrain
@@ -53,6 +57,7 @@ def review_retrain_cli(
                           "longer need it.")
     check_run_folder(out, resume=False, inputs={"--data": data, "--checkpoint": checkpoint})  # before RUN/data
     ck = load_checkpoint(resolve_checkpoint_dir(checkpoint), verify=True)
+    titles = load_descriptions_tsv(descriptions) if descriptions is not None else None
     loops = ck.model_kind.loop_model is not None   # a loop kind's warm start may see a --sample of the notes
     new_out, made = not Path(out).exists(), None
     # every file and folder the retrain writes is owner-only: its data holds the reviewed notes' text, and the new
@@ -63,12 +68,16 @@ def review_retrain_cli(
             made = retrain_data(rdb, Path(out) / RUN_DATA, base=data,
                                 labels=list(zip(ck.labels.codes, ck.labels.descriptions)),
                                 sample=sample if loops else None, seed=seed, system=ck.labels.code_system,
-                                checkpoint=checkpoint)
+                                checkpoint=checkpoint, titles=titles)
         typer.echo(f"{made['reviewed']:,} finished notes and {made['sampled']:,} training notes of {data} -> "
                    f"{Path(out) / RUN_DATA}", err=True)
         if made["added_codes"]:
             typer.echo(f"{len(made['added_codes']):,} codes coders added join the label set (the model grows a "
                        "row for each, started from its title): " + _counted(made["added_codes"]), err=True)
+            if made["untitled"]:
+                typer.echo(f"{len(made['untitled']):,} of them have no title (no title match, a row started from "
+                           "nothing): the code system ships none; pass --descriptions FILE (code<TAB>title): "
+                           + ", ".join(made["untitled"][:10]), err=True)
         if made["too_few"]:
             typer.echo(f"{len(made['too_few']):,} codes coders added are left out: fewer than {MIN_ADDED_NOTES} "
                        "reviewed notes carry them, too little to learn from (decide more notes with them, then "

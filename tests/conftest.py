@@ -49,6 +49,27 @@ def demo_data(demo_mimic, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture
+def coded_notes(demo_data: Path, tmp_path: Path):
+    """A function (name, train, dev, test notes) -> a folder of the first synthetic prepared notes as
+    {train,dev,test}.jsonl, the public sets' shape (the review benchmarks' tests)."""
+    import json
+
+    import pandas as pd
+
+    def make(name: str, train: int, dev: int, test: int) -> Path:
+        out = tmp_path / name
+        out.mkdir()
+        for split, n in (("train", train), ("dev", dev), ("test", test)):
+            df = pd.read_parquet(demo_data / f"{split}.parquet").head(n)
+            (out / f"{split}.jsonl").write_text("".join(
+                json.dumps({"id": str(i), "text": t, "labels": list(lab)}) + "\n"
+                for i, t, lab in zip(df["id"], df["text"], df["labels"])))
+        return out
+
+    return make
+
+
 # The paper's model (code_evidence and window_nonneg off, as `train --paper`), as these fixtures were before the
 # defaults changed: the tests built on them test the pipeline around the paper's LEAM; the default model has its own
 # (tests/model/test_code_evidence.py, tests/train/test_code_evidence_run.py).

@@ -1,7 +1,6 @@
 """Code systems as values (ICD-9-CM, ICD-10-CM/PCS, MeSH, ICD-O-3): name, FHIR URI, which strings are codes, their
-spelling, shipped titles, group (ICD chapter; MeSH or OMIM concept kind) and diagnosis or procedure, asked rather than
-guessed.
-Pure rules over `icd9`, `icd10` and `chapters`; nothing here reads data folders."""
+spelling, shipped titles, group (chapter or concept kind), diagnosis or procedure, asked rather than guessed. Pure
+rules over `icd9`, `icd10` and `chapters`; nothing here reads data folders."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def review_retrain_cli(
     from clinicode.checkpoint import load_checkpoint, resolve_checkpoint_dir
     from clinicode.codes.icd9 import load_descriptions_tsv
     from clinicode.review import db_path, open_db
-    from clinicode.review.export import MIN_ADDED_NOTES, retrain_data
+    from clinicode.review.export import retrain_data
     from clinicode.train import RUN_DATA, check_run_folder, retrain
 
     if epochs < 1 or (sample is not None and sample < 0) or start not in ("auto", "warm", "fresh"):
@@ -71,17 +71,7 @@ def review_retrain_cli(
                                 checkpoint=checkpoint, titles=titles)
         typer.echo(f"{made['reviewed']:,} finished notes and {made['sampled']:,} training notes of {data} -> "
                    f"{Path(out) / RUN_DATA}", err=True)
-        if made["added_codes"]:
-            typer.echo(f"{len(made['added_codes']):,} codes coders added join the label set (the model grows a "
-                       "row for each, started from its title): " + _counted(made["added_codes"]), err=True)
-            if made["untitled"]:
-                typer.echo(f"{len(made['untitled']):,} of them have no title (no title match, a row started from "
-                           "nothing): the code system ships none; pass --descriptions FILE (code<TAB>title): "
-                           + ", ".join(made["untitled"][:10]), err=True)
-        if made["too_few"]:
-            typer.echo(f"{len(made['too_few']):,} codes coders added are left out: fewer than {MIN_ADDED_NOTES} "
-                       "reviewed notes carry them, too little to learn from (decide more notes with them, then "
-                       "retrain): " + _counted(made["too_few"]), err=True)
+        _say_added(made)
         r = retrain(checkpoint=ck, out_dir=out, data_dir=Path(out) / RUN_DATA, epochs=epochs, seed=seed,
                     device=device, start=start, n_train=made["train"],
                     provenance={"checkpoint": str(ck.path), "checkpoint_sha256": ck.manifest_sha256,
@@ -117,6 +107,24 @@ def _then_now(old: dict, new: dict) -> str:
     """'0.8123 -> 0.8301' (the old checkpoint's figure, when it has one, then the new one's)."""
     now = f"{new.get('f1_micro', float('nan')):.4f}"
     return f"{old['f1_micro']:.4f} -> {now}" if "f1_micro" in old else now
+
+
+def _say_added(made: dict) -> None:
+    """`review retrain`'s lines on the codes coders added: those that joined (and which of them have no title), and
+    those left out as too rare."""
+    from clinicode.review.export import MIN_ADDED_NOTES
+
+    if made["added_codes"]:
+        typer.echo(f"{len(made['added_codes']):,} codes coders added join the label set (the model grows a "
+                   "row for each, started from its title): " + _counted(made["added_codes"]), err=True)
+        if made["untitled"]:
+            typer.echo(f"{len(made['untitled']):,} of them have no title (no title match, a row started from "
+                       "nothing): the code system ships none; pass --descriptions FILE (code<TAB>title): "
+                       + ", ".join(made["untitled"][:10]), err=True)
+    if made["too_few"]:
+        typer.echo(f"{len(made['too_few']):,} codes coders added are left out: fewer than {MIN_ADDED_NOTES} "
+                   "reviewed notes carry them, too little to learn from (decide more notes with them, then "
+                   "retrain): " + _counted(made["too_few"]), err=True)
 
 
 def _counted(codes: dict[str, int], shown: int = 10) -> str:

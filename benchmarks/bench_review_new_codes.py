@@ -78,8 +78,9 @@ def from_predictions(cli: Clinicode, run: Path, test: list[dict], codes: list[st
     out = work / f"{run.name}-test-predictions.jsonl"
     if not out.exists():
         notes = work / "test-notes.jsonl"
-        notes.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}, ensure_ascii=False) + "\n"
-                                 for r in test))
+        if not notes.exists():       # one file for the three runs' `predict`
+            notes.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}, ensure_ascii=False) + "\n"
+                                     for r in test))
         cli("predict", "--checkpoint", run, "--input", notes, "--output", out, "--device", "cpu", "--no-progress")
     predicted = {}
     for line in out.read_text(encoding="utf-8").splitlines():

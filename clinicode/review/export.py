@@ -132,8 +132,8 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     path, for that message. Every file written is owner-only (0600; the folder 0700).
 
     Codes coders added that LABELS lacks join the label set, after LABELS, when at least MIN_ADDED_NOTES reviewed
-    notes carry them (the retrained model grows a row for each, started from its title: the one SYSTEM ships, else
-    TITLES', a `--descriptions` file's {code: title}); the others are returned in "too_few" and left out.
+    notes carry them (the retrained model grows a row for each, started from its title: TITLES', a `--descriptions`
+    file's {code: title}, else the one SYSTEM ships, as `train` fills them); the others are left out ("too_few").
 
     Returns:
         {"train", "dev", "test", "reviewed", "sampled", "kept_out", "notes": ids of the reviewed notes used,
@@ -162,10 +162,11 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     known = {c for c, _ in labels}
     added = Counter(c for n in notes if n["id"] not in held for c in set(n["labels"]) if c not in known)
     joined = sorted(c for c, k in added.items() if k >= MIN_ADDED_NOTES)
-    if joined:   # the model grows a row for each, after the checkpoint's codes
-        given = {system.canonical(c) or c.strip(): title for c, title in (titles or {}).items()}
-        named = {**{c: given[c] for c in joined if given.get(c)}, **system.titles(joined)}
+    untitled: list[str] = []
+    if joined:   # the model grows a row for each, after the checkpoint's codes; titles as `train` fills them
+        named = _titles_of(joined, system, titles or {})
         labels = [*labels, *((c, named.get(c, "")) for c in joined)]
+        untitled = [c for c in joined if not named.get(c)]
     keep = {c for c, _ in labels}
     reviewed = [_reviewed_row(n, sorted(c for c in n["labels"] if c in keep)) for n in notes if n["id"] not in held]
     ids = {r["id"] for r in reviewed}
@@ -192,8 +193,15 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     sampled = len(base_train) if loop is None else len(loop) - len(reviewed)
     return {**counts, "reviewed": len(reviewed), "sampled": sampled, "kept_out": len(notes) - len(reviewed),
             "notes": sorted(ids), "added_codes": {c: added[c] for c in joined},
-            "untitled": [c for c, title in labels[len(labels) - len(joined):] if not title] if joined else [],
+            "untitled": untitled,
             "too_few": {c: k for c, k in sorted(added.items()) if c not in joined}}
+
+
+def _titles_of(codes: Sequence[str], system: CodeSystem, given: Mapping[str, str]) -> dict[str, str]:
+    """{code: title} for CODES as `train` fills a label set's: GIVEN's (a `--descriptions` file, any spelling of
+    SYSTEM), else the title SYSTEM ships."""
+    spelled = {system.canonical(c) or c.strip(): title for c, title in given.items()}
+    return {**system.titles(codes), **{c: spelled[c] for c in codes if spelled.get(c)}}
 
 
 def _write_retrain_folder(out: Path, splits: dict[str, list[dict[str, Any]]], labels: Sequence[tuple[str, str]], *,

@@ -32,8 +32,8 @@ def review_retrain_cli(
     seed: Annotated[int, typer.Option(help="Seed of the sample and of the warm start.")] = 0,
     device: Annotated[Optional[str], opt("auto, cpu or cuda.", default_of(TrainConfig, "device"))] = None,
     descriptions: Annotated[Optional[Path], typer.Option(
-        help="code<TAB>title file (as `train --descriptions`) for the codes coders added whose title the code "
-             "system does not ship (ICD-9-CM, ICD-10-PCS, MeSH, ICD-O-3, local).")] = None,
+        help="code<TAB>title file (as `train --descriptions`) for the codes coders added: its titles first, then "
+             "the code system's (only ICD-10-CM ships any).")] = None,
 ) -> None:
     """A new checkpoint from the finished notes' decisions: tfidf-lr (and the default model's tfidf-lr part,
     titles, mentions and fusion) refits on train + decided notes; LEAM starts from the checkpoint's weights and

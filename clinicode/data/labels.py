@@ -142,3 +142,36 @@ class LabelSet:
                 raise DataFormatError(f"{path}: entry {i} says {c[:40]!r} is a {name} code, which it is not; fix "
                                       "the code or its 'system'.")
         return cls(tuple(codes), tuple(descs), as_registered(family_of(members.values()), codes))
+
+
+PARTLY_CODED = "partly_coded"   # a dataset manifest's {"codes": [...], "notes": [ids]}: codes known only on the notes
+
+
+@dataclass(frozen=True)
+class PartlyCoded:
+    """Codes whose absence means something only on some training notes: codes coders added in review, which the
+    older notes were never read for (`review retrain`'s data names them in its manifest, `PARTLY_CODED`). Training
+    learns them from the notes that were read (`known`) and leaves the others out of their loss and fit.
+
+    Args:
+        columns: [C] the codes' indices in the label set.
+        known: [N] True for the training notes read for them (the reviewed ones).
+    """
+
+    columns: np.ndarray
+    known: np.ndarray
+
+    @classmethod
+    def of(cls, manifest: dict[str, Any], labels: LabelSet, ids: Iterable[Any]) -> PartlyCoded | None:
+        """MANIFEST's partly coded codes among LABELS, over the training notes IDS (in order); None: it names none."""
+        entry = manifest.get(PARTLY_CODED) or {}
+        columns = [labels.index(c) for c in entry.get("codes", ()) if c in labels]
+        if not columns:
+            return None
+        read = {str(i) for i in entry.get("notes", ())}
+        return cls(np.asarray(columns, dtype=np.int64), np.asarray([str(i) in read for i in ids], dtype=bool))
+
+    def rows(self, y: np.ndarray, column: int) -> np.ndarray:
+        """[N] True for the notes whose code COLUMN (one of `columns`) is known in Y ([N, K] 0/1): the notes read for
+        it, and any note that carries it."""
+        return self.known | (np.asarray(y[:, column]) > 0)

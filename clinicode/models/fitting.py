@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from clinicode.config import TrainConfig
-    from clinicode.data.labels import LabelSet
+    from clinicode.data.labels import LabelSet, PartlyCoded
     from clinicode.models.declarations import KindFiles
 
 
@@ -40,6 +40,9 @@ class TrainingData:
     terminology: Mapping[str, str] = dataclasses.field(default_factory=dict)
     y_dev_terminology: np.ndarray | None = None
     say: Callable[[str], None] = lambda line: None   # a status line for the user (what the kind fitted, how long)
+    # codes known only on some training notes (coders added them in review; `review retrain`'s data names them):
+    # fitted on those notes alone; None: every code is known on every note
+    partly: PartlyCoded | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -110,8 +113,9 @@ class LoopModel(Protocol):
         scores only the codes in play, handing `loss` what it needs); under torchrun the notes' dropout masks are the
         global batch's here, so the forward and `loss` are two steps (a regulariser in `loss` is not the batch's)."""
 
-    def loss(self, model: Any, logits: Any, y: Any, *, pos_weight: Any) -> tuple[Any, Any]:
-        """(the loss to minimise, the task loss to report) of a batch's logits and its [B, K] float labels."""
+    def loss(self, model: Any, logits: Any, y: Any, *, pos_weight: Any, known: Any = None) -> tuple[Any, Any]:
+        """(the loss to minimise, the task loss to report) of a batch's logits and its [B, K] float labels; KNOWN:
+        [B, K] 1 where a label is known, 0 where it leaves the loss (`clinicode.data.labels.PartlyCoded`), or None."""
 
     def after_step(self, model: Any) -> None:
         """Called after each optimiser step (constraints on the weights)."""

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 from clinicode.artifacts import make_manifest
 from clinicode.codes.systems import LOCAL, CodeSystem, family_of
 from clinicode.constants import EVIDENCE, MANIFEST_FILE
+from clinicode.data.labels import PARTLY_CODED
 from clinicode.files import atomic_dir, check_output, manifest_kind, new_private_file, write_manifest
 from clinicode.review.audit import agreement, audit_log, work_times
 from clinicode.review.store import ReviewError, ReviewStore
@@ -88,9 +89,12 @@ def export(db: ReviewStore, out: str | Path, *, base: str | Path | None = None) 
     # it from this folder. Named, recorded in the manifest, and never appended to a base's labels.json.
     taught = {c for r in splits["train"] for c in r["labels"]}
     untrained = [c for c in codes if c not in taught and (base is None or c not in ds.labels)]
+    partly: dict[str, Any] = {}   # the codes the base's notes were never coded for: `train` learns them from ours
     if base is not None:
         labels_json = _merged_labels(ds.labels, [c for c in codes if c not in ds.labels and c in taught], titles,
                                      system)
+        partly = _partly_coded(ds, {e["code"] for e in labels_json}, {n["id"] for n in notes},
+                               {str(i) for i in ds.split("train")["id"]})
     with atomic_dir(out, replaces=is_review_export) as tmp:
         os.chmod(tmp, 0o700)
         for name, part in splits.items():
@@ -106,7 +110,7 @@ def export(db: ReviewStore, out: str | Path, *, base: str | Path | None = None) 
         counts.setdefault("test", 0)
         write_manifest(tmp, make_manifest(EXPORT_KIND, counts=counts, codes=len(codes), reviewed=len(notes),
                                           source=str(db.path), base=None if base is None else str(base),
-                                          codes_without_training_notes=untrained))
+                                          codes_without_training_notes=untrained, **partly))
         os.chmod(tmp / MANIFEST_FILE, 0o600)  # like every file of the folder (docs/review.md)
     return {**counts, "codes": len(codes), "reviewed": len(notes), "kept_out": kept_out, "untrained": untrained}
 
@@ -189,12 +193,25 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
         loop = sorted(ids | {r["id"] for r in random.Random(seed).sample(base_train, max(sample, 0))})
     splits = {"train": reviewed + base_train, "dev": rows("dev"), "test": rows("test")}
     counts = _write_retrain_folder(out, splits, labels, manifest={
-        "reviewed": len(reviewed), "source": str(db.path), "base": str(base), "sample": sample, LOOP_NOTES: loop})
+        "reviewed": len(reviewed), "source": str(db.path), "base": str(base), "sample": sample, LOOP_NOTES: loop,
+        **_partly_coded(ds, keep, ids, {r["id"] for r in base_train})})
     sampled = len(base_train) if loop is None else len(loop) - len(reviewed)
     return {**counts, "reviewed": len(reviewed), "sampled": sampled, "kept_out": len(notes) - len(reviewed),
             "notes": sorted(ids), "added_codes": {c: added[c] for c in joined},
             "untitled": untitled,
             "too_few": {c: k for c, k in sorted(added.items()) if c not in joined}}
+
+
+def _partly_coded(ds: Any, keep: set[str], reviewed: set[str], base_train: set[str]) -> dict[str, Any]:
+    """The manifest's `PARTLY_CODED` entry: the codes of KEEP the base's notes were never coded for (those its label
+    set lacks, and those it already named partly coded), known only on the REVIEWED notes (and on the base's training
+    notes BASE_TRAIN it named as read for them); {} when there are none."""
+    prior = ds.manifest.get(PARTLY_CODED) or {}
+    codes = sorted(c for c in keep if c not in ds.labels or c in set(prior.get("codes", ())))
+    if not codes:
+        return {}
+    read = reviewed | {str(i) for i in prior.get("notes", ()) if str(i) in base_train}
+    return {PARTLY_CODED: {"codes": codes, "notes": sorted(read)}}
 
 
 def _titles_of(codes: Sequence[str], system: CodeSystem, given: Mapping[str, str]) -> dict[str, str]:

@@ -19,6 +19,7 @@ from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.config import TrainConfig
 from clinicode.constants import HISTORY_FILE
+from clinicode.data.labels import PartlyCoded
 from clinicode.data.prepared import PreparedDataset
 from clinicode.embeddings import initial_vectors
 from clinicode.errors import ConfigError, DataFormatError
@@ -67,6 +68,9 @@ class ShareDropout(torch.nn.Dropout):
         return x * keep[rows]
 
 
+UNKNOWN = 2   # a training label neither 0 nor 1 (`PartlyCoded`): the loss leaves it out
+
+
 class Objective(torch.nn.Module):
     """Forward plus both losses in one module, so DistributedDataParallel sees every use of the weights.
 
@@ -74,12 +78,18 @@ class Objective(torch.nn.Module):
     dropout masks are then the global batch's (`ShareDropout`, which `distributed` puts in place of the model's).
     """
 
-    def __init__(self, kind: LoopModel, model: torch.nn.Module, pos_weight: torch.Tensor | None, plan: Any) -> None:
+    def __init__(self, kind: LoopModel, model: torch.nn.Module, pos_weight: torch.Tensor | None, plan: Any, *,
+                 partly: bool = False) -> None:
         super().__init__()
         self.kind, self.model, self.pos_weight, self.plan = kind, model, pos_weight, plan
+        self.partly = partly   # labels may be UNKNOWN: those terms leave the loss
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, y: torch.Tensor,
                 share: tuple[slice, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        known = None
+        if self.partly:   # a code coders added, on a note never read for it: neither positive nor negative
+            known = (y != UNKNOWN).to(y.dtype)
+            y = y * known
         dropouts = [m for m in self.model.modules() if isinstance(m, ShareDropout)] if share is not None else []
         for m in dropouts:
             m.share = share
@@ -88,7 +98,7 @@ class Objective(torch.nn.Module):
         finally:  # the loss's own regulariser (LEAM's code vectors through the head) is no share of the batch
             for m in dropouts:
                 m.share = None
-        return self.kind.loss(self.model, logits, y, pos_weight=self.pos_weight)
+        return self.kind.loss(self.model, logits, y, pos_weight=self.pos_weight, known=known)
 
 
 def distributed(objective: Objective, device: torch.device) -> torch.nn.Module:
@@ -165,7 +175,13 @@ class TrainingSetup:
         self.y_dev = self.labels.multi_hot(dev_df["labels"])
         self.pos_weight = (pos_weight(self.y_train, cfg.pos_weight).to(self.device)
                            if self.multilabel and cfg.pos_weight > 0 else None)
-        self.objective: torch.nn.Module = Objective(kind, self.model, self.pos_weight, self.plan)
+        partly = PartlyCoded.of(ds.manifest, self.labels, train_df["id"]) if self.multilabel else None
+        if partly is not None:   # codes coders added: UNKNOWN on the notes never read for them (after pos_weight)
+            y = self.y_train.numpy()   # the tensor's own memory
+            for k in partly.columns:
+                y[~partly.rows(y, k), k] = UNKNOWN
+        self.objective: torch.nn.Module = Objective(kind, self.model, self.pos_weight, self.plan,
+                                                    partly=partly is not None)
         if self.world > 1:
             self.objective = distributed(self.objective, self.device)
         release_freed_memory()  # the vocabulary's and word2vec's freed buffers, before the first epoch's

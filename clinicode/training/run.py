@@ -22,7 +22,7 @@ from clinicode.codes.systems import LOCAL, infer_code_system, spelling
 from clinicode.codes.terminology import read_terminology, terminology_titles
 from clinicode.config import TrainConfig, config_to_dict
 from clinicode.constants import EVIDENCE, RETRAIN_EPOCHS, RUN_DATA_DIR, RUN_FILE
-from clinicode.data.labels import LabelSet
+from clinicode.data.labels import LabelSet, PartlyCoded
 from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.errors import ConfigError, DataFormatError
 from clinicode.file_locks import claim_folder, releases_claims
@@ -260,7 +260,8 @@ def _training_data(ds: Any, config: TrainConfig, needs: RunNeeds, terms: dict[st
                         terminology=more, y_dev_terminology=(LabelSet(tuple(more), tuple(more.values()),
                                                                       ds.labels.code_system).multi_hot(dev_df["labels"])
                                                              if more else None),
-                        say=lambda line: say(report, line))
+                        say=lambda line: say(report, line),
+                        partly=PartlyCoded.of(ds.manifest, ds.labels, train_df["id"]))
 
 
 def _evidence(ds: Any, df: Any, wanted: bool) -> list | None:

@@ -229,9 +229,10 @@ class FusedKind:
         options = options if options is not None else FusedOptions()
         codes = data.labels.codes
         evidence = data.evidence if options.mentions else None   # --no-mentions: the coders' spans stay unread
-        mentions = (MentionLexicon.build(codes, data.texts, evidence) if evidence is not None
+        mentions = (MentionLexicon.build(codes, data.texts, evidence, partly=data.partly) if evidence is not None
                     else MentionLexicon(codes=tuple(codes), language=detect_language(data.texts)))
-        lr = fit_lr_part(data.texts, data.y, single_label=data.single_label, min_doc_freq=data.config.min_doc_freq)
+        lr = fit_lr_part(data.texts, data.y, single_label=data.single_label, min_doc_freq=data.config.min_doc_freq,
+                         partly=data.partly)
         data.say(f"{self.name}: the part before the epochs fitted in {time.perf_counter() - t0:.0f} s"
                  + _mentions_note(mentions, codes, evidence))
         part = options.leam_part(per_code=not len(mentions) and len(data.labels) > PER_CODE_FROM)

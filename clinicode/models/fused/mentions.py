@@ -133,16 +133,19 @@ class MentionLexicon:
     @classmethod
     def build(cls, codes: Sequence[str], texts: Sequence[str],
               evidence: Sequence[Iterable[Mapping[str, Any]] | None], *, language: str | None = None,
-              matching: Matching = DEFAULT) -> MentionLexicon:
+              matching: Matching = DEFAULT, partly: Any = None) -> MentionLexicon:
         """From each training note's evidence ({code, start, end}: text[start:end] justifies code); mentions of codes
         outside CODES, ones longer than MAX_WORDS words, ones without a word of two letters ("A", "2"), ones made only
         of stop words ("and"), ones spanned fewer than `matching.support` times for the code (one-word acronyms:
         `matching.acronym_support`), and acronyms of one word that the training notes also write in lower case ("CAN",
         "HIT": `matching.ordinary`) are left out.
-        LANGUAGE: the notes' ("en", "es"); None: detected from TEXTS (`clinicode.matching.detect_language`)."""
+        LANGUAGE: the notes' ("en", "es"); None: detected from TEXTS (`clinicode.matching.detect_language`).
+        PARTLY: codes known only on some notes (`clinicode.data.labels.PartlyCoded`): their phrases' weights count
+        occurrences in those notes alone (the others were never read for them)."""
         index = {c: k for k, c in enumerate(codes)}
         found: Counter[tuple[tuple[str, ...], int]] = Counter()
-        for text, spans in zip(texts, evidence):
+        found_read: Counter[tuple[tuple[str, ...], int]] = Counter()   # the spans in notes read for PARTLY's codes
+        for i, (text, spans) in enumerate(zip(texts, evidence)):
             for m in spans if isinstance(spans, (list, tuple)) else ():
                 k = index.get(str(m.get("code"))) if isinstance(m, Mapping) else None
                 start, end = (m.get("start"), m.get("end")) if k is not None else (None, None)
@@ -151,6 +154,7 @@ class MentionLexicon:
                 phrase = _key([w for w, _, _ in _words(text[start:end])])
                 if 0 < len(phrase) <= MAX_WORDS and any(sum(c.isalpha() for c in w) >= 2 for w in phrase):
                     found[(phrase, k)] += 1
+                    found_read[(phrase, k)] += partly is not None and bool(partly.known[i])
         ordinary: set[str] = set()
         if matching.ordinary:
             single = {p[0].lower() for p, _ in found if len(p) == 1 and _is_acronym(p)}
@@ -166,13 +170,36 @@ class MentionLexicon:
             kept.setdefault(phrase, set()).add(k)
         lang = check_language(language) if language else detect_language(texts)
         lexicon = cls({p: tuple(sorted(ks)) for p, ks in kept.items()}, tuple(codes), lang, matching)
-        return lexicon._weighed(found, texts) if matching.weighted else lexicon
+        if not matching.weighted:
+            return lexicon
+        read = None if partly is None else (set(int(k) for k in partly.columns), found_read,
+                                            [t for t, r in zip(texts, partly.known) if r])
+        return lexicon._weighed(found, texts, read=read)
 
-    def _weighed(self, found: Mapping[tuple[tuple[str, ...], int], int], texts: Sequence[str]) -> MentionLexicon:
+    def _weighed(self, found: Mapping[tuple[tuple[str, ...], int], int], texts: Sequence[str], *,
+                 read: tuple[set[int], Mapping[tuple[tuple[str, ...], int], int], Sequence[str]] | None = None,
+                 ) -> MentionLexicon:
         """This lexicon with `Matching.weighted`'s weights, from FOUND (training spans per (phrase, code)) and the
         phrases' occurrences in the training notes TEXTS: a phrase's share of spans naming the code, times the share
-        of its occurrences coders marked (at most 1)."""
+        of its occurrences coders marked (at most 1). READ: (codes known only on some notes, the spans and the texts
+        of those notes): the second share of those codes' phrases counts those notes alone."""
         key_of = {p: self._match_key(p) for p in self.phrases}
+        spans, marked, seen = self._tallies(found, texts, key_of)
+        cols, marked_read, seen_read = set(), marked, seen
+        if read is not None:
+            cols, (_, marked_read, seen_read) = read[0], self._tallies(read[1], read[2], key_of)
+
+        def coded(key: tuple[str, ...], k: int) -> float:   # the share of the phrase's occurrences coders marked
+            m, s = (marked_read, seen_read) if k in cols and marked_read[key] else (marked, seen)
+            return min(1.0, m[key] / max(s[key], 1))
+
+        weights = {p: {k: spans[(key_of[p], k)] / marked[key_of[p]] * coded(key_of[p], k) for k in ks}
+                   for p, ks in self.phrases.items() if marked[key_of[p]]}
+        return replace(self, weights=weights)
+
+    def _tallies(self, found: Mapping[tuple[tuple[str, ...], int], int], texts: Sequence[str],
+                 key_of: Mapping[tuple[str, ...], tuple[str, ...]]) -> tuple[Counter, Counter, Counter]:
+        """(spans per (match key, code), spans per match key, notes' occurrences per match key) of FOUND in TEXTS."""
         spans: Counter[tuple[tuple[str, ...], int]] = Counter()
         for (p, k), n in found.items():
             if p in key_of:
@@ -183,10 +210,7 @@ class MentionLexicon:
         seen: Counter[tuple[str, ...]] = Counter()
         for text in texts:
             seen.update(key for _, _, key in {(a, b, key) for _, a, b, key in self._found(text)})
-        weights = {p: {k: spans[(key_of[p], k)] / marked[key_of[p]]
-                          * min(1.0, marked[key_of[p]] / max(seen[key_of[p]], 1)) for k in ks}
-                   for p, ks in self.phrases.items() if marked[key_of[p]]}
-        return replace(self, weights=weights)
+        return spans, marked, seen
 
     def union(self, other: MentionLexicon) -> MentionLexicon:
         """Both lexicons' phrases (of the same codes), matched as this one's."""

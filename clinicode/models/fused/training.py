@@ -25,12 +25,13 @@ from clinicode.models.fused.model import FusedModel, phrase_lexicon, terminology
 PER_CODE_THRESHOLDS = False
 
 
-def fit_lr_part(texts: Sequence[str], y: np.ndarray, *, single_label: bool, min_doc_freq: int) -> Any:
+def fit_lr_part(texts: Sequence[str], y: np.ndarray, *, single_label: bool, min_doc_freq: int,
+                partly: Any = None) -> Any:
     """The bag-of-words part, fitted on the training notes (tfidf-lr with its defaults; words of at least
-    MIN_DOC_FREQ notes, as the LEAM part's tokenizer keeps)."""
+    MIN_DOC_FREQ notes, as the LEAM part's tokenizer keeps; PARTLY's codes on the notes read for them)."""
     from clinicode.models.tfidf_lr.baseline import fit_tfidf_lr
 
-    return fit_tfidf_lr(texts, y, single_label=single_label, min_doc_freq=min_doc_freq)
+    return fit_tfidf_lr(texts, y, single_label=single_label, min_doc_freq=min_doc_freq, partly=partly)
 
 
 def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None = None, dev_texts: Sequence[str],

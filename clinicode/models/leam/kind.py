@@ -216,12 +216,12 @@ class LEAMKind:
         codes, weight = sample_codes(targets, cfg.code_sample)
         return SampledLogits(model(ids, mask, block=plan.block, order=plan.order, codes=codes).logits, codes, weight)
 
-    def loss(self, model: Any, logits: Any, y: Any, *, pos_weight: Any) -> tuple[Any, Any]:
+    def loss(self, model: Any, logits: Any, y: Any, *, pos_weight: Any, known: Any = None) -> tuple[Any, Any]:
         if not isinstance(logits, tuple):
-            return model.loss(logits.float(), y, pos_weight=pos_weight)
+            return model.loss(logits.float(), y, pos_weight=pos_weight, weight=known)
         codes = logits.codes                                                          # a SampledLogits
         return model.loss(logits.logits.float(), y[:, codes], pos_weight=None if pos_weight is None else
-                          pos_weight[codes], weight=logits.weight)
+                          pos_weight[codes], weight=logits.weight if known is None else logits.weight * known[:, codes])
 
     def after_step(self, model: Any) -> None:
         model.constrain()

@@ -294,7 +294,8 @@ class LEAM(nn.Module):
             targets: [B, K] float 0/1 (multi-label) or one-hot (single-label); [B, n] with the draw.
             pos_weight: optional [K] ([n]) weights of the positive BCE terms (multi-label only; None = paper's loss).
             weight: multi-label, the draw's [n] column weights: the weighted sum over B*n terms stands for the sum
-                over B*K, so the task loss is still a mean over B*K (an unbiased estimate of it).
+                over B*K, so the task loss is still a mean over B*K (an unbiased estimate of it); [B, K] ([B, n]):
+                also 0 for the labels not known (`clinicode.data.labels.PartlyCoded`), which leave the sum.
         Returns:
             (total loss, task loss), both scalars.
         """

@@ -20,6 +20,7 @@ from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
 
 from clinicode.config import TrainConfig
+from clinicode.data.labels import PartlyCoded
 from clinicode.data.text import tokenize
 from clinicode.errors import CheckpointError, ConfigError
 from clinicode.files import write_bytes_atomic, write_json_atomic
@@ -179,13 +180,15 @@ class TfidfLR:
 
     # ------------------------------------------------------------------------------------- fit/predict
 
-    def fit(self, texts: Sequence[str], y: np.ndarray) -> "TfidfLR":
+    def fit(self, texts: Sequence[str], y: np.ndarray, *, partly: PartlyCoded | None = None) -> "TfidfLR":
         """Fit the vocabulary, idf and one LR per label (or one multinomial LR when config.softmax).
 
         Args:
             texts: N training documents (raw text).
             y: [N, K] 0/1 gold matrix (float32 or any numeric dtype). In softmax mode each row must have
                 exactly one 1. A label with no positive (or no negative) gets a constant predictor.
+            partly: codes known only on some notes (`PartlyCoded`: added in review): each one's LR is fitted on
+                those notes alone (multi-label only; a softmax LR has no per-code fit).
         Returns:
             self.
         Raises:
@@ -233,8 +236,10 @@ class TfidfLR:
             # Worker processes, not threads: liblinear keeps global RNG state, so threaded fits are not
             # reproducible. Small problems stay in-process, where the pool start-up would dominate.
             n_jobs = 1 if n < _PARALLEL_MIN_DOCS else min(_N_JOBS, self.n_labels)
+            rows = {} if partly is None else {int(k): partly.rows(y, k) for k in partly.columns}
             results = Parallel(n_jobs=n_jobs, backend="loky")(
-                delayed(_fit_binary)(x, y[:, k], self.config) for k in range(self.n_labels)
+                delayed(_fit_binary)(x[rows[k]] if k in rows else x, y[rows[k], k] if k in rows else y[:, k],
+                                     self.config) for k in range(self.n_labels)
             )
             coef = np.stack([r[0] for r in results])  # [K, V]
             intercept = np.array([r[1] for r in results])  # [K]
@@ -379,7 +384,7 @@ class TfidfLR:
 
 
 def fit_tfidf_lr(texts: Sequence[str], y: np.ndarray, *, single_label: bool,
-                 min_doc_freq: int = TrainConfig.min_doc_freq) -> TfidfLR:
+                 min_doc_freq: int = TrainConfig.min_doc_freq, partly: PartlyCoded | None = None) -> TfidfLR:
     """The bag-of-words baseline `train --model tfidf-lr` fits (and the fused model's part): one LR per code, or one
     softmax LR for single-label data.
 
@@ -389,5 +394,7 @@ def fit_tfidf_lr(texts: Sequence[str], y: np.ndarray, *, single_label: bool,
         single_label: every note has exactly one code (then a multinomial LR).
         min_doc_freq: the vocabulary keeps words found in at least this many notes (`train --min-doc-freq`, as the
             tokenizer's: docs/data-safety.md promises no word of fewer training notes is kept in a checkpoint).
+        partly: codes known only on some notes (`TfidfLR.fit`).
     """
-    return TfidfLR(TfidfLRConfig(softmax=single_label, min_df=min_doc_freq), n_labels=y.shape[1]).fit(texts, y)
+    return TfidfLR(TfidfLRConfig(softmax=single_label, min_df=min_doc_freq),
+                   n_labels=y.shape[1]).fit(texts, y, partly=partly)

@@ -83,7 +83,7 @@ class TfidfLRKind:
         from clinicode.models.tfidf_lr.baseline import fit_tfidf_lr
 
         return Fitted(model=fit_tfidf_lr(data.texts, data.y, single_label=data.single_label,
-                                         min_doc_freq=data.config.min_doc_freq))
+                                         min_doc_freq=data.config.min_doc_freq, partly=data.partly))
 
 
 KIND = TfidfLRKind()

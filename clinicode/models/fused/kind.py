@@ -249,7 +249,8 @@ class FusedKind:
                                  y_dev=y_dev, train_counts=data.train_counts, descriptions=data.labels.descriptions,
                                  max_len=config.max_len, device=trained.device,
                                  batch_size=config.eval_batch_size, memory_mb=config.memory_mb,
-                                 terminology=data.terminology or None)
+                                 terminology=data.terminology or None,
+                                 unread=() if data.partly is None else data.partly.columns.tolist())
         final = dataclasses.replace(final, options=options)
         data.say(f"fusion fitted on dev in {time.perf_counter() - t0:.0f} s: {_fusion_line(final.fusion)}")
 

@@ -37,7 +37,7 @@ def fit_lr_part(texts: Sequence[str], y: np.ndarray, *, single_label: bool, min_
 def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None = None, dev_texts: Sequence[str],
          y_dev: np.ndarray, train_counts: np.ndarray, descriptions: Sequence[str], max_len: int, device: Any,
          batch_size: int, memory_mb: int, per_code: bool = PER_CODE_THRESHOLDS,
-         terminology: Mapping[str, str] | None = None) -> tuple[FusedModel, np.ndarray]:
+         terminology: Mapping[str, str] | None = None, unread: Sequence[int] = ()) -> tuple[FusedModel, np.ndarray]:
     """The fused model of a trained LEAM and a fitted tfidf-lr, its fusion learnt on dev, and its [N_dev, K] dev
     scores as its scorer gives them (`FusedScorer.score`): training tunes the threshold on them without scoring dev
     again (the parts' dev logits are the fusion's; with a terminology the bag-of-words parts read dev once more).
@@ -50,6 +50,8 @@ def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None 
         per_code: fold per-code thresholds of rare codes into the logits (single-label data: never).
         terminology: code -> title of codes outside the K, in y_dev's order after them (`train --terminology`): they
             join the model after its codes, scored from their titles alone (`join_terminology`).
+        unread: the codes dev's notes were never read for (coders added them in review: `PartlyCoded`): dev's 0s say
+            nothing of them, so they take their band's fusion without weighing in its fit.
     """
     from clinicode.metrics import tune_threshold
     from clinicode.models.fused.scorer import FusedScorer, bag_of_words
@@ -67,8 +69,10 @@ def fuse(leam: Any, tokenizer: Any, lr: Any, *, mentions: MentionLexicon | None 
     y = np.asarray(y_dev, dtype=bool)
     counts = np.asarray(train_counts)
     known = counts > 0   # codes only dev carries (`--fit-on train+dev`): no part has learnt them yet
-    fusion: Fusion = fit_fusion(y[:, known], z_leam[:, known], z_lr[:, known], counts[known],
-                                z_title=z_title[:, known])
+    weigh = known.copy()
+    weigh[list(unread)] = False
+    fusion: Fusion = fit_fusion(y[:, weigh], z_leam[:, weigh], z_lr[:, weigh], counts[weigh],
+                                z_title=z_title[:, weigh])
     a, c = fusion.coefficients(train_counts)
     e = fusion.title_coefficients(train_counts)
     bias = fusion.bias(train_counts)

@@ -270,6 +270,9 @@ def test_codes_coders_add_join_the_retrained_label_set_and_too_rare_ones_are_nam
     assert f"fewer than {MIN_ADDED_NOTES} reviewed notes" in res.stderr and f"{rare_code} (1 note)" in res.stderr
     grown = load_checkpoint(out / "checkpoint")
     assert list(grown.labels.codes) == [*old.labels.codes, new_code]           # appended after the checkpoint's
+    # the base's notes were never read for it: the data says so, and training learns it from the reviewed notes
+    partly = json.loads((out / "data" / "manifest.json").read_text())["partly_coded"]
+    assert partly == {"codes": [new_code], "notes": sorted(texts)}
     assert rare_code not in grown.labels
     assert grown.model.leam.label_emb.shape[0] == len(old.labels) + 1
     pred = Predictor.from_checkpoint(out, device="cpu")

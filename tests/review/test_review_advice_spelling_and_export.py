@@ -157,6 +157,8 @@ def test_export_with_base_leaves_codes_without_training_notes_out_of_labels_json
             "left out of labels.json" in res.stdout) and "(004.0;" in res.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["codes_without_training_notes"] == ["004.0"]
+    # the base's notes were never coded for 005.0: training learns it from the reviewed notes alone
+    assert manifest["partly_coded"] == {"codes": ["005.0"], "notes": sorted([dev_id, "new1"])}
     ds = load_dataset(out)  # still a dataset training reads
     assert "005.0" in ds.labels and "004.0" not in ds.labels
 

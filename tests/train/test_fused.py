@@ -206,3 +206,27 @@ def test_the_leam_part_is_capped_only_on_large_label_sets():
     assert kind.loop_epochs(TrainConfig(), default, 101, mentions=True) == 30
     assert kind.loop_epochs(TrainConfig(), default, 100, mentions=True) == 200
     assert kind.loop_epochs(TrainConfig(), kind.options_type(fused_epochs=45), 301, mentions=False) == 45
+
+
+def test_codes_dev_was_never_read_for_leave_the_fusions_fit(fused_run, demo_data):
+    """`fuse(unread=...)`: a code coders added in review (dev's notes were never read for it) takes its band's
+    fusion, whatever dev's column of it says; the same column weighs in when it is not named."""
+    from clinicode.models.fused.training import fuse
+
+    run, _, _ = fused_run
+    ck = load_checkpoint(run)
+    counts = np.array([ck.train_counts[c] for c in ck.labels.codes])
+    texts, labels = _split(demo_data, "dev")
+    y = ck.labels.multi_hot(labels)
+    j = int(np.argmax(counts))
+    flipped = y.copy()
+    flipped[:, j] = 1 - flipped[:, j]
+
+    def fusion(gold, unread):
+        model, _ = fuse(ck.model.leam, ck.tokenizer, ck.model.lr, mentions=ck.model.mentions, dev_texts=texts,
+                        y_dev=gold, train_counts=counts, descriptions=ck.labels.descriptions, max_len=ck.max_len,
+                        device="cpu", batch_size=16, memory_mb=512, unread=unread)
+        return model.fusion["scales"], model.fusion["biases"], model.a.tolist(), model.c.tolist()
+
+    assert fusion(y, [j]) == fusion(flipped, [j])
+    assert fusion(y, []) != fusion(flipped, [])

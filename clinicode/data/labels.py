@@ -171,6 +171,10 @@ class PartlyCoded:
         read = {str(i) for i in entry.get("notes", ())}
         return cls(np.asarray(columns, dtype=np.int64), np.asarray([str(i) in read for i in ids], dtype=bool))
 
+    def then_unread(self, n: int) -> PartlyCoded:
+        """The same codes over these notes followed by N more never read for them (`--fit-on train+dev`: dev's)."""
+        return PartlyCoded(self.columns, np.concatenate([self.known, np.zeros(n, dtype=bool)]))
+
     def rows(self, y: np.ndarray, column: int) -> np.ndarray:
         """[N] True for the notes whose code COLUMN (one of `columns`) is known in Y ([N, K] 0/1): the notes read for
         it, and any note that carries it."""

@@ -167,3 +167,26 @@ def test_leams_epochs_see_partly_coded_labels_as_unknown_on_unread_notes(tmp_pat
     unknown = (labels == UNKNOWN).sum(dim=0).tolist()
     assert all(flag == named for flag, _ in seen)
     assert unknown == ([0, 0, 40] if named else [0, 0, 0])   # the 40 unread notes, for NEW only
+
+
+def test_the_default_models_refit_on_train_and_dev_keeps_dev_unread_for_them(tmp_path):
+    """`--fit-on train+dev` (the fused default) refits tfidf-lr on train and dev: a partly coded code's LR is the one
+    fitted on the notes read for it, dev's notes (never read for it) left out like the unread training notes."""
+    from clinicode.checkpoint import load_checkpoint
+    from clinicode.config import TrainConfig
+    from clinicode.train import train
+
+    texts, y, partly = _notes()
+    data = _coded_folder(tmp_path / "data", texts, y, np.flatnonzero(partly.known))
+    train(out_dir=tmp_path / "run", data_dir=data, progress=False,
+          config=TrainConfig(epochs=1, batch_size=64, w2v_epochs=1, seed=0, device="cpu"),
+          model_options=dict(embed_dim=8, radius=1, hidden_dim=8, fit_on="train+dev"))
+    ck = load_checkpoint(tmp_path / "run")
+    dev = [json.loads(line) for line in (data / "dev.jsonl").read_text().splitlines()]
+    both = texts + [r["text"] for r in dev]
+    y_both = np.vstack([y, LABELS.multi_hot([r["labels"] for r in dev])])
+    want = fit_tfidf_lr(both, y_both, single_label=False, min_doc_freq=TrainConfig.min_doc_freq,
+                        partly=partly.then_unread(len(dev)))
+    probe = ["alpha fever zorblax id5"]
+    assert ck.model.fusion["fit_on"] == "train+dev"
+    np.testing.assert_allclose(ck.model.lr.predict_proba(probe), want.predict_proba(probe), rtol=1e-5)

@@ -257,9 +257,11 @@ class FusedKind:
         def refit() -> Fitted:
             t1 = time.perf_counter()
             texts, y, both = data.train_and_dev()
+            partly = (None if data.partly is None or data.single_label   # dev's notes were never read for them
+                      else data.partly.then_unread(len(texts) - len(data.texts)))
             model = refit_on_all(final, texts, y, codes=labels.codes, descriptions=labels.descriptions,
                                  evidence=both if options.mentions else None, single_label=data.single_label,
-                                 min_doc_freq=config.min_doc_freq)
+                                 min_doc_freq=config.min_doc_freq, partly=partly)
             data.say(f"--fit-on train+dev: tfidf-lr, the titles and the mentions refitted on train and dev in "
                      f"{time.perf_counter() - t1:.0f} s, each code keeping the fusion dev chose; test scores this "
                      "model")

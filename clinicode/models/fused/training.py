@@ -168,7 +168,7 @@ def join_terminology(model: FusedModel, terminology: Mapping[str, str], *, dev_t
 
 def refit_on_all(model: FusedModel, texts: Sequence[str], y: np.ndarray, *, codes: Sequence[str],
                  descriptions: Sequence[str], evidence: Sequence[Any] | None, single_label: bool,
-                 min_doc_freq: int) -> FusedModel:
+                 min_doc_freq: int, partly: Any = None) -> FusedModel:
     """MODEL with the parts that need no epochs (tfidf-lr, the title rows, the mentions) refitted on TEXTS (train and
     dev) once dev has chosen the fusion and the threshold (`train --fit-on train+dev`). Every code keeps the fusion
     numbers dev chose for it (its band by train's notes): on dev halves that kept or raised micro-F1 and MAP on every
@@ -178,12 +178,14 @@ def refit_on_all(model: FusedModel, texts: Sequence[str], y: np.ndarray, *, code
     Args:
         texts, y: every labelled note outside test and its [N, K] gold.
         evidence: each note's coders' spans ({code, start, end}), or None: the mentions the model holds are kept.
+        partly: codes known only on some of TEXTS (`clinicode.data.labels.PartlyCoded`), fitted on those alone.
     """
     # a terminology's codes (the last ones) have no tfidf-lr row: it learns the parts' codes alone
-    lr = fit_lr_part(texts, np.asarray(y)[:, :model.n_parts], single_label=single_label, min_doc_freq=min_doc_freq)
+    lr = fit_lr_part(texts, np.asarray(y)[:, :model.n_parts], single_label=single_label, min_doc_freq=min_doc_freq,
+                     partly=partly)
     mentions = model.mentions
     if evidence is not None:
-        mentions = MentionLexicon.build(codes, texts, evidence).union(model.mentions)
+        mentions = MentionLexicon.build(codes, texts, evidence, partly=partly).union(model.mentions)
     fusion = {**model.fusion, "fit_on": "train+dev", "mentions": len(mentions)}
     return FusedModel(model.leam, lr, a=model.a, c=model.c, e=model.e, offset=model.offset, w=model.w,
                       fusion=fusion, titles=title_rows(lr, descriptions), mentions=mentions,

@@ -72,19 +72,7 @@ def export(db: ReviewStore, out: str | Path, *, base: str | Path | None = None) 
         from clinicode.data.prepared import load_dataset
 
         ds = load_dataset(Path(base))
-        splits = {}
-        for name, df in ds.splits.items():
-            part = []
-            spans = df[EVIDENCE] if EVIDENCE in df.columns else [None] * len(df)
-            for i, t, lab, ev in zip(df["id"], df["text"], df["labels"], spans):
-                reviewed = rows.pop(str(i), None)
-                if reviewed is not None and name == "train":
-                    part.append(reviewed)
-                else:
-                    kept_out += reviewed is not None
-                    part.append(_base_row(str(i), t, list(lab), ev))
-            splits[name] = part
-        splits["train"].extend(rows.values())
+        splits, kept_out = _with_base(ds, rows)
     # A code whose reviewed notes all fell in dev or test (or were kept out) has no training note: no model can learn
     # it from this folder. Named, recorded in the manifest, and never appended to a base's labels.json.
     taught = {c for r in splits["train"] for c in r["labels"]}
@@ -131,9 +119,8 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
     coders' evidence spans of their kept codes (a fused checkpoint learns those mentions). Reviewed
     notes whose id is in the base's dev or test are left out (`kept_out`), as `export --base` does.
 
-    SYSTEM: the checkpoint's code system (inferred from LABELS when None); the base's and the queue's must be the
-    same, checked before anything is written (another system's notes would keep no code of LABELS). CHECKPOINT: its
-    path, for that message. Every file written is owner-only (0600; the folder 0700).
+    SYSTEM: the checkpoint's code system (inferred from LABELS when None), the base's and the queue's too (checked
+    before anything is written). CHECKPOINT: its path, for that message. Every file written is owner-only.
 
     Codes coders added that LABELS lacks join the label set, after LABELS, when at least MIN_ADDED_NOTES reviewed
     notes carry them (the retrained model grows a row for each, started from its title: TITLES', a `--descriptions`
@@ -200,6 +187,25 @@ def retrain_data(db: ReviewStore, out: str | Path, *, base: str | Path, labels: 
             "notes": sorted(ids), "added_codes": {c: added[c] for c in joined},
             "untitled": untitled,
             "too_few": {c: k for c, k in sorted(added.items()) if c not in joined}}
+
+
+def _with_base(ds: Any, rows: dict[str, dict[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """DS's splits as coded-notes rows, a reviewed note of ROWS (by id) in place of its base train note and the other
+    reviewed notes added to train; and how many reviewed notes were left out for being in the base's dev or test."""
+    rows, splits, kept_out = dict(rows), {}, 0
+    for name, df in ds.splits.items():
+        part = []
+        spans = df[EVIDENCE] if EVIDENCE in df.columns else [None] * len(df)
+        for i, t, lab, ev in zip(df["id"], df["text"], df["labels"], spans):
+            reviewed = rows.pop(str(i), None)
+            if reviewed is not None and name == "train":
+                part.append(reviewed)
+            else:
+                kept_out += reviewed is not None
+                part.append(_base_row(str(i), t, list(lab), ev))
+        splits[name] = part
+    splits["train"].extend(rows.values())
+    return splits, kept_out
 
 
 def _partly_coded(ds: Any, keep: set[str], reviewed: set[str], base_train: set[str]) -> dict[str, Any]:

@@ -98,7 +98,8 @@ class Objective(torch.nn.Module):
         finally:  # the loss's own regulariser (LEAM's code vectors through the head) is no share of the batch
             for m in dropouts:
                 m.share = None
-        return self.kind.loss(self.model, logits, y, pos_weight=self.pos_weight, known=known)
+        more = {} if known is None else {"known": known}   # a kind's loss without KNOWN trains data naming none
+        return self.kind.loss(self.model, logits, y, pos_weight=self.pos_weight, **more)
 
 
 def distributed(objective: Objective, device: torch.device) -> torch.nn.Module:

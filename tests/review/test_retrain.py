@@ -230,8 +230,8 @@ def load_checkpoint_sha(run: Path) -> str:
 
 def test_codes_coders_add_join_the_retrained_label_set_and_too_rare_ones_are_named(demo_data, tmp_path):
     """A code the checkpoint lacks, added by coders on enough notes, becomes a code of the retrained checkpoint (the
-    LEAM part grows a row for it, the bag-of-words parts learn it) and is found on notes like those; a code added on
-    too few notes is named in the output, not dropped without a word."""
+    LEAM part grows a row for it, the bag-of-words parts learn it from the reviewed notes) and is found on notes like
+    those; a code added on too few notes is named in the output, not dropped without a word."""
     from clinicode.checkpoint import load_checkpoint
     from clinicode.config import TrainConfig
     from clinicode.predict import Predictor
@@ -279,8 +279,13 @@ def test_codes_coders_add_join_the_retrained_label_set_and_too_rare_ones_are_nam
     held_out = pd.read_parquet(demo_data / "dev.parquet").head(10)["text"]
     found = [new_code in [p.code for p in r.predicted]
              for r in pred.predict([t + " " + marked for t in held_out], top_k=5)]
-    missed = [new_code in [p.code for p in r.predicted] for r in pred.predict(list(held_out), top_k=5)]
-    assert sum(found) >= 5 and sum(missed) <= 2
+    assert sum(found) >= 5
+    # the base's notes were never read for it, so it is learnt from the reviewed notes alone (half of them carry it
+    # here, so half is its prior): every note scores it higher with the marked words than without them
+    j = list(grown.labels.codes).index(new_code)
+    with_words = pred.score([t + " " + marked for t in held_out])[:, j]
+    without = pred.score(list(held_out))[:, j]
+    assert (with_words > without + 0.1).all()
     # ICD-9-CM ships no titles: the code joined untitled, and the command said so and how to give one
     assert grown.labels.descriptions[-1] == "" and "1 of them have no title" in res.stderr
     assert "--descriptions FILE" in res.stderr and new_code in res.stderr.split("have no title")[1]

@@ -62,12 +62,13 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
         s_dev = dev_scores
     else:
         s_dev = pred.score_ids(dev_ids) if dev_ids is not None else pred.score(dev["text"].tolist())
-    # codes no training note carries (only dev's, learnt by `refit`) cannot be found yet, and dev's notes were never
-    # read for codes coders added in review (`PartlyCoded`): neither moves the threshold
-    known = np.asarray(train_counts) > 0
+    # codes no training note carries (only dev's, learnt by `refit`) cannot be found yet, and dev's and test's notes
+    # were never read for codes coders added in review (`PartlyCoded`): those move no threshold and count in no metric
+    read = np.ones(len(train_counts), dtype=bool)
     partly = PartlyCoded.of(ds.manifest, ds.labels, ())
     if partly is not None:
-        known[partly.columns] = False
+        read[partly.columns] = False
+    known = (np.asarray(train_counts) > 0) & read
     t = 0.0 if one else tune_threshold(y_dev[:, known], s_dev[:, known])
     if not one and marks_everything(s_dev, t):
         raise DataFormatError(
@@ -75,7 +76,7 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
             "learnt nothing usable; check that the dev and train labels are right (the checkpoint keeps its last "
             "usable epoch)."
         )
-    metrics_dev = metrics_report(y_dev, s_dev, threshold=t, single_label=one)
+    metrics_dev = metrics_report(y_dev[:, read], s_dev[:, read], threshold=t, single_label=one)
     if refit is not None:
         pred = scorer(refit())
     metrics_test: dict[str, Any] = {}
@@ -83,8 +84,9 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
         test = ds.split("test")
         y = ds.labels.multi_hot(test["labels"])
         s = pred.score(test["text"].tolist())
-        metrics_test = metrics_report(y, s, threshold=t, single_label=one, codes=list(ds.labels.codes),
-                                      train_counts=train_counts)
+        metrics_test = metrics_report(y[:, read], s[:, read], threshold=t, single_label=one,
+                                      codes=list(np.asarray(ds.labels.codes)[read]),
+                                      train_counts=np.asarray(train_counts)[read])
         if EVIDENCE in test.columns:  # gold mentions: judge the highlights, at the tuned threshold
             evidence = _evidence(pred, test["text"].tolist(), test["labels"].tolist(), test[EVIDENCE].tolist(), t,
                                  scores=s)
@@ -93,6 +95,9 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
         buf = run / f".{SCORES_TEST_FILE}.tmp.npz"
         np.savez_compressed(buf, ids=np.asarray(test["id"].astype(str).tolist()), y_true=y, scores=s)
         buf.replace(run / SCORES_TEST_FILE)
+    if not read.all():   # named beside the metrics that leave them out
+        for m in (m for m in (metrics_dev, metrics_test) if m):
+            m["codes_not_coded_in_split"] = [c for c, r in zip(ds.labels.codes, read) if not r]
     save(t, metrics_dev, metrics_test)
     return {"threshold": t, "dev": metrics_dev, "test": metrics_test}
 

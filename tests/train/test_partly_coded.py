@@ -129,6 +129,10 @@ def test_train_on_a_folder_that_names_partly_coded_codes_finds_them(tmp_path, na
     succeeds(["train", "--data", data, "--out", tmp_path / "run", "--model", "tfidf-lr", "--device", "cpu",
               "--no-progress"])
     said = Predictor.from_checkpoint(tmp_path / "run", device="cpu").predict(["alpha fever zorblax id5"], top_k=3)[0]
+    # test's notes were never read for NEW either: its metrics leave it out and say so
+    metrics = json.loads((tmp_path / "run" / "checkpoint" / "metrics_test.json").read_text())
+    assert metrics["n_labels"] == (2 if named else 3)
+    assert metrics.get("codes_not_coded_in_split") == (["NEW"] if named else None)
     scores = {p.code: p.score for p in said.predicted}
     if named:   # the checkpoint's fit is the one on the notes read for NEW, not the one on every note
         from clinicode.config import TrainConfig

@@ -12,8 +12,8 @@ import pandas as pd
 
 from clinicode.codes.icd10 import PCS_NO_TITLE
 from clinicode.config import COMPARE
-from clinicode.constants import EVIDENCE, TEXT
-from clinicode.data.labels import LabelSet
+from clinicode.constants import EVIDENCE, MANIFEST_FILE, TEXT
+from clinicode.data.labels import LabelSet, PartlyCoded
 from clinicode.data.prepared import read_split
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.files import check_output, read_json, write_json_atomic
@@ -137,6 +137,14 @@ def map_report(pred: Predictor, gold: Sequence[Sequence[str]], y: np.ndarray, s:
                        family_gold=family_gold, depth=MAP_DEPTH)
 
 
+def _not_coded(folder: Path, labels: LabelSet) -> list[str]:
+    """The codes of LABELS that FOLDER's manifest names as partly coded (`PartlyCoded`: coders added them in review,
+    and the folder's dev and test notes were never read for them): no split's 0s for them can be scored."""
+    path = folder / MANIFEST_FILE
+    partly = PartlyCoded.of(read_json(path), labels, ()) if path.is_file() else None
+    return [] if partly is None else [labels.codes[i] for i in partly.columns]
+
+
 def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: Path | None = None,
              device: str = "auto", predictor: Predictor | None = None, explain: int | None = None,
              map_without: Sequence[str] = ()) -> dict[str, Any]:
@@ -172,18 +180,22 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
     t = pred.threshold
     one = pred.single_label
     counts = pred.checkpoint.train_counts
-    codes = list(labels.codes)
+    unread = _not_coded(Path(data_dir), labels)   # codes coders added in review: these notes never coded for them
+    read = [i for i, c in enumerate(labels.codes) if c not in unread]
+    codes = [labels.codes[i] for i in read]
+    y_all, s_all, y, s = y, s, y[:, read], s[:, read]
     result = {"kind": EVALUATION_KIND,
               **metrics_report(y, s, threshold=t, single_label=one, codes=codes,
                                train_counts=None if counts is None else [counts[c] for c in codes]),
-              "split": split, **report}
+              "split": split, **report, **({"codes_not_coded_in_split": unread} if unread else {})}
     if counts is None:  # a checkpoint from before training counts were kept
         result["slices"] = None
         result["slices_note"] = NO_TRAIN_COUNTS
-    result.update(map_report(pred, df["labels"].tolist(), y, s))
+    result.update(map_report(pred, df["labels"].tolist(), y_all, s_all, without=unread))
     if map_without:
         result["map_without"] = {"codes": sorted(set(map_without)),
-                                 **map_report(pred, df["labels"].tolist(), y, s, without=map_without)}
+                                 **map_report(pred, df["labels"].tolist(), y_all, s_all,
+                                              without=[*map_without, *unread])}
     evidence = None
     if EVIDENCE in df.columns:
         evidence = _evidence_of_notes(pred, df, k=EVIDENCE_K if explain is None else explain, scores=s)

@@ -133,6 +133,11 @@ def test_train_on_a_folder_that_names_partly_coded_codes_finds_them(tmp_path, na
     metrics = json.loads((tmp_path / "run" / "checkpoint" / "metrics_test.json").read_text())
     assert metrics["n_labels"] == (2 if named else 3)
     assert metrics.get("codes_not_coded_in_split") == (["NEW"] if named else None)
+    evaluated = tmp_path / "eval.json"
+    succeeds(["evaluate", "--checkpoint", tmp_path / "run", "--data", data, "--output", evaluated])
+    again = json.loads(evaluated.read_text())   # `evaluate` on the same folder scores the same codes
+    assert again["n_labels"] == metrics["n_labels"] and again["f1_micro"] == pytest.approx(metrics["f1_micro"])
+    assert again.get("codes_not_coded_in_split") == metrics.get("codes_not_coded_in_split")
     scores = {p.code: p.score for p in said.predicted}
     if named:   # the checkpoint's fit is the one on the notes read for NEW, not the one on every note
         from clinicode.config import TrainConfig

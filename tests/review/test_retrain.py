@@ -268,6 +268,7 @@ def test_codes_coders_add_join_the_retrained_label_set_and_too_rare_ones_are_nam
                     "--epochs", "2", "--sample", "40", "--device", "cpu"])
     assert "1 codes coders added join the label set" in res.stderr and f"{new_code} (12 notes)" in res.stderr
     assert f"fewer than {MIN_ADDED_NOTES} reviewed notes" in res.stderr and f"{rare_code} (1 note)" in res.stderr
+    assert "on test (without the 1 codes coders added: dev and test were never coded for them)" in res.stdout
     grown = load_checkpoint(out / "checkpoint")
     assert list(grown.labels.codes) == [*old.labels.codes, new_code]           # appended after the checkpoint's
     # the base's notes were never read for it: the data says so, and training learns it from the reviewed notes

@@ -87,8 +87,11 @@ def review_retrain_cli(
         raise
     finally:
         os.umask(mask)
+    unscored = r["dev"].get("codes_not_coded_in_split") or []
     typer.echo(f"retrained {ck.kind} from {ck.path} ({_how(r)}) -> {r['run']} in {r['seconds']:.1f} s; micro-F1 "
-               f"{_then_now(ck.metrics_dev, r['dev'])} on dev, {_then_now(ck.metrics_test, r['test'])} on test")
+               f"{_then_now(ck.metrics_dev, r['dev'])} on dev, {_then_now(ck.metrics_test, r['test'])} on test"
+               + (f" (without the {len(unscored):,} codes coders added: dev and test were never coded for them)"
+                  if unscored else ""))
 
 
 def _how(r: dict) -> str:

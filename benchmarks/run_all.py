@@ -36,6 +36,7 @@ SCRIPTS = [
     ("bench_review_retrain.py", ["--model", "fused", "--codes", "all"], None),
     ("bench_review_new_codes.py", ["--set", "ncbi"], None),
     ("bench_review_new_codes.py", ["--set", "cantemist"], None),
+    ("bench_review_new_codes.py", ["--set", "bc5cdr"], None),
     ("bench_review_loop.py", ["--sets", "cmc2007", "--seeds", "0", "--budgets", "10", "30", "60", "100"], None),
 ]
 

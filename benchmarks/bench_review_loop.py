@@ -337,10 +337,15 @@ def measure_set(cli: Clinicode, name: str, folder: Path, seeds: list[int], budge
     swork = work / (f"{name}-train-{tag}" if cli.train_args else name)  # runs of other train options never mix
     swork.mkdir(parents=True, exist_ok=True)
     per_seed = {str(s): measure_seed(cli, name, data, s, budgets, orders, swork) for s in seeds}
+    return with_seeds({"data": folder.name, "codes": len(data["codes"]), "train_notes": len(data["train"]),
+                       "dev_notes": len(data["dev"]), "test_notes": len(data["test"]),
+                       "evidence": any(r["evidence"] for r in data["train"])}, per_seed, budgets, orders)
+
+
+def with_seeds(entry: dict, per_seed: dict[str, dict], budgets: list[int], orders: list[str]) -> dict:
+    """A set's ENTRY holding PER_SEED's seeds (in order), with the mean and worst seed recomputed over them."""
     seed_runs = [s["seed_run"] for s in per_seed.values()]
-    return {"data": folder.name, "codes": len(data["codes"]), "train_notes": len(data["train"]),
-            "dev_notes": len(data["dev"]), "test_notes": len(data["test"]),
-            "evidence": any(r["evidence"] for r in data["train"]), "seeds": per_seed,
+    return {**entry, "seeds": dict(sorted(per_seed.items(), key=lambda kv: int(kv[0]))),
             "summary": summarise(per_seed, budgets, orders),
             "seed_run": {k: {"mean": statistics.mean(r[k] for r in seed_runs), "worst": min(r[k] for r in seed_runs)}
                          for k in ("micro_f1", "macro_f1")}}
@@ -433,7 +438,8 @@ def main(argv: list[str] | None = None) -> dict:
                                                              "benchmarks/review_loop.json)")
     ap.add_argument("--add", action="store_true",
                     help="publish this run's sets beside those benchmarks/review_loop.json already has (a set "
-                         "measured again is replaced); they must have the same budgets and orders")
+                         "measured again keeps its published seeds this run did not measure; a seed measured again "
+                         "is replaced); they must have the same budgets and orders")
     a = ap.parse_args(argv)
     if sorted(set(a.budgets)) != a.budgets or not all(1 <= b <= 100 for b in a.budgets):
         raise SystemExit(f"--budgets must rise strictly, each in 1..100, got {' '.join(map(str, a.budgets))}; "
@@ -445,8 +451,10 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     sets = {name: measure_set(cli, name, folder, a.seeds, a.budgets, a.orders, a.work_dir)
             for name, folder in folders.items()}
-    if a.add:
-        sets = {**_published_sets(a.budgets, a.orders), **sets}
+    if a.add:   # a set measured again keeps the published seeds this run did not measure
+        old = _published_sets(a.budgets, a.orders)
+        sets = {**old, **{n: with_seeds(e, {**old.get(n, {}).get("seeds", {}), **e["seeds"]}, a.budgets, a.orders)
+                          for n, e in sets.items()}}
     made = sorted({c for e in sets.values() for s in e["seeds"].values() for c in s["commits"]})
     seeds = sorted({int(k) for e in sets.values() for k in e["seeds"]})
     results = {"commit": _commit(), "runs_made_at": made, "machine": machine_line(), "budgets": a.budgets,

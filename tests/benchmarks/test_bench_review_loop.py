@@ -76,3 +76,32 @@ def test_add_keeps_the_published_sets_and_refuses_other_budgets(tmp_path, monkey
     for budgets, orders in (([10, 60], ["teach"]), ([10, 30], ["teach", "arrival"])):
         with pytest.raises(SystemExit, match=r"--add: .* was measured at budgets \[10, 30\] and orders \['teach'\]"):
             bench._published_sets(budgets, orders)
+
+
+def _seed(micro: float) -> dict:
+    """One seed's figures as `measure_seed` records them, at one budget of the teach order."""
+    point = {"micro_f1": micro, "macro_f1": micro / 2, "codes_per_note": 2.0, "retrain_cpu_over_fresh": 0.5,
+             "fresh": {"micro_f1": micro + 0.1, "macro_f1": micro / 2 + 0.1}}
+    return {"orders": {"teach": [point]}, "seed_run": {"micro_f1": micro - 0.1, "macro_f1": micro / 3},
+            "commits": ["abc1234"]}
+
+
+def test_add_merges_a_sets_new_seeds_with_its_published_ones(tmp_path, monkeypatch):
+    """--add with a set already published keeps its seeds this run did not measure, and the mean and worst seed are
+    recomputed over all of them."""
+    bench = _bench()
+    published = tmp_path / "review_loop.json"
+    monkeypatch.setattr(bench, "RESULTS", published)
+    old = bench.with_seeds({"data": "ncbi"}, {"0": _seed(0.8)}, [10], ["teach"])
+    published.write_text(json.dumps({"budgets": [10], "orders": ["teach"], "sets": {"ncbi": old}}))
+    monkeypatch.setattr(bench, "measure_set", lambda cli, name, *args: bench.with_seeds(
+        {"data": name}, {"1": _seed(0.6)}, [10], ["teach"]))
+    monkeypatch.setattr(bench, "_commit", lambda: "abc1234")
+    monkeypatch.setattr(bench, "table", lambda *args: [])      # the figures, not their rendering, are tested here
+    out = bench.main(["--sets", "ncbi", "--seeds", "1", "--budgets", "10", "--orders", "teach", "--work-dir",
+                      str(tmp_path / "w"), "--no-write", "--add"])
+    entry = out["sets"]["ncbi"]
+    assert list(entry["seeds"]) == ["0", "1"]
+    cell = entry["summary"]["teach"]["10"]["micro_f1"]
+    assert cell["mean"] == pytest.approx(0.7) and cell["worst"] == pytest.approx(0.6)
+    assert entry["seed_run"]["micro_f1"]["worst"] == pytest.approx(0.5)

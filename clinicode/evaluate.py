@@ -198,7 +198,7 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
                                               without=[*map_without, *unread])}
     evidence = None
     if EVIDENCE in df.columns:
-        evidence = _evidence_of_notes(pred, df, k=EVIDENCE_K if explain is None else explain, scores=s)
+        evidence = _evidence_of_notes(pred, df, k=EVIDENCE_K if explain is None else explain, scores=s_all)
         if evidence is not None:
             result["evidence"] = evidence
     result["span_code"] = None if evidence is None else evidence.get("span_code")

@@ -107,7 +107,9 @@ def _coded_folder(path, texts, y, partly_notes):
     dev = [{"id": f"d{i}", "text": t, "labels": lab} for i, (t, lab) in
            enumerate([("alpha fever zorblax id1", ["A"]), ("beta cough zorblax id2", ["B"]),
                       ("alpha fever plain id3", ["A"]), ("beta cough plain id4", ["B"])] * 3)]
-    for name, part in (("train", rows), ("dev", dev), ("test", dev[:4])):
+    test = [{**r, "evidence": [{"code": c, "start": r["text"].index(w), "end": r["text"].index(w) + len(w)}
+                               for c, w in (("A", "alpha"), ("B", "beta")) if c in r["labels"]]} for r in dev[:4]]
+    for name, part in (("train", rows), ("dev", dev), ("test", test)):
         (path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
     (path / "labels.json").write_text(json.dumps(LABELS.to_json()))
     (path / "manifest.json").write_text(json.dumps({PARTLY_CODED: {"codes": ["NEW"],
@@ -138,6 +140,7 @@ def test_train_on_a_folder_that_names_partly_coded_codes_finds_them(tmp_path, na
     again = json.loads(evaluated.read_text())   # `evaluate` on the same folder scores the same codes
     assert again["n_labels"] == metrics["n_labels"] and again["f1_micro"] == pytest.approx(metrics["f1_micro"])
     assert again.get("codes_not_coded_in_split") == metrics.get("codes_not_coded_in_split")
+    assert again["evidence"]["n_pairs"] == 4   # the highlights are judged with the model's every code
     scores = {p.code: p.score for p in said.predicted}
     if named:   # the checkpoint's fit is the one on the notes read for NEW, not the one on every note
         from clinicode.config import TrainConfig

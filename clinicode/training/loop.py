@@ -177,10 +177,12 @@ class TrainingSetup:
         self.pos_weight = (pos_weight(self.y_train, cfg.pos_weight).to(self.device)
                            if self.multilabel and cfg.pos_weight > 0 else None)
         partly = PartlyCoded.of(ds.manifest, self.labels, train_df["id"]) if self.multilabel else None
+        self.dev_read = np.ones(len(self.labels), dtype=bool)   # the codes dev's notes were coded for: dev's F1's
         if partly is not None:   # codes coders added: UNKNOWN on the notes never read for them (after pos_weight)
             y = self.y_train.numpy()   # the tensor's own memory
             for k in partly.columns:
                 y[~partly.rows(y, k), k] = UNKNOWN
+            self.dev_read[partly.columns] = False
         self.objective: torch.nn.Module = Objective(kind, self.model, self.pos_weight, self.plan,
                                                     partly=partly is not None)
         if self.world > 1:
@@ -372,8 +374,9 @@ class _Trainer:
             if setup.average is not None:
                 setup.average.swap()  # dev scoring and the best checkpoint use the averaged weights
             scores = self.score_dev()
-            t = tune_threshold(setup.y_dev, scores) if setup.multilabel else 0.0
-            m = all_metrics(setup.y_dev, scores, threshold=t, single_label=not setup.multilabel)
+            read = setup.dev_read   # codes dev was never coded for (`PartlyCoded`) choose no epoch
+            t = tune_threshold(setup.y_dev[:, read], scores[:, read]) if setup.multilabel else 0.0
+            m = all_metrics(setup.y_dev[:, read], scores[:, read], threshold=t, single_label=not setup.multilabel)
             score = m["f1_micro"] if setup.multilabel else m.get("accuracy", m["f1_micro"])
             usable = not (setup.multilabel and marks_everything(scores, t))  # never save a model that codes everything
             improved = usable and score > setup.state["best_score"]

@@ -168,6 +168,9 @@ def test_leams_epochs_see_partly_coded_labels_as_unknown_on_unread_notes(tmp_pat
         return forward(self, ids, mask, y, share)
 
     monkeypatch.setattr(loop.Objective, "forward", spy)
+    scored = []   # the codes each epoch's dev F1 (which chooses the epoch) is over
+    all_metrics = loop.all_metrics
+    monkeypatch.setattr(loop, "all_metrics", lambda y, s, **kw: scored.append(y.shape[1]) or all_metrics(y, s, **kw))
     texts, y, partly = _notes()
     data = _coded_folder(tmp_path / "data", texts, y, np.flatnonzero(partly.known) if named else [])
     if not named:
@@ -179,6 +182,7 @@ def test_leams_epochs_see_partly_coded_labels_as_unknown_on_unread_notes(tmp_pat
     unknown = (labels == UNKNOWN).sum(dim=0).tolist()
     assert all(flag == named for flag, _ in seen)
     assert unknown == ([0, 0, 40] if named else [0, 0, 0])   # the 40 unread notes, for NEW only
+    assert scored == [2 if named else 3]                      # dev was never coded for NEW either
 
 
 def test_the_default_models_refit_on_train_and_dev_keeps_dev_unread_for_them(tmp_path):

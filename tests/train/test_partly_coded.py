@@ -100,7 +100,9 @@ def test_the_objective_reads_unknown_labels_as_neither_positive_nor_negative():
     assert with_unknown.item() == pytest.approx(expected.item() / 6, rel=1e-5)
 
 
-def _coded_folder(path, texts, y, partly_notes):
+def _coded_folder(path, texts, y, partly_notes, labels=LABELS):
+    """A coded-notes folder of the notes (labels.json in LABELS' order), test with coders' spans, and a manifest
+    naming NEW as partly coded, read on PARTLY_NOTES."""
     path.mkdir()
     ids = [f"n{i}" for i in range(len(texts))]
     rows = [{"id": i, "text": t, "labels": [c for c, v in zip(LABELS.codes, r) if v]} for i, t, r in zip(ids, texts, y)]
@@ -111,7 +113,7 @@ def _coded_folder(path, texts, y, partly_notes):
                                for c, w in (("A", "alpha"), ("B", "beta")) if c in r["labels"]]} for r in dev[:4]]
     for name, part in (("train", rows), ("dev", dev), ("test", test)):
         (path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
-    (path / "labels.json").write_text(json.dumps(LABELS.to_json()))
+    (path / "labels.json").write_text(json.dumps(labels.to_json()))
     (path / "manifest.json").write_text(json.dumps({PARTLY_CODED: {"codes": ["NEW"],
                                                                    "notes": [ids[i] for i in partly_notes]}}))
     return path
@@ -206,3 +208,18 @@ def test_the_default_models_refit_on_train_and_dev_keeps_dev_unread_for_them(tmp
     probe = ["alpha fever zorblax id5"]
     assert ck.model.fusion["fit_on"] == "train+dev"
     np.testing.assert_allclose(ck.model.lr.predict_proba(probe), want.predict_proba(probe), rtol=1e-5)
+
+
+def test_evaluate_judges_highlights_by_every_codes_scores_when_a_left_out_code_comes_first(tmp_path):
+    """With NEW first in the label set, the codes scored are the later columns: the highlights must still read each
+    code's own column of the scores (all of them): each test note's A or B is predicted where it is marked."""
+    texts, y, partly = _notes()
+    first = LabelSet(("NEW", "A", "B"), ("zorblax syndrome", "alpha", "beta"))
+    data = _coded_folder(tmp_path / "data", texts, y, np.flatnonzero(partly.known), labels=first)
+    succeeds(["train", "--data", data, "--out", tmp_path / "run", "--model", "tfidf-lr", "--device", "cpu",
+              "--no-progress"])
+    out = tmp_path / "eval.json"
+    succeeds(["evaluate", "--checkpoint", tmp_path / "run", "--data", data, "--output", out])
+    got = json.loads(out.read_text())
+    assert got["codes_not_coded_in_split"] == ["NEW"] and got["n_labels"] == 2
+    assert got["evidence"]["n_pairs"] == 4 and got["evidence"]["n_correct"] == 4   # each note's code, predicted

@@ -98,8 +98,13 @@ def test_add_merges_a_sets_new_seeds_with_its_published_ones(tmp_path, monkeypat
         {"data": name}, {"1": _seed(0.6)}, [10], ["teach"]))
     monkeypatch.setattr(bench, "_commit", lambda: "abc1234")
     monkeypatch.setattr(bench, "table", lambda *args: [])      # the figures, not their rendering, are tested here
-    out = bench.main(["--sets", "ncbi", "--seeds", "1", "--budgets", "10", "--orders", "teach", "--work-dir",
-                      str(tmp_path / "w"), "--no-write", "--add"])
+    mask = os.umask(0o077)
+    os.umask(mask)
+    try:
+        out = bench.main(["--sets", "ncbi", "--seeds", "1", "--budgets", "10", "--orders", "teach", "--work-dir",
+                          str(tmp_path / "w"), "--no-write", "--add"])
+    finally:   # main makes its process's files owner-only; this test's process is pytest's, shared with others
+        os.umask(mask)
     entry = out["sets"]["ncbi"]
     assert list(entry["seeds"]) == ["0", "1"]
     cell = entry["summary"]["teach"]["10"]["micro_f1"]

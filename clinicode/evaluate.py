@@ -13,7 +13,7 @@ import pandas as pd
 from clinicode.codes.icd10 import PCS_NO_TITLE
 from clinicode.config import COMPARE
 from clinicode.constants import EVIDENCE, MANIFEST_FILE, TEXT
-from clinicode.data.labels import LabelSet, PartlyCoded
+from clinicode.data.labels import LabelSet, PartlyCoded, coded_columns
 from clinicode.data.prepared import read_split
 from clinicode.errors import ClinicodeError, ConfigError, DataFormatError
 from clinicode.files import check_output, read_json, write_json_atomic
@@ -137,12 +137,11 @@ def map_report(pred: Predictor, gold: Sequence[Sequence[str]], y: np.ndarray, s:
                        family_gold=family_gold, depth=MAP_DEPTH)
 
 
-def _not_coded(folder: Path, labels: LabelSet) -> list[str]:
-    """The codes of LABELS that FOLDER's manifest names as partly coded (`PartlyCoded`: coders added them in review,
-    and the folder's dev and test notes were never read for them): no split's 0s for them can be scored."""
+def _coded(folder: Path, labels: LabelSet) -> np.ndarray:
+    """[K] True for the codes of LABELS that FOLDER's notes were coded for: all but those its manifest names as partly
+    coded (`PartlyCoded`: coders added them in review, and the folder's dev and test were never read for them)."""
     path = folder / MANIFEST_FILE
-    partly = PartlyCoded.of(read_json(path), labels, ()) if path.is_file() else None
-    return [] if partly is None else [labels.codes[i] for i in partly.columns]
+    return coded_columns(PartlyCoded.of(read_json(path), labels, ()) if path.is_file() else None, len(labels))
 
 
 def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: Path | None = None,
@@ -180,9 +179,9 @@ def evaluate(*, checkpoint: Path, data_dir: Path, split: str = "test", output: P
     t = pred.threshold
     one = pred.single_label
     counts = pred.checkpoint.train_counts
-    unread = _not_coded(Path(data_dir), labels)   # codes coders added in review: these notes never coded for them
-    read = [i for i, c in enumerate(labels.codes) if c not in unread]
-    codes = [labels.codes[i] for i in read]
+    read = _coded(Path(data_dir), labels)   # not the codes coders added in review: these notes never coded for them
+    codes = [c for c, r in zip(labels.codes, read) if r]
+    unread = [c for c, r in zip(labels.codes, read) if not r]
     y_all, s_all, y, s = y, s, y[:, read], s[:, read]
     result = {"kind": EVALUATION_KIND,
               **metrics_report(y, s, threshold=t, single_label=one, codes=codes,

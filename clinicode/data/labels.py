@@ -179,3 +179,12 @@ class PartlyCoded:
         """[N] True for the notes whose code COLUMN (one of `columns`) is known in Y ([N, K] 0/1): the notes read for
         it, and any note that carries it."""
         return self.known | (np.asarray(y[:, column]) > 0)
+
+
+def coded_columns(partly: PartlyCoded | None, n_codes: int) -> np.ndarray:
+    """[N_CODES] True for the codes dev's and test's notes were coded for: all but PARTLY's (never read for them), so
+    only those tune a threshold, choose an epoch or count in a metric."""
+    read = np.ones(n_codes, dtype=bool)
+    if partly is not None:
+        read[partly.columns] = False
+    return read

@@ -13,7 +13,7 @@ from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.codes.icd10 import PCS_NO_TITLE
 from clinicode.config import TrainConfig
 from clinicode.constants import EVIDENCE, SCORES_TEST_FILE
-from clinicode.data.labels import PartlyCoded
+from clinicode.data.labels import PartlyCoded, coded_columns
 from clinicode.data.prepared import PreparedDataset
 from clinicode.errors import DataFormatError
 from clinicode.metrics import EVIDENCE_K, binarize, metrics_report, spans_report, tune_threshold
@@ -64,10 +64,7 @@ def finish(run: Path, ds: PreparedDataset, ck: Checkpoint, save: Callable[[float
         s_dev = pred.score_ids(dev_ids) if dev_ids is not None else pred.score(dev["text"].tolist())
     # codes no training note carries (only dev's, learnt by `refit`) cannot be found yet, and dev's and test's notes
     # were never read for codes coders added in review (`PartlyCoded`): those move no threshold and count in no metric
-    read = np.ones(len(train_counts), dtype=bool)
-    partly = PartlyCoded.of(ds.manifest, ds.labels, ())
-    if partly is not None:
-        read[partly.columns] = False
+    read = coded_columns(PartlyCoded.of(ds.manifest, ds.labels, ()), len(train_counts))
     known = (np.asarray(train_counts) > 0) & read
     t = 0.0 if one else tune_threshold(y_dev[:, known], s_dev[:, known])
     if not one and marks_everything(s_dev, t):

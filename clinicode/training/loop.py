@@ -19,7 +19,7 @@ from clinicode.batching import bucketed_batches, pad_batch
 from clinicode.checkpoint import CHECKPOINT_DIR, Checkpoint, save_checkpoint
 from clinicode.config import TrainConfig
 from clinicode.constants import HISTORY_FILE
-from clinicode.data.labels import PartlyCoded
+from clinicode.data.labels import PartlyCoded, coded_columns
 from clinicode.data.prepared import PreparedDataset
 from clinicode.embeddings import initial_vectors
 from clinicode.errors import ConfigError, DataFormatError
@@ -177,12 +177,11 @@ class TrainingSetup:
         self.pos_weight = (pos_weight(self.y_train, cfg.pos_weight).to(self.device)
                            if self.multilabel and cfg.pos_weight > 0 else None)
         partly = PartlyCoded.of(ds.manifest, self.labels, train_df["id"]) if self.multilabel else None
-        self.dev_read = np.ones(len(self.labels), dtype=bool)   # the codes dev's notes were coded for: dev's F1's
+        self.dev_read = coded_columns(partly, len(self.labels))   # the codes dev's F1 is over
         if partly is not None:   # codes coders added: UNKNOWN on the notes never read for them (after pos_weight)
             y = self.y_train.numpy()   # the tensor's own memory
             for k in partly.columns:
                 y[~partly.rows(y, k), k] = UNKNOWN
-            self.dev_read[partly.columns] = False
         self.objective: torch.nn.Module = Objective(kind, self.model, self.pos_weight, self.plan,
                                                     partly=partly is not None)
         if self.world > 1:

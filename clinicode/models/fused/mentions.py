@@ -154,7 +154,8 @@ class MentionLexicon:
                 phrase = _key([w for w, _, _ in _words(text[start:end])])
                 if 0 < len(phrase) <= MAX_WORDS and any(sum(c.isalpha() for c in w) >= 2 for w in phrase):
                     found[(phrase, k)] += 1
-                    found_read[(phrase, k)] += partly is not None and bool(partly.known[i])
+                    if partly is not None and partly.known[i]:
+                        found_read[(phrase, k)] += 1
         ordinary: set[str] = set()
         if matching.ordinary:
             single = {p[0].lower() for p, _ in found if len(p) == 1 and _is_acronym(p)}

@@ -117,7 +117,8 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
                                    "--terminology": needs.terminology if needs.terminology != "auto" else None})
     # a kind that refits on train and dev (the fused model's --fit-on train+dev) learns the codes only dev carries too
     grows = needs.dev_codes and config.top_k is None
-    ds = load_dataset(Path(data_dir), top_k=config.top_k, label_splits=("train", "dev") if grows else ("train",))
+    ds = in_id_order(load_dataset(Path(data_dir), top_k=config.top_k,
+                                  label_splits=("train", "dev") if grows else ("train",)))
     ds.labels = with_descriptions(ds.labels, descriptions_path)
     table: dict[str, str] = {}
     if needs.terminology is not None:   # a missing file or another code system's codes fail before anything is written
@@ -153,6 +154,19 @@ def open_run(out_dir: Path, config: TrainConfig, data_dir: Path, model_options: 
                         sum(dropped.values()), ", ".join(f"{k} {v:,}" for k, v in dropped.items()))
     start_run(run, config, given_options(model_options), resume=resume)  # only now: bad input leaves no run folder
     return OpenRun(run, ds, extra, options, needs, table)
+
+
+def in_id_order(ds: PreparedDataset) -> PreparedDataset:
+    """DS with its train and dev notes sorted by id: a model is fitted from the notes, not from the order a file
+    lists them in, so the same notes in any order (`review retrain`'s data lists the decided ones first) train the
+    same checkpoint with the same seed. Test keeps the file's order, which `scores_test.npz` follows."""
+    for name in ("train", "dev"):
+        df = ds.splits.get(name)
+        if df is None:
+            continue
+        order = np.argsort(df["id"].astype(str).to_numpy(), kind="stable")
+        ds.splits[name] = df.iloc[order].reset_index(drop=True)
+    return ds
 
 
 def _leave_to_terminology(ds: PreparedDataset, table: dict[str, str]) -> None:

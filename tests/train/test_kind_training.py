@@ -104,7 +104,8 @@ def test_a_kind_fitted_whole_gets_labels_the_dev_split_and_the_seed(tmp_path, mo
     assert given["options"] is None  # a kind without options is given none
     assert len(given["texts"]) == 12 and given["y"].shape == (12, 2)
     assert given["dev_texts"][0].startswith("fever cough note 0") and given["y_dev"].shape == (12, 2)
-    assert np.array_equal(given["y_dev"][2], [1, 1])
+    both = given["dev_texts"].index("fever rash note 2")   # in id order: dev0, dev1, dev10, dev11, dev2, ...
+    assert np.array_equal(given["y_dev"][both], [1, 1]) and both == 4
     assert kind.loop_model is None and MODEL_KINDS["leam"].loop_model is MODEL_KINDS["leam"]
 
 

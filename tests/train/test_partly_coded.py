@@ -201,10 +201,13 @@ def test_the_default_models_refit_on_train_and_dev_keeps_dev_unread_for_them(tmp
           model_options=dict(embed_dim=8, radius=1, hidden_dim=8, fit_on="train+dev"))
     ck = load_checkpoint(tmp_path / "run")
     dev = [json.loads(line) for line in (data / "dev.jsonl").read_text().splitlines()]
-    both = texts + [r["text"] for r in dev]
-    y_both = np.vstack([y, LABELS.multi_hot([r["labels"] for r in dev])])
+    order = np.argsort([f"n{i}" for i in range(len(texts))], kind="stable")   # train fits its notes in id order
+    in_order = sorted(range(len(dev)), key=lambda i: dev[i]["id"])
+    both = [texts[i] for i in order] + [dev[i]["text"] for i in in_order]
+    y_both = np.vstack([y[order], LABELS.multi_hot([dev[i]["labels"] for i in in_order])])
+    read = PartlyCoded(partly.columns, partly.known[order])
     want = fit_tfidf_lr(both, y_both, single_label=False, min_doc_freq=TrainConfig.min_doc_freq,
-                        partly=partly.then_unread(len(dev)))
+                        partly=read.then_unread(len(dev)))
     probe = ["alpha fever zorblax id5"]
     assert ck.model.fusion["fit_on"] == "train+dev"
     np.testing.assert_allclose(ck.model.lr.predict_proba(probe), want.predict_proba(probe), rtol=1e-5)

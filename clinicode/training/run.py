@@ -21,7 +21,7 @@ from clinicode.codes.icd9 import load_descriptions_tsv
 from clinicode.codes.systems import LOCAL, infer_code_system, spelling
 from clinicode.codes.terminology import read_terminology, terminology_titles
 from clinicode.config import TrainConfig, config_to_dict
-from clinicode.constants import EVIDENCE, RETRAIN_EPOCHS, RUN_DATA_DIR, RUN_FILE
+from clinicode.constants import EVIDENCE, ID, RETRAIN_EPOCHS, RUN_DATA_DIR, RUN_FILE
 from clinicode.data.labels import LabelSet, PartlyCoded
 from clinicode.data.prepared import PreparedDataset, dataset_fingerprint, load_dataset
 from clinicode.errors import ConfigError, DataFormatError
@@ -160,12 +160,8 @@ def in_id_order(ds: PreparedDataset) -> PreparedDataset:
     """DS with its train and dev notes sorted by id: a model is fitted from the notes, not from the order a file
     lists them in, so the same notes in any order (`review retrain`'s data lists the decided ones first) train the
     same checkpoint with the same seed. Test keeps the file's order, which `scores_test.npz` follows."""
-    for name in ("train", "dev"):
-        df = ds.splits.get(name)
-        if df is None:
-            continue
-        order = np.argsort(df["id"].astype(str).to_numpy(), kind="stable")
-        ds.splits[name] = df.iloc[order].reset_index(drop=True)
+    for name in ("train", "dev"):   # both required, their ids unique strings (`load_dataset`)
+        ds.splits[name] = ds.splits[name].sort_values(ID, ignore_index=True)
     return ds
 
 
